@@ -1,0 +1,163 @@
+/* Devices, streams and device memory over the CUDA runtime; CPU-only builds answer 0 devices and
+ * MT_ERR_UNSUPPORTED for CUDA requests. */
+#include <mt/core.h>
+
+#include <stdio.h>
+#include <string.h>
+
+#if MT_HAVE_CUDA
+#include <mt/core_cuda.h>
+#endif
+
+#if MT_HAVE_CUDA
+int mt_have_cuda(void) {
+    return 1;
+}
+
+mt_status mt_device_count(int *n) {
+    MT_REQUIRE(n, MT_ERR_INVALID_ARG, "n is NULL");
+    int c = 0;
+    cudaError_t e = cudaGetDeviceCount(&c);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError(); // why: no driver (35) or no device (100) must not stick
+        c = 0;
+    }
+    *n = c;
+    return MT_OK;
+}
+
+mt_status mt_device_set(mt_device d) {
+    if (!mt_device_is_cuda(d)) return MT_OK;
+    MT_CUDA_TRY(cudaSetDevice(d.index));
+    return MT_OK;
+}
+
+mt_status mt_device_name(int index, char *buf, size_t len) {
+    struct cudaDeviceProp p;
+    MT_CUDA_TRY(cudaGetDeviceProperties(&p, index));
+    snprintf(buf, len, "%s", p.name);
+    return MT_OK;
+}
+
+mt_status mt_stream_create(mt_stream *out) {
+    cudaStream_t s;
+    MT_CUDA_TRY(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    *out = s;
+    return MT_OK;
+}
+
+void mt_stream_destroy(mt_stream s) {
+    if (s) cudaStreamDestroy(s);
+}
+
+mt_status mt_stream_sync(mt_stream s) {
+    if (s)
+        MT_CUDA_TRY(cudaStreamSynchronize(s));
+    else
+        MT_CUDA_TRY(cudaDeviceSynchronize());
+    return MT_OK;
+}
+
+mt_status mt_device_malloc(void **out, size_t bytes) {
+    cudaError_t e = cudaMalloc(out, bytes ? bytes : 1);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        *out = NULL;
+        return MT_ERROR(e == cudaErrorMemoryAllocation ? MT_ERR_OOM : MT_ERR_CUDA,
+                        "cudaMalloc(%zu bytes): %s", bytes, cudaGetErrorString(e));
+    }
+    return MT_OK;
+}
+
+void mt_device_free(void *p) {
+    if (p) cudaFree(p);
+}
+
+mt_status mt_memcpy(void *dst, mt_device dst_dev, const void *src, mt_device src_dev,
+                    size_t bytes, mt_stream s) {
+    if (!mt_device_is_cuda(dst_dev) && !mt_device_is_cuda(src_dev)) {
+        memmove(dst, src, bytes);
+        return MT_OK;
+    }
+    if (s)
+        MT_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, s));
+    else
+        MT_CUDA_TRY(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault));
+    return MT_OK;
+}
+
+mt_status mt_memset_zero(void *dst, mt_device dev, size_t bytes, mt_stream s) {
+    if (!mt_device_is_cuda(dev)) {
+        memset(dst, 0, bytes);
+        return MT_OK;
+    }
+    if (s)
+        MT_CUDA_TRY(cudaMemsetAsync(dst, 0, bytes, s));
+    else
+        MT_CUDA_TRY(cudaMemset(dst, 0, bytes));
+    return MT_OK;
+}
+
+#else /* CPU-only build */
+
+#define NO_CUDA() MT_ERROR(MT_ERR_UNSUPPORTED, "built without CUDA")
+
+int mt_have_cuda(void) {
+    return 0;
+}
+
+mt_status mt_device_count(int *n) {
+    MT_REQUIRE(n, MT_ERR_INVALID_ARG, "n is NULL");
+    *n = 0;
+    return MT_OK;
+}
+
+mt_status mt_device_set(mt_device d) {
+    return mt_device_is_cuda(d) ? NO_CUDA() : MT_OK;
+}
+
+mt_status mt_device_name(int index, char *buf, size_t len) {
+    (void)index;
+    snprintf(buf, len, "cpu");
+    return MT_OK;
+}
+
+mt_status mt_stream_create(mt_stream *out) {
+    *out = NULL;
+    return NO_CUDA();
+}
+
+void mt_stream_destroy(mt_stream s) {
+    (void)s;
+}
+
+mt_status mt_stream_sync(mt_stream s) {
+    (void)s;
+    return MT_OK;
+}
+
+mt_status mt_device_malloc(void **out, size_t bytes) {
+    (void)bytes;
+    *out = NULL;
+    return NO_CUDA();
+}
+
+void mt_device_free(void *p) {
+    (void)p;
+}
+
+mt_status mt_memcpy(void *dst, mt_device dst_dev, const void *src, mt_device src_dev,
+                    size_t bytes, mt_stream s) {
+    (void)s;
+    if (mt_device_is_cuda(dst_dev) || mt_device_is_cuda(src_dev)) return NO_CUDA();
+    memmove(dst, src, bytes);
+    return MT_OK;
+}
+
+mt_status mt_memset_zero(void *dst, mt_device dev, size_t bytes, mt_stream s) {
+    (void)s;
+    if (mt_device_is_cuda(dev)) return NO_CUDA();
+    memset(dst, 0, bytes);
+    return MT_OK;
+}
+#endif
