@@ -6,6 +6,9 @@
 #include <mt/core.h>
 #include <mt/npy.h>
 
+#include <stdio.h>
+#include <stdlib.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif

@@ -1,0 +1,30 @@
+/* Elementwise CPU reference: fp32 math, one rounding on store. */
+#include "../ops_impl.h"
+#include "cpu_util.h"
+
+mt_status elementwise_cpu(ew_op op, mt_tensor *out, const mt_tensor *a, const mt_tensor *b,
+                          float alpha) {
+    int64_t n = mt_tensor_numel(out);
+    for (int64_t i = 0; i < n; i++) {
+        float v = 0.0f;
+        switch (op) {
+        case EW_ADD:
+            v = ld_f32(a->data, a->dtype, i) + ld_f32(b->data, b->dtype, i);
+            break;
+        case EW_SCALE:
+            v = alpha * ld_f32(a->data, a->dtype, i);
+            break;
+        case EW_AXPY:
+            v = ld_f32(out->data, out->dtype, i) + alpha * ld_f32(a->data, a->dtype, i);
+            break;
+        case EW_CAST:
+            v = ld_f32(a->data, a->dtype, i);
+            break;
+        case EW_FILL:
+            v = alpha;
+            break;
+        }
+        st_f32(out->data, out->dtype, i, v);
+    }
+    return MT_OK;
+}

@@ -1,0 +1,61 @@
+/* unit: dtypes, tensor views (make, slice, reshape, contiguity, alloc, copy) and .npy views. */
+#include <mt/testkit.h>
+#include <mt/tensor.h>
+
+#include <stdio.h>
+#include <string.h>
+
+int main(void) {
+    MT_EXPECT(mt_dtype_size(MT_BF16) == 2 && mt_dtype_size(MT_I64) == 8, "dtype sizes");
+    mt_dtype dt;
+    MT_CHECK(mt_dtype_parse("BF16", &dt));
+    MT_EXPECT(dt == MT_BF16, "parse BF16");
+    MT_CHECK(mt_dtype_parse("i32", &dt));
+    MT_EXPECT(dt == MT_I32, "parse i32");
+    MT_EXPECT_STATUS(mt_dtype_parse("F64", &dt), MT_ERR_UNSUPPORTED);
+
+    float buf[2 * 3 * 4];
+    for (int i = 0; i < 24; i++) buf[i] = (float)i;
+    mt_tensor t = mt_tensor_3d(buf, MT_F32, 2, 3, 4, MT_DEVICE_CPU);
+    MT_EXPECT(t.stride[0] == 12 && t.stride[1] == 4 && t.stride[2] == 1, "C-order strides");
+    MT_EXPECT(mt_tensor_numel(&t) == 24 && mt_tensor_nbytes(&t) == 96, "numel/nbytes");
+    char s[64];
+    MT_EXPECT(strcmp(mt_tensor_str(&t, s, sizeof s), "f32[2,3,4]@cpu:0") == 0, "str %s", s);
+
+    mt_tensor sl;
+    MT_CHECK(mt_tensor_slice(&t, 0, 1, 1, &sl));
+    MT_EXPECT(((float *)sl.data)[0] == 12 && mt_tensor_is_contiguous(&sl), "slice dim 0");
+    MT_CHECK(mt_tensor_slice(&t, 2, 1, 2, &sl));
+    MT_EXPECT(((float *)sl.data)[0] == 1 && !mt_tensor_is_contiguous(&sl), "slice dim 2 strided");
+    MT_EXPECT_STATUS(mt_tensor_check(&sl, "sl", 3), MT_ERR_INVALID_ARG);
+    MT_EXPECT(strstr(mt_last_error(), "sl is not contiguous") != NULL, "%s", mt_last_error());
+    MT_EXPECT_STATUS(mt_tensor_slice(&t, 1, 2, 2, &sl), MT_ERR_INVALID_ARG);
+    MT_EXPECT_STATUS(mt_tensor_slice(&t, 3, 0, 1, &sl), MT_ERR_INVALID_ARG);
+
+    mt_tensor r;
+    MT_CHECK(mt_tensor_reshape(&t, 2, (int64_t[]){6, 4}, &r));
+    MT_EXPECT(r.shape[0] == 6 && r.stride[0] == 4, "reshape");
+    MT_EXPECT_STATUS(mt_tensor_reshape(&t, 2, (int64_t[]){5, 4}, &r), MT_ERR_INVALID_ARG);
+
+    mt_arena *a;
+    MT_CHECK(mt_arena_create(MT_DEVICE_CPU, 4096, &a));
+    mt_tensor c;
+    MT_CHECK(mt_tensor_alloc(a, MT_F32, 3, t.shape, &c));
+    MT_CHECK(mt_tensor_copy(&c, &t, NULL));
+    MT_EXPECT(memcmp(c.data, buf, sizeof buf) == 0, "copy");
+    mt_tensor small = mt_tensor_1d(buf, MT_F32, 5, MT_DEVICE_CPU);
+    MT_EXPECT_STATUS(mt_tensor_copy(&c, &small, NULL), MT_ERR_INVALID_ARG);
+    mt_arena_destroy(a);
+
+    mt_npy n;
+    MT_CHECK(mt_npy_load(mt_test_golden_path("ew_x.npy"), &n)); /* float64: no tensor dtype */
+    MT_EXPECT_STATUS(mt_tensor_from_npy(&n, &r), MT_ERR_UNSUPPORTED);
+    mt_npy_free(&n);
+    MT_CHECK(mt_tensor_save_npy("test_view.npy", &t));
+    MT_CHECK(mt_npy_load("test_view.npy", &n));
+    MT_CHECK(mt_tensor_from_npy(&n, &r));
+    MT_EXPECT(mt_tensor_same_shape(&r, &t) && memcmp(r.data, buf, sizeof buf) == 0, "npy view");
+    mt_npy_free(&n);
+    remove("test_view.npy");
+    return mt_test_result();
+}
