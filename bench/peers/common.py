@@ -1,0 +1,43 @@
+"""Timing helper for PyTorch peer benchmarks: CUDA events, warm-up, median of repeats, and
+Google-Benchmark-style JSON output so bench/compare.py reads ours and theirs alike."""
+import json
+import sys
+
+import torch
+
+
+def time_cuda(fn, warmup=5, iters=20):
+    """Median milliseconds of fn() over iters runs, timed with CUDA events."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(iters):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b))
+    times.sort()
+    return times[len(times) // 2]
+
+
+class Results:
+    def __init__(self):
+        self.rows = []
+
+    def add(self, name, ms, bytes_per_iter=None, flops_per_iter=None):
+        row = {"name": name, "real_time": ms * 1e3, "time_unit": "us", "run_type": "iteration"}
+        if bytes_per_iter:
+            row["bytes_per_second"] = bytes_per_iter / (ms * 1e-3)
+        if flops_per_iter:
+            row["FLOPS"] = flops_per_iter / (ms * 1e-3)
+        self.rows.append(row)
+        print(f"{name}: {ms:.4f} ms", file=sys.stderr)
+
+    def write(self, path=None):
+        path = path or (sys.argv[1] if len(sys.argv) > 1 else "/dev/stdout")
+        with open(path, "w") as f:
+            json.dump({"context": {"device": torch.cuda.get_device_name(0)},
+                       "benchmarks": self.rows}, f, indent=1)
