@@ -43,7 +43,8 @@ static void bench_host(mt_bench_state *st, void *arg) {
     char *a = malloc(bytes), *b = malloc(bytes);
     memset(a, 1, bytes);
     memset(b, 0, bytes);
-    while (mt_bench_keep_running(st)) memcpy(b, a, bytes);
+    while (mt_bench_keep_running(st))
+        memcpy(b, a, bytes);
     mt_bench_set_bytes(st, 2 * (int64_t)bytes);
     free(a);
     free(b);

@@ -8,9 +8,8 @@ static benchmark::State &S(mt_bench_state *st) {
 }
 
 extern "C" void mt_bench_register(const char *name, mt_bench_fn fn, void *arg, int flags) {
-    auto *b = benchmark::RegisterBenchmark(name, [fn, arg](benchmark::State &s) {
-        fn(reinterpret_cast<mt_bench_state *>(&s), arg);
-    });
+    auto *b = benchmark::RegisterBenchmark(
+        name, [fn, arg](benchmark::State &s) { fn(reinterpret_cast<mt_bench_state *>(&s), arg); });
     if (flags & MT_BENCH_MANUAL_TIME) b->UseManualTime();
     if (flags & MT_BENCH_REAL_TIME) b->UseRealTime();
     b->Unit(benchmark::kMicrosecond);

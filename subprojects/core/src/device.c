@@ -73,8 +73,8 @@ void mt_device_free(void *p) {
     if (p) cudaFree(p);
 }
 
-mt_status mt_memcpy(void *dst, mt_device dst_dev, const void *src, mt_device src_dev,
-                    size_t bytes, mt_stream s) {
+mt_status mt_memcpy(void *dst, mt_device dst_dev, const void *src, mt_device src_dev, size_t bytes,
+                    mt_stream s) {
     if (!mt_device_is_cuda(dst_dev) && !mt_device_is_cuda(src_dev)) {
         memmove(dst, src, bytes);
         return MT_OK;
@@ -146,8 +146,8 @@ void mt_device_free(void *p) {
     (void)p;
 }
 
-mt_status mt_memcpy(void *dst, mt_device dst_dev, const void *src, mt_device src_dev,
-                    size_t bytes, mt_stream s) {
+mt_status mt_memcpy(void *dst, mt_device dst_dev, const void *src, mt_device src_dev, size_t bytes,
+                    mt_stream s) {
     (void)s;
     if (mt_device_is_cuda(dst_dev) || mt_device_is_cuda(src_dev)) return NO_CUDA();
     memmove(dst, src, bytes);

@@ -12,7 +12,7 @@
 static int log_level = -1; /* -1: not read from the environment yet */
 static int log_rank = -1;
 
-static const char *level_names[] = {"ERROR", "WARN", "INFO", "DEBUG"};
+static const char *level_names[] = { "ERROR", "WARN", "INFO", "DEBUG" };
 
 static int level_from_env(void) {
     const char *e = getenv("MT_LOG_LEVEL");

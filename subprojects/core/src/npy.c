@@ -49,8 +49,16 @@ double mt_npy_get(const mt_npy *a, size_t i) {
     case 'i': {
         int64_t v = 0;
         if (a->itemsize == 1) v = *(const int8_t *)p;
-        if (a->itemsize == 2) { int16_t t; memcpy(&t, p, 2); v = t; }
-        if (a->itemsize == 4) { int32_t t; memcpy(&t, p, 4); v = t; }
+        if (a->itemsize == 2) {
+            int16_t t;
+            memcpy(&t, p, 2);
+            v = t;
+        }
+        if (a->itemsize == 4) {
+            int32_t t;
+            memcpy(&t, p, 4);
+            v = t;
+        }
         if (a->itemsize == 8) memcpy(&v, p, 8);
         return (double)v;
     }
@@ -73,7 +81,8 @@ static const char *dict_value(const char *hdr, const char *key) {
     p = strchr(p + strlen(pat), ':');
     if (!p) return NULL;
     p++;
-    while (*p == ' ') p++;
+    while (*p == ' ')
+        p++;
     return p;
 }
 
@@ -146,7 +155,8 @@ mt_status mt_npy_load(const char *path, mt_npy *out) {
     sh++;
     out->count = 1;
     while (*sh && *sh != ')') {
-        while (*sh == ' ' || *sh == ',') sh++;
+        while (*sh == ' ' || *sh == ',')
+            sh++;
         if (*sh == ')') break;
         char *end;
         long long v = strtoll(sh, &end, 10);
@@ -198,11 +208,13 @@ mt_status mt_npy_save(const char *path, const char *descr, int ndim, const int64
     FILE *f = fopen(path, "wb");
     MT_REQUIRE(f, MT_ERR_IO, "cannot create %s", path);
     unsigned short hl = (unsigned short)(n + pad + 1);
-    unsigned char pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)(hl & 0xff),
-                             (unsigned char)(hl >> 8)};
+    unsigned char pre[10] = {
+        0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)(hl & 0xff), (unsigned char)(hl >> 8)
+    };
     size_t itemsize = (size_t)atoi(descr + 2);
     int ok = fwrite(pre, 1, 10, f) == 10 && fwrite(hdr, 1, (size_t)n, f) == (size_t)n;
-    for (size_t i = 0; ok && i < pad; i++) ok = fputc(' ', f) != EOF;
+    for (size_t i = 0; ok && i < pad; i++)
+        ok = fputc(' ', f) != EOF;
     ok = ok && fputc('\n', f) != EOF;
     ok = ok && (count == 0 || fwrite(data, itemsize, count, f) == count);
     ok = (fclose(f) == 0) && ok;

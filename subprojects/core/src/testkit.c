@@ -26,7 +26,7 @@ void mt_test_require_gpus(int n) {
 }
 
 void mt_test_require_ranks(int n) {
-    const char *vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "WORLD_SIZE", "SLURM_NTASKS"};
+    const char *vars[] = { "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "WORLD_SIZE", "SLURM_NTASKS" };
     int have = 1;
     for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) {
         const char *e = getenv(vars[i]);
@@ -59,7 +59,8 @@ float *mt_test_golden_f32(const char *name, size_t *n, mt_npy *shape_out) {
     load_or_die(name, &a);
     float *x = malloc((a.count ? a.count : 1) * sizeof *x);
     MT_ASSERT(x);
-    for (size_t i = 0; i < a.count; i++) x[i] = (float)mt_npy_get(&a, i);
+    for (size_t i = 0; i < a.count; i++)
+        x[i] = (float)mt_npy_get(&a, i);
     if (n) *n = a.count;
     free(a.data);
     a.data = NULL;
@@ -72,7 +73,8 @@ double *mt_test_golden_f64(const char *name, size_t *n) {
     load_or_die(name, &a);
     double *x = malloc((a.count ? a.count : 1) * sizeof *x);
     MT_ASSERT(x);
-    for (size_t i = 0; i < a.count; i++) x[i] = mt_npy_get(&a, i);
+    for (size_t i = 0; i < a.count; i++)
+        x[i] = mt_npy_get(&a, i);
     if (n) *n = a.count;
     mt_npy_free(&a);
     return x;
@@ -88,8 +90,8 @@ static int close_report(const char *what, size_t n, double atol, double rtol,
         double x = got(g, i), y = ref(r, i);
         double d = fabs(x - y);
         int ok = d <= atol + rtol * fabs(y);
-        if (isnan(y) && isnan(x)) ok = 1, d = 0;     // both NaN: a NaN reference is expected
-        if (!isfinite(x) && isfinite(y)) ok = 0;     // never pass on NaN/Inf
+        if (isnan(y) && isnan(x)) ok = 1, d = 0; // both NaN: a NaN reference is expected
+        if (!isfinite(x) && isfinite(y)) ok = 0; // never pass on NaN/Inf
         if (isinf(y) && x == y) ok = 1, d = 0;
         if (isfinite(d)) {
             if (d > max_abs) max_abs = d;
@@ -105,8 +107,7 @@ static int close_report(const char *what, size_t n, double atol, double rtol,
     }
     double nmse = ref2 > 0 ? err2 / ref2 : err2;
     fprintf(stderr, "%s %s: n=%zu max_abs=%.3g max_rel=%.3g nmse=%.3g (atol %.1e rtol %.1e)%s\n",
-            bad ? "FAIL" : "ok  ", what, n, max_abs, max_rel, nmse, atol, rtol,
-            bad ? "" : "");
+            bad ? "FAIL" : "ok  ", what, n, max_abs, max_rel, nmse, atol, rtol, bad ? "" : "");
     if (bad) {
         fprintf(stderr, "  %zu of %zu elements out of tolerance\n", bad, n);
         n_failed++;
@@ -126,8 +127,8 @@ int mt_test_close_f32(const char *what, const float *got, const float *ref, size
     return close_report(what, n, atol, rtol, get_f32, got, get_f32, ref);
 }
 
-int mt_test_close_f64(const char *what, const double *got, const double *ref, size_t n,
-                      double atol, double rtol) {
+int mt_test_close_f64(const char *what, const double *got, const double *ref, size_t n, double atol,
+                      double rtol) {
     return close_report(what, n, atol, rtol, get_f64, got, get_f64, ref);
 }
 
@@ -172,5 +173,6 @@ int mt_test_result(void) {
 }
 
 void mt_test_fill_uniform(float *x, size_t n, uint64_t seed, uint64_t stream, float lo, float hi) {
-    for (size_t i = 0; i < n; i++) x[i] = lo + (hi - lo) * mt_philox_uniform(seed, stream, i);
+    for (size_t i = 0; i < n; i++)
+        x[i] = lo + (hi - lo) * mt_philox_uniform(seed, stream, i);
 }

@@ -17,7 +17,9 @@ int main(void) {
     mt_npy_free(&a);
 
     MT_CHECK(mt_npy_load(mt_test_golden_path("values_f2_7.npy"), &a));
-    const float want_f2[7] = {0.0f, 1.0f, -2.5f, 65504.0f, 5.9604645e-08f, 0.333251953125f, -0.0f};
+    const float want_f2[7] = {
+        0.0f, 1.0f, -2.5f, 65504.0f, 5.9604645e-08f, 0.333251953125f, -0.0f
+    };
     for (int i = 0; i < 7; i++)
         MT_EXPECT(mt_npy_get(&a, (size_t)i) == want_f2[i], "f2 value %d: %g", i,
                   mt_npy_get(&a, (size_t)i));
@@ -29,8 +31,8 @@ int main(void) {
 
     /* round trip through our writer */
     const char *tmp = "test_npy_roundtrip.npy";
-    int32_t v[6] = {1, -2, 3, -4, 5, 2147483647};
-    int64_t shape[3] = {1, 2, 3};
+    int32_t v[6] = { 1, -2, 3, -4, 5, 2147483647 };
+    int64_t shape[3] = { 1, 2, 3 };
     MT_CHECK(mt_npy_save(tmp, "<i4", 3, shape, v));
     MT_CHECK(mt_npy_load(tmp, &a));
     MT_EXPECT(a.ndim == 3 && a.shape[2] == 3 && memcmp(a.data, v, sizeof v) == 0, "round trip");
@@ -41,7 +43,7 @@ int main(void) {
     fwrite("\x93NUMPX\x01\x00", 1, 8, f);
     fclose(f);
     MT_EXPECT_STATUS(mt_npy_load(tmp, &a), MT_ERR_FORMAT);
-    MT_CHECK(mt_npy_save(tmp, "<f4", 1, (int64_t[]){100}, (float[100]){0}));
+    MT_CHECK(mt_npy_save(tmp, "<f4", 1, (int64_t[]){ 100 }, (float[100]){ 0 }));
     f = fopen(tmp, "r+b");
     fseek(f, 0, SEEK_END);
     long len = ftell(f);

@@ -8,16 +8,16 @@ int main(void) {
     struct {
         uint32_t ctr[4], key[2], want[4];
     } kat[] = {
-        {{0, 0, 0, 0}, {0, 0}, {0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8}},
-        {{0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff},
-         {0xffffffff, 0xffffffff},
-         {0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd}},
-        {{0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344},
-         {0xa4093822, 0x299f31d0},
-         {0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1}},
+        { { 0, 0, 0, 0 }, { 0, 0 }, { 0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8 } },
+        { { 0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff },
+          { 0xffffffff, 0xffffffff },
+          { 0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd } },
+        { { 0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344 },
+          { 0xa4093822, 0x299f31d0 },
+          { 0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1 } },
     };
     for (int t = 0; t < 3; t++) {
-        mt_philox4 c = {{kat[t].ctr[0], kat[t].ctr[1], kat[t].ctr[2], kat[t].ctr[3]}};
+        mt_philox4 c = { { kat[t].ctr[0], kat[t].ctr[1], kat[t].ctr[2], kat[t].ctr[3] } };
         mt_philox4 r = mt_philox4x32(c, kat[t].key[0], kat[t].key[1]);
         for (int i = 0; i < 4; i++)
             MT_EXPECT(r.v[i] == kat[t].want[i], "kat %d word %d: %08x want %08x", t, i, r.v[i],

@@ -55,7 +55,9 @@ int main(int argc, char **argv) {
         char name[256];
         mt_device_name(0, name, sizeof name);
         mt_bench_context("device", name);
-        static ew_case cases[] = {{0, MT_F32, 1 << 26}, {0, MT_BF16, 1 << 26}, {1, MT_BF16, 1 << 26}};
+        static ew_case cases[] = { { 0, MT_F32, 1 << 26 },
+                                   { 0, MT_BF16, 1 << 26 },
+                                   { 1, MT_BF16, 1 << 26 } };
         mt_bench_register("add/cuda/f32_64M", bench_ew, &cases[0], MT_BENCH_MANUAL_TIME);
         mt_bench_register("add/cuda/bf16_64M", bench_ew, &cases[1], MT_BENCH_MANUAL_TIME);
         mt_bench_register("cast/cuda/f32_bf16_64M", bench_ew, &cases[2], MT_BENCH_MANUAL_TIME);

@@ -6,8 +6,8 @@
 static const struct {
     const char *descr;
     mt_dtype dt;
-} npy_types[] = {{"<f4", MT_F32}, {"<f2", MT_F16}, {"<i4", MT_I32}, {"<i8", MT_I64},
-                 {"<u2", MT_U16}, {"|u1", MT_U8},  {"<u1", MT_U8}};
+} npy_types[] = { { "<f4", MT_F32 }, { "<f2", MT_F16 }, { "<i4", MT_I32 }, { "<i8", MT_I64 },
+                  { "<u2", MT_U16 }, { "|u1", MT_U8 },  { "<u1", MT_U8 } };
 
 mt_status mt_tensor_from_npy(const mt_npy *a, mt_tensor *out) {
     for (size_t i = 0; i < sizeof npy_types / sizeof *npy_types; i++) {
@@ -25,6 +25,7 @@ mt_status mt_tensor_save_npy(const char *path, const mt_tensor *t) {
     MT_REQUIRE(!mt_device_is_cuda(t->device), MT_ERR_INVALID_ARG, "save_npy needs a host tensor");
     static const char *descr[MT_DTYPE_COUNT] = {
         [MT_F32] = "<f4", [MT_BF16] = "<u2", [MT_F16] = "<f2", [MT_I32] = "<i4",
-        [MT_I64] = "<i8", [MT_U16] = "<u2",  [MT_U8] = "|u1"};
+        [MT_I64] = "<i8", [MT_U16] = "<u2",  [MT_U8] = "|u1"
+    };
     return mt_npy_save(path, descr[t->dtype], t->ndim, t->shape, t->data);
 }

@@ -37,11 +37,12 @@ static const struct {
     const char *name;
     int bits;
 } st_types[] = {
-    {"BOOL", 8},     {"U8", 8},       {"I8", 8},       {"I16", 16},          {"U16", 16},
-    {"F16", 16},     {"BF16", 16},    {"I32", 32},     {"U32", 32},          {"F32", 32},
-    {"F64", 64},     {"I64", 64},     {"U64", 64},     {"C64", 64},          {"F8_E4M3", 8},
-    {"F8_E5M2", 8},  {"F8_E8M0", 8},  {"F8_E4M3FNUZ", 8}, {"F8_E5M2FNUZ", 8}, {"F4", 4},
-    {"F6_E2M3", 6},  {"F6_E3M2", 6},
+    { "BOOL", 8 },    { "U8", 8 },          { "I8", 8 },          { "I16", 16 },
+    { "U16", 16 },    { "F16", 16 },        { "BF16", 16 },       { "I32", 32 },
+    { "U32", 32 },    { "F32", 32 },        { "F64", 64 },        { "I64", 64 },
+    { "U64", 64 },    { "C64", 64 },        { "F8_E4M3", 8 },     { "F8_E5M2", 8 },
+    { "F8_E8M0", 8 }, { "F8_E4M3FNUZ", 8 }, { "F8_E5M2FNUZ", 8 }, { "F4", 4 },
+    { "F6_E2M3", 6 }, { "F6_E3M2", 6 },
 };
 
 static int st_bits(const char *name) {
@@ -96,7 +97,7 @@ static mt_status parse_entry(const char *name, json_t *v, st_entry *e) {
                "safetensors: '%s' (%s) does not end on a byte boundary", name, ds);
     MT_REQUIRE(e->end - e->begin == numel * (uint64_t)bits / 8, MT_ERR_FORMAT,
                "safetensors: '%s' spans %llu bytes but %s%s needs %llu", name,
-               (unsigned long long)(e->end - e->begin), ds, "", 
+               (unsigned long long)(e->end - e->begin), ds, "",
                (unsigned long long)(numel * (uint64_t)bits / 8));
     e->name = strdup(name);
     MT_REQUIRE(e->name, MT_ERR_OOM, "name");
@@ -107,10 +108,13 @@ mt_status mt_safetensors_parse(const void *buf, size_t len, mt_safetensors **out
     MT_REQUIRE(buf && out, MT_ERR_INVALID_ARG, "NULL buffer or out");
     *out = NULL;
     const unsigned char *p = buf;
-    MT_REQUIRE(len >= 8, MT_ERR_FORMAT, "safetensors: %zu bytes is shorter than the 8-byte header "
-               "length", len);
+    MT_REQUIRE(len >= 8, MT_ERR_FORMAT,
+               "safetensors: %zu bytes is shorter than the 8-byte header "
+               "length",
+               len);
     uint64_t hlen = 0;
-    for (int i = 7; i >= 0; i--) hlen = hlen << 8 | p[i];
+    for (int i = 7; i >= 0; i--)
+        hlen = hlen << 8 | p[i];
     MT_REQUIRE(hlen <= ST_MAX_HEADER, MT_ERR_FORMAT, "safetensors: header length %llu exceeds %llu",
                (unsigned long long)hlen, ST_MAX_HEADER);
     MT_REQUIRE(hlen <= len - 8, MT_ERR_FORMAT,
@@ -167,15 +171,17 @@ mt_status mt_safetensors_parse(const void *buf, size_t len, mt_safetensors **out
     for (int i = 0; i < f->n; i++) {
         if (f->e[i].begin != pos) {
             st = MT_ERROR(MT_ERR_FORMAT, "safetensors: '%s' starts at %llu, expected %llu (%s)",
-                          f->e[i].name, (unsigned long long)f->e[i].begin,
-                          (unsigned long long)pos, f->e[i].begin < pos ? "overlap" : "gap");
+                          f->e[i].name, (unsigned long long)f->e[i].begin, (unsigned long long)pos,
+                          f->e[i].begin < pos ? "overlap" : "gap");
             goto fail;
         }
         pos = f->e[i].end;
     }
     if (pos != data_len) {
-        st = MT_ERROR(MT_ERR_FORMAT, "safetensors: tensors end at byte %llu but the data is %llu "
-                      "bytes (%s)", (unsigned long long)pos, (unsigned long long)data_len,
+        st = MT_ERROR(MT_ERR_FORMAT,
+                      "safetensors: tensors end at byte %llu but the data is %llu "
+                      "bytes (%s)",
+                      (unsigned long long)pos, (unsigned long long)data_len,
                       pos > data_len ? "truncated" : "trailing bytes");
         goto fail;
     }
@@ -216,7 +222,8 @@ mt_status mt_safetensors_open(const char *path, mt_safetensors **out) {
 
 void mt_safetensors_close(mt_safetensors *f) {
     if (!f) return;
-    for (int i = 0; i < f->n; i++) free(f->e[i].name);
+    for (int i = 0; i < f->n; i++)
+        free(f->e[i].name);
     free(f->e);
     json_decref(f->meta);
     if (f->mapped) munmap((void *)f->base, f->len);
@@ -294,7 +301,8 @@ mt_status mt_safetensors_save(const char *path, const mt_safetensors_item *items
     mt_status st = MT_OK;
     if (n_meta > 0) {
         json_t *m = json_object();
-        for (int k = 0; k < n_meta; k++) json_object_set_new(m, meta[2 * k], json_string(meta[2 * k + 1]));
+        for (int k = 0; k < n_meta; k++)
+            json_object_set_new(m, meta[2 * k], json_string(meta[2 * k + 1]));
         json_object_set_new(root, "__metadata__", m);
     }
     uint64_t off = 0;
@@ -329,9 +337,11 @@ mt_status mt_safetensors_save(const char *path, const mt_safetensors_item *items
         return MT_ERROR(MT_ERR_IO, "cannot create %s", path);
     }
     unsigned char lenb[8];
-    for (int i = 0; i < 8; i++) lenb[i] = (unsigned char)((uint64_t)padded >> (8 * i));
+    for (int i = 0; i < 8; i++)
+        lenb[i] = (unsigned char)((uint64_t)padded >> (8 * i));
     int ok = fwrite(lenb, 1, 8, fp) == 8 && fwrite(hdr, 1, hl, fp) == hl;
-    for (size_t i = hl; ok && i < padded; i++) ok = fputc(' ', fp) != EOF;
+    for (size_t i = hl; ok && i < padded; i++)
+        ok = fputc(' ', fp) != EOF;
     for (int j = 0; ok && j < n; j++) {
         const mt_tensor *t = items[order[j]].tensor;
         size_t nb = mt_tensor_nbytes(t);

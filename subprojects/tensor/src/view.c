@@ -9,10 +9,10 @@ static const struct {
     size_t size;
     int is_float;
 } dtypes[MT_DTYPE_COUNT] = {
-    [MT_F32] = {"f32", "F32", 4, 1},  [MT_BF16] = {"bf16", "BF16", 2, 1},
-    [MT_F16] = {"f16", "F16", 2, 1},  [MT_I32] = {"i32", "I32", 4, 0},
-    [MT_I64] = {"i64", "I64", 8, 0},  [MT_U16] = {"u16", "U16", 2, 0},
-    [MT_U8] = {"u8", "U8", 1, 0},
+    [MT_F32] = { "f32", "F32", 4, 1 }, [MT_BF16] = { "bf16", "BF16", 2, 1 },
+    [MT_F16] = { "f16", "F16", 2, 1 }, [MT_I32] = { "i32", "I32", 4, 0 },
+    [MT_I64] = { "i64", "I64", 8, 0 }, [MT_U16] = { "u16", "U16", 2, 0 },
+    [MT_U8] = { "u8", "U8", 1, 0 },
 };
 
 static int valid(mt_dtype dt) {
@@ -64,23 +64,23 @@ mt_tensor mt_tensor_make(void *data, mt_dtype dtype, int ndim, const int64_t *sh
 }
 
 mt_tensor mt_tensor_1d(void *data, mt_dtype dt, int64_t d0, mt_device dev) {
-    return mt_tensor_make(data, dt, 1, (int64_t[]){d0}, dev);
+    return mt_tensor_make(data, dt, 1, (int64_t[]){ d0 }, dev);
 }
 mt_tensor mt_tensor_2d(void *data, mt_dtype dt, int64_t d0, int64_t d1, mt_device dev) {
-    return mt_tensor_make(data, dt, 2, (int64_t[]){d0, d1}, dev);
+    return mt_tensor_make(data, dt, 2, (int64_t[]){ d0, d1 }, dev);
 }
-mt_tensor mt_tensor_3d(void *data, mt_dtype dt, int64_t d0, int64_t d1, int64_t d2,
-                       mt_device dev) {
-    return mt_tensor_make(data, dt, 3, (int64_t[]){d0, d1, d2}, dev);
+mt_tensor mt_tensor_3d(void *data, mt_dtype dt, int64_t d0, int64_t d1, int64_t d2, mt_device dev) {
+    return mt_tensor_make(data, dt, 3, (int64_t[]){ d0, d1, d2 }, dev);
 }
 mt_tensor mt_tensor_4d(void *data, mt_dtype dt, int64_t d0, int64_t d1, int64_t d2, int64_t d3,
                        mt_device dev) {
-    return mt_tensor_make(data, dt, 4, (int64_t[]){d0, d1, d2, d3}, dev);
+    return mt_tensor_make(data, dt, 4, (int64_t[]){ d0, d1, d2, d3 }, dev);
 }
 
 int64_t mt_tensor_numel(const mt_tensor *t) {
     int64_t n = 1;
-    for (int i = 0; i < t->ndim; i++) n *= t->shape[i];
+    for (int i = 0; i < t->ndim; i++)
+        n *= t->shape[i];
     return n;
 }
 
@@ -118,15 +118,15 @@ mt_status mt_tensor_reshape(const mt_tensor *t, int ndim, const int64_t *shape, 
     MT_REQUIRE(mt_tensor_is_contiguous(t), MT_ERR_INVALID_ARG, "reshape of a strided tensor");
     MT_REQUIRE(ndim >= 0 && ndim <= MT_MAX_DIMS, MT_ERR_INVALID_ARG, "ndim %d", ndim);
     int64_t n = 1;
-    for (int i = 0; i < ndim; i++) n *= shape[i];
+    for (int i = 0; i < ndim; i++)
+        n *= shape[i];
     MT_REQUIRE(n == mt_tensor_numel(t), MT_ERR_INVALID_ARG, "reshape from %lld to %lld elements",
                (long long)mt_tensor_numel(t), (long long)n);
     *out = mt_tensor_make(t->data, t->dtype, ndim, shape, t->device);
     return MT_OK;
 }
 
-mt_status mt_tensor_slice(const mt_tensor *t, int dim, int64_t start, int64_t len,
-                          mt_tensor *out) {
+mt_status mt_tensor_slice(const mt_tensor *t, int dim, int64_t start, int64_t len, mt_tensor *out) {
     MT_REQUIRE(dim >= 0 && dim < t->ndim, MT_ERR_INVALID_ARG, "slice dim %d of a %d-d tensor", dim,
                t->ndim);
     MT_REQUIRE(start >= 0 && len >= 0 && start + len <= t->shape[dim], MT_ERR_INVALID_ARG,

@@ -1,7 +1,7 @@
 /* gpu: elementwise ops and casts on CUDA equal the CPU reference on seeded random input, in f32,
  * bf16 and f16 (same fp32 math, one rounding: bit-exact except fused multiply-add differences). */
-#include <mt/testkit.h>
 #include <mt/tensor.h>
+#include <mt/testkit.h>
 
 #include <stdlib.h>
 #include <string.h>
@@ -14,7 +14,8 @@ static void run(mt_dtype dt, int64_t n) {
     mt_tensor hx32 = mt_tensor_1d(x, MT_F32, n, MT_DEVICE_CPU);
     mt_tensor hy32 = mt_tensor_1d(y, MT_F32, n, MT_DEVICE_CPU);
     void *hx = malloc((size_t)n * es), *hy = malloc((size_t)n * es), *ho = malloc((size_t)n * es);
-    mt_tensor tx = mt_tensor_1d(hx, dt, n, MT_DEVICE_CPU), ty = mt_tensor_1d(hy, dt, n, MT_DEVICE_CPU);
+    mt_tensor tx = mt_tensor_1d(hx, dt, n, MT_DEVICE_CPU),
+              ty = mt_tensor_1d(hy, dt, n, MT_DEVICE_CPU);
     MT_CHECK(mt_cast(&tx, &hx32, NULL));
     MT_CHECK(mt_cast(&ty, &hy32, NULL));
     mt_arena *ar;
@@ -31,7 +32,7 @@ static void run(mt_dtype dt, int64_t n) {
     mt_tensor hwant = mt_tensor_1d(want, MT_F32, n, MT_DEVICE_CPU);
     mt_tensor to = mt_tensor_1d(ho, dt, n, MT_DEVICE_CPU);
     for (int op = 0; op < 4; op++) {
-        const char *names[] = {"add", "scale", "axpy", "cast"};
+        const char *names[] = { "add", "scale", "axpy", "cast" };
         if (op == 0) {
             MT_CHECK(mt_add(&dout, &dx, &dy, NULL));
             MT_CHECK(mt_add(&to, &tx, &ty, NULL));
@@ -67,9 +68,10 @@ static void run(mt_dtype dt, int64_t n) {
 
 int main(void) {
     mt_test_require_gpus(1);
-    const int64_t sizes[] = {1, 1000, 1 << 20, (1 << 22) + 3};
-    const mt_dtype dts[] = {MT_F32, MT_BF16, MT_F16};
+    const int64_t sizes[] = { 1, 1000, 1 << 20, (1 << 22) + 3 };
+    const mt_dtype dts[] = { MT_F32, MT_BF16, MT_F16 };
     for (int d = 0; d < 3; d++)
-        for (int s = 0; s < 4; s++) run(dts[d], sizes[s]);
+        for (int s = 0; s < 4; s++)
+            run(dts[d], sizes[s]);
     return mt_test_result();
 }

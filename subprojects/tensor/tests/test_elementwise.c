@@ -1,6 +1,6 @@
 /* unit: elementwise ops and casts (CPU reference) against PyTorch golden values. */
-#include <mt/testkit.h>
 #include <mt/tensor.h>
+#include <mt/testkit.h>
 
 #include <stdlib.h>
 #include <string.h>

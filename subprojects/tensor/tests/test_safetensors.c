@@ -1,7 +1,7 @@
 /* unit: safetensors written by the reference library load exactly; our files round-trip and
  * follow the reference layout; malformed files are rejected with MT_ERR_FORMAT naming the fault. */
-#include <mt/testkit.h>
 #include <mt/tensor.h>
+#include <mt/testkit.h>
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,7 +10,8 @@
 static mt_status parse_str(const char *json, const void *data, size_t dlen) {
     size_t hl = strlen(json);
     unsigned char *buf = malloc(8 + hl + dlen + 1);
-    for (int i = 0; i < 8; i++) buf[i] = (unsigned char)((uint64_t)hl >> (8 * i));
+    for (int i = 0; i < 8; i++)
+        buf[i] = (unsigned char)((uint64_t)hl >> (8 * i));
     memcpy(buf + 8, json, hl);
     if (dlen) memcpy(buf + 8 + hl, data, dlen);
     mt_safetensors *f = NULL;
@@ -35,7 +36,8 @@ int main(void) {
     mt_tensor t;
     MT_CHECK(mt_safetensors_get(f, "a.weight", &t));
     MT_EXPECT(t.dtype == MT_F32 && t.ndim == 2 && t.shape[0] == 3 && t.shape[1] == 4, "a shape");
-    for (int i = 0; i < 12; i++) MT_EXPECT(((float *)t.data)[i] == i * 0.25f, "a[%d]", i);
+    for (int i = 0; i < 12; i++)
+        MT_EXPECT(((float *)t.data)[i] == i * 0.25f, "a[%d]", i);
     MT_CHECK(mt_safetensors_get(f, "b.bias", &t));
     MT_EXPECT(t.dtype == MT_BF16 && mt_bf16_to_f32(((uint16_t *)t.data)[2]) == 3.25f, "bf16");
     MT_CHECK(mt_safetensors_get(f, "c.ids", &t));
@@ -56,7 +58,7 @@ int main(void) {
     MT_EXPECT(nb == 48 && off % 8 == 0, "extent of a.weight");
 
     /* round trip: save everything we can read, reload, compare bytes */
-    const char *names[] = {"a.weight", "b.bias", "c.ids", "d.half", "e.empty", "f.scalar"};
+    const char *names[] = { "a.weight", "b.bias", "c.ids", "d.half", "e.empty", "f.scalar" };
     mt_tensor ts[6];
     mt_safetensors_item items[6];
     for (int i = 0; i < 6; i++) {
@@ -64,7 +66,7 @@ int main(void) {
         items[i].name = names[i];
         items[i].tensor = &ts[i];
     }
-    const char *meta[] = {"format", "pt", "iteration", "100"};
+    const char *meta[] = { "format", "pt", "iteration", "100" };
     MT_CHECK(mt_safetensors_save("test_st_roundtrip.safetensors", items, 6, meta, 2));
     mt_safetensors *g;
     MT_CHECK(mt_safetensors_open("test_st_roundtrip.safetensors", &g));
@@ -111,7 +113,7 @@ int main(void) {
                   "begin <= end");
     expect_format("{\"__metadata__\":{\"k\":1}}", 0, "not a string");
     /* header length larger than the file */
-    unsigned char big[16] = {0xff, 0xff, 0, 0, 0, 0, 0, 0, '{', '}'};
+    unsigned char big[16] = { 0xff, 0xff, 0, 0, 0, 0, 0, 0, '{', '}' };
     MT_EXPECT_STATUS(mt_safetensors_parse(big, 10, &g), MT_ERR_FORMAT);
     MT_EXPECT(strstr(mt_last_error(), "truncated") != NULL, "%s", mt_last_error());
     MT_EXPECT(parse_str("{}", NULL, 0) == MT_OK, "empty file with {} header is valid");

@@ -1,6 +1,6 @@
 /* unit: dtypes, tensor views (make, slice, reshape, contiguity, alloc, copy) and .npy views. */
-#include <mt/testkit.h>
 #include <mt/tensor.h>
+#include <mt/testkit.h>
 
 #include <stdio.h>
 #include <string.h>
@@ -15,7 +15,8 @@ int main(void) {
     MT_EXPECT_STATUS(mt_dtype_parse("F64", &dt), MT_ERR_UNSUPPORTED);
 
     float buf[2 * 3 * 4];
-    for (int i = 0; i < 24; i++) buf[i] = (float)i;
+    for (int i = 0; i < 24; i++)
+        buf[i] = (float)i;
     mt_tensor t = mt_tensor_3d(buf, MT_F32, 2, 3, 4, MT_DEVICE_CPU);
     MT_EXPECT(t.stride[0] == 12 && t.stride[1] == 4 && t.stride[2] == 1, "C-order strides");
     MT_EXPECT(mt_tensor_numel(&t) == 24 && mt_tensor_nbytes(&t) == 96, "numel/nbytes");
@@ -33,9 +34,9 @@ int main(void) {
     MT_EXPECT_STATUS(mt_tensor_slice(&t, 3, 0, 1, &sl), MT_ERR_INVALID_ARG);
 
     mt_tensor r;
-    MT_CHECK(mt_tensor_reshape(&t, 2, (int64_t[]){6, 4}, &r));
+    MT_CHECK(mt_tensor_reshape(&t, 2, (int64_t[]){ 6, 4 }, &r));
     MT_EXPECT(r.shape[0] == 6 && r.stride[0] == 4, "reshape");
-    MT_EXPECT_STATUS(mt_tensor_reshape(&t, 2, (int64_t[]){5, 4}, &r), MT_ERR_INVALID_ARG);
+    MT_EXPECT_STATUS(mt_tensor_reshape(&t, 2, (int64_t[]){ 5, 4 }, &r), MT_ERR_INVALID_ARG);
 
     mt_arena *a;
     MT_CHECK(mt_arena_create(MT_DEVICE_CPU, 4096, &a));

@@ -64,38 +64,38 @@ MT_API void mt_die(const char *file, int line, const char *fmt, ...)
 #define MT_ERROR(s, ...) mt_error_set((s), __FILE__, __LINE__, __VA_ARGS__)
 
 /* Return an error with a message if `cond` is false (caller input checks inside libraries). */
-#define MT_REQUIRE(cond, s, ...)                                                                   \
-    do {                                                                                           \
-        if (!(cond)) return mt_error_set((s), __FILE__, __LINE__, __VA_ARGS__);                    \
+#define MT_REQUIRE(cond, s, ...)                                                \
+    do {                                                                        \
+        if (!(cond)) return mt_error_set((s), __FILE__, __LINE__, __VA_ARGS__); \
     } while (0)
 
 /* Propagate a failing mt_status. */
-#define MT_TRY(expr)                                                                               \
-    do {                                                                                           \
-        mt_status mt_try_s_ = (expr);                                                              \
-        if (mt_try_s_ != MT_OK) return mt_try_s_;                                                  \
+#define MT_TRY(expr)                              \
+    do {                                          \
+        mt_status mt_try_s_ = (expr);             \
+        if (mt_try_s_ != MT_OK) return mt_try_s_; \
     } while (0)
 
 /* Store a failing status in `st` and jump to `label` (one cleanup path). */
-#define MT_TRY_GOTO(expr, st, label)                                                               \
-    do {                                                                                           \
-        (st) = (expr);                                                                             \
-        if ((st) != MT_OK) goto label;                                                             \
+#define MT_TRY_GOTO(expr, st, label)   \
+    do {                               \
+        (st) = (expr);                 \
+        if ((st) != MT_OK) goto label; \
     } while (0)
 
 /* Abort on a broken internal invariant; never for caller input. */
-#define MT_ASSERT(cond)                                                                            \
-    do {                                                                                           \
-        if (!(cond)) mt_die(__FILE__, __LINE__, "assertion failed: %s", #cond);                    \
+#define MT_ASSERT(cond)                                                         \
+    do {                                                                        \
+        if (!(cond)) mt_die(__FILE__, __LINE__, "assertion failed: %s", #cond); \
     } while (0)
 
 /* Programs and tests only: abort with the recorded error when `expr` is not MT_OK. */
-#define MT_CHECK(expr)                                                                             \
-    do {                                                                                           \
-        mt_status mt_chk_s_ = (expr);                                                              \
-        if (mt_chk_s_ != MT_OK)                                                                    \
-            mt_die(__FILE__, __LINE__, "%s failed: %s: %s", #expr, mt_status_str(mt_chk_s_),       \
-                   mt_last_error());                                                               \
+#define MT_CHECK(expr)                                                                       \
+    do {                                                                                     \
+        mt_status mt_chk_s_ = (expr);                                                        \
+        if (mt_chk_s_ != MT_OK)                                                              \
+            mt_die(__FILE__, __LINE__, "%s failed: %s: %s", #expr, mt_status_str(mt_chk_s_), \
+                   mt_last_error());                                                         \
     } while (0)
 
 /* MT_CUDA_TRY lives in <mt/core_cuda.h>, for files that include the CUDA runtime. */
@@ -106,7 +106,10 @@ MT_API void mt_die(const char *file, int line, const char *fmt, ...)
 struct CUstream_st;
 typedef struct CUstream_st *mt_stream;
 
-typedef enum mt_device_kind { MT_DEVICE_KIND_CPU = 0, MT_DEVICE_KIND_CUDA = 1 } mt_device_kind;
+typedef enum mt_device_kind {
+    MT_DEVICE_KIND_CPU = 0,
+    MT_DEVICE_KIND_CUDA = 1
+} mt_device_kind;
 
 /* Where memory lives. {0} is the CPU. */
 typedef struct mt_device {
@@ -115,11 +118,11 @@ typedef struct mt_device {
 } mt_device;
 
 static inline mt_device mt_device_cpu(void) {
-    mt_device d = {MT_DEVICE_KIND_CPU, 0};
+    mt_device d = { MT_DEVICE_KIND_CPU, 0 };
     return d;
 }
 static inline mt_device mt_device_cuda(int index) {
-    mt_device d = {MT_DEVICE_KIND_CUDA, index};
+    mt_device d = { MT_DEVICE_KIND_CUDA, index };
     return d;
 }
 static inline int mt_device_is_cuda(mt_device d) {

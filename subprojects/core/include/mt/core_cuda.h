@@ -7,12 +7,12 @@
 #include <mt/core.h>
 
 /* A CUDA runtime error becomes MT_ERR_CUDA with the call, its name and text. */
-#define MT_CUDA_TRY(expr)                                                                          \
-    do {                                                                                           \
-        cudaError_t mt_ce_ = (expr);                                                               \
-        if (mt_ce_ != cudaSuccess)                                                                 \
-            return mt_error_set(MT_ERR_CUDA, __FILE__, __LINE__, "%s: %s (%s)", #expr,             \
-                                cudaGetErrorName(mt_ce_), cudaGetErrorString(mt_ce_));             \
+#define MT_CUDA_TRY(expr)                                                              \
+    do {                                                                               \
+        cudaError_t mt_ce_ = (expr);                                                   \
+        if (mt_ce_ != cudaSuccess)                                                     \
+            return mt_error_set(MT_ERR_CUDA, __FILE__, __LINE__, "%s: %s (%s)", #expr, \
+                                cudaGetErrorName(mt_ce_), cudaGetErrorString(mt_ce_)); \
     } while (0)
 
 /* After every kernel launch. */

@@ -12,7 +12,7 @@ extern "C" {
 #define MT_NPY_MAX_DIMS 8
 
 typedef struct mt_npy {
-    char descr[8];   /* NumPy type string, little-endian or byte-order-free: "<f4", "<f8", "|u1" */
+    char descr[8]; /* NumPy type string, little-endian or byte-order-free: "<f4", "<f8", "|u1" */
     int ndim;
     int64_t shape[MT_NPY_MAX_DIMS];
     size_t itemsize; /* bytes per element */

@@ -47,11 +47,11 @@ MT_API int mt_test_expect(int cond, const char *file, int line, const char *fmt,
     ;
 #define MT_EXPECT(cond, ...) mt_test_expect(!!(cond), __FILE__, __LINE__, __VA_ARGS__)
 /* Expects `expr` to return status `want`; prints mt_last_error() either way for the log. */
-#define MT_EXPECT_STATUS(expr, want)                                                               \
-    do {                                                                                           \
-        mt_status mt_es_ = (expr);                                                                 \
-        mt_test_expect(mt_es_ == (want), __FILE__, __LINE__, "%s -> %s (want %s): %s", #expr,      \
-                       mt_status_str(mt_es_), mt_status_str(want), mt_last_error());               \
+#define MT_EXPECT_STATUS(expr, want)                                                          \
+    do {                                                                                      \
+        mt_status mt_es_ = (expr);                                                            \
+        mt_test_expect(mt_es_ == (want), __FILE__, __LINE__, "%s -> %s (want %s): %s", #expr, \
+                       mt_status_str(mt_es_), mt_status_str(want), mt_last_error());          \
     } while (0)
 
 /* 0 when every check passed, else 1; prints "N checks, M failed". Return it from main. */

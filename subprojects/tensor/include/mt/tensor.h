@@ -5,8 +5,8 @@
 
 #include <mt/core.h>
 #include <mt/tensor/dtype.h>
-#include <mt/tensor/view.h>
 #include <mt/tensor/io.h>
 #include <mt/tensor/ops.h>
+#include <mt/tensor/view.h>
 
 #endif /* MT_TENSOR_H */

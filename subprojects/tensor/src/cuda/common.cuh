@@ -10,16 +10,28 @@
 
 template <typename T> struct mt_cuda_t;
 template <> struct mt_cuda_t<float> {
-    static __device__ __forceinline__ float ld(float v) { return v; }
-    static __device__ __forceinline__ float st(float v) { return v; }
+    static __device__ __forceinline__ float ld(float v) {
+        return v;
+    }
+    static __device__ __forceinline__ float st(float v) {
+        return v;
+    }
 };
 template <> struct mt_cuda_t<__nv_bfloat16> {
-    static __device__ __forceinline__ float ld(__nv_bfloat16 v) { return __bfloat162float(v); }
-    static __device__ __forceinline__ __nv_bfloat16 st(float v) { return __float2bfloat16_rn(v); }
+    static __device__ __forceinline__ float ld(__nv_bfloat16 v) {
+        return __bfloat162float(v);
+    }
+    static __device__ __forceinline__ __nv_bfloat16 st(float v) {
+        return __float2bfloat16_rn(v);
+    }
 };
 template <> struct mt_cuda_t<__half> {
-    static __device__ __forceinline__ float ld(__half v) { return __half2float(v); }
-    static __device__ __forceinline__ __half st(float v) { return __float2half_rn(v); }
+    static __device__ __forceinline__ float ld(__half v) {
+        return __half2float(v);
+    }
+    static __device__ __forceinline__ __half st(float v) {
+        return __float2half_rn(v);
+    }
 };
 
 template <typename T> __device__ __forceinline__ float ldf(T v) {
@@ -30,24 +42,24 @@ template <typename T> __device__ __forceinline__ T stf(float v) {
 }
 
 /* Calls F<T>() with T the C++ type of float dtype `dt`. */
-#define MT_DISPATCH_FLOAT(dt, T, ...)                                                              \
-    do {                                                                                           \
-        switch (dt) {                                                                              \
-        case MT_F32: {                                                                             \
-            typedef float T;                                                                       \
-            __VA_ARGS__;                                                                           \
-        } break;                                                                                   \
-        case MT_BF16: {                                                                            \
-            typedef __nv_bfloat16 T;                                                               \
-            __VA_ARGS__;                                                                           \
-        } break;                                                                                   \
-        case MT_F16: {                                                                             \
-            typedef __half T;                                                                      \
-            __VA_ARGS__;                                                                           \
-        } break;                                                                                   \
-        default:                                                                                   \
-            return MT_ERROR(MT_ERR_UNSUPPORTED, "dtype %s", mt_dtype_name(dt));                    \
-        }                                                                                          \
+#define MT_DISPATCH_FLOAT(dt, T, ...)                                           \
+    do {                                                                        \
+        switch (dt) {                                                           \
+        case MT_F32: {                                                          \
+            typedef float T;                                                    \
+            __VA_ARGS__;                                                        \
+        } break;                                                                \
+        case MT_BF16: {                                                         \
+            typedef __nv_bfloat16 T;                                            \
+            __VA_ARGS__;                                                        \
+        } break;                                                                \
+        case MT_F16: {                                                          \
+            typedef __half T;                                                   \
+            __VA_ARGS__;                                                        \
+        } break;                                                                \
+        default:                                                                \
+            return MT_ERROR(MT_ERR_UNSUPPORTED, "dtype %s", mt_dtype_name(dt)); \
+        }                                                                       \
     } while (0)
 
 static inline unsigned mt_grid_1d(int64_t n, int block) {

@@ -35,10 +35,10 @@ extern "C" mt_status elementwise_cuda(ew_op op, mt_tensor *out, const mt_tensor 
     unsigned grid = mt_grid_1d(n, block);
     mt_dtype adt = a ? a->dtype : out->dtype;
     MT_DISPATCH_FLOAT(out->dtype, TO, MT_DISPATCH_FLOAT(adt, TA, {
-        elementwise_kernel<TO, TA><<<grid, block, 0, stream>>>(
-            op, (TO *)out->data, a ? (const TA *)a->data : (const TA *)nullptr,
-            b ? (const TO *)b->data : (const TO *)nullptr, alpha, n);
-    }));
+                          elementwise_kernel<TO, TA><<<grid, block, 0, stream>>>(
+                              op, (TO *)out->data, a ? (const TA *)a->data : (const TA *)nullptr,
+                              b ? (const TO *)b->data : (const TO *)nullptr, alpha, n);
+                      }));
     MT_CUDA_CHECK_LAUNCH();
     return MT_OK;
 }

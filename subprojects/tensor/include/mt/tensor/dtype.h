@@ -67,18 +67,18 @@ MT_HOSTDEV static inline float mt_f16_to_f32(mt_f16_bits h) {
 MT_HOSTDEV static inline mt_f16_bits mt_f32_to_f16(float f) {
     uint32_t u = mt_f32_bits(f), sign = (u >> 16) & 0x8000u;
     uint32_t a = u & 0x7fffffffu;
-    if (a > 0x7f800000u) return (mt_f16_bits)(sign | 0x7e00u);   /* NaN */
-    if (a >= 0x477ff000u) return (mt_f16_bits)(sign | 0x7c00u);  /* overflow -> inf */
-    if (a < 0x38800000u) {                                       /* subnormal or zero */
-        float v = mt_bits_f32(a) * 16777216.0f;                  /* scale by 2^24 */
+    if (a > 0x7f800000u) return (mt_f16_bits)(sign | 0x7e00u);  /* NaN */
+    if (a >= 0x477ff000u) return (mt_f16_bits)(sign | 0x7c00u); /* overflow -> inf */
+    if (a < 0x38800000u) {                                      /* subnormal or zero */
+        float v = mt_bits_f32(a) * 16777216.0f;                 /* scale by 2^24 */
         uint32_t m = (uint32_t)v;
         float frac = v - (float)m;
-        if (frac > 0.5f || (frac == 0.5f && (m & 1))) m++;       /* nearest even */
+        if (frac > 0.5f || (frac == 0.5f && (m & 1))) m++; /* nearest even */
         return (mt_f16_bits)(sign | m);
     }
     uint32_t e = ((a >> 23) - 112u) << 10, m = (a >> 13) & 0x3ffu;
     uint32_t h = e | m, rest = a & 0x1fffu;
-    if (rest > 0x1000u || (rest == 0x1000u && (h & 1))) h++;    /* nearest even, may carry */
+    if (rest > 0x1000u || (rest == 0x1000u && (h & 1))) h++; /* nearest even, may carry */
     return (mt_f16_bits)(sign | h);
 }
 

@@ -35,8 +35,8 @@ MT_API const char *mt_safetensors_name(const mt_safetensors *f, int i);
  * handle give MT_ERR_UNSUPPORTED). The view lives as long as the handle. */
 MT_API mt_status mt_safetensors_get(const mt_safetensors *f, const char *name, mt_tensor *out);
 /* Byte offset of tensor `name`'s data from the start of the file (for ranged reads), and size. */
-MT_API mt_status mt_safetensors_extent(const mt_safetensors *f, const char *name,
-                                       uint64_t *offset, uint64_t *nbytes);
+MT_API mt_status mt_safetensors_extent(const mt_safetensors *f, const char *name, uint64_t *offset,
+                                       uint64_t *nbytes);
 /* Value of __metadata__[key], or NULL. */
 MT_API const char *mt_safetensors_metadata(const mt_safetensors *f, const char *key);
 
