@@ -1,0 +1,57 @@
+/* mt-attention: scaled dot-product attention forward and backward (causal or full, multi-head,
+ * GQA/MQA), a plain-loop CPU reference beside flash-style CUDA kernels that never materialise
+ * the (T,T) score matrix. */
+#ifndef MT_ATTENTION_H
+#define MT_ATTENTION_H
+
+#include <mt/core.h>
+#include <mt/tensor.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Layout and stride rules, for every call below:
+ * - q, out, dout, dq are (B,T,H,D); k, v, dk, dv are (B,T,Hkv,D), with H a multiple of Hkv
+ *   (Hkv == H: multi-head, 1 < Hkv < H: GQA, Hkv == 1: MQA; query head h reads kv head
+ *   h / (H/Hkv)). D <= 256. Queries and keys share T; causal masks key j > query i.
+ * - Strides are free (in elements) except that D is innermost (stride 1), so q, k and v may be
+ *   slices along dim 2 of one fused (B,T,(H+2*Hkv)*D) QKV buffer viewed as (B,T,H+2*Hkv,D).
+ *   The CUDA tensor-core path also needs D in {64,128}, 16-byte aligned data and strides that
+ *   are multiples of 8; anything else takes a slower generic CUDA path (same results).
+ * - lse is (B,H,T) f32, contiguous: the natural-log logsumexp of each row of scaled scores.
+ * - All tensors share one dtype (f32, bf16, f16; lse f32) and one device. */
+typedef struct mt_attn_config {
+    size_t size;
+    float scale;       /* softmax scale; 0 means 1/sqrt(D) */
+    int causal;        /* 1: key j attends only to queries i >= j */
+    int deterministic; /* backward on CUDA: 1 = no atomics (a separate dQ pass), 0 = atomic dQ */
+} mt_attn_config;
+
+#define MT_ATTN_CONFIG_INIT \
+    { sizeof(mt_attn_config), 0.0f, 0, 0 }
+
+/* out = softmax(scale * q k^T [+ causal mask]) v per (batch, head), and lse per row (kept for
+ * the backward). Enqueued on `stream` for CUDA tensors; blocking on the CPU. out must not alias
+ * q, k or v. */
+MT_API mt_status mt_attn_fwd(mt_tensor *out, mt_tensor *lse, const mt_tensor *q, const mt_tensor *k,
+                             const mt_tensor *v, const mt_attn_config *cfg, mt_stream stream);
+
+/* Bytes of scratch that mt_attn_bwd needs for these shapes (device memory for CUDA tensors,
+ * host memory is never needed: the CPU path reports 0). */
+MT_API mt_status mt_attn_bwd_workspace(const mt_tensor *q, const mt_tensor *k,
+                                       const mt_attn_config *cfg, size_t *bytes);
+
+/* Gradients dq, dk, dv (overwritten, not accumulated) from dout, the forward's inputs, its out
+ * and lse. `workspace` holds at least mt_attn_bwd_workspace() bytes on the tensors' device
+ * (256-byte aligned; may be NULL when that size is 0). Enqueued on `stream` for CUDA tensors. */
+MT_API mt_status mt_attn_bwd(mt_tensor *dq, mt_tensor *dk, mt_tensor *dv, const mt_tensor *dout,
+                             const mt_tensor *q, const mt_tensor *k, const mt_tensor *v,
+                             const mt_tensor *out, const mt_tensor *lse, const mt_attn_config *cfg,
+                             void *workspace, size_t workspace_bytes, mt_stream stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MT_ATTENTION_H */

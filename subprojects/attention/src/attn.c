@@ -1,0 +1,103 @@
+/* Attention forward/backward: validation of shapes, strides, dtypes and devices, then dispatch. */
+#include "attn_impl.h"
+
+#include <math.h>
+
+/* A (B,T,heads,D) view with D innermost; heads == 0 takes it from t. */
+static mt_status check_bthd(const mt_tensor *t, const char *what, const mt_tensor *like,
+                            int64_t heads) {
+    MT_REQUIRE(t && (t->data || mt_tensor_numel(t) == 0), MT_ERR_INVALID_ARG, "%s is NULL", what);
+    MT_REQUIRE(t->ndim == 4, MT_ERR_INVALID_ARG, "%s must be (B,T,H,D), has %d dims", what,
+               t->ndim);
+    MT_REQUIRE(t->stride[3] == 1, MT_ERR_INVALID_ARG, "%s: D must be innermost (stride %lld)", what,
+               (long long)t->stride[3]);
+    MT_REQUIRE(mt_dtype_is_float(t->dtype), MT_ERR_UNSUPPORTED, "%s: dtype %s", what,
+               mt_dtype_name(t->dtype));
+    if (like) {
+        MT_REQUIRE(t->dtype == like->dtype && mt_device_eq(t->device, like->device),
+                   MT_ERR_INVALID_ARG, "%s differs from q in dtype or device", what);
+        MT_REQUIRE(t->shape[0] == like->shape[0] && t->shape[1] == like->shape[1] &&
+                       t->shape[3] == like->shape[3] && (heads == 0 || t->shape[2] == heads),
+                   MT_ERR_INVALID_ARG,
+                   "%s has shape [%lld,%lld,%lld,%lld], expected [%lld,%lld,%lld,%lld]", what,
+                   (long long)t->shape[0], (long long)t->shape[1], (long long)t->shape[2],
+                   (long long)t->shape[3], (long long)like->shape[0], (long long)like->shape[1],
+                   (long long)(heads ? heads : t->shape[2]), (long long)like->shape[3]);
+    }
+    return MT_OK;
+}
+
+static mt_status resolve(attn_shape *s, const mt_tensor *q, const mt_tensor *k,
+                         const mt_attn_config *cfg) {
+    MT_REQUIRE(cfg && cfg->size >= sizeof(mt_attn_config), MT_ERR_INVALID_ARG,
+               "cfg is NULL or not from MT_ATTN_CONFIG_INIT");
+    MT_TRY(check_bthd(q, "q", NULL, 0));
+    MT_TRY(check_bthd(k, "k", q, 0));
+    s->B = q->shape[0], s->T = q->shape[1], s->H = q->shape[2], s->D = q->shape[3];
+    s->Hkv = k->shape[2];
+    MT_REQUIRE(s->Hkv > 0 && s->H % s->Hkv == 0, MT_ERR_INVALID_ARG,
+               "q heads %lld not a multiple of kv heads %lld", (long long)s->H, (long long)s->Hkv);
+    MT_REQUIRE(s->D > 0 && s->D <= 256, MT_ERR_UNSUPPORTED, "head dim %lld not in [1,256]",
+               (long long)s->D);
+    s->scale = cfg->scale != 0.0f ? cfg->scale : (float)(1.0 / sqrt((double)s->D));
+    s->causal = cfg->causal != 0;
+    s->deterministic = cfg->deterministic != 0;
+    return MT_OK;
+}
+
+static mt_status check_lse(const mt_tensor *lse, const attn_shape *s, const mt_tensor *q) {
+    MT_REQUIRE(lse && lse->data, MT_ERR_INVALID_ARG, "lse is NULL");
+    MT_REQUIRE(lse->dtype == MT_F32 && lse->ndim == 3 && mt_tensor_is_contiguous(lse) &&
+                   lse->shape[0] == s->B && lse->shape[1] == s->H && lse->shape[2] == s->T &&
+                   mt_device_eq(lse->device, q->device),
+               MT_ERR_INVALID_ARG,
+               "lse must be contiguous f32 (B,H,T) = (%lld,%lld,%lld) on q's device",
+               (long long)s->B, (long long)s->H, (long long)s->T);
+    return MT_OK;
+}
+
+mt_status mt_attn_fwd(mt_tensor *out, mt_tensor *lse, const mt_tensor *q, const mt_tensor *k,
+                      const mt_tensor *v, const mt_attn_config *cfg, mt_stream stream) {
+    attn_shape s;
+    MT_TRY(resolve(&s, q, k, cfg));
+    MT_TRY(check_bthd(v, "v", q, s.Hkv));
+    MT_TRY(check_bthd(out, "out", q, s.H));
+    MT_TRY(check_lse(lse, &s, q));
+    MT_REQUIRE(out->data != q->data && out->data != k->data && out->data != v->data,
+               MT_ERR_INVALID_ARG, "out aliases an input");
+    if (s.B * s.T * s.H == 0) return MT_OK;
+    return MT_DISPATCH(q->device, attn_fwd_cpu(&s, out, lse, q, k, v),
+                       attn_fwd_cuda(&s, out, lse, q, k, v, stream));
+}
+
+mt_status mt_attn_bwd_workspace(const mt_tensor *q, const mt_tensor *k, const mt_attn_config *cfg,
+                                size_t *bytes) {
+    attn_shape s;
+    MT_REQUIRE(bytes, MT_ERR_INVALID_ARG, "bytes is NULL");
+    MT_TRY(resolve(&s, q, k, cfg));
+    *bytes = mt_device_is_cuda(q->device) ? attn_ws_bytes(&s) : 0;
+    return MT_OK;
+}
+
+mt_status mt_attn_bwd(mt_tensor *dq, mt_tensor *dk, mt_tensor *dv, const mt_tensor *dout,
+                      const mt_tensor *q, const mt_tensor *k, const mt_tensor *v,
+                      const mt_tensor *out, const mt_tensor *lse, const mt_attn_config *cfg,
+                      void *workspace, size_t workspace_bytes, mt_stream stream) {
+    attn_shape s;
+    MT_TRY(resolve(&s, q, k, cfg));
+    MT_TRY(check_bthd(v, "v", q, s.Hkv));
+    MT_TRY(check_bthd(out, "out", q, s.H));
+    MT_TRY(check_bthd(dout, "dout", q, s.H));
+    MT_TRY(check_bthd(dq, "dq", q, s.H));
+    MT_TRY(check_bthd(dk, "dk", q, s.Hkv));
+    MT_TRY(check_bthd(dv, "dv", q, s.Hkv));
+    MT_TRY(check_lse(lse, &s, q));
+    size_t need = mt_device_is_cuda(q->device) ? attn_ws_bytes(&s) : 0;
+    MT_REQUIRE(workspace_bytes >= need && (need == 0 || workspace), MT_ERR_INVALID_ARG,
+               "workspace has %zu bytes, needs %zu (mt_attn_bwd_workspace)", workspace_bytes, need);
+    MT_REQUIRE(((uintptr_t)workspace & 255) == 0, MT_ERR_INVALID_ARG,
+               "workspace must be 256-byte aligned");
+    if (s.B * s.T * s.H == 0) return MT_OK;
+    return MT_DISPATCH(q->device, attn_bwd_cpu(&s, dq, dk, dv, dout, q, k, v, out, lse),
+                       attn_bwd_cuda(&s, dq, dk, dv, dout, q, k, v, out, lse, workspace, stream));
+}

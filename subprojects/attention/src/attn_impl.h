@@ -1,0 +1,52 @@
+/* Private: the resolved problem shape and the CPU/CUDA entry points (CUDA adds workspace and a
+ * stream). Arguments are already validated by src/attn.c. */
+#ifndef MT_ATTN_IMPL_H
+#define MT_ATTN_IMPL_H
+
+#include <mt/attention.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct attn_shape {
+    int64_t B, T, H, Hkv, D;
+    float scale; /* resolved: never 0 */
+    int causal, deterministic;
+} attn_shape;
+
+/* Workspace of the CUDA backward: D = rowsum(dout*out) (B,H,T) f32, then the f32 dQ
+ * accumulator (B,T,H,D) of the atomic mode; each part 256-byte aligned. */
+static inline size_t attn_ws_rows_bytes(const attn_shape *s) {
+    return ((size_t)(s->B * s->H * s->T) * 4 + 255) / 256 * 256;
+}
+static inline size_t attn_ws_bytes(const attn_shape *s) {
+    size_t acc = s->deterministic ? 0 : (size_t)(s->B * s->T * s->H * s->D) * 4;
+    return attn_ws_rows_bytes(s) + (acc + 255) / 256 * 256;
+}
+
+mt_status attn_fwd_cpu(const attn_shape *s, mt_tensor *out, mt_tensor *lse, const mt_tensor *q,
+                       const mt_tensor *k, const mt_tensor *v);
+mt_status attn_bwd_cpu(const attn_shape *s, mt_tensor *dq, mt_tensor *dk, mt_tensor *dv,
+                       const mt_tensor *dout, const mt_tensor *q, const mt_tensor *k,
+                       const mt_tensor *v, const mt_tensor *out, const mt_tensor *lse);
+mt_status attn_fwd_cuda(const attn_shape *s, mt_tensor *out, mt_tensor *lse, const mt_tensor *q,
+                        const mt_tensor *k, const mt_tensor *v, mt_stream stream);
+mt_status attn_bwd_cuda(const attn_shape *s, mt_tensor *dq, mt_tensor *dk, mt_tensor *dv,
+                        const mt_tensor *dout, const mt_tensor *q, const mt_tensor *k,
+                        const mt_tensor *v, const mt_tensor *out, const mt_tensor *lse,
+                        void *workspace, mt_stream stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+/* Dispatch helper for the front-end: run the CPU reference or the CUDA launcher. */
+#if MT_HAVE_CUDA
+#define MT_DISPATCH(dev, cpu_call, cuda_call) (mt_device_is_cuda(dev) ? (cuda_call) : (cpu_call))
+#else
+#define MT_DISPATCH(dev, cpu_call, cuda_call) \
+    (mt_device_is_cuda(dev) ? MT_ERROR(MT_ERR_UNSUPPORTED, "built without CUDA") : (cpu_call))
+#endif
+
+#endif /* MT_ATTN_IMPL_H */

@@ -1,0 +1,61 @@
+/* CPU reference of the attention backward: P recomputed from lse, Di = rowsum(dout*out),
+ * dS = P (dP - Di); dk and dv summed over the query heads of their group. fp64 accumulation. */
+#include "cpu_util.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+mt_status attn_bwd_cpu(const attn_shape *s, mt_tensor *dq, mt_tensor *dk, mt_tensor *dv,
+                       const mt_tensor *dout, const mt_tensor *q, const mt_tensor *k,
+                       const mt_tensor *v, const mt_tensor *out, const mt_tensor *lse) {
+    int64_t group = s->H / s->Hkv, D = s->D;
+    size_t nkv = (size_t)(s->B * s->T * s->Hkv * D);
+    double *gk = calloc(nkv, sizeof *gk), *gv = calloc(nkv, sizeof *gv);
+    double *gq = malloc((size_t)D * sizeof *gq);
+    if (!gk || !gv || !gq) {
+        free(gk), free(gv), free(gq);
+        return MT_ERROR(MT_ERR_OOM, "attention backward scratch of %zu doubles", 2 * nkv);
+    }
+    const float *lse_f = lse->data;
+    for (int64_t b = 0; b < s->B; b++)
+        for (int64_t h = 0; h < s->H; h++)
+            for (int64_t i = 0; i < s->T; i++) {
+                int64_t hk = h / group, n = s->causal ? i + 1 : s->T;
+                int64_t qo = at(q, b, i, h), go = at(dout, b, i, h), oo = at(out, b, i, h);
+                double L = lse_f[(b * s->H + h) * s->T + i], Di = 0.0;
+                for (int64_t d = 0; d < D; d++)
+                    Di += ld(dout, go + d) * ld(out, oo + d);
+                for (int64_t d = 0; d < D; d++)
+                    gq[d] = 0.0;
+                for (int64_t j = 0; j < n; j++) {
+                    int64_t ko = at(k, b, j, hk), vo = at(v, b, j, hk);
+                    double p = exp(score(s, q, k, b, i, h, j, hk) - L), dp = 0.0;
+                    for (int64_t d = 0; d < D; d++)
+                        dp += ld(dout, go + d) * ld(v, vo + d);
+                    double ds = p * (dp - Di) * s->scale;
+                    double *gkj = gk + ((b * s->T + j) * s->Hkv + hk) * D;
+                    double *gvj = gv + ((b * s->T + j) * s->Hkv + hk) * D;
+                    for (int64_t d = 0; d < D; d++) {
+                        gq[d] += ds * ld(k, ko + d);
+                        gkj[d] += ds * ld(q, qo + d);
+                        gvj[d] += p * ld(dout, go + d);
+                    }
+                }
+                int64_t dqo = at(dq, b, i, h);
+                for (int64_t d = 0; d < D; d++)
+                    st(dq, dqo + d, gq[d]);
+            }
+    for (int64_t b = 0; b < s->B; b++)
+        for (int64_t j = 0; j < s->T; j++)
+            for (int64_t hk = 0; hk < s->Hkv; hk++) {
+                const double *gkj = gk + ((b * s->T + j) * s->Hkv + hk) * D;
+                const double *gvj = gv + ((b * s->T + j) * s->Hkv + hk) * D;
+                int64_t ko = at(dk, b, j, hk), vo = at(dv, b, j, hk);
+                for (int64_t d = 0; d < D; d++) {
+                    st(dk, ko + d, gkj[d]);
+                    st(dv, vo + d, gvj[d]);
+                }
+            }
+    free(gk), free(gv), free(gq);
+    return MT_OK;
+}

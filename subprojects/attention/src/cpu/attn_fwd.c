@@ -1,0 +1,41 @@
+/* CPU reference of the attention forward: plain loops, fp64 accumulation. It is the spec. */
+#include "cpu_util.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+mt_status attn_fwd_cpu(const attn_shape *s, mt_tensor *out, mt_tensor *lse, const mt_tensor *q,
+                       const mt_tensor *k, const mt_tensor *v) {
+    int64_t group = s->H / s->Hkv;
+    double *p = malloc((size_t)s->T * sizeof *p), *o = malloc((size_t)s->D * sizeof *o);
+    if (!p || !o) {
+        free(p), free(o);
+        return MT_ERROR(MT_ERR_OOM, "attention scratch of %lld doubles", (long long)(s->T + s->D));
+    }
+    float *lse_f = lse->data;
+    for (int64_t b = 0; b < s->B; b++)
+        for (int64_t h = 0; h < s->H; h++)
+            for (int64_t i = 0; i < s->T; i++) {
+                int64_t hk = h / group, n = s->causal ? i + 1 : s->T;
+                double m = -INFINITY, l = 0.0;
+                for (int64_t j = 0; j < n; j++) {
+                    p[j] = score(s, q, k, b, i, h, j, hk);
+                    if (p[j] > m) m = p[j];
+                }
+                for (int64_t d = 0; d < s->D; d++)
+                    o[d] = 0.0;
+                for (int64_t j = 0; j < n; j++) {
+                    double e = exp(p[j] - m);
+                    int64_t vo = at(v, b, j, hk);
+                    l += e;
+                    for (int64_t d = 0; d < s->D; d++)
+                        o[d] += e * ld(v, vo + d);
+                }
+                int64_t oo = at(out, b, i, h);
+                for (int64_t d = 0; d < s->D; d++)
+                    st(out, oo + d, o[d] / l);
+                lse_f[(b * s->H + h) * s->T + i] = (float)(m + log(l));
+            }
+    free(p), free(o);
+    return MT_OK;
+}
