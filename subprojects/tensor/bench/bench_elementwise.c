@@ -15,7 +15,7 @@ static void bench_ew(mt_bench_state *st, void *arg) {
     ew_case *c = arg;
     mt_arena *ar;
     size_t es = mt_dtype_size(c->dt);
-    if (mt_arena_create(mt_device_cuda(0), 3 * (size_t)c->n * 4 + 4096, &ar) != MT_OK) {
+    if (mt_arena_create(mt_device_cuda(0), 4 * (size_t)c->n * 4 + 4096, &ar) != MT_OK) {
         mt_bench_error(st, mt_last_error());
         return;
     }
