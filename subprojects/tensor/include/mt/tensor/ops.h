@@ -24,6 +24,112 @@ MT_API mt_status mt_cast(mt_tensor *out, const mt_tensor *x, mt_stream stream);
 /* x = 0 .. fills with a constant (any float dtype) */
 MT_API mt_status mt_fill(mt_tensor *x, float value, mt_stream stream);
 
+/* ---- GEMM (cuBLASLt on CUDA), LayerNorm/RMSNorm, GELU/SiLU/SwiGLU ---- */
+
+/* Owns what GEMMs need on one device: the cuBLASLt handle, a workspace allocated once, and a
+ * cache of matmul descriptors and algorithms per shape (steady-state calls allocate nothing).
+ * Use one handle per concurrently running stream (the workspace is shared by its calls). */
+typedef struct mt_blas mt_blas;
+
+/* Creates a handle for `device` (the CPU: no CUDA state; CUDA: on the current device, with a
+ * 32 MiB workspace). MT_ERR_UNSUPPORTED for CUDA in a CPU-only build. Blocking. */
+MT_API mt_status mt_blas_create(mt_device device, mt_blas **out);
+/* Frees the handle, its cache and workspace (NULL is a no-op). Blocking. */
+MT_API void mt_blas_destroy(mt_blas *blas);
+
+enum {
+    MT_GEMM_TRANS_A = 1, /* a is stored (K,M): use its transpose */
+    MT_GEMM_TRANS_B = 2, /* b is stored (N,K): use its transpose (nn.Linear's weight) */
+    MT_GEMM_GELU = 4,    /* apply GELU (tanh approximation) after alpha, beta and bias */
+};
+
+/* Row-major c(M,N) = epilogue(alpha * op(a) op(b) + beta * c + bias), fp32 accumulation. a and b
+ * are both f32 or both bf16; c, bias and pre_gelu have their dtype, or c is f32 for bf16 inputs
+ * without bias or GELU (fp32 gradient accumulation). op(a) is (M,K), op(b) is (K,N) per the
+ * MT_GEMM_TRANS_* flags. Rank 3 tensors are strided batches along dim 0 (a rank-2 a or b is
+ * shared by every batch); the last dim must be contiguous, rows may be padded. bias: (N) or NULL,
+ * added to every row. With MT_GEMM_GELU, pre_gelu (same shape as c, or NULL) receives the value
+ * before GELU, for the backward. beta = 0 never reads c. c must not alias a, b or bias. blas may
+ * be NULL for CPU tensors. Enqueued on `stream` (CUDA). */
+MT_API mt_status mt_gemm(mt_blas *blas, mt_tensor *c, mt_tensor *pre_gelu, const mt_tensor *a,
+                         const mt_tensor *b, const mt_tensor *bias, int flags, float alpha,
+                         float beta, mt_stream stream);
+
+/* nn.Linear forward: y(N,out) = x(N,in) @ w(out,in)^T [+ bias(out)], optionally through GELU
+ * (flags 0 or MT_GEMM_GELU; pre_gelu as in mt_gemm). Enqueued on `stream`. */
+MT_API mt_status mt_linear_fwd(mt_blas *blas, mt_tensor *y, mt_tensor *pre_gelu, const mt_tensor *x,
+                               const mt_tensor *w, const mt_tensor *bias, int flags,
+                               mt_stream stream);
+
+/* nn.Linear backward for y = x @ w^T + bias: dx(N,in) = dy(N,out) @ w(out,in);
+ * dw(out,in) (+)= dy^T @ x; dbias(out) (+)= sum over rows of dy. Any of dx, dw, dbias may be NULL
+ * (skipped). accumulate = 1 adds into dw and dbias (gradient accumulation), 0 overwrites; dx is
+ * always overwritten. dw and dbias have dy's dtype or f32 (fp32 main grads). The bias reduction is
+ * deterministic (fixed order, no atomics). Enqueued on `stream`. */
+MT_API mt_status mt_linear_bwd(mt_blas *blas, mt_tensor *dx, mt_tensor *dw, mt_tensor *dbias,
+                               const mt_tensor *dy, const mt_tensor *x, const mt_tensor *w,
+                               int accumulate, mt_stream stream);
+
+/* LayerNorm over the last dim of x (rows = numel / C) with the residual add fused in:
+ * h = x + residual (residual may be NULL: h = x), resid_out = h (when not NULL),
+ * out = (h - mean) * rstd * weight + bias with rstd = 1/sqrt(var + eps) (biased variance).
+ * mean and rstd (f32, one per row) are saved when not NULL. bias may be NULL. In bf16, h is
+ * rounded once and the rounded value is normalised. out may alias x or residual; resid_out may
+ * alias x or residual. x, residual, out, resid_out, weight, bias share one dtype. Enqueued. */
+MT_API mt_status mt_layernorm_fwd(mt_tensor *out, mt_tensor *resid_out, mt_tensor *mean,
+                                  mt_tensor *rstd, const mt_tensor *x, const mt_tensor *residual,
+                                  const mt_tensor *weight, const mt_tensor *bias, float eps,
+                                  mt_stream stream);
+
+/* RMSNorm, as mt_layernorm_fwd without mean and bias: out = h * rstd * weight with
+ * rstd = 1/sqrt(mean(h^2) + eps). Enqueued. */
+MT_API mt_status mt_rmsnorm_fwd(mt_tensor *out, mt_tensor *resid_out, mt_tensor *rstd,
+                                const mt_tensor *x, const mt_tensor *residual,
+                                const mt_tensor *weight, float eps, mt_stream stream);
+
+/* f32 elements of scratch that mt_layernorm_bwd/mt_rmsnorm_bwd need on CUDA for `rows` rows of
+ * C channels (per-block partial sums of dweight and dbias). The CPU needs none. */
+MT_API int64_t mt_norm_bwd_scratch_numel(int64_t rows, int64_t C);
+
+/* LayerNorm backward. x is the normalised input (h of the forward), mean and rstd as saved.
+ * dx = dLN(dout) + dresid (dresid may be NULL, or alias dx to accumulate into a residual
+ * gradient in place). dweight and dbias (f32 or x's dtype; NULL to skip) are overwritten, or
+ * added to when accumulate = 1; their reduction over rows is deterministic (per-block partials in
+ * scratch, then a fixed-order second pass; no atomics). scratch: f32 with at least
+ * mt_norm_bwd_scratch_numel() elements on CUDA, ignored (may be NULL) on the CPU. Enqueued. */
+MT_API mt_status mt_layernorm_bwd(mt_tensor *dx, mt_tensor *dweight, mt_tensor *dbias,
+                                  mt_tensor *scratch, const mt_tensor *dout, const mt_tensor *x,
+                                  const mt_tensor *weight, const mt_tensor *mean,
+                                  const mt_tensor *rstd, const mt_tensor *dresid, int accumulate,
+                                  mt_stream stream);
+
+/* RMSNorm backward, as mt_layernorm_bwd without mean and dbias. Enqueued. */
+MT_API mt_status mt_rmsnorm_bwd(mt_tensor *dx, mt_tensor *dweight, mt_tensor *scratch,
+                                const mt_tensor *dout, const mt_tensor *x, const mt_tensor *weight,
+                                const mt_tensor *rstd, const mt_tensor *dresid, int accumulate,
+                                mt_stream stream);
+
+/* out = GELU(x), tanh approximation (GPT-2's gelu_new, torch approximate='tanh'). Any shape;
+ * out may alias x. Enqueued. */
+MT_API mt_status mt_gelu_fwd(mt_tensor *out, const mt_tensor *x, mt_stream stream);
+/* dx = dout * GELU'(x). dx may alias dout or x. Enqueued. */
+MT_API mt_status mt_gelu_bwd(mt_tensor *dx, const mt_tensor *dout, const mt_tensor *x,
+                             mt_stream stream);
+/* out = SiLU(x) = x * sigmoid(x). out may alias x. Enqueued. */
+MT_API mt_status mt_silu_fwd(mt_tensor *out, const mt_tensor *x, mt_stream stream);
+/* dx = dout * SiLU'(x). dx may alias dout or x. Enqueued. */
+MT_API mt_status mt_silu_bwd(mt_tensor *dx, const mt_tensor *dout, const mt_tensor *x,
+                             mt_stream stream);
+/* SwiGLU: out(..., F) = SiLU(gate) * up. With up == NULL, gate is Megatron's fused (..., 2F)
+ * input, split into halves gate | up. Otherwise gate and up are (..., F) (rows may be strided
+ * views, e.g. slices of one tensor). out must not alias the inputs. Enqueued. */
+MT_API mt_status mt_swiglu_fwd(mt_tensor *out, const mt_tensor *gate, const mt_tensor *up,
+                               mt_stream stream);
+/* SwiGLU backward: dgate = dout * up * SiLU'(gate), dup = dout * SiLU(gate). With up == NULL (the
+ * fused form), dgate is (..., 2F) and receives both halves and dup must be NULL. Enqueued. */
+MT_API mt_status mt_swiglu_bwd(mt_tensor *dgate, mt_tensor *dup, const mt_tensor *dout,
+                               const mt_tensor *gate, const mt_tensor *up, mt_stream stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,258 @@
+/* cuBLASLt GEMMs for mt_gemm: row-major calls mapped onto column-major cuBLASLt (C^T = B^T A^T),
+ * with a per-handle cache of descriptors, layouts and the heuristic's algorithm per shape. */
+#include <cublasLt.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <mt/core_cuda.h>
+
+#include "../ops_impl.h"
+
+/* A cuBLAS status becomes MT_ERR_CUDA with the call and the status name. */
+#define MT_CUBLAS_TRY(expr)                                                       \
+    do {                                                                          \
+        cublasStatus_t mt_cb_ = (expr);                                           \
+        if (mt_cb_ != CUBLAS_STATUS_SUCCESS)                                      \
+            return mt_error_set(MT_ERR_CUDA, __FILE__, __LINE__, "%s: %s", #expr, \
+                                cublasLtGetStatusName(mt_cb_));                   \
+    } while (0)
+
+#define LT_WORKSPACE (32u << 20) /* cuBLAS's recommendation for Hopper */
+#define LT_PLANS     64
+
+/* Everything that selects a plan; int64 fields only, so memcmp compares it. */
+typedef struct plan_key {
+    int64_t ab_dtype, c_dtype, trans_a, trans_b, epi, batch, M, N, K;
+    int64_t lda, ldb, ldc, ldpre, sa, sb, sc, spre;
+    int64_t align_a, align_b, align_c, align_bias, align_pre;
+} plan_key;
+
+typedef struct lt_plan {
+    int used;
+    plan_key key;
+    cublasLtMatmulDesc_t op;
+    cublasLtMatrixLayout_t la, lb, lc;
+    cublasLtMatmulAlgo_t algo;
+} lt_plan;
+
+struct blas_lt {
+    cublasLtHandle_t handle;
+    void *workspace;
+    size_t workspace_bytes;
+    lt_plan plans[LT_PLANS];
+    int next; /* round-robin eviction */
+};
+
+mt_status blas_lt_create(blas_lt **out) {
+    blas_lt *lt = calloc(1, sizeof *lt);
+    MT_REQUIRE(lt, MT_ERR_OOM, "blas_lt");
+    cublasStatus_t st = cublasLtCreate(&lt->handle);
+    if (st != CUBLAS_STATUS_SUCCESS) {
+        free(lt);
+        return MT_ERROR(MT_ERR_CUDA, "cublasLtCreate: %s", cublasLtGetStatusName(st));
+    }
+    cudaError_t ce = cudaMalloc(&lt->workspace, LT_WORKSPACE);
+    if (ce != cudaSuccess) {
+        cublasLtDestroy(lt->handle);
+        free(lt);
+        return MT_ERROR(MT_ERR_OOM, "cuBLASLt workspace of %u bytes: %s", LT_WORKSPACE,
+                        cudaGetErrorName(ce));
+    }
+    lt->workspace_bytes = LT_WORKSPACE;
+    *out = lt;
+    return MT_OK;
+}
+
+static void plan_free(lt_plan *p) {
+    if (!p->used) return;
+    cublasLtMatrixLayoutDestroy(p->la);
+    cublasLtMatrixLayoutDestroy(p->lb);
+    cublasLtMatrixLayoutDestroy(p->lc);
+    cublasLtMatmulDescDestroy(p->op);
+    memset(p, 0, sizeof *p);
+}
+
+void blas_lt_destroy(blas_lt *lt) {
+    if (!lt) return;
+    for (int i = 0; i < LT_PLANS; i++)
+        plan_free(&lt->plans[i]);
+    cudaFree(lt->workspace);
+    cublasLtDestroy(lt->handle);
+    free(lt);
+}
+
+static int64_t align_of(const void *p) {
+    uintptr_t u = (uintptr_t)p;
+    int64_t a = 256;
+    while (a > 1 && u % (uintptr_t)a)
+        a /= 2;
+    return a;
+}
+
+static cudaDataType_t cuda_type(int64_t dt) {
+    return dt == MT_BF16 ? CUDA_R_16BF : CUDA_R_32F;
+}
+
+static mt_status layout(cublasLtMatrixLayout_t *l, int64_t dt, int64_t rows, int64_t cols,
+                        int64_t ld, int64_t batch, int64_t stride) {
+    MT_CUBLAS_TRY(cublasLtMatrixLayoutCreate(l, cuda_type(dt), (uint64_t)rows, (uint64_t)cols, ld));
+    if (batch > 1) {
+        int32_t n = (int32_t)batch;
+        MT_CUBLAS_TRY(
+            cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &n, sizeof n));
+        MT_CUBLAS_TRY(cublasLtMatrixLayoutSetAttribute(
+            *l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride));
+    }
+    return MT_OK;
+}
+
+/* Builds plan p for key k (descriptors, layouts; pointers set for the heuristic's alignment). */
+static mt_status plan_build(blas_lt *lt, lt_plan *p, const plan_key *k, const gemm_args *g) {
+    /* column-major view: D^T(N,M) = op(B^T)(N,K) op(A^T)(K,M); cuBLASLt's A is our b */
+    MT_CUBLAS_TRY(cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    p->used = 1; /* from here plan_free cleans up what exists */
+    int32_t ta = k->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+            tb = k->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+    MT_CUBLAS_TRY(
+        cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+    MT_CUBLAS_TRY(
+        cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    uint32_t epi = (uint32_t)k->epi;
+    MT_CUBLAS_TRY(
+        cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
+    if (g->bias)
+        MT_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                     &g->bias, sizeof g->bias));
+    if (k->epi == CUBLASLT_EPILOGUE_GELU_AUX || k->epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS) {
+        MT_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(
+            p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g->pre_gelu, sizeof g->pre_gelu));
+        MT_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
+                                                     &k->ldpre, sizeof k->ldpre));
+        if (k->batch > 1)
+            MT_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(
+                p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_BATCH_STRIDE, &k->spre, sizeof k->spre));
+    }
+    MT_TRY(layout(&p->la, k->ab_dtype, k->trans_b ? k->K : k->N, k->trans_b ? k->N : k->K, k->ldb,
+                  k->batch, k->sb));
+    MT_TRY(layout(&p->lb, k->ab_dtype, k->trans_a ? k->M : k->K, k->trans_a ? k->K : k->M, k->lda,
+                  k->batch, k->sa));
+    MT_TRY(layout(&p->lc, k->c_dtype, k->N, k->M, k->ldc, k->batch, k->sc));
+
+    cublasLtMatmulPreference_t pref;
+    MT_CUBLAS_TRY(cublasLtMatmulPreferenceCreate(&pref));
+    uint64_t ws = lt->workspace_bytes;
+    uint32_t al_a = (uint32_t)k->align_b, al_b = (uint32_t)k->align_a, al_c = (uint32_t)k->align_c;
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+                                         sizeof ws);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a,
+                                         sizeof al_a);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b,
+                                         sizeof al_b);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c,
+                                         sizeof al_c);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c,
+                                         sizeof al_c);
+    cublasLtMatmulHeuristicResult_t res;
+    int found = 0;
+    cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(lt->handle, p->op, p->la, p->lb, p->lc,
+                                                       p->lc, pref, 1, &res, &found);
+    cublasLtMatmulPreferenceDestroy(pref);
+    if (st != CUBLAS_STATUS_SUCCESS || found == 0)
+        return MT_ERROR(MT_ERR_UNSUPPORTED,
+                        "cublasLtMatmulAlgoGetHeuristic: %s, %d algorithms (M=%lld N=%lld K=%lld "
+                        "epilogue %lld)",
+                        cublasLtGetStatusName(st), found, (long long)k->M, (long long)k->N,
+                        (long long)k->K, (long long)k->epi);
+    p->algo = res.algo;
+    p->key = *k;
+    return MT_OK;
+}
+
+/* The cached plan for g with epilogue epi, built on first use. */
+static mt_status plan_get(blas_lt *lt, const gemm_args *g, int64_t epi, lt_plan **out) {
+    plan_key k;
+    memset(&k, 0, sizeof k);
+    k.ab_dtype = g->ab_dtype, k.c_dtype = g->c_dtype, k.trans_a = g->trans_a;
+    k.trans_b = g->trans_b, k.epi = epi, k.batch = g->batch, k.M = g->M, k.N = g->N, k.K = g->K;
+    k.lda = g->lda, k.ldb = g->ldb, k.ldc = g->ldc, k.sa = g->sa, k.sb = g->sb, k.sc = g->sc;
+    k.align_a = align_of(g->a), k.align_b = align_of(g->b), k.align_c = align_of(g->c);
+    if (g->bias) k.align_bias = align_of(g->bias);
+    if (epi == CUBLASLT_EPILOGUE_GELU_AUX || epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS) {
+        k.ldpre = g->ldpre, k.spre = g->spre, k.align_pre = align_of(g->pre_gelu);
+    }
+    for (int i = 0; i < LT_PLANS; i++) {
+        if (lt->plans[i].used && memcmp(&lt->plans[i].key, &k, sizeof k) == 0) {
+            *out = &lt->plans[i];
+            return MT_OK;
+        }
+    }
+    lt_plan *p = &lt->plans[lt->next];
+    lt->next = (lt->next + 1) % LT_PLANS;
+    plan_free(p);
+    mt_status s = plan_build(lt, p, &k, g);
+    if (s != MT_OK) {
+        plan_free(p);
+        return s;
+    }
+    *out = p;
+    return MT_OK;
+}
+
+static mt_status run_plan(blas_lt *lt, lt_plan *p, const gemm_args *g, mt_stream stream) {
+    /* the pointers may differ from the ones the plan was built with (same alignment) */
+    if (g->bias)
+        MT_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                     &g->bias, sizeof g->bias));
+    if (p->key.ldpre)
+        MT_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(
+            p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g->pre_gelu, sizeof g->pre_gelu));
+    MT_CUBLAS_TRY(cublasLtMatmul(lt->handle, p->op, &g->alpha, g->b, p->la, g->a, p->lb, &g->beta,
+                                 g->c, p->lc, g->c, p->lc, &p->algo, lt->workspace,
+                                 lt->workspace_bytes, (cudaStream_t)stream));
+    return MT_OK;
+}
+
+mt_status gemm_cuda(blas_lt *lt, const gemm_args *g, mt_stream stream) {
+    int64_t base = g->bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+    lt_plan *p;
+    if (!g->gelu) {
+        MT_TRY(plan_get(lt, g, base, &p));
+        return run_plan(lt, p, g, stream);
+    }
+    /* GELU in the epilogue when cuBLASLt offers it (aux ld must be a multiple of 8) */
+    int64_t epi = g->pre_gelu
+                      ? (g->bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX)
+                      : (g->bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU);
+    int aux_ok = !g->pre_gelu || (g->ldpre % 8 == 0 && (g->batch == 1 || g->spre % 8 == 0));
+    if (aux_ok && plan_get(lt, g, epi, &p) == MT_OK) return run_plan(lt, p, g, stream);
+    mt_error_clear();
+    /* otherwise: the GEMM (+ bias) into c, a copy to pre_gelu, then GELU in place */
+    MT_TRY(plan_get(lt, g, base, &p));
+    MT_TRY(run_plan(lt, p, g, stream));
+    size_t es = mt_dtype_size((mt_dtype)g->c_dtype);
+    for (int64_t bt = 0; bt < g->batch; bt++) {
+        char *c = (char *)g->c + (size_t)(bt * g->sc) * es;
+        if (g->pre_gelu)
+            MT_CUDA_TRY(cudaMemcpy2DAsync((char *)g->pre_gelu + (size_t)(bt * g->spre) * es,
+                                          (size_t)g->ldpre * es, c, (size_t)g->ldc * es,
+                                          (size_t)g->N * es, (size_t)g->M, cudaMemcpyDeviceToDevice,
+                                          (cudaStream_t)stream));
+        act_args a;
+        memset(&a, 0, sizeof a);
+        a.op = ACT_GELU_FWD;
+        a.dtype = (mt_dtype)g->c_dtype;
+        a.rows = g->M, a.cols = g->N;
+        a.out0 = c, a.in0 = c, a.in1 = c;
+        a.ld_out0 = a.ld_in0 = a.ld_in1 = g->ldc;
+        MT_TRY(act_cuda(&a, stream));
+    }
+    return MT_OK;
+}
+
+/* Bias gradient on the handle's workspace (idle between GEMMs on the same stream). */
+mt_status bias_grad_cuda(blas_lt *lt, void *dbias, mt_dtype db_dtype, const void *dy,
+                         mt_dtype dy_dtype, int64_t rows, int64_t N, int accumulate,
+                         mt_stream stream) {
+    return bias_grad_launch(dbias, db_dtype, dy, dy_dtype, rows, N, accumulate, lt->workspace,
+                            lt->workspace_bytes, stream);
+}

@@ -1,0 +1,177 @@
+/* GEMM and nn.Linear forward/backward: validation, the mt_blas handle and device dispatch
+ * (cuBLASLt on CUDA, plain loops on the CPU). */
+#include <stdlib.h>
+
+#include "ops_impl.h"
+
+struct mt_blas {
+    mt_device device;
+    blas_lt *lt; /* NULL for the CPU */
+};
+
+mt_status mt_blas_create(mt_device device, mt_blas **out) {
+    MT_REQUIRE(out, MT_ERR_INVALID_ARG, "out is NULL");
+    *out = NULL;
+#if !MT_HAVE_CUDA
+    MT_REQUIRE(!mt_device_is_cuda(device), MT_ERR_UNSUPPORTED, "built without CUDA");
+#endif
+    mt_blas *b = calloc(1, sizeof *b);
+    MT_REQUIRE(b, MT_ERR_OOM, "mt_blas");
+    b->device = device;
+#if MT_HAVE_CUDA
+    if (mt_device_is_cuda(device)) {
+        mt_status s = blas_lt_create(&b->lt);
+        if (s != MT_OK) {
+            free(b);
+            return s;
+        }
+    }
+#endif
+    *out = b;
+    return MT_OK;
+}
+
+void mt_blas_destroy(mt_blas *blas) {
+    if (!blas) return;
+#if MT_HAVE_CUDA
+    blas_lt_destroy(blas->lt);
+#endif
+    free(blas);
+}
+
+/* A rank-2 or rank-3 matrix operand: rows x cols with row stride ld and batch stride sb (0 for a
+ * rank-2 operand shared by every batch). */
+static mt_status mat_view(const mt_tensor *t, const char *what, int64_t *batch, int64_t *rows,
+                          int64_t *cols, int64_t *ld, int64_t *sb) {
+    MT_REQUIRE(t && (t->data || mt_tensor_numel(t) == 0), MT_ERR_INVALID_ARG, "%s is NULL", what);
+    MT_REQUIRE(t->ndim == 2 || t->ndim == 3, MT_ERR_INVALID_ARG, "%s has rank %d (want 2 or 3)",
+               what, t->ndim);
+    int d = t->ndim - 2;
+    *batch = d ? t->shape[0] : 1;
+    *rows = t->shape[d];
+    *cols = t->shape[d + 1];
+    *ld = t->stride[d];
+    *sb = d ? t->stride[0] : 0;
+    MT_REQUIRE(t->stride[d + 1] == 1 || *cols <= 1, MT_ERR_INVALID_ARG,
+               "%s: last dim is not contiguous", what);
+    MT_REQUIRE(*ld >= *cols || *rows <= 1, MT_ERR_INVALID_ARG, "%s: row stride %lld < %lld", what,
+               (long long)*ld, (long long)*cols);
+    if (*ld < *cols) *ld = *cols;
+    return MT_OK;
+}
+
+mt_status mt_gemm(mt_blas *blas, mt_tensor *c, mt_tensor *pre_gelu, const mt_tensor *a,
+                  const mt_tensor *b, const mt_tensor *bias, int flags, float alpha, float beta,
+                  mt_stream stream) {
+    gemm_args g = { 0 };
+    int64_t ba, bb, bc, ar, ac, br, bcol, cr, cc;
+    MT_TRY(mat_view(a, "a", &ba, &ar, &ac, &g.lda, &g.sa));
+    MT_TRY(mat_view(b, "b", &bb, &br, &bcol, &g.ldb, &g.sb));
+    MT_TRY(mat_view(c, "c", &bc, &cr, &cc, &g.ldc, &g.sc));
+    MT_REQUIRE((flags & ~(MT_GEMM_TRANS_A | MT_GEMM_TRANS_B | MT_GEMM_GELU)) == 0,
+               MT_ERR_INVALID_ARG, "unknown gemm flags 0x%x", flags);
+    g.trans_a = (flags & MT_GEMM_TRANS_A) != 0;
+    g.trans_b = (flags & MT_GEMM_TRANS_B) != 0;
+    g.gelu = (flags & MT_GEMM_GELU) != 0;
+    g.M = g.trans_a ? ac : ar;
+    g.K = g.trans_a ? ar : ac;
+    g.N = g.trans_b ? br : bcol;
+    int64_t kb = g.trans_b ? bcol : br;
+    MT_REQUIRE(kb == g.K && cr == g.M && cc == g.N, MT_ERR_INVALID_ARG,
+               "gemm shapes: op(a) is %lldx%lld, op(b) %lldx%lld, c %lldx%lld", (long long)g.M,
+               (long long)g.K, (long long)kb, (long long)g.N, (long long)cr, (long long)cc);
+    MT_REQUIRE(c->ndim == 3 || (a->ndim == 2 && b->ndim == 2), MT_ERR_INVALID_ARG,
+               "batched a or b needs a rank-3 c");
+    MT_REQUIRE((a->ndim == 2 || ba == bc) && (b->ndim == 2 || bb == bc), MT_ERR_INVALID_ARG,
+               "batch counts differ: a %lld, b %lld, c %lld", (long long)ba, (long long)bb,
+               (long long)bc);
+    g.batch = bc;
+    MT_REQUIRE(mt_device_eq(a->device, c->device) && mt_device_eq(b->device, c->device),
+               MT_ERR_INVALID_ARG, "a, b and c are on different devices");
+    MT_REQUIRE(a->dtype == MT_F32 || a->dtype == MT_BF16, MT_ERR_UNSUPPORTED,
+               "gemm: dtype %s (f32 or bf16)", mt_dtype_name(a->dtype));
+    MT_REQUIRE(b->dtype == a->dtype, MT_ERR_INVALID_ARG, "a is %s, b %s", mt_dtype_name(a->dtype),
+               mt_dtype_name(b->dtype));
+    MT_REQUIRE(c->dtype == a->dtype || (c->dtype == MT_F32 && !bias && !g.gelu), MT_ERR_INVALID_ARG,
+               "c is %s for %s inputs (f32 only without bias or GELU)", mt_dtype_name(c->dtype),
+               mt_dtype_name(a->dtype));
+    g.ab_dtype = a->dtype;
+    g.c_dtype = c->dtype;
+    if (bias) {
+        MT_TRY(mt_tensor_check(bias, "bias", -1));
+        MT_REQUIRE(mt_tensor_numel(bias) == g.N && bias->dtype == c->dtype &&
+                       mt_device_eq(bias->device, c->device),
+                   MT_ERR_INVALID_ARG, "bias must be %lld %s elements on c's device",
+                   (long long)g.N, mt_dtype_name(c->dtype));
+        g.bias = bias->data;
+    }
+    if (pre_gelu) {
+        int64_t pb, pr, pc;
+        MT_REQUIRE(g.gelu, MT_ERR_INVALID_ARG, "pre_gelu given without MT_GEMM_GELU");
+        MT_TRY(mat_view(pre_gelu, "pre_gelu", &pb, &pr, &pc, &g.ldpre, &g.spre));
+        MT_REQUIRE(pb == bc && pr == g.M && pc == g.N && pre_gelu->ndim == c->ndim &&
+                       pre_gelu->dtype == c->dtype && mt_device_eq(pre_gelu->device, c->device),
+                   MT_ERR_INVALID_ARG, "pre_gelu must match c in shape, dtype and device");
+        g.pre_gelu = pre_gelu->data;
+    }
+    g.a = a->data;
+    g.b = b->data;
+    g.c = c->data;
+    g.alpha = alpha;
+    g.beta = beta;
+    if (g.M == 0 || g.N == 0 || g.batch == 0) return MT_OK;
+#if MT_HAVE_CUDA
+    if (mt_device_is_cuda(c->device)) {
+        MT_REQUIRE(blas && blas->lt, MT_ERR_INVALID_ARG, "CUDA gemm needs a CUDA mt_blas handle");
+        MT_REQUIRE(blas->device.index == c->device.index, MT_ERR_INVALID_ARG,
+                   "mt_blas is for cuda:%d, tensors on cuda:%d", blas->device.index,
+                   c->device.index);
+    }
+#endif
+    return MT_DISPATCH(c->device, gemm_cpu(&g), gemm_cuda(blas->lt, &g, stream));
+}
+
+mt_status mt_linear_fwd(mt_blas *blas, mt_tensor *y, mt_tensor *pre_gelu, const mt_tensor *x,
+                        const mt_tensor *w, const mt_tensor *bias, int flags, mt_stream stream) {
+    MT_REQUIRE((flags & ~MT_GEMM_GELU) == 0, MT_ERR_INVALID_ARG,
+               "linear: flags may only hold MT_GEMM_GELU");
+    return mt_gemm(blas, y, pre_gelu, x, w, bias, flags | MT_GEMM_TRANS_B, 1.0f, 0.0f, stream);
+}
+
+mt_status mt_linear_bwd(mt_blas *blas, mt_tensor *dx, mt_tensor *dw, mt_tensor *dbias,
+                        const mt_tensor *dy, const mt_tensor *x, const mt_tensor *w, int accumulate,
+                        mt_stream stream) {
+    MT_REQUIRE(dy, MT_ERR_INVALID_ARG, "dy is NULL");
+    if (dx) {
+        MT_REQUIRE(w, MT_ERR_INVALID_ARG, "dx needs w");
+        MT_TRY(mt_gemm(blas, dx, NULL, dy, w, NULL, 0, 1.0f, 0.0f, stream)); /* dy @ w */
+    }
+    if (dw) {
+        MT_REQUIRE(x, MT_ERR_INVALID_ARG, "dw needs x");
+        MT_TRY(mt_gemm(blas, dw, NULL, dy, x, NULL, MT_GEMM_TRANS_A, 1.0f, accumulate ? 1.0f : 0.0f,
+                       stream)); /* dy^T @ x */
+    }
+    if (!dbias) return MT_OK;
+    MT_TRY(mt_tensor_check(dy, "dy", 2));
+    MT_TRY(mt_tensor_check(dbias, "dbias", -1));
+    int64_t rows = dy->shape[0], N = dy->shape[1];
+    MT_REQUIRE(mt_tensor_numel(dbias) == N, MT_ERR_INVALID_ARG,
+               "dbias has %lld elements, dy %lld columns", (long long)mt_tensor_numel(dbias),
+               (long long)N);
+    MT_REQUIRE(dbias->dtype == dy->dtype || dbias->dtype == MT_F32, MT_ERR_INVALID_ARG,
+               "dbias is %s (want %s or f32)", mt_dtype_name(dbias->dtype),
+               mt_dtype_name(dy->dtype));
+    MT_REQUIRE(dy->dtype == MT_F32 || dy->dtype == MT_BF16, MT_ERR_UNSUPPORTED,
+               "dy: dtype %s (f32 or bf16)", mt_dtype_name(dy->dtype));
+    MT_REQUIRE(mt_device_eq(dbias->device, dy->device), MT_ERR_INVALID_ARG,
+               "dbias and dy are on different devices");
+#if MT_HAVE_CUDA
+    if (mt_device_is_cuda(dy->device))
+        MT_REQUIRE(blas && blas->lt, MT_ERR_INVALID_ARG, "CUDA dbias needs a CUDA mt_blas handle");
+#endif
+    return MT_DISPATCH(
+        dy->device,
+        bias_grad_cpu(dbias->data, dbias->dtype, dy->data, dy->dtype, rows, N, accumulate),
+        bias_grad_cuda(blas->lt, dbias->data, dbias->dtype, dy->data, dy->dtype, rows, N,
+                       accumulate, stream));
+}

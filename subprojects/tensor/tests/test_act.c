@@ -1,0 +1,99 @@
+/* unit: GELU (tanh), SiLU and SwiGLU forward/backward (CPU reference) against PyTorch float64
+ * golden values, in f32 and bf16, plus SwiGLU on separate gate/up views and bad input. */
+#include <mt/tensor.h>
+#include <mt/testkit.h>
+
+#include <stdlib.h>
+#include <string.h>
+
+#define R 7
+#define C 24
+
+/* A CPU tensor of `dt` holding golden `name` (rounded once to dt). */
+static mt_tensor load(const char *name, mt_dtype dt, int64_t rows, int64_t cols) {
+    size_t n;
+    float *f = mt_test_golden_f32(name, &n, NULL);
+    MT_ASSERT((int64_t)n == rows * cols);
+    mt_tensor t32 = mt_tensor_2d(f, MT_F32, rows, cols, MT_DEVICE_CPU);
+    if (dt == MT_F32) return t32;
+    mt_tensor t = mt_tensor_2d(malloc(n * mt_dtype_size(dt)), dt, rows, cols, MT_DEVICE_CPU);
+    MT_CHECK(mt_cast(&t, &t32, NULL));
+    free(f);
+    return t;
+}
+
+static mt_tensor empty(mt_dtype dt, int64_t rows, int64_t cols) {
+    size_t n = (size_t)(rows * cols);
+    void *p = malloc(n * mt_dtype_size(dt));
+    memset(p, 0xff, n * mt_dtype_size(dt)); /* NaN poison: every element must be written */
+    return mt_tensor_2d(p, dt, rows, cols, MT_DEVICE_CPU);
+}
+
+/* Compares t (any float dtype, contiguous) with golden `name`. */
+static void expect(const char *what, mt_dtype dt, const mt_tensor *t, const char *name) {
+    size_t n = (size_t)mt_tensor_numel(t);
+    float *ref = mt_test_golden_f32(name, NULL, NULL), *got = malloc(n * 4);
+    mt_tensor g = mt_tensor_1d(got, MT_F32, (int64_t)n, MT_DEVICE_CPU), src = *t;
+    MT_CHECK(mt_tensor_reshape(&src, 1, (int64_t[]){ (int64_t)n }, &src));
+    MT_CHECK(mt_cast(&g, &src, NULL));
+    char buf[96];
+    snprintf(buf, sizeof buf, "%s %s", what, mt_dtype_name(dt));
+    double tol = dt == MT_F32 ? 1e-5 : 3e-2;
+    mt_test_close_f32(buf, got, ref, n, tol, dt == MT_F32 ? 1e-5 : 2e-2);
+    free(ref), free(got);
+}
+
+static void run(mt_dtype dt) {
+    mt_tensor x = load("act_x.npy", dt, R, C), dout = load("act_dout.npy", dt, R, C);
+    mt_tensor y = empty(dt, R, C), dx = empty(dt, R, C);
+    MT_CHECK(mt_gelu_fwd(&y, &x, NULL));
+    expect("gelu", dt, &y, "act_gelu.npy");
+    MT_CHECK(mt_gelu_bwd(&dx, &dout, &x, NULL));
+    expect("gelu dx", dt, &dx, "act_gelu_dx.npy");
+    MT_CHECK(mt_silu_fwd(&y, &x, NULL));
+    expect("silu", dt, &y, "act_silu.npy");
+    MT_CHECK(mt_silu_bwd(&dx, &dout, &x, NULL));
+    expect("silu dx", dt, &dx, "act_silu_dx.npy");
+    /* in place: dx = dout, then dx = dx * silu'(x) */
+    memcpy(dx.data, dout.data, (size_t)(R * C) * mt_dtype_size(dt));
+    MT_CHECK(mt_silu_bwd(&dx, &dx, &x, NULL));
+    expect("silu dx in place", dt, &dx, "act_silu_dx.npy");
+
+    /* SwiGLU: fused (R, 2F) input, then the same halves as two strided views */
+    mt_tensor gd = load("act_swiglu_dout.npy", dt, R, C / 2), o = empty(dt, R, C / 2);
+    MT_CHECK(mt_swiglu_fwd(&o, &x, NULL, NULL));
+    expect("swiglu", dt, &o, "act_swiglu.npy");
+    MT_CHECK(mt_swiglu_bwd(&dx, NULL, &gd, &x, NULL, NULL));
+    expect("swiglu dx", dt, &dx, "act_swiglu_dx.npy");
+    mt_tensor gate, up, dgate, dup;
+    MT_CHECK(mt_tensor_slice(&x, 1, 0, C / 2, &gate));
+    MT_CHECK(mt_tensor_slice(&x, 1, C / 2, C / 2, &up));
+    mt_tensor o2 = empty(dt, R, C / 2), dx2 = empty(dt, R, C);
+    MT_CHECK(mt_swiglu_fwd(&o2, &gate, &up, NULL));
+    expect("swiglu gate/up", dt, &o2, "act_swiglu.npy");
+    MT_CHECK(mt_tensor_slice(&dx2, 1, 0, C / 2, &dgate));
+    MT_CHECK(mt_tensor_slice(&dx2, 1, C / 2, C / 2, &dup));
+    MT_CHECK(mt_swiglu_bwd(&dgate, &dup, &gd, &gate, &up, NULL));
+    expect("swiglu gate/up dx", dt, &dx2, "act_swiglu_dx.npy");
+    free(x.data), free(dout.data), free(y.data), free(dx.data), free(gd.data), free(o.data);
+    free(o2.data), free(dx2.data);
+}
+
+int main(void) {
+    run(MT_F32);
+    run(MT_BF16);
+
+    /* bad input gets a clear error */
+    float a[12], b[10];
+    mt_tensor ta = mt_tensor_2d(a, MT_F32, 3, 4, MT_DEVICE_CPU);
+    mt_tensor tb = mt_tensor_2d(b, MT_F32, 2, 5, MT_DEVICE_CPU);
+    MT_EXPECT_STATUS(mt_gelu_fwd(&tb, &ta, NULL), MT_ERR_INVALID_ARG);
+    mt_tensor ti = mt_tensor_2d(a, MT_I32, 3, 4, MT_DEVICE_CPU);
+    MT_EXPECT_STATUS(mt_silu_fwd(&ti, &ti, NULL), MT_ERR_UNSUPPORTED);
+    mt_tensor odd = mt_tensor_2d(b, MT_F32, 2, 5, MT_DEVICE_CPU),
+              half = mt_tensor_2d(a, MT_F32, 2, 2, MT_DEVICE_CPU);
+    MT_EXPECT_STATUS(mt_swiglu_fwd(&half, &odd, NULL, NULL), MT_ERR_INVALID_ARG);
+    mt_tensor th = mt_tensor_2d(a, MT_BF16, 3, 4, MT_DEVICE_CPU);
+    MT_EXPECT_STATUS(mt_gelu_fwd(&th, &ta, NULL), MT_ERR_INVALID_ARG);
+    return mt_test_result();
+}

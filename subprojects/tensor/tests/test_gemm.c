@@ -1,0 +1,107 @@
+/* unit: GEMM and nn.Linear forward/backward (CPU reference) against PyTorch float64 golden values
+ * in f32 and bf16: bias and GELU epilogues, transposes, strided batches, beta, accumulation. */
+#include <mt/tensor.h>
+#include <mt/testkit.h>
+
+#include <stdlib.h>
+#include <string.h>
+
+static mt_tensor load(const char *name, mt_dtype dt, int ndim, const int64_t *shape) {
+    size_t n;
+    float *f = mt_test_golden_f32(name, &n, NULL);
+    mt_tensor t32 = mt_tensor_make(f, MT_F32, ndim, shape, MT_DEVICE_CPU);
+    MT_ASSERT((int64_t)n == mt_tensor_numel(&t32));
+    if (dt == MT_F32) return t32;
+    mt_tensor t = mt_tensor_make(malloc(n * mt_dtype_size(dt)), dt, ndim, shape, MT_DEVICE_CPU);
+    MT_CHECK(mt_cast(&t, &t32, NULL));
+    free(f);
+    return t;
+}
+
+static mt_tensor empty(mt_dtype dt, int ndim, const int64_t *shape) {
+    mt_tensor t = mt_tensor_make(NULL, dt, ndim, shape, MT_DEVICE_CPU);
+    size_t bytes = mt_tensor_nbytes(&t);
+    t.data = malloc(bytes);
+    memset(t.data, 0xff, bytes); /* NaN poison */
+    return t;
+}
+
+static void expect(const char *what, const mt_tensor *t, const char *name, double tol,
+                   float scale) {
+    size_t n = (size_t)mt_tensor_numel(t);
+    float *ref = mt_test_golden_f32(name, NULL, NULL), *got = malloc(n * 4);
+    for (size_t i = 0; i < n; i++)
+        ref[i] *= scale;
+    mt_tensor g = mt_tensor_1d(got, MT_F32, (int64_t)n, MT_DEVICE_CPU), src = *t;
+    MT_CHECK(mt_tensor_reshape(&src, 1, (int64_t[]){ (int64_t)n }, &src));
+    MT_CHECK(mt_cast(&g, &src, NULL));
+    char buf[96];
+    snprintf(buf, sizeof buf, "%s %s", what, mt_dtype_name(t->dtype));
+    mt_test_close_f32(buf, got, ref, n, tol, tol);
+    free(ref), free(got);
+}
+
+static void run(mt_dtype dt) {
+    const int64_t sx[2] = { 13, 40 }, sw[2] = { 24, 40 }, sb[1] = { 24 }, sy[2] = { 13, 24 };
+    double tol = dt == MT_F32 ? 2e-5 : 6e-2;
+    mt_tensor x = load("gemm_x.npy", dt, 2, sx), w = load("gemm_w.npy", dt, 2, sw);
+    mt_tensor b = load("gemm_b.npy", dt, 1, sb), dy = load("gemm_dy.npy", dt, 2, sy);
+    mt_tensor y = empty(dt, 2, sy), pre = empty(dt, 2, sy);
+    MT_CHECK(mt_linear_fwd(NULL, &y, NULL, &x, &w, &b, 0, NULL));
+    expect("linear", &y, "gemm_linear.npy", tol, 1.0f);
+    MT_CHECK(mt_linear_fwd(NULL, &y, &pre, &x, &w, &b, MT_GEMM_GELU, NULL));
+    expect("linear gelu", &y, "gemm_linear_gelu.npy", tol, 1.0f);
+    expect("linear pre_gelu", &pre, "gemm_linear.npy", tol, 1.0f);
+
+    mt_tensor dx = empty(dt, 2, sx), dw = empty(dt, 2, sw), db = empty(dt, 1, sb);
+    MT_CHECK(mt_linear_bwd(NULL, &dx, &dw, &db, &dy, &x, &w, 0, NULL));
+    expect("linear dx", &dx, "gemm_dx.npy", tol, 1.0f);
+    expect("linear dw", &dw, "gemm_dw.npy", tol, 1.0f);
+    expect("linear db", &db, "gemm_db.npy", tol, 1.0f);
+    /* fp32 main grads, accumulated twice */
+    mt_tensor dw32 = empty(MT_F32, 2, sw), db32 = empty(MT_F32, 1, sb);
+    MT_CHECK(mt_linear_bwd(NULL, NULL, &dw32, &db32, &dy, &x, &w, 0, NULL));
+    MT_CHECK(mt_linear_bwd(NULL, NULL, &dw32, &db32, &dy, &x, &w, 1, NULL));
+    expect("linear dw f32 accumulated", &dw32, "gemm_dw.npy", tol, 2.0f);
+    expect("linear db f32 accumulated", &db32, "gemm_db.npy", tol, 2.0f);
+
+    /* batched: c = 0.5 * a^T b + 0.25 * c, a stored (3, 9, 5) */
+    const int64_t sa[3] = { 3, 9, 5 }, sbb[3] = { 3, 9, 6 }, sc[3] = { 3, 5, 6 };
+    mt_tensor a = load("gemm_ba.npy", dt, 3, sa), bb = load("gemm_bb.npy", dt, 3, sbb);
+    mt_tensor c = load("gemm_bc0.npy", dt, 3, sc);
+    MT_CHECK(mt_gemm(NULL, &c, NULL, &a, &bb, NULL, MT_GEMM_TRANS_A, 0.5f, 0.25f, NULL));
+    expect("batched a^T b + beta c", &c, "gemm_bc.npy", tol, 1.0f);
+
+    mt_tensor *all[] = { &x, &w, &b, &dy, &y, &pre, &dx, &dw, &db, &dw32, &db32, &a, &bb, &c };
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+        free(all[i]->data);
+}
+
+int main(void) {
+    run(MT_F32);
+    run(MT_BF16);
+
+    /* bad input gets a clear error */
+    float p[64];
+    mt_tensor a = mt_tensor_2d(p, MT_F32, 4, 3, MT_DEVICE_CPU);
+    mt_tensor b = mt_tensor_2d(p, MT_F32, 4, 5, MT_DEVICE_CPU);
+    mt_tensor c = mt_tensor_2d(p, MT_F32, 4, 5, MT_DEVICE_CPU);
+    MT_EXPECT_STATUS(mt_gemm(NULL, &c, NULL, &a, &b, NULL, 0, 1.0f, 0.0f, NULL),
+                     MT_ERR_INVALID_ARG); /* K mismatch: 3 vs 4 */
+    mt_tensor bh = mt_tensor_2d(p, MT_BF16, 3, 5, MT_DEVICE_CPU);
+    MT_EXPECT_STATUS(mt_gemm(NULL, &c, NULL, &a, &bh, NULL, 0, 1.0f, 0.0f, NULL),
+                     MT_ERR_INVALID_ARG); /* mixed input dtypes */
+    mt_tensor ai = mt_tensor_2d(p, MT_I32, 4, 3, MT_DEVICE_CPU),
+              bi = mt_tensor_2d(p, MT_I32, 3, 5, MT_DEVICE_CPU);
+    MT_EXPECT_STATUS(mt_gemm(NULL, &c, NULL, &ai, &bi, NULL, 0, 1.0f, 0.0f, NULL),
+                     MT_ERR_UNSUPPORTED);
+    mt_tensor b35 = mt_tensor_2d(p, MT_F32, 3, 5, MT_DEVICE_CPU), pre = c;
+    MT_EXPECT_STATUS(mt_gemm(NULL, &c, &pre, &a, &b35, NULL, 0, 1.0f, 0.0f, NULL),
+                     MT_ERR_INVALID_ARG); /* pre_gelu without GELU */
+    mt_blas *blas;
+    MT_CHECK(mt_blas_create(MT_DEVICE_CPU, &blas));
+    MT_CHECK(mt_gemm(blas, &c, NULL, &a, &b35, NULL, 0, 1.0f, 0.0f, NULL));
+    mt_blas_destroy(blas);
+    mt_blas_destroy(NULL);
+    return mt_test_result();
+}
