@@ -1,9 +1,234 @@
-/* Attention forward on CUDA (placeholder until the kernels land). */
-#include <mt/core_cuda.h>
+/* Attention forward on CUDA. bf16/f16 with D 64 or 128: flash-style tensor-core kernel
+ * (mma.sync m16n8k16, ldmatrix, double-buffered cp.async K/V tiles, online softmax in the exp2
+ * domain, causal tile skipping, GQA by indexing). Anything else: a generic warp-per-row kernel. */
+#include "attn_common.cuh"
 
-#include "../attn_impl.h"
+/* Generic path: one warp per query row, 32 keys per step (lane j scores key j0+j), fp32 math. */
+template <typename T>
+static __global__ void attn_fwd_generic_kernel(attn_args a, T *out, float *lse, const T *q,
+                                               const T *k, const T *v) {
+    __shared__ float qs[4][256];
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int64_t row = (int64_t)blockIdx.x * 4 + warp;
+    if (row >= (int64_t)a.B * a.H * a.T) return;
+    int i = (int)(row % a.T), h = (int)(row / a.T % a.H), b = (int)(row / a.T / a.H);
+    int hk = h / a.group, D = a.D, n = a.causal ? i + 1 : a.T;
+    const T *qr = q + b * a.st[AQ][0] + i * a.st[AQ][1] + h * a.st[AQ][2];
+    const T *kb = k + b * a.st[AK][0] + hk * a.st[AK][2];
+    const T *vb = v + b * a.st[AV][0] + hk * a.st[AV][2];
+    float sl2 = a.scale * ATTN_LOG2E;
+    for (int d = lane; d < D; d += 32)
+        qs[warp][d] = attn_t<T>::ld(qr[d]) * sl2;
+    __syncwarp();
+    float o[8] = { 0 }, m = -INFINITY, l = 0.0f;
+    for (int j0 = 0; j0 < n; j0 += 32) {
+        int j = j0 + lane;
+        float s = -INFINITY;
+        if (j < n) {
+            const T *kr = kb + j * a.st[AK][1];
+            s = 0.0f;
+            for (int d = 0; d < D; d++)
+                s += qs[warp][d] * attn_t<T>::ld(kr[d]);
+        }
+        float mn = fmaxf(m, warp_max(s)); /* finite: lane 0 always has a key */
+        float alpha = exp2f(m - mn), p = exp2f(s - mn);
+        l = l * alpha + warp_sum(p);
+        m = mn;
+#pragma unroll
+        for (int c = 0; c < 8; c++)
+            o[c] *= alpha;
+        int cnt = min(32, n - j0);
+        for (int jj = 0; jj < cnt; jj++) {
+            float pj = __shfl_sync(0xffffffffu, p, jj);
+            const T *vr = vb + (j0 + jj) * a.st[AV][1];
+#pragma unroll
+            for (int c = 0; c < 8; c++)
+                if (lane + 32 * c < D) o[c] += pj * attn_t<T>::ld(vr[lane + 32 * c]);
+        }
+    }
+    T *orow = out + b * a.st[AO][0] + i * a.st[AO][1] + h * a.st[AO][2];
+#pragma unroll
+    for (int c = 0; c < 8; c++)
+        if (lane + 32 * c < D) orow[lane + 32 * c] = attn_t<T>::st(o[c] / l);
+    if (lane == 0) lse[row / a.T * a.T + i] = (m + log2f(l)) * ATTN_LN2;
+}
 
-extern "C" mt_status attn_fwd_cuda(const attn_shape *, mt_tensor *, mt_tensor *, const mt_tensor *,
-                                   const mt_tensor *, const mt_tensor *, mt_stream) {
-    return MT_ERROR(MT_ERR_UNSUPPORTED, "attention CUDA kernels not built yet");
+/* Tensor-core path: a block of NW warps owns BR = 16*NW query rows of one (b, h); warp w owns
+ * rows 16w..16w+15 and keeps S (16x64), O (16xD) and the running max/sum in registers. */
+template <typename T, int D, int NW>
+static __global__ void __launch_bounds__(NW * 32)
+    attn_fwd_mma_kernel(attn_args a, T *out, float *lse, const T *q, const T *k, const T *v) {
+    constexpr int BR = 16 * NW, BC = 64, NT = NW * 32;
+    extern __shared__ __align__(128) unsigned char smem[];
+    T *sQ = (T *)smem, *sK = sQ + BR * D, *sV = sK + 2 * BC * D;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int nq = (a.T + BR - 1) / BR, nk_all = (a.T + BC - 1) / BC;
+    const int qt = a.causal ? nq - 1 - (int)blockIdx.x : (int)blockIdx.x; // why: longest rows first
+    const int b = blockIdx.y / a.H, h = blockIdx.y % a.H, hk = h / a.group;
+    const int q0 = qt * BR, qn = min(BR, a.T - q0);
+    const int nk = a.causal ? min(nk_all, (q0 + qn + BC - 1) / BC) : nk_all;
+    const T *qg = q + b * a.st[AQ][0] + h * a.st[AQ][2] + (int64_t)q0 * a.st[AQ][1];
+    const T *kg = k + b * a.st[AK][0] + hk * a.st[AK][2];
+    const T *vg = v + b * a.st[AV][0] + hk * a.st[AV][2];
+    const int64_t ks = a.st[AK][1], vs = a.st[AV][1];
+    load_tile<T, BR, D, NT>(sQ, qg, a.st[AQ][1], qn);
+    load_tile<T, BC, D, NT>(sK, kg, ks, min(BC, a.T));
+    load_tile<T, BC, D, NT>(sV, vg, vs, min(BC, a.T));
+    cp_async_commit();
+
+    const float sl2 = a.scale * ATTN_LOG2E;
+    float o[D / 8][4], m[2] = { -INFINITY, -INFINITY }, l[2] = { 0.0f, 0.0f };
+#pragma unroll
+    for (int i = 0; i < D / 8; i++)
+        o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+    uint32_t qf[D / 16][4];
+    const int row0 = q0 + warp * 16 + (lane >> 2);
+    for (int j = 0; j < nk; j++) {
+        if (j + 1 < nk) {
+            int k1 = (j + 1) * BC, buf = (j + 1) & 1;
+            load_tile<T, BC, D, NT>(sK + buf * BC * D, kg + k1 * ks, ks, min(BC, a.T - k1));
+            load_tile<T, BC, D, NT>(sV + buf * BC * D, vg + k1 * vs, vs, min(BC, a.T - k1));
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();
+        if (j == 0) {
+#pragma unroll
+            for (int kk = 0; kk < D / 16; kk++)
+                ldsm_x4(qf[kk], sQ + swz<D>(warp * 16 + (lane & 15), kk * 16 + (lane >> 4) * 8));
+        }
+        const T *cK = sK + (j & 1) * BC * D, *cV = sV + (j & 1) * BC * D;
+        float s[BC / 8][4];
+#pragma unroll
+        for (int i = 0; i < BC / 8; i++)
+            s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < D / 16; kk++) {
+#pragma unroll
+            for (int np = 0; np < BC / 16; np++) {
+                uint32_t bf[4];
+                ldsm_x4(bf, cK + swz<D>(np * 16 + (lane & 7) + ((lane >> 4) << 3),
+                                        kk * 16 + ((lane >> 3) & 1) * 8));
+                attn_t<T>::mma(s[2 * np], qf[kk], bf[0], bf[1]);
+                attn_t<T>::mma(s[2 * np + 1], qf[kk], bf[2], bf[3]);
+            }
+        }
+        const int k0 = j * BC;
+        const bool mask = k0 + BC > a.T || (a.causal && k0 + BC - 1 > q0);
+#pragma unroll
+        for (int nt = 0; nt < BC / 8; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int col = k0 + nt * 8 + 2 * (lane & 3) + (e & 1), row = row0 + (e >> 1) * 8;
+                float x = s[nt][e] * sl2;
+                if (mask && (col >= a.T || (a.causal && col > row))) x = -INFINITY;
+                s[nt][e] = x;
+            }
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            float mx = -INFINITY;
+#pragma unroll
+            for (int nt = 0; nt < BC / 8; nt++)
+                mx = fmaxf(mx, fmaxf(s[nt][2 * r], s[nt][2 * r + 1]));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            float mn = fmaxf(m[r], mx);
+            float ms = mn == -INFINITY ? 0.0f : mn; // why: a fully masked row must not give NaN
+            float alpha = exp2f(m[r] - ms), sum = 0.0f;
+            m[r] = mn;
+#pragma unroll
+            for (int nt = 0; nt < BC / 8; nt++) {
+                s[nt][2 * r] = exp2f(s[nt][2 * r] - ms);
+                s[nt][2 * r + 1] = exp2f(s[nt][2 * r + 1] - ms);
+                sum += s[nt][2 * r] + s[nt][2 * r + 1];
+            }
+            l[r] = l[r] * alpha + sum;
+#pragma unroll
+            for (int dt = 0; dt < D / 8; dt++)
+                o[dt][2 * r] *= alpha, o[dt][2 * r + 1] *= alpha;
+        }
+#pragma unroll
+        for (int kk = 0; kk < BC / 16; kk++) {
+            uint32_t pa[4] = { attn_t<T>::pack(s[2 * kk][0], s[2 * kk][1]),
+                               attn_t<T>::pack(s[2 * kk][2], s[2 * kk][3]),
+                               attn_t<T>::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                               attn_t<T>::pack(s[2 * kk + 1][2], s[2 * kk + 1][3]) };
+#pragma unroll
+            for (int dp = 0; dp < D / 16; dp++) {
+                uint32_t bf[4];
+                ldsm_x4_t(bf, cV + swz<D>(kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8,
+                                          dp * 16 + (lane >> 4) * 8));
+                attn_t<T>::mma(o[2 * dp], pa, bf[0], bf[1]);
+                attn_t<T>::mma(o[2 * dp + 1], pa, bf[2], bf[3]);
+            }
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        float lt = l[r];
+        lt += __shfl_xor_sync(0xffffffffu, lt, 1);
+        lt += __shfl_xor_sync(0xffffffffu, lt, 2);
+        int row = row0 + r * 8;
+        float inv = 1.0f / lt;
+        T *orow = out + b * a.st[AO][0] + (int64_t)row * a.st[AO][1] + h * a.st[AO][2];
+#pragma unroll
+        for (int dt = 0; dt < D / 8; dt++)
+            if (row < a.T)
+                *(uint32_t *)(orow + dt * 8 + 2 * (lane & 3)) =
+                    attn_t<T>::pack(o[dt][2 * r] * inv, o[dt][2 * r + 1] * inv);
+        if ((lane & 3) == 0 && row < a.T)
+            lse[((int64_t)b * a.H + h) * a.T + row] = (m[r] + log2f(lt)) * ATTN_LN2;
+    }
+}
+
+template <typename T, int D, int NW>
+static mt_status launch_mma(const attn_args &a, mt_tensor *out, mt_tensor *lse, const mt_tensor *q,
+                            const mt_tensor *k, const mt_tensor *v, mt_stream stream) {
+    constexpr int BR = 16 * NW, BC = 64;
+    const int smem = (BR + 4 * BC) * D * (int)sizeof(T);
+    static int attr_done;
+    MT_TRY(attn_smem_attr(attn_fwd_mma_kernel<T, D, NW>, smem, &attr_done));
+    dim3 grid((a.T + BR - 1) / BR, a.B * a.H);
+    attn_fwd_mma_kernel<T, D, NW>
+        <<<grid, NW * 32, smem, stream>>>(a, (T *)out->data, (float *)lse->data, (const T *)q->data,
+                                          (const T *)k->data, (const T *)v->data);
+    MT_CUDA_CHECK_LAUNCH();
+    return MT_OK;
+}
+
+template <typename T>
+static mt_status launch(const attn_args &a, int fast, mt_tensor *out, mt_tensor *lse,
+                        const mt_tensor *q, const mt_tensor *k, const mt_tensor *v,
+                        mt_stream stream) {
+    if constexpr (sizeof(T) == 2) {
+        if (fast && a.D == 64) return launch_mma<T, 64, 4>(a, out, lse, q, k, v, stream);
+        if (fast && a.D == 128) return launch_mma<T, 128, 8>(a, out, lse, q, k, v, stream);
+    }
+    int64_t rows = (int64_t)a.B * a.H * a.T;
+    attn_fwd_generic_kernel<T><<<(unsigned)((rows + 3) / 4), 128, 0, stream>>>(
+        a, (T *)out->data, (float *)lse->data, (const T *)q->data, (const T *)k->data,
+        (const T *)v->data);
+    MT_CUDA_CHECK_LAUNCH();
+    return MT_OK;
+}
+
+extern "C" mt_status attn_fwd_cuda(const attn_shape *s, mt_tensor *out, mt_tensor *lse,
+                                   const mt_tensor *q, const mt_tensor *k, const mt_tensor *v,
+                                   mt_stream stream) {
+    const mt_tensor *t[A_NT] = { q, k, v, out, NULL, NULL, NULL, NULL };
+    attn_args a = attn_make_args(s, t);
+    int fast = attn_aligned(q) && attn_aligned(k) && attn_aligned(v) && attn_aligned(out);
+    switch (q->dtype) {
+    case MT_F32:
+        return launch<float>(a, 0, out, lse, q, k, v, stream);
+    case MT_BF16:
+        return launch<__nv_bfloat16>(a, fast, out, lse, q, k, v, stream);
+    case MT_F16:
+        return launch<__half>(a, fast, out, lse, q, k, v, stream);
+    default:
+        return MT_ERROR(MT_ERR_UNSUPPORTED, "attention dtype %s", mt_dtype_name(q->dtype));
+    }
 }

@@ -1,0 +1,165 @@
+/* Private CUDA helpers for the attention kernels: arguments, dtype traits, mma.sync m16n8k16
+ * (bf16/f16 in, f32 accumulate), ldmatrix, cp.async and the swizzled shared-memory tile layout. */
+#ifndef MT_ATTN_COMMON_CUH
+#define MT_ATTN_COMMON_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <mt/core_cuda.h>
+
+#include "../attn_impl.h"
+
+#define ATTN_LOG2E 1.4426950408889634f
+#define ATTN_LN2   0.6931471805599453f
+
+/* Strides (b, t, h) in elements of the eight (B,T,heads,D) operands. */
+enum {
+    AQ,
+    AK,
+    AV,
+    AO,
+    ADO,
+    ADQ,
+    ADK,
+    ADV,
+    A_NT
+};
+struct attn_args {
+    int B, T, H, Hkv, D, group, causal;
+    float scale;
+    int64_t st[A_NT][3];
+};
+
+static inline attn_args attn_make_args(const attn_shape *s, const mt_tensor *const *t) {
+    attn_args a;
+    a.B = (int)s->B, a.T = (int)s->T, a.H = (int)s->H, a.Hkv = (int)s->Hkv, a.D = (int)s->D;
+    a.group = (int)(s->H / s->Hkv), a.causal = s->causal, a.scale = s->scale;
+    for (int i = 0; i < A_NT; i++)
+        for (int j = 0; j < 3; j++)
+            a.st[i][j] = t[i] ? t[i]->stride[j] : 0;
+    return a;
+}
+
+/* 1 if t can feed the tensor-core kernels: 16-byte aligned rows. */
+static inline int attn_aligned(const mt_tensor *t) {
+    return ((uintptr_t)t->data & 15) == 0 && t->stride[0] % 8 == 0 && t->stride[1] % 8 == 0 &&
+           t->stride[2] % 8 == 0;
+}
+
+template <typename T> struct attn_t;
+template <> struct attn_t<float> {
+    static __device__ __forceinline__ float ld(float v) {
+        return v;
+    }
+    static __device__ __forceinline__ float st(float v) {
+        return v;
+    }
+};
+template <> struct attn_t<__nv_bfloat16> {
+    static __device__ __forceinline__ float ld(__nv_bfloat16 v) {
+        return __bfloat162float(v);
+    }
+    static __device__ __forceinline__ __nv_bfloat16 st(float v) {
+        return __float2bfloat16_rn(v);
+    }
+    static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
+        __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+        return *reinterpret_cast<uint32_t *>(&h);
+    }
+    static __device__ __forceinline__ void mma(float *c, const uint32_t *a, uint32_t b0,
+                                               uint32_t b1) {
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
+                     "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    }
+};
+template <> struct attn_t<__half> {
+    static __device__ __forceinline__ float ld(__half v) {
+        return __half2float(v);
+    }
+    static __device__ __forceinline__ __half st(float v) {
+        return __float2half_rn(v);
+    }
+    static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
+        __half2 h = __floats2half2_rn(lo, hi);
+        return *reinterpret_cast<uint32_t *>(&h);
+    }
+    static __device__ __forceinline__ void mma(float *c, const uint32_t *a, uint32_t b0,
+                                               uint32_t b1) {
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, "
+                     "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    }
+};
+
+/* Element (r, c) of a shared tile with W columns (W >= 64): 16-byte chunks XOR-swizzled by row
+ * so that ldmatrix over 8 consecutive rows hits 8 distinct bank groups. */
+template <int W> __device__ __forceinline__ int swz(int r, int c) {
+    return r * W + ((((c >> 3) ^ (r & 7))) << 3) + (c & 7);
+}
+
+__device__ __forceinline__ uint32_t smem_u32(const void *p) {
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+__device__ __forceinline__ void ldsm_x4(uint32_t *r, const void *p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_u32(p)));
+}
+__device__ __forceinline__ void ldsm_x4_t(uint32_t *r, const void *p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_u32(p)));
+}
+/* 16-byte async copy; zero-fills the destination when !valid (rows past T). */
+__device__ __forceinline__ void cp_async16(void *dst, const void *src, bool valid) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)), "l"(src),
+                 "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() {
+    asm volatile("cp.async.commit_group;\n" ::);
+}
+template <int N> __device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+/* Async load of a (R,D) tile, rows [0, nvalid) from g (row stride rs elements), into swizzled
+ * shared memory; the remaining rows become zeros. All NT threads take part. */
+template <typename T, int R, int D, int NT>
+__device__ __forceinline__ void load_tile(T *sm, const T *g, int64_t rs, int nvalid) {
+    constexpr int CH = D / 8;
+    static_assert(R * CH % NT == 0, "tile chunks must divide among the threads");
+#pragma unroll
+    for (int it = 0; it < R * CH / NT; it++) {
+        int idx = threadIdx.x + it * NT, r = idx / CH, c = (idx % CH) * 8;
+        bool ok = r < nvalid;
+        cp_async16(sm + swz<D>(r, c), g + (ok ? r * rs + c : 0), ok);
+    }
+}
+
+__device__ __forceinline__ float warp_sum(float x) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        x += __shfl_xor_sync(0xffffffffu, x, o);
+    return x;
+}
+__device__ __forceinline__ float warp_max(float x) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+    return x;
+}
+
+/* Raises a kernel's dynamic shared-memory limit once per process. */
+template <typename K> static mt_status attn_smem_attr(K kernel, int bytes, int *done) {
+    if (!*done) {
+        MT_CUDA_TRY(
+            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+        *done = 1;
+    }
+    return MT_OK;
+}
+
+#endif /* MT_ATTN_COMMON_CUH */

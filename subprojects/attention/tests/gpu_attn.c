@@ -1,0 +1,377 @@
+/* gpu: CUDA attention forward/backward against the torch goldens and the CPU reference on fresh
+ * random inputs (f32, bf16, f16; fast and deterministic backward; contiguous and fused-QKV
+ * strides; tensor-core and generic paths), whole tensors for small shapes and sampled rows
+ * (fp64 on the CPU) for long sequences. Outputs are poisoned first: every element must be written. */
+#include <mt/attention.h>
+#include <mt/testkit.h>
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    int B, T, H, Hkv, D, causal;
+    mt_dtype dt;
+    int det, fused;
+    float scale;
+} shape;
+
+static uint64_t seed = 1;
+
+/* Host f32 (values already representable in dt) -> device tensor of dtype dt. */
+static void upload(mt_tensor *dev, const float *host) {
+    size_t n = (size_t)mt_tensor_numel(dev), es = mt_dtype_size(dev->dtype);
+    void *tmp = malloc(n * es);
+    mt_tensor h32 = mt_tensor_1d((void *)host, MT_F32, (int64_t)n, MT_DEVICE_CPU);
+    mt_tensor ht = mt_tensor_1d(tmp, dev->dtype, (int64_t)n, MT_DEVICE_CPU);
+    MT_CHECK(mt_cast(&ht, &h32, NULL));
+    MT_CHECK(mt_memcpy(dev->data, dev->device, tmp, MT_DEVICE_CPU, n * es, NULL));
+    free(tmp);
+}
+
+/* Device (B,T,h,D) view (maybe strided, D innermost) -> contiguous host f32. */
+static float *download(const mt_tensor *dev) {
+    int64_t B = dev->shape[0], T = dev->shape[1], Hh = dev->shape[2], D = dev->shape[3];
+    size_t es = mt_dtype_size(dev->dtype);
+    size_t span = (size_t)((B - 1) * dev->stride[0] + (T - 1) * dev->stride[1] +
+                           (Hh - 1) * dev->stride[2] + D);
+    uint16_t *raw = malloc(span * es);
+    float *out = malloc((size_t)(B * T * Hh * D) * 4);
+    MT_CHECK(mt_memcpy(raw, MT_DEVICE_CPU, dev->data, dev->device, span * es, NULL));
+    mt_tensor src = { raw, dev->dtype, 4, { B, T, Hh, D }, { 0 }, MT_DEVICE_CPU };
+    for (int i = 0; i < 4; i++)
+        src.stride[i] = dev->stride[i];
+    size_t x = 0;
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t h = 0; h < Hh; h++)
+                for (int64_t d = 0; d < D; d++) {
+                    int64_t off = b * src.stride[0] + t * src.stride[1] + h * src.stride[2] + d;
+                    out[x++] = dev->dtype == MT_F32    ? ((float *)raw)[off]
+                               : dev->dtype == MT_BF16 ? mt_bf16_to_f32(raw[off])
+                                                       : mt_f16_to_f32(raw[off]);
+                }
+    free(raw);
+    return out;
+}
+
+static void fill(float *x, size_t n, float lo, float hi, mt_dtype dt) {
+    mt_test_fill_uniform(x, n, 20240601, seed++, lo, hi);
+    for (size_t i = 0; i < n; i++) /* round to dt so CPU and GPU see the same inputs */
+        x[i] = dt == MT_BF16  ? mt_bf16_to_f32(mt_f32_to_bf16(x[i]))
+               : dt == MT_F16 ? mt_f16_to_f32(mt_f32_to_f16(x[i]))
+                              : x[i];
+}
+
+static double rms(const float *x, size_t n) {
+    double s = 0.0;
+    for (size_t i = 0; i < n; i++)
+        s += (double)x[i] * x[i];
+    return n ? sqrt(s / (double)n) : 0.0;
+}
+
+static void close_rel(const char *what, const shape *s, const float *got, const float *ref,
+                      size_t n) {
+    double tol = s->dt == MT_BF16 ? 2e-2 : s->dt == MT_F16 ? 5e-3 : 2e-4;
+    char msg[200];
+    snprintf(msg, sizeof msg, "%s B%d T%d H%d KV%d D%d %s %s det%d fused%d", what, s->B, s->T, s->H,
+             s->Hkv, s->D, s->causal ? "causal" : "full", mt_dtype_name(s->dt), s->det, s->fused);
+    mt_test_close_f32(msg, got, ref, n, tol * rms(ref, n) + 1e-6, tol);
+}
+
+/* fp64 reference of sampled rows: out/lse/dq for query rows and dk/dv for key rows, using the
+ * GPU's lse and Di = dout.out (both checked on the sampled query rows first). */
+static void sampled(const shape *s, const float *q, const float *k, const float *v, const float *g,
+                    const float *o, const float *lse, const float *dq, const float *dk,
+                    const float *dv, int nsample) {
+    int B = s->B, T = s->T, H = s->H, Hkv = s->Hkv, D = s->D, G = H / Hkv;
+    double sc = s->scale ? s->scale : 1.0 / sqrt((double)D);
+    float *got = malloc((size_t)nsample * 5 * D * 4), *ref = malloc((size_t)nsample * 5 * D * 4);
+    float *gl = malloc((size_t)nsample * 4), *rl = malloc((size_t)nsample * 4);
+    double *p = malloc((size_t)T * sizeof *p), *acc = malloc((size_t)4 * D * sizeof *acc);
+#define QI(b, t, h) ((((size_t)(b)*T + (t)) * H + (h)) * D)
+#define KI(b, t, h) ((((size_t)(b)*T + (t)) * Hkv + (h)) * D)
+    for (int n = 0; n < nsample; n++) {
+        uint32_t r = mt_philox_u32(7, 7, (uint64_t)n);
+        int b = (int)(r % B), h = (int)(r / B % H), i = n == 0 ? T - 1 : (int)(r / B / H % T);
+        int hk = h / G, nk = s->causal ? i + 1 : T;
+        double m = -INFINITY, l = 0.0, Di = 0.0;
+        for (int j = 0; j < nk; j++) {
+            double x = 0.0;
+            for (int d = 0; d < D; d++)
+                x += (double)q[QI(b, i, h) + d] * k[KI(b, j, hk) + d];
+            p[j] = x * sc;
+            m = p[j] > m ? p[j] : m;
+        }
+        for (int d = 0; d < 2 * D; d++)
+            acc[d] = 0.0;
+        for (int j = 0; j < nk; j++)
+            l += exp(p[j] - m);
+        for (int d = 0; d < D; d++)
+            Di += (double)g[QI(b, i, h) + d] * o[QI(b, i, h) + d];
+        for (int j = 0; j < nk; j++) {
+            double pj = exp(p[j] - m) / l, dp = 0.0;
+            for (int d = 0; d < D; d++)
+                dp += (double)g[QI(b, i, h) + d] * v[KI(b, j, hk) + d];
+            for (int d = 0; d < D; d++) {
+                acc[d] += pj * v[KI(b, j, hk) + d];
+                acc[D + d] += pj * (dp - Di) * sc * k[KI(b, j, hk) + d];
+            }
+        }
+        rl[n] = (float)(m + log(l));
+        gl[n] = lse[((size_t)b * H + h) * T + i];
+        for (int d = 0; d < D; d++) {
+            ref[(n * 5 + 0) * D + d] = (float)acc[d], got[(n * 5 + 0) * D + d] = o[QI(b, i, h) + d];
+            ref[(n * 5 + 1) * D + d] = (float)acc[D + d];
+            got[(n * 5 + 1) * D + d] = dq[QI(b, i, h) + d];
+        }
+        /* key row j = i of kv head hk: sum over the group's heads and the queries that see it */
+        int j = i;
+        for (int d = 0; d < 2 * D; d++)
+            acc[d] = 0.0;
+        for (int hq = hk * G; hq < (hk + 1) * G; hq++)
+            for (int t = s->causal ? j : 0; t < T; t++) {
+                double x = 0.0, dp = 0.0, Dt = 0.0;
+                for (int d = 0; d < D; d++) {
+                    x += (double)q[QI(b, t, hq) + d] * k[KI(b, j, hk) + d];
+                    dp += (double)g[QI(b, t, hq) + d] * v[KI(b, j, hk) + d];
+                    Dt += (double)g[QI(b, t, hq) + d] * o[QI(b, t, hq) + d];
+                }
+                double pt = exp(x * sc - lse[((size_t)b * H + hq) * T + t]);
+                for (int d = 0; d < D; d++) {
+                    acc[d] += pt * (dp - Dt) * sc * q[QI(b, t, hq) + d];
+                    acc[D + d] += pt * g[QI(b, t, hq) + d];
+                }
+            }
+        for (int d = 0; d < D; d++) {
+            ref[(n * 5 + 2) * D + d] = (float)acc[d],
+                                  got[(n * 5 + 2) * D + d] = dk[KI(b, j, hk) + d];
+            ref[(n * 5 + 3) * D + d] = (float)acc[D + d];
+            got[(n * 5 + 3) * D + d] = dv[KI(b, j, hk) + d];
+            ref[(n * 5 + 4) * D + d] = got[(n * 5 + 4) * D + d] = 0.0f;
+        }
+    }
+    static const char *names[4] = { "sampled out", "sampled dq", "sampled dk", "sampled dv" };
+    for (int w = 0; w < 4; w++) {
+        float *gw = malloc((size_t)nsample * D * 4), *rw = malloc((size_t)nsample * D * 4);
+        for (int n = 0; n < nsample; n++) {
+            memcpy(gw + n * D, got + (n * 5 + w) * D, (size_t)D * 4);
+            memcpy(rw + n * D, ref + (n * 5 + w) * D, (size_t)D * 4);
+        }
+        close_rel(names[w], s, gw, rw, (size_t)nsample * D);
+        free(gw), free(rw);
+    }
+    char msg[64];
+    snprintf(msg, sizeof msg, "sampled lse T%d", T);
+    mt_test_close_f32(msg, gl, rl, (size_t)nsample, 2e-3, 2e-3);
+    free(got), free(ref), free(gl), free(rl), free(p), free(acc);
+#undef QI
+#undef KI
+}
+
+/* Runs one shape on the GPU; compares with ref_* when given, else with the CPU reference
+ * (T <= 700) or sampled rows. */
+static void run(const shape *s, const float *q, const float *k, const float *v, const float *g,
+                const float *ref_o, const float *ref_l, const float *ref_dq, const float *ref_dk,
+                const float *ref_dv) {
+    int64_t B = s->B, T = s->T, H = s->H, Hkv = s->Hkv, D = s->D;
+    size_t nq = (size_t)(B * T * H * D), nk = (size_t)(B * T * Hkv * D), es = mt_dtype_size(s->dt);
+    mt_attn_config cfg = MT_ATTN_CONFIG_INIT;
+    cfg.causal = s->causal, cfg.deterministic = s->det, cfg.scale = s->scale;
+    mt_arena *ar;
+    MT_CHECK(mt_arena_create(mt_device_cuda(0), (4 * nq + 4 * nk) * es + 8 * nq + (1 << 22), &ar));
+    mt_tensor tq, tk, tv, to, tg, tdq, tdk, tdv, tl;
+    int64_t shq[4] = { B, T, H, D }, shk[4] = { B, T, Hkv, D }, shl[3] = { B, H, T };
+    if (s->fused) { /* q, k, v (and dq, dk, dv) are slices of one (B,T,H+2Hkv,D) buffer */
+        int64_t shf[4] = { B, T, H + 2 * Hkv, D };
+        mt_tensor f, fg;
+        MT_CHECK(mt_tensor_alloc(ar, s->dt, 4, shf, &f));
+        MT_CHECK(mt_tensor_alloc(ar, s->dt, 4, shf, &fg));
+        MT_CHECK(mt_tensor_slice(&f, 2, 0, H, &tq));
+        MT_CHECK(mt_tensor_slice(&f, 2, H, Hkv, &tk));
+        MT_CHECK(mt_tensor_slice(&f, 2, H + Hkv, Hkv, &tv));
+        MT_CHECK(mt_tensor_slice(&fg, 2, 0, H, &tdq));
+        MT_CHECK(mt_tensor_slice(&fg, 2, H, Hkv, &tdk));
+        MT_CHECK(mt_tensor_slice(&fg, 2, H + Hkv, Hkv, &tdv));
+        float *hf = malloc((size_t)mt_tensor_numel(&f) * 4);
+        for (int64_t bt = 0; bt < B * T; bt++) {
+            int64_t W = H + 2 * Hkv;
+            memcpy(hf + bt * W * D, q + bt * H * D, (size_t)(H * D) * 4);
+            memcpy(hf + (bt * W + H) * D, k + bt * Hkv * D, (size_t)(Hkv * D) * 4);
+            memcpy(hf + (bt * W + H + Hkv) * D, v + bt * Hkv * D, (size_t)(Hkv * D) * 4);
+        }
+        upload(&f, hf);
+        free(hf);
+        MT_CHECK(mt_memset_zero(fg.data, fg.device, mt_tensor_nbytes(&fg), NULL));
+    } else {
+        MT_CHECK(mt_tensor_alloc(ar, s->dt, 4, shq, &tq));
+        MT_CHECK(mt_tensor_alloc(ar, s->dt, 4, shk, &tk));
+        MT_CHECK(mt_tensor_alloc(ar, s->dt, 4, shk, &tv));
+        MT_CHECK(mt_tensor_alloc(ar, s->dt, 4, shq, &tdq));
+        MT_CHECK(mt_tensor_alloc(ar, s->dt, 4, shk, &tdk));
+        MT_CHECK(mt_tensor_alloc(ar, s->dt, 4, shk, &tdv));
+        upload(&tq, q), upload(&tk, k), upload(&tv, v);
+    }
+    MT_CHECK(mt_tensor_alloc(ar, s->dt, 4, shq, &to));
+    MT_CHECK(mt_tensor_alloc(ar, s->dt, 4, shq, &tg));
+    MT_CHECK(mt_tensor_alloc(ar, MT_F32, 3, shl, &tl));
+    upload(&tg, g);
+    size_t wsb;
+    void *ws = NULL;
+    MT_CHECK(mt_attn_bwd_workspace(&tq, &tk, &cfg, &wsb));
+    if (wsb) MT_CHECK(mt_arena_alloc(ar, wsb, &ws));
+    /* poison: NaN bytes everywhere an output goes (dq/dk/dv of fused: their own slices only) */
+    mt_tensor outs[5] = { to, tl, tdq, tdk, tdv };
+    for (int i = 0; i < 5; i++) {
+        if (s->fused && i >= 2) continue;
+        size_t nb = mt_tensor_nbytes(&outs[i]);
+        void *ff = malloc(nb);
+        memset(ff, 0xff, nb);
+        MT_CHECK(mt_memcpy(outs[i].data, outs[i].device, ff, MT_DEVICE_CPU, nb, NULL));
+        free(ff);
+    }
+    MT_CHECK(mt_attn_fwd(&to, &tl, &tq, &tk, &tv, &cfg, NULL));
+    MT_CHECK(mt_attn_bwd(&tdq, &tdk, &tdv, &tg, &tq, &tk, &tv, &to, &tl, &cfg, ws, wsb, NULL));
+    MT_CHECK(mt_stream_sync(NULL));
+    float *o = download(&to), *dq = download(&tdq), *dk = download(&tdk), *dv = download(&tdv);
+    float *l = malloc((size_t)(B * H * T) * 4);
+    MT_CHECK(mt_memcpy(l, MT_DEVICE_CPU, tl.data, tl.device, (size_t)(B * H * T) * 4, NULL));
+    if (s->det) { /* deterministic: a second run gives the same bits */
+        MT_CHECK(mt_attn_bwd(&tdq, &tdk, &tdv, &tg, &tq, &tk, &tv, &to, &tl, &cfg, ws, wsb, NULL));
+        float *dq2 = download(&tdq), *dk2 = download(&tdk);
+        MT_EXPECT(!memcmp(dq, dq2, nq * 4) && !memcmp(dk, dk2, nk * 4),
+                  "deterministic backward differs between runs (T=%d)", s->T);
+        free(dq2), free(dk2);
+    }
+    float *cpu[5] = { 0 };
+    if (!ref_o && T <= 700) { /* CPU reference on the same (rounded) inputs, f32 out */
+        for (int i = 0; i < 5; i++)
+            cpu[i] = malloc((i == 1 ? (size_t)(B * H * T) : nq) * 4);
+        mt_tensor cq = mt_tensor_4d((void *)q, MT_F32, B, T, H, D, MT_DEVICE_CPU);
+        mt_tensor ck = mt_tensor_4d((void *)k, MT_F32, B, T, Hkv, D, MT_DEVICE_CPU);
+        mt_tensor cv = mt_tensor_4d((void *)v, MT_F32, B, T, Hkv, D, MT_DEVICE_CPU);
+        mt_tensor cg = mt_tensor_4d((void *)g, MT_F32, B, T, H, D, MT_DEVICE_CPU);
+        mt_tensor co = mt_tensor_4d(cpu[0], MT_F32, B, T, H, D, MT_DEVICE_CPU);
+        mt_tensor cl = mt_tensor_3d(cpu[1], MT_F32, B, H, T, MT_DEVICE_CPU);
+        mt_tensor cdq = mt_tensor_4d(cpu[2], MT_F32, B, T, H, D, MT_DEVICE_CPU);
+        mt_tensor cdk = mt_tensor_4d(cpu[3], MT_F32, B, T, Hkv, D, MT_DEVICE_CPU);
+        mt_tensor cdv = mt_tensor_4d(cpu[4], MT_F32, B, T, Hkv, D, MT_DEVICE_CPU);
+        MT_CHECK(mt_attn_fwd(&co, &cl, &cq, &ck, &cv, &cfg, NULL));
+        /* why: the GPU's rounded out feeds Di, as in its backward */
+        mt_tensor go = mt_tensor_4d(o, MT_F32, B, T, H, D, MT_DEVICE_CPU);
+        MT_CHECK(mt_attn_bwd(&cdq, &cdk, &cdv, &cg, &cq, &ck, &cv, &go, &cl, &cfg, NULL, 0, NULL));
+        ref_o = cpu[0], ref_l = cpu[1], ref_dq = cpu[2], ref_dk = cpu[3], ref_dv = cpu[4];
+    }
+    if (ref_o) {
+        close_rel("out", s, o, ref_o, nq);
+        char msg[64];
+        snprintf(msg, sizeof msg, "lse T%d %s", s->T, mt_dtype_name(s->dt));
+        mt_test_close_f32(msg, l, ref_l, (size_t)(B * H * T), 2e-3, 2e-3);
+        close_rel("dq", s, dq, ref_dq, nq);
+        close_rel("dk", s, dk, ref_dk, nk);
+        close_rel("dv", s, dv, ref_dv, nk);
+    } else {
+        sampled(s, q, k, v, g, o, l, dq, dk, dv, 6);
+    }
+    for (int i = 0; i < 5; i++)
+        free(cpu[i]);
+    free(o), free(dq), free(dk), free(dv), free(l);
+    mt_arena_destroy(ar);
+}
+
+static void random_inputs(const shape *s) {
+    size_t nq = (size_t)s->B * s->T * s->H * s->D, nk = (size_t)s->B * s->T * s->Hkv * s->D;
+    float *q = malloc(nq * 4), *k = malloc(nk * 4), *v = malloc(nk * 4), *g = malloc(nq * 4);
+    fill(q, nq, -1.5f, 1.5f, s->dt), fill(k, nk, -1.5f, 1.5f, s->dt);
+    fill(v, nk, -1.0f, 1.0f, s->dt), fill(g, nq, -1.0f, 1.0f, s->dt);
+    run(s, q, k, v, g, NULL, NULL, NULL, NULL, NULL);
+    free(q), free(k), free(v), free(g);
+}
+
+static void golden(const char *name, int causal, float scale, mt_dtype dt, int det) {
+    char f[9][128];
+    const char *keys[9] = { "q", "k", "v", "dout", "out", "lse", "dq", "dk", "dv" };
+    float *x[9];
+    mt_npy qs, ks;
+    for (int i = 0; i < 9; i++) {
+        snprintf(f[i], sizeof f[i], "attn_%s_%s.npy", name, keys[i]);
+        x[i] = mt_test_golden_f32(f[i], NULL, i == 0 ? &qs : i == 1 ? &ks : NULL);
+    }
+    shape s = { (int)qs.shape[0],
+                (int)qs.shape[1],
+                (int)qs.shape[2],
+                (int)ks.shape[2],
+                (int)qs.shape[3],
+                causal,
+                dt,
+                det,
+                0,
+                scale };
+    if (dt == MT_F32)
+        run(&s, x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7], x[8]);
+    else /* golden inputs are f32: compare with the CPU reference on their rounded values */
+        for (int i = 0; i < 4; i++) {
+            size_t n = (size_t)s.B * s.T * (i == 1 || i == 2 ? s.Hkv : s.H) * s.D;
+            for (size_t e = 0; e < n; e++)
+                x[i][e] = dt == MT_BF16 ? mt_bf16_to_f32(mt_f32_to_bf16(x[i][e]))
+                                        : mt_f16_to_f32(mt_f32_to_f16(x[i][e]));
+        }
+    if (dt != MT_F32) run(&s, x[0], x[1], x[2], x[3], NULL, NULL, NULL, NULL, NULL);
+    for (int i = 0; i < 9; i++)
+        free(x[i]);
+}
+
+int main(void) {
+    mt_test_require_gpus(1);
+    static const struct {
+        const char *name;
+        int causal;
+        float scale;
+    } gold[] = { { "mha_t16_d64_causal", 1, 0 },   { "mqa_t1_d64", 0, 0 },
+                 { "gqa4_t70_d40_causal", 1, 0 },  { "gqa8_t33_d96", 0, 0 },
+                 { "gqa2_t67_d64_s0.3", 0, 0.3f }, { "gqa2_t67_d64_causal", 1, 0 } };
+    for (size_t i = 0; i < sizeof gold / sizeof gold[0]; i++) {
+        golden(gold[i].name, gold[i].causal, gold[i].scale, MT_F32, 1);
+        golden(gold[i].name, gold[i].causal, gold[i].scale, MT_BF16, 0);
+        golden(gold[i].name, gold[i].causal, gold[i].scale, MT_F16, 1);
+    }
+    static const shape fixed[] = {
+        /* B  T    H  KV D   causal dtype  det fused scale */
+        { 2, 128, 4, 4, 64, 1, MT_BF16, 0, 0, 0 },
+        { 1, 200, 8, 2, 128, 1, MT_BF16, 1, 0, 0 },
+        { 2, 77, 4, 1, 64, 0, MT_F16, 0, 0, 0 },
+        { 1, 1, 2, 2, 128, 0, MT_BF16, 0, 0, 0 },
+        { 1, 333, 4, 4, 128, 0, MT_F16, 1, 1, 0 },
+        { 3, 65, 6, 3, 64, 1, MT_BF16, 0, 1, 0 },
+        { 1, 100, 8, 1, 128, 1, MT_BF16, 0, 0, 0 },
+        { 1, 129, 2, 2, 96, 1, MT_BF16, 0, 0, 0 },
+        { 1, 50, 2, 1, 256, 0, MT_F16, 0, 0, 0 },
+        { 1, 64, 2, 2, 40, 1, MT_F32, 0, 0, 0 },
+        { 1, 191, 4, 2, 64, 1, MT_F16, 1, 0, 0.2f },
+        { 1, 257, 2, 2, 128, 0, MT_BF16, 0, 1, 0 },
+        /* long sequences: sampled rows */
+        { 1, 4096, 2, 1, 128, 1, MT_BF16, 0, 0, 0 },
+        { 1, 2048, 4, 2, 64, 0, MT_F16, 1, 0, 0 },
+        { 2, 1500, 2, 2, 128, 0, MT_BF16, 1, 1, 0 },
+        { 1, 3001, 8, 1, 64, 1, MT_BF16, 0, 0, 0 },
+    };
+    for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++)
+        random_inputs(&fixed[i]);
+    for (int i = 0; i < 12; i++) { /* random shapes */
+        uint32_t r0 = mt_philox_u32(99, 1, (uint64_t)i), r1 = mt_philox_u32(99, 2, (uint64_t)i);
+        static const int ratios[4] = { 1, 2, 4, 8 };
+        int Hkv = 1 + (int)(r0 % 3), H = Hkv * ratios[(r0 >> 4) % 4];
+        shape s = { 1 + (int)(r1 % 2),
+                    1 + (int)((r1 >> 8) % 400),
+                    H,
+                    Hkv,
+                    (r0 >> 8) & 1 ? 128 : 64,
+                    (int)((r0 >> 9) & 1),
+                    (r0 >> 10) & 1 ? MT_F16 : MT_BF16,
+                    (int)((r0 >> 11) & 1),
+                    (int)((r0 >> 12) & 1),
+                    0 };
+        random_inputs(&s);
+    }
+    return mt_test_result();
+}
