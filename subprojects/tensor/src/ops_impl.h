@@ -93,6 +93,51 @@ typedef struct act_args {
 mt_status act_cpu(const act_args *a);
 mt_status act_cuda(const act_args *a, mt_stream stream);
 
+/* ---- softmax, xent, embedding, rope, reduce ---- */
+
+/* softmax over the last dim: forward out = softmax(x) (dy == NULL), or backward out = dx with
+ * x = y (the forward's output) and dy given. */
+mt_status softmax_cpu(mt_tensor *out, const mt_tensor *x, const mt_tensor *dy);
+mt_status softmax_cuda(mt_tensor *out, const mt_tensor *x, const mt_tensor *dy, mt_stream stream);
+
+/* xent: forward when dlogits == NULL; dloss == NULL with dlogits: mean mode (g = dmean / count,
+ * stats required). stats may be NULL otherwise. */
+mt_status xent_cpu(mt_tensor *dlogits, mt_tensor *losses, mt_tensor *stats, const mt_tensor *logits,
+                   const mt_tensor *targets, const mt_tensor *dloss, float dmean, int64_t V,
+                   int64_t ignore_index);
+mt_status xent_cuda(mt_tensor *dlogits, mt_tensor *losses, mt_tensor *stats,
+                    const mt_tensor *logits, const mt_tensor *targets, const mt_tensor *dloss,
+                    float dmean, int64_t V, int64_t ignore_index, mt_stream stream);
+
+/* embedding: ids viewed as (N / T, T) with T its last dim; rows of C channels. */
+mt_status embedding_fwd_cpu(mt_tensor *out, const mt_tensor *ids, const mt_tensor *wte,
+                            const mt_tensor *wpe);
+mt_status embedding_fwd_cuda(mt_tensor *out, const mt_tensor *ids, const mt_tensor *wte,
+                             const mt_tensor *wpe, mt_stream stream);
+mt_status embedding_bwd_cpu(mt_tensor *dwte, mt_tensor *dwpe, const mt_tensor *dout,
+                            const mt_tensor *ids);
+mt_status embedding_bwd_cuda_workspace(int64_t N, int64_t V, size_t *bytes);
+mt_status embedding_bwd_cuda(mt_tensor *dwte, mt_tensor *dwpe, const mt_tensor *dout,
+                             const mt_tensor *ids, void *ws, size_t ws_bytes, mt_stream stream);
+
+/* rope: sign = +1 forward, -1 backward (rotation by -angle). */
+mt_status rope_cpu(mt_tensor *out, const mt_tensor *x, const mt_tensor *pos, int rotary_dim,
+                   double theta, int interleaved, int sign);
+mt_status rope_cuda(mt_tensor *out, const mt_tensor *x, const mt_tensor *pos, int rotary_dim,
+                    double theta, int interleaved, int sign, mt_stream stream);
+
+/* reduce: the CUDA path writes reduce_blocks(n) per-block fp64 partials to `ws`, then one block
+ * adds them in order. colsum: colsum_chunks(R) row chunks of f32 partials (C each) in `ws`. */
+#define REDUCE_MAX_BLOCKS 1024
+int64_t reduce_blocks(int64_t n);
+mt_status reduce_cpu(mt_tensor *out, const mt_tensor *x, mt_reduce_op op);
+mt_status reduce_cuda(mt_tensor *out, const mt_tensor *x, mt_reduce_op op, void *ws,
+                      mt_stream stream);
+int64_t colsum_chunks(int64_t R, int64_t *rows_per_chunk);
+mt_status colsum_cpu(mt_tensor *out, const mt_tensor *x, int accumulate);
+mt_status colsum_cuda(mt_tensor *out, const mt_tensor *x, int accumulate, void *ws,
+                      mt_stream stream);
+
 #ifdef __cplusplus
 }
 #endif

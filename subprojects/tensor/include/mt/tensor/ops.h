@@ -130,6 +130,83 @@ MT_API mt_status mt_swiglu_fwd(mt_tensor *out, const mt_tensor *gate, const mt_t
 MT_API mt_status mt_swiglu_bwd(mt_tensor *dgate, mt_tensor *dup, const mt_tensor *dout,
                                const mt_tensor *gate, const mt_tensor *up, mt_stream stream);
 
+/* ---- softmax, cross-entropy, embedding, RoPE, reductions (last dim contiguous) ---- */
+
+/* out = softmax(x) over the last dim, for every leading index. Same shape and dtype (f32, bf16,
+ * f16); out may alias x. */
+MT_API mt_status mt_softmax_fwd(mt_tensor *out, const mt_tensor *x, mt_stream stream);
+/* dx = y * (dy - sum(dy * y)) over the last dim, where y = softmax(x) from mt_softmax_fwd.
+ * Same shape and dtype; dx may alias dy. */
+MT_API mt_status mt_softmax_bwd(mt_tensor *dx, const mt_tensor *y, const mt_tensor *dy,
+                                mt_stream stream);
+
+#define MT_XENT_IGNORE_INDEX (-100) /* torch's default ignore_index */
+
+/* Softmax cross-entropy over the first V columns of logits (N, Vp), V <= Vp (padded vocab columns
+ * are ignored). targets (N) i32 or i64, each in [0, V) or == ignore_index. Writes losses (N) f32
+ * (0 for ignored tokens) and, if stats != NULL, stats (2) f32 = {mean loss over non-ignored
+ * tokens, their count} in a fixed order (mean of no tokens: NaN, as torch). One read of logits.
+ * A target outside [0, V): MT_ERR_INVALID_ARG on the CPU, a NaN loss (and gradient) on CUDA. */
+MT_API mt_status mt_xent_fwd(mt_tensor *losses, mt_tensor *stats, const mt_tensor *logits,
+                             const mt_tensor *targets, int64_t V, int64_t ignore_index,
+                             mt_stream stream);
+/* Fused forward and backward (llm.c's fused classifier): writes losses/stats as mt_xent_fwd and
+ * dlogits = (softmax(logits[:, :V]) - onehot(target)) * g with g = dloss[n] (dloss (N) f32, the
+ * per-token gradient) or, when dloss == NULL, g = dmean / count (the mean's gradient; then stats
+ * is required). Padded columns and ignored rows get 0. dlogits has logits' shape and dtype and may
+ * alias it (in place): each row is read once for max/sum, then read and overwritten once. */
+MT_API mt_status mt_xent_fwd_bwd(mt_tensor *dlogits, mt_tensor *losses, mt_tensor *stats,
+                                 const mt_tensor *logits, const mt_tensor *targets,
+                                 const mt_tensor *dloss, float dmean, int64_t V,
+                                 int64_t ignore_index, mt_stream stream);
+
+/* out (..., C) = wte[ids[...]] (+ wpe[t], t the index along ids' last dim, when wpe != NULL).
+ * ids (...) i32 or i64 in [0, V) (CPU: MT_ERR_INVALID_ARG otherwise; CUDA: zeros for such rows);
+ * wte (V, C), wpe (Tmax, C) with Tmax >= T; float tables of out's dtype. */
+MT_API mt_status mt_embedding_fwd(mt_tensor *out, const mt_tensor *ids, const mt_tensor *wte,
+                                  const mt_tensor *wpe, mt_stream stream);
+/* Workspace bytes for mt_embedding_bwd on device `dev` (0 on the CPU). */
+MT_API mt_status mt_embedding_bwd_workspace(const mt_tensor *ids, int64_t V, mt_device dev,
+                                            size_t *bytes);
+/* dwte[v] += sum of dout over the tokens with id v, in token order; dwpe[t] += sum over the
+ * leading index of dout[..., t, :] (dwpe may be NULL). Deterministic, no float atomics (CUDA:
+ * token ids are stably sorted in `ws`). dwte and dwpe are both f32 or both dout's dtype.
+ * Enqueued. */
+MT_API mt_status mt_embedding_bwd(mt_tensor *dwte, mt_tensor *dwpe, const mt_tensor *dout,
+                                  const mt_tensor *ids, void *ws, size_t ws_bytes,
+                                  mt_stream stream);
+
+/* Rotary position embedding on x (B,T,H,D) into out (same shape and dtype; may alias x). The first
+ * rotary_dim (even, <= D) channels of each head rotate by angle pos * theta^(-2i/rotary_dim),
+ * i < rotary_dim/2; the rest pass through. interleaved = 0: pairs (x[i], x[i + rotary_dim/2])
+ * (Hugging Face rotate_half); 1: pairs (x[2i], x[2i+1]) (Meta). pos: NULL for 0..T-1, or (T) or
+ * (B,T) i32/i64 position ids. Angles in fp64, rotation in fp32. */
+MT_API mt_status mt_rope_fwd(mt_tensor *out, const mt_tensor *x, const mt_tensor *pos,
+                             int rotary_dim, double theta, int interleaved, mt_stream stream);
+/* Backward of mt_rope_fwd (rotation by the negated angle): dx from dout; dx may alias dout. */
+MT_API mt_status mt_rope_bwd(mt_tensor *dx, const mt_tensor *dout, const mt_tensor *pos,
+                             int rotary_dim, double theta, int interleaved, mt_stream stream);
+
+typedef enum mt_reduce_op {
+    MT_REDUCE_SUM,       /* sum(x) */
+    MT_REDUCE_SUMSQ,     /* sum(x^2) */
+    MT_REDUCE_NORM2,     /* sqrt(sum(x^2)) */
+    MT_REDUCE_COUNT_ZERO /* number of x == 0 (Megatron's --log-num-zeros-in-grad) */
+} mt_reduce_op;
+
+/* Workspace bytes for mt_reduce (CUDA: per-block partials; 0 on the CPU). */
+MT_API mt_status mt_reduce_workspace(const mt_tensor *x, size_t *bytes);
+/* out (1 element, f32; i64 also for MT_REDUCE_COUNT_ZERO) = op over all elements of x, with fp64
+ * accumulation in a fixed order (deterministic run to run). Enqueued. */
+MT_API mt_status mt_reduce(mt_tensor *out, const mt_tensor *x, mt_reduce_op op, void *ws,
+                           size_t ws_bytes, mt_stream stream);
+/* Workspace bytes for mt_colsum (CUDA: per-row-chunk partials; 0 on the CPU). */
+MT_API mt_status mt_colsum_workspace(const mt_tensor *x, size_t *bytes);
+/* out (C) (+)= sum of x (..., C) over all leading dims (bias gradient), fp32 accumulation in a
+ * fixed order; accumulate = 1 adds to out. out is f32 or x's dtype. Enqueued. */
+MT_API mt_status mt_colsum(mt_tensor *out, const mt_tensor *x, int accumulate, void *ws,
+                           size_t ws_bytes, mt_stream stream);
+
 #ifdef __cplusplus
 }
 #endif

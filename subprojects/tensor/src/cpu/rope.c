@@ -1,0 +1,36 @@
+/* RoPE CPU reference: angle pos * theta^(-2i/rotary_dim) in fp64, the 2x2 rotation of each pair
+ * in fp32 (both elements read before either is written, so out may alias x). */
+#include <math.h>
+
+#include "../ops_impl.h"
+#include "cpu_util.h"
+
+mt_status rope_cpu(mt_tensor *out, const mt_tensor *x, const mt_tensor *pos, int rotary_dim,
+                   double theta, int interleaved, int sign) {
+    int64_t B = x->shape[0], T = x->shape[1], H = x->shape[2], D = x->shape[3];
+    int64_t half = rotary_dim / 2;
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t t = 0; t < T; t++) {
+            int64_t p = t;
+            if (pos) {
+                int64_t i = pos->ndim == 2 ? b * T + t : t;
+                p = pos->dtype == MT_I64 ? ((const int64_t *)pos->data)[i]
+                                         : ((const int32_t *)pos->data)[i];
+            }
+            for (int64_t h = 0; h < H; h++) {
+                int64_t o = ((b * T + t) * H + h) * D;
+                for (int64_t i = 0; i < half; i++) {
+                    double ang = (double)p * pow(theta, -2.0 * (double)i / rotary_dim);
+                    float cs = (float)cos(ang), sn = (float)(sign * sin(ang));
+                    int64_t i0 = interleaved ? 2 * i : i, i1 = interleaved ? 2 * i + 1 : i + half;
+                    float x0 = ld_f32(x->data, x->dtype, o + i0);
+                    float x1 = ld_f32(x->data, x->dtype, o + i1);
+                    st_f32(out->data, out->dtype, o + i0, x0 * cs - x1 * sn);
+                    st_f32(out->data, out->dtype, o + i1, x1 * cs + x0 * sn);
+                }
+                for (int64_t d = rotary_dim; d < D; d++)
+                    st_f32(out->data, out->dtype, o + d, ld_f32(x->data, x->dtype, o + d));
+            }
+        }
+    return MT_OK;
+}

@@ -1,0 +1,135 @@
+/* Softmax CUDA kernels: one row per block, 16-byte loads, online max/sum in fp32, then one pass
+ * that writes the result (rows stay in L2 between the two reads). */
+#include "common.cuh"
+
+template <typename T, int N> struct alignas(sizeof(T) * N) vec_t { T v[N]; };
+
+/* Block-wide (max, sum of exp) merge; every thread gets the total. Fixed order. */
+static __device__ float exp_scale(float m, float M) {
+    return m == -INFINITY ? 0.0f : __expf(m - M);
+}
+static __device__ void block_max_sum(float &m, float &s) {
+    __shared__ float sm[32], ss[32];
+    for (int o = 16; o > 0; o >>= 1) {
+        float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
+        float M = fmaxf(m, m2);
+        s = s * exp_scale(m, M) + s2 * exp_scale(m2, M);
+        m = M;
+    }
+    int w = threadIdx.x / 32, nw = blockDim.x / 32;
+    __syncthreads(); // why: sm/ss may still be read by a previous call
+    if (threadIdx.x % 32 == 0) sm[w] = m, ss[w] = s;
+    __syncthreads();
+    m = -INFINITY, s = 0.0f;
+    for (int i = 0; i < nw; i++) {
+        float M = fmaxf(m, sm[i]);
+        s = s * exp_scale(m, M) + ss[i] * exp_scale(sm[i], M);
+        m = M;
+    }
+}
+static __device__ float block_sum(float v) {
+    __shared__ float sv[32];
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    int w = threadIdx.x / 32, nw = blockDim.x / 32;
+    __syncthreads();
+    if (threadIdx.x % 32 == 0) sv[w] = v;
+    __syncthreads();
+    v = 0.0f;
+    for (int i = 0; i < nw; i++)
+        v += sv[i];
+    return v;
+}
+
+template <typename T, int N>
+static __global__ void softmax_fwd_kernel(T *out, const T *x, int64_t C) {
+    typedef vec_t<T, N> V;
+    const V *xr = (const V *)(x + blockIdx.x * C);
+    V *orow = (V *)(out + blockIdx.x * C);
+    int64_t nv = C / N;
+    float m = -INFINITY, s = 0.0f;
+    for (int64_t i = threadIdx.x; i < nv; i += blockDim.x) {
+        V p = xr[i];
+        float f[N], vm = -INFINITY, add = 0.0f;
+#pragma unroll
+        for (int k = 0; k < N; k++)
+            f[k] = ldf(p.v[k]), vm = fmaxf(vm, f[k]);
+        float M = fmaxf(m, vm);
+        if (M == -INFINITY) continue; // why: all -inf so far (masked); exp(-inf - -inf) is NaN
+#pragma unroll
+        for (int k = 0; k < N; k++)
+            add += __expf(f[k] - M);
+        s = s * exp_scale(m, M) + add;
+        m = M;
+    }
+    block_max_sum(m, s);
+    float inv = 1.0f / s;
+    for (int64_t i = threadIdx.x; i < nv; i += blockDim.x) {
+        V p = xr[i];
+#pragma unroll
+        for (int k = 0; k < N; k++)
+            p.v[k] = stf<T>(__expf(ldf(p.v[k]) - m) * inv);
+        orow[i] = p;
+    }
+}
+
+template <typename T, int N>
+static __global__ void softmax_bwd_kernel(T *dx, const T *y, const T *dy, int64_t C) {
+    typedef vec_t<T, N> V;
+    const V *yr = (const V *)(y + blockIdx.x * C), *dyr = (const V *)(dy + blockIdx.x * C);
+    V *dxr = (V *)(dx + blockIdx.x * C);
+    int64_t nv = C / N;
+    float d = 0.0f;
+    for (int64_t i = threadIdx.x; i < nv; i += blockDim.x) {
+        V a = yr[i], b = dyr[i];
+#pragma unroll
+        for (int k = 0; k < N; k++)
+            d += ldf(a.v[k]) * ldf(b.v[k]);
+    }
+    d = block_sum(d);
+    for (int64_t i = threadIdx.x; i < nv; i += blockDim.x) {
+        V a = yr[i], b = dyr[i];
+#pragma unroll
+        for (int k = 0; k < N; k++)
+            a.v[k] = stf<T>(ldf(a.v[k]) * (ldf(b.v[k]) - d));
+        dxr[i] = a;
+    }
+}
+
+static int row_threads(int64_t nv) {
+    int t = 32;
+    while (t < nv && t < 1024)
+        t *= 2;
+    return t;
+}
+
+template <typename T>
+static mt_status launch(mt_tensor *out, const mt_tensor *x, const mt_tensor *dy, int64_t rows,
+                        int64_t C, mt_stream stream) {
+    const int N = 16 / sizeof(T);
+    int vec = C % N == 0 && (uintptr_t)out->data % 16 == 0 && (uintptr_t)x->data % 16 == 0 &&
+              (!dy || (uintptr_t)dy->data % 16 == 0);
+    int threads = row_threads(vec ? C / N : C);
+    T *o = (T *)out->data;
+    const T *a = (const T *)x->data, *b = dy ? (const T *)dy->data : nullptr;
+    for (int64_t r0 = 0; r0 < rows; r0 += 65535LL * 32) { // why: gridDim.x limit per launch
+        unsigned g = (unsigned)(rows - r0 < 65535LL * 32 ? rows - r0 : 65535LL * 32);
+        int64_t off = r0 * C;
+        if (!dy && vec) softmax_fwd_kernel<T, N><<<g, threads, 0, stream>>>(o + off, a + off, C);
+        if (!dy && !vec) softmax_fwd_kernel<T, 1><<<g, threads, 0, stream>>>(o + off, a + off, C);
+        if (dy && vec)
+            softmax_bwd_kernel<T, N><<<g, threads, 0, stream>>>(o + off, a + off, b + off, C);
+        if (dy && !vec)
+            softmax_bwd_kernel<T, 1><<<g, threads, 0, stream>>>(o + off, a + off, b + off, C);
+        MT_CUDA_CHECK_LAUNCH();
+    }
+    return MT_OK;
+}
+
+extern "C" mt_status softmax_cuda(mt_tensor *out, const mt_tensor *x, const mt_tensor *dy,
+                                  mt_stream stream) {
+    int64_t C = x->shape[x->ndim - 1], rows = C ? mt_tensor_numel(x) / C : 0;
+    if (rows == 0) return MT_OK;
+    MT_DISPATCH_FLOAT(x->dtype, T, return launch<T>(out, x, dy, rows, C, stream));
+    return MT_OK;
+}

@@ -1,0 +1,173 @@
+/* Fused softmax cross-entropy CUDA kernels (llm.c's fused classifier): one row per block of 1024
+ * threads, 16-byte loads; pass 1 reads the row for max and sum (online, fp32), pass 2 rereads it
+ * (from L2) and writes the gradient, possibly over the logits. Stats by one block in fixed order. */
+#include "common.cuh"
+
+template <typename T, int N> struct alignas(sizeof(T) * N) vec_t { T v[N]; };
+
+static __device__ float exp_scale(float m, float M) {
+    return m == -INFINITY ? 0.0f : __expf(m - M);
+}
+static __device__ void block_max_sum(float &m, float &s) {
+    __shared__ float sm[32], ss[32];
+    for (int o = 16; o > 0; o >>= 1) {
+        float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
+        float M = fmaxf(m, m2);
+        s = s * exp_scale(m, M) + s2 * exp_scale(m2, M);
+        m = M;
+    }
+    int w = threadIdx.x / 32, nw = blockDim.x / 32;
+    if (threadIdx.x % 32 == 0) sm[w] = m, ss[w] = s;
+    __syncthreads();
+    m = -INFINITY, s = 0.0f;
+    for (int i = 0; i < nw; i++) {
+        float M = fmaxf(m, sm[i]);
+        s = s * exp_scale(m, M) + ss[i] * exp_scale(sm[i], M);
+        m = M;
+    }
+}
+
+/* One row of logits (Vp columns, the first V real). dlogits == NULL: forward only. */
+template <typename T, typename I, int N>
+static __global__ void xent_kernel(T *dlogits, float *losses, const T *logits, const I *targets,
+                                   const float *dloss, const float *stats, float dmean, int64_t V,
+                                   int64_t Vp, int64_t ignore_index) {
+    typedef vec_t<T, N> VT;
+    int64_t row = blockIdx.x, nv = Vp / N;
+    const VT *x = (const VT *)(logits + row * Vp);
+    VT *dx = dlogits ? (VT *)(dlogits + row * Vp) : nullptr;
+    int64_t t = (int64_t)targets[row];
+    if (t == ignore_index) { /* no loss, no gradient */
+        if (threadIdx.x == 0) losses[row] = 0.0f;
+        VT z;
+#pragma unroll
+        for (int k = 0; k < N; k++)
+            z.v[k] = stf<T>(0.0f);
+        for (int64_t i = threadIdx.x; dx && i < nv; i += blockDim.x)
+            dx[i] = z;
+        return;
+    }
+    int valid = t >= 0 && t < V;
+    // why: read x[t] before the barrier in block_max_sum; pass 2 may overwrite it in place
+    float xt = valid ? ldf(logits[row * Vp + t]) : NAN;
+    float m = -INFINITY, s = 0.0f;
+    for (int64_t i = threadIdx.x; i < nv; i += blockDim.x) {
+        VT p = x[i];
+        float f[N], vm = -INFINITY, add = 0.0f;
+#pragma unroll
+        for (int k = 0; k < N; k++) {
+            f[k] = i * N + k < V ? ldf(p.v[k]) : -INFINITY;
+            vm = fmaxf(vm, f[k]);
+        }
+        float M = fmaxf(m, vm);
+        if (M == -INFINITY) continue;
+#pragma unroll
+        for (int k = 0; k < N; k++)
+            add += __expf(f[k] - M);
+        s = s * exp_scale(m, M) + add;
+        m = M;
+    }
+    block_max_sum(m, s);
+    if (threadIdx.x == 0) losses[row] = m + logf(s) - xt; /* NaN for a target outside [0, V) */
+    if (!dx) return;
+    float g = dloss ? dloss[row] : dmean / stats[1];
+    if (!valid) g = NAN;
+    float inv = 1.0f / s;
+    for (int64_t i = threadIdx.x; i < nv; i += blockDim.x) {
+        VT p = x[i];
+#pragma unroll
+        for (int k = 0; k < N; k++) {
+            int64_t c = i * N + k;
+            float d = 0.0f;
+            if (c < V) d = (__expf(ldf(p.v[k]) - m) * inv - (c == t ? 1.0f : 0.0f)) * g;
+            p.v[k] = stf<T>(d);
+        }
+        dx[i] = p;
+    }
+}
+
+/* stats[1] = count of non-ignored targets; with_mean: stats[0] = sum(losses) / count (fp64). */
+template <typename I>
+static __global__ void xent_stats_kernel(float *stats, const float *losses, const I *targets,
+                                         int64_t n, int64_t ignore_index, int with_mean) {
+    __shared__ double sc[32], sl[32];
+    double c = 0.0, l = 0.0;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+        int keep = (int64_t)targets[i] != ignore_index;
+        c += keep;
+        if (with_mean && keep) l += losses[i];
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+        c += __shfl_xor_sync(0xffffffffu, c, o);
+        l += __shfl_xor_sync(0xffffffffu, l, o);
+    }
+    if (threadIdx.x % 32 == 0) sc[threadIdx.x / 32] = c, sl[threadIdx.x / 32] = l;
+    __syncthreads();
+    if (threadIdx.x != 0) return;
+    c = 0.0, l = 0.0;
+    for (int i = 0; i < (int)blockDim.x / 32; i++)
+        c += sc[i], l += sl[i];
+    stats[1] = (float)c;
+    if (with_mean) stats[0] = (float)(l / c);
+}
+
+template <typename T, typename I>
+static mt_status launch(mt_tensor *dlogits, mt_tensor *losses, mt_tensor *stats,
+                        const mt_tensor *logits, const mt_tensor *targets, const mt_tensor *dloss,
+                        float dmean, int64_t V, int64_t ignore_index, mt_stream stream) {
+    int64_t Nrows = logits->shape[0], Vp = logits->shape[1];
+    const int N = 16 / sizeof(T);
+    int vec = Vp % N == 0 && (uintptr_t)logits->data % 16 == 0 &&
+              (!dlogits || (uintptr_t)dlogits->data % 16 == 0);
+    int64_t nv = vec ? Vp / N : Vp;
+    int threads = 32;
+    while (threads < nv && threads < 1024)
+        threads *= 2;
+    const I *tg = (const I *)targets->data;
+    float *st = stats ? (float *)stats->data : nullptr;
+    if (dlogits && !dloss) { /* the mean's gradient needs the count first */
+        xent_stats_kernel<I><<<1, 1024, 0, stream>>>(st, nullptr, tg, Nrows, ignore_index, 0);
+        MT_CUDA_CHECK_LAUNCH();
+    }
+    T *dx = dlogits ? (T *)dlogits->data : nullptr;
+    const float *dl = dloss ? (const float *)dloss->data : nullptr;
+    for (int64_t r0 = 0; r0 < Nrows; r0 += 65535LL * 32) { // why: gridDim.x limit per launch
+        unsigned g = (unsigned)(Nrows - r0 < 65535LL * 32 ? Nrows - r0 : 65535LL * 32);
+        T *d = dx ? dx + r0 * Vp : nullptr;
+        float *l = (float *)losses->data + r0;
+        const T *x = (const T *)logits->data + r0 * Vp;
+        if (vec)
+            xent_kernel<T, I, N><<<g, threads, 0, stream>>>(d, l, x, tg + r0, dl ? dl + r0 : dl, st,
+                                                            dmean, V, Vp, ignore_index);
+        else
+            xent_kernel<T, I, 1><<<g, threads, 0, stream>>>(d, l, x, tg + r0, dl ? dl + r0 : dl, st,
+                                                            dmean, V, Vp, ignore_index);
+        MT_CUDA_CHECK_LAUNCH();
+    }
+    if (st) {
+        xent_stats_kernel<I>
+            <<<1, 1024, 0, stream>>>(st, (const float *)losses->data, tg, Nrows, ignore_index, 1);
+        MT_CUDA_CHECK_LAUNCH();
+    }
+    return MT_OK;
+}
+
+extern "C" mt_status xent_cuda(mt_tensor *dlogits, mt_tensor *losses, mt_tensor *stats,
+                               const mt_tensor *logits, const mt_tensor *targets,
+                               const mt_tensor *dloss, float dmean, int64_t V, int64_t ignore_index,
+                               mt_stream stream) {
+    if (logits->shape[0] == 0) {
+        if (stats) return MT_ERROR(MT_ERR_UNSUPPORTED, "xent stats of zero tokens on CUDA");
+        return MT_OK;
+    }
+    if (targets->dtype == MT_I64) {
+        MT_DISPATCH_FLOAT(logits->dtype, T,
+                          return launch<T, int64_t>(dlogits, losses, stats, logits, targets, dloss,
+                                                    dmean, V, ignore_index, stream));
+    } else {
+        MT_DISPATCH_FLOAT(logits->dtype, T,
+                          return launch<T, int32_t>(dlogits, losses, stats, logits, targets, dloss,
+                                                    dmean, V, ignore_index, stream));
+    }
+    return MT_OK;
+}
