@@ -1,0 +1,200 @@
+/* unit: HF -> mt -> HF is bit-exact for tiny GPT-2, Llama (GQA) and Mixtral (split and fused
+ * experts) written by transformers (golden/gen_hf_ckpt.py); the internal layout is what
+ * convert.c's table says (Conv1D transposed, per-group q|k|v rows, [gate; up]); split and fused
+ * Mixtral files import to the same tensors and export to each other. */
+#include "convert.h"
+
+#include <jansson.h>
+#include <mt/testkit.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct hf {
+    json_t *wmap;
+    mt_safetensors *f[16];
+    char *fn[16];
+    int nf;
+} hf;
+
+static void hf_load(hf *h, const char *dir) {
+    char p[512];
+    memset(h, 0, sizeof *h);
+    snprintf(p, sizeof p, "%s/model.safetensors.index.json", dir);
+    json_t *ix = json_load_file(p, 0, NULL);
+    h->wmap = ix ? json_incref(json_object_get(ix, "weight_map")) : json_object();
+    json_decref(ix);
+    if (!ix) {
+        snprintf(p, sizeof p, "%s/model.safetensors", dir);
+        MT_CHECK(mt_safetensors_open(p, &h->f[0]));
+        h->fn[h->nf++] = strdup("model.safetensors");
+        for (int i = 0; i < mt_safetensors_count(h->f[0]); i++)
+            json_object_set_new(h->wmap, mt_safetensors_name(h->f[0], i),
+                                json_string("model.safetensors"));
+        return;
+    }
+    const char *k;
+    json_t *v;
+    json_object_foreach(h->wmap, k, v) {
+        int have = 0;
+        for (int i = 0; i < h->nf; i++)
+            have |= !strcmp(h->fn[i], json_string_value(v));
+        if (have) continue;
+        snprintf(p, sizeof p, "%s/%s", dir, json_string_value(v));
+        MT_CHECK(mt_safetensors_open(p, &h->f[h->nf]));
+        h->fn[h->nf++] = strdup(json_string_value(v));
+    }
+}
+
+static mt_tensor hf_get(const hf *h, const char *name) {
+    const char *fn = json_string_value(json_object_get(h->wmap, name));
+    mt_tensor t = { 0 };
+    for (int i = 0; fn && i < h->nf; i++)
+        if (!strcmp(h->fn[i], fn)) MT_CHECK(mt_safetensors_get(h->f[i], name, &t));
+    if (!t.data) mt_die(__FILE__, __LINE__, "no HF tensor %s", name);
+    return t;
+}
+
+static void hf_free(hf *h) {
+    for (int i = 0; i < h->nf; i++) {
+        mt_safetensors_close(h->f[i]);
+        free(h->fn[i]);
+    }
+    json_decref(h->wmap);
+}
+
+/* Same names, dtypes, shapes and bytes. */
+static void expect_same_hf(const char *what, const char *a_dir, const char *b_dir) {
+    hf a, b;
+    hf_load(&a, a_dir);
+    hf_load(&b, b_dir);
+    MT_EXPECT(json_object_size(a.wmap) == json_object_size(b.wmap), "%s: %zu vs %zu tensors", what,
+              json_object_size(a.wmap), json_object_size(b.wmap));
+    const char *k;
+    json_t *v;
+    int bad = 0;
+    json_object_foreach(a.wmap, k, v) {
+        if (!json_object_get(b.wmap, k)) {
+            bad += !MT_EXPECT(0, "%s: '%s' missing", what, k);
+            continue;
+        }
+        mt_tensor x = hf_get(&a, k), y = hf_get(&b, k);
+        if (x.dtype != y.dtype || !mt_tensor_same_shape(&x, &y) ||
+            memcmp(x.data, y.data, mt_tensor_nbytes(&x)) != 0)
+            bad += !MT_EXPECT(0, "%s: '%s' differs", what, k);
+    }
+    MT_EXPECT(!bad, "%s: all tensors bit-exact", what);
+    hf_free(&a);
+    hf_free(&b);
+}
+
+static void read_mt(mt_ckpt *c, const char *name, float *buf, int64_t *shape) {
+    mt_dtype dt;
+    int nd;
+    MT_CHECK(mt_ckpt_info(c, name, &dt, &nd, shape));
+    if (nd == 1) shape[1] = 1;
+    mt_tensor t = mt_tensor_make(buf, dt, nd, shape, MT_DEVICE_CPU);
+    MT_CHECK(mt_ckpt_read(c, name, &t, NULL));
+}
+
+static char tmp[64];
+
+static const char *sub(const char *leaf) {
+    static char p[8][256];
+    static int k;
+    k = (k + 1) % 8;
+    snprintf(p[k], sizeof p[k], "%s/%s", tmp, leaf);
+    return p[k];
+}
+
+static void round_trip(const char *model, cv_experts ex, const char *expect_dir) {
+    char src[512], mt[128], out[128];
+    snprintf(src, sizeof src, "%s", mt_test_golden_path(model));
+    snprintf(mt, sizeof mt, "%s", sub(model));
+    snprintf(out, sizeof out, "%s_hf%d", sub(model), (int)ex);
+    MT_CHECK(cv_hf_to_mt(src, mt));
+    MT_CHECK(cv_mt_to_hf(mt, out, 20000, ex));
+    expect_same_hf(model, expect_dir ? mt_test_golden_path(expect_dir) : src, out);
+    char p1[600], p2[600];
+    snprintf(p1, sizeof p1, "%s/config.json", src);
+    snprintf(p2, sizeof p2, "%s/config.json", out);
+    json_t *a = json_load_file(p1, 0, NULL), *b = json_load_file(p2, 0, NULL);
+    MT_EXPECT(a && b && json_equal(a, b), "%s: config.json round-trips", model);
+    json_decref(a);
+    json_decref(b);
+}
+
+int main(void) {
+    strcpy(tmp, "/tmp/mt-convert-test-XXXXXX");
+    if (!mkdtemp(tmp)) return 1;
+    round_trip("gpt2", CV_EXPERTS_AUTO, NULL);
+    round_trip("llama", CV_EXPERTS_AUTO, NULL);
+    round_trip("mixtral", CV_EXPERTS_AUTO, NULL);
+    round_trip("mixtral_fused", CV_EXPERTS_AUTO, NULL);
+    round_trip("mixtral", CV_EXPERTS_FUSED, "mixtral_fused"); /* split in, fused out */
+    round_trip("mixtral_fused", CV_EXPERTS_SPLIT, "mixtral");
+
+    static float x[1 << 14], y[1 << 14];
+    int64_t s[MT_MAX_DIMS], s2[MT_MAX_DIMS];
+    mt_ckpt *c;
+    /* GPT-2 (C=16, H=4, D=4): fc1 = c_fc^T; qkv rows of head 1 = q rows D..2D of c_attn^T */
+    hf g;
+    hf_load(&g, mt_test_golden_path("gpt2"));
+    MT_CHECK(mt_ckpt_open(sub("gpt2"), MT_CKPT_ITER_LATEST, MT_CKPT_OPEN_VERIFY, &c));
+    read_mt(c, "decoder.layers.1.mlp.linear_fc1.weight", x, s);
+    mt_tensor fc = hf_get(&g, "transformer.h.1.mlp.c_fc.weight"); /* (C, 4C) */
+    int ok = s[0] == 64 && s[1] == 16;
+    for (int r = 0; ok && r < 64; r++)
+        for (int k = 0; k < 16; k++)
+            ok &= x[r * 16 + k] == ((float *)fc.data)[k * 64 + r];
+    MT_EXPECT(ok, "gpt2: linear_fc1 = c_fc transposed");
+    read_mt(c, "decoder.layers.0.self_attention.linear_qkv.weight", x, s);
+    mt_tensor ca = hf_get(&g, "transformer.h.0.attn.c_attn.weight"); /* (C, 3C) */
+    ok = s[0] == 48;
+    for (int r = 0; ok && r < 4; r++)
+        for (int k = 0; k < 16; k++) {
+            ok &= x[(12 + r) * 16 + k] == ((float *)ca.data)[k * 48 + 4 + r];      /* q head 1 */
+            ok &= x[(16 + r) * 16 + k] == ((float *)ca.data)[k * 48 + 16 + 4 + r]; /* k head 1 */
+        }
+    MT_EXPECT(ok, "gpt2: linear_qkv rows are [q_h; k_h; v_h] per head");
+    mt_ckpt_close(c);
+    hf_free(&g);
+    /* Llama (C=32, Q=4, G=2, D=8): group 1 starts at row 2*8+2*8 = 32 with q rows 16.. */
+    hf l;
+    hf_load(&l, mt_test_golden_path("llama"));
+    MT_CHECK(mt_ckpt_open(sub("llama"), MT_CKPT_ITER_LATEST, 0, &c));
+    read_mt(c, "decoder.layers.0.self_attention.linear_qkv.weight", x, s);
+    mt_tensor q = hf_get(&l, "model.layers.0.self_attn.q_proj.weight");
+    mt_tensor kk = hf_get(&l, "model.layers.0.self_attn.k_proj.weight");
+    MT_EXPECT(s[0] == 64 && s[1] == 32, "llama qkv shape (2*(2+2)*8, 32)");
+    MT_EXPECT(!memcmp(x + 32 * 32, (float *)q.data + 16 * 32, 16 * 32 * 4) &&
+                  !memcmp(x + 48 * 32, (float *)kk.data + 8 * 32, 8 * 32 * 4),
+              "llama: group 1 = q rows 16..32 then k rows 8..16");
+    read_mt(c, "decoder.layers.1.mlp.linear_fc1.weight", x, s);
+    mt_tensor up = hf_get(&l, "model.layers.1.mlp.up_proj.weight");
+    MT_EXPECT(s[0] == 96 && !memcmp(x + 48 * 32, up.data, 48 * 32 * 4), "llama: fc1 = [gate; up]");
+    mt_ckpt_close(c);
+    hf_free(&l);
+    /* Mixtral: split and fused files give the same internal tensors */
+    mt_ckpt *a, *b;
+    MT_CHECK(mt_ckpt_open(sub("mixtral"), MT_CKPT_ITER_LATEST, 0, &a));
+    MT_CHECK(mt_ckpt_open(sub("mixtral_fused"), MT_CKPT_ITER_LATEST, 0, &b));
+    MT_EXPECT(mt_ckpt_count(a) == mt_ckpt_count(b), "mixtral: same tensor count");
+    int same = 1;
+    for (int i = 0; i < mt_ckpt_count(a); i++) {
+        read_mt(a, mt_ckpt_name(a, i), x, s);
+        read_mt(b, mt_ckpt_name(a, i), y, s2);
+        same &= s[0] == s2[0] && s[1] == s2[1] && !memcmp(x, y, (size_t)(s[0] * s[1]) * 4);
+    }
+    MT_EXPECT(same, "mixtral: split and fused imports agree tensor by tensor");
+    MT_EXPECT(mt_ckpt_info(a, "decoder.layers.1.mlp.experts.local_experts.3.linear_fc1.weight",
+                           NULL, NULL, s) == MT_OK &&
+                  s[0] == 48,
+              "mixtral: per-expert fc1 (2I, H)");
+    mt_ckpt_close(a);
+    mt_ckpt_close(b);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
+    if (system(cmd) != 0) return 1;
+    return mt_test_result();
+}
