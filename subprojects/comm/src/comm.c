@@ -379,6 +379,7 @@ mt_status mt_comm_p2p_batch(mt_comm *comm, const mt_p2p_op *ops, int n, mt_strea
 
 mt_status mt_comm_wait(mt_comm *comm, mt_stream stream) {
     MT_REQUIRE(comm, MT_ERR_INVALID_ARG, "comm is NULL");
+    if (comm->aborted) return COMM_ERROR(comm, MT_ERR_INVALID_ARG, "the communicator was aborted");
     if (!comm->has_nccl) return MT_OK;
     return wait_nccl(comm, stream);
 }
