@@ -60,13 +60,14 @@ static void bench_load(mt_bench_state *st, void *arg) {
 
 static void bench_plain_write(mt_bench_state *st, void *arg) {
     (void)arg;
-    char p[96];
+    char p[96], q[96];
     snprintf(p, sizeof p, "%s/plain.bin", dir);
-    while (mt_bench_keep_running(st)) {
-        int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    snprintf(q, sizeof q, "%s/plain.new", dir);
+    while (mt_bench_keep_running(st)) { // why: a new file each time, as a checkpoint is
+        int fd = open(q, O_WRONLY | O_CREAT | O_TRUNC, 0644);
         int ok = fd >= 0 && write(fd, data, bytes) == (ssize_t)bytes && fsync(fd) == 0;
         if (fd >= 0) close(fd);
-        if (!ok) return mt_bench_error(st, "plain write failed");
+        if (!ok || rename(q, p) != 0) return mt_bench_error(st, "plain write failed");
     }
     mt_bench_set_bytes(st, (int64_t)bytes);
 }

@@ -34,6 +34,11 @@ typedef struct mt_ckpt_group {
     mt_status (*bcast)(void *ctx, int64_t *value);
 } mt_ckpt_group;
 
+struct mt_comm;
+/* Fills `out` with a group over `comm` (host collectives through MPI); `comm` must outlive the
+ * writers that use it. MT_ERR_UNSUPPORTED when built without mt-comm. */
+MT_API mt_status mt_ckpt_group_comm(mt_ckpt_group *out, struct mt_comm *comm);
+
 /* One local piece of a logical tensor: `tensor` (contiguous, host or device) holds the box
  * [offset, offset + tensor->shape) of a tensor whose global shape is `global_shape` (NULL: the
  * tensor is whole). Only replica 0 is written, so data-parallel copies are saved once. */
