@@ -1,0 +1,340 @@
+/* The optimizer: state planning, grad reduction over data parallel (all-reduce, or reduce-scatter
+ * for ZeRO-1), grad statistics, clipping, loss-scale handling and the step dispatch. */
+#include "optim_impl.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if MT_HAVE_COMM
+#include <mt/comm.h>
+#endif
+
+/* One range of the buffer this rank updates: the whole buffer, or its shard of one bucket. */
+typedef struct optim_range {
+    int64_t start, local, n;
+    int64_t pad_in_norm; /* padding elements inside counted groups (subtracted from zeros) */
+} optim_range;
+
+struct mt_optim {
+    mt_optim_config cfg;
+    mt_optim_buffer *b;
+    int dp_size, dp_rank, sharded;
+    int64_t local_numel;
+    float *master, *exp_avg, *exp_avg_sq; /* local_numel each (master NULL for f32 params) */
+    double *scratch;                      /* device: OPTIM_STATS_BLOCKS * 3 */
+    optim_range *ranges;
+    int n_ranges;
+    int64_t steps, skipped;
+};
+
+static size_t round_bytes(size_t x) {
+    return (x + MT_ARENA_ALIGN - 1) / MT_ARENA_ALIGN * MT_ARENA_ALIGN;
+}
+
+static mt_status check_config(const mt_optim_config *cfg, const mt_optim_buffer *b, int *dp_size) {
+    MT_REQUIRE(cfg && b, MT_ERR_INVALID_ARG, "NULL config or buffer");
+    MT_REQUIRE(cfg->size >= sizeof(mt_optim_config), MT_ERR_INVALID_ARG,
+               "config size %zu, expected %zu", cfg->size, sizeof(mt_optim_config));
+    MT_REQUIRE(cfg->kind == MT_OPTIM_ADAMW || cfg->kind == MT_OPTIM_SGD, MT_ERR_INVALID_ARG,
+               "optimizer kind %d", (int)cfg->kind);
+    MT_REQUIRE(b->finalized, MT_ERR_INVALID_ARG, "buffer not finalized");
+#if MT_HAVE_COMM
+    *dp_size = cfg->dp ? mt_comm_size(cfg->dp) : 1;
+#else
+    MT_REQUIRE(!cfg->dp && !cfg->mp, MT_ERR_UNSUPPORTED, "built without mt-comm");
+    *dp_size = 1;
+#endif
+    if (cfg->use_distributed_optimizer)
+        MT_REQUIRE(b->cfg.dp_size == *dp_size, MT_ERR_INVALID_ARG,
+                   "buffer planned for dp_size %d, data-parallel group has %d", b->cfg.dp_size,
+                   *dp_size);
+    return MT_OK;
+}
+
+static int64_t local_numel(const mt_optim_config *cfg, const mt_optim_buffer *b, int dp) {
+    return cfg->use_distributed_optimizer ? b->numel / dp : b->numel;
+}
+
+mt_status mt_optim_state_bytes(const mt_optim_config *cfg, const mt_optim_buffer *b,
+                               size_t *bytes) {
+    int dp;
+    MT_TRY(check_config(cfg, b, &dp));
+    MT_REQUIRE(bytes, MT_ERR_INVALID_ARG, "bytes is NULL");
+    size_t n = (size_t)local_numel(cfg, b, dp) * 4;
+    size_t total = round_bytes(n);                                 /* exp_avg */
+    if (cfg->kind == MT_OPTIM_ADAMW) total += round_bytes(n);      /* exp_avg_sq */
+    if (b->cfg.param_dtype != MT_F32) total += round_bytes(n);     /* master */
+    total += round_bytes(OPTIM_STATS_BLOCKS * 3 * sizeof(double)); /* scratch */
+    *bytes = total;
+    return MT_OK;
+}
+
+static int64_t overlap(int64_t a0, int64_t a1, int64_t b0, int64_t b1) {
+    int64_t lo = a0 > b0 ? a0 : b0, hi = a1 < b1 ? a1 : b1;
+    return hi > lo ? hi - lo : 0;
+}
+
+static mt_status plan_ranges(mt_optim *o) {
+    const mt_optim_buffer *b = o->b;
+    o->n_ranges = o->sharded ? b->n_buckets : 1;
+    o->ranges = calloc((size_t)o->n_ranges, sizeof *o->ranges);
+    MT_REQUIRE(o->ranges, MT_ERR_OOM, "%d ranges", o->n_ranges);
+    int64_t local = 0;
+    for (int k = 0; k < o->n_ranges; k++) {
+        optim_range *r = &o->ranges[k];
+        if (o->sharded) {
+            int64_t s = (b->bucket_off[k + 1] - b->bucket_off[k]) / o->dp_size;
+            r->start = b->bucket_off[k] + (int64_t)o->dp_rank * s;
+            r->n = s;
+        } else {
+            r->start = 0;
+            r->n = b->numel;
+        }
+        r->local = local;
+        local += r->n;
+        for (int i = 0; i < b->n_params; i++) {
+            const optim_param *p = &b->params[i];
+            if (p->in_norm)
+                r->pad_in_norm +=
+                    overlap(r->start, r->start + r->n, p->offset + p->numel, p->offset + p->padded);
+        }
+    }
+    MT_ASSERT(local == o->local_numel);
+    return MT_OK;
+}
+
+mt_status mt_optim_create(const mt_optim_config *cfg, mt_optim_buffer *b, mt_arena *arena,
+                          mt_optim **out) {
+    MT_REQUIRE(out, MT_ERR_INVALID_ARG, "out is NULL");
+    *out = NULL;
+    int dp;
+    MT_TRY(check_config(cfg, b, &dp));
+    MT_REQUIRE(b->param_data, MT_ERR_INVALID_ARG, "buffer not bound");
+    MT_REQUIRE(arena && mt_device_eq(mt_arena_device(arena), b->cfg.device), MT_ERR_INVALID_ARG,
+               "arena missing or not on the buffer's device");
+    mt_optim *o = calloc(1, sizeof *o);
+    MT_REQUIRE(o, MT_ERR_OOM, "optimizer header");
+    o->cfg = *cfg;
+    o->b = b;
+    o->dp_size = dp;
+#if MT_HAVE_COMM
+    o->dp_rank = cfg->dp ? mt_comm_rank(cfg->dp) : 0;
+#endif
+    o->sharded = cfg->use_distributed_optimizer && dp > 1;
+    o->local_numel = local_numel(cfg, b, dp);
+    mt_status st = plan_ranges(o);
+    size_t n = (size_t)o->local_numel * 4;
+    mt_device dev = b->cfg.device;
+    void *p;
+    MT_TRY_GOTO(mt_arena_alloc(arena, n, &p), st, fail);
+    o->exp_avg = p;
+    MT_TRY_GOTO(mt_memset_zero(p, dev, n, NULL), st, fail);
+    if (cfg->kind == MT_OPTIM_ADAMW) {
+        MT_TRY_GOTO(mt_arena_alloc(arena, n, &p), st, fail);
+        o->exp_avg_sq = p;
+        MT_TRY_GOTO(mt_memset_zero(p, dev, n, NULL), st, fail);
+    }
+    if (b->cfg.param_dtype != MT_F32) {
+        MT_TRY_GOTO(mt_arena_alloc(arena, n, &p), st, fail);
+        o->master = p;
+        size_t es = mt_dtype_size(b->cfg.param_dtype);
+        for (int k = 0; k < o->n_ranges; k++) { /* master = float(param) */
+            const optim_range *r = &o->ranges[k];
+            mt_tensor src =
+                mt_tensor_1d((char *)b->param_data + r->start * es, b->cfg.param_dtype, r->n, dev);
+            mt_tensor dst = mt_tensor_1d(o->master + r->local, MT_F32, r->n, dev);
+            MT_TRY_GOTO(mt_cast(&dst, &src, NULL), st, fail);
+        }
+        if (mt_device_is_cuda(dev)) MT_TRY_GOTO(mt_stream_sync(NULL), st, fail);
+    }
+    MT_TRY_GOTO(mt_arena_alloc(arena, OPTIM_STATS_BLOCKS * 3 * sizeof(double), &p), st, fail);
+    o->scratch = p;
+    *out = o;
+    return MT_OK;
+fail:
+    mt_optim_destroy(o);
+    return st;
+}
+
+void mt_optim_destroy(mt_optim *o) {
+    if (!o) return;
+    free(o->ranges);
+    free(o);
+}
+
+int64_t mt_optim_num_steps(const mt_optim *o) {
+    return o ? o->steps : 0;
+}
+
+mt_status mt_optim_set_num_steps(mt_optim *o, int64_t steps) {
+    MT_REQUIRE(o && steps >= 0, MT_ERR_INVALID_ARG, "NULL optimizer or negative step count");
+    o->steps = steps;
+    return MT_OK;
+}
+
+mt_status mt_optim_state(const mt_optim *o, mt_tensor *master, mt_tensor *exp_avg,
+                         mt_tensor *exp_avg_sq) {
+    MT_REQUIRE(o, MT_ERR_INVALID_ARG, "optimizer is NULL");
+    mt_device dev = o->b->cfg.device;
+    int64_t n = o->local_numel;
+    if (master) *master = mt_tensor_1d(o->master, MT_F32, o->master ? n : 0, dev);
+    if (exp_avg) *exp_avg = mt_tensor_1d(o->exp_avg, MT_F32, n, dev);
+    if (exp_avg_sq) *exp_avg_sq = mt_tensor_1d(o->exp_avg_sq, MT_F32, o->exp_avg_sq ? n : 0, dev);
+    return MT_OK;
+}
+
+mt_status mt_optim_reduce_bucket(mt_optim *o, int k, mt_stream stream) {
+    MT_REQUIRE(o, MT_ERR_INVALID_ARG, "optimizer is NULL");
+    MT_REQUIRE(k >= 0 && k < o->b->n_buckets, MT_ERR_INVALID_ARG, "bucket %d of %d", k,
+               o->b->n_buckets);
+    if (!o->cfg.dp || o->dp_size == 1) return MT_OK;
+#if MT_HAVE_COMM
+    mt_optim_bucket bk;
+    MT_TRY(mt_optim_buffer_bucket(o->b, k, &bk));
+    if (!o->sharded)
+        return mt_comm_allreduce(o->cfg.dp, &bk.grads, &bk.grads, MT_REDOP_AVG, stream);
+    int64_t s = bk.numel / o->dp_size;
+    mt_tensor shard;
+    MT_TRY(mt_tensor_slice(&bk.grads, 0, (int64_t)o->dp_rank * s, s, &shard));
+    return mt_comm_reduce_scatter(o->cfg.dp, &shard, &bk.grads, MT_REDOP_AVG, stream);
+#else
+    (void)stream;
+    return MT_ERROR(MT_ERR_UNSUPPORTED, "built without mt-comm");
+#endif
+}
+
+mt_status mt_optim_reduce_grads(mt_optim *o, mt_stream stream) {
+    MT_REQUIRE(o, MT_ERR_INVALID_ARG, "optimizer is NULL");
+    for (int k = 0; k < o->b->n_buckets; k++)
+        MT_TRY(mt_optim_reduce_bucket(o, k, stream));
+    return MT_OK;
+}
+
+#if MT_HAVE_COMM
+/* Sums the statistics over `comm` in rank order (fp64, so every layout adds the same partials the
+ * same way): an all-gather of the raw doubles, on the host or through the device scratch. */
+static mt_status reduce_stats(mt_optim *o, struct mt_comm *comm, optim_stats *s, mt_stream stream) {
+    int n = mt_comm_size(comm);
+    if (n == 1) return MT_OK;
+    MT_REQUIRE(n * 3 <= OPTIM_STATS_BLOCKS * 3, MT_ERR_UNSUPPORTED, "group of %d ranks", n);
+    double mine[3] = { s->sumsq, s->zeros, s->nonfinite };
+    double *all = malloc((size_t)n * 3 * sizeof *all);
+    MT_REQUIRE(all, MT_ERR_OOM, "stats of %d ranks", n);
+    mt_status st;
+    if (mt_comm_has_host(comm)) {
+        mt_tensor src = mt_tensor_1d(mine, MT_U8, 24, MT_DEVICE_CPU);
+        mt_tensor dst = mt_tensor_1d(all, MT_U8, 24 * (int64_t)n, MT_DEVICE_CPU);
+        st = mt_comm_allgather(comm, &dst, &src, stream);
+    } else {
+        mt_device dev = o->b->cfg.device;
+        mt_tensor src = mt_tensor_1d(o->scratch, MT_U8, 24, dev);
+        mt_tensor dst = mt_tensor_1d(o->scratch + 3, MT_U8, 24 * (int64_t)n, dev);
+        st = mt_memcpy(o->scratch, dev, mine, MT_DEVICE_CPU, 24, stream);
+        if (st == MT_OK) st = mt_comm_allgather(comm, &dst, &src, stream);
+        if (st == MT_OK) st = mt_memcpy(all, MT_DEVICE_CPU, o->scratch + 3, dev, 24 * n, stream);
+        if (st == MT_OK) st = mt_comm_wait(comm, stream);
+    }
+    if (st == MT_OK) {
+        s->sumsq = s->zeros = s->nonfinite = 0.0;
+        for (int r = 0; r < n; r++) {
+            s->sumsq += all[3 * r];
+            s->zeros += all[3 * r + 1];
+            s->nonfinite += all[3 * r + 2];
+        }
+    }
+    free(all);
+    return st;
+}
+#endif
+
+static mt_status grad_stats(mt_optim *o, optim_stats *s, mt_stream stream) {
+    const mt_optim_buffer *b = o->b;
+    memset(s, 0, sizeof *s);
+    for (int k = 0; k < o->n_ranges; k++) {
+        const optim_range *r = &o->ranges[k];
+        optim_stats_args a = { r->n, r->start, b->norm_mask, b->grad_data + r->start };
+        optim_stats rs;
+        MT_TRY(MT_DISPATCH(b->cfg.device, optim_stats_cpu(&a, &rs),
+                           optim_stats_cuda(&a, o->scratch, &rs, stream)));
+        s->sumsq += rs.sumsq;
+        s->zeros += rs.zeros - (double)r->pad_in_norm; // why: padding is zero but no grad
+        s->nonfinite += rs.nonfinite;
+    }
+#if MT_HAVE_COMM
+    if (o->sharded) MT_TRY(reduce_stats(o, o->cfg.dp, s, stream));
+    if (o->cfg.mp) MT_TRY(reduce_stats(o, o->cfg.mp, s, stream));
+#endif
+    return MT_OK;
+}
+
+mt_status mt_optim_step(mt_optim *o, double lr, double wd, mt_optim_scaler *scaler,
+                        mt_optim_step_info *info, mt_stream stream) {
+    MT_REQUIRE(o, MT_ERR_INVALID_ARG, "optimizer is NULL");
+    MT_REQUIRE(lr >= 0.0 && wd >= 0.0, MT_ERR_INVALID_ARG, "lr %g, wd %g", lr, wd);
+    const mt_optim_buffer *b = o->b;
+    mt_optim_step_info inf = { 0, NAN, -1, scaler ? scaler->scale : 1.0f, 0 };
+    optim_stats s;
+    MT_TRY(grad_stats(o, &s, stream));
+    int found_inf = s.nonfinite > 0.0;
+    if (scaler) mt_optim_scaler_update(scaler, found_inf);
+    if (found_inf) { /* Megatron: skip the update, count it */
+        o->skipped++;
+        inf.skipped = 1;
+        inf.num_skipped = o->skipped;
+        if (info) *info = inf;
+        return MT_OK;
+    }
+    double inv_scale = 1.0 / (double)inf.loss_scale;
+    inf.grad_norm = sqrt(s.sumsq) * inv_scale;
+    if (o->cfg.log_num_zeros_in_grad) inf.num_zeros = (int64_t)s.zeros;
+    double clip = 1.0;
+    if (o->cfg.clip_grad > 0.0f) {
+        double coeff = o->cfg.clip_grad / (inf.grad_norm + 1.0e-6); /* clip_grad_by_total_norm */
+        if (coeff < 1.0) clip = coeff;
+    }
+    o->steps++;
+    double t = (double)o->steps;
+    optim_step_args a;
+    memset(&a, 0, sizeof a);
+    a.kind = o->cfg.kind;
+    a.wd_mask = b->wd_mask;
+    a.param_dtype = b->cfg.param_dtype;
+    a.lr = (float)lr;
+    a.wd = (float)wd;
+    a.beta1 = o->cfg.adam_beta1;
+    a.beta2 = o->cfg.adam_beta2;
+    a.eps = o->cfg.adam_eps;
+    a.momentum = o->cfg.sgd_momentum;
+    a.step_size = (float)(lr / (1.0 - pow(o->cfg.adam_beta1, t)));
+    a.bc2_sqrt = (float)sqrt(1.0 - pow(o->cfg.adam_beta2, t));
+    a.inv_scale = (float)inv_scale;
+    a.clip = (float)clip;
+    size_t es = mt_dtype_size(b->cfg.param_dtype);
+    for (int k = 0; k < o->n_ranges; k++) {
+        const optim_range *r = &o->ranges[k];
+        a.n = r->n;
+        a.start = r->start;
+        a.param = (char *)b->param_data + r->start * es;
+        a.master = o->master ? o->master + r->local : NULL;
+        a.grad = b->grad_data + r->start;
+        a.exp_avg = o->exp_avg + r->local;
+        a.exp_avg_sq = o->exp_avg_sq ? o->exp_avg_sq + r->local : NULL;
+        MT_TRY(MT_DISPATCH(b->cfg.device, optim_step_cpu(&a), optim_step_cuda(&a, stream)));
+    }
+#if MT_HAVE_COMM
+    if (o->sharded) { /* every rank gets the updated params of every shard */
+        for (int k = 0; k < b->n_buckets; k++) {
+            mt_optim_bucket bk;
+            MT_TRY(mt_optim_buffer_bucket(b, k, &bk));
+            int64_t sn = bk.numel / o->dp_size;
+            mt_tensor shard;
+            MT_TRY(mt_tensor_slice(&bk.params, 0, (int64_t)o->dp_rank * sn, sn, &shard));
+            MT_TRY(mt_comm_allgather(o->cfg.dp, &bk.params, &shard, stream));
+        }
+    }
+#endif
+    inf.num_skipped = o->skipped;
+    if (info) *info = inf;
+    return MT_OK;
+}
