@@ -1,5 +1,6 @@
 /* No silent hangs on MPI: rank 1 skips an all-reduce on group "tp"; every other rank must get
- * MT_ERR_TIMEOUT naming the group, the operation and its rank within the 2 s timeout. */
+ * MT_ERR_TIMEOUT naming the group, the operation and its rank within the 2 s timeout. Then rank 0
+ * waits for a message rank 1 never sends. */
 #include <mt/comm.h>
 #include <mt/testkit.h>
 
@@ -36,8 +37,19 @@ int main(void) {
         t0 = mt_time_now();
         MT_EXPECT(mt_comm_barrier(tp) != MT_OK && mt_time_now() - t0 < 0.5, "aborted comm");
     }
+    /* a receive whose sender never sends: MT_ERR_TIMEOUT too */
+    mt_comm *pp;
+    MT_CHECK(mt_comm_split(w, 0, me, "pp", &pp));
+    mt_comm_set_timeout(pp, 1.0);
+    if (me == 0) {
+        double t0 = mt_time_now();
+        MT_EXPECT_STATUS(mt_comm_recv(pp, &t, 1, NULL), MT_ERR_TIMEOUT);
+        MT_EXPECT(strstr(mt_last_error(), "recv on group 'pp'") != NULL, "%s", mt_last_error());
+        MT_EXPECT(mt_time_now() - t0 < 4.0, "recv timed out after %.2f s", mt_time_now() - t0);
+    }
     /* the world is still healthy: everyone meets here */
     MT_EXPECT_STATUS(mt_comm_barrier(w), MT_OK);
+    mt_comm_destroy(pp);
     mt_comm_destroy(tp);
     mt_comm_destroy(w);
     return mt_test_result();
