@@ -1,0 +1,136 @@
+/* gpu: embedding forward and the sort-based backward on CUDA equal the CPU reference (the same sums
+ * in the same token order) on fresh random input in f32 and bf16, with f32 or bf16 gradient tables,
+ * hot ids repeated hundreds of times, i32 and i64 ids; the backward is bit-identical run to run. */
+#include <mt/tensor.h>
+#include <mt/testkit.h>
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static mt_arena *ar;
+
+/* f32 host values -> a fresh host tensor of dtype dt (caller frees ->data). */
+static mt_tensor host_as(const float *v, mt_dtype dt, int ndim, const int64_t *shape) {
+    mt_tensor h = mt_tensor_make((void *)v, MT_F32, ndim, shape, MT_DEVICE_CPU);
+    mt_tensor t = mt_tensor_make(malloc(mt_tensor_nbytes(&h) / 4 * mt_dtype_size(dt) + 16), dt,
+                                 ndim, shape, MT_DEVICE_CPU);
+    MT_CHECK(mt_cast(&t, &h, NULL));
+    return t;
+}
+
+/* A device copy of host tensor h (any dtype), carved from the arena. */
+static mt_tensor to_dev(const mt_tensor *h) {
+    mt_tensor d;
+    MT_CHECK(mt_tensor_alloc(ar, h->dtype, h->ndim, h->shape, &d));
+    MT_CHECK(mt_tensor_copy(&d, h, NULL));
+    return d;
+}
+
+/* An uninitialised device tensor poisoned with NaN (float dtypes), so unwritten outputs show. */
+static mt_tensor dev_nan(mt_dtype dt, int ndim, const int64_t *shape) {
+    mt_tensor d;
+    MT_CHECK(mt_tensor_alloc(ar, dt, ndim, shape, &d));
+    MT_CHECK(mt_fill(&d, NAN, NULL));
+    return d;
+}
+
+/* Any float tensor (host or device) -> malloc'd f32 host values. */
+static float *as_f32(const mt_tensor *t) {
+    int64_t n = mt_tensor_numel(t);
+    mt_tensor h = mt_tensor_make(malloc((size_t)n * mt_dtype_size(t->dtype) + 16), t->dtype,
+                                 t->ndim, t->shape, MT_DEVICE_CPU);
+    MT_CHECK(mt_tensor_copy(&h, t, NULL));
+    float *out = malloc((size_t)n * 4 + 16);
+    mt_tensor o = mt_tensor_make(out, MT_F32, t->ndim, t->shape, MT_DEVICE_CPU);
+    MT_CHECK(mt_cast(&o, &h, NULL));
+    free(h.data);
+    return out;
+}
+
+/* Compares a device result with a host reference of the same shape (both read as f32). */
+static void close_dev(const char *what, const mt_tensor *dev, const mt_tensor *ref, double atol,
+                      double rtol) {
+    float *g = as_f32(dev), *r = as_f32(ref);
+    mt_test_close_f32(what, g, r, (size_t)mt_tensor_numel(ref), atol, rtol);
+    free(g), free(r);
+}
+
+static float *uniform(int64_t n, uint64_t seed, float lo, float hi) {
+    float *v = malloc((size_t)n * 4 + 16);
+    mt_test_fill_uniform(v, (size_t)n, seed, 0, lo, hi);
+    return v;
+}
+
+static void run(mt_dtype dt, mt_dtype gdt, mt_dtype idt, int64_t V, int64_t C, int64_t B, int64_t T,
+                int hot, uint64_t seed) {
+    mt_arena_reset(ar);
+    int64_t tsh[2] = { V, C }, psh[2] = { T + 3, C }, osh[3] = { B, T, C }, ish[2] = { B, T };
+    float *w = uniform(V * C, seed, -1, 1), *p = uniform((T + 3) * C, seed + 1, -1, 1);
+    float *d = uniform(B * T * C, seed + 2, -1, 1), *u = uniform(B * T, seed + 3, 0, 1);
+    float *g0 = uniform(V * C, seed + 4, -1, 1), *gp0 = uniform((T + 3) * C, seed + 5, -1, 1);
+    int64_t *i64 = malloc((size_t)(B * T) * 8);
+    int32_t *i32 = malloc((size_t)(B * T) * 4);
+    for (int64_t n = 0; n < B * T; n++) {
+        int64_t range = hot ? 7 : V; /* hot: a handful of ids, each hundreds of times */
+        i64[n] = (int64_t)(u[n] * (float)range) % range;
+        if (n == B * T - 1) i64[n] = V - 1;
+        i32[n] = (int32_t)i64[n];
+    }
+    mt_tensor hids = idt == MT_I64 ? mt_tensor_make(i64, MT_I64, 2, ish, MT_DEVICE_CPU)
+                                   : mt_tensor_make(i32, MT_I32, 2, ish, MT_DEVICE_CPU);
+    mt_tensor hw = host_as(w, dt, 2, tsh), hp = host_as(p, dt, 2, psh);
+    mt_tensor hd = host_as(d, dt, 3, osh), ho = host_as(d, dt, 3, osh);
+    mt_tensor hgw = host_as(g0, gdt, 2, tsh), hgp = host_as(gp0, gdt, 2, psh);
+    mt_tensor dgw0 = to_dev(&hgw), dgp0 = to_dev(&hgp); /* gradients accumulate onto these */
+    MT_CHECK(mt_embedding_fwd(&ho, &hids, &hw, &hp, NULL));
+    MT_CHECK(mt_embedding_bwd(&hgw, &hgp, &hd, &hids, NULL, 0, NULL));
+    mt_tensor dids = to_dev(&hids), dw = to_dev(&hw), dp = to_dev(&hp), dd = to_dev(&hd);
+    mt_tensor dout = dev_nan(dt, 3, osh);
+    MT_CHECK(mt_embedding_fwd(&dout, &dids, &dw, &dp, NULL));
+    size_t wsb;
+    MT_CHECK(mt_embedding_bwd_workspace(&dids, V, dids.device, &wsb));
+    void *ws;
+    MT_CHECK(mt_arena_alloc(ar, wsb, &ws));
+    char what[128];
+    snprintf(what, sizeof what, "embedding %s grads %s ids %s V=%lld C=%lld B=%lld T=%lld%s",
+             mt_dtype_name(dt), mt_dtype_name(gdt), mt_dtype_name(idt), (long long)V, (long long)C,
+             (long long)B, (long long)T, hot ? " hot" : "");
+    close_dev(what, &dout, &ho, 0, 0); /* a gather and one add: exact */
+    float *first = NULL;
+    for (int rep = 0; rep < 2; rep++) {
+        mt_tensor dgw, dgp;
+        MT_CHECK(mt_tensor_alloc(ar, gdt, 2, tsh, &dgw));
+        MT_CHECK(mt_tensor_alloc(ar, gdt, 2, psh, &dgp));
+        MT_CHECK(mt_tensor_copy(&dgw, &dgw0, NULL));
+        MT_CHECK(mt_tensor_copy(&dgp, &dgp0, NULL));
+        MT_CHECK(mt_embedding_bwd(&dgw, &dgp, &dd, &dids, ws, wsb, NULL));
+        /* the same fp32 adds in the same order as the CPU */
+        close_dev(what, &dgw, &hgw, 1e-6, 1e-6);
+        close_dev(what, &dgp, &hgp, 1e-6, 1e-6);
+        float *got = as_f32(&dgw);
+        if (rep == 0)
+            first = got;
+        else {
+            MT_EXPECT(memcmp(first, got, (size_t)(V * C) * 4) == 0, "%s: not deterministic", what);
+            free(got);
+        }
+    }
+    free(first);
+    free(w), free(p), free(d), free(u), free(g0), free(gp0), free(i64), free(i32);
+    free(hw.data), free(hp.data), free(hd.data), free(ho.data), free(hgw.data), free(hgp.data);
+}
+
+int main(void) {
+    mt_test_require_gpus(1);
+    MT_CHECK(mt_arena_create(mt_device_cuda(0), (size_t)1 << 30, &ar));
+    run(MT_F32, MT_F32, MT_I64, 1000, 768, 4, 64, 0, 1);
+    run(MT_F32, MT_F32, MT_I32, 1000, 768, 4, 64, 1, 2);
+    run(MT_BF16, MT_F32, MT_I32, 50257, 768, 8, 128, 0, 3);
+    run(MT_BF16, MT_F32, MT_I64, 50257, 768, 8, 128, 1, 4);
+    run(MT_BF16, MT_BF16, MT_I32, 1000, 256, 2, 300, 1, 5);
+    run(MT_BF16, MT_BF16, MT_I64, 333, 36, 3, 17, 0, 6); /* C % 8 != 0: scalar path */
+    run(MT_F32, MT_F32, MT_I32, 333, 37, 3, 17, 1, 7);
+    mt_arena_destroy(ar);
+    return mt_test_result();
+}

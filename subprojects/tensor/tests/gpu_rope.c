@@ -1,0 +1,135 @@
+/* gpu: RoPE forward/backward on CUDA equal the CPU reference on fresh random input in f32 and bf16:
+ * both layouts, full and partial rotary dims (vectorised and scalar paths), default positions and
+ * (T)/(B,T) position ids up to 1e5, in place; and the golden values. */
+#include <mt/tensor.h>
+#include <mt/testkit.h>
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static mt_arena *ar;
+
+/* f32 host values -> a fresh host tensor of dtype dt (caller frees ->data). */
+static mt_tensor host_as(const float *v, mt_dtype dt, int ndim, const int64_t *shape) {
+    mt_tensor h = mt_tensor_make((void *)v, MT_F32, ndim, shape, MT_DEVICE_CPU);
+    mt_tensor t = mt_tensor_make(malloc(mt_tensor_nbytes(&h) / 4 * mt_dtype_size(dt) + 16), dt,
+                                 ndim, shape, MT_DEVICE_CPU);
+    MT_CHECK(mt_cast(&t, &h, NULL));
+    return t;
+}
+
+/* A device copy of host tensor h (any dtype), carved from the arena. */
+static mt_tensor to_dev(const mt_tensor *h) {
+    mt_tensor d;
+    MT_CHECK(mt_tensor_alloc(ar, h->dtype, h->ndim, h->shape, &d));
+    MT_CHECK(mt_tensor_copy(&d, h, NULL));
+    return d;
+}
+
+/* An uninitialised device tensor poisoned with NaN (float dtypes), so unwritten outputs show. */
+static mt_tensor dev_nan(mt_dtype dt, int ndim, const int64_t *shape) {
+    mt_tensor d;
+    MT_CHECK(mt_tensor_alloc(ar, dt, ndim, shape, &d));
+    MT_CHECK(mt_fill(&d, NAN, NULL));
+    return d;
+}
+
+/* Any float tensor (host or device) -> malloc'd f32 host values. */
+static float *as_f32(const mt_tensor *t) {
+    int64_t n = mt_tensor_numel(t);
+    mt_tensor h = mt_tensor_make(malloc((size_t)n * mt_dtype_size(t->dtype) + 16), t->dtype,
+                                 t->ndim, t->shape, MT_DEVICE_CPU);
+    MT_CHECK(mt_tensor_copy(&h, t, NULL));
+    float *out = malloc((size_t)n * 4 + 16);
+    mt_tensor o = mt_tensor_make(out, MT_F32, t->ndim, t->shape, MT_DEVICE_CPU);
+    MT_CHECK(mt_cast(&o, &h, NULL));
+    free(h.data);
+    return out;
+}
+
+/* Compares a device result with a host reference of the same shape (both read as f32). */
+static void close_dev(const char *what, const mt_tensor *dev, const mt_tensor *ref, double atol,
+                      double rtol) {
+    float *g = as_f32(dev), *r = as_f32(ref);
+    mt_test_close_f32(what, g, r, (size_t)mt_tensor_numel(ref), atol, rtol);
+    free(g), free(r);
+}
+
+static float *uniform(int64_t n, uint64_t seed, float lo, float hi) {
+    float *v = malloc((size_t)n * 4 + 16);
+    mt_test_fill_uniform(v, (size_t)n, seed, 0, lo, hi);
+    return v;
+}
+
+/* pos_kind: 0 default, 1 (T) i32, 2 (B,T) i64 */
+static void run(mt_dtype dt, int64_t B, int64_t T, int64_t H, int64_t D, int rot, double theta,
+                int inter, int pos_kind, uint64_t seed) {
+    mt_arena_reset(ar);
+    int64_t sh[4] = { B, T, H, D };
+    float *x = uniform(B * T * H * D, seed, -2, 2), *u = uniform(B * T, seed + 1, 0, 1);
+    int64_t *p64 = malloc((size_t)(B * T) * 8);
+    int32_t *p32 = malloc((size_t)(B * T) * 4);
+    for (int64_t i = 0; i < B * T; i++)
+        p64[i] = (int64_t)(u[i] * 1e5f), p32[i] = (int32_t)p64[i];
+    mt_tensor hpos = pos_kind == 1 ? mt_tensor_1d(p32, MT_I32, T, MT_DEVICE_CPU)
+                                   : mt_tensor_2d(p64, MT_I64, B, T, MT_DEVICE_CPU);
+    mt_tensor hx = host_as(x, dt, 4, sh), hf = host_as(x, dt, 4, sh), hb = host_as(x, dt, 4, sh);
+    const mt_tensor *pp = pos_kind ? &hpos : NULL;
+    MT_CHECK(mt_rope_fwd(&hf, &hx, pp, rot, theta, inter, NULL));
+    MT_CHECK(mt_rope_bwd(&hb, &hx, pp, rot, theta, inter, NULL));
+    mt_tensor dpos = to_dev(&hpos), dx_ = to_dev(&hx);
+    const mt_tensor *dp = pos_kind ? &dpos : NULL;
+    mt_tensor df = dev_nan(dt, 4, sh), db = dev_nan(dt, 4, sh);
+    MT_CHECK(mt_rope_fwd(&df, &dx_, dp, rot, theta, inter, NULL));
+    MT_CHECK(mt_rope_bwd(&db, &dx_, dp, rot, theta, inter, NULL));
+    char what[128];
+    snprintf(what, sizeof what, "rope %s %s B=%lld T=%lld H=%lld D=%lld rot=%d pos=%d",
+             mt_dtype_name(dt), inter ? "interleaved" : "half", (long long)B, (long long)T,
+             (long long)H, (long long)D, rot, pos_kind);
+    double rtol = dt == MT_F32 ? 1e-5 : 1e-2; /* bf16: one rounding step apart at most */
+    close_dev(what, &df, &hf, 1e-6, rtol);
+    close_dev(what, &db, &hb, 1e-6, rtol);
+    MT_CHECK(mt_rope_fwd(&dx_, &dx_, dp, rot, theta, inter, NULL)); /* in place */
+    close_dev(what, &dx_, &hf, 1e-6, rtol);
+    free(x), free(u), free(p64), free(p32), free(hx.data), free(hf.data), free(hb.data);
+}
+
+static void golden(const char *name, int rot, double theta, int inter, int with_pos) {
+    mt_arena_reset(ar);
+    int64_t sh[4] = { 2, 5, 3, 12 };
+    char path[64];
+    float *x = mt_test_golden_f32("rope_x.npy", NULL, NULL);
+    float *pf = mt_test_golden_f32("rope_pos.npy", NULL, NULL);
+    snprintf(path, sizeof path, "rope_%s_out.npy", name);
+    float *ref = mt_test_golden_f32(path, NULL, NULL);
+    int64_t pos[10];
+    for (int i = 0; i < 10; i++)
+        pos[i] = (int64_t)pf[i];
+    mt_tensor hx = mt_tensor_make(x, MT_F32, 4, sh, MT_DEVICE_CPU);
+    mt_tensor hr = mt_tensor_make(ref, MT_F32, 4, sh, MT_DEVICE_CPU);
+    mt_tensor hp = mt_tensor_2d(pos, MT_I64, 2, 5, MT_DEVICE_CPU);
+    mt_tensor dx_ = to_dev(&hx), dp = to_dev(&hp), dout = dev_nan(MT_F32, 4, sh);
+    MT_CHECK(mt_rope_fwd(&dout, &dx_, with_pos ? &dp : NULL, rot, theta, inter, NULL));
+    snprintf(path, sizeof path, "rope %s golden (cuda)", name);
+    close_dev(path, &dout, &hr, 1e-6, 1e-5);
+    free(x), free(pf), free(ref);
+}
+
+int main(void) {
+    mt_test_require_gpus(1);
+    MT_CHECK(mt_arena_create(mt_device_cuda(0), (size_t)1 << 28, &ar));
+    for (int bf = 0; bf < 2; bf++) {
+        mt_dtype dt = bf ? MT_BF16 : MT_F32;
+        for (int inter = 0; inter < 2; inter++) {
+            run(dt, 2, 67, 5, 128, 128, 10000.0, inter, 0, 1 + bf);
+            run(dt, 2, 67, 5, 128, 64, 500000.0, inter, 2, 3 + bf);
+            run(dt, 3, 33, 4, 72, 40, 10000.0, inter, 1, 5 + bf); /* half: scalar for bf16 */
+            run(dt, 1, 9, 2, 10, 6, 10000.0, inter, 2, 7 + bf);   /* D % 4 != 0: scalar */
+        }
+    }
+    golden("half", 8, 10000.0, 0, 0);
+    golden("inter", 12, 500000.0, 1, 1);
+    mt_arena_destroy(ar);
+    return mt_test_result();
+}
