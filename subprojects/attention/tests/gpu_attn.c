@@ -360,7 +360,7 @@ int main(void) {
     for (int i = 0; i < 12; i++) { /* random shapes */
         uint32_t r0 = mt_philox_u32(99, 1, (uint64_t)i), r1 = mt_philox_u32(99, 2, (uint64_t)i);
         static const int ratios[4] = { 1, 2, 4, 8 };
-        int Hkv = 1 + (int)(r0 % 3), H = Hkv * ratios[(r0 >> 4) % 4];
+        int Hkv = 1 + (int)(r0 % 2), H = Hkv * ratios[(r0 >> 4) % 4];
         shape s = { 1 + (int)(r1 % 2),
                     1 + (int)((r1 >> 8) % 400),
                     H,

@@ -275,12 +275,12 @@ static __global__ void __launch_bounds__(NW * 32)
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         int key = key0 + 8 * r;
-        if (key >= a.T) continue;
         T *ok = dk + b * a.st[ADK][0] + (int64_t)key * a.st[ADK][1] + hk * a.st[ADK][2];
         T *ov = dv + b * a.st[ADV][0] + (int64_t)key * a.st[ADV][1] + hk * a.st[ADV][2];
 #pragma unroll
         for (int dt = 0; dt < D / 8; dt++) {
             int c = dt * 8 + 2 * (lane & 3);
+            if (key >= a.T) continue;
             *(uint32_t *)(ok + c) =
                 attn_t<T>::pack(gk[dt][2 * r] * a.scale, gk[dt][2 * r + 1] * a.scale);
             *(uint32_t *)(ov + c) = attn_t<T>::pack(gv[dt][2 * r], gv[dt][2 * r + 1]);
@@ -422,8 +422,7 @@ static mt_status launch_mma(const attn_args &a, T *dq, T *dk, T *dv, const T *do
     constexpr int BC = 16 * NW_KV, BRQ = 16 * NW_Q;
     const int smem_kv = (2 * BC * D + 2 * 64 * D + BC * 64) * (int)sizeof(T) + 2 * 64 * 4;
     const int smem_q = (2 * BRQ * D + 4 * 64 * D) * (int)sizeof(T);
-    static int attr_kv, attr_q;
-    MT_TRY(attn_smem_attr(attn_bwd_dkdv_mma_kernel<T, D, NW_KV>, smem_kv, &attr_kv));
+    MT_TRY(attn_smem_attr(attn_bwd_dkdv_mma_kernel<T, D, NW_KV>, smem_kv));
     if (dqacc) MT_CUDA_TRY(cudaMemsetAsync(dqacc, 0, (size_t)a.B * a.T * a.H * D * 4, stream));
     dim3 grid_kv((a.T + BC - 1) / BC, a.B * a.Hkv);
     attn_bwd_dkdv_mma_kernel<T, D, NW_KV>
@@ -434,7 +433,7 @@ static mt_status launch_mma(const attn_args &a, T *dq, T *dk, T *dv, const T *do
         MT_CUDA_CHECK_LAUNCH();
         return MT_OK;
     }
-    MT_TRY(attn_smem_attr(attn_bwd_dq_mma_kernel<T, D, NW_Q>, smem_q, &attr_q));
+    MT_TRY(attn_smem_attr(attn_bwd_dq_mma_kernel<T, D, NW_Q>, smem_q));
     dim3 grid_q((a.T + BRQ - 1) / BRQ, a.B * a.H);
     attn_bwd_dq_mma_kernel<T, D, NW_Q>
         <<<grid_q, NW_Q * 32, smem_q, stream>>>(a, dq, q, k, v, dout, lse, Dv);

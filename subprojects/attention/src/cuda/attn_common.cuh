@@ -152,13 +152,9 @@ __device__ __forceinline__ float warp_max(float x) {
     return x;
 }
 
-/* Raises a kernel's dynamic shared-memory limit once per process. */
-template <typename K> static mt_status attn_smem_attr(K kernel, int bytes, int *done) {
-    if (!*done) {
-        MT_CUDA_TRY(
-            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-        *done = 1;
-    }
+/* Raises a kernel's dynamic shared-memory limit (on the current device: so at every launch). */
+template <typename K> static mt_status attn_smem_attr(K kernel, int bytes) {
+    MT_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
     return MT_OK;
 }
 

@@ -189,8 +189,7 @@ static mt_status launch_mma(const attn_args &a, mt_tensor *out, mt_tensor *lse, 
                             const mt_tensor *k, const mt_tensor *v, mt_stream stream) {
     constexpr int BR = 16 * NW, BC = 64;
     const int smem = (BR + 4 * BC) * D * (int)sizeof(T);
-    static int attr_done;
-    MT_TRY(attn_smem_attr(attn_fwd_mma_kernel<T, D, NW>, smem, &attr_done));
+    MT_TRY(attn_smem_attr(attn_fwd_mma_kernel<T, D, NW>, smem));
     dim3 grid((a.T + BR - 1) / BR, a.B * a.H);
     attn_fwd_mma_kernel<T, D, NW>
         <<<grid, NW * 32, smem, stream>>>(a, (T *)out->data, (float *)lse->data, (const T *)q->data,
