@@ -1,0 +1,121 @@
+/* GEMM on the GPU through cuBLASLt (bf16, fp32 accumulation): the nn.Linear forward y = x @ W^T and
+ * its two backward layouts dX = dY @ W and dW = dY^T @ X, at GPT-2 shapes; TFLOP/s. */
+#include <mt/benchkit.h>
+#include <mt/tensor.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#if MT_HAVE_CUDA
+#include <mt/core_cuda.h>
+
+typedef struct {
+    int op;          /* 0 fwd, 1 fwd + bias + GELU (pre-GELU saved), 2 dx, 3 dw */
+    int64_t M, N, K; /* tokens, out features, in features */
+} gemm_case;
+
+/* Fills a device tensor with uniform values in [-1, 1): a random host block tiled over it
+ * (never time on zeros or constants). */
+static mt_status fill_random(mt_tensor *t) {
+    const int64_t blk = 1 << 20;
+    int64_t n = mt_tensor_numel(t), m = n < blk ? n : blk;
+    size_t es = mt_dtype_size(t->dtype);
+    float *f = malloc((size_t)m * 4);
+    void *h = malloc((size_t)m * es);
+    MT_REQUIRE(f && h, MT_ERR_OOM, "fill_random");
+    for (int64_t i = 0; i < m; i++)
+        f[i] = 2.0f * mt_philox_uniform(42, 1, (uint64_t)i) - 1.0f;
+    mt_tensor tf = mt_tensor_1d(f, MT_F32, m, MT_DEVICE_CPU),
+              th = mt_tensor_1d(h, t->dtype, m, MT_DEVICE_CPU);
+    mt_status s = mt_cast(&th, &tf, NULL);
+    for (int64_t i = 0; s == MT_OK && i < n; i += m) {
+        int64_t len = n - i < m ? n - i : m;
+        s = mt_memcpy((char *)t->data + (size_t)i * es, t->device, h, MT_DEVICE_CPU,
+                      (size_t)len * es, NULL);
+    }
+    free(f), free(h);
+    return s;
+}
+
+static mt_status run_case(mt_blas *blas, const gemm_case *c, mt_tensor *x, mt_tensor *w,
+                          mt_tensor *b, mt_tensor *y, mt_tensor *pre) {
+    switch (c->op) {
+    case 0:
+        return mt_linear_fwd(blas, y, NULL, x, w, NULL, 0, NULL);
+    case 1:
+        return mt_linear_fwd(blas, y, pre, x, w, b, MT_GEMM_GELU, NULL);
+    case 2: /* dX(M,K) = dY(M,N) @ W(N,K); y holds dY, x receives dX */
+        return mt_linear_bwd(blas, x, NULL, NULL, y, NULL, w, 0, NULL);
+    default: /* dW(N,K) = dY^T @ X */
+        return mt_linear_bwd(blas, NULL, w, NULL, y, x, NULL, 0, NULL);
+    }
+}
+
+static void bench_gemm(mt_bench_state *st, void *arg) {
+    gemm_case *c = arg;
+    mt_arena *ar = NULL;
+    mt_blas *blas = NULL;
+    size_t bytes = (size_t)2 * (c->M * c->K + c->N * c->K + 2 * c->M * c->N + c->N) + (8u << 20);
+    mt_tensor x, w, b, y, pre;
+    int64_t sx[2] = { c->M, c->K }, sw[2] = { c->N, c->K }, sy[2] = { c->M, c->N };
+    if (mt_arena_create(mt_device_cuda(0), bytes, &ar) != MT_OK ||
+        mt_blas_create(mt_device_cuda(0), &blas) != MT_OK ||
+        mt_tensor_alloc(ar, MT_BF16, 2, sx, &x) != MT_OK ||
+        mt_tensor_alloc(ar, MT_BF16, 2, sw, &w) != MT_OK ||
+        mt_tensor_alloc(ar, MT_BF16, 1, &c->N, &b) != MT_OK ||
+        mt_tensor_alloc(ar, MT_BF16, 2, sy, &y) != MT_OK ||
+        mt_tensor_alloc(ar, MT_BF16, 2, sy, &pre) != MT_OK || fill_random(&x) != MT_OK ||
+        fill_random(&w) != MT_OK || fill_random(&b) != MT_OK || fill_random(&y) != MT_OK ||
+        run_case(blas, c, &x, &w, &b, &y, &pre) != MT_OK || mt_stream_sync(NULL) != MT_OK) {
+        mt_bench_error(st, mt_last_error());
+        goto done;
+    }
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    while (mt_bench_keep_running(st)) {
+        cudaEventRecord(e0, 0);
+        mt_status s = run_case(blas, c, &x, &w, &b, &y, &pre);
+        cudaEventRecord(e1, 0);
+        cudaEventSynchronize(e1);
+        if (s != MT_OK) mt_bench_error(st, mt_last_error());
+        float ms;
+        cudaEventElapsedTime(&ms, e0, e1);
+        mt_bench_set_iteration_time(st, ms * 1e-3);
+    }
+    mt_bench_rate(st, "FLOPS", 2.0 * (double)c->M * (double)c->N * (double)c->K);
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+done:
+    mt_blas_destroy(blas);
+    mt_arena_destroy(ar);
+}
+#endif
+
+int main(int argc, char **argv) {
+#if MT_HAVE_CUDA
+    int ngpu = 0;
+    mt_device_count(&ngpu);
+    if (ngpu) {
+        char name[256];
+        mt_device_name(0, name, sizeof name);
+        mt_bench_context("device", name);
+        static const char *ops[] = { "gemm_fwd", "gemm_fwd_bias_gelu", "gemm_dx", "gemm_dw" };
+        static const int64_t outs[] = { 2304, 3072, 50304 };
+        static gemm_case cases[12];
+        static char names[12][96];
+        int n = 0;
+        for (int o = 0; o < 3; o++) {
+            for (int op = 0; op < 4; op++) {
+                if (op == 1 && outs[o] != 3072) continue; /* GELU only on the MLP's fc1 */
+                cases[n] = (gemm_case){ op, 16384, outs[o], 768 };
+                snprintf(names[n], sizeof names[n], "%s/cuda/bf16_M16384_N%lld_K768", ops[op],
+                         (long long)outs[o]);
+                mt_bench_register(names[n], bench_gemm, &cases[n], MT_BENCH_MANUAL_TIME);
+                n++;
+            }
+        }
+    }
+#endif
+    return mt_bench_main(argc, argv);
+}

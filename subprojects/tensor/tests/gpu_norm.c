@@ -1,0 +1,184 @@
+/* gpu: LayerNorm and RMSNorm (fused residual) forward and backward on CUDA equal the CPU reference
+ * on fresh random input in f32 and bf16 (16-byte and scalar paths, one and several rows per
+ * block, more rows than partial blocks), bit-identical weight gradients across runs, and the
+ * PyTorch golden values. */
+#include <mt/tensor.h>
+#include <mt/testkit.h>
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static mt_arena *ar;
+static uint64_t seed = 200;
+
+static mt_tensor host_rand(mt_dtype dt, int64_t rows, int64_t cols, float lo, float hi) {
+    size_t n = (size_t)(rows * cols);
+    float *f = malloc(n * 4);
+    mt_test_fill_uniform(f, n, seed++, 9, lo, hi);
+    mt_tensor t32 = mt_tensor_2d(f, MT_F32, rows, cols, MT_DEVICE_CPU);
+    mt_tensor t = mt_tensor_2d(malloc(n * mt_dtype_size(dt)), dt, rows, cols, MT_DEVICE_CPU);
+    MT_CHECK(mt_cast(&t, &t32, NULL));
+    free(f);
+    return t;
+}
+
+static mt_tensor host_empty(mt_dtype dt, int64_t rows, int64_t cols) {
+    return mt_tensor_2d(calloc((size_t)(rows * cols), mt_dtype_size(dt)), dt, rows, cols,
+                        MT_DEVICE_CPU);
+}
+
+static mt_tensor dev(const mt_tensor *h, mt_dtype dt, int64_t rows, int64_t cols) {
+    mt_tensor d;
+    int64_t shape[2] = { rows, cols };
+    MT_CHECK(mt_tensor_alloc(ar, dt, 2, shape, &d));
+    if (h)
+        MT_CHECK(mt_tensor_copy(&d, h, NULL));
+    else
+        MT_CHECK(mt_fill(&d, NAN, NULL)); /* poison: every element must be written */
+    return d;
+}
+
+/* Copies device tensor d to freshly malloc'd floats. */
+static float *to_host(const mt_tensor *d) {
+    int64_t n = mt_tensor_numel(d);
+    float *got = malloc((size_t)n * 4);
+    void *tmp = malloc((size_t)n * mt_dtype_size(d->dtype));
+    mt_tensor th = mt_tensor_1d(tmp, d->dtype, n, MT_DEVICE_CPU), src = *d;
+    MT_CHECK(mt_tensor_reshape(&src, 1, &n, &src));
+    MT_CHECK(mt_tensor_copy(&th, &src, NULL));
+    mt_tensor g = mt_tensor_1d(got, MT_F32, n, MT_DEVICE_CPU);
+    MT_CHECK(mt_cast(&g, &th, NULL));
+    free(tmp);
+    return got;
+}
+
+static void cmp(const char *what, const char *k, const mt_tensor *d, const mt_tensor *h,
+                double tol) {
+    int64_t n = mt_tensor_numel(h);
+    float *got = to_host(d), *want = malloc((size_t)n * 4);
+    mt_tensor w = mt_tensor_1d(want, MT_F32, n, MT_DEVICE_CPU), hs = *h;
+    MT_CHECK(mt_tensor_reshape(&hs, 1, &n, &hs));
+    MT_CHECK(mt_cast(&w, &hs, NULL));
+    char buf[128];
+    snprintf(buf, sizeof buf, "%s %s", what, k);
+    mt_test_close_f32(buf, got, want, (size_t)n, tol, tol);
+    free(got), free(want);
+}
+
+static void run(int rms, mt_dtype dt, int64_t R, int64_t C) {
+    char what[96];
+    snprintf(what, sizeof what, "%s %s %lldx%lld", rms ? "rmsnorm" : "layernorm", mt_dtype_name(dt),
+             (long long)R, (long long)C);
+    mt_arena_reset(ar);
+    double tol = dt == MT_F32 ? 2e-5 : 1.6e-2;
+    mt_tensor hx = host_rand(dt, R, C, -3, 5), hr = host_rand(dt, R, C, -2, 2);
+    mt_tensor hw = host_rand(dt, 1, C, 0.5f, 1.5f), hb = host_rand(dt, 1, C, -1, 1);
+    mt_tensor hdo = host_rand(dt, R, C, -1, 1), hdr = host_rand(dt, R, C, -1, 1);
+    mt_tensor ho = host_empty(dt, R, C), hh = host_empty(dt, R, C), hdx = host_empty(dt, R, C);
+    mt_tensor hm = host_empty(MT_F32, 1, R), hs = host_empty(MT_F32, 1, R);
+    mt_tensor hdw = host_empty(MT_F32, 1, C), hdb = host_empty(MT_F32, 1, C);
+    mt_tensor dx = dev(&hx, dt, R, C), dr = dev(&hr, dt, R, C), dw = dev(&hw, dt, 1, C);
+    mt_tensor db = dev(&hb, dt, 1, C), ddo = dev(&hdo, dt, R, C), ddr = dev(&hdr, dt, R, C);
+    mt_tensor dout = dev(NULL, dt, R, C), dh = dev(NULL, dt, R, C), ddx = dev(NULL, dt, R, C);
+    mt_tensor dm = dev(NULL, MT_F32, 1, R), ds = dev(NULL, MT_F32, 1, R);
+    mt_tensor ddw = dev(NULL, MT_F32, 1, C), ddb = dev(NULL, MT_F32, 1, C);
+    mt_tensor scratch = dev(NULL, MT_F32, 1, mt_norm_bwd_scratch_numel(R, C));
+    /* weight/bias as 1-D */
+    mt_tensor *vecs[] = { &hw, &hb, &dw, &db, &hm, &hs, &dm, &ds, &hdw, &hdb, &ddw, &ddb };
+    for (int i = 0; i < 12; i++)
+        MT_CHECK(mt_tensor_reshape(vecs[i], 1, &vecs[i]->shape[1], vecs[i]));
+
+    if (rms) {
+        MT_CHECK(mt_rmsnorm_fwd(&ho, &hh, &hs, &hx, &hr, &hw, 1e-5f, NULL));
+        MT_CHECK(mt_rmsnorm_fwd(&dout, &dh, &ds, &dx, &dr, &dw, 1e-5f, NULL));
+    } else {
+        MT_CHECK(mt_layernorm_fwd(&ho, &hh, &hm, &hs, &hx, &hr, &hw, &hb, 1e-5f, NULL));
+        MT_CHECK(mt_layernorm_fwd(&dout, &dh, &dm, &ds, &dx, &dr, &dw, &db, 1e-5f, NULL));
+        cmp(what, "mean", &dm, &hm, 2e-5);
+    }
+    cmp(what, "resid_out", &dh, &hh, 0.0);
+    cmp(what, "out", &dout, &ho, tol);
+    cmp(what, "rstd", &ds, &hs, 2e-5);
+
+    /* backward from the CPU's saved statistics, dx accumulating into the residual gradient */
+    MT_CHECK(mt_tensor_copy(&dm, &hm, NULL));
+    MT_CHECK(mt_tensor_copy(&ds, &hs, NULL));
+    MT_CHECK(mt_tensor_copy(&dh, &hh, NULL));
+    MT_CHECK(mt_tensor_copy(&ddx, &ddr, NULL));
+    memcpy(hdx.data, hdr.data, mt_tensor_nbytes(&hdx));
+    if (rms) {
+        MT_CHECK(mt_rmsnorm_bwd(&hdx, &hdw, NULL, &hdo, &hh, &hw, &hs, &hdx, 0, NULL));
+        MT_CHECK(mt_rmsnorm_bwd(&ddx, &ddw, &scratch, &ddo, &dh, &dw, &ds, &ddx, 0, NULL));
+    } else {
+        MT_CHECK(mt_layernorm_bwd(&hdx, &hdw, &hdb, NULL, &hdo, &hh, &hw, &hm, &hs, &hdx, 0, NULL));
+        MT_CHECK(
+            mt_layernorm_bwd(&ddx, &ddw, &ddb, &scratch, &ddo, &dh, &dw, &dm, &ds, &ddx, 0, NULL));
+        cmp(what, "dbias", &ddb, &hdb, 1e-4);
+    }
+    cmp(what, "dx", &ddx, &hdx, tol);
+    cmp(what, "dweight", &ddw, &hdw, 1e-4);
+
+    /* deterministic: a second run (accumulate = 0) gives the same bits; accumulate = 1 doubles */
+    float *first = to_host(&ddw);
+    if (rms)
+        MT_CHECK(mt_rmsnorm_bwd(&ddx, &ddw, &scratch, &ddo, &dh, &dw, &ds, NULL, 0, NULL));
+    else
+        MT_CHECK(
+            mt_layernorm_bwd(&ddx, &ddw, &ddb, &scratch, &ddo, &dh, &dw, &dm, &ds, NULL, 0, NULL));
+    float *second = to_host(&ddw);
+    MT_EXPECT(memcmp(first, second, (size_t)C * 4) == 0, "%s: dweight differs between runs", what);
+    if (rms)
+        MT_CHECK(mt_rmsnorm_bwd(&ddx, &ddw, &scratch, &ddo, &dh, &dw, &ds, NULL, 1, NULL));
+    else
+        MT_CHECK(
+            mt_layernorm_bwd(&ddx, &ddw, &ddb, &scratch, &ddo, &dh, &dw, &dm, &ds, NULL, 1, NULL));
+    float *twice = to_host(&ddw);
+    for (int64_t c = 0; c < C; c++)
+        first[c] *= 2.0f;
+    char buf[128];
+    snprintf(buf, sizeof buf, "%s dweight accumulated", what);
+    mt_test_close_f32(buf, twice, first, (size_t)C, 1e-6, 1e-6);
+    free(first), free(second), free(twice);
+    mt_tensor *hs_all[] = { &hx, &hr, &hw, &hb, &hdo, &hdr, &ho, &hh, &hdx, &hm, &hs, &hdw, &hdb };
+    for (size_t i = 0; i < sizeof hs_all / sizeof *hs_all; i++)
+        free(hs_all[i]->data);
+}
+
+/* The GPU against the PyTorch golden values directly (f32, LayerNorm forward). */
+static void golden(void) {
+    mt_arena_reset(ar);
+    float *x = mt_test_golden_f32("norm_x.npy", NULL, NULL),
+          *r = mt_test_golden_f32("norm_res.npy", NULL, NULL);
+    float *w = mt_test_golden_f32("norm_w.npy", NULL, NULL),
+          *b = mt_test_golden_f32("norm_b.npy", NULL, NULL);
+    float *ref = mt_test_golden_f32("norm_ln_out.npy", NULL, NULL), got[14 * 40];
+    mt_tensor hx = mt_tensor_2d(x, MT_F32, 14, 40, MT_DEVICE_CPU),
+              hr = mt_tensor_2d(r, MT_F32, 14, 40, MT_DEVICE_CPU);
+    mt_tensor hw = mt_tensor_2d(w, MT_F32, 1, 40, MT_DEVICE_CPU),
+              hb = mt_tensor_2d(b, MT_F32, 1, 40, MT_DEVICE_CPU);
+    mt_tensor dx = dev(&hx, MT_F32, 14, 40), dr = dev(&hr, MT_F32, 14, 40),
+              dout = dev(NULL, MT_F32, 14, 40);
+    mt_tensor dw = dev(&hw, MT_F32, 1, 40), db = dev(&hb, MT_F32, 1, 40);
+    MT_CHECK(mt_tensor_reshape(&dw, 1, &dw.shape[1], &dw));
+    MT_CHECK(mt_tensor_reshape(&db, 1, &db.shape[1], &db));
+    MT_CHECK(mt_layernorm_fwd(&dout, NULL, NULL, NULL, &dx, &dr, &dw, &db, 1e-5f, NULL));
+    mt_tensor hg = mt_tensor_2d(got, MT_F32, 14, 40, MT_DEVICE_CPU);
+    MT_CHECK(mt_tensor_copy(&hg, &dout, NULL));
+    mt_test_close_f32("layernorm cuda vs torch", got, ref, 14 * 40, 2e-5, 2e-5);
+    free(x), free(r), free(w), free(b), free(ref);
+}
+
+int main(void) {
+    mt_test_require_gpus(1);
+    MT_CHECK(mt_arena_create(mt_device_cuda(0), (size_t)256 << 20, &ar));
+    const int64_t shapes[][2] = { { 37, 768 }, { 16, 1600 },  { 5, 4096 }, { 14, 40 },
+                                  { 7, 33 },   { 4000, 768 }, { 3, 8192 } };
+    for (int rms = 0; rms < 2; rms++)
+        for (int d = 0; d < 2; d++)
+            for (int s = 0; s < 7; s++)
+                run(rms, d ? MT_BF16 : MT_F32, shapes[s][0], shapes[s][1]);
+    golden();
+    mt_arena_destroy(ar);
+    return mt_test_result();
+}
