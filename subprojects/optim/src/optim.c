@@ -6,9 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#if MT_HAVE_COMM
 #include <mt/comm.h>
-#endif
 
 /* One range of the buffer this rank updates: the whole buffer, or its shard of one bucket. */
 typedef struct optim_range {
@@ -39,12 +37,7 @@ static mt_status check_config(const mt_optim_config *cfg, const mt_optim_buffer 
     MT_REQUIRE(cfg->kind == MT_OPTIM_ADAMW || cfg->kind == MT_OPTIM_SGD, MT_ERR_INVALID_ARG,
                "optimizer kind %d", (int)cfg->kind);
     MT_REQUIRE(b->finalized, MT_ERR_INVALID_ARG, "buffer not finalized");
-#if MT_HAVE_COMM
     *dp_size = cfg->dp ? mt_comm_size(cfg->dp) : 1;
-#else
-    MT_REQUIRE(!cfg->dp && !cfg->mp, MT_ERR_UNSUPPORTED, "built without mt-comm");
-    *dp_size = 1;
-#endif
     if (cfg->use_distributed_optimizer)
         MT_REQUIRE(b->cfg.dp_size == *dp_size, MT_ERR_INVALID_ARG,
                    "buffer planned for dp_size %d, data-parallel group has %d", b->cfg.dp_size,
@@ -118,9 +111,7 @@ mt_status mt_optim_create(const mt_optim_config *cfg, mt_optim_buffer *b, mt_are
     o->cfg = *cfg;
     o->b = b;
     o->dp_size = dp;
-#if MT_HAVE_COMM
     o->dp_rank = cfg->dp ? mt_comm_rank(cfg->dp) : 0;
-#endif
     o->sharded = cfg->use_distributed_optimizer && dp > 1;
     o->local_numel = local_numel(cfg, b, dp);
     mt_status st = plan_ranges(o);
@@ -189,7 +180,6 @@ mt_status mt_optim_reduce_bucket(mt_optim *o, int k, mt_stream stream) {
     MT_REQUIRE(k >= 0 && k < o->b->n_buckets, MT_ERR_INVALID_ARG, "bucket %d of %d", k,
                o->b->n_buckets);
     if (!o->cfg.dp || o->dp_size == 1) return MT_OK;
-#if MT_HAVE_COMM
     mt_optim_bucket bk;
     MT_TRY(mt_optim_buffer_bucket(o->b, k, &bk));
     if (!o->sharded)
@@ -198,10 +188,6 @@ mt_status mt_optim_reduce_bucket(mt_optim *o, int k, mt_stream stream) {
     mt_tensor shard;
     MT_TRY(mt_tensor_slice(&bk.grads, 0, (int64_t)o->dp_rank * s, s, &shard));
     return mt_comm_reduce_scatter(o->cfg.dp, &shard, &bk.grads, MT_REDOP_AVG, stream);
-#else
-    (void)stream;
-    return MT_ERROR(MT_ERR_UNSUPPORTED, "built without mt-comm");
-#endif
 }
 
 mt_status mt_optim_reduce_grads(mt_optim *o, mt_stream stream) {
@@ -211,7 +197,6 @@ mt_status mt_optim_reduce_grads(mt_optim *o, mt_stream stream) {
     return MT_OK;
 }
 
-#if MT_HAVE_COMM
 /* Sums the statistics over `comm` in rank order (fp64, so every layout adds the same partials the
  * same way): an all-gather of the raw doubles, on the host or through the device scratch. */
 static mt_status reduce_stats(mt_optim *o, struct mt_comm *comm, optim_stats *s, mt_stream stream) {
@@ -246,7 +231,6 @@ static mt_status reduce_stats(mt_optim *o, struct mt_comm *comm, optim_stats *s,
     free(all);
     return st;
 }
-#endif
 
 static mt_status grad_stats(mt_optim *o, optim_stats *s, mt_stream stream) {
     const mt_optim_buffer *b = o->b;
@@ -261,10 +245,8 @@ static mt_status grad_stats(mt_optim *o, optim_stats *s, mt_stream stream) {
         s->zeros += rs.zeros - (double)r->pad_in_norm; // why: padding is zero but no grad
         s->nonfinite += rs.nonfinite;
     }
-#if MT_HAVE_COMM
     if (o->sharded) MT_TRY(reduce_stats(o, o->cfg.dp, s, stream));
     if (o->cfg.mp) MT_TRY(reduce_stats(o, o->cfg.mp, s, stream));
-#endif
     return MT_OK;
 }
 
@@ -322,7 +304,6 @@ mt_status mt_optim_step(mt_optim *o, double lr, double wd, mt_optim_scaler *scal
         a.exp_avg_sq = o->exp_avg_sq ? o->exp_avg_sq + r->local : NULL;
         MT_TRY(MT_DISPATCH(b->cfg.device, optim_step_cpu(&a), optim_step_cuda(&a, stream)));
     }
-#if MT_HAVE_COMM
     if (o->sharded) { /* every rank gets the updated params of every shard */
         for (int k = 0; k < b->n_buckets; k++) {
             mt_optim_bucket bk;
@@ -333,7 +314,6 @@ mt_status mt_optim_step(mt_optim *o, double lr, double wd, mt_optim_scaler *scal
             MT_TRY(mt_comm_allgather(o->cfg.dp, &bk.params, &shard, stream));
         }
     }
-#endif
     inf.num_skipped = o->skipped;
     if (info) *info = inf;
     return MT_OK;
