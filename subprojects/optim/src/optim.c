@@ -256,8 +256,10 @@ mt_status mt_optim_step(mt_optim *o, double lr, double wd, mt_optim_scaler *scal
     MT_REQUIRE(lr >= 0.0 && wd >= 0.0, MT_ERR_INVALID_ARG, "lr %g, wd %g", lr, wd);
     const mt_optim_buffer *b = o->b;
     mt_optim_step_info inf = { 0, NAN, -1, scaler ? scaler->scale : 1.0f, 0 };
-    optim_stats s;
-    MT_TRY(grad_stats(o, &s, stream));
+    optim_stats s = { 0.0, 0.0, 0.0 };
+    int need_stats = o->cfg.check_for_nan_in_grad || o->cfg.clip_grad > 0.0f || scaler ||
+                     o->cfg.log_num_zeros_in_grad;
+    if (need_stats) MT_TRY(grad_stats(o, &s, stream));
     int found_inf = s.nonfinite > 0.0;
     if (scaler) mt_optim_scaler_update(scaler, found_inf);
     if (found_inf) { /* Megatron: skip the update, count it */
@@ -268,7 +270,7 @@ mt_status mt_optim_step(mt_optim *o, double lr, double wd, mt_optim_scaler *scal
         return MT_OK;
     }
     double inv_scale = 1.0 / (double)inf.loss_scale;
-    inf.grad_norm = sqrt(s.sumsq) * inv_scale;
+    if (need_stats) inf.grad_norm = sqrt(s.sumsq) * inv_scale;
     if (o->cfg.log_num_zeros_in_grad) inf.num_zeros = (int64_t)s.zeros;
     double clip = 1.0;
     if (o->cfg.clip_grad > 0.0f) {

@@ -34,7 +34,7 @@ typedef struct {
     mt_arena *ar;
 } rig;
 
-static rig make(const opt_case *c, int log_zeros) {
+static rig make(const opt_case *c, int log_zeros, int check_nan) {
     rig r;
     mt_optim_buffer_config bc = MT_OPTIM_BUFFER_CONFIG_INIT;
     bc.param_dtype = c->dt;
@@ -48,6 +48,7 @@ static rig make(const opt_case *c, int log_zeros) {
     oc.kind = c->kind;
     oc.clip_grad = c->clip;
     oc.log_num_zeros_in_grad = log_zeros;
+    oc.check_for_nan_in_grad = check_nan;
     MT_CHECK(mt_optim_state_bytes(&oc, r.b, &sbytes));
     MT_CHECK(mt_arena_create(MT_DEVICE_CPU, bytes + sbytes, &r.ar));
     MT_CHECK(mt_optim_buffer_bind(r.b, r.ar));
@@ -123,7 +124,7 @@ static void run(const opt_case *c) {
     snprintf(file, sizeof file, "%s_norm.npy", c->golden);
     double *ref_norm = mt_test_golden_f64(file, NULL);
     double *ref_zeros = mt_test_golden_f64("zeros.npy", NULL);
-    rig r = make(c, 1);
+    rig r = make(c, 1, 1);
     mt_optim_scaler sc;
     if (c->scaler == 1) MT_CHECK(mt_optim_scaler_constant(&sc, 1024.0f));
     if (c->scaler == 2) MT_CHECK(mt_optim_scaler_dynamic(&sc, 1024.0f, 1.0f, 1000, 2));
@@ -160,7 +161,7 @@ static void nan_skip(void) {
     opt_case c = { "adamw", MT_OPTIM_ADAMW, MT_F32, 1.0f, 0.0f, 0.1f, 0, 0 };
     float *grads = mt_test_golden_f32("grads.npy", NULL, NULL);
     float *ref = mt_test_golden_f32("adamw_params.npy", NULL, NULL);
-    rig r = make(&c, 0);
+    rig r = make(&c, 0, 1);
     mt_optim_scaler sc;
     MT_CHECK(mt_optim_scaler_dynamic(&sc, 1024.0f, 1.0f, 1000, 1));
     mt_optim_step_info info;
@@ -185,6 +186,20 @@ static void nan_skip(void) {
               "step after the skip");
     gather(&r, got);
     mt_test_close_f32("step after skip", got, ref + N, N, 1e-6, 1e-5);
+    mt_optim_destroy(r.o);
+    mt_optim_buffer_destroy(r.b);
+    mt_arena_destroy(r.ar);
+
+    /* no NaN check, clipping, scaler or zero count: no statistics pass, the NaN goes through */
+    r = make(&c, 0, 0);
+    load_grads(&r, grads, 1.0f);
+    MT_CHECK(mt_optim_buffer_grad(r.b, 3, &g));
+    ((float *)g.data)[7] = NAN;
+    MT_CHECK(mt_optim_step(r.o, lr_of(&c, 0), 0.1, NULL, &info, NULL));
+    gather(&r, got);
+    MT_EXPECT(!info.skipped && isnan(info.grad_norm) && isnan(got[N - 30 + 7]),
+              "unchecked step: skipped %d, norm %g, param %g", info.skipped, info.grad_norm,
+              got[N - 30 + 7]);
     mt_optim_destroy(r.o);
     mt_optim_buffer_destroy(r.b);
     mt_arena_destroy(r.ar);

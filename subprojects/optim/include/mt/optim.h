@@ -134,13 +134,19 @@ typedef struct mt_optim_config {
     float sgd_momentum;                     /* --sgd-momentum 0.9 */
     float clip_grad;                        /* --clip-grad 1.0; <= 0: no clipping */
     int log_num_zeros_in_grad;              /* count zero grads (--log-num-zeros-in-grad) */
+    int check_for_nan_in_grad;              /* skip steps with Inf/NaN grads (default 1; Megatron's
+                                  --check-for-nan-in-loss-and-grad). 0, with no clipping, scaler
+                                  or zero count, leaves out the statistics pass */
     int use_distributed_optimizer;          /* shard master weights and state over `dp` */
     struct mt_comm *dp; /* data-parallel group: grads averaged over it; NULL: one rank */
     struct mt_comm *mp; /* model-parallel group the grad norm, zero count and Inf/NaN are reduced
                            over; NULL: this rank alone */
 } mt_optim_config;
-#define MT_OPTIM_CONFIG_INIT \
-    { sizeof(mt_optim_config), MT_OPTIM_ADAMW, 0.9f, 0.999f, 1e-8f, 0.9f, 1.0f, 0, 0, NULL, NULL }
+#define MT_OPTIM_CONFIG_INIT                                                                     \
+    {                                                                                            \
+        sizeof(mt_optim_config), MT_OPTIM_ADAMW, 0.9f, 0.999f, 1e-8f, 0.9f, 1.0f, 0, 1, 0, NULL, \
+            NULL                                                                                 \
+    }
 
 typedef struct mt_optim mt_optim;
 
@@ -178,7 +184,8 @@ MT_API mt_status mt_optim_reduce_grads(mt_optim *o, mt_stream stream);
  * scaler and counts), computes the global grad norm (and zeros), clips to clip_grad, updates the
  * fp32 master weights and state and writes the params back in their dtype; with
  * use_distributed_optimizer each rank updates its shard and the params are all-gathered. The grads
- * are read, not modified. Blocking (the norm decides the clip factor on the host). */
+ * are read, not modified. Blocking when the statistics are computed (the norm decides the clip
+ * factor on the host), else enqueued on `stream`. */
 MT_API mt_status mt_optim_step(mt_optim *o, double lr, double wd, mt_optim_scaler *scaler,
                                mt_optim_step_info *info, mt_stream stream);
 /* Steps taken so far (not counting skipped ones): AdamW's bias-correction step. */
