@@ -103,7 +103,7 @@ static void run_reduce(mt_dtype dt, int64_t n, int offset, uint64_t seed) {
     MT_CHECK(mt_tensor_copy(&hi, &di, NULL));
     int64_t want = 0;
     for (int64_t i = offset; i < n + offset; i++)
-        want += (i % 7) == 0;
+        want += x[i] == 0.0f;
     MT_EXPECT(cz == want, "count_zero i64 %s n=%lld: %lld, want %lld", mt_dtype_name(dt),
               (long long)n, (long long)cz, (long long)want);
     free(x), free(hall.data);
