@@ -1,0 +1,38 @@
+/* Tokenizers of tools/preprocess_data.py: GPT2BPETokenizer (byte-level BPE, identical to
+ * tiktoken's gpt2, <|endoftext|> = eod as a special token) and NullTokenizer (ids as text). */
+#ifndef MT_DATA_TOKENIZER_H
+#define MT_DATA_TOKENIZER_H
+
+#include <mt/core.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct mt_data_tokenizer mt_data_tokenizer; /* encode is not thread-safe (it caches) */
+
+/* GPT-2 BPE from encoder.json (`vocab_file`) and vocab.bpe (`merge_file`). */
+MT_API mt_status mt_data_tokenizer_gpt2_create(const char *vocab_file, const char *merge_file,
+                                               mt_data_tokenizer **out);
+/* NullTokenizer: text is space-separated integers; vocab_size() = vocab_size + 1, eod = vocab_size. */
+MT_API mt_status mt_data_tokenizer_null_create(int64_t vocab_size, mt_data_tokenizer **out);
+MT_API void mt_data_tokenizer_destroy(mt_data_tokenizer *t); /* NULL is a no-op */
+
+MT_API int64_t mt_data_tokenizer_vocab_size(const mt_data_tokenizer *t);
+MT_API int64_t mt_data_tokenizer_eod(const mt_data_tokenizer *t);
+
+/* Appends the ids of text[0..len) to *ids (a malloc'd buffer of *cap entries, grown with realloc;
+ * *ids may start NULL) after *n entries. allow_special: "<|endoftext|>" in the text becomes eod
+ * (else it is ordinary text). Invalid UTF-8 is encoded byte by byte, as tiktoken does. */
+MT_API mt_status mt_data_tokenizer_encode(mt_data_tokenizer *t, const char *text, size_t len,
+                                          int allow_special, int32_t **ids, size_t *n, size_t *cap);
+/* Appends the bytes of ids[0..n_ids) to *text (grown like encode's buffer; not NUL-terminated).
+ * An id outside the vocabulary is MT_ERR_INVALID_ARG. */
+MT_API mt_status mt_data_tokenizer_decode(const mt_data_tokenizer *t, const int32_t *ids,
+                                          size_t n_ids, char **text, size_t *len, size_t *cap);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MT_DATA_TOKENIZER_H */
