@@ -302,7 +302,7 @@ static mt_status save_npy(const char *path, const char *descr, int ndim, const i
 }
 
 static mt_status cache_save(const gpt_set *g, const char *base, const char *desc) {
-    char path[4200];
+    char path[4300];
     snprintf(path, sizeof path, "%s-description.txt", base);
     FILE *f = fopen(path, "w");
     MT_REQUIRE(f, MT_ERR_IO, "open %s: %s", path, strerror(errno));
@@ -377,7 +377,7 @@ done:
 }
 
 static mt_status cache_load(gpt_set *g, const char *base) {
-    char path[4200];
+    char path[4300];
     int64_t *doc = NULL, rows;
     int64_t hi[2] = { g->src.n, 0 };
     snprintf(path, sizeof path, "%s-document_index.npy", base);

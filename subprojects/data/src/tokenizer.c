@@ -318,7 +318,7 @@ static mt_status encode_piece(mt_data_tokenizer *t, const char *piece, size_t n,
     if (hit) return push_ids(ids, n_ids, cap, t->cache_ids + *hit + 1, (size_t)t->cache_ids[*hit]);
     int32_t small[64], *tmp = n <= 64 ? small : malloc(n * sizeof *tmp);
     MT_REQUIRE(tmp, MT_ERR_OOM, "piece of %zu bytes", n);
-    size_t k;
+    size_t k = 0;
     mt_status st = bpe(t, piece, n, tmp, &k);
     if (st == MT_OK) st = push_ids(ids, n_ids, cap, tmp, k);
     if (st == MT_OK && n <= 256) {        /* why: long pieces (whitespace runs) rarely repeat */
