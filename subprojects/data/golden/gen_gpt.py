@@ -52,6 +52,14 @@ def make_inputs():
     b.add_index(os.path.join(HERE, "ds_a"))
     b.add_index(os.path.join(HERE, "ds_c"))
     b.finalize(os.path.join(HERE, "ds_merged.idx"))
+    # short documents that end in eod, for the loss mask and position ids
+    rs = np.random.RandomState(77)
+    b = IndexedDatasetBuilder(os.path.join(HERE, "ds_e.bin"), dtype=np.uint16)
+    for _ in range(30):
+        n = int(rs.randint(1, 12))
+        b.add_item(torch.from_numpy(np.append(rs.randint(0, 50256, size=n), Tok.eod)))
+        b.end_document()
+    b.finalize(os.path.join(HERE, "ds_e.idx"))
 
 
 CASES = {  # name: (prefixes, weights, split, seq, seed, sizes [train, valid, test], extra opts)
@@ -64,6 +72,9 @@ CASES = {  # name: (prefixes, weights, split, seq, seed, sizes [train, valid, te
     "blend3nw": (["ds_a", "ds_b", "ds_c"], None, "90,5,5", 12, 5, [None, 20, None], {}),
     "blend1": (["ds_c"], [1.0], "70,20,10", 16, 11, [40, 8, 4], {}),
     "mock": (None, None, None, 64, 1234, [24, 8, 8], {}),
+    "masks": (["ds_e"], None, "60,40,0", 16, 21, [10, 9, 0],
+              {"drop_last_partial_validation_sequence": False, "eod_mask_loss": True,
+               "reset_position_ids": True}),
 }
 
 
@@ -71,9 +82,10 @@ def run_case(name, prefixes, weights, split, seq, seed, sizes, extra, cache):
     blend = None
     if prefixes is not None:
         blend = ([os.path.join(HERE, p) for p in prefixes], weights)
+    extra = {"reset_position_ids": False, **extra}
     cfg = GPTDatasetConfig(random_seed=seed, sequence_length=seq, blend=blend, split=split,
-                           path_to_cache=cache, tokenizer=Tok(), reset_position_ids=False,
-                           reset_attention_mask=False, eod_mask_loss=False, **extra)
+                           path_to_cache=cache, tokenizer=Tok(),
+                           reset_attention_mask=False, **{"eod_mask_loss": False, **extra})
     cls = MockGPTDataset if prefixes is None else GPTDataset
     dss = BlendedMegatronDatasetBuilder(cls, sizes, lambda: True, cfg).build()
     meta = {}
@@ -101,6 +113,11 @@ def run_case(name, prefixes, weights, split, seq, seed, sizes, extra, cache):
             np.save(os.path.join(HERE, base + "_doc.npy"), np.asarray(ds.document_index))
             np.save(os.path.join(HERE, base + "_sample.npy"), np.asarray(ds.sample_index))
             np.save(os.path.join(HERE, base + "_shuffle.npy"), np.asarray(ds.shuffle_index))
+        if name == "masks":  # __getitem__: tokens, labels, loss_mask, position_ids
+            items = [ds[i] for i in keep]
+            np.save(os.path.join(HERE, base + "_items.npy"), np.stack([np.stack(
+                [it["tokens"].numpy(), it["labels"].numpy(), it["loss_mask"].numpy(),
+                 it["position_ids"].numpy()]) for it in items]).astype(np.int64))
         meta[split_name] = n
     return meta
 

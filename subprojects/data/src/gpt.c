@@ -42,7 +42,7 @@ struct mt_data_dataset {
     int16_t *dataset_index;
     int64_t *dataset_sample_index;
     int64_t len;
-    int64_t *scratch; /* one sample's tokens for a sub-dataset fetch */
+    int64_t *scratch; /* one sample's text for get_sample */
 };
 
 static const char *split_name[3] = { "train", "valid", "test" };
@@ -698,6 +698,34 @@ mt_status mt_data_dataset_get(const mt_data_dataset *ds, int64_t i, int64_t *tex
     int64_t j = ds->blended ? ds->dataset_sample_index[i] : i;
     if (dataset_id) *dataset_id = d;
     return gpt_set_get(&ds->sets[d], &ds->cfg, j, text);
+}
+
+mt_status mt_data_dataset_get_sample(const mt_data_dataset *ds, int64_t i, int64_t *tokens,
+                                     int64_t *labels, float *loss_mask, int64_t *position_ids) {
+    MT_REQUIRE(ds && tokens && labels && loss_mask && position_ids, MT_ERR_INVALID_ARG,
+               "NULL dataset or output");
+    const mt_data_config *c = &ds->cfg;
+    int64_t T = c->sequence_length, *text = ds->scratch, pad = c->pad;
+    /* why: scratch makes get_sample not thread-safe; callers use one dataset per thread */
+    MT_TRY(mt_data_dataset_get(ds, i, text, NULL));
+    for (int64_t t = 0; t < T; t++) {
+        tokens[t] = text[t];
+        labels[t] = c->add_extra_token ? text[t + 1] : (t + 1 < T ? text[t + 1] : pad);
+    }
+    int64_t prev = 0;
+    for (int64_t t = 0; t < T; t++) {
+        loss_mask[t] = c->eod_mask_loss && tokens[t] == c->eod ? 0.0f : 1.0f;
+        position_ids[t] = t - prev;
+        if (c->reset_position_ids && tokens[t] == c->eod) prev = t + 1;
+    }
+    for (int64_t t = 0; t < T; t++) {
+        if (labels[t] == pad) {
+            loss_mask[t] = 0.0f;
+            labels[t] = 0;
+        }
+        if (tokens[t] == pad) tokens[t] = 0;
+    }
+    return MT_OK;
 }
 
 mt_status mt_data_dataset_indices(const mt_data_dataset *ds, const int32_t **doc, int64_t *n_doc,

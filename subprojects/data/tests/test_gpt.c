@@ -17,27 +17,24 @@ typedef struct gpt_case { /* mirrors CASES in golden/gen_gpt.py */
     int64_t sizes[3]; /* -1: None */
     int keep_partial_valid;
     int indices; /* compare document/sample/shuffle indices too */
+    int masks;   /* eod_mask_loss + reset_position_ids; compare __getitem__ */
 } gpt_case;
 
+// clang-format off
 static const gpt_case cases[] = {
-    { "single", { "ds_merged" }, 1, { 0 }, "900,80,20", 16, 1234, { 50, 10, 5 }, 0, 1 },
-    { "epochs", { "ds_a" }, 1, { 0 }, "80,15,5", 32, 7, { 200, 40, 30 }, 0, 1 },
-    { "final", { "ds_b" }, 1, { 0 }, "1,0,0", 8, 99, { 1130, 0, 0 }, 0, 1 },
-    { "nodrop", { "ds_c" }, 1, { 0 }, "50,50,0", 10, 3, { 20, 7, 0 }, 1, 0 },
-    { "blend3",
-      { "ds_a", "ds_b", "ds_c" },
-      3,
-      { 0.5, 0.3, 0.2 },
-      "90,5,5",
-      16,
-      1234,
-      { 60, 12, 6 },
-      0,
-      0 },
-    { "blend3nw", { "ds_a", "ds_b", "ds_c" }, 3, { 0 }, "90,5,5", 12, 5, { -1, 20, -1 }, 0, 0 },
-    { "blend1", { "ds_c" }, 1, { 1.0 }, "70,20,10", 16, 11, { 40, 8, 4 }, 0, 0 },
-    { "mock", { NULL }, 0, { 0 }, NULL, 64, 1234, { 24, 8, 8 }, 0, 0 },
+    /* name, prefixes, n, weights, split, seq, seed, sizes, keep_partial_valid, indices, masks */
+    { "single", { "ds_merged" }, 1, { 0 }, "900,80,20", 16, 1234, { 50, 10, 5 }, 0, 1, 0 },
+    { "epochs", { "ds_a" }, 1, { 0 }, "80,15,5", 32, 7, { 200, 40, 30 }, 0, 1, 0 },
+    { "final", { "ds_b" }, 1, { 0 }, "1,0,0", 8, 99, { 1130, 0, 0 }, 0, 1, 0 },
+    { "nodrop", { "ds_c" }, 1, { 0 }, "50,50,0", 10, 3, { 20, 7, 0 }, 1, 0, 0 },
+    { "blend3", { "ds_a", "ds_b", "ds_c" }, 3, { .5, .3, .2 }, "90,5,5", 16, 1234, { 60, 12, 6 },
+      0, 0, 0 },
+    { "blend3nw", { "ds_a", "ds_b", "ds_c" }, 3, { 0 }, "90,5,5", 12, 5, { -1, 20, -1 }, 0, 0, 0 },
+    { "blend1", { "ds_c" }, 1, { 1.0 }, "70,20,10", 16, 11, { 40, 8, 4 }, 0, 0, 0 },
+    { "mock", { NULL }, 0, { 0 }, NULL, 64, 1234, { 24, 8, 8 }, 0, 0, 0 },
+    { "masks", { "ds_e" }, 1, { 0 }, "60,40,0", 16, 21, { 10, 9, 0 }, 1, 0, 1 },
 };
+// clang-format on
 static const char *splits[3] = { "train", "valid", "test" };
 
 static void compare_indices(const mt_data_dataset *ds, const char *base) {
@@ -68,6 +65,28 @@ static void compare_indices(const mt_data_dataset *ds, const char *base) {
     free(ref);
 }
 
+/* tokens, labels, loss_mask, position_ids of each kept sample, as megatron's __getitem__ */
+static void compare_items(const mt_data_dataset *ds, const char *base, const int64_t *keep,
+                          int64_t rows) {
+    char name[300];
+    snprintf(name, sizeof name, "%s_items.npy", base);
+    size_t n;
+    int64_t *ref = golden_i64(name, &n, NULL), T = mt_data_dataset_sample_tokens(ds) - 1;
+    int64_t *got = malloc((size_t)(rows * 4 * T) * sizeof *got);
+    float *mask = malloc((size_t)T * sizeof *mask);
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t *g = got + r * 4 * T;
+        MT_CHECK(mt_data_dataset_get_sample(ds, keep[r], g, g + T, mask, g + 3 * T));
+        for (int64_t t = 0; t < T; t++)
+            g[2 * T + t] = (int64_t)mask[t];
+    }
+    MT_EXPECT(n == (size_t)(rows * 4 * T), "%s: %zu values", name, n);
+    mt_test_equal_i64(name, got, ref, n);
+    free(ref);
+    free(got);
+    free(mask);
+}
+
 static void run_case(const gpt_case *c, json_t *lens, const char *cache) {
     char paths[3][4096];
     const char *pp[3];
@@ -86,6 +105,7 @@ static void run_case(const gpt_case *c, json_t *lens, const char *cache) {
     cfg.cache_dir = cache;
     cfg.vocab_size = 50257;
     cfg.eod = 50256;
+    cfg.eod_mask_loss = cfg.reset_position_ids = c->masks;
     for (int s = 0; s < 3; s++) {
         json_t *want = json_object_get(json_object_get(lens, c->name), splits[s]);
         mt_data_dataset *ds = NULL;
@@ -120,6 +140,7 @@ static void run_case(const gpt_case *c, json_t *lens, const char *cache) {
         snprintf(name, sizeof name, "%s dataset ids", base);
         mt_test_equal_i64(name, got_ids, ids, (size_t)rows);
         if (c->indices) compare_indices(ds, base);
+        if (c->masks) compare_items(ds, base, ids + rows, rows);
         free(ref);
         free(ids);
         free(got);

@@ -37,11 +37,17 @@ typedef struct mt_data_config {
     int64_t vocab_size;                        /* mock data tokens are (1..len-1) % vocab_size */
     int64_t eod;                               /* tokenizer.eod (mock data, masks) */
     int64_t pad;                               /* pad id for short samples (-1: none) */
+    int eod_mask_loss;                         /* --eod-mask-loss (get_sample) */
+    int reset_position_ids;                    /* --reset-position-ids (get_sample) */
 } mt_data_config;
-#define MT_DATA_CONFIG_INIT \
-    { sizeof(mt_data_config), 0, 1234, "969, 30, 1", 0, NULL, NULL, 1, 1, 0.005, NULL, 0, 0, -1 }
+#define MT_DATA_CONFIG_INIT                                                                        \
+    {                                                                                              \
+        sizeof(mt_data_config), 0, 1234, "969, 30, 1", 0, NULL, NULL, 1, 1, 0.005, NULL, 0, 0, -1, \
+            0, 0                                                                                   \
+    }
 
-/* One split of a GPTDataset, BlendedDataset or MockGPTDataset. Read-only once built. */
+/* One split of a GPTDataset, BlendedDataset or MockGPTDataset. Read-only once built, except
+ * that get_sample uses an internal buffer (one thread at a time). */
 typedef struct mt_data_dataset mt_data_dataset;
 
 /* Builds split `split` as BlendedMegatronDatasetBuilder does: one prefix without weights gives a
@@ -60,6 +66,13 @@ MT_API int64_t mt_data_dataset_sample_tokens(const mt_data_dataset *ds);
  * *dataset_id (may be NULL) gets the blended dataset it came from (0 without blending). */
 MT_API mt_status mt_data_dataset_get(const mt_data_dataset *ds, int64_t i, int64_t *text,
                                      int *dataset_id);
+
+/* GPTDataset.__getitem__ for sample i, each of T = sequence_length entries: tokens and labels
+ * (text shifted by one; pad ids become 0), loss_mask (0 on pad labels, and on eod tokens with
+ * eod_mask_loss) and position_ids (restarting after each eod with reset_position_ids). */
+MT_API mt_status mt_data_dataset_get_sample(const mt_data_dataset *ds, int64_t i, int64_t *tokens,
+                                            int64_t *labels, float *loss_mask,
+                                            int64_t *position_ids);
 
 /* Index arrays of a plain GPT/mock dataset (NULL for a blend): document_index (int32, n_doc),
  * sample_index (int64 pairs, n_samples + 1), shuffle_index (int64, n_samples). Borrowed. */
