@@ -19,7 +19,10 @@ def load(d):
         for b in data.get("benchmarks", []):
             if b.get("run_type", "iteration") != "iteration" or b.get("error_occurred"):
                 continue
-            rows[b["name"]] = b
+            name = b["name"]
+            for suffix in ("/manual_time", "/real_time", "/process_time"):
+                name = name.removesuffix(suffix)  # Google Benchmark's timing suffixes
+            rows[name] = b
     return rows
 
 

@@ -1,0 +1,126 @@
+"""Golden values for libs/model from Hugging Face transformers (independent reference).
+Builds tiny random GPT2LMHeadModel and LlamaForCausalLM models, runs them in float64 on the CPU
+and records, in our parameter names and layouts (nn.Linear (out, in); GPT-2's Conv1D transposed;
+Llama q|k|v and gate|up concatenated, HF's half-split RoPE kept):
+  <m>_weights.safetensors  the f32 weights the test loads
+  <m>_grads.safetensors    d(mean loss)/d(weight), f32
+  <m>_io.safetensors       tokens, targets (i32), logits (f32, B*T x V), loss (f32)
+  <m>_adamw.safetensors    losses of 10 AdamW steps (lr 1e-3, betas .9/.95, eps 1e-8, wd 0.1 on
+                           2-D weights only, as Megatron), one fixed batch per step
+Versions: torch 2.15, transformers 5.23 (pip). Seeds: torch.manual_seed(0) for weights, 1 for data.
+Rerun: /opt/gv/bin/python gen_hf.py (from this directory)."""
+import torch
+from safetensors.torch import save_file
+from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+
+B, T, V, VP = 2, 16, 500, 512
+torch.manual_seed(1)
+tokens = torch.randint(0, V, (B, T))
+targets = torch.roll(tokens, -1, dims=1)
+targets[0, -1] = -100          # an ignored token
+targets[1, 3] = -100
+steps_tokens = torch.randint(0, V, (10, B, T))
+
+
+def gpt2_names(model):
+    sd = {k.removeprefix("transformer."): v for k, v in model.state_dict().items()}
+    out = {"embedding.word_embeddings.weight": sd["wte.weight"],
+           "embedding.position_embeddings.weight": sd["wpe.weight"],
+           "decoder.final_layernorm.weight": sd["ln_f.weight"],
+           "decoder.final_layernorm.bias": sd["ln_f.bias"]}
+    for i in range(model.config.n_layer):
+        p, q = f"h.{i}.", f"decoder.layers.{i}."
+        out[q + "input_layernorm.weight"] = sd[p + "ln_1.weight"]
+        out[q + "input_layernorm.bias"] = sd[p + "ln_1.bias"]
+        out[q + "self_attention.linear_qkv.weight"] = sd[p + "attn.c_attn.weight"].t()
+        out[q + "self_attention.linear_qkv.bias"] = sd[p + "attn.c_attn.bias"]
+        out[q + "self_attention.linear_proj.weight"] = sd[p + "attn.c_proj.weight"].t()
+        out[q + "self_attention.linear_proj.bias"] = sd[p + "attn.c_proj.bias"]
+        out[q + "pre_mlp_layernorm.weight"] = sd[p + "ln_2.weight"]
+        out[q + "pre_mlp_layernorm.bias"] = sd[p + "ln_2.bias"]
+        out[q + "mlp.linear_fc1.weight"] = sd[p + "mlp.c_fc.weight"].t()
+        out[q + "mlp.linear_fc1.bias"] = sd[p + "mlp.c_fc.bias"]
+        out[q + "mlp.linear_fc2.weight"] = sd[p + "mlp.c_proj.weight"].t()
+        out[q + "mlp.linear_fc2.bias"] = sd[p + "mlp.c_proj.bias"]
+    return out
+
+
+def llama_names(model):
+    sd = {k.removeprefix("model."): v for k, v in model.state_dict().items()}
+    out = {"embedding.word_embeddings.weight": sd["embed_tokens.weight"],
+           "decoder.final_layernorm.weight": sd["norm.weight"],
+           "output_layer.weight": sd["lm_head.weight"]}
+    for i in range(model.config.num_hidden_layers):
+        p, q = f"layers.{i}.", f"decoder.layers.{i}."
+        out[q + "input_layernorm.weight"] = sd[p + "input_layernorm.weight"]
+        out[q + "self_attention.linear_qkv.weight"] = torch.cat(
+            [sd[p + f"self_attn.{x}_proj.weight"] for x in "qkv"])
+        out[q + "self_attention.linear_proj.weight"] = sd[p + "self_attn.o_proj.weight"]
+        out[q + "pre_mlp_layernorm.weight"] = sd[p + "post_attention_layernorm.weight"]
+        out[q + "mlp.linear_fc1.weight"] = torch.cat(
+            [sd[p + "mlp.gate_proj.weight"], sd[p + "mlp.up_proj.weight"]])
+        out[q + "mlp.linear_fc2.weight"] = sd[p + "mlp.down_proj.weight"]
+    return out
+
+
+def loss_of(model, toks, tgts):
+    logits = model(toks).logits
+    return logits, torch.nn.functional.cross_entropy(logits.reshape(-1, V), tgts.reshape(-1),
+                                                     ignore_index=-100)
+
+
+def record(tag, model, names):
+    model = model.double().eval()
+    with torch.no_grad():
+        weights = {k: v.float().contiguous() for k, v in names(model).items()}
+    save_file(weights, f"{tag}_weights.safetensors")
+    logits, loss = loss_of(model, tokens, targets)
+    loss.backward()
+    # gradients in our names: run the same renaming over a state dict of .grad tensors
+    grads = {n: p.grad for n, p in model.named_parameters()}
+    gmodel = {k: grads.get(k, torch.zeros_like(v)) for k, v in model.state_dict().items()}
+
+    class Wrap:  # names() reads .state_dict() and .config
+        config = model.config
+
+        @staticmethod
+        def state_dict():
+            return gmodel
+    if tag == "gpt2":  # tied: the embedding's grad already includes the output layer's
+        gmodel["transformer.wte.weight"] = model.transformer.wte.weight.grad
+    save_file({k: v.float().contiguous() for k, v in names(Wrap).items()}, f"{tag}_grads.safetensors")
+    save_file({"tokens": tokens.int().contiguous(), "targets": targets.int().contiguous(),
+               "logits": logits.detach().reshape(B * T, V).float().contiguous(),
+               "loss": loss.detach().float().reshape(1)}, f"{tag}_io.safetensors")
+    # 10 AdamW steps, weight decay only on 2-D weights (Megatron's rule)
+    model.zero_grad()
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
+                             {"params": no_decay, "weight_decay": 0.0}],
+                            lr=1e-3, betas=(0.9, 0.95), eps=1e-8)
+    losses = []
+    for s in range(10):
+        opt.zero_grad()
+        toks = steps_tokens[s]
+        tg = torch.roll(toks, -1, dims=1)
+        _, loss = loss_of(model, toks, tg)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    save_file({"losses": torch.tensor(losses, dtype=torch.float64).float(),
+               "step_tokens": steps_tokens.int().contiguous()}, f"{tag}_adamw.safetensors")
+    print(tag, "loss", loss_of(model, tokens, targets)[1].item(), "adamw", losses[0], losses[-1])
+
+
+torch.manual_seed(0)
+g = GPT2Config(vocab_size=V, n_positions=32, n_embd=64, n_layer=2, n_head=4, resid_pdrop=0,
+               embd_pdrop=0, attn_pdrop=0, activation_function="gelu_new", layer_norm_epsilon=1e-5)
+record("gpt2", GPT2LMHeadModel(g), gpt2_names)
+
+torch.manual_seed(0)
+lc = LlamaConfig(vocab_size=V, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                 num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32,
+                 rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=False,
+                 attention_bias=False, mlp_bias=False)
+record("llama", LlamaForCausalLM(lc), llama_names)

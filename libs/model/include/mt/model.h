@@ -1,0 +1,126 @@
+/* mt-model: decoder-only transformers (GPT-2 and Llama style) composed from mt-tensor kernels and
+ * mt-attention, with an explicit forward and backward and all activation memory planned once.
+ * The same code runs on the CPU reference and on CUDA: every op dispatches on its tensors. */
+#ifndef MT_MODEL_H
+#define MT_MODEL_H
+
+#include <mt/core.h>
+#include <mt/tensor.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum mt_norm_kind {
+    MT_NORM_LAYERNORM = 0,
+    MT_NORM_RMSNORM = 1
+} mt_norm_kind;
+typedef enum mt_pos_kind {
+    MT_POS_LEARNED = 0,
+    MT_POS_ROPE = 1
+} mt_pos_kind;
+
+/* Megatron's TransformerConfig names where they exist. Zero means "derive the default". */
+typedef struct mt_model_config {
+    size_t size;
+    int num_layers;
+    int hidden_size;
+    int num_attention_heads;
+    int num_query_groups;             /* 0: = num_attention_heads (MHA) */
+    int kv_channels;                  /* head dim; 0: hidden_size / num_attention_heads */
+    int ffn_hidden_size;              /* 0: 4 * hidden_size */
+    int seq_length;                   /* T of a micro-batch */
+    int max_position_embeddings;      /* 0: seq_length */
+    int vocab_size;                   /* real vocabulary V */
+    int padded_vocab_size;            /* 0: V rounded up to make_vocab_size_divisible_by */
+    int make_vocab_size_divisible_by; /* 0: 128 */
+    mt_norm_kind normalization;
+    float norm_epsilon; /* 0: 1e-5 */
+    mt_pos_kind position_embedding_type;
+    double rotary_base;     /* 0: 10000 */
+    int rotary_interleaved; /* 0: Hugging Face half-split pairs; 1: Meta interleaved pairs */
+    int swiglu;             /* 1: SwiGLU MLP (fc1 is (2F, C): gate rows then up rows) */
+    int add_bias_linear;    /* 1: biases on every linear (Megatron's default) */
+    int untie_embeddings_and_output_weights;
+    float init_method_std; /* 0: 0.02 */
+    uint64_t seed;         /* initialisation seed (Megatron --seed) */
+    mt_dtype dtype;        /* parameters and activations: MT_F32 or MT_BF16 */
+} mt_model_config;
+
+#define MT_MODEL_CONFIG_INIT                                                               \
+    {                                                                                      \
+        sizeof(mt_model_config), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, MT_NORM_LAYERNORM, 0.0f, \
+            MT_POS_LEARNED, 0.0, 0, 0, 1, 0, 0.0f, 1234, MT_F32                            \
+    }
+
+/* Fills the derived fields (zeros) of cfg in place and checks it; MT_ERR_INVALID_ARG with
+ * Megatron-style messages for inconsistent values. */
+MT_API mt_status mt_model_config_finalize(mt_model_config *cfg);
+
+/* Parameters: name (Megatron-style, e.g. "decoder.layers.3.mlp.linear_fc1.weight"), the weight
+ * (model dtype) and its fp32 gradient (main_grad), both views into contiguous buffers. */
+typedef struct mt_model_param {
+    const char *name;
+    mt_tensor weight;
+    mt_tensor grad;
+    int no_weight_decay; /* biases, norm weights, 1-D params */
+    float init_std;      /* 0 for ones/zeros params */
+    int init_ones;       /* norm weights */
+} mt_model_param;
+
+typedef struct mt_model mt_model;
+
+/* Where parameter storage comes from: called once per parameter, in the order of the model's
+ * table, with its name, shape and weight-decay rule. In listing mode (mt_model_list_params)
+ * weight and grad are NULL; when creating a model the callback fills them with views (the weight
+ * in the model dtype, the grad f32, on the model's device) that outlive the model. */
+typedef mt_status (*mt_model_param_fn)(void *ctx, const char *name, int ndim, const int64_t *shape,
+                                       int no_weight_decay, mt_tensor *weight, mt_tensor *grad);
+
+/* Calls fn for every parameter a model of config `cfg` has (cfg is finalized in a copy). */
+MT_API mt_status mt_model_list_params(const mt_model_config *cfg, mt_model_param_fn fn, void *ctx);
+
+/* Plans and allocates activations for micro-batches of (micro_batch_size, seq_length) on `device`,
+ * takes parameter storage from `fn` (NULL: the model allocates its own contiguous weights and fp32
+ * grads) and initialises the weights from (seed, name, index) with Philox, a pure function of the
+ * unsharded tensor. Gradients are zeroed. Blocking. */
+MT_API mt_status mt_model_create(const mt_model_config *cfg, int micro_batch_size, mt_device device,
+                                 mt_model_param_fn fn, void *ctx, mt_model **out);
+MT_API void mt_model_destroy(mt_model *m); /* NULL is a no-op */
+
+MT_API const mt_model_config *mt_model_get_config(const mt_model *m);
+MT_API int mt_model_num_params(const mt_model *m);
+MT_API mt_model_param *mt_model_param_at(mt_model *m, int i);
+/* The parameter called `name`, or NULL. */
+MT_API mt_model_param *mt_model_param_find(mt_model *m, const char *name);
+/* Bytes of parameters + grads + activations + scratch (the model's whole footprint). */
+MT_API size_t mt_model_bytes(const mt_model *m);
+
+/* Forward over tokens (B,T) i32 on the model's device. With targets (B,T) i32 (ignore index
+ * -100) the micro-batch's mean loss is added to the model's loss accumulator (mt_model_take_loss).
+ * The logits stay readable through mt_model_logits. Enqueued on `stream`. */
+MT_API mt_status mt_model_forward(mt_model *m, const mt_tensor *tokens, const mt_tensor *targets,
+                                  mt_stream stream);
+/* The (B*T, padded V) logits of the last mt_model_forward. */
+MT_API mt_tensor mt_model_logits(mt_model *m);
+/* Training: forward, the fused cross-entropy and its gradient (in place over the logits), and the
+ * backward for loss = loss_scale * (mean loss over the micro-batch's non-ignored tokens). Gradients
+ * are ADDED to the fp32 grads (gradient accumulation: loss_scale = 1 / micro-batches); the mean
+ * loss goes to the accumulator as in mt_model_forward. Enqueued on `stream`. */
+MT_API mt_status mt_model_forward_backward(mt_model *m, const mt_tensor *tokens,
+                                           const mt_tensor *targets, float loss_scale,
+                                           mt_stream stream);
+/* Mean of the micro-batch losses accumulated since the last call (NaN if none), then resets the
+ * accumulator. Synchronises `stream`. */
+MT_API mt_status mt_model_take_loss(mt_model *m, double *mean_loss, mt_stream stream);
+/* Sets every gradient to zero. Enqueued. */
+MT_API mt_status mt_model_zero_grad(mt_model *m, mt_stream stream);
+
+/* Megatron's FLOP count for one iteration of `global_batch` sequences (training: fwd + bwd). */
+MT_API double mt_model_flops_per_iteration(const mt_model_config *cfg, int64_t global_batch);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MT_MODEL_H */

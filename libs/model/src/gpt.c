@@ -1,0 +1,196 @@
+/* The decoder forward and backward (GPT-2 and Llama style): embedding, pre-norm layers of
+ * attention and MLP with fused residual adds, final norm, output layer and cross-entropy. */
+#include "model_impl.h"
+
+#include <stddef.h>
+
+#define W(p) ((p) ? &(p)->weight : NULL)
+#define G(p) ((p) ? &(p)->grad : NULL)
+
+/* Views of one layer's fused qkv (N,(H+2G)D) as q (B,T,H,D), k and v (B,T,G,D). */
+static mt_status qkv_views(const mt_model *m, const mt_tensor *qkv, mt_tensor *q, mt_tensor *k,
+                           mt_tensor *v) {
+    const mt_model_config *c = &m->cfg;
+    int64_t H = c->num_attention_heads, G = c->num_query_groups;
+    mt_tensor all;
+    MT_TRY(mt_tensor_reshape(qkv, 4, (int64_t[]){ m->B, c->seq_length, H + 2 * G, c->kv_channels },
+                             &all));
+    MT_TRY(mt_tensor_slice(&all, 2, 0, H, q));
+    MT_TRY(mt_tensor_slice(&all, 2, H, G, k));
+    return mt_tensor_slice(&all, 2, H + G, G, v);
+}
+
+static mt_status as_bthd(const mt_model *m, const mt_tensor *x, int64_t heads, mt_tensor *out) {
+    return mt_tensor_reshape(
+        x, 4, (int64_t[]){ m->B, m->cfg.seq_length, heads, m->cfg.kv_channels }, out);
+}
+
+static mt_status norm_fwd(const mt_model *m, mt_tensor *out, mt_tensor *resid_out, mt_tensor *mean,
+                          mt_tensor *rstd, const mt_tensor *x, const mt_tensor *residual,
+                          const mt_model_param *w, const mt_model_param *b, mt_stream s) {
+    if (m->cfg.normalization == MT_NORM_LAYERNORM)
+        return mt_layernorm_fwd(out, resid_out, mean, rstd, x, residual, W(w), W(b),
+                                m->cfg.norm_epsilon, s);
+    return mt_rmsnorm_fwd(out, resid_out, rstd, x, residual, W(w), m->cfg.norm_epsilon, s);
+}
+
+static mt_status norm_bwd(mt_model *m, mt_tensor *dx, mt_model_param *w, mt_model_param *b,
+                          const mt_tensor *dout, const mt_tensor *x, const mt_tensor *mean,
+                          const mt_tensor *rstd, const mt_tensor *dresid, mt_stream s) {
+    if (m->cfg.normalization == MT_NORM_LAYERNORM)
+        return mt_layernorm_bwd(dx, G(w), G(b), &m->a.norm_scratch, dout, x, W(w), mean, rstd,
+                                dresid, 1, s);
+    return mt_rmsnorm_bwd(dx, G(w), &m->a.norm_scratch, dout, x, W(w), rstd, dresid, 1, s);
+}
+
+static mt_status rope(mt_model *m, mt_tensor *x, int backward, mt_stream s) {
+    const mt_model_config *c = &m->cfg;
+    if (backward)
+        return mt_rope_bwd(x, x, NULL, c->kv_channels, c->rotary_base, c->rotary_interleaved, s);
+    return mt_rope_fwd(x, x, NULL, c->kv_channels, c->rotary_base, c->rotary_interleaved, s);
+}
+
+static mt_attn_config attn_cfg(void) {
+    mt_attn_config ac = MT_ATTN_CONFIG_INIT;
+    ac.causal = 1;
+    ac.deterministic = 1;
+    return ac;
+}
+
+static mt_status check_ids(const mt_model *m, const mt_tensor *t, const char *what) {
+    MT_TRY(mt_tensor_check(t, what, 2));
+    MT_REQUIRE(t->dtype == MT_I32 && t->shape[0] == m->B && t->shape[1] == m->cfg.seq_length &&
+                   mt_device_eq(t->device, m->dev),
+               MT_ERR_INVALID_ARG, "%s must be i32 (%d,%d) on the model's device", what, m->B,
+               m->cfg.seq_length);
+    return MT_OK;
+}
+
+static mt_status forward(mt_model *m, const mt_tensor *tokens, mt_stream s) {
+    const mt_model_config *c = &m->cfg;
+    acts *a = &m->a;
+    mt_attn_config ac = attn_cfg();
+    MT_TRY(check_ids(m, tokens, "tokens"));
+    m->tokens = *tokens;
+    mt_tensor emb3;
+    MT_TRY(
+        mt_tensor_reshape(&a->emb, 3, (int64_t[]){ m->B, c->seq_length, c->hidden_size }, &emb3));
+    MT_TRY(mt_embedding_fwd(&emb3, tokens, W(m->wte), W(m->wpe), s));
+    for (int l = 0; l < c->num_layers; l++) {
+        layer_acts *la = &a->layer[l];
+        layer_params *lp = &m->lp[l];
+        const mt_tensor *x = l == 0 ? &a->emb : &a->tmp_c;
+        const mt_tensor *res = l == 0 ? NULL : &a->layer[l - 1].resid_mid;
+        MT_TRY(norm_fwd(m, &la->ln1, &la->resid_in, &la->ln1_mean, &la->ln1_rstd, x, res, lp->ln1_w,
+                        lp->ln1_b, s));
+        MT_TRY(mt_linear_fwd(m->blas, &la->qkv, NULL, &la->ln1, W(lp->qkv_w), W(lp->qkv_b), 0, s));
+        mt_tensor q, k, v, y;
+        MT_TRY(qkv_views(m, &la->qkv, &q, &k, &v));
+        if (c->position_embedding_type == MT_POS_ROPE) {
+            MT_TRY(rope(m, &q, 0, s));
+            MT_TRY(rope(m, &k, 0, s));
+        }
+        MT_TRY(as_bthd(m, &la->atty, c->num_attention_heads, &y));
+        MT_TRY(mt_attn_fwd(&y, &la->lse, &q, &k, &v, &ac, s));
+        MT_TRY(
+            mt_linear_fwd(m->blas, &a->tmp_c, NULL, &la->atty, W(lp->proj_w), W(lp->proj_b), 0, s));
+        MT_TRY(norm_fwd(m, &la->ln2, &la->resid_mid, &la->ln2_mean, &la->ln2_rstd, &a->tmp_c,
+                        &la->resid_in, lp->ln2_w, lp->ln2_b, s));
+        if (c->swiglu) {
+            MT_TRY(mt_linear_fwd(m->blas, &la->fc1_pre, NULL, &la->ln2, W(lp->fc1_w), W(lp->fc1_b),
+                                 0, s));
+            MT_TRY(mt_swiglu_fwd(&la->fc1_act, &la->fc1_pre, NULL, s));
+        } else {
+            MT_TRY(mt_linear_fwd(m->blas, &la->fc1_act, &la->fc1_pre, &la->ln2, W(lp->fc1_w),
+                                 W(lp->fc1_b), MT_GEMM_GELU, s));
+        }
+        MT_TRY(mt_linear_fwd(m->blas, &a->tmp_c, NULL, &la->fc1_act, W(lp->fc2_w), W(lp->fc2_b), 0,
+                             s));
+    }
+    MT_TRY(norm_fwd(m, &a->lnf, &a->resid_final, &a->lnf_mean, &a->lnf_rstd, &a->tmp_c,
+                    &a->layer[c->num_layers - 1].resid_mid, m->lnf_w, m->lnf_b, s));
+    return mt_linear_fwd(m->blas, &a->logits, NULL, &a->lnf, W(m->out_w), NULL, 0, s);
+}
+
+static mt_status add_loss(mt_model *m, mt_stream s) {
+    mt_tensor mean;
+    MT_TRY(mt_tensor_slice(&m->a.stats, 0, 0, 1, &mean));
+    MT_TRY(mt_axpy(&m->a.loss_acc, 1.0f, &mean, s));
+    m->n_loss++;
+    return MT_OK;
+}
+
+static mt_status targets_flat(const mt_model *m, const mt_tensor *targets, mt_tensor *flat) {
+    MT_TRY(check_ids(m, targets, "targets"));
+    return mt_tensor_reshape(targets, 1, (int64_t[]){ (int64_t)m->B * m->cfg.seq_length }, flat);
+}
+
+mt_status mt_model_forward(mt_model *m, const mt_tensor *tokens, const mt_tensor *targets,
+                           mt_stream stream) {
+    MT_REQUIRE(m && tokens, MT_ERR_INVALID_ARG, "NULL model or tokens");
+    MT_TRY(forward(m, tokens, stream));
+    if (!targets) return MT_OK;
+    mt_tensor t;
+    MT_TRY(targets_flat(m, targets, &t));
+    MT_TRY(mt_xent_fwd(&m->a.losses, &m->a.stats, &m->a.logits, &t, m->cfg.vocab_size,
+                       MT_XENT_IGNORE_INDEX, stream));
+    return add_loss(m, stream);
+}
+
+static mt_status backward(mt_model *m, mt_stream s) {
+    const mt_model_config *c = &m->cfg;
+    acts *a = &m->a;
+    mt_attn_config ac = attn_cfg();
+    MT_TRY(
+        mt_linear_bwd(m->blas, &a->dln, G(m->out_w), NULL, &a->logits, &a->lnf, W(m->out_w), 1, s));
+    MT_TRY(norm_bwd(m, &a->dres, m->lnf_w, m->lnf_b, &a->dln, &a->resid_final, &a->lnf_mean,
+                    &a->lnf_rstd, NULL, s));
+    for (int l = c->num_layers - 1; l >= 0; l--) {
+        layer_acts *la = &a->layer[l];
+        layer_params *lp = &m->lp[l];
+        /* a->dres is the gradient of resid_in[l+1] = resid_mid + mlp(ln2) */
+        MT_TRY(mt_linear_bwd(m->blas, &a->dfc1_act, G(lp->fc2_w), G(lp->fc2_b), &a->dres,
+                             &la->fc1_act, W(lp->fc2_w), 1, s));
+        if (c->swiglu)
+            MT_TRY(mt_swiglu_bwd(&a->dfc1_pre, NULL, &a->dfc1_act, &la->fc1_pre, NULL, s));
+        else
+            MT_TRY(mt_gelu_bwd(&a->dfc1_pre, &a->dfc1_act, &la->fc1_pre, s));
+        MT_TRY(mt_linear_bwd(m->blas, &a->dln, G(lp->fc1_w), G(lp->fc1_b), &a->dfc1_pre, &la->ln2,
+                             W(lp->fc1_w), 1, s));
+        MT_TRY(norm_bwd(m, &a->dres, lp->ln2_w, lp->ln2_b, &a->dln, &la->resid_mid, &la->ln2_mean,
+                        &la->ln2_rstd, &a->dres, s));
+        /* a->dres is now the gradient of resid_mid = resid_in + proj(attention) */
+        MT_TRY(mt_linear_bwd(m->blas, &a->datty, G(lp->proj_w), G(lp->proj_b), &a->dres, &la->atty,
+                             W(lp->proj_w), 1, s));
+        mt_tensor q, k, v, dq, dk, dv, y, dy;
+        MT_TRY(qkv_views(m, &la->qkv, &q, &k, &v));
+        MT_TRY(qkv_views(m, &a->dqkv, &dq, &dk, &dv));
+        MT_TRY(as_bthd(m, &la->atty, c->num_attention_heads, &y));
+        MT_TRY(as_bthd(m, &a->datty, c->num_attention_heads, &dy));
+        MT_TRY(mt_attn_bwd(&dq, &dk, &dv, &dy, &q, &k, &v, &y, &la->lse, &ac, a->ws.data,
+                           m->ws_bytes, s));
+        if (c->position_embedding_type == MT_POS_ROPE) {
+            MT_TRY(rope(m, &dq, 1, s));
+            MT_TRY(rope(m, &dk, 1, s));
+        }
+        MT_TRY(mt_linear_bwd(m->blas, &a->dln, G(lp->qkv_w), G(lp->qkv_b), &a->dqkv, &la->ln1,
+                             W(lp->qkv_w), 1, s));
+        MT_TRY(norm_bwd(m, &a->dres, lp->ln1_w, lp->ln1_b, &a->dln, &la->resid_in, &la->ln1_mean,
+                        &la->ln1_rstd, &a->dres, s));
+    }
+    mt_tensor d3;
+    MT_TRY(mt_tensor_reshape(&a->dres, 3, (int64_t[]){ m->B, c->seq_length, c->hidden_size }, &d3));
+    return mt_embedding_bwd(G(m->wte), G(m->wpe), &d3, &m->tokens, a->ws.data, m->ws_bytes, s);
+}
+
+mt_status mt_model_forward_backward(mt_model *m, const mt_tensor *tokens, const mt_tensor *targets,
+                                    float loss_scale, mt_stream stream) {
+    MT_REQUIRE(m && tokens && targets, MT_ERR_INVALID_ARG, "NULL model, tokens or targets");
+    MT_TRY(forward(m, tokens, stream));
+    mt_tensor t;
+    MT_TRY(targets_flat(m, targets, &t));
+    MT_TRY(mt_xent_fwd_bwd(&m->a.logits, &m->a.losses, &m->a.stats, &m->a.logits, &t, NULL,
+                           loss_scale, m->cfg.vocab_size, MT_XENT_IGNORE_INDEX, stream));
+    MT_TRY(add_loss(m, stream));
+    return backward(m, stream);
+}

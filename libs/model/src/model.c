@@ -1,0 +1,424 @@
+/* Model configuration, the parameter table, memory planning and Philox initialisation. */
+#include "model_impl.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+mt_status mt_model_config_finalize(mt_model_config *c) {
+    MT_REQUIRE(c && c->size >= sizeof(mt_model_config), MT_ERR_INVALID_ARG,
+               "config is NULL or from an older header");
+    MT_REQUIRE(c->num_layers > 0, MT_ERR_INVALID_ARG, "--num-layers must be positive");
+    MT_REQUIRE(c->hidden_size > 0, MT_ERR_INVALID_ARG, "--hidden-size must be positive");
+    MT_REQUIRE(c->num_attention_heads > 0, MT_ERR_INVALID_ARG,
+               "--num-attention-heads must be positive");
+    MT_REQUIRE(c->seq_length > 0, MT_ERR_INVALID_ARG, "--seq-length must be positive");
+    MT_REQUIRE(c->vocab_size > 0, MT_ERR_INVALID_ARG, "vocab size must be positive");
+    if (!c->num_query_groups) c->num_query_groups = c->num_attention_heads;
+    MT_REQUIRE(c->num_attention_heads % c->num_query_groups == 0, MT_ERR_INVALID_ARG,
+               "--num-attention-heads (%d) must be a multiple of --num-query-groups (%d)",
+               c->num_attention_heads, c->num_query_groups);
+    if (!c->kv_channels) {
+        MT_REQUIRE(c->hidden_size % c->num_attention_heads == 0, MT_ERR_INVALID_ARG,
+                   "--hidden-size (%d) must be divisible by --num-attention-heads (%d)",
+                   c->hidden_size, c->num_attention_heads);
+        c->kv_channels = c->hidden_size / c->num_attention_heads;
+    }
+    if (!c->ffn_hidden_size) c->ffn_hidden_size = 4 * c->hidden_size;
+    if (!c->max_position_embeddings) c->max_position_embeddings = c->seq_length;
+    MT_REQUIRE(c->position_embedding_type != MT_POS_LEARNED ||
+                   c->max_position_embeddings >= c->seq_length,
+               MT_ERR_INVALID_ARG, "--max-position-embeddings (%d) must be >= --seq-length (%d)",
+               c->max_position_embeddings, c->seq_length);
+    if (!c->make_vocab_size_divisible_by) c->make_vocab_size_divisible_by = 128;
+    int div = c->make_vocab_size_divisible_by;
+    if (!c->padded_vocab_size) c->padded_vocab_size = (c->vocab_size + div - 1) / div * div;
+    MT_REQUIRE(c->padded_vocab_size >= c->vocab_size, MT_ERR_INVALID_ARG,
+               "padded vocab size %d < vocab size %d", c->padded_vocab_size, c->vocab_size);
+    if (c->norm_epsilon == 0.0f) c->norm_epsilon = 1e-5f;
+    if (c->rotary_base == 0.0) c->rotary_base = 10000.0;
+    if (c->init_method_std == 0.0f) c->init_method_std = 0.02f;
+    MT_REQUIRE(c->dtype == MT_F32 || c->dtype == MT_BF16, MT_ERR_UNSUPPORTED,
+               "model dtype %s (use f32 or bf16)", mt_dtype_name(c->dtype));
+    MT_REQUIRE(c->position_embedding_type == MT_POS_LEARNED || c->kv_channels % 2 == 0,
+               MT_ERR_INVALID_ARG, "rotary embeddings need an even head dim (%d)", c->kv_channels);
+    return MT_OK;
+}
+
+double mt_model_flops_per_iteration(const mt_model_config *c, int64_t global_batch) {
+    /* megatron/training/training.py num_floating_point_operations, dense GPT */
+    double T = (double)global_batch * c->seq_length, h = c->hidden_size, L = c->num_layers;
+    double q = (double)c->kv_channels * c->num_attention_heads;
+    double kv = (double)c->kv_channels * c->num_query_groups;
+    double ffn_factor = c->swiglu ? 3 : 2;
+    double S2 = (double)global_batch * c->seq_length * c->seq_length;
+    return T * (3 * 2 * h * c->ffn_hidden_size * ffn_factor * L +
+                3 * 2 * (h * (q + 2 * kv) + q * h) * L + 3 * 2 * h * c->padded_vocab_size) +
+           S2 * 3 * 2 * q / 2 * 2 * L;
+}
+
+/* ---- parameter table ---- */
+
+typedef struct table {
+    param_spec *spec;
+    int n;
+} table;
+
+static void add_param(table *m, const char *name, int ndim, int64_t d0, int64_t d1, float std,
+                      int ones, int no_wd) {
+    MT_ASSERT(m->n < MT_MODEL_MAX_PARAMS);
+    param_spec *s = &m->spec[m->n++];
+    snprintf(s->name, sizeof s->name, "%s", name);
+    s->ndim = ndim;
+    s->shape[0] = d0;
+    s->shape[1] = d1;
+    s->std = std;
+    s->ones = ones;
+    s->no_wd = no_wd;
+    s->numel = d0 * (ndim == 2 ? d1 : 1);
+}
+
+static void build_table(const mt_model_config *c, table *m) {
+    int64_t C = c->hidden_size, D = c->kv_channels, H = c->num_attention_heads;
+    int64_t G = c->num_query_groups, F = c->ffn_hidden_size, Vp = c->padded_vocab_size;
+    float std = c->init_method_std, out_std = std / sqrtf(2.0f * (float)c->num_layers);
+    int ln = c->normalization == MT_NORM_LAYERNORM, bias = c->add_bias_linear;
+    char n[MT_MODEL_NAME_LEN];
+    add_param(m, "embedding.word_embeddings.weight", 2, Vp, C, std, 0, 0);
+    if (c->position_embedding_type == MT_POS_LEARNED)
+        add_param(m, "embedding.position_embeddings.weight", 2, c->max_position_embeddings, C, std,
+                  0, 0);
+    for (int l = 0; l < c->num_layers; l++) {
+#define P(suffix, ...)                                            \
+    do {                                                          \
+        snprintf(n, sizeof n, "decoder.layers.%d.%s", l, suffix); \
+        add_param(m, n, __VA_ARGS__);                             \
+    } while (0)
+        P("input_layernorm.weight", 1, C, 0, 0, 1, 1);
+        if (ln) P("input_layernorm.bias", 1, C, 0, 0, 0, 1);
+        P("self_attention.linear_qkv.weight", 2, (H + 2 * G) * D, C, std, 0, 0);
+        if (bias) P("self_attention.linear_qkv.bias", 1, (H + 2 * G) * D, 0, 0, 0, 1);
+        P("self_attention.linear_proj.weight", 2, C, H * D, out_std, 0, 0);
+        if (bias) P("self_attention.linear_proj.bias", 1, C, 0, 0, 0, 1);
+        P("pre_mlp_layernorm.weight", 1, C, 0, 0, 1, 1);
+        if (ln) P("pre_mlp_layernorm.bias", 1, C, 0, 0, 0, 1);
+        P("mlp.linear_fc1.weight", 2, (c->swiglu ? 2 : 1) * F, C, std, 0, 0);
+        if (bias) P("mlp.linear_fc1.bias", 1, (c->swiglu ? 2 : 1) * F, 0, 0, 0, 1);
+        P("mlp.linear_fc2.weight", 2, C, F, out_std, 0, 0);
+        if (bias) P("mlp.linear_fc2.bias", 1, C, 0, 0, 0, 1);
+#undef P
+    }
+    add_param(m, "decoder.final_layernorm.weight", 1, C, 0, 0, 1, 1);
+    if (ln) add_param(m, "decoder.final_layernorm.bias", 1, C, 0, 0, 0, 1);
+    if (c->untie_embeddings_and_output_weights)
+        add_param(m, "output_layer.weight", 2, Vp, C, std, 0, 0);
+}
+
+mt_status mt_model_list_params(const mt_model_config *cfg, mt_model_param_fn fn, void *ctx) {
+    MT_REQUIRE(cfg && fn, MT_ERR_INVALID_ARG, "NULL config or callback");
+    mt_model_config c = *cfg;
+    MT_TRY(mt_model_config_finalize(&c));
+    table t = { calloc(MT_MODEL_MAX_PARAMS, sizeof(param_spec)), 0 };
+    MT_REQUIRE(t.spec, MT_ERR_OOM, "param table");
+    build_table(&c, &t);
+    mt_status st = MT_OK;
+    for (int i = 0; i < t.n && st == MT_OK; i++)
+        st = fn(ctx, t.spec[i].name, t.spec[i].ndim, t.spec[i].shape, t.spec[i].no_wd, NULL, NULL);
+    free(t.spec);
+    return st;
+}
+
+/* ---- memory planning: one pass measures (base == NULL), the next assigns ---- */
+
+typedef struct planner {
+    char *base;
+    size_t off;
+    mt_device dev;
+} planner;
+
+static void take(planner *p, mt_tensor *t, mt_dtype dt, int ndim, const int64_t *shape) {
+    mt_tensor v = mt_tensor_make(NULL, dt, ndim, shape, p->dev);
+    p->off = (p->off + MT_ARENA_ALIGN - 1) / MT_ARENA_ALIGN * MT_ARENA_ALIGN;
+    v.data = p->base ? p->base + p->off : NULL;
+    p->off += mt_tensor_nbytes(&v);
+    if (t) *t = v;
+}
+#define TAKE(p, t, dt, ...) \
+    take(p, t, dt, sizeof((int64_t[]){ __VA_ARGS__ }) / sizeof(int64_t), (int64_t[]){ __VA_ARGS__ })
+
+static void plan_acts(mt_model *m, planner *p) {
+    const mt_model_config *c = &m->cfg;
+    int64_t B = m->B, T = c->seq_length, N = B * T, C = c->hidden_size, D = c->kv_channels;
+    int64_t H = c->num_attention_heads, G = c->num_query_groups, F = c->ffn_hidden_size;
+    int64_t F1 = (c->swiglu ? 2 : 1) * F, Vp = c->padded_vocab_size, QKV = (H + 2 * G) * D;
+    mt_dtype dt = c->dtype;
+    acts *a = &m->a;
+    TAKE(p, &a->emb, dt, N, C);
+    for (int l = 0; l < c->num_layers; l++) {
+        layer_acts *la = &a->layer[l];
+        TAKE(p, &la->resid_in, dt, N, C);
+        TAKE(p, &la->ln1, dt, N, C);
+        TAKE(p, &la->ln1_mean, MT_F32, N);
+        TAKE(p, &la->ln1_rstd, MT_F32, N);
+        TAKE(p, &la->qkv, dt, N, QKV);
+        TAKE(p, &la->atty, dt, N, H * D);
+        TAKE(p, &la->lse, MT_F32, B, H, T);
+        TAKE(p, &la->resid_mid, dt, N, C);
+        TAKE(p, &la->ln2, dt, N, C);
+        TAKE(p, &la->ln2_mean, MT_F32, N);
+        TAKE(p, &la->ln2_rstd, MT_F32, N);
+        TAKE(p, &la->fc1_pre, dt, N, F1);
+        TAKE(p, &la->fc1_act, dt, N, F);
+    }
+    TAKE(p, &a->resid_final, dt, N, C);
+    TAKE(p, &a->lnf, dt, N, C);
+    TAKE(p, &a->lnf_mean, MT_F32, N);
+    TAKE(p, &a->lnf_rstd, MT_F32, N);
+    TAKE(p, &a->logits, dt, N, Vp);
+    TAKE(p, &a->losses, MT_F32, N);
+    TAKE(p, &a->stats, MT_F32, 2);
+    TAKE(p, &a->loss_acc, MT_F32, 1);
+    /* scratch shared by forward and backward */
+    TAKE(p, &a->tmp_c, dt, N, C);
+    TAKE(p, &a->dres, dt, N, C);
+    TAKE(p, &a->dln, dt, N, C);
+    TAKE(p, &a->datty, dt, N, H * D);
+    TAKE(p, &a->dqkv, dt, N, QKV);
+    TAKE(p, &a->dfc1_act, dt, N, F);
+    TAKE(p, &a->dfc1_pre, dt, N, F1);
+    TAKE(p, &a->norm_scratch, MT_F32, mt_norm_bwd_scratch_numel(N, C > F1 ? C : F1) + 1);
+    TAKE(p, &a->ws, MT_U8, (int64_t)m->ws_bytes + 1);
+}
+
+static size_t align_up(size_t x, size_t a) {
+    return (x + a - 1) / a * a;
+}
+
+static mt_status workspace_sizes(mt_model *m) {
+    const mt_model_config *c = &m->cfg;
+    int64_t B = m->B, T = c->seq_length, H = c->num_attention_heads, G = c->num_query_groups;
+    int64_t D = c->kv_channels, N = B * T;
+    void *shape_only = (void *)(uintptr_t)MT_ARENA_ALIGN; // why: queries validate like real calls
+    mt_tensor q = mt_tensor_4d(shape_only, c->dtype, B, T, H, D, m->dev);
+    mt_tensor k = mt_tensor_4d(shape_only, c->dtype, B, T, G, D, m->dev);
+    mt_tensor ids = mt_tensor_2d(shape_only, MT_I32, B, T, m->dev);
+    mt_attn_config ac = MT_ATTN_CONFIG_INIT;
+    ac.causal = 1;
+    ac.deterministic = 1;
+    size_t wa = 0, we = 0;
+    MT_TRY(mt_attn_bwd_workspace(&q, &k, &ac, &wa));
+    MT_TRY(mt_embedding_bwd_workspace(&ids, c->padded_vocab_size, m->dev, &we));
+    mt_tensor big = mt_tensor_1d(shape_only, MT_F32, N * c->padded_vocab_size, m->dev);
+    size_t wr = 0;
+    MT_TRY(mt_reduce_workspace(&big, &wr));
+    m->ws_bytes = align_up(wa > we ? wa : we, 256);
+    if (wr > m->ws_bytes) m->ws_bytes = wr;
+    return MT_OK;
+}
+
+static void init_host(const mt_model *m, const param_spec *s, float *x, int64_t n) {
+    uint64_t stream = mt_philox_stream_of(s->name);
+    for (int64_t i = 0; i < n; i++)
+        x[i] = s->ones          ? 1.0f
+               : s->std == 0.0f ? 0.0f
+                                : s->std * mt_philox_normal(m->cfg.seed, stream, (uint64_t)i);
+}
+
+static mt_status own_storage(mt_model *m) {
+    size_t wbytes = 0, gbytes = 0, es = mt_dtype_size(m->cfg.dtype);
+    for (int i = 0; i < m->nparams; i++) {
+        wbytes += align_up((size_t)m->spec[i].numel * es, MT_ARENA_ALIGN);
+        gbytes += align_up((size_t)m->spec[i].numel * 4, MT_ARENA_ALIGN);
+    }
+    MT_TRY(mt_arena_create(m->dev, wbytes, &m->w_arena));
+    MT_TRY(mt_arena_create(m->dev, gbytes, &m->g_arena));
+    for (int i = 0; i < m->nparams; i++) {
+        param_spec *s = &m->spec[i];
+        MT_TRY(mt_tensor_alloc(m->w_arena, m->cfg.dtype, s->ndim, s->shape, &m->params[i].weight));
+        MT_TRY(mt_tensor_alloc(m->g_arena, MT_F32, s->ndim, s->shape, &m->params[i].grad));
+    }
+    return MT_OK;
+}
+
+static mt_status external_storage(mt_model *m, mt_model_param_fn fn, void *ctx) {
+    for (int i = 0; i < m->nparams; i++) {
+        param_spec *s = &m->spec[i];
+        mt_model_param *p = &m->params[i];
+        MT_TRY(fn(ctx, s->name, s->ndim, s->shape, s->no_wd, &p->weight, &p->grad));
+        mt_tensor want = mt_tensor_make(NULL, m->cfg.dtype, s->ndim, s->shape, m->dev);
+        MT_REQUIRE(mt_tensor_same_shape(&p->weight, &want) &&
+                       mt_tensor_same_shape(&p->grad, &want) && p->weight.dtype == m->cfg.dtype &&
+                       p->grad.dtype == MT_F32 && mt_device_eq(p->weight.device, m->dev) &&
+                       mt_device_eq(p->grad.device, m->dev),
+                   MT_ERR_INVALID_ARG, "storage for %s does not match its shape, dtype or device",
+                   s->name);
+    }
+    return MT_OK;
+}
+
+/* Initialises every weight on the host in f32, rounds once to the model dtype, copies it over. */
+static mt_status init_weights(mt_model *m) {
+    int64_t most = 1;
+    for (int i = 0; i < m->nparams; i++)
+        most = m->spec[i].numel > most ? m->spec[i].numel : most;
+    float *h32 = malloc((size_t)most * 4);
+    void *hw = malloc((size_t)most * mt_dtype_size(m->cfg.dtype));
+    mt_status st = h32 && hw ? MT_OK : MT_ERROR(MT_ERR_OOM, "init buffer of %lld", (long long)most);
+    for (int i = 0; i < m->nparams && st == MT_OK; i++) {
+        param_spec *s = &m->spec[i];
+        init_host(m, s, h32, s->numel);
+        mt_tensor t32 = mt_tensor_1d(h32, MT_F32, s->numel, MT_DEVICE_CPU);
+        mt_tensor tw = mt_tensor_1d(hw, m->cfg.dtype, s->numel, MT_DEVICE_CPU);
+        st = mt_cast(&tw, &t32, NULL);
+        if (st == MT_OK) st = mt_tensor_copy(&m->params[i].weight, &tw, NULL);
+    }
+    free(h32);
+    free(hw);
+    return st;
+}
+
+mt_status mt_model_create(const mt_model_config *cfg, int micro_batch_size, mt_device device,
+                          mt_model_param_fn fn, void *ctx, mt_model **out) {
+    MT_REQUIRE(out && cfg, MT_ERR_INVALID_ARG, "NULL argument");
+    MT_REQUIRE(micro_batch_size > 0, MT_ERR_INVALID_ARG, "--micro-batch-size must be positive");
+    *out = NULL;
+    mt_model *m = calloc(1, sizeof *m);
+    MT_REQUIRE(m, MT_ERR_OOM, "model");
+    mt_status st = MT_OK;
+    m->cfg = *cfg;
+    m->B = micro_batch_size;
+    m->dev = device;
+    MT_TRY_GOTO(mt_model_config_finalize(&m->cfg), st, fail);
+    m->a.layer = calloc((size_t)m->cfg.num_layers, sizeof *m->a.layer);
+    m->spec = calloc(MT_MODEL_MAX_PARAMS, sizeof *m->spec);
+    m->params = calloc(MT_MODEL_MAX_PARAMS, sizeof *m->params);
+    if (!m->a.layer || !m->spec || !m->params) {
+        st = MT_ERROR(MT_ERR_OOM, "model tables");
+        goto fail;
+    }
+    table t = { m->spec, 0 };
+    build_table(&m->cfg, &t);
+    m->nparams = t.n;
+    for (int i = 0; i < m->nparams; i++) {
+        mt_model_param *p = &m->params[i];
+        p->name = m->spec[i].name;
+        p->no_weight_decay = m->spec[i].no_wd;
+        p->init_std = m->spec[i].std;
+        p->init_ones = m->spec[i].ones;
+    }
+    MT_TRY_GOTO(mt_device_set(device), st, fail);
+    MT_TRY_GOTO(mt_blas_create(device, &m->blas), st, fail);
+    MT_TRY_GOTO(workspace_sizes(m), st, fail);
+    MT_TRY_GOTO(fn ? external_storage(m, fn, ctx) : own_storage(m), st, fail);
+
+    /* per-layer parameter handles for the forward and backward */
+    char n[MT_MODEL_NAME_LEN + 32];
+    m->lp = calloc((size_t)m->cfg.num_layers, sizeof *m->lp);
+    if (!m->lp) {
+        st = MT_ERROR(MT_ERR_OOM, "layer table");
+        goto fail;
+    }
+#define FIND(field, suffix)                                       \
+    do {                                                          \
+        snprintf(n, sizeof n, "decoder.layers.%d.%s", l, suffix); \
+        m->lp[l].field = mt_model_param_find(m, n);               \
+    } while (0)
+    for (int l = 0; l < m->cfg.num_layers; l++) {
+        FIND(ln1_w, "input_layernorm.weight");
+        FIND(ln1_b, "input_layernorm.bias");
+        FIND(qkv_w, "self_attention.linear_qkv.weight");
+        FIND(qkv_b, "self_attention.linear_qkv.bias");
+        FIND(proj_w, "self_attention.linear_proj.weight");
+        FIND(proj_b, "self_attention.linear_proj.bias");
+        FIND(ln2_w, "pre_mlp_layernorm.weight");
+        FIND(ln2_b, "pre_mlp_layernorm.bias");
+        FIND(fc1_w, "mlp.linear_fc1.weight");
+        FIND(fc1_b, "mlp.linear_fc1.bias");
+        FIND(fc2_w, "mlp.linear_fc2.weight");
+        FIND(fc2_b, "mlp.linear_fc2.bias");
+    }
+#undef FIND
+    m->wte = mt_model_param_find(m, "embedding.word_embeddings.weight");
+    m->wpe = mt_model_param_find(m, "embedding.position_embeddings.weight");
+    m->lnf_w = mt_model_param_find(m, "decoder.final_layernorm.weight");
+    m->lnf_b = mt_model_param_find(m, "decoder.final_layernorm.bias");
+    m->out_w = mt_model_param_find(m, "output_layer.weight");
+    if (!m->out_w) m->out_w = m->wte;
+
+    /* activations */
+    planner p = { NULL, 0, device };
+    plan_acts(m, &p);
+    MT_TRY_GOTO(mt_arena_create(device, p.off + MT_ARENA_ALIGN, &m->a_arena), st, fail);
+    void *abase;
+    MT_TRY_GOTO(mt_arena_alloc(m->a_arena, p.off, &abase), st, fail);
+    p.base = abase;
+    p.off = 0;
+    plan_acts(m, &p);
+
+    MT_TRY_GOTO(init_weights(m), st, fail);
+    MT_TRY_GOTO(mt_model_zero_grad(m, NULL), st, fail);
+    MT_TRY_GOTO(mt_memset_zero(m->a.loss_acc.data, device, 4, NULL), st, fail);
+    MT_TRY_GOTO(mt_stream_sync(NULL), st, fail);
+    *out = m;
+    return MT_OK;
+fail:
+    mt_model_destroy(m);
+    return st;
+}
+
+void mt_model_destroy(mt_model *m) {
+    if (!m) return;
+    mt_blas_destroy(m->blas);
+    mt_arena_destroy(m->w_arena);
+    mt_arena_destroy(m->g_arena);
+    mt_arena_destroy(m->a_arena);
+    free(m->a.layer);
+    free(m->lp);
+    free(m->spec);
+    free(m->params);
+    free(m);
+}
+
+const mt_model_config *mt_model_get_config(const mt_model *m) {
+    return &m->cfg;
+}
+
+int mt_model_num_params(const mt_model *m) {
+    return m->nparams;
+}
+
+mt_model_param *mt_model_param_at(mt_model *m, int i) {
+    return i >= 0 && i < m->nparams ? &m->params[i] : NULL;
+}
+
+mt_model_param *mt_model_param_find(mt_model *m, const char *name) {
+    for (int i = 0; i < m->nparams; i++)
+        if (strcmp(m->params[i].name, name) == 0) return &m->params[i];
+    return NULL;
+}
+
+size_t mt_model_bytes(const mt_model *m) {
+    size_t own = m->w_arena ? mt_arena_capacity(m->w_arena) + mt_arena_capacity(m->g_arena) : 0;
+    return own + mt_arena_capacity(m->a_arena);
+}
+
+mt_tensor mt_model_logits(mt_model *m) {
+    return m->a.logits;
+}
+
+mt_status mt_model_zero_grad(mt_model *m, mt_stream stream) {
+    for (int i = 0; i < m->nparams; i++)
+        MT_TRY(mt_memset_zero(m->params[i].grad.data, m->dev, mt_tensor_nbytes(&m->params[i].grad),
+                              stream));
+    return MT_OK;
+}
+
+mt_status mt_model_take_loss(mt_model *m, double *mean_loss, mt_stream stream) {
+    float acc = 0;
+    MT_TRY(mt_stream_sync(stream));
+    MT_TRY(mt_memcpy(&acc, MT_DEVICE_CPU, m->a.loss_acc.data, m->dev, sizeof acc, NULL));
+    *mean_loss = m->n_loss > 0 ? (double)acc / m->n_loss : NAN;
+    m->n_loss = 0;
+    return mt_memset_zero(m->a.loss_acc.data, m->dev, sizeof acc, NULL);
+}

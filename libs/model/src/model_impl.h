@@ -1,0 +1,62 @@
+/* Private: the model's parameter specs and planned activations. */
+#ifndef MT_MODEL_IMPL_H
+#define MT_MODEL_IMPL_H
+
+#include <mt/attention.h>
+#include <mt/model.h>
+
+#define MT_MODEL_MAX_PARAMS 4096
+#define MT_MODEL_NAME_LEN   96
+
+typedef struct param_spec {
+    char name[MT_MODEL_NAME_LEN];
+    int ndim;
+    int64_t shape[2];
+    int64_t offset, numel; /* in elements of the weight/grad buffers */
+    float std;
+    int ones, no_wd;
+} param_spec;
+
+typedef struct layer_acts {
+    mt_tensor resid_in; /* (N,C) residual stream entering the layer */
+    mt_tensor ln1, ln1_mean, ln1_rstd;
+    mt_tensor qkv;       /* (N,(H+2G)D): q heads | k heads | v heads, RoPE applied */
+    mt_tensor atty;      /* (N,HD) attention output before linear_proj */
+    mt_tensor lse;       /* (B,H,T) */
+    mt_tensor resid_mid; /* (N,C) resid_in + attention */
+    mt_tensor ln2, ln2_mean, ln2_rstd;
+    mt_tensor fc1_pre; /* (N,F) before GELU, or (N,2F) gate|up for SwiGLU */
+    mt_tensor fc1_act; /* (N,F) */
+} layer_acts;
+
+typedef struct acts {
+    mt_tensor emb; /* (N,C) */
+    layer_acts *layer;
+    mt_tensor resid_final, lnf, lnf_mean, lnf_rstd, logits, losses, stats, loss_acc;
+    mt_tensor tmp_c, dres, dln, datty, dqkv, dfc1_act, dfc1_pre, norm_scratch, ws;
+} acts;
+
+typedef struct layer_params {
+    mt_model_param *ln1_w, *ln1_b, *qkv_w, *qkv_b, *proj_w, *proj_b;
+    mt_model_param *ln2_w, *ln2_b, *fc1_w, *fc1_b, *fc2_w, *fc2_b;
+} layer_params;
+
+struct mt_model {
+    mt_model_config cfg;
+    int B;
+    mt_device dev;
+    mt_blas *blas;
+    int nparams;
+    param_spec *spec;
+    mt_model_param *params;
+    mt_arena *w_arena, *g_arena, *a_arena;
+    size_t ws_bytes;
+    acts a;
+    layer_params *lp;
+    mt_model_param *wte, *wpe, *lnf_w, *lnf_b, *out_w;
+    int n_loss; /* micro-batch losses in loss_acc */
+    int have_tokens;
+    mt_tensor tokens; /* the last forward's tokens (for the embedding backward) */
+};
+
+#endif /* MT_MODEL_IMPL_H */

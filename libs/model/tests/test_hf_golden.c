@@ -1,0 +1,160 @@
+/* functional (CPU) / gpu: our GPT-2 and Llama models loaded with the weights of tiny Hugging Face
+ * models reproduce transformers' logits, loss and every parameter gradient (golden/gen_hf.py).
+ *   test_hf_golden gpt2|llama cpu|cuda f32|bf16 */
+#include <mt/model.h>
+#include <mt/testkit.h>
+
+#include <math.h>
+#include <string.h>
+
+#define B 2
+#define T 16
+#define V 500
+
+static mt_model_config config_for(const char *tag, mt_dtype dt) {
+    mt_model_config c = MT_MODEL_CONFIG_INIT;
+    c.num_layers = 2;
+    c.hidden_size = 64;
+    c.num_attention_heads = 4;
+    c.seq_length = T;
+    c.max_position_embeddings = 32;
+    c.vocab_size = V;
+    c.make_vocab_size_divisible_by = 128; /* padded to 512: exercises the padded columns */
+    c.dtype = dt;
+    if (strcmp(tag, "llama") == 0) {
+        c.num_query_groups = 2;
+        c.ffn_hidden_size = 128;
+        c.normalization = MT_NORM_RMSNORM;
+        c.position_embedding_type = MT_POS_ROPE;
+        c.swiglu = 1;
+        c.add_bias_linear = 0;
+        c.untie_embeddings_and_output_weights = 1;
+    }
+    return c;
+}
+
+/* Host f32 copy of any model tensor (device or host, f32 or bf16). */
+static float *to_host_f32(const mt_tensor *t) {
+    int64_t n = mt_tensor_numel(t);
+    size_t es = mt_dtype_size(t->dtype);
+    void *raw = malloc((size_t)n * es);
+    float *f = malloc((size_t)n * 4);
+    MT_CHECK(mt_memcpy(raw, MT_DEVICE_CPU, t->data, t->device, (size_t)n * es, NULL));
+    mt_tensor hr = mt_tensor_1d(raw, t->dtype, n, MT_DEVICE_CPU);
+    mt_tensor hf = mt_tensor_1d(f, MT_F32, n, MT_DEVICE_CPU);
+    MT_CHECK(mt_cast(&hf, &hr, NULL));
+    free(raw);
+    return f;
+}
+
+/* Golden rows [0, rows) of `name`, as f32, into a zero-padded buffer shaped like `like`. */
+static float *golden_padded(mt_safetensors *f, const char *name, const mt_tensor *like) {
+    mt_tensor g;
+    MT_CHECK(mt_safetensors_get(f, name, &g));
+    int64_t n = mt_tensor_numel(like), gn = mt_tensor_numel(&g);
+    MT_ASSERT(g.dtype == MT_F32 && gn <= n && g.ndim == like->ndim);
+    float *x = calloc((size_t)n, 4);
+    memcpy(x, g.data, (size_t)gn * 4); // why: padded rows are the trailing ones (row-major)
+    return x;
+}
+
+int main(int argc, char **argv) {
+    if (argc != 4) mt_die(__FILE__, __LINE__, "usage: %s gpt2|llama cpu|cuda f32|bf16", argv[0]);
+    const char *tag = argv[1];
+    int cuda = strcmp(argv[2], "cuda") == 0;
+    mt_dtype dt = strcmp(argv[3], "bf16") == 0 ? MT_BF16 : MT_F32;
+    if (cuda) mt_test_require_gpus(1);
+    mt_device dev = cuda ? mt_device_cuda(0) : MT_DEVICE_CPU;
+    /* tolerances: CPU fp32 1e-5 relative, GPU fp32 1e-4, GPU bf16 losses 1e-2 (issue 8) */
+    double rtol = !cuda ? 1e-5 : dt == MT_F32 ? 1e-4 : 1e-2;
+
+    mt_model_config cfg = config_for(tag, dt);
+    mt_model *m;
+    MT_CHECK(mt_model_create(&cfg, B, dev, NULL, NULL, &m));
+    char path[256];
+    snprintf(path, sizeof path, "%s_weights.safetensors", tag);
+    mt_safetensors *wf, *gf, *io;
+    MT_CHECK(mt_safetensors_open(mt_test_golden_path(path), &wf));
+    snprintf(path, sizeof path, "%s_grads.safetensors", tag);
+    MT_CHECK(mt_safetensors_open(mt_test_golden_path(path), &gf));
+    snprintf(path, sizeof path, "%s_io.safetensors", tag);
+    MT_CHECK(mt_safetensors_open(mt_test_golden_path(path), &io));
+    MT_EXPECT(mt_safetensors_count(wf) == mt_model_num_params(m),
+              "golden has %d tensors, model %d params", mt_safetensors_count(wf),
+              mt_model_num_params(m));
+
+    /* load the weights */
+    for (int i = 0; i < mt_model_num_params(m); i++) {
+        mt_model_param *p = mt_model_param_at(m, i);
+        float *x = golden_padded(wf, p->name, &p->weight);
+        int64_t n = mt_tensor_numel(&p->weight);
+        void *h = malloc((size_t)n * mt_dtype_size(dt));
+        mt_tensor hx = mt_tensor_1d(x, MT_F32, n, MT_DEVICE_CPU);
+        mt_tensor hh = mt_tensor_1d(h, dt, n, MT_DEVICE_CPU);
+        MT_CHECK(mt_cast(&hh, &hx, NULL));
+        MT_CHECK(
+            mt_memcpy(p->weight.data, dev, h, MT_DEVICE_CPU, (size_t)n * mt_dtype_size(dt), NULL));
+        free(x);
+        free(h);
+    }
+
+    /* tokens and targets on the device */
+    mt_tensor ht, hg, gl, gloss;
+    MT_CHECK(mt_safetensors_get(io, "tokens", &ht));
+    MT_CHECK(mt_safetensors_get(io, "targets", &hg));
+    MT_CHECK(mt_safetensors_get(io, "logits", &gl));
+    MT_CHECK(mt_safetensors_get(io, "loss", &gloss));
+    mt_arena *ar;
+    MT_CHECK(mt_arena_create(dev, 4096, &ar));
+    mt_tensor tok, tgt;
+    MT_CHECK(mt_tensor_alloc(ar, MT_I32, 2, ht.shape, &tok));
+    MT_CHECK(mt_tensor_alloc(ar, MT_I32, 2, hg.shape, &tgt));
+    MT_CHECK(mt_tensor_copy(&tok, &ht, NULL));
+    MT_CHECK(mt_tensor_copy(&tgt, &hg, NULL));
+
+    /* forward: loss and logits */
+    MT_CHECK(mt_model_forward(m, &tok, &tgt, NULL));
+    double loss;
+    MT_CHECK(mt_model_take_loss(m, &loss, NULL));
+    float want = ((float *)gloss.data)[0];
+    MT_EXPECT(fabs(loss - want) <= rtol * fabs(want), "%s %s %s loss %.8f want %.8f", tag, argv[2],
+              argv[3], loss, want);
+    fprintf(stderr, "loss %.8f want %.8f (rel %.2e)\n", loss, want, fabs(loss - want) / want);
+    if (dt == MT_F32) {
+        mt_tensor lg = mt_model_logits(m);
+        float *l = to_host_f32(&lg);
+        int64_t Vp = lg.shape[1];
+        float *lv = malloc((size_t)B * T * V * 4);
+        for (int64_t r = 0; r < B * T; r++)
+            memcpy(lv + r * V, l + r * Vp, V * 4);
+        mt_test_close_f32("logits", lv, gl.data, (size_t)B * T * V, rtol * 0.1, rtol);
+        free(l);
+        free(lv);
+
+        /* backward: every gradient */
+        MT_CHECK(mt_model_zero_grad(m, NULL));
+        MT_CHECK(mt_model_forward_backward(m, &tok, &tgt, 1.0f, NULL));
+        MT_CHECK(mt_model_take_loss(m, &loss, NULL));
+        MT_EXPECT(fabs(loss - want) <= rtol * fabs(want), "fused loss %.8f want %.8f", loss, want);
+        for (int i = 0; i < mt_model_num_params(m); i++) {
+            mt_model_param *p = mt_model_param_at(m, i);
+            float *got = to_host_f32(&p->grad);
+            float *ref = golden_padded(gf, p->name, &p->grad);
+            double mx = 0;
+            int64_t n = mt_tensor_numel(&p->grad);
+            for (int64_t j = 0; j < n; j++)
+                mx = fmax(mx, fabs(ref[j]));
+            /* atol: rtol of the tensor's largest gradient (elements near zero carry only the
+             * rounding of the sums that formed them) */
+            mt_test_close_f32(p->name, got, ref, (size_t)n, rtol * mx, rtol);
+            free(got);
+            free(ref);
+        }
+    }
+    mt_arena_destroy(ar);
+    mt_safetensors_close(wf);
+    mt_safetensors_close(gf);
+    mt_safetensors_close(io);
+    mt_model_destroy(m);
+    return mt_test_result();
+}

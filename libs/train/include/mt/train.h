@@ -1,0 +1,72 @@
+/* mt-train: the pretraining runtime behind mt-pretrain: Megatron's command line, initialization,
+ * the training loop with gradient accumulation and data parallelism, evaluation, logging (the
+ * training line, JSONL metrics, golden-values JSON) and the checkpoint cadence. */
+#ifndef MT_TRAIN_H
+#define MT_TRAIN_H
+
+#include <mt/core.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Megatron's flags (same names, same defaults) for what exists here. Strings are owned. */
+typedef struct mt_train_args {
+    /* model */
+    int num_layers, hidden_size, num_attention_heads, num_query_groups, group_query_attention;
+    int ffn_hidden_size, kv_channels, seq_length, max_position_embeddings;
+    int vocab_size, make_vocab_size_divisible_by, swiglu, untie_embeddings_and_output_weights;
+    int disable_bias_linear, rotary_interleaved;
+    char *normalization, *position_embedding_type;
+    double norm_epsilon, rotary_base, init_method_std;
+    /* batches and schedule */
+    int micro_batch_size, global_batch_size;
+    int64_t train_iters, lr_decay_iters, lr_warmup_iters, lr_wsd_decay_iters, exit_interval;
+    double lr, min_lr, lr_warmup_fraction, lr_warmup_init, weight_decay, start_weight_decay;
+    double end_weight_decay, clip_grad, adam_beta1, adam_beta2, adam_eps, sgd_momentum;
+    char *lr_decay_style, *lr_wsd_decay_style, *weight_decay_incr_style, *optimizer;
+    int seed;
+    /* precision */
+    int bf16, fp16;
+    double loss_scale, initial_loss_scale, min_loss_scale, loss_scale_window, hysteresis;
+    /* data */
+    int n_data_path;
+    char **data_path; /* as given: [w1] p1 [w2 p2 ...] */
+    char *split, *tokenizer_type, *vocab_file, *merge_file, *data_cache_path;
+    int mock_data, num_workers;
+    /* evaluation and logging */
+    int64_t eval_interval, eval_iters, log_interval;
+    int log_throughput, log_num_zeros_in_grad, log_params_norm;
+    char *golden_values_out, *metrics_jsonl;
+    /* checkpoints */
+    char *save, *load;
+    int64_t save_interval;
+    int async_save, no_save_optim, no_load_optim, no_load_rng, finetune;
+    /* parallelism */
+    int tensor_model_parallel_size, pipeline_model_parallel_size, context_parallel_size;
+    int use_distributed_optimizer, overlap_grad_reduce;
+    int64_t ddp_bucket_size;
+    double distributed_timeout_minutes;
+    char *recompute_granularity;
+    /* ours */
+    char *device; /* "auto" (GPU if there is one), "cpu" or "cuda" */
+} mt_train_args;
+
+/* Megatron's defaults. */
+MT_API void mt_train_args_init(mt_train_args *a);
+/* Parses argv (argv[0] is the program) over the defaults; unknown flags, bad values and
+ * incompatible combinations give MT_ERR_INVALID_ARG (or MT_ERR_UNSUPPORTED for features that do
+ * not exist yet) with a Megatron-style message, before anything starts. */
+MT_API mt_status mt_train_args_parse(mt_train_args *a, int argc, char **argv);
+MT_API void mt_train_args_free(mt_train_args *a);
+/* Prints the flags with their defaults. */
+MT_API void mt_train_usage(const char *prog);
+
+/* Runs pretraining as Megatron's pretrain_gpt.py does. Collective over the launcher's ranks. */
+MT_API mt_status mt_train_run(const mt_train_args *a);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MT_TRAIN_H */

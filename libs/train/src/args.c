@@ -1,0 +1,323 @@
+/* Megatron's command line: the flag table (names and defaults as in megatron/training/arguments.py
+ * and its config dataclasses), parsing and the consistency checks made before anything starts. */
+#define _POSIX_C_SOURCE 200809L
+#include <mt/train.h>
+
+#include <errno.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef enum {
+    F_INT,
+    F_I64,
+    F_DBL,
+    F_STR,
+    F_TRUE
+} ftype;
+
+typedef struct flag {
+    const char *name;
+    ftype type;
+    size_t off;
+    const char *help;
+} flag;
+
+#define O(f) offsetof(mt_train_args, f)
+static const flag flags[] = {
+    { "--num-layers", F_INT, O(num_layers), "transformer layers (required)" },
+    { "--hidden-size", F_INT, O(hidden_size), "hidden size (required)" },
+    { "--num-attention-heads", F_INT, O(num_attention_heads), "attention heads (required)" },
+    { "--group-query-attention", F_TRUE, O(group_query_attention), "use --num-query-groups" },
+    { "--num-query-groups", F_INT, O(num_query_groups), "KV groups for GQA" },
+    { "--ffn-hidden-size", F_INT, O(ffn_hidden_size), "MLP width (default 4h)" },
+    { "--kv-channels", F_INT, O(kv_channels), "head dim (default h/heads)" },
+    { "--seq-length", F_INT, O(seq_length), "sequence length (required)" },
+    { "--max-position-embeddings", F_INT, O(max_position_embeddings), "position table size" },
+    { "--vocab-size", F_INT, O(vocab_size), "vocabulary size (NullTokenizer)" },
+    { "--make-vocab-size-divisible-by", F_INT, O(make_vocab_size_divisible_by), "128" },
+    { "--swiglu", F_TRUE, O(swiglu), "SwiGLU MLP" },
+    { "--untie-embeddings-and-output-weights", F_TRUE, O(untie_embeddings_and_output_weights),
+      "separate output layer" },
+    { "--disable-bias-linear", F_TRUE, O(disable_bias_linear), "no linear biases" },
+    { "--rotary-interleaved", F_TRUE, O(rotary_interleaved), "Meta's interleaved RoPE pairs" },
+    { "--normalization", F_STR, O(normalization), "LayerNorm | RMSNorm" },
+    { "--position-embedding-type", F_STR, O(position_embedding_type), "learned_absolute | rope" },
+    { "--norm-epsilon", F_DBL, O(norm_epsilon), "1e-5" },
+    { "--rotary-base", F_DBL, O(rotary_base), "10000" },
+    { "--init-method-std", F_DBL, O(init_method_std), "0.02" },
+    { "--micro-batch-size", F_INT, O(micro_batch_size), "sequences per micro-batch" },
+    { "--global-batch-size", F_INT, O(global_batch_size), "default micro * data parallel" },
+    { "--train-iters", F_I64, O(train_iters), "iterations (required)" },
+    { "--exit-interval", F_I64, O(exit_interval), "stop after this many iterations" },
+    { "--lr", F_DBL, O(lr), "peak learning rate (required)" },
+    { "--min-lr", F_DBL, O(min_lr), "0" },
+    { "--lr-decay-style", F_STR, O(lr_decay_style),
+      "constant|linear|cosine|inverse-square-root|WSD" },
+    { "--lr-decay-iters", F_I64, O(lr_decay_iters), "default --train-iters" },
+    { "--lr-warmup-iters", F_I64, O(lr_warmup_iters), "0" },
+    { "--lr-warmup-fraction", F_DBL, O(lr_warmup_fraction), "of the decay iterations" },
+    { "--lr-warmup-init", F_DBL, O(lr_warmup_init), "0" },
+    { "--lr-wsd-decay-style", F_STR, O(lr_wsd_decay_style), "exponential" },
+    { "--lr-wsd-decay-iters", F_I64, O(lr_wsd_decay_iters), "WSD annealing iterations" },
+    { "--weight-decay", F_DBL, O(weight_decay), "0.01" },
+    { "--start-weight-decay", F_DBL, O(start_weight_decay), "default --weight-decay" },
+    { "--end-weight-decay", F_DBL, O(end_weight_decay), "default --weight-decay" },
+    { "--weight-decay-incr-style", F_STR, O(weight_decay_incr_style), "constant|linear|cosine" },
+    { "--clip-grad", F_DBL, O(clip_grad), "1.0" },
+    { "--optimizer", F_STR, O(optimizer), "adam | sgd" },
+    { "--adam-beta1", F_DBL, O(adam_beta1), "0.9" },
+    { "--adam-beta2", F_DBL, O(adam_beta2), "0.999" },
+    { "--adam-eps", F_DBL, O(adam_eps), "1e-8" },
+    { "--sgd-momentum", F_DBL, O(sgd_momentum), "0.9" },
+    { "--seed", F_INT, O(seed), "1234" },
+    { "--bf16", F_TRUE, O(bf16), "bf16 params and activations, fp32 master weights" },
+    { "--fp16", F_TRUE, O(fp16), "fp16 with dynamic loss scaling" },
+    { "--loss-scale", F_DBL, O(loss_scale), "static loss scale (fp16)" },
+    { "--initial-loss-scale", F_DBL, O(initial_loss_scale), "2**32" },
+    { "--min-loss-scale", F_DBL, O(min_loss_scale), "1" },
+    { "--loss-scale-window", F_DBL, O(loss_scale_window), "1000" },
+    { "--hysteresis", F_DBL, O(hysteresis), "2" },
+    { "--split", F_STR, O(split), "969, 30, 1" },
+    { "--tokenizer-type", F_STR, O(tokenizer_type), "GPT2BPETokenizer | NullTokenizer" },
+    { "--vocab-file", F_STR, O(vocab_file), "GPT-2 encoder.json" },
+    { "--merge-file", F_STR, O(merge_file), "GPT-2 vocab.bpe" },
+    { "--data-cache-path", F_STR, O(data_cache_path), "where index files are cached" },
+    { "--mock-data", F_TRUE, O(mock_data), "synthetic data" },
+    { "--num-workers", F_INT, O(num_workers), "accepted; data loading is synchronous" },
+    { "--eval-interval", F_I64, O(eval_interval), "iterations between evaluations" },
+    { "--eval-iters", F_I64, O(eval_iters), "100" },
+    { "--log-interval", F_I64, O(log_interval), "100" },
+    { "--log-throughput", F_TRUE, O(log_throughput), "TFLOP/s/GPU in the training line" },
+    { "--log-num-zeros-in-grad", F_TRUE, O(log_num_zeros_in_grad), "count zero grads" },
+    { "--log-params-norm", F_TRUE, O(log_params_norm), "accepted" },
+    { "--golden-values-out", F_STR, O(golden_values_out), "Megatron golden-values JSON" },
+    { "--metrics-jsonl", F_STR, O(metrics_jsonl), "one JSON object per iteration" },
+    { "--save", F_STR, O(save), "checkpoint directory" },
+    { "--load", F_STR, O(load), "checkpoint directory to resume from" },
+    { "--save-interval", F_I64, O(save_interval), "iterations between checkpoints" },
+    { "--async-save", F_TRUE, O(async_save), "write checkpoints in the background" },
+    { "--no-save-optim", F_TRUE, O(no_save_optim), "" },
+    { "--no-load-optim", F_TRUE, O(no_load_optim), "" },
+    { "--no-load-rng", F_TRUE, O(no_load_rng), "" },
+    { "--finetune", F_TRUE, O(finetune), "load weights only, start at iteration 0" },
+    { "--tensor-model-parallel-size", F_INT, O(tensor_model_parallel_size), "1" },
+    { "--pipeline-model-parallel-size", F_INT, O(pipeline_model_parallel_size), "1" },
+    { "--context-parallel-size", F_INT, O(context_parallel_size), "1" },
+    { "--use-distributed-optimizer", F_TRUE, O(use_distributed_optimizer), "ZeRO-1 over DP" },
+    { "--overlap-grad-reduce", F_TRUE, O(overlap_grad_reduce), "accepted" },
+    { "--ddp-bucket-size", F_I64, O(ddp_bucket_size), "elements per gradient bucket" },
+    { "--distributed-timeout-minutes", F_DBL, O(distributed_timeout_minutes), "10" },
+    { "--recompute-granularity", F_STR, O(recompute_granularity), "full | selective" },
+    { "--device", F_STR, O(device), "auto | cpu | cuda (not a Megatron flag)" },
+};
+#undef O
+#define NFLAGS ((int)(sizeof flags / sizeof *flags))
+
+static void set_str(char **dst, const char *v) {
+    free(*dst);
+    *dst = v ? strdup(v) : NULL;
+}
+
+void mt_train_args_init(mt_train_args *a) {
+    memset(a, 0, sizeof *a);
+    a->make_vocab_size_divisible_by = 128;
+    set_str(&a->normalization, "LayerNorm");
+    set_str(&a->position_embedding_type, "learned_absolute");
+    a->norm_epsilon = 1e-5;
+    a->rotary_base = 10000;
+    a->init_method_std = 0.02;
+    a->lr = NAN;
+    a->lr_warmup_fraction = NAN;
+    set_str(&a->lr_decay_style, "linear");
+    set_str(&a->lr_wsd_decay_style, "exponential");
+    set_str(&a->weight_decay_incr_style, "constant");
+    set_str(&a->optimizer, "adam");
+    a->weight_decay = 0.01;
+    a->start_weight_decay = NAN;
+    a->end_weight_decay = NAN;
+    a->clip_grad = 1.0;
+    a->adam_beta1 = 0.9;
+    a->adam_beta2 = 0.999;
+    a->adam_eps = 1e-8;
+    a->sgd_momentum = 0.9;
+    a->seed = 1234;
+    a->initial_loss_scale = 4294967296.0;
+    a->min_loss_scale = 1;
+    a->loss_scale_window = 1000;
+    a->hysteresis = 2;
+    set_str(&a->split, "969, 30, 1");
+    set_str(&a->tokenizer_type, "GPT2BPETokenizer");
+    a->num_workers = 2;
+    a->eval_iters = 100;
+    a->log_interval = 100;
+    a->tensor_model_parallel_size = 1;
+    a->pipeline_model_parallel_size = 1;
+    a->context_parallel_size = 1;
+    a->distributed_timeout_minutes = 10;
+    set_str(&a->device, "auto");
+}
+
+void mt_train_args_free(mt_train_args *a) {
+    for (int i = 0; i < NFLAGS; i++)
+        if (flags[i].type == F_STR) set_str((char **)((char *)a + flags[i].off), NULL);
+    for (int i = 0; i < a->n_data_path; i++)
+        free(a->data_path[i]);
+    free(a->data_path);
+    a->data_path = NULL;
+    a->n_data_path = 0;
+}
+
+void mt_train_usage(const char *prog) {
+    printf("usage: %s [flags]   (Megatron-LM's pretrain_gpt.py flags)\n", prog);
+    printf("  %-40s %s\n", "--data-path [w1] p1 [w2 p2 ...]", "dataset prefixes with weights");
+    for (int i = 0; i < NFLAGS; i++)
+        printf("  %-40s %s\n", flags[i].name, flags[i].help);
+}
+
+#define BAD(...) MT_ERROR(MT_ERR_INVALID_ARG, __VA_ARGS__)
+
+static mt_status parse_value(const flag *f, const char *v, mt_train_args *a) {
+    char *end;
+    void *p = (char *)a + f->off;
+    errno = 0;
+    switch (f->type) {
+    case F_INT:
+    case F_I64: {
+        long long x = strtoll(v, &end, 10);
+        if (*v == '\0' || *end != '\0' || errno)
+            return BAD("argument %s: invalid int value: '%s'", f->name, v);
+        if (f->type == F_INT)
+            *(int *)p = (int)x;
+        else
+            *(int64_t *)p = x;
+        return MT_OK;
+    }
+    case F_DBL: {
+        double x = strtod(v, &end);
+        if (*v == '\0' || *end != '\0' || errno)
+            return BAD("argument %s: invalid float value: '%s'", f->name, v);
+        *(double *)p = x;
+        return MT_OK;
+    }
+    case F_STR:
+        set_str((char **)p, v);
+        return MT_OK;
+    default:
+        return MT_OK;
+    }
+}
+
+static int is_number(const char *s) {
+    char *end;
+    strtod(s, &end);
+    return *s && *end == '\0';
+}
+
+static mt_status validate(mt_train_args *a);
+
+mt_status mt_train_args_parse(mt_train_args *a, int argc, char **argv) {
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i];
+        if (strcmp(arg, "--data-path") == 0) {
+            for (int j = 0; j < a->n_data_path; j++)
+                free(a->data_path[j]);
+            a->n_data_path = 0;
+            while (i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0) {
+                a->data_path = realloc(a->data_path, sizeof(char *) * (size_t)(a->n_data_path + 1));
+                a->data_path[a->n_data_path++] = strdup(argv[++i]);
+            }
+            if (a->n_data_path == 0)
+                return BAD("argument --data-path: expected at least one argument");
+            continue;
+        }
+        const char *eq = strchr(arg, '=');
+        size_t len = eq ? (size_t)(eq - arg) : strlen(arg);
+        const flag *f = NULL;
+        for (int k = 0; k < NFLAGS; k++)
+            if (strlen(flags[k].name) == len && strncmp(flags[k].name, arg, len) == 0)
+                f = &flags[k];
+        if (!f) return BAD("unrecognized arguments: %s", arg);
+        if (f->type == F_TRUE) {
+            if (eq) return BAD("argument %s: ignored explicit argument '%s'", f->name, eq + 1);
+            *(int *)((char *)a + f->off) = 1;
+            continue;
+        }
+        const char *v = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
+        if (!v || (!eq && strncmp(v, "--", 2) == 0 && !is_number(v)))
+            return BAD("argument %s: expected one argument", f->name);
+        MT_TRY(parse_value(f, v, a));
+    }
+    return validate(a);
+}
+
+static mt_status validate(mt_train_args *a) {
+    if (a->num_layers <= 0) return BAD("--num-layers is required (a positive integer)");
+    if (a->hidden_size <= 0) return BAD("--hidden-size is required (a positive integer)");
+    if (a->num_attention_heads <= 0) return BAD("--num-attention-heads is required");
+    if (a->seq_length <= 0) return BAD("--seq-length is required");
+    if (a->micro_batch_size <= 0) return BAD("--micro-batch-size is required");
+    if (a->train_iters <= 0) return BAD("--train-iters is required (a positive integer)");
+    if (isnan(a->lr)) return BAD("--lr is required");
+    if (a->bf16 && a->fp16) return BAD("cannot specify both fp16 and bf16");
+    if (a->fp16)
+        return MT_ERROR(MT_ERR_UNSUPPORTED, "--fp16 is not supported yet: use --bf16 or fp32");
+    if (a->tensor_model_parallel_size != 1 || a->pipeline_model_parallel_size != 1 ||
+        a->context_parallel_size != 1)
+        return MT_ERROR(MT_ERR_UNSUPPORTED,
+                        "tensor, pipeline and context parallelism are not "
+                        "supported yet: --tensor-model-parallel-size, "
+                        "--pipeline-model-parallel-size and --context-parallel-size must be 1");
+    if (a->recompute_granularity)
+        return MT_ERROR(MT_ERR_UNSUPPORTED, "--recompute-granularity %s is not supported yet",
+                        a->recompute_granularity);
+    if (strcmp(a->normalization, "LayerNorm") != 0 && strcmp(a->normalization, "RMSNorm") != 0)
+        return BAD("argument --normalization: invalid choice: '%s' (choose from 'LayerNorm', "
+                   "'RMSNorm')",
+                   a->normalization);
+    if (strcmp(a->position_embedding_type, "learned_absolute") != 0 &&
+        strcmp(a->position_embedding_type, "rope") != 0)
+        return BAD("argument --position-embedding-type: invalid choice: '%s' (choose from "
+                   "'learned_absolute', 'rope')",
+                   a->position_embedding_type);
+    if (a->group_query_attention && a->num_query_groups <= 0)
+        return BAD("--group-query-attention needs --num-query-groups");
+    if (!a->group_query_attention) a->num_query_groups = 0;
+    if (!a->kv_channels && a->hidden_size % a->num_attention_heads != 0)
+        return BAD("hidden size (%d) must be divisible by the number of attention heads (%d)",
+                   a->hidden_size, a->num_attention_heads);
+    if (!a->max_position_embeddings) a->max_position_embeddings = a->seq_length;
+    if (strcmp(a->position_embedding_type, "learned_absolute") == 0 &&
+        a->max_position_embeddings < a->seq_length)
+        return BAD("max_position_embeddings (%d) must be at least seq_length (%d)",
+                   a->max_position_embeddings, a->seq_length);
+    if (!isnan(a->lr_warmup_fraction) && a->lr_warmup_iters > 0)
+        return BAD("can only specify one of lr-warmup-fraction and lr-warmup-iters");
+    if (strcmp(a->optimizer, "adam") != 0 && strcmp(a->optimizer, "sgd") != 0)
+        return MT_ERROR(MT_ERR_UNSUPPORTED, "--optimizer %s (choose adam or sgd)", a->optimizer);
+    if (a->n_data_path == 0 && !a->mock_data)
+        return BAD("no data: give --data-path PREFIX [...] or --mock-data");
+    if (a->n_data_path > 1 && a->n_data_path % 2 != 0)
+        return BAD("--data-path with several prefixes needs weight prefix pairs");
+    if (strcmp(a->tokenizer_type, "GPT2BPETokenizer") != 0 &&
+        strcmp(a->tokenizer_type, "NullTokenizer") != 0)
+        return MT_ERROR(MT_ERR_UNSUPPORTED,
+                        "--tokenizer-type %s (choose GPT2BPETokenizer or "
+                        "NullTokenizer)",
+                        a->tokenizer_type);
+    if (strcmp(a->tokenizer_type, "NullTokenizer") == 0 && a->vocab_size <= 0)
+        return BAD("NullTokenizer needs --vocab-size");
+    if (a->global_batch_size < 0 ||
+        (a->global_batch_size && a->global_batch_size < a->micro_batch_size))
+        return BAD("global batch size (%d) must be at least the micro batch size (%d)",
+                   a->global_batch_size, a->micro_batch_size);
+    if (a->eval_interval < 0 || a->eval_iters < 0 || a->log_interval <= 0)
+        return BAD("--eval-interval, --eval-iters must be >= 0 and --log-interval > 0");
+    if (a->save_interval && !a->save) return BAD("--save-interval needs --save");
+    if (strcmp(a->device, "auto") != 0 && strcmp(a->device, "cpu") != 0 &&
+        strcmp(a->device, "cuda") != 0)
+        return BAD("argument --device: invalid choice: '%s' (choose auto, cpu, cuda)", a->device);
+    return MT_OK;
+}

@@ -1,0 +1,667 @@
+/* pretrain_gpt.py in C: world and device, tokenizer and datasets, model on optimizer buffers,
+ * the iteration loop (gradient accumulation, data-parallel reduction, schedule, clipping),
+ * evaluation, Megatron's log lines, metrics, golden values and checkpoints with resume. */
+#define _POSIX_C_SOURCE 200809L
+#include <mt/ckpt.h>
+#include <mt/comm.h>
+#include <mt/data.h>
+#include <mt/model.h>
+#include <mt/optim.h>
+#include <mt/train.h>
+
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#ifndef MT_GPT2_TOKENIZER_DIR
+#define MT_GPT2_TOKENIZER_DIR "."
+#endif
+
+typedef struct run {
+    const mt_train_args *a;
+    mt_comm *world;
+    int rank, nranks;
+    mt_device dev;
+    int64_t vocab, eod;
+    mt_model_config mc;
+    mt_model *model;
+    mt_optim_buffer *buf;
+    mt_arena *buf_arena, *opt_arena, *io_arena;
+    mt_optim *opt;
+    mt_optim_sched sched;
+    mt_data_dataset *train_ds, *valid_ds;
+    mt_data_sampler train_s;
+    int64_t consumed_train, consumed_valid, iteration, gbs;
+    int num_micro;
+    int64_t *ids, *text;
+    int32_t *htok, *htgt;
+    mt_tensor tok, tgt;
+    FILE *jsonl;
+    double *gv_loss, *gv_zeros, *gv_time;
+    mt_ckpt_writer *writer;
+    mt_ckpt_group group;
+} run;
+
+/* ---- small helpers ---- */
+
+static int last_rank(const run *r) {
+    return r->rank == r->nranks - 1; // why: Megatron prints the training line on the last rank
+}
+
+static void stamp(char *buf, size_t n) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    struct tm tm;
+    gmtime_r(&ts.tv_sec, &tm);
+    size_t k = strftime(buf, n, "%Y-%m-%d %H:%M:%S", &tm);
+    snprintf(buf + k, n - k, ".%06ld", ts.tv_nsec / 1000);
+}
+
+/* Averages x over the ranks (host MPI, or a one-element device all-reduce). */
+static mt_status allreduce_avg(run *r, double *x) {
+    if (r->nranks == 1) return MT_OK;
+    float v = (float)*x;
+    if (mt_comm_has_host(r->world)) {
+        mt_tensor t = mt_tensor_1d(&v, MT_F32, 1, MT_DEVICE_CPU);
+        MT_TRY(mt_comm_allreduce(r->world, &t, &t, MT_REDOP_AVG, NULL));
+    } else {
+        mt_tensor d;
+        mt_arena_reset(r->io_arena);
+        MT_TRY(mt_tensor_alloc(r->io_arena, MT_F32, 1, (int64_t[]){ 1 }, &d));
+        MT_TRY(mt_memcpy(d.data, r->dev, &v, MT_DEVICE_CPU, 4, NULL));
+        MT_TRY(mt_comm_allreduce(r->world, &d, &d, MT_REDOP_AVG, NULL));
+        MT_TRY(mt_comm_wait(r->world, NULL));
+        MT_TRY(mt_memcpy(&v, MT_DEVICE_CPU, d.data, r->dev, 4, NULL));
+    }
+    *x = v;
+    return MT_OK;
+}
+
+/* ---- setup ---- */
+
+static mt_status setup_world(run *r) {
+    const mt_train_args *a = r->a;
+    mt_comm_config cc = MT_COMM_CONFIG_INIT;
+    cc.timeout_s = a->distributed_timeout_minutes * 60.0;
+    cc.backends = strcmp(a->device, "cpu") == 0 ? MT_COMM_HOST : MT_COMM_AUTO;
+    MT_TRY(mt_comm_world_create(&cc, &r->world));
+    r->rank = mt_comm_rank(r->world);
+    r->nranks = mt_comm_size(r->world);
+    int ngpu = 0;
+    MT_TRY(mt_device_count(&ngpu));
+    mt_device d = mt_comm_device(r->world);
+    if (strcmp(a->device, "cpu") == 0 || ngpu == 0) d = MT_DEVICE_CPU;
+    if (strcmp(a->device, "cuda") == 0 && !mt_device_is_cuda(d))
+        return MT_ERROR(MT_ERR_UNSUPPORTED, "--device cuda but no usable GPU (found %d)", ngpu);
+    if (mt_device_is_cuda(d) && r->nranks > 1 && !mt_comm_has_device(r->world))
+        return MT_ERROR(MT_ERR_UNSUPPORTED, "%d ranks on GPUs need NCCL", r->nranks);
+    r->dev = d;
+    return mt_device_set(d);
+}
+
+static mt_status setup_tokenizer(run *r) {
+    const mt_train_args *a = r->a;
+    if (strcmp(a->tokenizer_type, "NullTokenizer") == 0) {
+        r->vocab = a->vocab_size + 1; /* megatron's _NullTokenizer: eod = vocab_size */
+        r->eod = a->vocab_size;
+        return MT_OK;
+    }
+    char vf[1024], mf[1024];
+    snprintf(vf, sizeof vf, "%s",
+             a->vocab_file ? a->vocab_file : MT_GPT2_TOKENIZER_DIR "/encoder.json");
+    snprintf(mf, sizeof mf, "%s",
+             a->merge_file ? a->merge_file : MT_GPT2_TOKENIZER_DIR "/vocab.bpe");
+    mt_data_tokenizer *t;
+    MT_TRY(mt_data_tokenizer_gpt2_create(vf, mf, &t));
+    r->vocab = mt_data_tokenizer_vocab_size(t);
+    r->eod = mt_data_tokenizer_eod(t);
+    mt_data_tokenizer_destroy(t);
+    return MT_OK;
+}
+
+static mt_status setup_data(run *r) {
+    const mt_train_args *a = r->a;
+    int n = a->n_data_path, blend = n > 1;
+    const char **paths = calloc((size_t)(n ? n : 1), sizeof *paths);
+    double *w = calloc((size_t)(n ? n : 1), sizeof *w);
+    MT_REQUIRE(paths && w, MT_ERR_OOM, "data paths");
+    int np = 0;
+    for (int i = 0; i < n; i += blend ? 2 : 1) {
+        if (blend) w[np] = atof(a->data_path[i]);
+        paths[np++] = a->data_path[i + blend];
+    }
+    mt_data_config dc = MT_DATA_CONFIG_INIT;
+    dc.sequence_length = a->seq_length;
+    dc.seed = (uint32_t)a->seed;
+    dc.split = a->split;
+    dc.n_paths = a->mock_data ? 0 : np;
+    dc.paths = paths;
+    dc.weights = blend ? w : NULL;
+    dc.cache_dir = a->data_cache_path;
+    dc.vocab_size = r->vocab;
+    dc.eod = r->eod;
+    int64_t train_samples = a->train_iters * r->gbs;
+    int64_t evals = a->eval_interval ? a->train_iters / a->eval_interval + 1 : 0;
+    mt_status st = mt_data_dataset_create(&dc, MT_DATA_SPLIT_TRAIN, train_samples, &r->train_ds);
+    if (st == MT_OK && evals && a->eval_iters)
+        st = mt_data_dataset_create(&dc, MT_DATA_SPLIT_VALID, evals * a->eval_iters * r->gbs,
+                                    &r->valid_ds);
+    free(paths);
+    free(w);
+    MT_TRY(st);
+    MT_REQUIRE(r->train_ds, MT_ERR_INVALID_ARG, "the train split of --split %s is empty", a->split);
+    return MT_OK;
+}
+
+static mt_status register_param(void *ctx, const char *name, int ndim, const int64_t *shape,
+                                int no_wd, mt_tensor *weight, mt_tensor *grad) {
+    run *r = ctx;
+    int idx;
+    if (!weight) /* listing pass */
+        return mt_optim_buffer_add(r->buf, name, ndim, shape,
+                                   no_wd ? MT_OPTIM_PARAM_NO_DECAY : MT_OPTIM_PARAM_DECAY, NULL);
+    MT_TRY(mt_optim_buffer_find(r->buf, name, &idx));
+    MT_TRY(mt_optim_buffer_param(r->buf, idx, weight));
+    return mt_optim_buffer_grad(r->buf, idx, grad);
+}
+
+static mt_status setup_model(run *r) {
+    const mt_train_args *a = r->a;
+    mt_model_config *c = &r->mc;
+    *c = (mt_model_config)MT_MODEL_CONFIG_INIT;
+    c->num_layers = a->num_layers;
+    c->hidden_size = a->hidden_size;
+    c->num_attention_heads = a->num_attention_heads;
+    c->num_query_groups = a->num_query_groups;
+    c->kv_channels = a->kv_channels;
+    c->ffn_hidden_size = a->ffn_hidden_size;
+    c->seq_length = a->seq_length;
+    c->max_position_embeddings = a->max_position_embeddings;
+    c->vocab_size = (int)r->vocab;
+    c->make_vocab_size_divisible_by =
+        a->make_vocab_size_divisible_by * a->tensor_model_parallel_size;
+    c->normalization =
+        strcmp(a->normalization, "RMSNorm") == 0 ? MT_NORM_RMSNORM : MT_NORM_LAYERNORM;
+    c->norm_epsilon = (float)a->norm_epsilon;
+    c->position_embedding_type =
+        strcmp(a->position_embedding_type, "rope") == 0 ? MT_POS_ROPE : MT_POS_LEARNED;
+    c->rotary_base = a->rotary_base;
+    c->rotary_interleaved = a->rotary_interleaved;
+    c->swiglu = a->swiglu;
+    c->add_bias_linear = !a->disable_bias_linear;
+    c->untie_embeddings_and_output_weights = a->untie_embeddings_and_output_weights;
+    c->init_method_std = (float)a->init_method_std;
+    c->seed = (uint64_t)a->seed;
+    c->dtype = a->bf16 ? MT_BF16 : MT_F32;
+    MT_TRY(mt_model_config_finalize(c));
+
+    mt_optim_buffer_config bc = MT_OPTIM_BUFFER_CONFIG_INIT;
+    bc.param_dtype = c->dtype;
+    bc.device = r->dev;
+    bc.bucket_numel = a->ddp_bucket_size
+                          ? a->ddp_bucket_size
+                          : (40000000 > 1000000 * r->nranks ? 40000000 : 1000000 * r->nranks);
+    bc.dp_size = r->nranks;
+    MT_TRY(mt_optim_buffer_create(&bc, &r->buf));
+    MT_TRY(mt_model_list_params(c, register_param, r));
+    size_t bytes;
+    MT_TRY(mt_optim_buffer_finalize(r->buf, &bytes));
+    MT_TRY(mt_arena_create(r->dev, bytes, &r->buf_arena));
+    MT_TRY(mt_optim_buffer_bind(r->buf, r->buf_arena));
+    MT_TRY(mt_model_create(c, a->micro_batch_size, r->dev, register_param, r, &r->model));
+
+    mt_optim_config oc = MT_OPTIM_CONFIG_INIT;
+    oc.kind = strcmp(a->optimizer, "sgd") == 0 ? MT_OPTIM_SGD : MT_OPTIM_ADAMW;
+    oc.adam_beta1 = (float)a->adam_beta1;
+    oc.adam_beta2 = (float)a->adam_beta2;
+    oc.adam_eps = (float)a->adam_eps;
+    oc.sgd_momentum = (float)a->sgd_momentum;
+    oc.clip_grad = (float)a->clip_grad;
+    oc.log_num_zeros_in_grad = a->log_num_zeros_in_grad;
+    oc.use_distributed_optimizer = a->use_distributed_optimizer;
+    oc.dp = r->nranks > 1 ? r->world : NULL;
+    MT_TRY(mt_optim_state_bytes(&oc, r->buf, &bytes));
+    MT_TRY(mt_arena_create(r->dev, bytes, &r->opt_arena));
+    MT_TRY(mt_optim_create(&oc, r->buf, r->opt_arena, &r->opt));
+
+    mt_optim_sched *s = &r->sched;
+    *s = (mt_optim_sched)MT_OPTIM_SCHED_INIT;
+    s->init_lr = a->lr_warmup_init;
+    s->max_lr = a->lr;
+    s->min_lr = a->min_lr;
+    MT_TRY(mt_lr_decay_style_parse(a->lr_decay_style, &s->lr_decay_style));
+    MT_TRY(mt_lr_wsd_style_parse(a->lr_wsd_decay_style, &s->lr_wsd_decay_style));
+    MT_TRY(mt_wd_incr_style_parse(a->weight_decay_incr_style, &s->wd_incr_style));
+    s->start_wd = isnan(a->start_weight_decay) ? a->weight_decay : a->start_weight_decay;
+    s->end_wd = isnan(a->end_weight_decay) ? a->weight_decay : a->end_weight_decay;
+    MT_TRY(mt_optim_sched_from_iters(s, a->train_iters, a->lr_decay_iters, a->lr_warmup_iters,
+                                     isnan(a->lr_warmup_fraction) ? -1.0 : a->lr_warmup_fraction,
+                                     a->lr_wsd_decay_iters, r->gbs));
+    return mt_optim_sched_check(s);
+}
+
+static mt_status setup_io(run *r) {
+    const mt_train_args *a = r->a;
+    int64_t B = a->micro_batch_size, T = a->seq_length;
+    r->ids = calloc((size_t)B, sizeof *r->ids);
+    r->text = calloc((size_t)(B * (T + 1)), sizeof *r->text);
+    r->htok = calloc((size_t)(B * T), sizeof *r->htok);
+    r->htgt = calloc((size_t)(B * T), sizeof *r->htgt);
+    MT_REQUIRE(r->ids && r->text && r->htok && r->htgt, MT_ERR_OOM, "batch buffers");
+    MT_TRY(
+        mt_arena_create(r->dev, (size_t)(2 * B * T * 4) + 4 * MT_ARENA_ALIGN + 64, &r->io_arena));
+    MT_TRY(mt_tensor_alloc(r->io_arena, MT_I32, 2, (int64_t[]){ B, T }, &r->tok));
+    MT_TRY(mt_tensor_alloc(r->io_arena, MT_I32, 2, (int64_t[]){ B, T }, &r->tgt));
+    int64_t n = a->train_iters + 1;
+    r->gv_loss = calloc((size_t)n, sizeof(double));
+    r->gv_zeros = calloc((size_t)n, sizeof(double));
+    r->gv_time = calloc((size_t)n, sizeof(double));
+    MT_REQUIRE(r->gv_loss && r->gv_zeros && r->gv_time, MT_ERR_OOM, "golden values");
+    for (int64_t i = 0; i < n; i++)
+        r->gv_loss[i] = NAN;
+    if (a->metrics_jsonl && last_rank(r)) {
+        r->jsonl = fopen(a->metrics_jsonl, r->iteration ? "a" : "w");
+        MT_REQUIRE(r->jsonl, MT_ERR_IO, "cannot write --metrics-jsonl %s", a->metrics_jsonl);
+    }
+    return MT_OK;
+}
+
+/* ---- batches ---- */
+
+static mt_status load_batch(run *r, mt_data_dataset *ds, mt_data_sampler *s) {
+    const mt_train_args *a = r->a;
+    int64_t B = a->micro_batch_size, T = a->seq_length;
+    int64_t got = mt_data_sampler_next(s, r->ids);
+    MT_REQUIRE(got == B, MT_ERR_INTERNAL, "data sampler exhausted (%lld of %lld samples)",
+               (long long)got, (long long)B);
+    for (int64_t b = 0; b < B; b++) {
+        MT_TRY(mt_data_dataset_get(ds, r->ids[b], r->text + b * (T + 1), NULL));
+        for (int64_t t = 0; t < T; t++) {
+            r->htok[b * T + t] = (int32_t)r->text[b * (T + 1) + t];
+            r->htgt[b * T + t] = (int32_t)r->text[b * (T + 1) + t + 1];
+        }
+    }
+    MT_TRY(mt_memcpy(r->tok.data, r->dev, r->htok, MT_DEVICE_CPU, (size_t)(B * T) * 4, NULL));
+    return mt_memcpy(r->tgt.data, r->dev, r->htgt, MT_DEVICE_CPU, (size_t)(B * T) * 4, NULL);
+}
+
+/* ---- checkpoints ---- */
+
+static mt_status ckpt_gather(void *ctx, const char *mine, char **all) {
+    run *r = ctx;
+    if (r->nranks == 1) {
+        all[0] = strdup(mine);
+        return MT_OK;
+    }
+    /* fixed-size slots through an all-gather of host bytes */
+    enum {
+        SLOT = 4096
+    };
+    char *send = calloc(SLOT, 1), *recv = calloc((size_t)SLOT * (size_t)r->nranks, 1);
+    MT_REQUIRE(send && recv, MT_ERR_OOM, "gather");
+    MT_REQUIRE(strlen(mine) < SLOT, MT_ERR_UNSUPPORTED, "checkpoint rank state too long");
+    strcpy(send, mine);
+    mt_tensor ts = mt_tensor_1d(send, MT_U8, SLOT, MT_DEVICE_CPU);
+    mt_tensor tr = mt_tensor_1d(recv, MT_U8, (int64_t)SLOT * r->nranks, MT_DEVICE_CPU);
+    mt_status st = mt_comm_allgather(r->world, &tr, &ts, NULL);
+    if (st == MT_OK && r->rank == 0)
+        for (int i = 0; i < r->nranks; i++)
+            all[i] = strdup(recv + (size_t)i * SLOT);
+    free(send);
+    free(recv);
+    return st;
+}
+
+static mt_status ckpt_bcast(void *ctx, int64_t *value) {
+    run *r = ctx;
+    if (r->nranks == 1) return MT_OK;
+    mt_tensor t = mt_tensor_1d(value, MT_I64, 1, MT_DEVICE_CPU);
+    return mt_comm_broadcast(r->world, &t, &t, 0, NULL);
+}
+
+static char *args_json(const run *r) {
+    const mt_train_args *a = r->a;
+    json_t *j = json_pack(
+        "{s:i,s:i,s:i,s:i,s:i,s:i,s:I,s:I,s:f,s:i,s:s,s:b,s:i}", "num_layers", a->num_layers,
+        "hidden_size", a->hidden_size, "num_attention_heads", a->num_attention_heads, "seq_length",
+        a->seq_length, "micro_batch_size", a->micro_batch_size, "global_batch_size", (int)r->gbs,
+        "train_iters", (json_int_t)a->train_iters, "padded_vocab_size",
+        (json_int_t)r->mc.padded_vocab_size, "lr", a->lr, "seed", a->seed, "normalization",
+        a->normalization, "bf16", a->bf16, "world_size", r->nranks);
+    char *s = json_dumps(j, JSON_COMPACT);
+    json_decref(j);
+    return s;
+}
+
+static mt_status save_checkpoint(run *r) {
+    const mt_train_args *a = r->a;
+    if (!r->writer) {
+        mt_ckpt_writer_config wc = MT_CKPT_WRITER_CONFIG_INIT;
+        wc.dir = a->save;
+        wc.layout.dp = r->nranks;
+        wc.async = a->async_save;
+        r->group = (mt_ckpt_group){ r->rank, r->nranks, r, ckpt_gather, ckpt_bcast };
+        wc.group = r->nranks > 1 ? &r->group : NULL;
+        MT_TRY(mt_ckpt_writer_create(&wc, &r->writer));
+    }
+    int np = mt_model_num_params(r->model);
+    mt_ckpt_item *items = calloc((size_t)np + 3, sizeof *items);
+    MT_REQUIRE(items, MT_ERR_OOM, "checkpoint items");
+    int n = 0;
+    for (int i = 0; i < np; i++) {
+        mt_model_param *p = mt_model_param_at(r->model, i);
+        items[n++] = (mt_ckpt_item){ p->name, &p->weight, NULL, NULL, r->rank };
+    }
+    mt_tensor st[3];
+    if (!a->no_save_optim && !a->use_distributed_optimizer) {
+        MT_TRY(mt_optim_state(r->opt, &st[0], &st[1], &st[2]));
+        const char *names[3] = { "optimizer.master", "optimizer.exp_avg", "optimizer.exp_avg_sq" };
+        for (int k = 0; k < 3; k++)
+            if (mt_tensor_numel(&st[k]) > 0)
+                items[n++] = (mt_ckpt_item){ names[k], &st[k], NULL, NULL, r->rank };
+    }
+    char *args = args_json(r), sampler[256], rng[64];
+    snprintf(sampler, sizeof sampler,
+             "{\"consumed_train_samples\":%lld,\"consumed_valid_samples\":%lld,"
+             "\"optimizer_steps\":%lld}",
+             (long long)r->consumed_train, (long long)r->consumed_valid,
+             (long long)mt_optim_num_steps(r->opt));
+    snprintf(rng, sizeof rng, "{\"seed\":%d}", a->seed);
+    mt_ckpt_state cs = { args, sampler, rng };
+    double t0 = mt_time_now();
+    mt_status s = mt_ckpt_save(r->writer, r->iteration, items, n, &cs);
+    if (last_rank(r) && s == MT_OK)
+        printf("  successfully saved checkpoint from iteration %7lld to %s [ t %.1f ms ]\n",
+               (long long)r->iteration, a->save, (mt_time_now() - t0) * 1e3);
+    free(args);
+    free(items);
+    return s;
+}
+
+static mt_status load_into(mt_ckpt *c, const char *name, mt_tensor *dst) {
+    void *h = malloc(mt_tensor_nbytes(dst) + 1);
+    MT_REQUIRE(h, MT_ERR_OOM, "load buffer for %s", name);
+    mt_tensor ht = mt_tensor_make(h, dst->dtype, dst->ndim, dst->shape, MT_DEVICE_CPU);
+    mt_status st = mt_ckpt_read(c, name, &ht, NULL);
+    if (st == MT_OK) st = mt_tensor_copy(dst, &ht, NULL);
+    free(h);
+    return st;
+}
+
+static mt_status load_checkpoint(run *r) {
+    const mt_train_args *a = r->a;
+    int64_t it;
+    if (mt_ckpt_latest(a->load, &it) != MT_OK) {
+        if (last_rank(r))
+            printf("WARNING: could not find the metadata file %s/latest_checkpointed_iteration.txt"
+                   "\n    will not load any checkpoints and will start from random\n",
+                   a->load);
+        mt_error_clear();
+        return MT_OK;
+    }
+    mt_ckpt *c;
+    MT_TRY(mt_ckpt_open(a->load, it, 0, &c));
+    mt_status st = MT_OK;
+    for (int i = 0; i < mt_model_num_params(r->model) && st == MT_OK; i++) {
+        mt_model_param *p = mt_model_param_at(r->model, i);
+        st = load_into(c, p->name, &p->weight);
+    }
+    const char *sampler = mt_ckpt_sampler(c);
+    json_t *sj = sampler ? json_loads(sampler, 0, NULL) : NULL;
+    if (st == MT_OK && !a->finetune) {
+        r->iteration = it;
+        r->consumed_train = json_integer_value(json_object_get(sj, "consumed_train_samples"));
+        r->consumed_valid = json_integer_value(json_object_get(sj, "consumed_valid_samples"));
+    }
+    if (st == MT_OK && !a->finetune && !a->no_load_optim && !a->use_distributed_optimizer) {
+        mt_tensor s[3];
+        st = mt_optim_state(r->opt, &s[0], &s[1], &s[2]);
+        const char *names[3] = { "optimizer.master", "optimizer.exp_avg", "optimizer.exp_avg_sq" };
+        for (int k = 0; k < 3 && st == MT_OK; k++)
+            if (mt_tensor_numel(&s[k]) > 0) st = load_into(c, names[k], &s[k]);
+        if (st == MT_OK)
+            st = mt_optim_set_num_steps(r->opt,
+                                        json_integer_value(json_object_get(sj, "optimizer_steps")));
+    }
+    json_decref(sj);
+    mt_ckpt_close(c);
+    if (st == MT_OK && last_rank(r))
+        printf("  successfully loaded checkpoint from %s [ t 0/%d, p 0/1 ] at iteration %lld\n",
+               a->load, 1, (long long)r->iteration);
+    return st;
+}
+
+/* ---- logging ---- */
+
+static void write_golden(const run *r) {
+    const mt_train_args *a = r->a;
+    json_t *root = json_object();
+    const char *keys[3] = { "lm loss", "num-zeros", "iteration-time" };
+    const double *vals[3] = { r->gv_loss, r->gv_zeros, r->gv_time };
+    for (int k = 0; k < 3; k++) {
+        if (k == 1 && !a->log_num_zeros_in_grad) continue;
+        int64_t start = k == 2 ? 2 : 1, first = 0;
+        json_t *v = json_object();
+        for (int64_t i = start; i <= r->iteration; i++) {
+            if (isnan(r->gv_loss[i])) continue;
+            if (!first) first = i;
+            char key[32];
+            snprintf(key, sizeof key, "%lld", (long long)i);
+            json_object_set_new(v, key, json_real(round(vals[k][i] * 1e5) / 1e5));
+        }
+        json_object_set_new(root, keys[k],
+                            json_pack("{s:I,s:I,s:i,s:o}", "start_step", (json_int_t)first,
+                                      "end_step", (json_int_t)r->iteration, "step_interval", 1,
+                                      "values", v));
+    }
+    if (json_dump_file(root, a->golden_values_out, JSON_INDENT(4)) != 0)
+        MT_LOG_WARN("cannot write --golden-values-out %s", a->golden_values_out);
+    json_decref(root);
+}
+
+static mt_status evaluate(run *r, const char *where) {
+    const mt_train_args *a = r->a;
+    mt_data_sampler s;
+    int64_t total = mt_data_dataset_len(r->valid_ds);
+    for (int64_t k = 0; k < a->eval_iters; k++) {
+        if (r->consumed_valid + r->gbs > total) break;
+        MT_TRY(mt_data_sampler_init(&s, total, r->consumed_valid, a->micro_batch_size, r->rank,
+                                    r->nranks, 1));
+        for (int m = 0; m < r->num_micro; m++) {
+            MT_TRY(load_batch(r, r->valid_ds, &s));
+            MT_TRY(mt_model_forward(r->model, &r->tok, &r->tgt, NULL));
+        }
+        r->consumed_valid += r->gbs;
+    }
+    double loss;
+    MT_TRY(mt_model_take_loss(r->model, &loss, NULL));
+    MT_TRY(allreduce_avg(r, &loss));
+    if (last_rank(r)) {
+        char line[256];
+        int n = snprintf(line, sizeof line,
+                         " validation loss at %s | lm loss value: %.6E | lm loss PPL: %.6E | ",
+                         where, loss, exp(fmin(20.0, loss)));
+        printf("%.*s\n%s\n%.*s\n", n,
+               "-----------------------------------------------------------"
+               "-----------------------------------------------------------"
+               "------------------------------------------------------",
+               line, n,
+               "------------------------------------------------------------------------"
+               "------------------------------------------------------------------------"
+               "------------------------");
+        if (r->jsonl)
+            fprintf(r->jsonl, "{\"iteration\":%lld,\"validation lm loss\":%.6f}\n",
+                    (long long)r->iteration, loss);
+    }
+    return MT_OK;
+}
+
+/* ---- the loop ---- */
+
+static mt_status train(run *r) {
+    const mt_train_args *a = r->a;
+    MT_TRY(mt_data_sampler_init(&r->train_s, mt_data_dataset_len(r->train_ds), r->consumed_train,
+                                a->micro_batch_size, r->rank, r->nranks, 1));
+    double flops_iter = mt_model_flops_per_iteration(&r->mc, r->gbs);
+    double interval_t = 0, interval_loss = 0, total_t = 0;
+    int64_t interval_n = 0, timed = 0, skipped = 0, nan_iters = 0;
+    int64_t end = a->exit_interval ? a->exit_interval : a->train_iters;
+    if (end > a->train_iters) end = a->train_iters;
+    while (r->iteration < end) {
+        double t0 = mt_time_now();
+        MT_TRY(mt_optim_buffer_zero_grad(r->buf, NULL));
+        for (int m = 0; m < r->num_micro; m++) {
+            MT_TRY(load_batch(r, r->train_ds, &r->train_s));
+            MT_TRY(
+                mt_model_forward_backward(r->model, &r->tok, &r->tgt, 1.0f / r->num_micro, NULL));
+        }
+        MT_TRY(mt_optim_reduce_grads(r->opt, NULL));
+        double lr = mt_optim_sched_lr(&r->sched, (double)r->iteration * r->gbs);
+        double wd = mt_optim_sched_wd(&r->sched, (double)r->iteration * r->gbs);
+        mt_optim_step_info info;
+        MT_TRY(mt_optim_step(r->opt, lr, wd, NULL, &info, NULL));
+        double loss;
+        MT_TRY(mt_model_take_loss(r->model, &loss, NULL));
+        MT_TRY(allreduce_avg(r, &loss));
+        r->iteration++;
+        r->consumed_train += r->gbs;
+        double dt = mt_time_now() - t0;
+        if (r->iteration > 1 || a->train_iters == 1) { /* iteration 1 includes warm-up */
+            total_t += dt;
+            timed++;
+        }
+        skipped += info.skipped;
+        nan_iters += info.skipped;
+        r->gv_loss[r->iteration] = loss;
+        r->gv_zeros[r->iteration] = (double)info.num_zeros;
+        r->gv_time[r->iteration] = dt;
+        interval_t += dt;
+        interval_loss += loss;
+        interval_n++;
+        double lr_after = mt_optim_sched_lr(&r->sched, (double)r->iteration * r->gbs);
+        double tflops = flops_iter / (dt * 1e12 * r->nranks);
+        if (r->jsonl)
+            fprintf(
+                r->jsonl,
+                "{\"iteration\":%lld,\"lm loss\":%.6f,\"learning rate\":%.6e,\"grad norm\":%.6f,"
+                "\"num zeros\":%lld,\"elapsed ms\":%.3f,\"tokens per s\":%.1f,"
+                "\"TFLOP/s/GPU\":%.3f,\"skipped\":%d}\n",
+                (long long)r->iteration, loss, lr_after, info.grad_norm, (long long)info.num_zeros,
+                dt * 1e3, (double)r->gbs * a->seq_length / dt, tflops, info.skipped);
+        if (r->iteration % a->log_interval == 0 || r->iteration == 1) {
+            if (last_rank(r)) {
+                char ts[64], tp[96] = "", nz[64] = "";
+                stamp(ts, sizeof ts);
+                double per = interval_t / (double)interval_n;
+                if (a->log_throughput)
+                    snprintf(tp, sizeof tp, " throughput per GPU (TFLOP/s/GPU): %.1f |",
+                             flops_iter / (per * 1e12 * r->nranks));
+                if (a->log_num_zeros_in_grad)
+                    snprintf(nz, sizeof nz, " num zeros: %lld |", (long long)info.num_zeros);
+                printf(" [%s] iteration %8lld/%8lld | consumed samples: %12lld | elapsed time per "
+                       "iteration (ms): %.1f |%s learning rate: %.6E | global batch size: %5lld | "
+                       "lm loss: %.6E | loss scale: %.1f | grad norm: %.3f |%s number of skipped "
+                       "iterations: %3lld | number of nan iterations: %3lld |\n",
+                       ts, (long long)r->iteration, (long long)a->train_iters,
+                       (long long)r->consumed_train, per * 1e3, tp, lr_after, (long long)r->gbs,
+                       interval_loss / (double)interval_n, 1.0, info.grad_norm, nz,
+                       (long long)skipped, (long long)nan_iters);
+                fflush(stdout);
+            }
+            interval_t = interval_loss = 0;
+            interval_n = 0;
+            skipped = nan_iters = 0;
+        }
+        if (a->eval_interval && r->valid_ds && r->iteration % a->eval_interval == 0) {
+            char where[64];
+            snprintf(where, sizeof where, "iteration %lld on validation set",
+                     (long long)r->iteration);
+            MT_TRY(evaluate(r, where));
+        }
+        if (a->save && a->save_interval && r->iteration % a->save_interval == 0)
+            MT_TRY(save_checkpoint(r));
+    }
+    if (a->save && (!a->save_interval || r->iteration % a->save_interval != 0))
+        MT_TRY(save_checkpoint(r));
+    if (r->writer) MT_TRY(mt_ckpt_wait(r->writer));
+    if (last_rank(r) && timed > 0) {
+        double per = total_t / (double)timed;
+        double tokens = (double)r->gbs * a->seq_length / per;
+        double tflops = flops_iter / (per * 1e12 * r->nranks);
+        char name[128] = "cpu";
+        if (mt_device_is_cuda(r->dev)) mt_device_name(r->dev.index, name, sizeof name);
+        double peak = 989.0; /* dense bf16 peak of an H100/H200 (Megatron's MFU convention) */
+        size_t bytes = mt_model_bytes(r->model) + mt_arena_capacity(r->buf_arena) +
+                       mt_arena_capacity(r->opt_arena);
+        printf(
+            "[summary] device %s | ranks %d | %.1f ms/iteration | %.0f tokens/s | %.0f tokens/s/GPU"
+            " | %.2f TFLOP/s/GPU | MFU %.1f%% (of %.0f) | memory (MB): %.1f\n",
+            name, r->nranks, per * 1e3, tokens, tokens / r->nranks, tflops,
+            mt_device_is_cuda(r->dev) ? 100.0 * tflops / peak : 0.0, peak,
+            (double)bytes / (1 << 20));
+    }
+    return MT_OK;
+}
+
+static void teardown(run *r) {
+    if (r->writer) mt_ckpt_writer_destroy(r->writer);
+    if (r->jsonl) fclose(r->jsonl);
+    mt_optim_destroy(r->opt);
+    mt_model_destroy(r->model);
+    mt_optim_buffer_destroy(r->buf);
+    mt_arena_destroy(r->buf_arena);
+    mt_arena_destroy(r->opt_arena);
+    mt_arena_destroy(r->io_arena);
+    mt_data_dataset_destroy(r->train_ds);
+    mt_data_dataset_destroy(r->valid_ds);
+    free(r->ids);
+    free(r->text);
+    free(r->htok);
+    free(r->htgt);
+    free(r->gv_loss);
+    free(r->gv_zeros);
+    free(r->gv_time);
+    mt_comm_destroy(r->world);
+}
+
+mt_status mt_train_run(const mt_train_args *a) {
+    run r;
+    memset(&r, 0, sizeof r);
+    r.a = a;
+    mt_status st = setup_world(&r);
+    if (st == MT_OK) {
+        int dp = r.nranks;
+        r.gbs = a->global_batch_size ? a->global_batch_size : (int64_t)a->micro_batch_size * dp;
+        if (r.gbs % ((int64_t)a->micro_batch_size * dp) != 0)
+            st = MT_ERROR(MT_ERR_INVALID_ARG,
+                          "global batch size (%lld) is not divisible by micro batch size (%d) "
+                          "times data parallel size (%d)",
+                          (long long)r.gbs, a->micro_batch_size, dp);
+        r.num_micro = (int)(r.gbs / ((int64_t)a->micro_batch_size * dp));
+    }
+    if (st == MT_OK) st = setup_tokenizer(&r);
+    if (st == MT_OK) st = setup_model(&r);
+    if (st == MT_OK && a->load) st = load_checkpoint(&r);
+    if (st == MT_OK) st = setup_data(&r);
+    if (st == MT_OK) st = setup_io(&r);
+    if (st == MT_OK && last_rank(&r)) {
+        int64_t params = 0;
+        for (int i = 0; i < mt_model_num_params(r.model); i++)
+            params += mt_tensor_numel(&mt_model_param_at(r.model, i)->weight);
+        printf("> building %s model: %lld parameters, padded vocab %d, %d rank(s) on %s, %s, "
+               "%d micro-batch(es) per iteration\n",
+               r.mc.normalization == MT_NORM_RMSNORM ? "Llama-style" : "GPT", (long long)params,
+               r.mc.padded_vocab_size, r.nranks, mt_device_is_cuda(r.dev) ? "cuda" : "cpu",
+               a->bf16 ? "bf16" : "fp32", r.num_micro);
+        fflush(stdout);
+    }
+    if (st == MT_OK) st = train(&r);
+    if (st == MT_OK && a->eval_interval && r.valid_ds)
+        st = evaluate(&r, "the end of training for val data");
+    if (st == MT_OK && a->golden_values_out && last_rank(&r)) write_golden(&r);
+    teardown(&r);
+    return st;
+}
