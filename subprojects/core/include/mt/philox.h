@@ -56,12 +56,13 @@ MT_PHILOX_FN uint32_t mt_philox_u32(uint64_t seed, uint64_t stream, uint64_t ind
     return x.v[index & 3];
 }
 
-/* Maps 32 random bits to a float in the open interval (0, 1), exactly on every device. */
+/* Maps 32 random bits to a float in (0, 1], exactly on every device. Not open at the top: for
+ * draws >= 2^23 the float sum rounds (ties to even), so exactly 0.5 and 1.0 occur (2^-24 each). */
 MT_PHILOX_FN float mt_philox_to_unit(uint32_t u) {
     return ((float)(u >> 8) + 0.5f) * (1.0f / 16777216.0f);
 }
 
-/* Uniform in (0, 1) for element `index`. */
+/* Uniform in (0, 1] for element `index` (see mt_philox_to_unit). */
 MT_PHILOX_FN float mt_philox_uniform(uint64_t seed, uint64_t stream, uint64_t index) {
     return mt_philox_to_unit(mt_philox_u32(seed, stream, index));
 }
