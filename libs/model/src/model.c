@@ -217,14 +217,6 @@ static mt_status workspace_sizes(mt_model *m) {
     return MT_OK;
 }
 
-static void init_host(const mt_model *m, const param_spec *s, float *x, int64_t n) {
-    uint64_t stream = mt_philox_stream_of(s->name);
-    for (int64_t i = 0; i < n; i++)
-        x[i] = s->ones          ? 1.0f
-               : s->std == 0.0f ? 0.0f
-                                : s->std * mt_philox_normal(m->cfg.seed, stream, (uint64_t)i);
-}
-
 static mt_status own_storage(mt_model *m) {
     size_t wbytes = 0, gbytes = 0, es = mt_dtype_size(m->cfg.dtype);
     for (int i = 0; i < m->nparams; i++) {
@@ -257,25 +249,19 @@ static mt_status external_storage(mt_model *m, mt_model_param_fn fn, void *ctx) 
     return MT_OK;
 }
 
-/* Initialises every weight on the host in f32, rounds once to the model dtype, copies it over. */
+/* Initialises every weight where it lives: ones, zeros, or std * N(0,1) from Philox keyed by
+ * (seed, name, element index), so any device and any sharding start from the same model. */
 static mt_status init_weights(mt_model *m) {
-    int64_t most = 1;
-    for (int i = 0; i < m->nparams; i++)
-        most = m->spec[i].numel > most ? m->spec[i].numel : most;
-    float *h32 = malloc((size_t)most * 4);
-    void *hw = malloc((size_t)most * mt_dtype_size(m->cfg.dtype));
-    mt_status st = h32 && hw ? MT_OK : MT_ERROR(MT_ERR_OOM, "init buffer of %lld", (long long)most);
-    for (int i = 0; i < m->nparams && st == MT_OK; i++) {
+    for (int i = 0; i < m->nparams; i++) {
         param_spec *s = &m->spec[i];
-        init_host(m, s, h32, s->numel);
-        mt_tensor t32 = mt_tensor_1d(h32, MT_F32, s->numel, MT_DEVICE_CPU);
-        mt_tensor tw = mt_tensor_1d(hw, m->cfg.dtype, s->numel, MT_DEVICE_CPU);
-        st = mt_cast(&tw, &t32, NULL);
-        if (st == MT_OK) st = mt_tensor_copy(&m->params[i].weight, &tw, NULL);
+        mt_tensor *w = &m->params[i].weight;
+        if (s->ones || s->std == 0.0f)
+            MT_TRY(mt_fill(w, s->ones ? 1.0f : 0.0f, NULL));
+        else
+            MT_TRY(
+                mt_fill_normal(w, 0.0f, s->std, m->cfg.seed, mt_philox_stream_of(s->name), NULL));
     }
-    free(h32);
-    free(hw);
-    return st;
+    return MT_OK;
 }
 
 mt_status mt_model_create(const mt_model_config *cfg, int micro_batch_size, mt_device device,

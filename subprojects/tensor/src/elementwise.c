@@ -55,3 +55,10 @@ mt_status mt_cast(mt_tensor *out, const mt_tensor *x, mt_stream stream) {
 mt_status mt_fill(mt_tensor *x, float value, mt_stream stream) {
     return run(EW_FILL, x, NULL, NULL, value, stream);
 }
+
+mt_status mt_fill_normal(mt_tensor *x, float mean, float std, uint64_t seed, uint64_t stream_id,
+                         mt_stream stream) {
+    MT_TRY(check_float(x, "x"));
+    return MT_DISPATCH(x->device, fill_normal_cpu(x, mean, std, seed, stream_id),
+                       fill_normal_cuda(x, mean, std, seed, stream_id, stream));
+}

@@ -16,6 +16,9 @@ mt_status elementwise_cpu(ew_op op, mt_tensor *out, const mt_tensor *a, const mt
                           float alpha);
 mt_status elementwise_cuda(ew_op op, mt_tensor *out, const mt_tensor *a, const mt_tensor *b,
                            float alpha, mt_stream stream);
+mt_status fill_normal_cpu(mt_tensor *x, float mean, float std, uint64_t seed, uint64_t stream_id);
+mt_status fill_normal_cuda(mt_tensor *x, float mean, float std, uint64_t seed, uint64_t stream_id,
+                           mt_stream stream);
 
 /* ---- gemm, norm, act ---- */
 

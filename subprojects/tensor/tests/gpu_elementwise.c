@@ -62,6 +62,13 @@ static void run(mt_dtype dt, int64_t n) {
         double tol = dt == MT_F32 ? 1e-6 : dt == MT_BF16 ? 8e-3 : 1e-3;
         mt_test_close_f32(what, got, want, (size_t)n, tol, tol);
     }
+    /* Philox normals on the device equal the CPU's */
+    MT_CHECK(mt_fill_normal(&dout, 0.25f, 2.0f, 99, 3, NULL));
+    MT_CHECK(mt_fill_normal(&to, 0.25f, 2.0f, 99, 3, NULL));
+    MT_CHECK(mt_cast(&d32, &dout, NULL));
+    MT_CHECK(mt_tensor_copy(&hgot, &d32, NULL));
+    MT_CHECK(mt_cast(&hwant, &to, NULL));
+    mt_test_close_f32("fill_normal", got, want, (size_t)n, 1e-6, dt == MT_F32 ? 1e-6 : 8e-3);
     mt_arena_destroy(ar);
     free(x), free(y), free(hx), free(hy), free(ho), free(got), free(want);
 }

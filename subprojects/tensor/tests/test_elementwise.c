@@ -2,6 +2,7 @@
 #include <mt/tensor.h>
 #include <mt/testkit.h>
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -88,6 +89,22 @@ int main(void) {
     MT_EXPECT_STATUS(mt_add(&ta, &ta, &tb, NULL), MT_ERR_INVALID_ARG);
     mt_tensor ti = mt_tensor_1d(a, MT_I32, 4, MT_DEVICE_CPU);
     MT_EXPECT_STATUS(mt_scale(&ti, &ti, 2.0f, NULL), MT_ERR_UNSUPPORTED);
+    /* Philox normals: element i is mean + std * N(seed, stream, i); the sample moments fit */
+    enum {
+        NN = 100000
+    };
+    static float z[NN];
+    mt_tensor tz = mt_tensor_1d(z, MT_F32, NN, MT_DEVICE_CPU);
+    MT_CHECK(mt_fill_normal(&tz, 1.0f, 0.5f, 42, 7, NULL));
+    double m1 = 0, m2 = 0;
+    for (int i = 0; i < NN; i++)
+        m1 += z[i], m2 += (double)z[i] * z[i];
+    m1 /= NN;
+    m2 = m2 / NN - m1 * m1;
+    MT_EXPECT(fabs(m1 - 1.0) < 5 * 0.5 / sqrt(NN) && fabs(m2 - 0.25) < 0.01, "moments %g %g", m1,
+              m2);
+    MT_EXPECT(z[12345] == 1.0f + 0.5f * mt_philox_normal(42, 7, 12345),
+              "element = its Philox draw");
     MT_CHECK(mt_fill(&ta, 2.5f, NULL));
     MT_EXPECT(a[0] == 2.5f && a[3] == 2.5f, "fill");
     return mt_test_result();

@@ -28,3 +28,10 @@ mt_status elementwise_cpu(ew_op op, mt_tensor *out, const mt_tensor *a, const mt
     }
     return MT_OK;
 }
+
+mt_status fill_normal_cpu(mt_tensor *x, float mean, float std, uint64_t seed, uint64_t stream_id) {
+    int64_t n = mt_tensor_numel(x);
+    for (int64_t i = 0; i < n; i++)
+        st_f32(x->data, x->dtype, i, mean + std * mt_philox_normal(seed, stream_id, (uint64_t)i));
+    return MT_OK;
+}

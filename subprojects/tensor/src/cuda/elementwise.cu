@@ -79,3 +79,23 @@ extern "C" mt_status elementwise_cuda(ew_op op, mt_tensor *out, const mt_tensor 
         }));
     return MT_OK;
 }
+
+template <typename T>
+static __global__ void fill_normal_kernel(T *x, float mean, float std, uint64_t seed,
+                                          uint64_t stream_id, int64_t n) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        x[i] = stf<T>(mean + std * mt_philox_normal(seed, stream_id, (uint64_t)i));
+}
+
+extern "C" mt_status fill_normal_cuda(mt_tensor *x, float mean, float std, uint64_t seed,
+                                      uint64_t stream_id, mt_stream stream) {
+    int64_t n = mt_tensor_numel(x);
+    if (n == 0) return MT_OK;
+    MT_DISPATCH_FLOAT(x->dtype, T, {
+        fill_normal_kernel<T>
+            <<<mt_grid_1d(n, 256), 256, 0, stream>>>((T *)x->data, mean, std, seed, stream_id, n);
+    });
+    MT_CUDA_CHECK_LAUNCH();
+    return MT_OK;
+}

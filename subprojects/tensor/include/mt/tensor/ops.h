@@ -23,6 +23,10 @@ MT_API mt_status mt_axpy(mt_tensor *y, float alpha, const mt_tensor *x, mt_strea
 MT_API mt_status mt_cast(mt_tensor *out, const mt_tensor *x, mt_stream stream);
 /* x = 0 .. fills with a constant (any float dtype) */
 MT_API mt_status mt_fill(mt_tensor *x, float value, mt_stream stream);
+/* x[i] = mean + std * N(0,1) drawn by Philox from (seed, stream_id, i), i the element's index in
+ * x: the same values on the CPU and CUDA (x contiguous, any float dtype, one rounding). */
+MT_API mt_status mt_fill_normal(mt_tensor *x, float mean, float std, uint64_t seed,
+                                uint64_t stream_id, mt_stream stream);
 
 /* ---- GEMM (cuBLASLt on CUDA), LayerNorm/RMSNorm, GELU/SiLU/SwiGLU ---- */
 
