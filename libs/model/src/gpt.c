@@ -50,10 +50,10 @@ static mt_status rope(mt_model *m, mt_tensor *x, int backward, mt_stream s) {
     return mt_rope_fwd(x, x, NULL, c->kv_channels, c->rotary_base, c->rotary_interleaved, s);
 }
 
-static mt_attn_config attn_cfg(void) {
+static mt_attn_config attn_cfg(const mt_model *m) {
     mt_attn_config ac = MT_ATTN_CONFIG_INIT;
     ac.causal = 1;
-    ac.deterministic = 1;
+    ac.deterministic = m->cfg.deterministic;
     return ac;
 }
 
@@ -69,7 +69,7 @@ static mt_status check_ids(const mt_model *m, const mt_tensor *t, const char *wh
 static mt_status forward(mt_model *m, const mt_tensor *tokens, mt_stream s) {
     const mt_model_config *c = &m->cfg;
     acts *a = &m->a;
-    mt_attn_config ac = attn_cfg();
+    mt_attn_config ac = attn_cfg(m);
     MT_TRY(check_ids(m, tokens, "tokens"));
     m->tokens = *tokens;
     mt_tensor emb3;
@@ -140,7 +140,7 @@ mt_status mt_model_forward(mt_model *m, const mt_tensor *tokens, const mt_tensor
 static mt_status backward(mt_model *m, mt_stream s) {
     const mt_model_config *c = &m->cfg;
     acts *a = &m->a;
-    mt_attn_config ac = attn_cfg();
+    mt_attn_config ac = attn_cfg(m);
     MT_TRY(
         mt_linear_bwd(m->blas, &a->dln, G(m->out_w), NULL, &a->logits, &a->lnf, W(m->out_w), 1, s));
     MT_TRY(norm_bwd(m, &a->dres, m->lnf_w, m->lnf_b, &a->dln, &a->resid_final, &a->lnf_mean,

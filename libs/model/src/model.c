@@ -205,7 +205,7 @@ static mt_status workspace_sizes(mt_model *m) {
     mt_tensor ids = mt_tensor_2d(shape_only, MT_I32, B, T, m->dev);
     mt_attn_config ac = MT_ATTN_CONFIG_INIT;
     ac.causal = 1;
-    ac.deterministic = 1;
+    ac.deterministic = c->deterministic;
     size_t wa = 0, we = 0;
     MT_TRY(mt_attn_bwd_workspace(&q, &k, &ac, &wa));
     MT_TRY(mt_embedding_bwd_workspace(&ids, c->padded_vocab_size, m->dev, &we));

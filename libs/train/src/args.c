@@ -110,6 +110,7 @@ static const flag flags[] = {
     { "--overlap-grad-reduce", F_TRUE, O(overlap_grad_reduce), "accepted" },
     { "--ddp-bucket-size", F_I64, O(ddp_bucket_size), "elements per gradient bucket" },
     { "--distributed-timeout-minutes", F_DBL, O(distributed_timeout_minutes), "10" },
+    { "--deterministic-mode", F_TRUE, O(deterministic_mode), "bitwise-reproducible kernels" },
     { "--recompute-granularity", F_STR, O(recompute_granularity), "full | selective" },
     { "--device", F_STR, O(device), "auto | cpu | cuda (not a Megatron flag)" },
 };

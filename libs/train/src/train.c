@@ -196,6 +196,7 @@ static mt_status setup_model(run *r) {
     c->init_method_std = (float)a->init_method_std;
     c->seed = (uint64_t)a->seed;
     c->dtype = a->bf16 ? MT_BF16 : MT_F32;
+    c->deterministic = a->deterministic_mode;
     MT_TRY(mt_model_config_finalize(c));
 
     mt_optim_buffer_config bc = MT_OPTIM_BUFFER_CONFIG_INIT;

@@ -48,6 +48,7 @@ typedef struct mt_train_args {
     int64_t ddp_bucket_size;
     double distributed_timeout_minutes;
     char *recompute_granularity;
+    int deterministic_mode;
     /* ours */
     char *device; /* "auto" (GPU if there is one), "cpu" or "cuda" */
 } mt_train_args;

@@ -1,0 +1,46 @@
+"""PyTorch peer of bench/pretrain.sh: one training step of Hugging Face's GPT2LMHeadModel in bf16
+(weights and activations, SDPA attention), fused AdamW, on random tokens; FLOPs by Megatron's
+formula so the ratio to mt-pretrain is the tokens/s ratio.
+Usage: peer_pretrain.py OUT.json name:layers:hidden:heads:micro_batch ..."""
+import sys
+
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel
+
+from common import Results, time_cuda
+
+T, V, VP = 1024, 50257, 50304
+
+
+def flops(L, h, gbs):
+    tok = gbs * T
+    return tok * (3 * 2 * h * 4 * h * 2 * L + 3 * 2 * (h * 3 * h + h * h) * L + 3 * 2 * h * VP) \
+        + gbs * T * T * 3 * 2 * h / 2 * 2 * L
+
+
+res = Results()
+for case in sys.argv[2:]:
+    name, L, H, NH, MB = case.split(":")
+    L, H, NH, MB = int(L), int(H), int(NH), int(MB)
+    cfg = GPT2Config(vocab_size=VP, n_positions=T, n_embd=H, n_layer=L, n_head=NH, resid_pdrop=0,
+                     embd_pdrop=0, attn_pdrop=0, attn_implementation="sdpa")
+    model = GPT2LMHeadModel(cfg).cuda().to(torch.bfloat16)
+    opt = torch.optim.AdamW(model.parameters(), lr=6e-4, fused=True)
+    x = torch.randint(0, V, (MB, T), device="cuda")
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = model(x, labels=x).loss
+        loss.backward()
+        opt.step()
+    try:
+        ms = time_cuda(step, warmup=3, iters=10)
+        res.add(f"pretrain/torch/{name}_B{MB}_T1024", ms, flops_per_iter=flops(L, H, MB))
+        print(f"{name}: {MB * T / ms * 1e3:.0f} tokens/s, peak memory "
+              f"{torch.cuda.max_memory_allocated() / 2**20:.0f} MB", file=sys.stderr)
+    except torch.OutOfMemoryError:
+        print(f"{name}: out of memory", file=sys.stderr)
+    del model, opt
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+res.write(sys.argv[1])
