@@ -45,12 +45,13 @@ typedef struct mt_model_config {
     float init_method_std; /* 0: 0.02 */
     uint64_t seed;         /* initialisation seed (Megatron --seed) */
     mt_dtype dtype;        /* parameters and activations: MT_F32 or MT_BF16 */
+    int deterministic;     /* 1: bitwise-reproducible kernels (no atomics in attention) */
 } mt_model_config;
 
 #define MT_MODEL_CONFIG_INIT                                                               \
     {                                                                                      \
         sizeof(mt_model_config), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, MT_NORM_LAYERNORM, 0.0f, \
-            MT_POS_LEARNED, 0.0, 0, 0, 1, 0, 0.0f, 1234, MT_F32                            \
+            MT_POS_LEARNED, 0.0, 0, 0, 1, 0, 0.0f, 1234, MT_F32, 0                         \
     }
 
 /* Fills the derived fields (zeros) of cfg in place and checks it; MT_ERR_INVALID_ARG with
