@@ -105,10 +105,10 @@ mt_status mt_comm_split(mt_comm *parent, int color, int key, const char *name, m
     mt_status st = MT_OK;
     if (parent->has_mpi) {
         MT_TRY_GOTO(split_mpi(parent, color, key, c), st, fail);
-    } else if (!parent->has_nccl) { /* a world of one without backends */
+    } else if (parent->size == 1) { /* a world of one without MPI, with NCCL or without */
         c->rank = 0;
         c->size = 1;
-    }
+    } /* else a world without MPI: NCCL gives the rank and size */
     if (parent->has_nccl) MT_TRY_GOTO(split_nccl(parent, color, key, c), st, fail);
     parent->op = NULL;
     if (color < 0) {

@@ -117,21 +117,40 @@ mt_status split_nccl(mt_comm *parent, int color, int key, mt_comm *child) {
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
     cfg.blocking = 0;
     cfg.commName = child->name;
-    ncclComm_t comm = NULL;
+    /* NCCL stores the new communicator (NULL for no color) from its init thread when the split
+     * job ends, which may be after ncclCommSplit returned: the slot is on the heap, not the stack */
+    ncclComm_t *slot = calloc(1, sizeof *slot);
+    if (!slot) return COMM_ERROR(parent, MT_ERR_OOM, "ncclCommSplit: communicator slot");
     ncclResult_t r =
-        ncclCommSplit(parent->nccl, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &comm, &cfg);
-    MT_TRY(nccl_settle(parent, parent->nccl, r, "ncclCommSplit"));
-    if (color < 0 || !comm) return MT_OK;
-    ncclResult_t s = ncclInProgress;
-    MT_TRY(nccl_settle(parent, comm, s, "ncclCommSplit (new communicator)"));
+        ncclCommSplit(parent->nccl, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, slot, &cfg);
+    /* on a non-blocking parent ncclSuccess can mean "enqueued": the group's ncclInProgress is not
+     * passed on. Poll the parent either way; it settles once the job is done (and joins it). */
+    if (r == ncclSuccess) r = ncclInProgress;
+    mt_status st = nccl_settle(parent, parent->nccl, r, "ncclCommSplit");
+    ncclComm_t comm = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
+    if (st != MT_OK) {
+        if (comm) ncclCommAbort(comm);
+        if (st != MT_ERR_TIMEOUT) free(slot); /* else the aborted job may still write it */
+        return st;
+    }
+    free(slot);
+    if (color < 0) {
+        if (comm) ncclCommAbort(comm); /* not expected: NCCL makes none for NCCL_SPLIT_NOCOLOR */
+        return MT_OK;
+    }
+    if (!comm)
+        return COMM_ERROR(parent, MT_ERR_INTERNAL,
+                          "ncclCommSplit settled but gave no communicator for color %d", color);
+    MT_TRY(nccl_settle(parent, comm, ncclInProgress, "ncclCommSplit (new communicator)"));
     child->nccl = comm;
     child->has_nccl = 1;
     int n, rank;
     NCCL_TRY(child, ncclCommCount(comm, &n));
     NCCL_TRY(child, ncclCommUserRank(comm, &rank));
-    if (child->has_mpi && (n != child->size || rank != child->rank))
-        return COMM_ERROR(child, MT_ERR_INTERNAL, "NCCL split gives rank %d of %d, MPI %d of %d",
-                          rank, n, child->rank, child->size);
+    if (child->size > 0 && (n != child->size || rank != child->rank)) /* known from MPI or n=1 */
+        return COMM_ERROR(child, MT_ERR_INTERNAL,
+                          "NCCL split gives rank %d of %d, expected %d of %d", rank, n, child->rank,
+                          child->size);
     child->rank = rank;
     child->size = n;
     MT_CUDA_TRY(cudaMalloc(&child->scratch, sizeof(int)));
