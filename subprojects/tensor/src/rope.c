@@ -1,10 +1,21 @@
 /* Rotary position embedding (half-split and interleaved): validation and device dispatch. */
 #include "ops_impl.h"
 
+/* A (B,T,H,D) view whose D is innermost (stride 1); the B, T and H strides are free. */
+static mt_status check_bthd(const mt_tensor *t, const char *what) {
+    MT_REQUIRE(t, MT_ERR_INVALID_ARG, "%s is NULL", what);
+    MT_REQUIRE(mt_dtype_size(t->dtype) > 0, MT_ERR_INVALID_ARG, "%s has an invalid dtype", what);
+    MT_REQUIRE(t->ndim == 4, MT_ERR_INVALID_ARG, "%s is %d-d, expected (B,T,H,D)", what, t->ndim);
+    MT_REQUIRE(t->data || mt_tensor_numel(t) == 0, MT_ERR_INVALID_ARG, "%s has no data", what);
+    MT_REQUIRE(t->stride[3] == 1 || t->shape[3] <= 1, MT_ERR_INVALID_ARG,
+               "%s: D must be innermost (stride %lld, want 1)", what, (long long)t->stride[3]);
+    return MT_OK;
+}
+
 static mt_status run(mt_tensor *out, const mt_tensor *x, const mt_tensor *pos, int rotary_dim,
                      double theta, int interleaved, int sign, mt_stream stream) {
-    MT_TRY(mt_tensor_check(out, "out", 4));
-    MT_TRY(mt_tensor_check(x, "x", 4));
+    MT_TRY(check_bthd(out, "out"));
+    MT_TRY(check_bthd(x, "x"));
     MT_REQUIRE(mt_dtype_is_float(x->dtype), MT_ERR_UNSUPPORTED, "x: dtype %s is not a float type",
                mt_dtype_name(x->dtype));
     MT_REQUIRE(mt_tensor_same_shape(out, x) && out->dtype == x->dtype &&

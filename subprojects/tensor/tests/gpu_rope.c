@@ -1,6 +1,7 @@
 /* gpu: RoPE forward/backward on CUDA equal the CPU reference on fresh random input in f32 and bf16:
  * both layouts, full and partial rotary dims (vectorised and scalar paths), default positions and
- * (T)/(B,T) position ids up to 1e5, in place; and the golden values. */
+ * (T)/(B,T) position ids up to 1e5, in place; q and k as strided slices of a fused QKV buffer (in
+ * place, and out of place into a contiguous out); and the golden values. */
 #include <mt/tensor.h>
 #include <mt/testkit.h>
 
@@ -95,6 +96,51 @@ static void run(mt_dtype dt, int64_t B, int64_t T, int64_t H, int64_t D, int rot
     free(x), free(u), free(p64), free(p32), free(hx.data), free(hf.data), free(hb.data);
 }
 
+/* Heads [h0, h0 + nh) of a (B,T,W) buffer as a (B,T,nh,D) view (D innermost, free strides). */
+static mt_tensor heads_view(const mt_tensor *all, int64_t B, int64_t T, int64_t W, int64_t D,
+                            int64_t h0, int64_t nh) {
+    int64_t sh[4] = { B, T, nh, D };
+    mt_tensor v = mt_tensor_make((char *)all->data + h0 * D * mt_dtype_size(all->dtype), all->dtype,
+                                 4, sh, all->device);
+    v.stride[0] = T * W, v.stride[1] = W, v.stride[2] = D, v.stride[3] = 1;
+    return v;
+}
+
+/* q (H heads, fwd) and k (G heads, bwd) rotated in place as slices along dim 2 of one fused
+ * (B,T,H+2G,D) QKV buffer, tokens `pad` elements further apart: CUDA vs the CPU reference on the
+ * same layout, whole buffer (v and padding untouched). pad 0 with D % 8 == 0 takes the vectorised
+ * path, pad 1 the scalar one. Then out of place: strided x, contiguous (NaN-poisoned) out. */
+static void fused(mt_dtype dt, int64_t B, int64_t T, int64_t H, int64_t G, int64_t D, int pad,
+                  int rot, int inter, uint64_t seed) {
+    mt_arena_reset(ar);
+    int64_t W = (H + 2 * G) * D + pad, n = B * T * W, sh[4] = { B, T, H, D };
+    float *f = uniform(n, seed, -2, 2);
+    int64_t *p64 = malloc((size_t)(B * T) * 8);
+    for (int64_t i = 0; i < B * T; i++)
+        p64[i] = (i * 7919) % 100000;
+    mt_tensor hpos = mt_tensor_2d(p64, MT_I64, B, T, MT_DEVICE_CPU), dpos = to_dev(&hpos);
+    mt_tensor hall = host_as(f, dt, 1, &n), dall = to_dev(&hall);
+    mt_tensor hq = heads_view(&hall, B, T, W, D, 0, H), hk = heads_view(&hall, B, T, W, D, H, G);
+    mt_tensor dq = heads_view(&dall, B, T, W, D, 0, H), dk = heads_view(&dall, B, T, W, D, H, G);
+    mt_tensor hout = host_as(f, dt, 4, sh), dout = dev_nan(dt, 4, sh);
+    MT_CHECK(mt_rope_fwd(&hout, &hq, &hpos, rot, 1e4, inter, NULL)); /* before q turns */
+    MT_CHECK(mt_rope_fwd(&dout, &dq, &dpos, rot, 1e4, inter, NULL));
+    MT_CHECK(mt_rope_fwd(&hq, &hq, &hpos, rot, 1e4, inter, NULL));
+    MT_CHECK(mt_rope_bwd(&hk, &hk, &hpos, rot, 1e4, inter, NULL));
+    MT_CHECK(mt_rope_fwd(&dq, &dq, &dpos, rot, 1e4, inter, NULL));
+    MT_CHECK(mt_rope_bwd(&dk, &dk, &dpos, rot, 1e4, inter, NULL));
+    char what[128];
+    double rtol = dt == MT_F32 ? 1e-5 : 1e-2;
+    snprintf(what, sizeof what, "rope fused QKV in place %s %s H=%lld G=%lld D=%lld pad=%d rot=%d",
+             mt_dtype_name(dt), inter ? "interleaved" : "half", (long long)H, (long long)G,
+             (long long)D, pad, rot);
+    close_dev(what, &dall, &hall, 1e-6, rtol);
+    snprintf(what, sizeof what, "rope strided x -> contiguous out %s %s D=%lld pad=%d rot=%d",
+             mt_dtype_name(dt), inter ? "interleaved" : "half", (long long)D, pad, rot);
+    close_dev(what, &dout, &hout, 1e-6, rtol);
+    free(f), free(p64), free(hall.data), free(hout.data);
+}
+
 static void golden(const char *name, int rot, double theta, int inter, int with_pos) {
     mt_arena_reset(ar);
     int64_t sh[4] = { 2, 5, 3, 12 };
@@ -128,6 +174,13 @@ int main(void) {
             run(dt, 1, 9, 2, 10, 6, 10000.0, inter, 2, 7 + bf);   /* D % 4 != 0: scalar */
         }
     }
+    for (int bf = 0; bf < 2; bf++)
+        for (int inter = 0; inter < 2; inter++)
+            for (int pad = 0; pad < 2; pad++) {
+                mt_dtype dt = bf ? MT_BF16 : MT_F32;
+                fused(dt, 2, 33, 8, 2, 128, pad, 128, inter, 11 + pad);
+                fused(dt, 1, 17, 4, 1, 64, pad, 32, inter, 13 + pad);
+            }
     golden("half", 8, 10000.0, 0, 0);
     golden("inter", 12, 500000.0, 1, 1);
     mt_arena_destroy(ar);

@@ -1,6 +1,7 @@
 /* unit: RoPE forward and backward (CPU reference) against PyTorch: Hugging Face rotate_half with a
  * partial rotary dim, and Meta's interleaved complex form with given position ids (i32 and i64);
- * in place; bf16 vs the f32 path on the same rounded inputs. */
+ * in place; bf16 vs the f32 path on the same rounded inputs; q and k as strided slices of a fused
+ * QKV buffer, in place and out of place, equal to the same data made contiguous. */
 #include <mt/tensor.h>
 #include <mt/testkit.h>
 
@@ -57,6 +58,84 @@ static void check(const char *name, const mt_tensor *pos, int rot, double theta,
     free(out_ref), free(dx_ref);
 }
 
+/* Heads [h0, h0 + nh) of a (B,T,W) buffer, W >= (h0 + nh) * D, as a (B,T,nh,D) view. */
+static mt_tensor heads_view(void *base, mt_dtype dt, int64_t W, int64_t h0, int64_t nh) {
+    int64_t sh[4] = { B, T, nh, D };
+    mt_tensor v =
+        mt_tensor_make((char *)base + h0 * D * mt_dtype_size(dt), dt, 4, sh, MT_DEVICE_CPU);
+    v.stride[0] = T * W, v.stride[1] = W, v.stride[2] = D, v.stride[3] = 1;
+    return v;
+}
+
+/* Copies the rows of view v into (to = 0) or out of (to = 1) the contiguous (B,T,nh,D) array c. */
+static void gather(void *c, const mt_tensor *v, int to) {
+    size_t es = mt_dtype_size(v->dtype), row = (size_t)D * es;
+    int64_t nh = v->shape[2];
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t h = 0; h < nh; h++) {
+                char *pc = (char *)c + (size_t)((b * T + t) * nh + h) * row;
+                char *pv = (char *)v->data +
+                           (size_t)(b * v->stride[0] + t * v->stride[1] + h * v->stride[2]) * es;
+                memcpy(to ? pv : pc, to ? pc : pv, row);
+            }
+}
+
+/* q (H heads, fwd) and k (G heads, bwd) rotated in place as slices along dim 2 of one fused
+ * (B,T,H+2G,D) QKV buffer whose tokens are `pad` elements apart beyond that: bit-identical to the
+ * same rows made contiguous, with v and the padding untouched; then out of place from a strided x
+ * into a contiguous out. */
+static void strided(mt_dtype dt, int pad, int rot, int inter) {
+    enum {
+        G = 1
+    };
+    const int64_t W = (H + 2 * G) * D + pad, n = B * T * W;
+    size_t es = mt_dtype_size(dt);
+    float *f = malloc((size_t)n * 4), *got = malloc((size_t)n * 4), *want = malloc((size_t)n * 4);
+    mt_test_fill_uniform(f, (size_t)n, 77 + pad, 0, -2, 2);
+    mt_tensor f32 = mt_tensor_1d(f, MT_F32, n, MT_DEVICE_CPU);
+    mt_tensor all = mt_tensor_1d(malloc((size_t)n * es), dt, n, MT_DEVICE_CPU);
+    mt_tensor ref = mt_tensor_1d(malloc((size_t)n * es), dt, n, MT_DEVICE_CPU);
+    MT_CHECK(mt_cast(&all, &f32, NULL));
+    memcpy(ref.data, all.data, (size_t)n * es);
+    mt_tensor q = heads_view(all.data, dt, W, 0, H), k = heads_view(all.data, dt, W, H, G);
+    mt_tensor rq = heads_view(ref.data, dt, W, 0, H), rk = heads_view(ref.data, dt, W, H, G);
+    void *qc = malloc((size_t)(B * T * H * D) * es), *kc = malloc((size_t)(B * T * G * D) * es);
+    mt_tensor tq = mt_tensor_4d(qc, dt, B, T, H, D, MT_DEVICE_CPU);
+    mt_tensor tk = mt_tensor_4d(kc, dt, B, T, G, D, MT_DEVICE_CPU);
+    gather(qc, &rq, 0), gather(kc, &rk, 0);
+    MT_CHECK(mt_rope_fwd(&tq, &tq, NULL, rot, 1e4, inter, NULL));
+    MT_CHECK(mt_rope_bwd(&tk, &tk, NULL, rot, 1e4, inter, NULL));
+    gather(qc, &rq, 1), gather(kc, &rk, 1);
+    MT_CHECK(mt_rope_fwd(&q, &q, NULL, rot, 1e4, inter, NULL));
+    MT_CHECK(mt_rope_bwd(&k, &k, NULL, rot, 1e4, inter, NULL));
+    mt_tensor tg = mt_tensor_1d(got, MT_F32, n, MT_DEVICE_CPU);
+    mt_tensor tw = mt_tensor_1d(want, MT_F32, n, MT_DEVICE_CPU);
+    MT_CHECK(mt_cast(&tg, &all, NULL));
+    MT_CHECK(mt_cast(&tw, &ref, NULL));
+    char what[96];
+    snprintf(what, sizeof what, "rope fused QKV in place %s pad=%d rot=%d %s", mt_dtype_name(dt),
+             pad, rot, inter ? "interleaved" : "half");
+    mt_test_close_f32(what, got, want, (size_t)n, 0, 0);
+    /* out of place: strided x (the rotated q), contiguous out, vs contiguous x */
+    void *oc = malloc((size_t)(B * T * H * D) * es);
+    mt_tensor to = mt_tensor_4d(oc, dt, B, T, H, D, MT_DEVICE_CPU);
+    gather(qc, &q, 0);
+    MT_CHECK(mt_rope_fwd(&to, &q, NULL, rot, 1e4, inter, NULL));
+    MT_CHECK(mt_rope_fwd(&tq, &tq, NULL, rot, 1e4, inter, NULL));
+    int64_t nq = B * T * H * D;
+    mt_tensor a = mt_tensor_1d(oc, dt, nq, MT_DEVICE_CPU),
+              r = mt_tensor_1d(qc, dt, nq, MT_DEVICE_CPU);
+    tg = mt_tensor_1d(got, MT_F32, nq, MT_DEVICE_CPU),
+    tw = mt_tensor_1d(want, MT_F32, nq, MT_DEVICE_CPU);
+    MT_CHECK(mt_cast(&tg, &a, NULL));
+    MT_CHECK(mt_cast(&tw, &r, NULL));
+    snprintf(what, sizeof what, "rope strided x -> contiguous out %s pad=%d rot=%d %s",
+             mt_dtype_name(dt), pad, rot, inter ? "interleaved" : "half");
+    mt_test_close_f32(what, got, want, (size_t)nq, 0, 0);
+    free(f), free(got), free(want), free(all.data), free(ref.data), free(qc), free(kc), free(oc);
+}
+
 int main(void) {
     x = mt_test_golden_f32("rope_x.npy", NULL, NULL);
     dout = mt_test_golden_f32("rope_dout.npy", NULL, NULL);
@@ -77,6 +156,12 @@ int main(void) {
     run(b, x, MT_F32, &tar, 8, 10000.0, 0, 0);
     mt_test_close_f32("rope pos (T) == default", b, a, NEL, 0, 0);
 
+    for (int bf = 0; bf < 2; bf++)
+        for (int pad = 0; pad < 2; pad++) {
+            strided(bf ? MT_BF16 : MT_F32, pad, 8, 0);
+            strided(bf ? MT_BF16 : MT_F32, pad, 12, 1);
+        }
+
     /* bad input gets a clear error */
     mt_tensor tx = mt_tensor_4d(x, MT_F32, B, T, H, D, MT_DEVICE_CPU);
     mt_tensor to = mt_tensor_4d(a, MT_F32, B, T, H, D, MT_DEVICE_CPU);
@@ -86,6 +171,11 @@ int main(void) {
     MT_EXPECT_STATUS(mt_rope_fwd(&to, &tx, &tpb, 8, 1e4, 0, NULL), MT_ERR_INVALID_ARG);
     mt_tensor t3 = mt_tensor_3d(x, MT_F32, B * T, H, D, MT_DEVICE_CPU);
     MT_EXPECT_STATUS(mt_rope_fwd(&t3, &t3, NULL, 8, 1e4, 0, NULL), MT_ERR_INVALID_ARG);
+    mt_tensor td = tx; /* D not innermost: a (B,T,D,H) buffer viewed as (B,T,H,D) */
+    td.stride[2] = 1, td.stride[3] = H;
+    MT_EXPECT_STATUS(mt_rope_fwd(&to, &td, NULL, 8, 1e4, 0, NULL), MT_ERR_INVALID_ARG);
+    mt_tensor tsh = mt_tensor_4d(a, MT_F32, B, T, H - 1, D, MT_DEVICE_CPU);
+    MT_EXPECT_STATUS(mt_rope_fwd(&tsh, &tx, NULL, 8, 1e4, 0, NULL), MT_ERR_INVALID_ARG);
     free(x), free(dout);
     return mt_test_result();
 }

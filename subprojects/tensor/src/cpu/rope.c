@@ -1,5 +1,6 @@
 /* RoPE CPU reference: angle pos * theta^(-2i/rotary_dim) in fp64, the 2x2 rotation of each pair
- * in fp32 (both elements read before either is written, so out may alias x). */
+ * in fp32 (both elements read before either is written, so out may alias x). out and x are
+ * indexed through their own B, T, H strides; D is contiguous. */
 #include <math.h>
 
 #include "../ops_impl.h"
@@ -18,18 +19,19 @@ mt_status rope_cpu(mt_tensor *out, const mt_tensor *x, const mt_tensor *pos, int
                                          : ((const int32_t *)pos->data)[i];
             }
             for (int64_t h = 0; h < H; h++) {
-                int64_t o = ((b * T + t) * H + h) * D;
+                int64_t xo = b * x->stride[0] + t * x->stride[1] + h * x->stride[2];
+                int64_t o = b * out->stride[0] + t * out->stride[1] + h * out->stride[2];
                 for (int64_t i = 0; i < half; i++) {
                     double ang = (double)p * pow(theta, -2.0 * (double)i / rotary_dim);
                     float cs = (float)cos(ang), sn = (float)(sign * sin(ang));
                     int64_t i0 = interleaved ? 2 * i : i, i1 = interleaved ? 2 * i + 1 : i + half;
-                    float x0 = ld_f32(x->data, x->dtype, o + i0);
-                    float x1 = ld_f32(x->data, x->dtype, o + i1);
+                    float x0 = ld_f32(x->data, x->dtype, xo + i0);
+                    float x1 = ld_f32(x->data, x->dtype, xo + i1);
                     st_f32(out->data, out->dtype, o + i0, x0 * cs - x1 * sn);
                     st_f32(out->data, out->dtype, o + i1, x1 * cs + x0 * sn);
                 }
                 for (int64_t d = rotary_dim; d < D; d++)
-                    st_f32(out->data, out->dtype, o + d, ld_f32(x->data, x->dtype, o + d));
+                    st_f32(out->data, out->dtype, o + d, ld_f32(x->data, x->dtype, xo + d));
             }
         }
     return MT_OK;

@@ -1,8 +1,14 @@
 /* RoPE CUDA kernels: one token (b, t) per block; its cos/sin (fp64 angles, as the CPU) go to
- * shared memory once and serve all H heads; 16-byte loads over each head's D channels. */
+ * shared memory once and serve all H heads; 16-byte loads over each head's D channels. out and x
+ * are read through their own B, T, H strides (D contiguous), e.g. q and k slices of a fused QKV. */
 #include "common.cuh"
 
 template <typename T, int N> struct alignas(sizeof(T) * N) vec_t { T v[N]; };
+
+/* Element strides of dims B, T, H of out (o*) and x (x*). */
+struct rope_strides {
+    int64_t ob, ot, oh, xb, xt, xh;
+};
 
 template <typename I>
 static __device__ void rope_table(float *cs, float *sn, const I *pos, int64_t bt, int64_t T_,
@@ -22,20 +28,22 @@ static __device__ void rope_table(float *cs, float *sn, const I *pos, int64_t bt
  * interleaved: N/2 adjacent pairs), then pass-through channels [rot, D). */
 template <typename T, typename I, int N, int INTERLEAVED>
 static __global__ void rope_kernel(T *out, const T *x, const I *pos, int64_t bt0, int64_t T_,
-                                   int pos_bt, int H, int D, int rot, double theta, int sign) {
+                                   int pos_bt, int H, int D, int rot, double theta, int sign,
+                                   rope_strides st) {
     extern __shared__ float sh[];
     float *cs = sh, *sn = sh + rot / 2;
     typedef vec_t<T, N> VT;
     int64_t bt = bt0 + blockIdx.x;
     rope_table<I>(cs, sn, pos, bt, T_, pos_bt, rot, theta, sign);
+    int64_t b = bt / T_, t = bt % T_;
     int ur = INTERLEAVED ? rot / N : rot / 2 / N, up = (D - rot) / N, upr = ur + up;
     for (int idx = threadIdx.x; idx < H * upr; idx += blockDim.x) {
         int h = idx / upr, u = idx % upr;
-        const T *xh = x + (bt * H + h) * D;
-        T *oh = out + (bt * H + h) * D;
+        const T *xh = x + b * st.xb + t * st.xt + h * st.xh;
+        T *oh = out + b * st.ob + t * st.ot + h * st.oh;
         if (u >= ur) { /* pass-through */
             int c = rot + (u - ur) * N;
-            if (out != x) *(VT *)(oh + c) = *(const VT *)(xh + c);
+            if (oh != xh) *(VT *)(oh + c) = *(const VT *)(xh + c);
         } else if (INTERLEAVED) {
             VT a = *(const VT *)(xh + u * N);
 #pragma unroll
@@ -66,19 +74,20 @@ static __global__ void rope_kernel(T *out, const T *x, const I *pos, int64_t bt0
 template <typename T, typename I>
 static __global__ void rope_scalar_kernel(T *out, const T *x, const I *pos, int64_t bt0, int64_t T_,
                                           int pos_bt, int H, int D, int rot, double theta, int sign,
-                                          int interleaved) {
+                                          int interleaved, rope_strides st) {
     extern __shared__ float sh[];
     float *cs = sh, *sn = sh + rot / 2;
     int64_t bt = bt0 + blockIdx.x;
     rope_table<I>(cs, sn, pos, bt, T_, pos_bt, rot, theta, sign);
+    int64_t b = bt / T_, t = bt % T_;
     int half = rot / 2, upr = half + (D - rot);
     for (int idx = threadIdx.x; idx < H * upr; idx += blockDim.x) {
         int h = idx / upr, u = idx % upr;
-        const T *xh = x + (bt * H + h) * D;
-        T *oh = out + (bt * H + h) * D;
+        const T *xh = x + b * st.xb + t * st.xt + h * st.xh;
+        T *oh = out + b * st.ob + t * st.ot + h * st.oh;
         if (u >= half) {
             int c = rot + (u - half);
-            oh[c] = xh[c];
+            if (oh != xh) oh[c] = xh[c];
             continue;
         }
         int i0 = interleaved ? 2 * u : u, i1 = interleaved ? 2 * u + 1 : u + half;
@@ -94,8 +103,12 @@ static mt_status launch(mt_tensor *out, const mt_tensor *x, const mt_tensor *pos
     int64_t BT = x->shape[0] * x->shape[1], T_ = x->shape[1];
     int H = (int)x->shape[2], D = (int)x->shape[3];
     const int N = 16 / sizeof(T);
+    rope_strides st = { out->stride[0], out->stride[1], out->stride[2],
+                        x->stride[0],   x->stride[1],   x->stride[2] };
+    // why: every head's row must start 16-byte aligned for the vector loads and stores
     int vec = D % N == 0 && rot % (interleaved ? N : 2 * N) == 0 && (uintptr_t)x->data % 16 == 0 &&
-              (uintptr_t)out->data % 16 == 0;
+              (uintptr_t)out->data % 16 == 0 && st.ob % N == 0 && st.ot % N == 0 &&
+              st.oh % N == 0 && st.xb % N == 0 && st.xt % N == 0 && st.xh % N == 0;
     const I *p = pos ? (const I *)pos->data : nullptr;
     int pos_bt = pos && pos->ndim == 2;
     size_t smem = (size_t)rot * sizeof(float);
@@ -105,13 +118,13 @@ static mt_status launch(mt_tensor *out, const mt_tensor *x, const mt_tensor *pos
         unsigned g = (unsigned)(BT - r0 < 65535LL * 32 ? BT - r0 : 65535LL * 32);
         if (vec && interleaved)
             rope_kernel<T, I, N, 1>
-                <<<g, 128, smem, stream>>>(o, a, p, r0, T_, pos_bt, H, D, rot, theta, sign);
+                <<<g, 128, smem, stream>>>(o, a, p, r0, T_, pos_bt, H, D, rot, theta, sign, st);
         else if (vec)
             rope_kernel<T, I, N, 0>
-                <<<g, 128, smem, stream>>>(o, a, p, r0, T_, pos_bt, H, D, rot, theta, sign);
+                <<<g, 128, smem, stream>>>(o, a, p, r0, T_, pos_bt, H, D, rot, theta, sign, st);
         else
             rope_scalar_kernel<T, I><<<g, 128, smem, stream>>>(o, a, p, r0, T_, pos_bt, H, D, rot,
-                                                               theta, sign, interleaved);
+                                                               theta, sign, interleaved, st);
         MT_CUDA_CHECK_LAUNCH();
     }
     return MT_OK;

@@ -180,7 +180,11 @@ MT_API mt_status mt_embedding_bwd(mt_tensor *dwte, mt_tensor *dwpe, const mt_ten
                                   const mt_tensor *ids, void *ws, size_t ws_bytes,
                                   mt_stream stream);
 
-/* Rotary position embedding on x (B,T,H,D) into out (same shape and dtype; may alias x). The first
+/* Rotary position embedding on x (B,T,H,D) into out (same shape and dtype). Strides: D must be
+ * innermost (stride 1); the B, T and H strides are free and may differ between out and x, so q and
+ * k can be slices along dim 2 of one fused (B,T,H+2G,D) QKV buffer (as for mt_attn_*). In place:
+ * out == x (same data and strides); other overlaps are undefined. CUDA vectorises when the data
+ * and all strides are 16-byte multiples, else takes a scalar path (same results). The first
  * rotary_dim (even, <= D) channels of each head rotate by angle pos * theta^(-2i/rotary_dim),
  * i < rotary_dim/2; the rest pass through. interleaved = 0: pairs (x[i], x[i + rotary_dim/2])
  * (Hugging Face rotate_half); 1: pairs (x[2i], x[2i+1]) (Meta). pos: NULL for 0..T-1, or (T) or
