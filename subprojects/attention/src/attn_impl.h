@@ -15,14 +15,9 @@ typedef struct attn_shape {
     int causal, deterministic;
 } attn_shape;
 
-/* Workspace of the CUDA backward: D = rowsum(dout*out) (B,H,T) f32, then the f32 dQ
- * accumulator (B,T,H,D) of the atomic mode; each part 256-byte aligned. */
-static inline size_t attn_ws_rows_bytes(const attn_shape *s) {
-    return ((size_t)(s->B * s->H * s->T) * 4 + 255) / 256 * 256;
-}
+/* Workspace of the CUDA backward: D = rowsum(dout*out) (B,H,T) f32, 256-byte rounded. */
 static inline size_t attn_ws_bytes(const attn_shape *s) {
-    size_t acc = s->deterministic ? 0 : (size_t)(s->B * s->T * s->H * s->D) * 4;
-    return attn_ws_rows_bytes(s) + (acc + 255) / 256 * 256;
+    return ((size_t)(s->B * s->H * s->T) * 4 + 255) / 256 * 256;
 }
 
 mt_status attn_fwd_cpu(const attn_shape *s, mt_tensor *out, mt_tensor *lse, const mt_tensor *q,

@@ -349,6 +349,9 @@ int main(void) {
         { 1, 64, 2, 2, 40, 1, MT_F32, 0, 0, 0 },
         { 1, 191, 4, 2, 64, 1, MT_F16, 1, 0, 0.2f },
         { 1, 257, 2, 2, 128, 0, MT_BF16, 0, 1, 0 },
+        /* causal rows with few keys: |dS| ~ 1 and dQ cancels (bf16 dS alone failed here) */
+        { 1, 283, 16, 2, 64, 1, MT_BF16, 1, 1, 0 },
+        { 2, 237, 4, 2, 64, 1, MT_BF16, 0, 1, 0 },
         /* long sequences: sampled rows */
         { 1, 4096, 2, 1, 128, 1, MT_BF16, 0, 0, 0 },
         { 1, 2048, 4, 2, 64, 0, MT_F16, 1, 0, 0 },

@@ -56,6 +56,8 @@ template <> struct attn_t<float> {
     }
 };
 template <> struct attn_t<__nv_bfloat16> {
+    /* bf16 keeps 8 significant bits: operands that need more go in as hi + lo (see residual) */
+    static constexpr bool two_term = true;
     static __device__ __forceinline__ float ld(__nv_bfloat16 v) {
         return __bfloat162float(v);
     }
@@ -66,6 +68,11 @@ template <> struct attn_t<__nv_bfloat16> {
         __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
         return *reinterpret_cast<uint32_t *>(&h);
     }
+    /* (lo, hi) - unpack(packed): what pack() rounded away, itself packed */
+    static __device__ __forceinline__ uint32_t residual(float lo, float hi, uint32_t packed) {
+        float2 f = __bfloat1622float2(*reinterpret_cast<__nv_bfloat162 *>(&packed));
+        return pack(lo - f.x, hi - f.y);
+    }
     static __device__ __forceinline__ void mma(float *c, const uint32_t *a, uint32_t b0,
                                                uint32_t b1) {
         asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
@@ -75,6 +82,7 @@ template <> struct attn_t<__nv_bfloat16> {
     }
 };
 template <> struct attn_t<__half> {
+    static constexpr bool two_term = false;
     static __device__ __forceinline__ float ld(__half v) {
         return __half2float(v);
     }
