@@ -1,5 +1,7 @@
 /* GEMM on the GPU through cuBLASLt (bf16, fp32 accumulation): the nn.Linear forward y = x @ W^T and
- * its two backward layouts dX = dY @ W and dW = dY^T @ X, at GPT-2 shapes; TFLOP/s. */
+ * its two backward layouts dX = dY @ W and dW = dY^T @ X, at GPT-2 shapes; TFLOP/s. On the CPU: the
+ * fast f32 path and the reference at a small GPT's shapes; GFLOP/s. */
+#define _POSIX_C_SOURCE 200809L /* setenv */
 #include <mt/benchkit.h>
 #include <mt/tensor.h>
 
@@ -92,7 +94,55 @@ done:
 }
 #endif
 
+/* CPU: f32 nn.Linear at a small GPT's shapes (C=128: its LM head and MLP), forward and the two
+ * backward GEMMs, the fast path with MT_CPU_THREADS threads or the plain-loop reference (arg->ref,
+ * MT_CPU_REFERENCE=1). GFLOP/s as FLOPS. */
+typedef struct {
+    int op; /* 0 fwd, 2 dx, 3 dw, as in gemm_case */
+    int64_t M, N, K;
+    int ref;
+} cpu_case;
+
+static void bench_gemm_cpu(mt_bench_state *st, void *arg) {
+    const cpu_case *c = arg;
+    float *x = malloc((size_t)(c->M * c->K) * 4), *w = malloc((size_t)(c->N * c->K) * 4);
+    float *y = malloc((size_t)(c->M * c->N) * 4);
+    if (!x || !w || !y) {
+        mt_bench_error(st, "out of memory");
+        goto done;
+    }
+    for (int64_t i = 0; i < c->M * c->K; i++)
+        x[i] = 2.0f * mt_philox_uniform(42, 1, (uint64_t)i) - 1.0f;
+    for (int64_t i = 0; i < c->N * c->K; i++)
+        w[i] = 2.0f * mt_philox_uniform(42, 2, (uint64_t)i) - 1.0f;
+    mt_tensor tx = mt_tensor_2d(x, MT_F32, c->M, c->K, MT_DEVICE_CPU);
+    mt_tensor tw = mt_tensor_2d(w, MT_F32, c->N, c->K, MT_DEVICE_CPU);
+    mt_tensor ty = mt_tensor_2d(y, MT_F32, c->M, c->N, MT_DEVICE_CPU);
+    if (c->ref) setenv("MT_CPU_REFERENCE", "1", 1);
+    while (mt_bench_keep_running(st))
+        if ((c->op == 0   ? mt_linear_fwd(NULL, &ty, NULL, &tx, &tw, NULL, 0, NULL)
+             : c->op == 2 ? mt_linear_bwd(NULL, &tx, NULL, NULL, &ty, NULL, &tw, 0, NULL)
+                          : mt_linear_bwd(NULL, NULL, &tw, NULL, &ty, &tx, NULL, 0, NULL)) != MT_OK)
+            mt_bench_error(st, mt_last_error());
+    if (c->ref) unsetenv("MT_CPU_REFERENCE");
+    mt_bench_rate(st, "FLOPS", 2.0 * (double)c->M * (double)c->N * (double)c->K);
+done:
+    free(x), free(w), free(y);
+}
+
 int main(int argc, char **argv) {
+    static const cpu_case cpu_cases[] = {
+        { 0, 1024, 50304, 128, 0 }, { 2, 1024, 50304, 128, 0 }, { 3, 1024, 50304, 128, 0 },
+        { 0, 1024, 384, 128, 0 },   { 0, 1024, 384, 128, 1 },
+    };
+    static const char *cpu_ops[] = { "gemm_fwd", "", "gemm_dx", "gemm_dw" };
+    static char cpu_names[5][96];
+    for (int i = 0; i < 5; i++) {
+        const cpu_case *c = &cpu_cases[i];
+        snprintf(cpu_names[i], sizeof cpu_names[i], "%s/%s/f32_M%lld_N%lld_K%lld", cpu_ops[c->op],
+                 c->ref ? "cpu_ref" : "cpu", (long long)c->M, (long long)c->N, (long long)c->K);
+        mt_bench_register(cpu_names[i], bench_gemm_cpu, (void *)c, MT_BENCH_REAL_TIME);
+    }
 #if MT_HAVE_CUDA
     int ngpu = 0;
     mt_device_count(&ngpu);

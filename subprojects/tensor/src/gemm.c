@@ -1,8 +1,19 @@
 /* GEMM and nn.Linear forward/backward: validation, the mt_blas handle and device dispatch
- * (cuBLASLt on CUDA, plain loops on the CPU). */
+ * (cuBLASLt on CUDA; on the CPU the fast path, or the reference with MT_CPU_REFERENCE=1). */
 #include <stdlib.h>
 
 #include "ops_impl.h"
+
+/* The fast CPU path (cpu/gemm_fast.c): fp32 accumulation, packed panels, threads. */
+mt_status gemm_fast_cpu(const gemm_args *g);
+
+/* f32 and bf16 inputs take the fast path unless MT_CPU_REFERENCE=1 asks for the reference. */
+static mt_status gemm_host(const gemm_args *g) {
+    const char *ref = getenv("MT_CPU_REFERENCE");
+    if ((g->ab_dtype == MT_F32 || g->ab_dtype == MT_BF16) && !(ref && atoi(ref) != 0))
+        return gemm_fast_cpu(g);
+    return gemm_cpu(g);
+}
 
 struct mt_blas {
     mt_device device;
@@ -128,7 +139,7 @@ mt_status mt_gemm(mt_blas *blas, mt_tensor *c, mt_tensor *pre_gelu, const mt_ten
                    c->device.index);
     }
 #endif
-    return MT_DISPATCH(c->device, gemm_cpu(&g), gemm_cuda(blas->lt, &g, stream));
+    return MT_DISPATCH(c->device, gemm_host(&g), gemm_cuda(blas->lt, &g, stream));
 }
 
 mt_status mt_linear_fwd(mt_blas *blas, mt_tensor *y, mt_tensor *pre_gelu, const mt_tensor *x,
