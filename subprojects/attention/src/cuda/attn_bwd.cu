@@ -231,6 +231,13 @@ static __global__ void __launch_bounds__(NW * 32)
                                attn_t<T>::pack(ds[2 * kk][2], ds[2 * kk][3]),
                                attn_t<T>::pack(ds[2 * kk + 1][0], ds[2 * kk + 1][1]),
                                attn_t<T>::pack(ds[2 * kk + 1][2], ds[2 * kk + 1][3]) };
+            uint32_t sl[4] = { 0, 0, 0, 0 }; // why: as in the dQ kernel, dK = dS^T Q cancels
+            if constexpr (attn_t<T>::two_term) {
+                sl[0] = attn_t<T>::residual(ds[2 * kk][0], ds[2 * kk][1], sa[0]);
+                sl[1] = attn_t<T>::residual(ds[2 * kk][2], ds[2 * kk][3], sa[1]);
+                sl[2] = attn_t<T>::residual(ds[2 * kk + 1][0], ds[2 * kk + 1][1], sa[2]);
+                sl[3] = attn_t<T>::residual(ds[2 * kk + 1][2], ds[2 * kk + 1][3], sa[3]);
+            }
 #pragma unroll
             for (int dp = 0; dp < D / 16; dp++) {
                 uint32_t bg[4], bq[4];
@@ -241,6 +248,10 @@ static __global__ void __launch_bounds__(NW * 32)
                 attn_t<T>::mma(gv[2 * dp + 1], pa, bg[2], bg[3]);
                 attn_t<T>::mma(gk[2 * dp], sa, bq[0], bq[1]);
                 attn_t<T>::mma(gk[2 * dp + 1], sa, bq[2], bq[3]);
+                if constexpr (attn_t<T>::two_term) {
+                    attn_t<T>::mma(gk[2 * dp], sl, bq[0], bq[1]);
+                    attn_t<T>::mma(gk[2 * dp + 1], sl, bq[2], bq[3]);
+                }
             }
         }
     }
