@@ -27,7 +27,7 @@ for c in $cases; do
   tok=$(echo "$s" | sed -n 's/.*| \([0-9.]*\) tokens\/s |.*/\1/p')
   mem=$(echo "$s" | sed -n 's/.*memory (MB): \([0-9.]*\).*/\1/p')
   printf '%s{"name": "pretrain/cuda/%s_B%s_T1024", "run_type": "iteration", "real_time": %s, "time_unit": "ms", "FLOPS": %s, "tokens_per_second": %s, "memory_MB": %s}\n' \
-    "$sep" "$name" "$MB" "$ms" "$(echo "$tf * 1e12" | bc -l)" "$tok" "$mem" >> "$out/pretrain.json"
+    "$sep" "$name" "$MB" "$ms" "$(awk -v t="$tf" 'BEGIN { printf "%.6e", t * 1e12 }')" "$tok" "$mem" >> "$out/pretrain.json"
   sep=","
 done
 echo ']}' >> "$out/pretrain.json"
