@@ -24,7 +24,8 @@ for case in sys.argv[2:]:
     L, H, NH, MB = int(L), int(H), int(NH), int(MB)
     cfg = GPT2Config(vocab_size=VP, n_positions=T, n_embd=H, n_layer=L, n_head=NH, resid_pdrop=0,
                      embd_pdrop=0, attn_pdrop=0, attn_implementation="sdpa")
-    model = GPT2LMHeadModel(cfg).cuda().to(torch.bfloat16)
+    with torch.device("cuda"):  # initialise on the GPU: the 1.5B model takes minutes on the CPU
+        model = GPT2LMHeadModel(cfg).to(torch.bfloat16)
     opt = torch.optim.AdamW(model.parameters(), lr=6e-4, fused=True)
     x = torch.randint(0, V, (MB, T), device="cuda")
 
