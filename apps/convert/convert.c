@@ -1,14 +1,17 @@
 /* Hugging Face <-> mt-ckpt. Every internal tensor is a stack of row blocks taken from HF tensors
- * (after selecting an expert of a fused 3-D tensor and transposing Conv1D weights), so import
- * concatenates blocks and export scatters them back: both directions are bit-exact copies.
+ * (after selecting an expert of a fused 3-D tensor and transposing Conv1D weights), plus zero
+ * rows of vocabulary padding, so import concatenates blocks and export scatters them back (and
+ * drops the padding): both directions are bit-exact copies.
  *
- * Internal (Megatron-core) names, per layer i, (out, in) = nn.Linear layout:
- *   embedding.word_embeddings.weight (V,C)     GPT-2 wte, Llama/Mixtral model.embed_tokens
+ * Internal names and layouts are libs/model's (mt_model_param, Megatron-core names), per layer i,
+ * (out, in) = nn.Linear layout:
+ *   embedding.word_embeddings.weight (Vp,C)    GPT-2 wte, Llama/Mixtral model.embed_tokens, then
+ *       Vp - V zero rows: Vp = V rounded up to --make-vocab-size-divisible-by (Megatron, 128)
  *   embedding.position_embeddings.weight (P,C) GPT-2 wpe
  *   decoder.layers.i.input_layernorm.{weight,bias}    ln_1 / input_layernorm
- *   decoder.layers.i.self_attention.linear_qkv.{weight,bias} ((G*(Q/G+2))*D, C): per query group g
- *       its Q/G query heads, then its key head, then its value head (Megatron's order, so a TP
- *       rank's heads are one contiguous row block); GPT-2: G = Q, from c_attn transposed
+ *   decoder.layers.i.self_attention.linear_qkv.{weight,bias} ((Q+2G)*D, C): [all Q query heads |
+ *       all G key heads | all G value heads], each head D rows (libs/model's layout, not
+ *       Megatron's per-group interleaving): GPT-2 c_attn transposed; q_proj, k_proj, v_proj
  *   decoder.layers.i.self_attention.linear_proj.{weight,bias} (C,Q*D)  c_proj^T / o_proj
  *   decoder.layers.i.pre_mlp_layernorm.{weight,bias}  ln_2 / post_attention_layernorm
  *   decoder.layers.i.mlp.linear_fc1.{weight,bias}     GPT-2 c_fc^T (4C,C); Llama [gate; up] (2I,C)
@@ -16,7 +19,8 @@
  *   decoder.layers.i.mlp.router.weight (E,C)          Mixtral gate
  *   decoder.layers.i.mlp.experts.local_experts.e.linear_fc1.weight (2I,C)  [w1; w3] = [gate; up]
  *   decoder.layers.i.mlp.experts.local_experts.e.linear_fc2.weight (C,I)   w2 = down
- *   decoder.final_layernorm.{weight,bias}, output_layer.weight (V,C; absent when tied)
+ *   decoder.final_layernorm.{weight,bias}, output_layer.weight (Vp,C, zero padding rows as the
+ *       embedding; absent when tied)
  * RoPE: we keep HF's half-split (rotate_half) layout, so Llama q/k rows are not permuted; a Meta
  * (interleaved) checkpoint needs transformers' convert_llama_weights_to_hf permutation first. */
 #include "convert.h"
@@ -30,7 +34,7 @@
 #include <sys/stat.h>
 
 typedef struct cv_piece {
-    int hf;        /* index into map.hf */
+    int hf;        /* index into map.hf; -1: `rows` zero rows (vocabulary padding) */
     int expert;    /* >= 0: select [expert] of a fused 3-D tensor first */
     int transpose; /* Conv1D (in,out) -> (out,in) */
     int64_t row0, rows;
@@ -100,6 +104,15 @@ static mt_status piece(cv_map *m, const char *name, int expert, int transpose, i
     return MT_OK;
 }
 
+/* Appends `rows` zero rows to the last entry (dropped on export). */
+static mt_status pad(cv_map *m, int64_t rows) {
+    if (rows <= 0) return MT_OK;
+    MT_REQUIRE(grow((void **)&m->p, &m->capp, m->np, sizeof(cv_piece)), MT_ERR_OOM, "map");
+    m->p[m->np++] = (cv_piece){ -1, -1, 0, 0, rows };
+    m->e[m->ne - 1].n++;
+    return MT_OK;
+}
+
 /* One internal tensor from one whole HF tensor. */
 static mt_status same(cv_map *m, const char *internal, const char *hf, int transpose,
                       int64_t rows) {
@@ -108,8 +121,8 @@ static mt_status same(cv_map *m, const char *internal, const char *hf, int trans
 }
 
 typedef struct cv_cfg {
-    const char *type; /* gpt2, llama, mixtral */
-    int64_t L, C, V, P, Q, G, D, I, E;
+    const char *type;                      /* gpt2, llama, mixtral */
+    int64_t L, C, V, Vp, P, Q, G, D, I, E; /* Vp: padded vocabulary */
     int tied, experts_fused;
     const char *prefix; /* GPT-2: "transformer." or "" */
 } cv_cfg;
@@ -163,6 +176,7 @@ static mt_status build_map(const cv_cfg *c, json_t *wmap, cv_map *m) {
     int64_t Q = c->Q, G = c->G, D = c->D, C = c->C, I = c->I;
     snprintf(h, sizeof h, "%s%s", pre, gpt2 ? "wte.weight" : "embed_tokens.weight");
     MT_TRY(same(m, "embedding.word_embeddings.weight", h, 0, c->V));
+    MT_TRY(pad(m, c->Vp - c->V));
     if (gpt2) {
         snprintf(h, sizeof h, "%swpe.weight", pre);
         MT_TRY(same(m, "embedding.position_embeddings.weight", h, 0, c->P));
@@ -175,20 +189,15 @@ static mt_status build_map(const cv_cfg *c, json_t *wmap, cv_map *m) {
         for (int b = 0; b < 2; b++) {
             if (!gpt2 && b == 1 && !has(wmap, "%sself_attn.q_proj.bias", lp)) continue;
             MT_TRY(entry(m, "%sself_attention.linear_qkv.%s", ip, wb[b]));
-            for (int64_t g = 0; g < G; g++) {
-                int64_t qg = Q / G * D; /* rows of one group's queries */
-                if (gpt2) {             /* c_attn^T rows: q | k | v, each C */
-                    snprintf(h, sizeof h, "%sattn.c_attn.%s", lp, wb[b]);
-                    MT_TRY(piece(m, h, -1, b == 0, g * qg, qg));
-                    MT_TRY(piece(m, h, -1, b == 0, C + g * D, D));
-                    MT_TRY(piece(m, h, -1, b == 0, 2 * C + g * D, D));
-                } else {
-                    const char *qkv[] = { "q", "k", "v" };
-                    for (int k = 0; k < 3; k++) {
-                        snprintf(h, sizeof h, "%sself_attn.%s_proj.%s", lp, qkv[k], wb[b]);
-                        MT_TRY(piece(m, h, -1, 0, k ? g * D : g * qg, k ? D : qg));
-                    }
-                }
+            if (gpt2) { /* c_attn^T rows are already q | k | v, each C = Q*D */
+                snprintf(h, sizeof h, "%sattn.c_attn.%s", lp, wb[b]);
+                MT_TRY(piece(m, h, -1, b == 0, 0, 3 * C));
+                continue;
+            }
+            const char *qkv[] = { "q", "k", "v" };
+            for (int k = 0; k < 3; k++) {
+                snprintf(h, sizeof h, "%sself_attn.%s_proj.%s", lp, qkv[k], wb[b]);
+                MT_TRY(piece(m, h, -1, 0, 0, (k ? G : Q) * D));
             }
         }
         for (int b = 0; b < 2; b++) {
@@ -260,8 +269,10 @@ static mt_status build_map(const cv_cfg *c, json_t *wmap, cv_map *m) {
         snprintf(n, sizeof n, "decoder.final_layernorm.%s", fw[b]);
         MT_TRY(same(m, n, h, 0, C));
     }
-    if (!c->tied || has(wmap, "lm_head.weight"))
+    if (!c->tied || has(wmap, "lm_head.weight")) {
         MT_TRY(same(m, "output_layer.weight", "lm_head.weight", 0, c->V));
+        MT_TRY(pad(m, c->Vp - c->V));
+    }
     return MT_OK;
 }
 
@@ -382,7 +393,7 @@ static mt_status load_config(const char *dir, json_t **cfg, cv_cfg *c) {
     return read_cfg(*cfg, c);
 }
 
-mt_status cv_hf_to_mt(const char *hf_dir, const char *mt_dir) {
+mt_status cv_hf_to_mt(const char *hf_dir, const char *mt_dir, int make_vocab_size_divisible_by) {
     json_t *cfg = NULL;
     cv_cfg c = { 0 };
     hf_set s = { 0 };
@@ -393,7 +404,11 @@ mt_status cv_hf_to_mt(const char *hf_dir, const char *mt_dir) {
     mt_ckpt_writer *w = NULL;
     char *args = NULL;
     mt_status st = MT_OK;
+    int64_t div = make_vocab_size_divisible_by;
+    MT_REQUIRE(div > 0, MT_ERR_INVALID_ARG, "--make-vocab-size-divisible-by %lld must be > 0",
+               (long long)div);
     MT_TRY_GOTO(load_config(hf_dir, &cfg, &c), st, done);
+    c.Vp = (c.V + div - 1) / div * div;
     MT_TRY_GOTO(hf_open(hf_dir, &s), st, done);
     c.prefix = json_object_get(s.wmap, "transformer.wte.weight") ? "transformer." : "";
     c.experts_fused = has(s.wmap, "model.layers.0.mlp.experts.gate_up_proj");
@@ -425,14 +440,18 @@ mt_status cv_hf_to_mt(const char *hf_dir, const char *mt_dir) {
     for (int i = 0; i < m.ne; i++) {
         cv_entry *e = &m.e[i];
         int64_t rows = 0, cols = -1;
-        mt_tensor t0;
+        mt_tensor t0 = { 0 };
         for (int j = 0; j < e->n; j++) {
             cv_piece *p = &m.p[e->first + j];
+            if (p->hf < 0) { /* padding: zero rows of the previous piece's width */
+                rows += p->rows;
+                continue;
+            }
             mt_tensor t;
             MT_TRY_GOTO(hf_get(&s, m.hf[p->hf], &t), st, done_used);
             int64_t hr, hc;
             piece_dims(p, &t, &hr, &hc);
-            if (j == 0) t0 = t;
+            if (cols < 0) t0 = t;
             if ((cols >= 0 && hc != cols) || p->row0 + p->rows > hr || t.dtype != t0.dtype ||
                 (p->expert >= 0 && (t.ndim != 3 || p->expert >= t.shape[0]))) {
                 char b[128];
@@ -445,7 +464,7 @@ mt_status cv_hf_to_mt(const char *hf_dir, const char *mt_dir) {
             used[p->hf] += p->rows;
         }
         size_t es = mt_dtype_size(t0.dtype);
-        bufs[i] = malloc((size_t)(rows * cols) * es + 1);
+        bufs[i] = calloc(1, (size_t)(rows * cols) * es + 1); /* padding rows stay zero */
         if (!bufs[i]) {
             st = MT_ERROR(MT_ERR_OOM, "%s", e->name);
             goto done_used;
@@ -453,8 +472,8 @@ mt_status cv_hf_to_mt(const char *hf_dir, const char *mt_dir) {
         for (int64_t r = 0, j = 0; j < e->n; j++) {
             cv_piece *p = &m.p[e->first + j];
             mt_tensor t;
-            hf_get(&s, m.hf[p->hf], &t);
-            copy_piece(p, &t, bufs[i], r, cols, 1);
+            if (p->hf >= 0 && hf_get(&s, m.hf[p->hf], &t) == MT_OK)
+                copy_piece(p, &t, bufs[i], r, cols, 1);
             r += p->rows;
         }
         ts[i] = t0.ndim == 1 ? mt_tensor_1d(bufs[i], t0.dtype, rows, MT_DEVICE_CPU)
@@ -477,8 +496,10 @@ mt_status cv_hf_to_mt(const char *hf_dir, const char *mt_dir) {
             goto done_used;
         }
     }
-    json_t *a = json_pack("{s{sO ss ss}}", "hf", "config", cfg, "experts",
-                          c.experts_fused ? "fused" : "split", "prefix", c.prefix);
+    json_t *a = json_pack("{s{sO ss ss sI sI}}", "hf", "config", cfg, "experts",
+                          c.experts_fused ? "fused" : "split", "prefix", c.prefix,
+                          "make_vocab_size_divisible_by", (json_int_t)div, "padded_vocab_size",
+                          (json_int_t)c.Vp);
     args = json_dumps(a, JSON_COMPACT);
     json_decref(a);
     mt_ckpt_writer_config wc = MT_CKPT_WRITER_CONFIG_INIT;
@@ -582,6 +603,14 @@ mt_status cv_mt_to_hf(const char *mt_dir, const char *hf_dir, uint64_t max_shard
     c.prefix = pre ? pre : "transformer.";
     c.experts_fused =
         experts == CV_EXPERTS_AUTO ? (ex && !strcmp(ex, "fused")) : experts == CV_EXPERTS_FUSED;
+    int64_t esh[MT_MAX_DIMS]; /* the padded vocabulary is whatever the embedding holds */
+    MT_TRY_GOTO(mt_ckpt_info(ck, "embedding.word_embeddings.weight", NULL, NULL, esh), st, done);
+    c.Vp = esh[0];
+    if (c.Vp < c.V) {
+        st = MT_ERROR(MT_ERR_FORMAT, "%s: embedding has %lld rows < vocab_size %lld", mt_dir,
+                      (long long)c.Vp, (long long)c.V);
+        goto done;
+    }
     MT_TRY_GOTO(build_map(&c, NULL, &m), st, done);
     keep = calloc((size_t)m.nhf + 1, sizeof *keep);
     ekeep = calloc((size_t)m.ne + 1, sizeof *ekeep);
@@ -604,6 +633,7 @@ mt_status cv_mt_to_hf(const char *mt_dir, const char *hf_dir, uint64_t max_shard
         ekeep[i] = 1;
         for (int j = 0; j < m.e[i].n; j++) {
             cv_piece *p = &m.p[m.e[i].first + j];
+            if (p->hf < 0) continue; /* padding: not exported */
             mt_tensor *t = &hts[p->hf];
             int64_t cols = nd == 2 ? sh[1] : 1;
             if (p->expert < 0 || p->expert == 0) rows[p->hf] += p->rows;
@@ -657,10 +687,18 @@ mt_status cv_mt_to_hf(const char *mt_dir, const char *hf_dir, uint64_t max_shard
             st = MT_ERROR(MT_ERR_OOM, "%s", m.e[i].name);
             goto done;
         }
+        int64_t want = 0; /* rows the table expects, padding included */
+        for (int j = 0; j < m.e[i].n; j++)
+            want += m.p[m.e[i].first + j].rows;
+        if (sh[0] != want) {
+            st = MT_ERROR(MT_ERR_FORMAT, "%s: '%s' has %lld rows, %s config wants %lld", mt_dir,
+                          m.e[i].name, (long long)sh[0], c.type, (long long)want);
+            goto done;
+        }
         MT_TRY_GOTO(mt_ckpt_read(ck, m.e[i].name, &t, NULL), st, done);
         for (int64_t r = 0, j = 0; j < m.e[i].n; j++) {
             cv_piece *p = &m.p[m.e[i].first + j];
-            copy_piece(p, &hts[p->hf], ibuf, r, nd == 2 ? sh[1] : 1, 0);
+            if (p->hf >= 0) copy_piece(p, &hts[p->hf], ibuf, r, nd == 2 ? sh[1] : 1, 0);
             r += p->rows;
         }
     }

@@ -1,5 +1,5 @@
 /* mt-convert: Hugging Face <-> megatron-c checkpoints (GPT-2, Llama, Mixtral).
- *   mt-convert hf-to-mt HF_DIR MT_DIR
+ *   mt-convert hf-to-mt HF_DIR MT_DIR [--make-vocab-size-divisible-by N]
  *   mt-convert mt-to-hf MT_DIR HF_DIR [--max-shard-size BYTES] [--experts split|fused] */
 #include "convert.h"
 
@@ -8,7 +8,7 @@
 #include <string.h>
 
 static int usage(void) {
-    fprintf(stderr, "usage: mt-convert hf-to-mt HF_DIR MT_DIR\n"
+    fprintf(stderr, "usage: mt-convert hf-to-mt HF_DIR MT_DIR [--make-vocab-size-divisible-by N]\n"
                     "       mt-convert mt-to-hf MT_DIR HF_DIR [--max-shard-size BYTES]"
                     " [--experts split|fused]\n");
     return 2;
@@ -16,8 +16,18 @@ static int usage(void) {
 
 int main(int argc, char **argv) {
     if (argc < 4) return usage();
-    if (strcmp(argv[1], "hf-to-mt") == 0 && argc == 4) {
-        MT_CHECK(cv_hf_to_mt(argv[2], argv[3]));
+    if (strcmp(argv[1], "hf-to-mt") == 0) {
+        int div = 128; /* Megatron's --make-vocab-size-divisible-by default */
+        for (int i = 4; i < argc; i++) {
+            if (strcmp(argv[i], "--make-vocab-size-divisible-by") == 0 && i + 1 < argc) {
+                char *end;
+                long v = strtol(argv[++i], &end, 10);
+                if (*end || v <= 0 || v > (1 << 30)) return usage();
+                div = (int)v;
+            } else
+                return usage();
+        }
+        MT_CHECK(cv_hf_to_mt(argv[2], argv[3], div));
         return 0;
     }
     if (strcmp(argv[1], "mt-to-hf") != 0) return usage();

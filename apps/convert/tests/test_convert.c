@@ -1,6 +1,7 @@
 /* unit: HF -> mt -> HF is bit-exact for tiny GPT-2, Llama (GQA) and Mixtral (split and fused
  * experts) written by transformers (golden/gen_hf_ckpt.py); the internal layout is what
- * convert.c's table says (Conv1D transposed, per-group q|k|v rows, [gate; up]); split and fused
+ * convert.c's table says, libs/model's (Conv1D transposed, [all q | all k | all v] rows,
+ * [gate; up], embeddings zero-padded to 128 rows); split and fused
  * Mixtral files import to the same tensors and export to each other. */
 #include "convert.h"
 
@@ -112,7 +113,7 @@ static void round_trip(const char *model, cv_experts ex, const char *expect_dir)
     snprintf(src, sizeof src, "%s", mt_test_golden_path(model));
     snprintf(mt, sizeof mt, "%s", sub(model));
     snprintf(out, sizeof out, "%s_hf%d", sub(model), (int)ex);
-    MT_CHECK(cv_hf_to_mt(src, mt));
+    MT_CHECK(cv_hf_to_mt(src, mt, 128));
     MT_CHECK(cv_mt_to_hf(mt, out, 20000, ex));
     expect_same_hf(model, expect_dir ? mt_test_golden_path(expect_dir) : src, out);
     char p1[600], p2[600];
@@ -133,6 +134,20 @@ int main(void) {
     round_trip("mixtral_fused", CV_EXPERTS_AUTO, NULL);
     round_trip("mixtral", CV_EXPERTS_FUSED, "mixtral_fused"); /* split in, fused out */
     round_trip("mixtral_fused", CV_EXPERTS_SPLIT, "mixtral");
+    { /* --make-vocab-size-divisible-by 96: 64 rows padded to 96, dropped again on export */
+        mt_ckpt *c96;
+        int64_t s96[MT_MAX_DIMS];
+        MT_CHECK(cv_hf_to_mt(mt_test_golden_path("gpt2"), sub("gpt2_96"), 96));
+        MT_CHECK(mt_ckpt_open(sub("gpt2_96"), MT_CKPT_ITER_LATEST, 0, &c96));
+        MT_CHECK(mt_ckpt_info(c96, "embedding.word_embeddings.weight", NULL, NULL, s96));
+        MT_EXPECT(s96[0] == 96, "gpt2 divisible by 96: %lld embedding rows", (long long)s96[0]);
+        mt_ckpt_close(c96);
+        MT_CHECK(cv_mt_to_hf(sub("gpt2_96"), sub("gpt2_96_hf"), 1 << 30, CV_EXPERTS_AUTO));
+        expect_same_hf("gpt2 (96)", mt_test_golden_path("gpt2"), sub("gpt2_96_hf"));
+        MT_EXPECT(cv_hf_to_mt(mt_test_golden_path("gpt2"), sub("gpt2_0"), 0) == MT_ERR_INVALID_ARG,
+                  "divisor 0 is refused");
+        mt_error_clear();
+    }
 
     static float x[1 << 14], y[1 << 14];
     int64_t s[MT_MAX_DIMS], s2[MT_MAX_DIMS];
@@ -151,25 +166,36 @@ int main(void) {
     read_mt(c, "decoder.layers.0.self_attention.linear_qkv.weight", x, s);
     mt_tensor ca = hf_get(&g, "transformer.h.0.attn.c_attn.weight"); /* (C, 3C) */
     ok = s[0] == 48;
-    for (int r = 0; ok && r < 4; r++)
-        for (int k = 0; k < 16; k++) {
-            ok &= x[(12 + r) * 16 + k] == ((float *)ca.data)[k * 48 + 4 + r];      /* q head 1 */
-            ok &= x[(16 + r) * 16 + k] == ((float *)ca.data)[k * 48 + 16 + 4 + r]; /* k head 1 */
-        }
-    MT_EXPECT(ok, "gpt2: linear_qkv rows are [q_h; k_h; v_h] per head");
+    for (int r = 0; ok && r < 48; r++) /* [q heads 0..3 | k heads | v heads], each head D rows */
+        for (int k = 0; k < 16; k++)
+            ok &= x[r * 16 + k] == ((float *)ca.data)[k * 48 + r];
+    MT_EXPECT(ok, "gpt2: linear_qkv = c_attn transposed ([all q | all k | all v] rows)");
+    read_mt(c, "embedding.word_embeddings.weight", x, s);
+    mt_tensor wte = hf_get(&g, "transformer.wte.weight"); /* (64, 16) */
+    ok = s[0] == 128 && s[1] == 16 && !memcmp(x, wte.data, 64 * 16 * 4);
+    for (int j = 64 * 16; ok && j < 128 * 16; j++)
+        ok &= x[j] == 0.0f;
+    MT_EXPECT(ok, "gpt2: word embeddings = wte then 64 zero rows (V 64 padded to 128)");
     mt_ckpt_close(c);
     hf_free(&g);
-    /* Llama (C=32, Q=4, G=2, D=8): group 1 starts at row 2*8+2*8 = 32 with q rows 16.. */
+    /* Llama (C=32, Q=4, G=2, D=8): qkv rows [q 0..32 | k 32..48 | v 48..64] */
     hf l;
     hf_load(&l, mt_test_golden_path("llama"));
     MT_CHECK(mt_ckpt_open(sub("llama"), MT_CKPT_ITER_LATEST, 0, &c));
     read_mt(c, "decoder.layers.0.self_attention.linear_qkv.weight", x, s);
     mt_tensor q = hf_get(&l, "model.layers.0.self_attn.q_proj.weight");
     mt_tensor kk = hf_get(&l, "model.layers.0.self_attn.k_proj.weight");
-    MT_EXPECT(s[0] == 64 && s[1] == 32, "llama qkv shape (2*(2+2)*8, 32)");
-    MT_EXPECT(!memcmp(x + 32 * 32, (float *)q.data + 16 * 32, 16 * 32 * 4) &&
-                  !memcmp(x + 48 * 32, (float *)kk.data + 8 * 32, 8 * 32 * 4),
-              "llama: group 1 = q rows 16..32 then k rows 8..16");
+    mt_tensor vv = hf_get(&l, "model.layers.0.self_attn.v_proj.weight");
+    MT_EXPECT(s[0] == 64 && s[1] == 32, "llama qkv shape ((4+2*2)*8, 32)");
+    MT_EXPECT(!memcmp(x, q.data, 32 * 32 * 4) && !memcmp(x + 32 * 32, kk.data, 16 * 32 * 4) &&
+                  !memcmp(x + 48 * 32, vv.data, 16 * 32 * 4),
+              "llama: linear_qkv = [q_proj; k_proj; v_proj]");
+    read_mt(c, "output_layer.weight", x, s);
+    mt_tensor lm = hf_get(&l, "lm_head.weight"); /* untied (64, 32) */
+    ok = s[0] == 128 && s[1] == 32 && !memcmp(x, lm.data, 64 * 32 * 4);
+    for (int j = 64 * 32; ok && j < 128 * 32; j++)
+        ok &= x[j] == 0.0f;
+    MT_EXPECT(ok, "llama: output_layer = lm_head then 64 zero rows");
     read_mt(c, "decoder.layers.1.mlp.linear_fc1.weight", x, s);
     mt_tensor up = hf_get(&l, "model.layers.1.mlp.up_proj.weight");
     MT_EXPECT(s[0] == 96 && !memcmp(x + 48 * 32, up.data, 48 * 32 * 4), "llama: fc1 = [gate; up]");

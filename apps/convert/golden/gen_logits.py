@@ -1,0 +1,55 @@
+"""Fixtures of test_convert_logits: tiny GPT-2 and Llama (GQA) models written by transformers
+(config.json + model.safetensors in logits_<m>/) and transformers' logits for fixed tokens
+(logits_<m>/logits.safetensors: tokens (B,T) i32, logits (B*T, V) f32 computed in float64).
+The test imports them with mt-convert and runs libs/model's forward. Weights are redrawn larger
+than transformers' init (std 0.2, norms 1 +- 0.1, biases 0.1) so attention is far from uniform and
+a wrong q/k row order shows in the logits; V = 100 is padded to 128 by the import; the Llama has
+rope_theta 5e5 and rms_norm_eps 1e-6 (not our defaults). Mixtral is absent: libs/model has no MoE.
+Versions: torch (CPU), transformers 5.23.0, safetensors. Seeds: 1234 (weights), 7 (tokens).
+Rerun from this directory: /opt/gv/bin/python gen_logits.py"""
+import json, os, shutil
+import torch
+import transformers
+from safetensors.torch import save_file
+from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+
+B, T, V = 2, 16, 100
+
+
+def record(tag, model):
+    torch.manual_seed(1234)
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if p.dim() >= 2:
+                p.normal_(0.0, 0.2)
+            elif n.endswith("bias"):
+                p.normal_(0.0, 0.1)
+            else:  # norm weights
+                p.normal_(1.0, 0.1)
+    d = f"logits_{tag}"
+    shutil.rmtree(d, ignore_errors=True)
+    model.save_pretrained(d)
+    for f in os.listdir(d):
+        if f not in ("config.json", "model.safetensors"):
+            os.remove(os.path.join(d, f))
+    model = model.double().eval()
+    torch.manual_seed(7)
+    tokens = torch.randint(0, V, (B, T))
+    with torch.no_grad():
+        logits = model(tokens).logits
+    save_file({"tokens": tokens.int().contiguous(),
+               "logits": logits.reshape(B * T, V).float().contiguous()},
+              f"{d}/logits.safetensors", metadata={"format": "pt"})
+    print(tag, "max |logit|", logits.abs().max().item())
+
+
+torch.manual_seed(0)
+record("gpt2", GPT2LMHeadModel(GPT2Config(vocab_size=V, n_positions=32, n_embd=32, n_layer=2,
+                                          n_head=4, activation_function="gelu_new")))
+torch.manual_seed(0)
+record("llama", LlamaForCausalLM(LlamaConfig(
+    vocab_size=V, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+    num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32,
+    rms_norm_eps=1e-6, rope_parameters={"rope_type": "default", "rope_theta": 500000.0},
+    tie_word_embeddings=False)))
+print("transformers", transformers.__version__, "torch", torch.__version__)

@@ -1,0 +1,147 @@
+/* functional: `mt-convert hf-to-mt` of a tiny transformers GPT-2 / Llama (golden/gen_logits.py),
+ * loaded parameter by parameter into libs/model, gives transformers' logits (fp32 tolerance),
+ * and the vocabulary padding rows give zero logits. The model config comes from the HF config
+ * the import stored in the checkpoint's args.
+ *   test_convert_logits MT_CONVERT gpt2|llama */
+#include <jansson.h>
+#include <math.h>
+#include <mt/ckpt.h>
+#include <mt/model.h>
+#include <mt/testkit.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int geti(json_t *o, const char *k, int dflt) {
+    json_t *v = json_object_get(o, k);
+    return json_is_integer(v) ? (int)json_integer_value(v) : dflt;
+}
+
+static double getf(json_t *o, const char *k, double dflt) {
+    json_t *v = json_object_get(o, k);
+    return json_is_number(v) ? json_number_value(v) : dflt;
+}
+
+/* libs/model's config for the HF config.json `hf` (what the import stored) */
+static mt_model_config config_from_hf(json_t *hf, int T) {
+    mt_model_config c = MT_MODEL_CONFIG_INIT;
+    json_t *h = json_object_get(hf, "config");
+    const char *type = json_string_value(json_object_get(h, "model_type"));
+    MT_ASSERT(type);
+    c.seq_length = T;
+    c.vocab_size = geti(h, "vocab_size", 0);
+    c.make_vocab_size_divisible_by = geti(hf, "make_vocab_size_divisible_by", 0);
+    c.padded_vocab_size = geti(hf, "padded_vocab_size", 0);
+    json_t *tie = json_object_get(h, "tie_word_embeddings");
+    if (!strcmp(type, "gpt2")) {
+        const char *act = json_string_value(json_object_get(h, "activation_function"));
+        if (!act || strcmp(act, "gelu_new") != 0) mt_die(__FILE__, __LINE__, "gpt2 act %s", act);
+        c.num_layers = geti(h, "n_layer", 0);
+        c.hidden_size = geti(h, "n_embd", 0);
+        c.num_attention_heads = geti(h, "n_head", 0);
+        c.ffn_hidden_size = geti(h, "n_inner", 0);
+        c.max_position_embeddings = geti(h, "n_positions", 0);
+        c.norm_epsilon = (float)getf(h, "layer_norm_epsilon", 1e-5);
+        c.untie_embeddings_and_output_weights = tie && !json_is_true(tie);
+    } else {
+        MT_ASSERT(!strcmp(type, "llama"));
+        MT_ASSERT(!json_is_true(json_object_get(h, "attention_bias")));
+        c.num_layers = geti(h, "num_hidden_layers", 0);
+        c.hidden_size = geti(h, "hidden_size", 0);
+        c.num_attention_heads = geti(h, "num_attention_heads", 0);
+        c.num_query_groups = geti(h, "num_key_value_heads", 0);
+        c.kv_channels = geti(h, "head_dim", 0);
+        c.ffn_hidden_size = geti(h, "intermediate_size", 0);
+        c.max_position_embeddings = geti(h, "max_position_embeddings", 0);
+        c.norm_epsilon = (float)getf(h, "rms_norm_eps", 1e-6);
+        json_t *rp = json_object_get(h, "rope_parameters"); /* transformers 5; 4: rope_theta */
+        c.rotary_base = getf(rp ? rp : h, "rope_theta", 10000.0);
+        c.normalization = MT_NORM_RMSNORM;
+        c.position_embedding_type = MT_POS_ROPE;
+        c.swiglu = 1;
+        c.add_bias_linear = 0;
+        c.untie_embeddings_and_output_weights = !(tie && json_is_true(tie));
+    }
+    return c;
+}
+
+int main(int argc, char **argv) {
+    if (argc != 3) mt_die(__FILE__, __LINE__, "usage: %s MT_CONVERT gpt2|llama", argv[0]);
+    char fixture[64], tmp[64] = "/tmp/mt-convert-logits-XXXXXX", cmd[2048], p[1024];
+    snprintf(fixture, sizeof fixture, "logits_%s", argv[2]);
+    if (!mkdtemp(tmp)) return 1;
+    const char *hf_dir = mt_test_golden_path(fixture);
+    snprintf(cmd, sizeof cmd, "'%s' hf-to-mt '%s' '%s/ckpt' --make-vocab-size-divisible-by 128",
+             argv[1], hf_dir, tmp);
+    if (system(cmd) != 0) mt_die(__FILE__, __LINE__, "failed: %s", cmd);
+
+    mt_safetensors *io;
+    snprintf(p, sizeof p, "%s/logits.safetensors", hf_dir);
+    MT_CHECK(mt_safetensors_open(p, &io));
+    mt_tensor tok, ref;
+    MT_CHECK(mt_safetensors_get(io, "tokens", &tok));
+    MT_CHECK(mt_safetensors_get(io, "logits", &ref));
+    int B = (int)tok.shape[0], T = (int)tok.shape[1], V = (int)ref.shape[1];
+
+    snprintf(p, sizeof p, "%s/ckpt", tmp);
+    mt_ckpt *ck;
+    MT_CHECK(mt_ckpt_open(p, MT_CKPT_ITER_LATEST, MT_CKPT_OPEN_VERIFY, &ck));
+    json_t *args = json_loads(mt_ckpt_args(ck), JSON_DECODE_ANY, NULL);
+    MT_ASSERT(args && json_object_get(args, "hf"));
+    mt_model_config cfg = config_from_hf(json_object_get(args, "hf"), T);
+    MT_EXPECT(cfg.vocab_size == V, "vocab %d, logits have %d columns", cfg.vocab_size, V);
+    mt_model *m;
+    MT_CHECK(mt_model_create(&cfg, B, MT_DEVICE_CPU, NULL, NULL, &m));
+    int Vp = mt_model_get_config(m)->padded_vocab_size;
+    MT_EXPECT(Vp == 128, "padded vocab %d (100 rounded up to 128)", Vp);
+
+    /* every model parameter from the checkpoint, and nothing else in it */
+    MT_EXPECT(mt_ckpt_count(ck) == mt_model_num_params(m), "checkpoint has %d tensors, model %d",
+              mt_ckpt_count(ck), mt_model_num_params(m));
+    for (int i = 0; i < mt_model_num_params(m); i++) {
+        mt_model_param *pr = mt_model_param_at(m, i);
+        mt_dtype dt;
+        int nd;
+        int64_t sh[MT_MAX_DIMS];
+        MT_CHECK(mt_ckpt_info(ck, pr->name, &dt, &nd, sh));
+        mt_tensor want = mt_tensor_make(NULL, dt, nd, sh, MT_DEVICE_CPU);
+        if (dt != pr->weight.dtype || !mt_tensor_same_shape(&want, &pr->weight)) {
+            char a[128], b[128];
+            mt_die(__FILE__, __LINE__, "%s: checkpoint %s, model %s", pr->name,
+                   mt_tensor_str(&want, a, sizeof a), mt_tensor_str(&pr->weight, b, sizeof b));
+        }
+        size_t bytes = mt_tensor_nbytes(&want);
+        want.data = malloc(bytes + 1);
+        MT_CHECK(mt_ckpt_read(ck, pr->name, &want, NULL));
+        MT_CHECK(
+            mt_memcpy(pr->weight.data, pr->weight.device, want.data, MT_DEVICE_CPU, bytes, NULL));
+        free(want.data);
+    }
+
+    MT_CHECK(mt_model_forward(m, &tok, NULL, NULL));
+    MT_CHECK(mt_stream_sync(NULL));
+    mt_tensor lg = mt_model_logits(m); /* (B*T, Vp) on the CPU */
+    MT_ASSERT(lg.dtype == MT_F32 && lg.shape[1] == Vp && mt_tensor_is_contiguous(&lg));
+    const float *l = lg.data, *r = ref.data;
+    float *got = malloc((size_t)B * T * V * 4);
+    double mx = 0;
+    int pad_zero = 1;
+    for (int64_t i = 0; i < (int64_t)B * T; i++) {
+        memcpy(got + i * V, l + i * Vp, (size_t)V * 4);
+        for (int j = V; j < Vp; j++)
+            pad_zero &= l[i * Vp + j] == 0.0f;
+    }
+    for (int64_t i = 0; i < (int64_t)B * T * V; i++)
+        mx = fmax(mx, fabs(r[i]));
+    /* fp32 forward vs transformers' float64: 1e-5 of the largest logit */
+    mt_test_close_f32(argv[2], got, r, (size_t)B * T * V, 1e-5 * mx, 1e-5);
+    MT_EXPECT(pad_zero, "%s: logits of the %d padding rows are 0", argv[2], Vp - V);
+    free(got);
+    json_decref(args);
+    mt_ckpt_close(ck);
+    mt_model_destroy(m);
+    mt_safetensors_close(io);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
+    if (system(cmd) != 0) return 1;
+    return mt_test_result();
+}
