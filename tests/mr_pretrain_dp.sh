@@ -10,10 +10,23 @@ tiny_run "$d/dp1.json" > "$d/dp1.log"
 "$MPIEXEC" -n 2 "$MT_PRETRAIN" "${tiny_args[@]}" --use-distributed-optimizer \
   --golden-values-out "$d/zero.json" > "$d/zero.log" 2>&1 || { cat "$d/zero.log"; exit 1; }
 grep -q "2 rank(s)" "$d/dp2.log" || { echo "FAIL: not 2 ranks"; cat "$d/dp2.log"; exit 1; }
+# Resume with the distributed optimizer: 2 ranks to iteration 6, then 2 ranks resume (bitwise the
+# uninterrupted run) and 1 rank resumes (optimizer shards resharded from DP=2 to DP=1).
+"$MPIEXEC" -n 2 "$MT_PRETRAIN" "${tiny_args[@]}" --use-distributed-optimizer --exit-interval 6 \
+  --save "$d/zck" > "$d/zfirst.log" 2>&1 || { cat "$d/zfirst.log"; exit 1; }
+cp -r "$d/zck" "$d/zck1"
+"$MPIEXEC" -n 2 "$MT_PRETRAIN" "${tiny_args[@]}" --use-distributed-optimizer --load "$d/zck" \
+  --golden-values-out "$d/zresume.json" > "$d/zresume.log" 2>&1 || { cat "$d/zresume.log"; exit 1; }
+tiny_run "$d/zresume1.json" --use-distributed-optimizer --load "$d/zck1" > "$d/zresume1.log" 2>&1 \
+  || { cat "$d/zresume1.log"; exit 1; }
+[ "$(losses "$d/zero.json" 7 12)" = "$(losses "$d/zresume.json" 7 12)" ] \
+  || { echo "FAIL: ZeRO-1 resume differs"; paste <(losses "$d/zero.json" 7 12) <(losses "$d/zresume.json" 7 12); exit 1; }
+echo "ok zero resume: 6 losses identical"
 fail=0
-for run in dp2 zero; do
-  paste <(losses "$d/dp1.json" 1 12) <(losses "$d/$run.json" 1 12) | awk -v run=$run '
+for run in dp2 zero zresume1; do
+  from=1; [ $run = zresume1 ] && from=7
+  paste <(losses "$d/dp1.json" $from 12) <(losses "$d/$run.json" $from 12) | awk -v run=$run -v want=$((13 - from)) '
     { n++; d = $2 - $4; if (d < 0) d = -d; if (d > 1e-5 * ($2 < 0 ? -$2 : $2)) { bad++; print "FAIL", run, $0 } }
-    END { if (n != 12) { print "FAIL", run, "has", n, "losses"; exit 1 } if (bad) exit 1; print "ok", run, n, "losses match" }' || fail=1
+    END { if (n != want) { print "FAIL", run, "has", n, "losses"; exit 1 } if (bad) exit 1; print "ok", run, n, "losses match" }' || fail=1
 done
 exit $fail

@@ -197,6 +197,14 @@ static mt_status setup_model(run *r) {
     c->seed = (uint64_t)a->seed;
     c->dtype = a->bf16 ? MT_BF16 : MT_F32;
     c->deterministic = a->deterministic_mode;
+    if (a->recompute_granularity) {
+        int full = strcmp(a->recompute_granularity, "full") == 0;
+        c->recompute_granularity = full ? MT_RECOMPUTE_FULL : MT_RECOMPUTE_SELECTIVE;
+        if (a->recompute_method)
+            c->recompute_method = strcmp(a->recompute_method, "block") == 0 ? MT_RECOMPUTE_BLOCK
+                                                                            : MT_RECOMPUTE_UNIFORM;
+        c->recompute_num_layers = a->recompute_num_layers;
+    }
     MT_TRY(mt_model_config_finalize(c));
 
     mt_optim_buffer_config bc = MT_OPTIM_BUFFER_CONFIG_INIT;
@@ -297,20 +305,28 @@ static mt_status ckpt_gather(void *ctx, const char *mine, char **all) {
         all[0] = strdup(mine);
         return MT_OK;
     }
-    /* fixed-size slots through an all-gather of host bytes */
-    enum {
-        SLOT = 4096
-    };
-    char *send = calloc(SLOT, 1), *recv = calloc((size_t)SLOT * (size_t)r->nranks, 1);
-    MT_REQUIRE(send && recv, MT_ERR_OOM, "gather");
-    MT_REQUIRE(strlen(mine) < SLOT, MT_ERR_UNSUPPORTED, "checkpoint rank state too long");
-    strcpy(send, mine);
-    mt_tensor ts = mt_tensor_1d(send, MT_U8, SLOT, MT_DEVICE_CPU);
-    mt_tensor tr = mt_tensor_1d(recv, MT_U8, (int64_t)SLOT * r->nranks, MT_DEVICE_CPU);
-    mt_status st = mt_comm_allgather(r->world, &tr, &ts, NULL);
+    /* all-gather the lengths, then every rank's string in a slot of the longest length */
+    int64_t len = (int64_t)strlen(mine) + 1, *lens = calloc((size_t)r->nranks, sizeof *lens);
+    MT_REQUIRE(lens, MT_ERR_OOM, "gather");
+    mt_tensor tl = mt_tensor_1d(&len, MT_I64, 1, MT_DEVICE_CPU);
+    mt_tensor tls = mt_tensor_1d(lens, MT_I64, r->nranks, MT_DEVICE_CPU);
+    mt_status st = mt_comm_allgather(r->world, &tls, &tl, NULL);
+    int64_t slot = 1;
+    for (int i = 0; st == MT_OK && i < r->nranks; i++)
+        slot = lens[i] > slot ? lens[i] : slot;
+    char *send = calloc((size_t)slot, 1), *recv = calloc((size_t)(slot * r->nranks), 1);
+    if (st == MT_OK && (!send || !recv))
+        st = MT_ERROR(MT_ERR_OOM, "gather of %lld bytes", (long long)slot);
+    if (st == MT_OK) {
+        memcpy(send, mine, (size_t)len);
+        mt_tensor ts = mt_tensor_1d(send, MT_U8, slot, MT_DEVICE_CPU);
+        mt_tensor tr = mt_tensor_1d(recv, MT_U8, slot * r->nranks, MT_DEVICE_CPU);
+        st = mt_comm_allgather(r->world, &tr, &ts, NULL);
+    }
     if (st == MT_OK && r->rank == 0)
         for (int i = 0; i < r->nranks; i++)
-            all[i] = strdup(recv + (size_t)i * SLOT);
+            all[i] = strdup(recv + (size_t)i * (size_t)slot);
+    free(lens);
     free(send);
     free(recv);
     return st;
@@ -337,6 +353,62 @@ static char *args_json(const run *r) {
     return s;
 }
 
+/* Optimizer state is checkpointed per parameter ("optimizer.exp_avg.<param>", 1-D over the
+ * parameter's elements), whatever the data-parallel layout: each rank contributes the part of
+ * each parameter that its shard holds, so a save with any DP size (distributed optimizer or not)
+ * loads into any other. */
+typedef struct state_piece {
+    char name[160];
+    mt_tensor view;     /* this rank's elements, in the optimizer's state */
+    int64_t total, off; /* the parameter's numel and the piece's first element in it */
+} state_piece;
+
+static const char *state_kinds[3] = { "master", "exp_avg", "exp_avg_sq" };
+
+/* Lists this rank's pieces into *out (malloc'd; *n of them). */
+static mt_status state_pieces(run *r, state_piece **out, int *n) {
+    mt_tensor st[3];
+    MT_TRY(mt_optim_state(r->opt, &st[0], &st[1], &st[2]));
+    int dist = r->a->use_distributed_optimizer && r->nranks > 1;
+    int shards = dist ? r->nranks : 1, me = dist ? r->rank : 0;
+    int np = mt_optim_buffer_num_params(r->buf), nb = mt_optim_buffer_num_buckets(r->buf), cap = 0;
+    state_piece *p = NULL;
+    *n = 0;
+    int64_t local = 0; /* where bucket k's shard starts in the state views */
+    for (int k = 0; k < nb; k++) {
+        mt_optim_bucket b;
+        MT_TRY(mt_optim_buffer_bucket(r->buf, k, &b));
+        int64_t shard = b.numel / shards, lo = b.offset + me * shard, hi = lo + shard;
+        for (int i = 0; i < np; i++) {
+            mt_optim_param_info info;
+            MT_TRY(mt_optim_buffer_info(r->buf, i, &info));
+            int64_t s = info.offset > lo ? info.offset : lo;
+            int64_t e = info.offset + info.numel < hi ? info.offset + info.numel : hi;
+            if (info.bucket != k || s >= e) continue;
+            for (int kind = 0; kind < 3; kind++) {
+                if (mt_tensor_numel(&st[kind]) == 0) continue;
+                if (*n == cap) {
+                    cap = cap ? 2 * cap : 64;
+                    state_piece *q = realloc(p, sizeof *p * (size_t)cap);
+                    if (!q) {
+                        free(p);
+                        return MT_ERROR(MT_ERR_OOM, "checkpoint pieces");
+                    }
+                    p = q;
+                }
+                state_piece *x = &p[(*n)++];
+                snprintf(x->name, sizeof x->name, "optimizer.%s.%s", state_kinds[kind], info.name);
+                MT_TRY(mt_tensor_slice(&st[kind], 0, local + (s - lo), e - s, &x->view));
+                x->total = info.numel;
+                x->off = s - info.offset;
+            }
+        }
+        local += shard;
+    }
+    *out = p;
+    return MT_OK;
+}
+
 static mt_status save_checkpoint(run *r) {
     const mt_train_args *a = r->a;
     if (!r->writer) {
@@ -348,22 +420,19 @@ static mt_status save_checkpoint(run *r) {
         wc.group = r->nranks > 1 ? &r->group : NULL;
         MT_TRY(mt_ckpt_writer_create(&wc, &r->writer));
     }
-    int np = mt_model_num_params(r->model);
-    mt_ckpt_item *items = calloc((size_t)np + 3, sizeof *items);
+    int np = mt_model_num_params(r->model), npiece = 0, dist = a->use_distributed_optimizer;
+    state_piece *pieces = NULL;
+    if (!a->no_save_optim) MT_TRY(state_pieces(r, &pieces, &npiece));
+    mt_ckpt_item *items = calloc((size_t)(np + npiece), sizeof *items);
     MT_REQUIRE(items, MT_ERR_OOM, "checkpoint items");
     int n = 0;
     for (int i = 0; i < np; i++) {
         mt_model_param *p = mt_model_param_at(r->model, i);
         items[n++] = (mt_ckpt_item){ p->name, &p->weight, NULL, NULL, r->rank };
     }
-    mt_tensor st[3];
-    if (!a->no_save_optim && !a->use_distributed_optimizer) {
-        MT_TRY(mt_optim_state(r->opt, &st[0], &st[1], &st[2]));
-        const char *names[3] = { "optimizer.master", "optimizer.exp_avg", "optimizer.exp_avg_sq" };
-        for (int k = 0; k < 3; k++)
-            if (mt_tensor_numel(&st[k]) > 0)
-                items[n++] = (mt_ckpt_item){ names[k], &st[k], NULL, NULL, r->rank };
-    }
+    for (int i = 0; i < npiece; i++) /* distributed shards are unique: every rank writes its own */
+        items[n++] = (mt_ckpt_item){ pieces[i].name, &pieces[i].view, &pieces[i].total,
+                                     &pieces[i].off, dist ? 0 : r->rank };
     char *args = args_json(r), sampler[256], rng[64];
     snprintf(sampler, sizeof sampler,
              "{\"consumed_train_samples\":%lld,\"consumed_valid_samples\":%lld,"
@@ -379,6 +448,7 @@ static mt_status save_checkpoint(run *r) {
                (long long)r->iteration, a->save, (mt_time_now() - t0) * 1e3);
     free(args);
     free(items);
+    free(pieces);
     return s;
 }
 
@@ -417,12 +487,19 @@ static mt_status load_checkpoint(run *r) {
         r->consumed_train = json_integer_value(json_object_get(sj, "consumed_train_samples"));
         r->consumed_valid = json_integer_value(json_object_get(sj, "consumed_valid_samples"));
     }
-    if (st == MT_OK && !a->finetune && !a->no_load_optim && !a->use_distributed_optimizer) {
-        mt_tensor s[3];
-        st = mt_optim_state(r->opt, &s[0], &s[1], &s[2]);
-        const char *names[3] = { "optimizer.master", "optimizer.exp_avg", "optimizer.exp_avg_sq" };
-        for (int k = 0; k < 3 && st == MT_OK; k++)
-            if (mt_tensor_numel(&s[k]) > 0) st = load_into(c, names[k], &s[k]);
+    if (st == MT_OK && !a->finetune && !a->no_load_optim) {
+        state_piece *pieces = NULL;
+        int npiece = 0;
+        st = state_pieces(r, &pieces, &npiece);
+        for (int i = 0; i < npiece && st == MT_OK; i++) {
+            float *h = malloc(mt_tensor_nbytes(&pieces[i].view) + 4);
+            mt_tensor ht = mt_tensor_1d(h, MT_F32, pieces[i].view.shape[0], MT_DEVICE_CPU);
+            st = h ? mt_ckpt_read(c, pieces[i].name, &ht, &pieces[i].off)
+                   : MT_ERROR(MT_ERR_OOM, "load buffer");
+            if (st == MT_OK) st = mt_tensor_copy(&pieces[i].view, &ht, NULL);
+            free(h);
+        }
+        free(pieces);
         if (st == MT_OK)
             st = mt_optim_set_num_steps(r->opt,
                                         json_integer_value(json_object_get(sj, "optimizer_steps")));
