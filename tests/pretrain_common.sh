@@ -4,8 +4,8 @@ set -euo pipefail
 tiny_args=(--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32
            --micro-batch-size 2 --global-batch-size 8 --mock-data --tokenizer-type NullTokenizer
            --vocab-size 300 --train-iters 12 --lr 3e-3 --lr-decay-style cosine
-           --lr-warmup-iters 2 --log-interval 4 --seed 7 --device cpu
-           --distributed-timeout-minutes 1)
+           --lr-warmup-iters 2 --log-interval 4 --seed 7 --device "${MT_TEST_DEVICE:-cpu}"
+           --distributed-timeout-minutes 1 ${MT_TEST_FLAGS:-})
 tiny_run() {
   local out=$1; shift
   "$MT_PRETRAIN" "${tiny_args[@]}" --golden-values-out "$out" "$@"

@@ -1,0 +1,6 @@
+#!/usr/bin/env bash
+# gpu: the ckpt-resume test of test_ckpt_resume.sh on the GPU (fp32, or bf16 with "bf16").
+n=$(nvidia-smi -L 2>/dev/null | wc -l)
+[ "$n" -ge 1 ] || { echo "SKIP: needs 1 GPU, found 0"; exit 77; }
+[ "${1:-}" = bf16 ] && export MT_TEST_FLAGS=--bf16
+MT_TEST_DEVICE=cuda exec bash "$(dirname "$0")/test_ckpt_resume.sh"
