@@ -66,50 +66,73 @@ static mt_status check_ids(const mt_model *m, const mt_tensor *t, const char *wh
     return MT_OK;
 }
 
+/* One layer's forward from x (+ residual, NULL: none) into layer l's activations; resid_out
+ * receives x + residual (NULL: not stored). The MLP output goes to a->tmp_c unless skip_fc2 (a
+ * recomputation needs only what the backward reads, and fc2's output is not among it). */
+static mt_status layer_fwd(mt_model *m, int l, const mt_tensor *x, const mt_tensor *res,
+                           mt_tensor *resid_out, int skip_fc2, mt_stream s) {
+    const mt_model_config *c = &m->cfg;
+    acts *a = &m->a;
+    layer_acts *la = &a->layer[l];
+    layer_params *lp = &m->lp[l];
+    mt_attn_config ac = attn_cfg(m);
+    MT_TRY(norm_fwd(m, &la->ln1, resid_out, &la->ln1_mean, &la->ln1_rstd, x, res, lp->ln1_w,
+                    lp->ln1_b, s));
+    MT_TRY(mt_linear_fwd(m->blas, &la->qkv, NULL, &la->ln1, W(lp->qkv_w), W(lp->qkv_b), 0, s));
+    mt_tensor q, k, v, y;
+    MT_TRY(qkv_views(m, &la->qkv, &q, &k, &v));
+    if (c->position_embedding_type == MT_POS_ROPE) {
+        MT_TRY(rope(m, &q, 0, s));
+        MT_TRY(rope(m, &k, 0, s));
+    }
+    MT_TRY(as_bthd(m, &la->atty, c->num_attention_heads, &y));
+    MT_TRY(mt_attn_fwd(&y, &la->lse, &q, &k, &v, &ac, s));
+    MT_TRY(mt_linear_fwd(m->blas, &a->tmp_c, NULL, &la->atty, W(lp->proj_w), W(lp->proj_b), 0, s));
+    MT_TRY(norm_fwd(m, &la->ln2, &la->resid_mid, &la->ln2_mean, &la->ln2_rstd, &a->tmp_c,
+                    &la->resid_in, lp->ln2_w, lp->ln2_b, s));
+    if (c->swiglu) {
+        MT_TRY(
+            mt_linear_fwd(m->blas, &la->fc1_pre, NULL, &la->ln2, W(lp->fc1_w), W(lp->fc1_b), 0, s));
+        MT_TRY(mt_swiglu_fwd(&la->fc1_act, &la->fc1_pre, NULL, s));
+    } else {
+        MT_TRY(mt_linear_fwd(m->blas, &la->fc1_act, &la->fc1_pre, &la->ln2, W(lp->fc1_w),
+                             W(lp->fc1_b), MT_GEMM_GELU, s));
+    }
+    if (skip_fc2) return MT_OK;
+    return mt_linear_fwd(m->blas, &a->tmp_c, NULL, &la->fc1_act, W(lp->fc2_w), W(lp->fc2_b), 0, s);
+}
+
 static mt_status forward(mt_model *m, const mt_tensor *tokens, mt_stream s) {
     const mt_model_config *c = &m->cfg;
     acts *a = &m->a;
-    mt_attn_config ac = attn_cfg(m);
     MT_TRY(check_ids(m, tokens, "tokens"));
     m->tokens = *tokens;
     mt_tensor emb3;
     MT_TRY(
         mt_tensor_reshape(&a->emb, 3, (int64_t[]){ m->B, c->seq_length, c->hidden_size }, &emb3));
     MT_TRY(mt_embedding_fwd(&emb3, tokens, W(m->wte), W(m->wpe), s));
-    for (int l = 0; l < c->num_layers; l++) {
-        layer_acts *la = &a->layer[l];
-        layer_params *lp = &m->lp[l];
-        const mt_tensor *x = l == 0 ? &a->emb : &a->tmp_c;
-        const mt_tensor *res = l == 0 ? NULL : &a->layer[l - 1].resid_mid;
-        MT_TRY(norm_fwd(m, &la->ln1, &la->resid_in, &la->ln1_mean, &la->ln1_rstd, x, res, lp->ln1_w,
-                        lp->ln1_b, s));
-        MT_TRY(mt_linear_fwd(m->blas, &la->qkv, NULL, &la->ln1, W(lp->qkv_w), W(lp->qkv_b), 0, s));
-        mt_tensor q, k, v, y;
-        MT_TRY(qkv_views(m, &la->qkv, &q, &k, &v));
-        if (c->position_embedding_type == MT_POS_ROPE) {
-            MT_TRY(rope(m, &q, 0, s));
-            MT_TRY(rope(m, &k, 0, s));
-        }
-        MT_TRY(as_bthd(m, &la->atty, c->num_attention_heads, &y));
-        MT_TRY(mt_attn_fwd(&y, &la->lse, &q, &k, &v, &ac, s));
-        MT_TRY(
-            mt_linear_fwd(m->blas, &a->tmp_c, NULL, &la->atty, W(lp->proj_w), W(lp->proj_b), 0, s));
-        MT_TRY(norm_fwd(m, &la->ln2, &la->resid_mid, &la->ln2_mean, &la->ln2_rstd, &a->tmp_c,
-                        &la->resid_in, lp->ln2_w, lp->ln2_b, s));
-        if (c->swiglu) {
-            MT_TRY(mt_linear_fwd(m->blas, &la->fc1_pre, NULL, &la->ln2, W(lp->fc1_w), W(lp->fc1_b),
-                                 0, s));
-            MT_TRY(mt_swiglu_fwd(&la->fc1_act, &la->fc1_pre, NULL, s));
-        } else {
-            MT_TRY(mt_linear_fwd(m->blas, &la->fc1_act, &la->fc1_pre, &la->ln2, W(lp->fc1_w),
-                                 W(lp->fc1_b), MT_GEMM_GELU, s));
-        }
-        MT_TRY(mt_linear_fwd(m->blas, &a->tmp_c, NULL, &la->fc1_act, W(lp->fc2_w), W(lp->fc2_b), 0,
-                             s));
-    }
+    /* recomputed layers write into shared scratch sets: only their resid_in survives */
+    for (int l = 0; l < c->num_layers; l++)
+        MT_TRY(layer_fwd(m, l, l == 0 ? &a->emb : &a->tmp_c,
+                         l == 0 ? NULL : &a->layer[l - 1].resid_mid, &a->layer[l].resid_in, 0, s));
     MT_TRY(norm_fwd(m, &a->lnf, &a->resid_final, &a->lnf_mean, &a->lnf_rstd, &a->tmp_c,
                     &a->layer[c->num_layers - 1].resid_mid, m->lnf_w, m->lnf_b, s));
     return mt_linear_fwd(m->blas, &a->logits, NULL, &a->lnf, W(m->out_w), NULL, 0, s);
+}
+
+/* Full recompute: before the backward of group [g0, g1] (reached at g1), runs its layers' forward
+ * again from the kept resid_in of g0. The norm of the kept sum is bitwise the forward's: the
+ * fused add normalises the sum rounded to the storage dtype, which is what resid_in holds. */
+static mt_status recompute(mt_model *m, int g0, int g1, mt_stream s) {
+    acts *a = &m->a;
+    for (int j = g0; j <= g1; j++) {
+        if (j == g0)
+            MT_TRY(layer_fwd(m, j, &a->layer[g0].resid_in, NULL, NULL, g0 == g1, s));
+        else
+            MT_TRY(layer_fwd(m, j, &a->tmp_c, &a->layer[j - 1].resid_mid, &a->layer[j].resid_in,
+                             j == g1, s));
+    }
+    return MT_OK;
 }
 
 static mt_status add_loss(mt_model *m, mt_stream s) {
@@ -148,6 +171,8 @@ static mt_status backward(mt_model *m, mt_stream s) {
     for (int l = c->num_layers - 1; l >= 0; l--) {
         layer_acts *la = &a->layer[l];
         layer_params *lp = &m->lp[l];
+        int g0, g1;
+        if (recompute_group(c, l, &g0, &g1) && l == g1) MT_TRY(recompute(m, g0, g1, s));
         /* a->dres is the gradient of resid_in[l+1] = resid_mid + mlp(ln2) */
         MT_TRY(mt_linear_bwd(m->blas, &a->dfc1_act, G(lp->fc2_w), G(lp->fc2_b), &a->dres,
                              &la->fc1_act, W(lp->fc2_w), 1, s));

@@ -43,6 +43,34 @@ mt_status mt_model_config_finalize(mt_model_config *c) {
                "model dtype %s (use f32 or bf16)", mt_dtype_name(c->dtype));
     MT_REQUIRE(c->position_embedding_type == MT_POS_LEARNED || c->kv_channels % 2 == 0,
                MT_ERR_INVALID_ARG, "rotary embeddings need an even head dim (%d)", c->kv_channels);
+    /* megatron/core/transformer/transformer_config.py __post_init__ and arguments.py */
+    switch (c->recompute_granularity) {
+    case MT_RECOMPUTE_NONE:
+        break;
+    case MT_RECOMPUTE_FULL:
+        MT_REQUIRE(c->recompute_method == MT_RECOMPUTE_UNIFORM ||
+                       c->recompute_method == MT_RECOMPUTE_BLOCK,
+                   MT_ERR_INVALID_ARG,
+                   "Using recompute_granularity: full so recompute_method must be \"block\" or "
+                   "\"uniform\"");
+        MT_REQUIRE(c->recompute_num_layers >= 1 && c->recompute_num_layers <= c->num_layers,
+                   MT_ERR_INVALID_ARG,
+                   "When using recompute_granularity: full recompute_num_layers must be between 1 "
+                   "and num_layers_per_pipeline_rank: %d",
+                   c->num_layers);
+        break;
+    case MT_RECOMPUTE_SELECTIVE:
+        MT_REQUIRE(c->recompute_method == MT_RECOMPUTE_METHOD_NONE, MT_ERR_INVALID_ARG,
+                   "recompute method is not yet supported for selective recomputing granularity");
+        MT_REQUIRE(
+            c->recompute_num_layers == 0, MT_ERR_INVALID_ARG,
+            "When using recompute_granularity: selective recompute_num_layers must be None.");
+        break;
+    default:
+        return MT_ERROR(MT_ERR_INVALID_ARG,
+                        "When using recompute_granuarlity: %d must be \"full\" or \"selective\".",
+                        (int)c->recompute_granularity);
+    }
     return MT_OK;
 }
 
@@ -147,6 +175,34 @@ static void take(planner *p, mt_tensor *t, mt_dtype dt, int ndim, const int64_t 
 #define TAKE(p, t, dt, ...) \
     take(p, t, dt, sizeof((int64_t[]){ __VA_ARGS__ }) / sizeof(int64_t), (int64_t[]){ __VA_ARGS__ })
 
+static void plan_layer(const mt_model *m, planner *p, layer_acts *la) {
+    const mt_model_config *c = &m->cfg;
+    int64_t B = m->B, T = c->seq_length, N = B * T, C = c->hidden_size, D = c->kv_channels;
+    int64_t H = c->num_attention_heads, G = c->num_query_groups, F = c->ffn_hidden_size;
+    int64_t F1 = (c->swiglu ? 2 : 1) * F, QKV = (H + 2 * G) * D;
+    mt_dtype dt = c->dtype;
+    TAKE(p, &la->resid_in, dt, N, C);
+    TAKE(p, &la->ln1, dt, N, C);
+    TAKE(p, &la->ln1_mean, MT_F32, N);
+    TAKE(p, &la->ln1_rstd, MT_F32, N);
+    TAKE(p, &la->qkv, dt, N, QKV);
+    TAKE(p, &la->atty, dt, N, H * D);
+    TAKE(p, &la->lse, MT_F32, B, H, T);
+    TAKE(p, &la->resid_mid, dt, N, C);
+    TAKE(p, &la->ln2, dt, N, C);
+    TAKE(p, &la->ln2_mean, MT_F32, N);
+    TAKE(p, &la->ln2_rstd, MT_F32, N);
+    TAKE(p, &la->fc1_pre, dt, N, F1);
+    TAKE(p, &la->fc1_act, dt, N, F);
+}
+
+/* Number of scratch layer sets that full recompute needs: the largest group. */
+static int recompute_sets(const mt_model_config *c) {
+    if (c->recompute_granularity != MT_RECOMPUTE_FULL) return 0;
+    if (c->recompute_method == MT_RECOMPUTE_BLOCK) return 1;
+    return c->recompute_num_layers;
+}
+
 static void plan_acts(mt_model *m, planner *p) {
     const mt_model_config *c = &m->cfg;
     int64_t B = m->B, T = c->seq_length, N = B * T, C = c->hidden_size, D = c->kv_channels;
@@ -155,21 +211,16 @@ static void plan_acts(mt_model *m, planner *p) {
     mt_dtype dt = c->dtype;
     acts *a = &m->a;
     TAKE(p, &a->emb, dt, N, C);
+    for (int s = 0; s < a->n_rc; s++)
+        plan_layer(m, p, &a->rc[s]);
     for (int l = 0; l < c->num_layers; l++) {
-        layer_acts *la = &a->layer[l];
-        TAKE(p, &la->resid_in, dt, N, C);
-        TAKE(p, &la->ln1, dt, N, C);
-        TAKE(p, &la->ln1_mean, MT_F32, N);
-        TAKE(p, &la->ln1_rstd, MT_F32, N);
-        TAKE(p, &la->qkv, dt, N, QKV);
-        TAKE(p, &la->atty, dt, N, H * D);
-        TAKE(p, &la->lse, MT_F32, B, H, T);
-        TAKE(p, &la->resid_mid, dt, N, C);
-        TAKE(p, &la->ln2, dt, N, C);
-        TAKE(p, &la->ln2_mean, MT_F32, N);
-        TAKE(p, &la->ln2_rstd, MT_F32, N);
-        TAKE(p, &la->fc1_pre, dt, N, F1);
-        TAKE(p, &la->fc1_act, dt, N, F);
+        int g0, g1;
+        if (!recompute_group(c, l, &g0, &g1)) {
+            plan_layer(m, p, &a->layer[l]);
+            continue;
+        }
+        a->layer[l] = a->rc[l - g0];
+        if (l == g0) TAKE(p, &a->layer[l].resid_in, dt, N, C); // why: the kept input
     }
     TAKE(p, &a->resid_final, dt, N, C);
     TAKE(p, &a->lnf, dt, N, C);
@@ -277,9 +328,11 @@ mt_status mt_model_create(const mt_model_config *cfg, int micro_batch_size, mt_d
     m->dev = device;
     MT_TRY_GOTO(mt_model_config_finalize(&m->cfg), st, fail);
     m->a.layer = calloc((size_t)m->cfg.num_layers, sizeof *m->a.layer);
+    m->a.n_rc = recompute_sets(&m->cfg);
+    m->a.rc = calloc((size_t)m->a.n_rc + 1, sizeof *m->a.rc);
     m->spec = calloc(MT_MODEL_MAX_PARAMS, sizeof *m->spec);
     m->params = calloc(MT_MODEL_MAX_PARAMS, sizeof *m->params);
-    if (!m->a.layer || !m->spec || !m->params) {
+    if (!m->a.layer || !m->a.rc || !m->spec || !m->params) {
         st = MT_ERROR(MT_ERR_OOM, "model tables");
         goto fail;
     }
@@ -360,6 +413,7 @@ void mt_model_destroy(mt_model *m) {
     mt_arena_destroy(m->g_arena);
     mt_arena_destroy(m->a_arena);
     free(m->a.layer);
+    free(m->a.rc);
     free(m->lp);
     free(m->spec);
     free(m->params);
@@ -387,6 +441,32 @@ mt_model_param *mt_model_param_find(mt_model *m, const char *name) {
 size_t mt_model_bytes(const mt_model *m) {
     size_t own = m->w_arena ? mt_arena_capacity(m->w_arena) + mt_arena_capacity(m->g_arena) : 0;
     return own + mt_arena_capacity(m->a_arena);
+}
+
+mt_status mt_model_activation_bytes(const mt_model_config *cfg, int micro_batch_size,
+                                    mt_device device, size_t *bytes) {
+    MT_REQUIRE(cfg && bytes, MT_ERR_INVALID_ARG, "NULL argument");
+    MT_REQUIRE(micro_batch_size > 0, MT_ERR_INVALID_ARG, "--micro-batch-size must be positive");
+    mt_model m = { 0 };
+    m.cfg = *cfg;
+    m.B = micro_batch_size;
+    m.dev = device;
+    MT_TRY(mt_model_config_finalize(&m.cfg));
+    MT_TRY(workspace_sizes(&m));
+    m.a.n_rc = recompute_sets(&m.cfg);
+    m.a.layer = calloc((size_t)m.cfg.num_layers, sizeof *m.a.layer);
+    m.a.rc = calloc((size_t)m.a.n_rc + 1, sizeof *m.a.rc);
+    mt_status st = MT_OK;
+    if (m.a.layer && m.a.rc) {
+        planner p = { NULL, 0, device };
+        plan_acts(&m, &p);
+        *bytes = p.off + MT_ARENA_ALIGN; // why: as mt_model_create sizes its arena
+    } else {
+        st = MT_ERROR(MT_ERR_OOM, "layer tables");
+    }
+    free(m.a.layer);
+    free(m.a.rc);
+    return st;
 }
 
 mt_tensor mt_model_logits(mt_model *m) {

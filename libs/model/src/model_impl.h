@@ -30,8 +30,11 @@ typedef struct layer_acts {
 } layer_acts;
 
 typedef struct acts {
-    mt_tensor emb; /* (N,C) */
-    layer_acts *layer;
+    mt_tensor emb;     /* (N,C) */
+    layer_acts *layer; /* views; recomputed layers share the rc sets (resid_in of a group's first
+                          layer excepted: that is the kept input) */
+    layer_acts *rc;    /* n_rc scratch sets reused by the recomputed layers */
+    int n_rc;
     mt_tensor resid_final, lnf, lnf_mean, lnf_rstd, logits, losses, stats, loss_acc;
     mt_tensor tmp_c, dres, dln, datty, dqkv, dfc1_act, dfc1_pre, norm_scratch, ws;
 } acts;
@@ -58,5 +61,19 @@ struct mt_model {
     int have_tokens;
     mt_tensor tokens; /* the last forward's tokens (for the embedding backward) */
 };
+
+/* Whether layer l is recomputed (full granularity) and, if so, its group [*g0, *g1]: layers
+ * recomputed together from the input kept for g0, in scratch sets 0..g1-g0. */
+static inline int recompute_group(const mt_model_config *c, int l, int *g0, int *g1) {
+    int n = c->recompute_num_layers, L = c->num_layers;
+    if (c->recompute_granularity != MT_RECOMPUTE_FULL) return 0;
+    if (c->recompute_method == MT_RECOMPUTE_BLOCK) {
+        *g0 = *g1 = l;
+        return l < n;
+    }
+    *g0 = l - l % n;
+    *g1 = *g0 + n - 1 < L - 1 ? *g0 + n - 1 : L - 1;
+    return 1;
+}
 
 #endif /* MT_MODEL_IMPL_H */

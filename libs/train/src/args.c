@@ -111,7 +111,12 @@ static const flag flags[] = {
     { "--ddp-bucket-size", F_I64, O(ddp_bucket_size), "elements per gradient bucket" },
     { "--distributed-timeout-minutes", F_DBL, O(distributed_timeout_minutes), "10" },
     { "--deterministic-mode", F_TRUE, O(deterministic_mode), "bitwise-reproducible kernels" },
+    { "--recompute-activations", F_TRUE, O(recompute_activations),
+      "= --recompute-granularity selective" },
     { "--recompute-granularity", F_STR, O(recompute_granularity), "full | selective" },
+    { "--recompute-method", F_STR, O(recompute_method), "uniform | block (full only)" },
+    { "--recompute-num-layers", F_INT, O(recompute_num_layers),
+      "layers per recomputed group (uniform) or recomputed layers (block)" },
     { "--device", F_STR, O(device), "auto | cpu | cuda (not a Megatron flag)" },
 };
 #undef O
@@ -254,6 +259,38 @@ mt_status mt_train_args_parse(mt_train_args *a, int argc, char **argv) {
     return validate(a);
 }
 
+/* megatron/training/arguments.py and TransformerConfig.__post_init__ */
+static mt_status validate_recompute(mt_train_args *a) {
+    if (a->recompute_activations) set_str(&a->recompute_granularity, "selective");
+    const char *g = a->recompute_granularity, *m = a->recompute_method;
+    if (g && strcmp(g, "full") != 0 && strcmp(g, "selective") != 0)
+        return BAD("argument --recompute-granularity: invalid choice: '%s' (choose from 'full', "
+                   "'selective')",
+                   g);
+    if (m && strcmp(m, "uniform") != 0 && strcmp(m, "block") != 0)
+        return BAD("argument --recompute-method: invalid choice: '%s' (choose from 'uniform', "
+                   "'block')",
+                   m);
+    if (!g) return MT_OK; /* Megatron ignores --recompute-method/-num-layers without it */
+    if (strcmp(g, "selective") == 0) {
+        if (m)
+            return BAD("recompute method is not yet supported for selective recomputing "
+                       "granularity");
+        if (a->recompute_num_layers)
+            return BAD("When using recompute_granularity: selective recompute_num_layers must be "
+                       "None.");
+        return MT_OK;
+    }
+    if (!m)
+        return BAD("Using recompute_granularity: full so recompute_method must be \"block\" or "
+                   "\"uniform\"");
+    if (a->recompute_num_layers < 1 || a->recompute_num_layers > a->num_layers)
+        return BAD("When using recompute_granularity: full recompute_num_layers must be between 1 "
+                   "and num_layers_per_pipeline_rank: %d",
+                   a->num_layers);
+    return MT_OK;
+}
+
 static mt_status validate(mt_train_args *a) {
     if (a->num_layers <= 0) return BAD("--num-layers is required (a positive integer)");
     if (a->hidden_size <= 0) return BAD("--hidden-size is required (a positive integer)");
@@ -271,9 +308,7 @@ static mt_status validate(mt_train_args *a) {
                         "tensor, pipeline and context parallelism are not "
                         "supported yet: --tensor-model-parallel-size, "
                         "--pipeline-model-parallel-size and --context-parallel-size must be 1");
-    if (a->recompute_granularity)
-        return MT_ERROR(MT_ERR_UNSUPPORTED, "--recompute-granularity %s is not supported yet",
-                        a->recompute_granularity);
+    MT_TRY(validate_recompute(a));
     if (strcmp(a->normalization, "LayerNorm") != 0 && strcmp(a->normalization, "RMSNorm") != 0)
         return BAD("argument --normalization: invalid choice: '%s' (choose from 'LayerNorm', "
                    "'RMSNorm')",

@@ -19,6 +19,23 @@ typedef enum mt_pos_kind {
     MT_POS_LEARNED = 0,
     MT_POS_ROPE = 1
 } mt_pos_kind;
+/* Megatron's --recompute-granularity. full: the recomputed layers keep only their input during
+ * the forward and run their forward again right before their backward. selective (Megatron:
+ * core attention only) recomputes nothing here: flash attention keeps no (T,T) matrix, and the
+ * attention output it would drop is linear_proj's saved input anyway. */
+typedef enum mt_recompute_granularity {
+    MT_RECOMPUTE_NONE = 0,
+    MT_RECOMPUTE_FULL = 1,
+    MT_RECOMPUTE_SELECTIVE = 2
+} mt_recompute_granularity;
+/* --recompute-method: uniform = every layer, in groups of recompute_num_layers consecutive layers
+ * of which only the group's input is kept; block = the first recompute_num_layers layers, each
+ * keeping its own input, the rest not recomputed. */
+typedef enum mt_recompute_method {
+    MT_RECOMPUTE_METHOD_NONE = 0,
+    MT_RECOMPUTE_UNIFORM = 1,
+    MT_RECOMPUTE_BLOCK = 2
+} mt_recompute_method;
 
 /* Megatron's TransformerConfig names where they exist. Zero means "derive the default". */
 typedef struct mt_model_config {
@@ -46,12 +63,16 @@ typedef struct mt_model_config {
     uint64_t seed;         /* initialisation seed (Megatron --seed) */
     mt_dtype dtype;        /* parameters and activations: MT_F32 or MT_BF16 */
     int deterministic;     /* 1: bitwise-reproducible kernels (no atomics in attention) */
+    mt_recompute_granularity recompute_granularity; /* 0: no activation recomputation */
+    mt_recompute_method recompute_method;           /* full only */
+    int recompute_num_layers;                       /* full only: 1..num_layers */
 } mt_model_config;
 
 #define MT_MODEL_CONFIG_INIT                                                               \
     {                                                                                      \
         sizeof(mt_model_config), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, MT_NORM_LAYERNORM, 0.0f, \
-            MT_POS_LEARNED, 0.0, 0, 0, 1, 0, 0.0f, 1234, MT_F32, 0                         \
+            MT_POS_LEARNED, 0.0, 0, 0, 1, 0, 0.0f, 1234, MT_F32, 0, MT_RECOMPUTE_NONE,     \
+            MT_RECOMPUTE_METHOD_NONE, 0                                                    \
     }
 
 /* Fills the derived fields (zeros) of cfg in place and checks it; MT_ERR_INVALID_ARG with
@@ -96,6 +117,10 @@ MT_API mt_model_param *mt_model_param_at(mt_model *m, int i);
 MT_API mt_model_param *mt_model_param_find(mt_model *m, const char *name);
 /* Bytes of parameters + grads + activations + scratch (the model's whole footprint). */
 MT_API size_t mt_model_bytes(const mt_model *m);
+/* Bytes of the activation arena (activations + scratch) that mt_model_create would allocate for
+ * `cfg` at `micro_batch_size` on `device`, without allocating it. */
+MT_API mt_status mt_model_activation_bytes(const mt_model_config *cfg, int micro_batch_size,
+                                           mt_device device, size_t *bytes);
 
 /* Forward over tokens (B,T) i32 on the model's device. With targets (B,T) i32 (ignore index
  * -100) the micro-batch's mean loss is added to the model's loss accumulator (mt_model_take_loss).

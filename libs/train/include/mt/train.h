@@ -47,7 +47,8 @@ typedef struct mt_train_args {
     int use_distributed_optimizer, overlap_grad_reduce;
     int64_t ddp_bucket_size;
     double distributed_timeout_minutes;
-    char *recompute_granularity;
+    char *recompute_granularity, *recompute_method;  /* NULL: none */
+    int recompute_num_layers, recompute_activations; /* 0: None */
     int deterministic_mode;
     /* ours */
     char *device; /* "auto" (GPU if there is one), "cpu" or "cuda" */

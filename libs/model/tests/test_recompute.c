@@ -1,0 +1,216 @@
+/* functional (CPU): full activation recomputation changes nothing but memory. Losses, logits and
+ * every gradient of tiny GPT-2 and Llama models (Philox init) are bitwise those of the model that
+ * keeps all activations, for uniform and block methods; the activation arena shrinks by exactly
+ * the per-layer sets that the scratch sets replace; Megatron's invalid combinations are refused.
+ * Prints the plan for GPT-2 124M at B=16, T=1024. */
+#include <mt/model.h>
+#include <mt/testkit.h>
+
+#include <string.h>
+
+#define B 2
+#define T 16
+#define V 500
+#define L 5
+
+static mt_model_config config_for(const char *tag) {
+    mt_model_config c = MT_MODEL_CONFIG_INIT;
+    c.num_layers = L;
+    c.hidden_size = 64;
+    c.num_attention_heads = 4;
+    c.seq_length = T;
+    c.vocab_size = V;
+    c.seed = 99;
+    if (strcmp(tag, "llama") == 0) {
+        c.num_query_groups = 2;
+        c.ffn_hidden_size = 128;
+        c.normalization = MT_NORM_RMSNORM;
+        c.position_embedding_type = MT_POS_ROPE;
+        c.swiglu = 1;
+        c.add_bias_linear = 0;
+        c.untie_embeddings_and_output_weights = 1;
+    }
+    return c;
+}
+
+typedef struct result {
+    double loss[2];
+    float *logits;
+    float **grads;
+    size_t bytes;
+} result;
+
+/* Two micro-batches of gradient accumulation, then a forward-only pass (as in evaluation). */
+static result run(const mt_model_config *cfg, const int32_t *tok, const int32_t *tgt) {
+    mt_model *m;
+    MT_CHECK(mt_model_create(cfg, B, MT_DEVICE_CPU, NULL, NULL, &m));
+    result r = { { 0, 0 }, NULL, NULL, mt_model_bytes(m) };
+    for (int mb = 0; mb < 2; mb++) {
+        mt_tensor tk = mt_tensor_2d((void *)(tok + mb * B * T), MT_I32, B, T, MT_DEVICE_CPU);
+        mt_tensor tg = mt_tensor_2d((void *)(tgt + mb * B * T), MT_I32, B, T, MT_DEVICE_CPU);
+        MT_CHECK(mt_model_forward_backward(m, &tk, &tg, 0.5f, NULL));
+    }
+    MT_CHECK(mt_model_take_loss(m, &r.loss[0], NULL));
+    mt_tensor tk = mt_tensor_2d((void *)tok, MT_I32, B, T, MT_DEVICE_CPU);
+    mt_tensor tg = mt_tensor_2d((void *)tgt, MT_I32, B, T, MT_DEVICE_CPU);
+    MT_CHECK(mt_model_forward(m, &tk, &tg, NULL));
+    MT_CHECK(mt_model_take_loss(m, &r.loss[1], NULL));
+    mt_tensor lg = mt_model_logits(m);
+    r.logits = malloc(mt_tensor_nbytes(&lg));
+    memcpy(r.logits, lg.data, mt_tensor_nbytes(&lg));
+    int np = mt_model_num_params(m);
+    r.grads = calloc((size_t)np + 1, sizeof *r.grads);
+    for (int i = 0; i < np; i++) {
+        mt_tensor *g = &mt_model_param_at(m, i)->grad;
+        r.grads[i] = malloc(mt_tensor_nbytes(g));
+        memcpy(r.grads[i], g->data, mt_tensor_nbytes(g));
+    }
+    mt_model_destroy(m);
+    return r;
+}
+
+static void free_result(result *r) {
+    for (int i = 0; r->grads[i]; i++)
+        free(r->grads[i]);
+    free(r->grads);
+    free(r->logits);
+}
+
+/* Bitwise comparison of everything a training step and an evaluation produce. */
+static void compare(const char *what, const mt_model_config *cfg, const result *want,
+                    const result *got) {
+    mt_model *m; // for the parameter names and sizes
+    MT_CHECK(mt_model_create(cfg, B, MT_DEVICE_CPU, NULL, NULL, &m));
+    MT_EXPECT(memcmp(want->loss, got->loss, sizeof want->loss) == 0,
+              "%s: losses %.9g %.9g, want %.9g %.9g", what, got->loss[0], got->loss[1],
+              want->loss[0], want->loss[1]);
+    mt_tensor lg = mt_model_logits(m);
+    MT_EXPECT(memcmp(want->logits, got->logits, mt_tensor_nbytes(&lg)) == 0, "%s: logits differ",
+              what);
+    int bad = 0;
+    for (int i = 0; i < mt_model_num_params(m); i++) {
+        mt_model_param *p = mt_model_param_at(m, i);
+        if (memcmp(want->grads[i], got->grads[i], mt_tensor_nbytes(&p->grad)) != 0 && bad++ < 5)
+            MT_EXPECT(0, "%s: gradient of %s differs", what, p->name);
+    }
+    MT_EXPECT(bad == 0, "%s: %d gradients differ", what, bad);
+    fprintf(stderr, "%s: loss %.9g, %d gradients bitwise equal, %zu -> %zu bytes\n", what,
+            got->loss[0], mt_model_num_params(m) - bad, want->bytes, got->bytes);
+    mt_model_destroy(m);
+}
+
+static size_t act_bytes(const mt_model_config *c, int b) {
+    size_t n = 0;
+    MT_CHECK(mt_model_activation_bytes(c, b, MT_DEVICE_CPU, &n));
+    return n;
+}
+
+static mt_model_config with(mt_model_config c, mt_recompute_granularity g, mt_recompute_method m,
+                            int n) {
+    c.recompute_granularity = g;
+    c.recompute_method = m;
+    c.recompute_num_layers = n;
+    return c;
+}
+
+static void test_model(const char *tag) {
+    mt_model_config base = config_for(tag);
+    int32_t tok[2 * B * T], tgt[2 * B * T];
+    uint64_t x = 12345;
+    for (int i = 0; i < 2 * B * T; i++) {
+        x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+        tok[i] = (int32_t)((x >> 33) % V);
+        tgt[i] = i % 7 == 3 ? -100 : (int32_t)((x >> 17) % V); // a few ignored targets
+    }
+    result want = run(&base, tok, tgt);
+    MT_EXPECT(want.loss[0] > 5.0 && want.loss[0] < 7.0, "%s: loss %.4f not near ln(%d)", tag,
+              want.loss[0], V);
+
+    /* the per-layer activation set S and the kept input R, from plans that differ by one layer */
+    mt_model_config one = base;
+    one.num_layers = 1;
+    size_t dS = act_bytes(&base, B) - act_bytes(&one, B), S = dS / (L - 1);
+    MT_EXPECT(S * (L - 1) == dS && S > 0, "%s: layers do not add equal activation sets", tag);
+    size_t R = ((size_t)B * T * base.hidden_size * 4 + MT_ARENA_ALIGN - 1) / MT_ARENA_ALIGN *
+               MT_ARENA_ALIGN;
+
+    struct {
+        mt_recompute_granularity g;
+        mt_recompute_method m;
+        int n;
+        int sets, kept; /* scratch sets, kept inputs */
+    } cases[] = {
+        { MT_RECOMPUTE_FULL, MT_RECOMPUTE_UNIFORM, 1, 1, L },
+        { MT_RECOMPUTE_FULL, MT_RECOMPUTE_UNIFORM, 2, 2, 3 }, /* groups 0-1, 2-3, 4 */
+        { MT_RECOMPUTE_FULL, MT_RECOMPUTE_UNIFORM, L, L, 1 },
+        { MT_RECOMPUTE_FULL, MT_RECOMPUTE_BLOCK, 1, 1, 1 },
+        { MT_RECOMPUTE_FULL, MT_RECOMPUTE_BLOCK, 3, 1, 3 },
+        { MT_RECOMPUTE_FULL, MT_RECOMPUTE_BLOCK, L, 1, L },
+        { MT_RECOMPUTE_SELECTIVE, MT_RECOMPUTE_METHOD_NONE, 0, L, 0 },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        mt_model_config c = with(base, cases[i].g, cases[i].m, cases[i].n);
+        char what[96];
+        snprintf(what, sizeof what, "%s %s %s %d", tag,
+                 cases[i].g == MT_RECOMPUTE_FULL ? "full" : "selective",
+                 cases[i].m == MT_RECOMPUTE_BLOCK     ? "block"
+                 : cases[i].m == MT_RECOMPUTE_UNIFORM ? "uniform"
+                                                      : "-",
+                 cases[i].n);
+        result got = run(&c, tok, tgt);
+        compare(what, &c, &want, &got);
+        /* block n keeps L-n full sets of its own and one scratch set */
+        int sets = cases[i].m == MT_RECOMPUTE_BLOCK ? L - cases[i].n + 1 : cases[i].sets;
+        size_t expect = want.bytes - (size_t)(L - sets) * S + (size_t)cases[i].kept * R;
+        MT_EXPECT(got.bytes == expect, "%s: mt_model_bytes %zu, want %zu (S %zu, R %zu)", what,
+                  got.bytes, expect, S, R);
+        MT_EXPECT(act_bytes(&c, B) - act_bytes(&base, B) == got.bytes - want.bytes,
+                  "%s: mt_model_activation_bytes disagrees with the model", what);
+        free_result(&got);
+    }
+    mt_model_config u1 = with(base, MT_RECOMPUTE_FULL, MT_RECOMPUTE_UNIFORM, 1);
+    MT_EXPECT(act_bytes(&u1, B) < act_bytes(&base, B), "%s: full uniform 1 does not shrink", tag);
+    free_result(&want);
+}
+
+static void test_invalid(void) {
+    mt_model_config c = config_for("gpt2");
+    mt_model_config bad[] = {
+        with(c, MT_RECOMPUTE_FULL, MT_RECOMPUTE_METHOD_NONE, 1),
+        with(c, MT_RECOMPUTE_FULL, MT_RECOMPUTE_UNIFORM, 0),
+        with(c, MT_RECOMPUTE_FULL, MT_RECOMPUTE_BLOCK, L + 1),
+        with(c, MT_RECOMPUTE_SELECTIVE, MT_RECOMPUTE_UNIFORM, 0),
+        with(c, MT_RECOMPUTE_SELECTIVE, MT_RECOMPUTE_METHOD_NONE, 1),
+        with(c, (mt_recompute_granularity)7, MT_RECOMPUTE_METHOD_NONE, 0),
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+        MT_EXPECT_STATUS(mt_model_config_finalize(&bad[i]), MT_ERR_INVALID_ARG);
+}
+
+/* The plan for GPT-2 124M (fp32, B=16, T=1024): activations with and without recomputation. */
+static void report_gpt2_124m(void) {
+    mt_model_config c = MT_MODEL_CONFIG_INIT;
+    c.num_layers = 12;
+    c.hidden_size = 768;
+    c.num_attention_heads = 12;
+    c.seq_length = 1024;
+    c.vocab_size = 50257;
+    size_t none = act_bytes(&c, 16);
+    mt_model_config u1 = with(c, MT_RECOMPUTE_FULL, MT_RECOMPUTE_UNIFORM, 1);
+    mt_model_config b6 = with(c, MT_RECOMPUTE_FULL, MT_RECOMPUTE_BLOCK, 6);
+    size_t full = act_bytes(&u1, 16), block = act_bytes(&b6, 16);
+    fprintf(stderr,
+            "GPT-2 124M fp32 B=16 T=1024 activation arena: %.1f MiB; full uniform 1: %.1f MiB "
+            "(-%.1f MiB); full block 6: %.1f MiB (-%.1f MiB)\n",
+            none / 1048576.0, full / 1048576.0, (none - full) / 1048576.0, block / 1048576.0,
+            (none - block) / 1048576.0);
+    MT_EXPECT(full < none && block < none && full < block, "124M plans do not shrink");
+}
+
+int main(void) {
+    test_model("gpt2");
+    test_model("llama");
+    test_invalid();
+    report_gpt2_124m();
+    return mt_test_result();
+}
