@@ -1,57 +1,9 @@
 /* Embedding on the GPU: forward (token + position rows) and the sorted, atomic-free backward into
  * f32 gradient tables. GB/s: rows read and written once (backward: dout once, plus each touched
  * gradient row read and written). Peer: bench/peers/peer_embedding.py. */
-#include <mt/benchkit.h>
-#include <mt/tensor.h>
-
-#include <stdio.h>
-#include <stdlib.h>
+#include "bench_common.h"
 
 #if MT_HAVE_CUDA
-#include <mt/core_cuda.h>
-#include <mt/philox.h>
-
-/* Fills a device float tensor with uniform values in [lo, hi) (a 1M-element random block repeated:
- * never time on zeros or constants). */
-static void fill_random(mt_tensor *t, float lo, float hi, uint64_t seed) {
-    int64_t n = mt_tensor_numel(t), blk = n < (1 << 20) ? n : (1 << 20);
-    size_t es = mt_dtype_size(t->dtype);
-    float *f = malloc((size_t)blk * 4);
-    void *h = malloc((size_t)blk * es);
-    for (int64_t i = 0; i < blk; i++)
-        f[i] = lo + (hi - lo) * mt_philox_uniform(seed, 0, (uint64_t)i);
-    mt_tensor tf = mt_tensor_1d(f, MT_F32, blk, MT_DEVICE_CPU),
-              th = mt_tensor_1d(h, t->dtype, blk, MT_DEVICE_CPU);
-    mt_cast(&th, &tf, NULL);
-    for (int64_t o = 0; o < n; o += blk) {
-        int64_t m = n - o < blk ? n - o : blk;
-        mt_memcpy((char *)t->data + o * es, t->device, h, MT_DEVICE_CPU, (size_t)m * es, NULL);
-    }
-    free(f), free(h);
-}
-
-/* The timed loop: CUDA events around each `call` (an mt_status expression), manual time. */
-#define BENCH_LOOP(st, call)                            \
-    do {                                                \
-        cudaEvent_t e0, e1;                             \
-        cudaEventCreate(&e0);                           \
-        cudaEventCreate(&e1);                           \
-        while (mt_bench_keep_running(st)) {             \
-            cudaEventRecord(e0, 0);                     \
-            mt_status s_ = (call);                      \
-            cudaEventRecord(e1, 0);                     \
-            cudaEventSynchronize(e1);                   \
-            if (s_ != MT_OK) {                          \
-                mt_bench_error(st, mt_last_error());    \
-                break;                                  \
-            }                                           \
-            float ms;                                   \
-            cudaEventElapsedTime(&ms, e0, e1);          \
-            mt_bench_set_iteration_time(st, ms * 1e-3); \
-        }                                               \
-        cudaEventDestroy(e0);                           \
-        cudaEventDestroy(e1);                           \
-    } while (0)
 
 typedef struct {
     int bwd;
@@ -64,10 +16,7 @@ static void bench_embedding(mt_bench_state *st, void *arg) {
     size_t need = (size_t)(c->V + c->T) * (size_t)c->C * 6 + (size_t)N * (size_t)c->C * 2 * 2 +
                   (size_t)N * 64 + (64u << 20);
     mt_arena *ar;
-    if (mt_arena_create(mt_device_cuda(0), need, &ar) != MT_OK) {
-        mt_bench_error(st, mt_last_error());
-        return;
-    }
+    if (!bench_arena_create(st, need, &ar)) return;
     int64_t ish[2] = { c->B, c->T }, osh[3] = { c->B, c->T, c->C };
     int64_t wsh[2] = { c->V, c->C }, psh[2] = { c->T, c->C };
     mt_tensor ids, wte, wpe, out, gw, gp;
@@ -77,11 +26,11 @@ static void bench_embedding(mt_bench_state *st, void *arg) {
     mt_tensor_alloc(ar, MT_BF16, 3, osh, &out);
     mt_tensor_alloc(ar, MT_F32, 2, wsh, &gw);
     mt_tensor_alloc(ar, MT_F32, 2, psh, &gp);
-    fill_random(&wte, -1, 1, 1);
-    fill_random(&wpe, -1, 1, 2);
-    fill_random(&out, -1, 1, 3);
-    fill_random(&gw, -1, 1, 4);
-    fill_random(&gp, -1, 1, 5);
+    bench_fill_uniform(&wte, -1, 1, 1, 0);
+    bench_fill_uniform(&wpe, -1, 1, 2, 0);
+    bench_fill_uniform(&out, -1, 1, 3, 0);
+    bench_fill_uniform(&gw, -1, 1, 4, 0);
+    bench_fill_uniform(&gp, -1, 1, 5, 0);
     int32_t *h = malloc((size_t)N * 4);
     char *seen = calloc((size_t)c->V, 1);
     int64_t uniq = 0;
@@ -107,12 +56,7 @@ static void bench_embedding(mt_bench_state *st, void *arg) {
 
 int main(int argc, char **argv) {
 #if MT_HAVE_CUDA
-    int ngpu = 0;
-    mt_device_count(&ngpu);
-    if (ngpu) {
-        char name[256];
-        mt_device_name(0, name, sizeof name);
-        mt_bench_context("device", name);
+    if (bench_cuda_init()) {
         static emb_case cases[] = { { 0, 8, 2048, 768, 50304 },
                                     { 1, 8, 2048, 768, 50304 },
                                     { 0, 4, 2048, 4096, 50304 },

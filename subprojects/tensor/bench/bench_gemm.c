@@ -2,42 +2,14 @@
  * its two backward layouts dX = dY @ W and dW = dY^T @ X, at GPT-2 shapes; TFLOP/s. On the CPU: the
  * fast f32 path and the reference at a small GPT's shapes; GFLOP/s. */
 #define _POSIX_C_SOURCE 200809L /* setenv */
-#include <mt/benchkit.h>
-#include <mt/tensor.h>
-
-#include <stdio.h>
-#include <stdlib.h>
+#include "bench_common.h"
 
 #if MT_HAVE_CUDA
-#include <mt/core_cuda.h>
 
 typedef struct {
     int op;          /* 0 fwd, 1 fwd + bias + GELU (pre-GELU saved), 2 dx, 3 dw */
     int64_t M, N, K; /* tokens, out features, in features */
 } gemm_case;
-
-/* Fills a device tensor with uniform values in [-1, 1): a random host block tiled over it
- * (never time on zeros or constants). */
-static mt_status fill_random(mt_tensor *t) {
-    const int64_t blk = 1 << 20;
-    int64_t n = mt_tensor_numel(t), m = n < blk ? n : blk;
-    size_t es = mt_dtype_size(t->dtype);
-    float *f = malloc((size_t)m * 4);
-    void *h = malloc((size_t)m * es);
-    MT_REQUIRE(f && h, MT_ERR_OOM, "fill_random");
-    for (int64_t i = 0; i < m; i++)
-        f[i] = 2.0f * mt_philox_uniform(42, 1, (uint64_t)i) - 1.0f;
-    mt_tensor tf = mt_tensor_1d(f, MT_F32, m, MT_DEVICE_CPU),
-              th = mt_tensor_1d(h, t->dtype, m, MT_DEVICE_CPU);
-    mt_status s = mt_cast(&th, &tf, NULL);
-    for (int64_t i = 0; s == MT_OK && i < n; i += m) {
-        int64_t len = n - i < m ? n - i : m;
-        s = mt_memcpy((char *)t->data + (size_t)i * es, t->device, h, MT_DEVICE_CPU,
-                      (size_t)len * es, NULL);
-    }
-    free(f), free(h);
-    return s;
-}
 
 static mt_status run_case(mt_blas *blas, const gemm_case *c, mt_tensor *x, mt_tensor *w,
                           mt_tensor *b, mt_tensor *y, mt_tensor *pre) {
@@ -66,28 +38,17 @@ static void bench_gemm(mt_bench_state *st, void *arg) {
         mt_tensor_alloc(ar, MT_BF16, 2, sw, &w) != MT_OK ||
         mt_tensor_alloc(ar, MT_BF16, 1, &c->N, &b) != MT_OK ||
         mt_tensor_alloc(ar, MT_BF16, 2, sy, &y) != MT_OK ||
-        mt_tensor_alloc(ar, MT_BF16, 2, sy, &pre) != MT_OK || fill_random(&x) != MT_OK ||
-        fill_random(&w) != MT_OK || fill_random(&b) != MT_OK || fill_random(&y) != MT_OK ||
+        mt_tensor_alloc(ar, MT_BF16, 2, sy, &pre) != MT_OK ||
+        bench_fill_uniform(&x, -1, 1, 42, 1) != MT_OK ||
+        bench_fill_uniform(&w, -1, 1, 42, 1) != MT_OK ||
+        bench_fill_uniform(&b, -1, 1, 42, 1) != MT_OK ||
+        bench_fill_uniform(&y, -1, 1, 42, 1) != MT_OK ||
         run_case(blas, c, &x, &w, &b, &y, &pre) != MT_OK || mt_stream_sync(NULL) != MT_OK) {
         mt_bench_error(st, mt_last_error());
         goto done;
     }
-    cudaEvent_t e0, e1;
-    cudaEventCreate(&e0);
-    cudaEventCreate(&e1);
-    while (mt_bench_keep_running(st)) {
-        cudaEventRecord(e0, 0);
-        mt_status s = run_case(blas, c, &x, &w, &b, &y, &pre);
-        cudaEventRecord(e1, 0);
-        cudaEventSynchronize(e1);
-        if (s != MT_OK) mt_bench_error(st, mt_last_error());
-        float ms;
-        cudaEventElapsedTime(&ms, e0, e1);
-        mt_bench_set_iteration_time(st, ms * 1e-3);
-    }
+    BENCH_LOOP(st, run_case(blas, c, &x, &w, &b, &y, &pre));
     mt_bench_rate(st, "FLOPS", 2.0 * (double)c->M * (double)c->N * (double)c->K);
-    cudaEventDestroy(e0);
-    cudaEventDestroy(e1);
 done:
     mt_blas_destroy(blas);
     mt_arena_destroy(ar);
@@ -144,12 +105,7 @@ int main(int argc, char **argv) {
         mt_bench_register(cpu_names[i], bench_gemm_cpu, (void *)c, MT_BENCH_REAL_TIME);
     }
 #if MT_HAVE_CUDA
-    int ngpu = 0;
-    mt_device_count(&ngpu);
-    if (ngpu) {
-        char name[256];
-        mt_device_name(0, name, sizeof name);
-        mt_bench_context("device", name);
+    if (bench_cuda_init()) {
         static const char *ops[] = { "gemm_fwd", "gemm_fwd_bias_gelu", "gemm_dx", "gemm_dw" };
         static const int64_t outs[] = { 2304, 3072, 50304 };
         static gemm_case cases[12];

@@ -1,40 +1,14 @@
 /* LayerNorm/RMSNorm with the fused residual add on the GPU (bf16): forward (x + residual -> resid_out,
  * out, mean, rstd) and backward (dx with the residual gradient, dweight, dbias); GB/s counting the
  * bytes of the row tensors read and written once. */
-#include <mt/benchkit.h>
-#include <mt/tensor.h>
-
-#include <stdio.h>
-#include <stdlib.h>
+#include "bench_common.h"
 
 #if MT_HAVE_CUDA
-#include <mt/core_cuda.h>
 
 typedef struct {
     int op; /* 0 layernorm_fwd, 1 layernorm_bwd, 2 rmsnorm_fwd, 3 rmsnorm_bwd */
     int64_t N, C;
 } norm_case;
-
-static mt_status fill_random(mt_tensor *t, uint64_t stream) {
-    const int64_t blk = 1 << 20;
-    int64_t n = mt_tensor_numel(t), m = n < blk ? n : blk;
-    size_t es = mt_dtype_size(t->dtype);
-    float *f = malloc((size_t)m * 4);
-    void *h = malloc((size_t)m * es);
-    MT_REQUIRE(f && h, MT_ERR_OOM, "fill_random");
-    for (int64_t i = 0; i < m; i++)
-        f[i] = 2.0f * mt_philox_uniform(42, stream, (uint64_t)i) - 1.0f;
-    mt_tensor tf = mt_tensor_1d(f, MT_F32, m, MT_DEVICE_CPU),
-              th = mt_tensor_1d(h, t->dtype, m, MT_DEVICE_CPU);
-    mt_status s = mt_cast(&th, &tf, NULL);
-    for (int64_t i = 0; s == MT_OK && i < n; i += m) {
-        int64_t len = n - i < m ? n - i : m;
-        s = mt_memcpy((char *)t->data + (size_t)i * es, t->device, h, MT_DEVICE_CPU,
-                      (size_t)len * es, NULL);
-    }
-    free(f), free(h);
-    return s;
-}
 
 typedef struct {
     mt_tensor x, r, h, out, w, b, mean, rstd, dout, dx, dw, db, scratch;
@@ -66,7 +40,7 @@ static void bench_norm(mt_bench_state *st, void *arg) {
     mt_tensor *rows[] = { &t.x, &t.r, &t.h, &t.out, &t.dout, &t.dx };
     for (int i = 0; s == MT_OK && i < 6; i++) {
         s = mt_tensor_alloc(ar, MT_BF16, 2, s2, rows[i]);
-        if (s == MT_OK) s = fill_random(rows[i], (uint64_t)i + 1);
+        if (s == MT_OK) s = bench_fill_uniform(rows[i], -1, 1, 42, (uint64_t)i + 1);
     }
     if (s == MT_OK) s = mt_tensor_alloc(ar, MT_BF16, 1, &c->C, &t.w);
     if (s == MT_OK) s = mt_tensor_alloc(ar, MT_BF16, 1, &c->C, &t.b);
@@ -75,8 +49,8 @@ static void bench_norm(mt_bench_state *st, void *arg) {
     if (s == MT_OK) s = mt_tensor_alloc(ar, MT_F32, 1, &c->N, &t.mean);
     if (s == MT_OK) s = mt_tensor_alloc(ar, MT_F32, 1, &c->N, &t.rstd);
     if (s == MT_OK) s = mt_tensor_alloc(ar, MT_F32, 1, &ns, &t.scratch);
-    if (s == MT_OK) s = fill_random(&t.w, 10);
-    if (s == MT_OK) s = fill_random(&t.b, 11);
+    if (s == MT_OK) s = bench_fill_uniform(&t.w, -1, 1, 42, 10);
+    if (s == MT_OK) s = bench_fill_uniform(&t.b, -1, 1, 42, 11);
     /* the statistics of a real forward, then the op once (warm-up) */
     if (s == MT_OK)
         s = mt_layernorm_fwd(&t.out, &t.h, &t.mean, &t.rstd, &t.x, &t.r, &t.w, &t.b, 1e-5f, NULL);
@@ -87,35 +61,16 @@ static void bench_norm(mt_bench_state *st, void *arg) {
         mt_arena_destroy(ar);
         return;
     }
-    cudaEvent_t e0, e1;
-    cudaEventCreate(&e0);
-    cudaEventCreate(&e1);
-    while (mt_bench_keep_running(st)) {
-        cudaEventRecord(e0, 0);
-        s = run_case(c, &t);
-        cudaEventRecord(e1, 0);
-        cudaEventSynchronize(e1);
-        if (s != MT_OK) mt_bench_error(st, mt_last_error());
-        float ms;
-        cudaEventElapsedTime(&ms, e0, e1);
-        mt_bench_set_iteration_time(st, ms * 1e-3);
-    }
+    BENCH_LOOP(st, run_case(c, &t));
     /* fwd: x, residual read; resid_out, out written. bwd: dout, h, dresid read; dx written */
     mt_bench_set_bytes(st, 4 * c->N * c->C * 2);
-    cudaEventDestroy(e0);
-    cudaEventDestroy(e1);
     mt_arena_destroy(ar);
 }
 #endif
 
 int main(int argc, char **argv) {
 #if MT_HAVE_CUDA
-    int ngpu = 0;
-    mt_device_count(&ngpu);
-    if (ngpu) {
-        char name[256];
-        mt_device_name(0, name, sizeof name);
-        mt_bench_context("device", name);
+    if (bench_cuda_init()) {
         static const char *ops[] = { "layernorm_fwd", "layernorm_bwd", "rmsnorm_fwd",
                                      "rmsnorm_bwd" };
         static const int64_t Cs[] = { 768, 1600, 4096 };

@@ -1,57 +1,9 @@
 /* Fused softmax cross-entropy on the GPU (N tokens, GPT-2 vocab padded 50257 -> 50304): forward
  * only, and forward + backward written in place over the logits. GB/s count the logits read once
  * (and dlogits written once). Peer: torch F.cross_entropy forward + backward. */
-#include <mt/benchkit.h>
-#include <mt/tensor.h>
-
-#include <stdio.h>
-#include <stdlib.h>
+#include "bench_common.h"
 
 #if MT_HAVE_CUDA
-#include <mt/core_cuda.h>
-#include <mt/philox.h>
-
-/* Fills a device float tensor with uniform values in [lo, hi) (a 1M-element random block repeated:
- * never time on zeros or constants). */
-static void fill_random(mt_tensor *t, float lo, float hi, uint64_t seed) {
-    int64_t n = mt_tensor_numel(t), blk = n < (1 << 20) ? n : (1 << 20);
-    size_t es = mt_dtype_size(t->dtype);
-    float *f = malloc((size_t)blk * 4);
-    void *h = malloc((size_t)blk * es);
-    for (int64_t i = 0; i < blk; i++)
-        f[i] = lo + (hi - lo) * mt_philox_uniform(seed, 0, (uint64_t)i);
-    mt_tensor tf = mt_tensor_1d(f, MT_F32, blk, MT_DEVICE_CPU),
-              th = mt_tensor_1d(h, t->dtype, blk, MT_DEVICE_CPU);
-    mt_cast(&th, &tf, NULL);
-    for (int64_t o = 0; o < n; o += blk) {
-        int64_t m = n - o < blk ? n - o : blk;
-        mt_memcpy((char *)t->data + o * es, t->device, h, MT_DEVICE_CPU, (size_t)m * es, NULL);
-    }
-    free(f), free(h);
-}
-
-/* The timed loop: CUDA events around each `call` (an mt_status expression), manual time. */
-#define BENCH_LOOP(st, call)                            \
-    do {                                                \
-        cudaEvent_t e0, e1;                             \
-        cudaEventCreate(&e0);                           \
-        cudaEventCreate(&e1);                           \
-        while (mt_bench_keep_running(st)) {             \
-            cudaEventRecord(e0, 0);                     \
-            mt_status s_ = (call);                      \
-            cudaEventRecord(e1, 0);                     \
-            cudaEventSynchronize(e1);                   \
-            if (s_ != MT_OK) {                          \
-                mt_bench_error(st, mt_last_error());    \
-                break;                                  \
-            }                                           \
-            float ms;                                   \
-            cudaEventElapsedTime(&ms, e0, e1);          \
-            mt_bench_set_iteration_time(st, ms * 1e-3); \
-        }                                               \
-        cudaEventDestroy(e0);                           \
-        cudaEventDestroy(e1);                           \
-    } while (0)
 
 typedef struct {
     int bwd;
@@ -63,17 +15,14 @@ static void bench_xent(mt_bench_state *st, void *arg) {
     xe_case *c = arg;
     size_t es = mt_dtype_size(c->dt), n = (size_t)(c->N * c->Vp);
     mt_arena *ar;
-    if (mt_arena_create(mt_device_cuda(0), n * es + 16 * (size_t)c->N + 65536, &ar) != MT_OK) {
-        mt_bench_error(st, mt_last_error());
-        return;
-    }
+    if (!bench_arena_create(st, n * es + 16 * (size_t)c->N + 65536, &ar)) return;
     int64_t sh[2] = { c->N, c->Vp }, two = 2;
     mt_tensor x, t, l, s;
     mt_tensor_alloc(ar, c->dt, 2, sh, &x);
     mt_tensor_alloc(ar, MT_I32, 1, &c->N, &t);
     mt_tensor_alloc(ar, MT_F32, 1, &c->N, &l);
     mt_tensor_alloc(ar, MT_F32, 1, &two, &s);
-    fill_random(&x, -8, 8, 1);
+    bench_fill_uniform(&x, -8, 8, 1, 0);
     int32_t *ht = malloc((size_t)c->N * 4);
     for (int64_t i = 0; i < c->N; i++)
         ht[i] = (int32_t)((i * 7919) % c->V);
@@ -91,12 +40,7 @@ static void bench_xent(mt_bench_state *st, void *arg) {
 
 int main(int argc, char **argv) {
 #if MT_HAVE_CUDA
-    int ngpu = 0;
-    mt_device_count(&ngpu);
-    if (ngpu) {
-        char name[256];
-        mt_device_name(0, name, sizeof name);
-        mt_bench_context("device", name);
+    if (bench_cuda_init()) {
         static xe_case cases[] = { { 1, MT_BF16, 16384, 50257, 50304 },
                                    { 1, MT_BF16, 8192, 50257, 50304 },
                                    { 0, MT_BF16, 16384, 50257, 50304 },
