@@ -1,66 +1,7 @@
 /* gpu: embedding forward and the sort-based backward on CUDA equal the CPU reference (the same sums
  * in the same token order) on fresh random input in f32 and bf16, with f32 or bf16 gradient tables,
  * hot ids repeated hundreds of times, i32 and i64 ids; the backward is bit-identical run to run. */
-#include <mt/tensor.h>
-#include <mt/testkit.h>
-
-#include <math.h>
-#include <stdlib.h>
-#include <string.h>
-
-static mt_arena *ar;
-
-/* f32 host values -> a fresh host tensor of dtype dt (caller frees ->data). */
-static mt_tensor host_as(const float *v, mt_dtype dt, int ndim, const int64_t *shape) {
-    mt_tensor h = mt_tensor_make((void *)v, MT_F32, ndim, shape, MT_DEVICE_CPU);
-    mt_tensor t = mt_tensor_make(malloc(mt_tensor_nbytes(&h) / 4 * mt_dtype_size(dt) + 16), dt,
-                                 ndim, shape, MT_DEVICE_CPU);
-    MT_CHECK(mt_cast(&t, &h, NULL));
-    return t;
-}
-
-/* A device copy of host tensor h (any dtype), carved from the arena. */
-static mt_tensor to_dev(const mt_tensor *h) {
-    mt_tensor d;
-    MT_CHECK(mt_tensor_alloc(ar, h->dtype, h->ndim, h->shape, &d));
-    MT_CHECK(mt_tensor_copy(&d, h, NULL));
-    return d;
-}
-
-/* An uninitialised device tensor poisoned with NaN (float dtypes), so unwritten outputs show. */
-static mt_tensor dev_nan(mt_dtype dt, int ndim, const int64_t *shape) {
-    mt_tensor d;
-    MT_CHECK(mt_tensor_alloc(ar, dt, ndim, shape, &d));
-    MT_CHECK(mt_fill(&d, NAN, NULL));
-    return d;
-}
-
-/* Any float tensor (host or device) -> malloc'd f32 host values. */
-static float *as_f32(const mt_tensor *t) {
-    int64_t n = mt_tensor_numel(t);
-    mt_tensor h = mt_tensor_make(malloc((size_t)n * mt_dtype_size(t->dtype) + 16), t->dtype,
-                                 t->ndim, t->shape, MT_DEVICE_CPU);
-    MT_CHECK(mt_tensor_copy(&h, t, NULL));
-    float *out = malloc((size_t)n * 4 + 16);
-    mt_tensor o = mt_tensor_make(out, MT_F32, t->ndim, t->shape, MT_DEVICE_CPU);
-    MT_CHECK(mt_cast(&o, &h, NULL));
-    free(h.data);
-    return out;
-}
-
-/* Compares a device result with a host reference of the same shape (both read as f32). */
-static void close_dev(const char *what, const mt_tensor *dev, const mt_tensor *ref, double atol,
-                      double rtol) {
-    float *g = as_f32(dev), *r = as_f32(ref);
-    mt_test_close_f32(what, g, r, (size_t)mt_tensor_numel(ref), atol, rtol);
-    free(g), free(r);
-}
-
-static float *uniform(int64_t n, uint64_t seed, float lo, float hi) {
-    float *v = malloc((size_t)n * 4 + 16);
-    mt_test_fill_uniform(v, (size_t)n, seed, 0, lo, hi);
-    return v;
-}
+#include "gpu_common.h"
 
 static void run(mt_dtype dt, mt_dtype gdt, mt_dtype idt, int64_t V, int64_t C, int64_t B, int64_t T,
                 int hot, uint64_t seed) {
