@@ -1,14 +1,8 @@
 /* gpu: GELU (tanh), SiLU and SwiGLU forward/backward on CUDA equal the CPU reference on fresh
  * random input in f32 and bf16 (16-byte and scalar paths, strided gate/up views), and the
  * PyTorch golden values. */
-#include <mt/tensor.h>
-#include <mt/testkit.h>
+#include "gpu_common.h"
 
-#include <math.h>
-#include <stdlib.h>
-#include <string.h>
-
-static mt_arena *ar;
 static uint64_t seed = 100;
 
 /* Host (CPU) tensor of dt with uniform values in [-4, 4) (rounded once to dt). */
@@ -21,23 +15,6 @@ static mt_tensor host_rand(mt_dtype dt, int64_t rows, int64_t cols) {
     MT_CHECK(mt_cast(&t, &t32, NULL));
     free(f);
     return t;
-}
-
-static mt_tensor host_empty(mt_dtype dt, int64_t rows, int64_t cols) {
-    return mt_tensor_2d(calloc((size_t)(rows * cols), mt_dtype_size(dt)), dt, rows, cols,
-                        MT_DEVICE_CPU);
-}
-
-/* Device copy of a host tensor (or NaN-poisoned when h is NULL). */
-static mt_tensor dev(const mt_tensor *h, mt_dtype dt, int64_t rows, int64_t cols) {
-    mt_tensor d;
-    int64_t shape[2] = { rows, cols };
-    MT_CHECK(mt_tensor_alloc(ar, dt, 2, shape, &d));
-    if (h)
-        MT_CHECK(mt_tensor_copy(&d, h, NULL));
-    else
-        MT_CHECK(mt_fill(&d, NAN, NULL)); /* poison: every element must be written */
-    return d;
 }
 
 /* Compares device tensor d with host tensor h (both read as f32). */

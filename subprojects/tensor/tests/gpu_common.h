@@ -65,4 +65,22 @@ static inline float *uniform(int64_t n, uint64_t seed, float lo, float hi) {
     return v;
 }
 
+/* A zeroed (rows, cols) host tensor of dt (caller frees ->data). */
+static inline mt_tensor host_empty(mt_dtype dt, int64_t rows, int64_t cols) {
+    return mt_tensor_2d(calloc((size_t)(rows * cols), mt_dtype_size(dt)), dt, rows, cols,
+                        MT_DEVICE_CPU);
+}
+
+/* A (rows, cols) device tensor: a copy of host tensor h, or NaN-poisoned when h is NULL. */
+static inline mt_tensor dev(const mt_tensor *h, mt_dtype dt, int64_t rows, int64_t cols) {
+    mt_tensor d;
+    int64_t shape[2] = { rows, cols };
+    MT_CHECK(mt_tensor_alloc(ar, dt, 2, shape, &d));
+    if (h)
+        MT_CHECK(mt_tensor_copy(&d, h, NULL));
+    else
+        MT_CHECK(mt_fill(&d, NAN, NULL)); /* poison: every element must be written */
+    return d;
+}
+
 #endif

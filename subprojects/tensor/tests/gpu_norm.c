@@ -2,14 +2,8 @@
  * on fresh random input in f32 and bf16 (16-byte and scalar paths, one and several rows per
  * block, more rows than partial blocks), bit-identical weight gradients across runs, and the
  * PyTorch golden values. */
-#include <mt/tensor.h>
-#include <mt/testkit.h>
+#include "gpu_common.h"
 
-#include <math.h>
-#include <stdlib.h>
-#include <string.h>
-
-static mt_arena *ar;
 static uint64_t seed = 200;
 
 static mt_tensor host_rand(mt_dtype dt, int64_t rows, int64_t cols, float lo, float hi) {
@@ -21,22 +15,6 @@ static mt_tensor host_rand(mt_dtype dt, int64_t rows, int64_t cols, float lo, fl
     MT_CHECK(mt_cast(&t, &t32, NULL));
     free(f);
     return t;
-}
-
-static mt_tensor host_empty(mt_dtype dt, int64_t rows, int64_t cols) {
-    return mt_tensor_2d(calloc((size_t)(rows * cols), mt_dtype_size(dt)), dt, rows, cols,
-                        MT_DEVICE_CPU);
-}
-
-static mt_tensor dev(const mt_tensor *h, mt_dtype dt, int64_t rows, int64_t cols) {
-    mt_tensor d;
-    int64_t shape[2] = { rows, cols };
-    MT_CHECK(mt_tensor_alloc(ar, dt, 2, shape, &d));
-    if (h)
-        MT_CHECK(mt_tensor_copy(&d, h, NULL));
-    else
-        MT_CHECK(mt_fill(&d, NAN, NULL)); /* poison: every element must be written */
-    return d;
 }
 
 /* Copies device tensor d to freshly malloc'd floats. */
