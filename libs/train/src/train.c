@@ -339,6 +339,33 @@ static mt_status ckpt_bcast(void *ctx, int64_t *value) {
     return mt_comm_broadcast(r->world, &t, &t, 0, NULL);
 }
 
+/* The Hugging Face config.json of GPT-2- and Llama-shaped models (else NULL), kept in the
+ * checkpoint's args as hf.config so that `mt-convert mt-to-hf` can export it. */
+static json_t *hf_config(const run *r) {
+    const mt_model_config *c = &r->mc;
+    int ln = c->normalization == MT_NORM_LAYERNORM,
+        rope = c->position_embedding_type == MT_POS_ROPE;
+    if (ln && !rope && !c->swiglu && c->add_bias_linear &&
+        !c->untie_embeddings_and_output_weights && c->num_query_groups == c->num_attention_heads)
+        return json_pack("{s:s,s:[s],s:i,s:i,s:i,s:i,s:i,s:i,s:s,s:f,s:b}", "model_type", "gpt2",
+                         "architectures", "GPT2LMHeadModel", "n_layer", c->num_layers, "n_embd",
+                         c->hidden_size, "n_head", c->num_attention_heads, "n_inner",
+                         c->ffn_hidden_size, "vocab_size", c->vocab_size, "n_positions",
+                         c->max_position_embeddings, "activation_function", "gelu_new",
+                         "layer_norm_epsilon", r->a->norm_epsilon, "tie_word_embeddings", 1);
+    if (!ln && rope && c->swiglu && !c->add_bias_linear && !c->rotary_interleaved)
+        return json_pack(
+            "{s:s,s:[s],s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:s,s:f,s:f,s:b,s:b,s:b}", "model_type",
+            "llama", "architectures", "LlamaForCausalLM", "num_hidden_layers", c->num_layers,
+            "hidden_size", c->hidden_size, "num_attention_heads", c->num_attention_heads,
+            "num_key_value_heads", c->num_query_groups, "head_dim", c->kv_channels,
+            "intermediate_size", c->ffn_hidden_size, "vocab_size", c->vocab_size,
+            "max_position_embeddings", c->max_position_embeddings, "hidden_act", "silu",
+            "rms_norm_eps", r->a->norm_epsilon, "rope_theta", c->rotary_base, "tie_word_embeddings",
+            !c->untie_embeddings_and_output_weights, "attention_bias", 0, "mlp_bias", 0);
+    return NULL;
+}
+
 static char *args_json(const run *r) {
     const mt_train_args *a = r->a;
     json_t *j = json_pack(
@@ -348,6 +375,13 @@ static char *args_json(const run *r) {
         "train_iters", (json_int_t)a->train_iters, "padded_vocab_size",
         (json_int_t)r->mc.padded_vocab_size, "lr", a->lr, "seed", a->seed, "normalization",
         a->normalization, "bf16", a->bf16, "world_size", r->nranks);
+    json_t *hf = hf_config(r);
+    if (hf)
+        json_object_set_new(j, "hf",
+                            json_pack("{s:o,s:s,s:s,s:i,s:I}", "config", hf, "experts", "split",
+                                      "prefix", "transformer.", "make_vocab_size_divisible_by",
+                                      r->mc.make_vocab_size_divisible_by, "padded_vocab_size",
+                                      (json_int_t)r->mc.padded_vocab_size));
     char *s = json_dumps(j, JSON_COMPACT);
     json_decref(j);
     return s;
