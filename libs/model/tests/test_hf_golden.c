@@ -1,37 +1,10 @@
 /* functional (CPU) / gpu: our GPT-2 and Llama models loaded with the weights of tiny Hugging Face
  * models reproduce transformers' logits, loss and every parameter gradient (golden/gen_hf.py).
  *   test_hf_golden gpt2|llama cpu|cuda f32|bf16 */
-#include <mt/model.h>
-#include <mt/testkit.h>
+#include "hf_tiny.h"
 
 #include <math.h>
 #include <string.h>
-
-#define B 2
-#define T 16
-#define V 500
-
-static mt_model_config config_for(const char *tag, mt_dtype dt) {
-    mt_model_config c = MT_MODEL_CONFIG_INIT;
-    c.num_layers = 2;
-    c.hidden_size = 64;
-    c.num_attention_heads = 4;
-    c.seq_length = T;
-    c.max_position_embeddings = 32;
-    c.vocab_size = V;
-    c.make_vocab_size_divisible_by = 128; /* padded to 512: exercises the padded columns */
-    c.dtype = dt;
-    if (strcmp(tag, "llama") == 0) {
-        c.num_query_groups = 2;
-        c.ffn_hidden_size = 128;
-        c.normalization = MT_NORM_RMSNORM;
-        c.position_embedding_type = MT_POS_ROPE;
-        c.swiglu = 1;
-        c.add_bias_linear = 0;
-        c.untie_embeddings_and_output_weights = 1;
-    }
-    return c;
-}
 
 /* Host f32 copy of any model tensor (device or host, f32 or bf16). */
 static float *to_host_f32(const mt_tensor *t) {
@@ -47,17 +20,6 @@ static float *to_host_f32(const mt_tensor *t) {
     return f;
 }
 
-/* Golden rows [0, rows) of `name`, as f32, into a zero-padded buffer shaped like `like`. */
-static float *golden_padded(mt_safetensors *f, const char *name, const mt_tensor *like) {
-    mt_tensor g;
-    MT_CHECK(mt_safetensors_get(f, name, &g));
-    int64_t n = mt_tensor_numel(like), gn = mt_tensor_numel(&g);
-    MT_ASSERT(g.dtype == MT_F32 && gn <= n && g.ndim == like->ndim);
-    float *x = calloc((size_t)n, 4);
-    memcpy(x, g.data, (size_t)gn * 4); // why: padded rows are the trailing ones (row-major)
-    return x;
-}
-
 int main(int argc, char **argv) {
     if (argc != 4) mt_die(__FILE__, __LINE__, "usage: %s gpt2|llama cpu|cuda f32|bf16", argv[0]);
     const char *tag = argv[1];
@@ -68,7 +30,7 @@ int main(int argc, char **argv) {
     /* tolerances: CPU fp32 1e-5 relative, GPU fp32 1e-4, GPU bf16 losses 1e-2 (issue 8) */
     double rtol = !cuda ? 1e-5 : dt == MT_F32 ? 1e-4 : 1e-2;
 
-    mt_model_config cfg = config_for(tag, dt);
+    mt_model_config cfg = hf_tiny_config(tag, dt);
     mt_model *m;
     MT_CHECK(mt_model_create(&cfg, B, dev, NULL, NULL, &m));
     char path[256];
@@ -84,19 +46,7 @@ int main(int argc, char **argv) {
               mt_model_num_params(m));
 
     /* load the weights */
-    for (int i = 0; i < mt_model_num_params(m); i++) {
-        mt_model_param *p = mt_model_param_at(m, i);
-        float *x = golden_padded(wf, p->name, &p->weight);
-        int64_t n = mt_tensor_numel(&p->weight);
-        void *h = malloc((size_t)n * mt_dtype_size(dt));
-        mt_tensor hx = mt_tensor_1d(x, MT_F32, n, MT_DEVICE_CPU);
-        mt_tensor hh = mt_tensor_1d(h, dt, n, MT_DEVICE_CPU);
-        MT_CHECK(mt_cast(&hh, &hx, NULL));
-        MT_CHECK(
-            mt_memcpy(p->weight.data, dev, h, MT_DEVICE_CPU, (size_t)n * mt_dtype_size(dt), NULL));
-        free(x);
-        free(h);
-    }
+    hf_tiny_load_weights(m, wf, dev, dt);
 
     /* tokens and targets on the device */
     mt_tensor ht, hg, gl, gloss;

@@ -3,16 +3,12 @@
  * the Hugging Face models (libs/model/golden/gen_hf.py: lr 1e-3, betas .9/.95, eps 1e-8, weight
  * decay 0.1 on 2-D weights only, one fixed batch per step).
  *   test_hf_adamw gpt2|llama cpu|cuda f32|bf16 */
-#include <mt/model.h>
+#include "hf_tiny.h"
+
 #include <mt/optim.h>
-#include <mt/testkit.h>
 
 #include <math.h>
 #include <string.h>
-
-#define B 2
-#define T 16
-#define V 500
 
 static mt_optim_buffer *buf;
 
@@ -37,23 +33,7 @@ int main(int argc, char **argv) {
     mt_device dev = cuda ? mt_device_cuda(0) : MT_DEVICE_CPU;
     double rtol = !cuda ? 1e-5 : dt == MT_F32 ? 1e-4 : 1e-2; /* issue 8's tolerances */
 
-    mt_model_config c = MT_MODEL_CONFIG_INIT;
-    c.num_layers = 2;
-    c.hidden_size = 64;
-    c.num_attention_heads = 4;
-    c.seq_length = T;
-    c.max_position_embeddings = 32;
-    c.vocab_size = V;
-    c.dtype = dt;
-    if (strcmp(tag, "llama") == 0) {
-        c.num_query_groups = 2;
-        c.ffn_hidden_size = 128;
-        c.normalization = MT_NORM_RMSNORM;
-        c.position_embedding_type = MT_POS_ROPE;
-        c.swiglu = 1;
-        c.add_bias_linear = 0;
-        c.untie_embeddings_and_output_weights = 1;
-    }
+    mt_model_config c = hf_tiny_config(tag, dt);
     mt_optim_buffer_config bc = MT_OPTIM_BUFFER_CONFIG_INIT;
     bc.param_dtype = dt;
     bc.device = dev;
@@ -75,22 +55,7 @@ int main(int argc, char **argv) {
     MT_CHECK(mt_safetensors_open(mt_test_golden_path(path), &wf));
     snprintf(path, sizeof path, "%s_adamw.safetensors", tag);
     MT_CHECK(mt_safetensors_open(mt_test_golden_path(path), &af));
-    for (int i = 0; i < mt_model_num_params(m); i++) {
-        mt_model_param *p = mt_model_param_at(m, i);
-        mt_tensor g;
-        MT_CHECK(mt_safetensors_get(wf, p->name, &g));
-        int64_t n = mt_tensor_numel(&p->weight), gn = mt_tensor_numel(&g);
-        float *x = calloc((size_t)n, 4);
-        memcpy(x, g.data, (size_t)gn * 4);
-        void *h = malloc((size_t)n * mt_dtype_size(dt));
-        mt_tensor hx = mt_tensor_1d(x, MT_F32, n, MT_DEVICE_CPU);
-        mt_tensor hh = mt_tensor_1d(h, dt, n, MT_DEVICE_CPU);
-        MT_CHECK(mt_cast(&hh, &hx, NULL));
-        MT_CHECK(
-            mt_memcpy(p->weight.data, dev, h, MT_DEVICE_CPU, (size_t)n * mt_dtype_size(dt), NULL));
-        free(x);
-        free(h);
-    }
+    hf_tiny_load_weights(m, wf, dev, dt);
     mt_optim_config oc = MT_OPTIM_CONFIG_INIT;
     oc.adam_beta1 = 0.9f;
     oc.adam_beta2 = 0.95f;
