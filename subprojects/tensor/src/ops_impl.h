@@ -151,15 +151,6 @@ mt_status colsum_cuda(mt_tensor *out, const mt_tensor *x, int accumulate, void *
 }
 #endif
 
-/* Dispatch helper for op front-ends: run the CPU reference or the CUDA launcher. */
-#if MT_HAVE_CUDA
-#define MT_DISPATCH(dev, cpu_call, cuda_call) (mt_device_is_cuda(dev) ? (cuda_call) : (cpu_call))
-#else
-/* why sizeof: the CUDA call's arguments (the stream) count as used; nothing is evaluated or linked */
-#define MT_DISPATCH(dev, cpu_call, cuda_call)                                            \
-    (mt_device_is_cuda(dev)                                                              \
-         ? ((void)sizeof(cuda_call), MT_ERROR(MT_ERR_UNSUPPORTED, "built without CUDA")) \
-         : (cpu_call))
-#endif
+#include <mt/dispatch.h> /* MT_DISPATCH */
 
 #endif /* MT_TENSOR_OPS_IMPL_H */
