@@ -1,4 +1,4 @@
-/* functional (CPU): full activation recomputation changes nothing but memory. Losses, logits and
+/* functional (CPU) / gpu (test_recompute cuda): full activation recomputation changes nothing but memory. Losses, logits and
  * every gradient of tiny GPT-2 and Llama models (Philox init) are bitwise those of the model that
  * keeps all activations, for uniform and block methods; the activation arena shrinks by exactly
  * the per-layer sets that the scratch sets replace; Megatron's invalid combinations are refused.
@@ -12,6 +12,8 @@
 #define T 16
 #define V 500
 #define L 5
+
+static mt_device dev; /* the CPU, or CUDA device 0 with argument "cuda" */
 
 static mt_model_config config_for(const char *tag) {
     mt_model_config c = MT_MODEL_CONFIG_INIT;
@@ -41,30 +43,42 @@ typedef struct result {
 } result;
 
 /* Two micro-batches of gradient accumulation, then a forward-only pass (as in evaluation). */
+/* Micro-batch mb of the host ids as a (B,T) tensor on the model's device. */
+static mt_tensor ids_on_dev(mt_arena *a, const int32_t *ids, int mb) {
+    mt_tensor t;
+    MT_CHECK(mt_tensor_alloc(a, MT_I32, 2, (int64_t[]){ B, T }, &t));
+    MT_CHECK(mt_memcpy(t.data, dev, ids + mb * B * T, MT_DEVICE_CPU, B * T * 4, NULL));
+    return t;
+}
+
+/* A host copy of a model tensor. */
+static void *to_host(const mt_tensor *t) {
+    void *h = malloc(mt_tensor_nbytes(t));
+    MT_CHECK(mt_memcpy(h, MT_DEVICE_CPU, t->data, t->device, mt_tensor_nbytes(t), NULL));
+    return h;
+}
+
 static result run(const mt_model_config *cfg, const int32_t *tok, const int32_t *tgt) {
     mt_model *m;
-    MT_CHECK(mt_model_create(cfg, B, MT_DEVICE_CPU, NULL, NULL, &m));
+    mt_arena *a;
+    MT_CHECK(mt_model_create(cfg, B, dev, NULL, NULL, &m));
+    MT_CHECK(mt_arena_create(dev, 8 * MT_ARENA_ALIGN + 4 * B * T * 4, &a));
     result r = { { 0, 0 }, NULL, NULL, mt_model_bytes(m) };
     for (int mb = 0; mb < 2; mb++) {
-        mt_tensor tk = mt_tensor_2d((void *)(tok + mb * B * T), MT_I32, B, T, MT_DEVICE_CPU);
-        mt_tensor tg = mt_tensor_2d((void *)(tgt + mb * B * T), MT_I32, B, T, MT_DEVICE_CPU);
+        mt_tensor tk = ids_on_dev(a, tok, mb), tg = ids_on_dev(a, tgt, mb);
         MT_CHECK(mt_model_forward_backward(m, &tk, &tg, 0.5f, NULL));
     }
     MT_CHECK(mt_model_take_loss(m, &r.loss[0], NULL));
-    mt_tensor tk = mt_tensor_2d((void *)tok, MT_I32, B, T, MT_DEVICE_CPU);
-    mt_tensor tg = mt_tensor_2d((void *)tgt, MT_I32, B, T, MT_DEVICE_CPU);
+    mt_tensor tk = ids_on_dev(a, tok, 0), tg = ids_on_dev(a, tgt, 0);
     MT_CHECK(mt_model_forward(m, &tk, &tg, NULL));
     MT_CHECK(mt_model_take_loss(m, &r.loss[1], NULL));
     mt_tensor lg = mt_model_logits(m);
-    r.logits = malloc(mt_tensor_nbytes(&lg));
-    memcpy(r.logits, lg.data, mt_tensor_nbytes(&lg));
+    r.logits = to_host(&lg);
     int np = mt_model_num_params(m);
     r.grads = calloc((size_t)np + 1, sizeof *r.grads);
-    for (int i = 0; i < np; i++) {
-        mt_tensor *g = &mt_model_param_at(m, i)->grad;
-        r.grads[i] = malloc(mt_tensor_nbytes(g));
-        memcpy(r.grads[i], g->data, mt_tensor_nbytes(g));
-    }
+    for (int i = 0; i < np; i++)
+        r.grads[i] = to_host(&mt_model_param_at(m, i)->grad);
+    mt_arena_destroy(a);
     mt_model_destroy(m);
     return r;
 }
@@ -80,7 +94,7 @@ static void free_result(result *r) {
 static void compare(const char *what, const mt_model_config *cfg, const result *want,
                     const result *got) {
     mt_model *m; // for the parameter names and sizes
-    MT_CHECK(mt_model_create(cfg, B, MT_DEVICE_CPU, NULL, NULL, &m));
+    MT_CHECK(mt_model_create(cfg, B, dev, NULL, NULL, &m));
     MT_EXPECT(memcmp(want->loss, got->loss, sizeof want->loss) == 0,
               "%s: losses %.9g %.9g, want %.9g %.9g", what, got->loss[0], got->loss[1],
               want->loss[0], want->loss[1]);
@@ -101,7 +115,7 @@ static void compare(const char *what, const mt_model_config *cfg, const result *
 
 static size_t act_bytes(const mt_model_config *c, int b) {
     size_t n = 0;
-    MT_CHECK(mt_model_activation_bytes(c, b, MT_DEVICE_CPU, &n));
+    MT_CHECK(mt_model_activation_bytes(c, b, dev, &n));
     return n;
 }
 
@@ -207,7 +221,12 @@ static void report_gpt2_124m(void) {
     MT_EXPECT(full < none && block < none && full < block, "124M plans do not shrink");
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    dev = MT_DEVICE_CPU;
+    if (argc > 1 && strcmp(argv[1], "cuda") == 0) {
+        mt_test_require_gpus(1);
+        dev = mt_device_cuda(0);
+    }
     test_model("gpt2");
     test_model("llama");
     test_invalid();
