@@ -11,13 +11,6 @@
 
 #define MAX_KEYS 16
 
-#ifndef MT_GPT2_INSTALL_DIR
-#define MT_GPT2_INSTALL_DIR ""
-#endif
-#ifndef MT_GPT2_SOURCE_DIR
-#define MT_GPT2_SOURCE_DIR ""
-#endif
-
 typedef struct args {
     const char *input, *output_prefix, *tokenizer_type, *vocab_file, *merge_file;
     const char *keys[MAX_KEYS];
@@ -40,21 +33,6 @@ static void usage(FILE *f) {
 static void die(const char *msg, const char *arg) {
     fprintf(stderr, "mt-preprocess-data: %s%s%s\n", msg, arg ? ": " : "", arg ? arg : "");
     exit(2);
-}
-
-static int is_dir(const char *p) {
-    struct stat sb;
-    return p[0] && stat(p, &sb) == 0 && S_ISDIR(sb.st_mode);
-}
-
-/* The shipped GPT-2 files: $MT_GPT2_DIR, else the installed copy, else the source tree's. */
-static const char *default_gpt2(const char *name, char *buf, size_t n) {
-    const char *env = getenv("MT_GPT2_DIR");
-    const char *dir = env && *env                   ? env
-                      : is_dir(MT_GPT2_INSTALL_DIR) ? MT_GPT2_INSTALL_DIR
-                                                    : MT_GPT2_SOURCE_DIR;
-    snprintf(buf, n, "%s/%s", dir, name);
-    return buf;
 }
 
 static args parse(int argc, char **argv) {
@@ -118,8 +96,9 @@ int main(int argc, char **argv) {
     if (strcmp(a.tokenizer_type, "GPT2BPETokenizer") == 0) {
         char vb[4096], mb[4096];
         const char *vocab =
-            a.vocab_file ? a.vocab_file : default_gpt2("encoder.json", vb, sizeof vb);
-        const char *merge = a.merge_file ? a.merge_file : default_gpt2("vocab.bpe", mb, sizeof mb);
+            a.vocab_file ? a.vocab_file : mt_data_gpt2_file("encoder.json", vb, sizeof vb);
+        const char *merge =
+            a.merge_file ? a.merge_file : mt_data_gpt2_file("vocab.bpe", mb, sizeof mb);
         MT_CHECK(mt_data_tokenizer_gpt2_create(vocab, merge, &tok));
     } else if (strcmp(a.tokenizer_type, "NullTokenizer") == 0) {
         if (a.vocab_size <= 0) die("NullTokenizer needs --vocab-size", NULL);

@@ -16,10 +16,6 @@
 #include <string.h>
 #include <time.h>
 
-#ifndef MT_GPT2_TOKENIZER_DIR
-#define MT_GPT2_TOKENIZER_DIR "."
-#endif
-
 typedef struct run {
     const mt_train_args *a;
     mt_comm *world;
@@ -109,11 +105,10 @@ static mt_status setup_tokenizer(run *r) {
         r->eod = a->vocab_size;
         return MT_OK;
     }
-    char vf[1024], mf[1024];
-    snprintf(vf, sizeof vf, "%s",
-             a->vocab_file ? a->vocab_file : MT_GPT2_TOKENIZER_DIR "/encoder.json");
-    snprintf(mf, sizeof mf, "%s",
-             a->merge_file ? a->merge_file : MT_GPT2_TOKENIZER_DIR "/vocab.bpe");
+    char vb[1024], mb[1024];
+    const char *vf =
+        a->vocab_file ? a->vocab_file : mt_data_gpt2_file("encoder.json", vb, sizeof vb);
+    const char *mf = a->merge_file ? a->merge_file : mt_data_gpt2_file("vocab.bpe", mb, sizeof mb);
     mt_data_tokenizer *t;
     MT_TRY(mt_data_tokenizer_gpt2_create(vf, mf, &t));
     r->vocab = mt_data_tokenizer_vocab_size(t);

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #define GPT2_EOD      50256
 #define GPT2_EOD_TEXT "<|endoftext|>"
@@ -612,4 +613,15 @@ int64_t mt_data_tokenizer_vocab_size(const mt_data_tokenizer *t) {
 
 int64_t mt_data_tokenizer_eod(const mt_data_tokenizer *t) {
     return t->eod;
+}
+
+const char *mt_data_gpt2_file(const char *name, char *buf, size_t len) {
+    struct stat sb;
+    const char *env = getenv("MT_GPT2_DIR");
+    const char *dir = env && *env ? env
+                      : stat(MT_GPT2_INSTALL_DIR, &sb) == 0 && S_ISDIR(sb.st_mode)
+                          ? MT_GPT2_INSTALL_DIR
+                          : MT_GPT2_SOURCE_DIR;
+    snprintf(buf, len, "%s/%s", dir, name);
+    return buf;
 }

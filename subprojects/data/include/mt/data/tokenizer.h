@@ -16,6 +16,9 @@ MT_API mt_status mt_data_tokenizer_gpt2_create(const char *vocab_file, const cha
                                                mt_data_tokenizer **out);
 /* NullTokenizer: text is space-separated integers; vocab_size() = vocab_size + 1, eod = vocab_size. */
 MT_API mt_status mt_data_tokenizer_null_create(int64_t vocab_size, mt_data_tokenizer **out);
+/* Path of a shipped GPT-2 tokenizer file ("encoder.json", "vocab.bpe") into buf: under
+ * $MT_GPT2_DIR, else the installed copy, else this library's source tree. Returns buf. */
+MT_API const char *mt_data_gpt2_file(const char *name, char *buf, size_t len);
 MT_API void mt_data_tokenizer_destroy(mt_data_tokenizer *t); /* NULL is a no-op */
 
 MT_API int64_t mt_data_tokenizer_vocab_size(const mt_data_tokenizer *t);
