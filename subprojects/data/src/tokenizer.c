@@ -615,6 +615,13 @@ int64_t mt_data_tokenizer_eod(const mt_data_tokenizer *t) {
     return t->eod;
 }
 
+#ifndef MT_GPT2_INSTALL_DIR /* meson passes both; other builds (the fuzzers) need neither */
+#define MT_GPT2_INSTALL_DIR "/usr/local/share/megatron-c/gpt2"
+#endif
+#ifndef MT_GPT2_SOURCE_DIR
+#define MT_GPT2_SOURCE_DIR "subprojects/data/tokenizer/gpt2"
+#endif
+
 const char *mt_data_gpt2_file(const char *name, char *buf, size_t len) {
     struct stat sb;
     const char *env = getenv("MT_GPT2_DIR");
