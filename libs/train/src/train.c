@@ -32,6 +32,7 @@ typedef struct run {
     mt_data_sampler train_s;
     int64_t consumed_train, consumed_valid, iteration, gbs;
     int num_micro;
+    int64_t last_eval; /* iteration of the last validation line in the JSONL metrics */
     int64_t *ids, *text;
     int32_t *htok, *htgt;
     mt_tensor tok, tgt;
@@ -599,9 +600,10 @@ static mt_status evaluate(run *r, const char *where) {
                "------------------------------------------------------------------------"
                "------------------------------------------------------------------------"
                "------------------------");
-        if (r->jsonl)
+        if (r->jsonl && r->last_eval != r->iteration) // why: the end-of-training pass repeats it
             fprintf(r->jsonl, "{\"iteration\":%lld,\"validation lm loss\":%.6f}\n",
                     (long long)r->iteration, loss);
+        r->last_eval = r->iteration;
     }
     return MT_OK;
 }
