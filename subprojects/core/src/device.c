@@ -101,6 +101,38 @@ mt_status mt_memset_zero(void *dst, mt_device dev, size_t bytes, mt_stream s) {
     return MT_OK;
 }
 
+mt_status mt_event_create(mt_event *out, int timing) {
+    MT_REQUIRE(out, MT_ERR_INVALID_ARG, "out is NULL");
+    cudaEvent_t e;
+    MT_CUDA_TRY(cudaEventCreateWithFlags(&e, timing ? cudaEventDefault : cudaEventDisableTiming));
+    *out = e;
+    return MT_OK;
+}
+
+void mt_event_destroy(mt_event e) {
+    if (e) cudaEventDestroy(e);
+}
+
+mt_status mt_event_record(mt_event e, mt_stream s) {
+    MT_CUDA_TRY(cudaEventRecord(e, s));
+    return MT_OK;
+}
+
+mt_status mt_stream_wait_event(mt_stream s, mt_event e) {
+    MT_CUDA_TRY(cudaStreamWaitEvent(s, e, 0));
+    return MT_OK;
+}
+
+mt_status mt_event_sync(mt_event e) {
+    MT_CUDA_TRY(cudaEventSynchronize(e));
+    return MT_OK;
+}
+
+mt_status mt_event_elapsed_ms(float *ms, mt_event start, mt_event end) {
+    MT_CUDA_TRY(cudaEventElapsedTime(ms, start, end));
+    return MT_OK;
+}
+
 #else /* CPU-only build */
 
 #define NO_CUDA() MT_ERROR(MT_ERR_UNSUPPORTED, "built without CUDA")
@@ -163,4 +195,38 @@ mt_status mt_memset_zero(void *dst, mt_device dev, size_t bytes, mt_stream s) {
     memset(dst, 0, bytes);
     return MT_OK;
 }
+mt_status mt_event_create(mt_event *out, int timing) {
+    (void)timing;
+    if (out) *out = NULL;
+    return NO_CUDA();
+}
+
+void mt_event_destroy(mt_event e) {
+    (void)e;
+}
+
+mt_status mt_event_record(mt_event e, mt_stream s) {
+    (void)e;
+    (void)s;
+    return NO_CUDA();
+}
+
+mt_status mt_stream_wait_event(mt_stream s, mt_event e) {
+    (void)e;
+    (void)s;
+    return NO_CUDA();
+}
+
+mt_status mt_event_sync(mt_event e) {
+    (void)e;
+    return NO_CUDA();
+}
+
+mt_status mt_event_elapsed_ms(float *ms, mt_event start, mt_event end) {
+    (void)ms;
+    (void)start;
+    (void)end;
+    return NO_CUDA();
+}
+
 #endif

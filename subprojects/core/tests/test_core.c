@@ -71,5 +71,25 @@ int main(void) {
     MT_LOG_INFO("log line with rank prefix %d", 42);
     mt_log_set_rank(-1);
     MT_EXPECT(mt_time_now() > 0, "monotonic clock");
+
+    /* the wall-clock profiler: totals per name survive a collect forced by a small capacity */
+    mt_prof *pr = NULL;
+    MT_CHECK(mt_prof_create(&pr, 0, 2));
+    for (int i = 0; i < 5; i++) {
+        MT_CHECK(mt_prof_begin(pr, i % 2 ? "odd" : "even", NULL));
+        double t0 = mt_time_now();
+        while (mt_time_now() - t0 < (i % 2 ? 2e-3 : 1e-4)) {
+        }
+        MT_CHECK(mt_prof_end(pr, NULL));
+    }
+    MT_EXPECT_STATUS(mt_prof_end(pr, NULL), MT_ERR_INVALID_ARG);
+    MT_CHECK(mt_prof_collect(pr));
+    long codd = 0, ceven = 0;
+    double odd = mt_prof_total_ms(pr, "odd", &codd), even = mt_prof_total_ms(pr, "even", &ceven);
+    MT_EXPECT(codd == 2 && ceven == 3, "region counts %ld %ld", codd, ceven);
+    MT_EXPECT(odd >= 4.0 && even >= 0.3 && odd > even, "totals odd %.3f even %.3f ms", odd, even);
+    mt_prof_print(pr, stdout, 1);
+    mt_prof_destroy(pr);
+    MT_CHECK(mt_prof_begin(NULL, "x", NULL)); /* a NULL profiler ignores everything */
     return mt_test_result();
 }

@@ -5,6 +5,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -152,6 +153,36 @@ MT_API void mt_stream_destroy(mt_stream s);
 
 /* Blocks until all work on `s` (NULL: the whole device) is done. */
 MT_API mt_status mt_stream_sync(mt_stream s);
+
+/* Events (cudaEvent_t): ordering between streams and GPU-side timing. mt_event_create's `timing`
+ * 0 makes a cheap ordering-only event. CPU-only builds answer MT_ERR_UNSUPPORTED. */
+struct CUevent_st;
+typedef struct CUevent_st *mt_event;
+MT_API mt_status mt_event_create(mt_event *out, int timing);
+MT_API void mt_event_destroy(mt_event e);
+MT_API mt_status mt_event_record(mt_event e, mt_stream s);
+/* Work enqueued on `s` after this call waits for the work recorded in `e`. */
+MT_API mt_status mt_stream_wait_event(mt_stream s, mt_event e);
+MT_API mt_status mt_event_sync(mt_event e);
+/* Milliseconds between two recorded, completed timing events. */
+MT_API mt_status mt_event_elapsed_ms(float *ms, mt_event start, mt_event end);
+
+/* A named-region profiler: mt_prof_begin/end pairs (nestable no; one open region at a time) on a
+ * stream are timed with events on CUDA and with the wall clock on the CPU (where work is
+ * synchronous); mt_prof_collect waits and adds each region's time to its name's total, and
+ * mt_prof_print writes the totals, largest first. Every call is a no-op on a NULL profiler, so
+ * callers write `mt_prof_begin(p, ...)` unconditionally. */
+typedef struct mt_prof mt_prof;
+/* `device`: time with CUDA events (1) or the wall clock (0); `capacity`: regions per collect. */
+MT_API mt_status mt_prof_create(mt_prof **out, int device, int capacity);
+MT_API void mt_prof_destroy(mt_prof *p);
+MT_API mt_status mt_prof_begin(mt_prof *p, const char *name, mt_stream s);
+MT_API mt_status mt_prof_end(mt_prof *p, mt_stream s);
+MT_API mt_status mt_prof_collect(mt_prof *p);
+/* Totals divided by `per` (e.g. the number of steps), in ms, with each name's share. */
+MT_API void mt_prof_print(const mt_prof *p, FILE *f, double per);
+/* The collected total of `name` in ms and its number of regions (0 and 0 if never seen). */
+MT_API double mt_prof_total_ms(const mt_prof *p, const char *name, long *count);
 
 /* Device memory: allocation and copies (blocking unless a stream is given). */
 MT_API mt_status mt_device_malloc(void **out, size_t bytes);
