@@ -5,6 +5,13 @@
 #include <stddef.h>
 
 #define W(p) ((p) ? &(p)->weight : NULL)
+/* One operation, timed as region `name` when a profiler is set (mt_model_set_profiler). */
+#define OP(name, expr)                                   \
+    do {                                                 \
+        MT_TRY(mt_prof_begin(m->prof, name, s));         \
+        MT_TRY(expr);                                    \
+        MT_TRY(mt_prof_end(m->prof, s));                 \
+    } while (0)
 #define G(p) ((p) ? &(p)->grad : NULL)
 
 /* Views of one layer's fused qkv (N,(H+2G)D) as q (B,T,H,D), k and v (B,T,G,D). */
@@ -76,30 +83,32 @@ static mt_status layer_fwd(mt_model *m, int l, const mt_tensor *x, const mt_tens
     layer_acts *la = &a->layer[l];
     layer_params *lp = &m->lp[l];
     mt_attn_config ac = attn_cfg(m);
-    MT_TRY(norm_fwd(m, &la->ln1, resid_out, &la->ln1_mean, &la->ln1_rstd, x, res, lp->ln1_w,
+    OP("fwd.norm", norm_fwd(m, &la->ln1, resid_out, &la->ln1_mean, &la->ln1_rstd, x, res, lp->ln1_w,
                     lp->ln1_b, s));
-    MT_TRY(mt_linear_fwd(m->blas, &la->qkv, NULL, &la->ln1, W(lp->qkv_w), W(lp->qkv_b), 0, s));
+    OP("fwd.gemm.qkv", mt_linear_fwd(m->blas, &la->qkv, NULL, &la->ln1, W(lp->qkv_w), W(lp->qkv_b), 0, s));
     mt_tensor q, k, v, y;
     MT_TRY(qkv_views(m, &la->qkv, &q, &k, &v));
     if (c->position_embedding_type == MT_POS_ROPE) {
-        MT_TRY(rope(m, &q, 0, s));
-        MT_TRY(rope(m, &k, 0, s));
+        OP("fwd.rope", rope(m, &q, 0, s));
+        OP("fwd.rope", rope(m, &k, 0, s));
     }
     MT_TRY(as_bthd(m, &la->atty, c->num_attention_heads, &y));
-    MT_TRY(mt_attn_fwd(&y, &la->lse, &q, &k, &v, &ac, s));
-    MT_TRY(mt_linear_fwd(m->blas, &a->tmp_c, NULL, &la->atty, W(lp->proj_w), W(lp->proj_b), 0, s));
-    MT_TRY(norm_fwd(m, &la->ln2, &la->resid_mid, &la->ln2_mean, &la->ln2_rstd, &a->tmp_c,
+    OP("fwd.attn", mt_attn_fwd(&y, &la->lse, &q, &k, &v, &ac, s));
+    OP("fwd.gemm.proj", mt_linear_fwd(m->blas, &a->tmp_c, NULL, &la->atty, W(lp->proj_w), W(lp->proj_b), 0, s));
+    OP("fwd.norm", norm_fwd(m, &la->ln2, &la->resid_mid, &la->ln2_mean, &la->ln2_rstd, &a->tmp_c,
                     &la->resid_in, lp->ln2_w, lp->ln2_b, s));
     if (c->swiglu) {
-        MT_TRY(
+        OP("fwd.gemm.fc1", 
             mt_linear_fwd(m->blas, &la->fc1_pre, NULL, &la->ln2, W(lp->fc1_w), W(lp->fc1_b), 0, s));
-        MT_TRY(mt_swiglu_fwd(&la->fc1_act, &la->fc1_pre, NULL, s));
+        OP("fwd.swiglu", mt_swiglu_fwd(&la->fc1_act, &la->fc1_pre, NULL, s));
     } else {
-        MT_TRY(mt_linear_fwd(m->blas, &la->fc1_act, &la->fc1_pre, &la->ln2, W(lp->fc1_w),
+        OP("fwd.gemm.fc1+gelu", mt_linear_fwd(m->blas, &la->fc1_act, &la->fc1_pre, &la->ln2, W(lp->fc1_w),
                              W(lp->fc1_b), MT_GEMM_GELU, s));
     }
     if (skip_fc2) return MT_OK;
-    return mt_linear_fwd(m->blas, &a->tmp_c, NULL, &la->fc1_act, W(lp->fc2_w), W(lp->fc2_b), 0, s);
+    OP("fwd.gemm.fc2",
+       mt_linear_fwd(m->blas, &a->tmp_c, NULL, &la->fc1_act, W(lp->fc2_w), W(lp->fc2_b), 0, s));
+    return MT_OK;
 }
 
 static mt_status forward(mt_model *m, const mt_tensor *tokens, mt_stream s) {
@@ -110,14 +119,15 @@ static mt_status forward(mt_model *m, const mt_tensor *tokens, mt_stream s) {
     mt_tensor emb3;
     MT_TRY(
         mt_tensor_reshape(&a->emb, 3, (int64_t[]){ m->B, c->seq_length, c->hidden_size }, &emb3));
-    MT_TRY(mt_embedding_fwd(&emb3, tokens, W(m->wte), W(m->wpe), s));
+    OP("fwd.embedding", mt_embedding_fwd(&emb3, tokens, W(m->wte), W(m->wpe), s));
     /* recomputed layers write into shared scratch sets: only their resid_in survives */
     for (int l = 0; l < c->num_layers; l++)
         MT_TRY(layer_fwd(m, l, l == 0 ? &a->emb : &a->tmp_c,
                          l == 0 ? NULL : &a->layer[l - 1].resid_mid, &a->layer[l].resid_in, 0, s));
-    MT_TRY(norm_fwd(m, &a->lnf, &a->resid_final, &a->lnf_mean, &a->lnf_rstd, &a->tmp_c,
+    OP("fwd.norm", norm_fwd(m, &a->lnf, &a->resid_final, &a->lnf_mean, &a->lnf_rstd, &a->tmp_c,
                     &a->layer[c->num_layers - 1].resid_mid, m->lnf_w, m->lnf_b, s));
-    return mt_linear_fwd(m->blas, &a->logits, NULL, &a->lnf, W(m->out_w), NULL, 0, s);
+    OP("fwd.gemm.lmhead", mt_linear_fwd(m->blas, &a->logits, NULL, &a->lnf, W(m->out_w), NULL, 0, s));
+    return MT_OK;
 }
 
 /* Full recompute: before the backward of group [g0, g1] (reached at g1), runs its layers' forward
@@ -160,62 +170,71 @@ mt_status mt_model_forward(mt_model *m, const mt_tensor *tokens, const mt_tensor
     return add_loss(m, stream);
 }
 
+/* Tells the grad-ready callback (mt_model_set_grad_ready) that a level's gradients are final. */
+static mt_status grads_ready(mt_model *m, int level, mt_stream s) {
+    return m->ready_fn ? m->ready_fn(m->ready_ctx, level, s) : MT_OK;
+}
+
 static mt_status backward(mt_model *m, mt_stream s) {
     const mt_model_config *c = &m->cfg;
     acts *a = &m->a;
     mt_attn_config ac = attn_cfg(m);
-    MT_TRY(
+    OP("bwd.gemm.lmhead", 
         mt_linear_bwd(m->blas, &a->dln, G(m->out_w), NULL, &a->logits, &a->lnf, W(m->out_w), 1, s));
-    MT_TRY(norm_bwd(m, &a->dres, m->lnf_w, m->lnf_b, &a->dln, &a->resid_final, &a->lnf_mean,
+    OP("bwd.norm", norm_bwd(m, &a->dres, m->lnf_w, m->lnf_b, &a->dln, &a->resid_final, &a->lnf_mean,
                     &a->lnf_rstd, NULL, s));
+    MT_TRY(grads_ready(m, c->num_layers, s));
     for (int l = c->num_layers - 1; l >= 0; l--) {
         layer_acts *la = &a->layer[l];
         layer_params *lp = &m->lp[l];
         int g0, g1;
         if (recompute_group(c, l, &g0, &g1) && l == g1) MT_TRY(recompute(m, g0, g1, s));
         /* a->dres is the gradient of resid_in[l+1] = resid_mid + mlp(ln2) */
-        MT_TRY(mt_linear_bwd(m->blas, &a->dfc1_act, G(lp->fc2_w), G(lp->fc2_b), &a->dres,
+        OP("bwd.gemm.fc2", mt_linear_bwd(m->blas, &a->dfc1_act, G(lp->fc2_w), G(lp->fc2_b), &a->dres,
                              &la->fc1_act, W(lp->fc2_w), 1, s));
         if (c->swiglu)
-            MT_TRY(mt_swiglu_bwd(&a->dfc1_pre, NULL, &a->dfc1_act, &la->fc1_pre, NULL, s));
+            OP("bwd.swiglu", mt_swiglu_bwd(&a->dfc1_pre, NULL, &a->dfc1_act, &la->fc1_pre, NULL, s));
         else
-            MT_TRY(mt_gelu_bwd(&a->dfc1_pre, &a->dfc1_act, &la->fc1_pre, s));
-        MT_TRY(mt_linear_bwd(m->blas, &a->dln, G(lp->fc1_w), G(lp->fc1_b), &a->dfc1_pre, &la->ln2,
+            OP("bwd.gelu", mt_gelu_bwd(&a->dfc1_pre, &a->dfc1_act, &la->fc1_pre, s));
+        OP("bwd.gemm.fc1", mt_linear_bwd(m->blas, &a->dln, G(lp->fc1_w), G(lp->fc1_b), &a->dfc1_pre, &la->ln2,
                              W(lp->fc1_w), 1, s));
-        MT_TRY(norm_bwd(m, &a->dres, lp->ln2_w, lp->ln2_b, &a->dln, &la->resid_mid, &la->ln2_mean,
+        OP("bwd.norm", norm_bwd(m, &a->dres, lp->ln2_w, lp->ln2_b, &a->dln, &la->resid_mid, &la->ln2_mean,
                         &la->ln2_rstd, &a->dres, s));
         /* a->dres is now the gradient of resid_mid = resid_in + proj(attention) */
-        MT_TRY(mt_linear_bwd(m->blas, &a->datty, G(lp->proj_w), G(lp->proj_b), &a->dres, &la->atty,
+        OP("bwd.gemm.proj", mt_linear_bwd(m->blas, &a->datty, G(lp->proj_w), G(lp->proj_b), &a->dres, &la->atty,
                              W(lp->proj_w), 1, s));
         mt_tensor q, k, v, dq, dk, dv, y, dy;
         MT_TRY(qkv_views(m, &la->qkv, &q, &k, &v));
         MT_TRY(qkv_views(m, &a->dqkv, &dq, &dk, &dv));
         MT_TRY(as_bthd(m, &la->atty, c->num_attention_heads, &y));
         MT_TRY(as_bthd(m, &a->datty, c->num_attention_heads, &dy));
-        MT_TRY(mt_attn_bwd(&dq, &dk, &dv, &dy, &q, &k, &v, &y, &la->lse, &ac, a->ws.data,
+        OP("bwd.attn", mt_attn_bwd(&dq, &dk, &dv, &dy, &q, &k, &v, &y, &la->lse, &ac, a->ws.data,
                            m->ws_bytes, s));
         if (c->position_embedding_type == MT_POS_ROPE) {
-            MT_TRY(rope(m, &dq, 1, s));
-            MT_TRY(rope(m, &dk, 1, s));
+            OP("bwd.rope", rope(m, &dq, 1, s));
+            OP("bwd.rope", rope(m, &dk, 1, s));
         }
-        MT_TRY(mt_linear_bwd(m->blas, &a->dln, G(lp->qkv_w), G(lp->qkv_b), &a->dqkv, &la->ln1,
+        OP("bwd.gemm.qkv", mt_linear_bwd(m->blas, &a->dln, G(lp->qkv_w), G(lp->qkv_b), &a->dqkv, &la->ln1,
                              W(lp->qkv_w), 1, s));
-        MT_TRY(norm_bwd(m, &a->dres, lp->ln1_w, lp->ln1_b, &a->dln, &la->resid_in, &la->ln1_mean,
+        OP("bwd.norm", norm_bwd(m, &a->dres, lp->ln1_w, lp->ln1_b, &a->dln, &la->resid_in, &la->ln1_mean,
                         &la->ln1_rstd, &a->dres, s));
+        MT_TRY(grads_ready(m, l, s));
     }
     mt_tensor d3;
     MT_TRY(mt_tensor_reshape(&a->dres, 3, (int64_t[]){ m->B, c->seq_length, c->hidden_size }, &d3));
-    return mt_embedding_bwd(G(m->wte), G(m->wpe), &d3, &m->tokens, a->ws.data, m->ws_bytes, s);
+    OP("bwd.embedding",
+       mt_embedding_bwd(G(m->wte), G(m->wpe), &d3, &m->tokens, a->ws.data, m->ws_bytes, s));
+    return grads_ready(m, -1, s);
 }
 
 mt_status mt_model_forward_backward(mt_model *m, const mt_tensor *tokens, const mt_tensor *targets,
-                                    float loss_scale, mt_stream stream) {
+                                    float loss_scale, mt_stream s) {
     MT_REQUIRE(m && tokens && targets, MT_ERR_INVALID_ARG, "NULL model, tokens or targets");
-    MT_TRY(forward(m, tokens, stream));
+    MT_TRY(forward(m, tokens, s));
     mt_tensor t;
     MT_TRY(targets_flat(m, targets, &t));
-    MT_TRY(mt_xent_fwd_bwd(&m->a.logits, &m->a.losses, &m->a.stats, &m->a.logits, &t, NULL,
-                           loss_scale, m->cfg.vocab_size, MT_XENT_IGNORE_INDEX, stream));
-    MT_TRY(add_loss(m, stream));
-    return backward(m, stream);
+    OP("xent", mt_xent_fwd_bwd(&m->a.logits, &m->a.losses, &m->a.stats, &m->a.logits, &t, NULL,
+                           loss_scale, m->cfg.vocab_size, MT_XENT_IGNORE_INDEX, s));
+    MT_TRY(add_loss(m, s));
+    return backward(m, s);
 }

@@ -488,3 +488,32 @@ mt_status mt_model_take_loss(mt_model *m, double *mean_loss, mt_stream stream) {
     m->n_loss = 0;
     return mt_memset_zero(m->a.loss_acc.data, m->dev, sizeof acc, NULL);
 }
+
+void mt_model_set_profiler(mt_model *m, mt_prof *p) {
+    if (m) m->prof = p;
+}
+
+void mt_model_set_grad_ready(mt_model *m, mt_model_grad_ready_fn fn, void *ctx) {
+    if (!m) return;
+    m->ready_fn = fn;
+    m->ready_ctx = ctx;
+}
+
+mt_status mt_model_param_ready_level(const mt_model_config *cfg, const char *name, int *level) {
+    MT_REQUIRE(cfg && name && level, MT_ERR_INVALID_ARG, "NULL config, name or level");
+    int l, n = 0;
+    if (sscanf(name, "decoder.layers.%d.%n", &l, &n) == 1 && n > 0 && l >= 0 &&
+        l < cfg->num_layers) {
+        *level = l;
+        return MT_OK;
+    }
+    if (!strncmp(name, "embedding.", 10)) {
+        *level = -1;
+        return MT_OK;
+    }
+    if (!strncmp(name, "decoder.final_layernorm.", 24) || !strcmp(name, "output_layer.weight")) {
+        *level = cfg->num_layers;
+        return MT_OK;
+    }
+    return MT_ERROR(MT_ERR_INVALID_ARG, "no parameter '%s' in the model", name);
+}

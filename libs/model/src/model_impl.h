@@ -60,6 +60,9 @@ struct mt_model {
     int n_loss; /* micro-batch losses in loss_acc */
     int have_tokens;
     mt_tensor tokens; /* the last forward's tokens (for the embedding backward) */
+    mt_prof *prof;    /* not owned; NULL: no timing */
+    mt_model_grad_ready_fn ready_fn;
+    void *ready_ctx;
 };
 
 /* Whether layer l is recomputed (full granularity) and, if so, its group [*g0, *g1]: layers

@@ -40,7 +40,15 @@ typedef struct run {
     double *gv_loss, *gv_zeros, *gv_time;
     mt_ckpt_writer *writer;
     mt_ckpt_group group;
+    /* --overlap-grad-reduce: bucket k's reduction starts once the backward passes ready[k] */
+    int overlap, reducing, n_buckets, *bucket_level, *launched;
+    mt_stream comm_stream; /* CUDA: reductions run here beside the backward */
+    mt_event *bucket_ev, done_ev;
+    mt_prof *prof; /* MT_PROFILE=1: per-operation times at the end */
 } run;
+
+static mt_status setup_overlap(run *r);
+static mt_status grad_ready(void *ctx, int level, mt_stream s);
 
 /* ---- small helpers ---- */
 
@@ -231,6 +239,11 @@ static mt_status setup_model(run *r) {
     MT_TRY(mt_optim_state_bytes(&oc, r->buf, &bytes));
     MT_TRY(mt_arena_create(r->dev, bytes, &r->opt_arena));
     MT_TRY(mt_optim_create(&oc, r->buf, r->opt_arena, &r->opt));
+    MT_TRY(setup_overlap(r));
+    mt_model_set_grad_ready(r->model, grad_ready, r);
+    const char *prof = getenv("MT_PROFILE");
+    if (prof && *prof && strcmp(prof, "0") != 0)
+        MT_TRY(mt_prof_create(&r->prof, mt_device_is_cuda(r->dev), 4096));
 
     mt_optim_sched *s = &r->sched;
     *s = (mt_optim_sched)MT_OPTIM_SCHED_INIT;
@@ -608,6 +621,64 @@ static mt_status evaluate(run *r, const char *where) {
     return MT_OK;
 }
 
+/* ---- gradient reduction overlapped with the backward ---- */
+
+/* Each bucket's level: the lowest grad-ready level of its parameters (mt_model_grad_ready_fn). */
+static mt_status setup_overlap(run *r) {
+    r->overlap = r->a->overlap_grad_reduce && r->nranks > 1;
+    if (!r->overlap) return MT_OK;
+    int nb = r->n_buckets = mt_optim_buffer_num_buckets(r->buf);
+    r->bucket_level = malloc((size_t)nb * sizeof(int));
+    r->launched = calloc((size_t)nb, sizeof(int));
+    MT_REQUIRE(r->bucket_level && r->launched, MT_ERR_OOM, "bucket table");
+    for (int k = 0; k < nb; k++) r->bucket_level[k] = INT32_MAX;
+    for (int i = 0; i < mt_optim_buffer_num_params(r->buf); i++) {
+        mt_optim_param_info info;
+        int level;
+        MT_TRY(mt_optim_buffer_info(r->buf, i, &info));
+        MT_TRY(mt_model_param_ready_level(&r->mc, info.name, &level));
+        if (level < r->bucket_level[info.bucket]) r->bucket_level[info.bucket] = level;
+    }
+    if (mt_device_is_cuda(r->dev)) {
+        MT_TRY(mt_stream_create(&r->comm_stream));
+        r->bucket_ev = calloc((size_t)nb, sizeof(mt_event));
+        MT_REQUIRE(r->bucket_ev, MT_ERR_OOM, "bucket events");
+        for (int k = 0; k < nb; k++) MT_TRY(mt_event_create(&r->bucket_ev[k], 0));
+        MT_TRY(mt_event_create(&r->done_ev, 0));
+    }
+    return MT_OK;
+}
+
+/* Starts the reduction of every bucket whose gradients are final once `level` is reached: on the
+ * comm stream after an event of the backward's stream (CUDA), or at once (host collectives). */
+static mt_status grad_ready(void *ctx, int level, mt_stream s) {
+    run *r = ctx;
+    if (!r->reducing) return MT_OK;
+    for (int k = 0; k < r->n_buckets; k++) {
+        if (r->launched[k] || r->bucket_level[k] < level) continue;
+        r->launched[k] = 1;
+        if (!r->comm_stream) {
+            MT_TRY(mt_optim_reduce_bucket(r->opt, k, s));
+            continue;
+        }
+        MT_TRY(mt_event_record(r->bucket_ev[k], s));
+        MT_TRY(mt_stream_wait_event(r->comm_stream, r->bucket_ev[k]));
+        MT_TRY(mt_optim_reduce_bucket(r->opt, k, r->comm_stream));
+    }
+    return MT_OK;
+}
+
+/* After the last micro-batch's backward: any bucket not started yet, then the main stream waits
+ * for the comm stream. */
+static mt_status finish_overlap(run *r) {
+    MT_TRY(grad_ready(r, INT32_MIN, NULL));
+    r->reducing = 0;
+    memset(r->launched, 0, (size_t)r->n_buckets * sizeof(int));
+    if (!r->comm_stream) return MT_OK;
+    MT_TRY(mt_event_record(r->done_ev, r->comm_stream));
+    return mt_stream_wait_event(NULL, r->done_ev);
+}
+
 /* ---- the loop ---- */
 
 static mt_status train(run *r) {
@@ -616,25 +687,41 @@ static mt_status train(run *r) {
                                 a->micro_batch_size, r->rank, r->nranks, 1));
     double flops_iter = mt_model_flops_per_iteration(&r->mc, r->gbs);
     double interval_t = 0, interval_loss = 0, total_t = 0;
-    int64_t interval_n = 0, timed = 0, skipped = 0, nan_iters = 0;
+    int64_t interval_n = 0, timed = 0, skipped = 0, nan_iters = 0, profiled = 0;
+    int64_t first_iter = r->iteration;
     int64_t end = a->exit_interval ? a->exit_interval : a->train_iters;
     if (end > a->train_iters) end = a->train_iters;
     while (r->iteration < end) {
         double t0 = mt_time_now();
+        if (r->prof && r->iteration - first_iter == 2) /* after warm-up */
+            mt_model_set_profiler(r->model, r->prof);
+        mt_prof *pr = r->iteration - first_iter >= 2 ? r->prof : NULL;
+        MT_TRY(mt_prof_begin(pr, "zero_grad", NULL));
         MT_TRY(mt_optim_buffer_zero_grad(r->buf, NULL));
+        MT_TRY(mt_prof_end(pr, NULL));
         for (int m = 0; m < r->num_micro; m++) {
             MT_TRY(load_batch(r, r->train_ds, &r->train_s));
+            r->reducing = r->overlap && m == r->num_micro - 1;
             MT_TRY(
                 mt_model_forward_backward(r->model, &r->tok, &r->tgt, 1.0f / r->num_micro, NULL));
         }
-        MT_TRY(mt_optim_reduce_grads(r->opt, NULL));
+        MT_TRY(mt_prof_begin(pr, "grad_reduce", NULL));
+        if (r->overlap)
+            MT_TRY(finish_overlap(r));
+        else
+            MT_TRY(mt_optim_reduce_grads(r->opt, NULL));
+        MT_TRY(mt_prof_end(pr, NULL));
         double lr = mt_optim_sched_lr(&r->sched, (double)r->iteration * r->gbs);
         double wd = mt_optim_sched_wd(&r->sched, (double)r->iteration * r->gbs);
         mt_optim_step_info info;
+        MT_TRY(mt_prof_begin(pr, "optimizer_step", NULL));
         MT_TRY(mt_optim_step(r->opt, lr, wd, NULL, &info, NULL));
+        MT_TRY(mt_prof_end(pr, NULL));
         double loss;
         MT_TRY(mt_model_take_loss(r->model, &loss, NULL));
         MT_TRY(allreduce_avg(r, &loss));
+        MT_TRY(mt_prof_collect(pr));
+        if (pr) profiled++;
         r->iteration++;
         r->consumed_train += r->gbs;
         double dt = mt_time_now() - t0;
@@ -712,6 +799,12 @@ static mt_status train(run *r) {
             mt_device_is_cuda(r->dev) ? 100.0 * tflops / peak : 0.0, peak,
             (double)bytes / (1 << 20));
     }
+    if (r->prof && last_rank(r) && profiled > 0) {
+        mt_model_set_profiler(r->model, NULL);
+        fprintf(stderr, "[profile] per iteration, mean of %lld iterations after 2 of warm-up:\n",
+                (long long)profiled);
+        mt_prof_print(r->prof, stderr, (double)profiled);
+    }
     return MT_OK;
 }
 
@@ -733,6 +826,13 @@ static void teardown(run *r) {
     free(r->gv_loss);
     free(r->gv_zeros);
     free(r->gv_time);
+    for (int k = 0; r->bucket_ev && k < r->n_buckets; k++) mt_event_destroy(r->bucket_ev[k]);
+    mt_event_destroy(r->done_ev);
+    mt_stream_destroy(r->comm_stream);
+    free(r->bucket_ev);
+    free(r->bucket_level);
+    free(r->launched);
+    mt_prof_destroy(r->prof);
     mt_comm_destroy(r->world);
 }
 

@@ -142,6 +142,21 @@ MT_API mt_status mt_model_take_loss(mt_model *m, double *mean_loss, mt_stream st
 /* Sets every gradient to zero. Enqueued. */
 MT_API mt_status mt_model_zero_grad(mt_model *m, mt_stream stream);
 
+/* Times every operation of forward and backward as a named region of `p` (mt_prof in core;
+ * NULL: off). The caller owns the profiler and collects and prints it. */
+MT_API void mt_model_set_profiler(mt_model *m, mt_prof *p);
+
+/* Called by the backward, on its stream, as gradients become final: `level` is num_layers after
+ * the output layer and final norm, l after decoder layer l, and -1 at the end (the embedding and,
+ * when tied, the output weight). A data-parallel trainer starts each bucket's reduction from it.
+ * A non-OK return stops the backward with that status. */
+typedef mt_status (*mt_model_grad_ready_fn)(void *ctx, int level, mt_stream stream);
+MT_API void mt_model_set_grad_ready(mt_model *m, mt_model_grad_ready_fn fn, void *ctx);
+/* The level after which parameter `name`'s gradient is final (see mt_model_grad_ready_fn), or
+ * MT_ERR_INVALID_ARG for a name the model does not have. */
+MT_API mt_status mt_model_param_ready_level(const mt_model_config *cfg, const char *name,
+                                            int *level);
+
 /* Megatron's FLOP count for one iteration of `global_batch` sequences (training: fwd + bwd). */
 MT_API double mt_model_flops_per_iteration(const mt_model_config *cfg, int64_t global_batch);
 
