@@ -2,7 +2,9 @@
 # The main job: pretrain a small GPT on the King James Bible (public domain, Debian's bible-kjv),
 # tokenized with GPT-2's BPE by mt-preprocess-data, on the GPU if there is one, else on the CPU;
 # with periodic evaluation, a checkpoint and a PNG plot of the train and validation loss.
-#   bash examples/pretrain-kjv.sh [OUT_DIR]       (env: MT_ITERS, MT_DEVICE=auto|cpu|cuda)
+#   bash examples/pretrain-kjv.sh [OUT_DIR]       (env: MT_ITERS, MT_DEVICE=auto|cpu|cuda,
+#                                                   MT_NO_INSTALL=1: use what is installed, e.g.
+#                                                   offline with OUT_DIR/kjv.jsonl already there)
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 out=$(mkdir -p "${1:-$top/build-kjv/run}" && cd "${1:-$top/build-kjv/run}" && pwd)
@@ -13,7 +15,7 @@ for p in meson ninja-build pkg-config gcc g++ libjansson-dev libbenchmark-dev op
          libopenmpi-dev jq bible-kjv gnuplot-nox; do
   dpkg -s "$p" >/dev/null 2>&1 || need="$need $p"
 done
-if [ -n "$need" ]; then
+if [ -n "$need" ] && [ "${MT_NO_INSTALL:-0}" != 1 ]; then
   echo "== installing:$need"
   $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $need >/dev/null
 fi
@@ -66,12 +68,15 @@ H=$(od -An -v -tu2 "$out/kjv_text_document.bin" | tr -s ' ' '\n' | grep -v '^$' 
 jq -r 'select(.["lm loss"]) | "\(.iteration) \(.["lm loss"])"' "$out/metrics.jsonl" > "$out/train.dat"
 jq -r 'select(.["validation lm loss"]) | "\(.iteration) \(.["validation lm loss"])"' \
   "$out/metrics.jsonl" > "$out/valid.dat"
-gnuplot <<EOG
+if ! command -v gnuplot >/dev/null; then
+  echo "== no gnuplot (MT_NO_INSTALL=1?): no plot"
+else gnuplot <<EOG
 set terminal png size 900,560
 set output "$out/loss.png"
 set title "mt-pretrain on the King James Bible ($dev)"
 set xlabel "iteration"; set ylabel "lm loss (nats)"; set grid
 plot "$out/train.dat" with lines title "train", "$out/valid.dat" with linespoints pt 7 title "validation"
 EOG
+fi
 echo "== unigram entropy of the corpus: $H nats/token; last validation loss: $(tail -1 "$out/valid.dat" | cut -d' ' -f2)"
 echo "== plot: $out/loss.png; metrics: $out/metrics.jsonl; checkpoint: $out/ckpt"
