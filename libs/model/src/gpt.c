@@ -6,11 +6,11 @@
 
 #define W(p) ((p) ? &(p)->weight : NULL)
 /* One operation, timed as region `name` when a profiler is set (mt_model_set_profiler). */
-#define OP(name, expr)                                   \
-    do {                                                 \
-        MT_TRY(mt_prof_begin(m->prof, name, s));         \
-        MT_TRY(expr);                                    \
-        MT_TRY(mt_prof_end(m->prof, s));                 \
+#define OP(name, expr)                           \
+    do {                                         \
+        MT_TRY(mt_prof_begin(m->prof, name, s)); \
+        MT_TRY(expr);                            \
+        MT_TRY(mt_prof_end(m->prof, s));         \
     } while (0)
 #define G(p) ((p) ? &(p)->grad : NULL)
 
@@ -84,8 +84,9 @@ static mt_status layer_fwd(mt_model *m, int l, const mt_tensor *x, const mt_tens
     layer_params *lp = &m->lp[l];
     mt_attn_config ac = attn_cfg(m);
     OP("fwd.norm", norm_fwd(m, &la->ln1, resid_out, &la->ln1_mean, &la->ln1_rstd, x, res, lp->ln1_w,
-                    lp->ln1_b, s));
-    OP("fwd.gemm.qkv", mt_linear_fwd(m->blas, &la->qkv, NULL, &la->ln1, W(lp->qkv_w), W(lp->qkv_b), 0, s));
+                            lp->ln1_b, s));
+    OP("fwd.gemm.qkv",
+       mt_linear_fwd(m->blas, &la->qkv, NULL, &la->ln1, W(lp->qkv_w), W(lp->qkv_b), 0, s));
     mt_tensor q, k, v, y;
     MT_TRY(qkv_views(m, &la->qkv, &q, &k, &v));
     if (c->position_embedding_type == MT_POS_ROPE) {
@@ -94,16 +95,17 @@ static mt_status layer_fwd(mt_model *m, int l, const mt_tensor *x, const mt_tens
     }
     MT_TRY(as_bthd(m, &la->atty, c->num_attention_heads, &y));
     OP("fwd.attn", mt_attn_fwd(&y, &la->lse, &q, &k, &v, &ac, s));
-    OP("fwd.gemm.proj", mt_linear_fwd(m->blas, &a->tmp_c, NULL, &la->atty, W(lp->proj_w), W(lp->proj_b), 0, s));
+    OP("fwd.gemm.proj",
+       mt_linear_fwd(m->blas, &a->tmp_c, NULL, &la->atty, W(lp->proj_w), W(lp->proj_b), 0, s));
     OP("fwd.norm", norm_fwd(m, &la->ln2, &la->resid_mid, &la->ln2_mean, &la->ln2_rstd, &a->tmp_c,
-                    &la->resid_in, lp->ln2_w, lp->ln2_b, s));
+                            &la->resid_in, lp->ln2_w, lp->ln2_b, s));
     if (c->swiglu) {
-        OP("fwd.gemm.fc1", 
-            mt_linear_fwd(m->blas, &la->fc1_pre, NULL, &la->ln2, W(lp->fc1_w), W(lp->fc1_b), 0, s));
+        OP("fwd.gemm.fc1",
+           mt_linear_fwd(m->blas, &la->fc1_pre, NULL, &la->ln2, W(lp->fc1_w), W(lp->fc1_b), 0, s));
         OP("fwd.swiglu", mt_swiglu_fwd(&la->fc1_act, &la->fc1_pre, NULL, s));
     } else {
-        OP("fwd.gemm.fc1+gelu", mt_linear_fwd(m->blas, &la->fc1_act, &la->fc1_pre, &la->ln2, W(lp->fc1_w),
-                             W(lp->fc1_b), MT_GEMM_GELU, s));
+        OP("fwd.gemm.fc1+gelu", mt_linear_fwd(m->blas, &la->fc1_act, &la->fc1_pre, &la->ln2,
+                                              W(lp->fc1_w), W(lp->fc1_b), MT_GEMM_GELU, s));
     }
     if (skip_fc2) return MT_OK;
     OP("fwd.gemm.fc2",
@@ -125,8 +127,9 @@ static mt_status forward(mt_model *m, const mt_tensor *tokens, mt_stream s) {
         MT_TRY(layer_fwd(m, l, l == 0 ? &a->emb : &a->tmp_c,
                          l == 0 ? NULL : &a->layer[l - 1].resid_mid, &a->layer[l].resid_in, 0, s));
     OP("fwd.norm", norm_fwd(m, &a->lnf, &a->resid_final, &a->lnf_mean, &a->lnf_rstd, &a->tmp_c,
-                    &a->layer[c->num_layers - 1].resid_mid, m->lnf_w, m->lnf_b, s));
-    OP("fwd.gemm.lmhead", mt_linear_fwd(m->blas, &a->logits, NULL, &a->lnf, W(m->out_w), NULL, 0, s));
+                            &a->layer[c->num_layers - 1].resid_mid, m->lnf_w, m->lnf_b, s));
+    OP("fwd.gemm.lmhead",
+       mt_linear_fwd(m->blas, &a->logits, NULL, &a->lnf, W(m->out_w), NULL, 0, s));
     return MT_OK;
 }
 
@@ -179,10 +182,10 @@ static mt_status backward(mt_model *m, mt_stream s) {
     const mt_model_config *c = &m->cfg;
     acts *a = &m->a;
     mt_attn_config ac = attn_cfg(m);
-    OP("bwd.gemm.lmhead", 
-        mt_linear_bwd(m->blas, &a->dln, G(m->out_w), NULL, &a->logits, &a->lnf, W(m->out_w), 1, s));
+    OP("bwd.gemm.lmhead",
+       mt_linear_bwd(m->blas, &a->dln, G(m->out_w), NULL, &a->logits, &a->lnf, W(m->out_w), 1, s));
     OP("bwd.norm", norm_bwd(m, &a->dres, m->lnf_w, m->lnf_b, &a->dln, &a->resid_final, &a->lnf_mean,
-                    &a->lnf_rstd, NULL, s));
+                            &a->lnf_rstd, NULL, s));
     MT_TRY(grads_ready(m, c->num_layers, s));
     for (int l = c->num_layers - 1; l >= 0; l--) {
         layer_acts *la = &a->layer[l];
@@ -190,34 +193,38 @@ static mt_status backward(mt_model *m, mt_stream s) {
         int g0, g1;
         if (recompute_group(c, l, &g0, &g1) && l == g1) MT_TRY(recompute(m, g0, g1, s));
         /* a->dres is the gradient of resid_in[l+1] = resid_mid + mlp(ln2) */
-        OP("bwd.gemm.fc2", mt_linear_bwd(m->blas, &a->dfc1_act, G(lp->fc2_w), G(lp->fc2_b), &a->dres,
-                             &la->fc1_act, W(lp->fc2_w), 1, s));
-        if (c->swiglu)
-            OP("bwd.swiglu", mt_swiglu_bwd(&a->dfc1_pre, NULL, &a->dfc1_act, &la->fc1_pre, NULL, s));
-        else
-            OP("bwd.gelu", mt_gelu_bwd(&a->dfc1_pre, &a->dfc1_act, &la->fc1_pre, s));
-        OP("bwd.gemm.fc1", mt_linear_bwd(m->blas, &a->dln, G(lp->fc1_w), G(lp->fc1_b), &a->dfc1_pre, &la->ln2,
-                             W(lp->fc1_w), 1, s));
-        OP("bwd.norm", norm_bwd(m, &a->dres, lp->ln2_w, lp->ln2_b, &a->dln, &la->resid_mid, &la->ln2_mean,
-                        &la->ln2_rstd, &a->dres, s));
+        if (c->swiglu) {
+            OP("bwd.gemm.fc2", mt_linear_bwd(m->blas, &a->dfc1_act, G(lp->fc2_w), G(lp->fc2_b),
+                                             &a->dres, &la->fc1_act, W(lp->fc2_w), 1, s));
+            OP("bwd.swiglu",
+               mt_swiglu_bwd(&a->dfc1_pre, NULL, &a->dfc1_act, &la->fc1_pre, NULL, s));
+        } else { /* the GELU backward rides on fc2's dx GEMM */
+            OP("bwd.gemm.fc2+dgelu",
+               mt_linear_bwd_dgelu(m->blas, &a->dfc1_pre, &la->fc1_pre, G(lp->fc2_w), G(lp->fc2_b),
+                                   &a->dres, &la->fc1_act, W(lp->fc2_w), 1, s));
+        }
+        OP("bwd.gemm.fc1", mt_linear_bwd(m->blas, &a->dln, G(lp->fc1_w), G(lp->fc1_b), &a->dfc1_pre,
+                                         &la->ln2, W(lp->fc1_w), 1, s));
+        OP("bwd.norm", norm_bwd(m, &a->dres, lp->ln2_w, lp->ln2_b, &a->dln, &la->resid_mid,
+                                &la->ln2_mean, &la->ln2_rstd, &a->dres, s));
         /* a->dres is now the gradient of resid_mid = resid_in + proj(attention) */
-        OP("bwd.gemm.proj", mt_linear_bwd(m->blas, &a->datty, G(lp->proj_w), G(lp->proj_b), &a->dres, &la->atty,
-                             W(lp->proj_w), 1, s));
+        OP("bwd.gemm.proj", mt_linear_bwd(m->blas, &a->datty, G(lp->proj_w), G(lp->proj_b),
+                                          &a->dres, &la->atty, W(lp->proj_w), 1, s));
         mt_tensor q, k, v, dq, dk, dv, y, dy;
         MT_TRY(qkv_views(m, &la->qkv, &q, &k, &v));
         MT_TRY(qkv_views(m, &a->dqkv, &dq, &dk, &dv));
         MT_TRY(as_bthd(m, &la->atty, c->num_attention_heads, &y));
         MT_TRY(as_bthd(m, &a->datty, c->num_attention_heads, &dy));
         OP("bwd.attn", mt_attn_bwd(&dq, &dk, &dv, &dy, &q, &k, &v, &y, &la->lse, &ac, a->ws.data,
-                           m->ws_bytes, s));
+                                   m->ws_bytes, s));
         if (c->position_embedding_type == MT_POS_ROPE) {
             OP("bwd.rope", rope(m, &dq, 1, s));
             OP("bwd.rope", rope(m, &dk, 1, s));
         }
-        OP("bwd.gemm.qkv", mt_linear_bwd(m->blas, &a->dln, G(lp->qkv_w), G(lp->qkv_b), &a->dqkv, &la->ln1,
-                             W(lp->qkv_w), 1, s));
-        OP("bwd.norm", norm_bwd(m, &a->dres, lp->ln1_w, lp->ln1_b, &a->dln, &la->resid_in, &la->ln1_mean,
-                        &la->ln1_rstd, &a->dres, s));
+        OP("bwd.gemm.qkv", mt_linear_bwd(m->blas, &a->dln, G(lp->qkv_w), G(lp->qkv_b), &a->dqkv,
+                                         &la->ln1, W(lp->qkv_w), 1, s));
+        OP("bwd.norm", norm_bwd(m, &a->dres, lp->ln1_w, lp->ln1_b, &a->dln, &la->resid_in,
+                                &la->ln1_mean, &la->ln1_rstd, &a->dres, s));
         MT_TRY(grads_ready(m, l, s));
     }
     mt_tensor d3;
@@ -234,7 +241,7 @@ mt_status mt_model_forward_backward(mt_model *m, const mt_tensor *tokens, const 
     mt_tensor t;
     MT_TRY(targets_flat(m, targets, &t));
     OP("xent", mt_xent_fwd_bwd(&m->a.logits, &m->a.losses, &m->a.stats, &m->a.logits, &t, NULL,
-                           loss_scale, m->cfg.vocab_size, MT_XENT_IGNORE_INDEX, s));
+                               loss_scale, m->cfg.vocab_size, MT_XENT_IGNORE_INDEX, s));
     MT_TRY(add_loss(m, s));
     return backward(m, s);
 }

@@ -631,7 +631,8 @@ static mt_status setup_overlap(run *r) {
     r->bucket_level = malloc((size_t)nb * sizeof(int));
     r->launched = calloc((size_t)nb, sizeof(int));
     MT_REQUIRE(r->bucket_level && r->launched, MT_ERR_OOM, "bucket table");
-    for (int k = 0; k < nb; k++) r->bucket_level[k] = INT32_MAX;
+    for (int k = 0; k < nb; k++)
+        r->bucket_level[k] = INT32_MAX;
     for (int i = 0; i < mt_optim_buffer_num_params(r->buf); i++) {
         mt_optim_param_info info;
         int level;
@@ -643,7 +644,8 @@ static mt_status setup_overlap(run *r) {
         MT_TRY(mt_stream_create(&r->comm_stream));
         r->bucket_ev = calloc((size_t)nb, sizeof(mt_event));
         MT_REQUIRE(r->bucket_ev, MT_ERR_OOM, "bucket events");
-        for (int k = 0; k < nb; k++) MT_TRY(mt_event_create(&r->bucket_ev[k], 0));
+        for (int k = 0; k < nb; k++)
+            MT_TRY(mt_event_create(&r->bucket_ev[k], 0));
         MT_TRY(mt_event_create(&r->done_ev, 0));
     }
     return MT_OK;
@@ -826,7 +828,8 @@ static void teardown(run *r) {
     free(r->gv_loss);
     free(r->gv_zeros);
     free(r->gv_time);
-    for (int k = 0; r->bucket_ev && k < r->n_buckets; k++) mt_event_destroy(r->bucket_ev[k]);
+    for (int k = 0; r->bucket_ev && k < r->n_buckets; k++)
+        mt_event_destroy(r->bucket_ev[k]);
     mt_event_destroy(r->done_ev);
     mt_stream_destroy(r->comm_stream);
     free(r->bucket_ev);

@@ -4,14 +4,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define PROF_NAMES 128
+#define PROF_NAMES    128
 #define PROF_NAME_LEN 48
 
 struct mt_prof {
     int device, capacity, n, open;
-    mt_event *ev;         /* 2 per region on CUDA */
-    double *t;            /* 2 per region on the CPU (seconds) */
-    int *region_name;     /* index into names */
+    mt_event *ev;     /* 2 per region on CUDA */
+    double *t;        /* 2 per region on the CPU (seconds) */
+    int *region_name; /* index into names */
     char names[PROF_NAMES][PROF_NAME_LEN];
     double total_ms[PROF_NAMES];
     long count[PROF_NAMES];
@@ -46,7 +46,8 @@ mt_status mt_prof_create(mt_prof **out, int device, int capacity) {
 
 void mt_prof_destroy(mt_prof *p) {
     if (!p) return;
-    for (int i = 0; p->ev && i < 2 * p->capacity; i++) mt_event_destroy(p->ev[i]);
+    for (int i = 0; p->ev && i < 2 * p->capacity; i++)
+        mt_event_destroy(p->ev[i]);
     free(p->ev);
     free(p->t);
     free(p->region_name);

@@ -7,12 +7,41 @@
 /* The fast CPU path (cpu/gemm_fast.c): fp32 accumulation, packed panels, threads. */
 mt_status gemm_fast_cpu(const gemm_args *g);
 
+/* c *= GELU'(pre_gelu), batch by batch (MT_GEMM_DGELU after a plain GEMM). */
+mt_status gemm_dgelu_apply(const gemm_args *g, int cuda, mt_stream stream) {
+    size_t es = mt_dtype_size(g->c_dtype);
+    for (int64_t bt = 0; bt < g->batch; bt++) {
+        act_args a = { 0 };
+        a.op = ACT_GELU_BWD;
+        a.dtype = g->c_dtype;
+        a.rows = g->M, a.cols = g->N;
+        a.out0 = (char *)g->c + (size_t)(bt * g->sc) * es;
+        a.in0 = a.out0;
+        a.in1 = (const char *)g->pre_gelu + (size_t)(bt * g->spre) * es;
+        a.ld_out0 = a.ld_in0 = g->ldc;
+        a.ld_in1 = g->ldpre;
+#if MT_HAVE_CUDA
+        if (cuda) {
+            MT_TRY(act_cuda(&a, stream));
+            continue;
+        }
+#else
+        (void)cuda;
+        (void)stream;
+#endif
+        MT_TRY(act_cpu(&a));
+    }
+    return MT_OK;
+}
+
 /* f32 and bf16 inputs take the fast path unless MT_CPU_REFERENCE=1 asks for the reference. */
 static mt_status gemm_host(const gemm_args *g) {
     const char *ref = getenv("MT_CPU_REFERENCE");
     if ((g->ab_dtype == MT_F32 || g->ab_dtype == MT_BF16) && !(ref && atoi(ref) != 0))
-        return gemm_fast_cpu(g);
-    return gemm_cpu(g);
+        MT_TRY(gemm_fast_cpu(g));
+    else
+        MT_TRY(gemm_cpu(g));
+    return g->dgelu ? gemm_dgelu_apply(g, 0, NULL) : MT_OK;
 }
 
 struct mt_blas {
@@ -79,8 +108,11 @@ mt_status mt_gemm(mt_blas *blas, mt_tensor *c, mt_tensor *pre_gelu, const mt_ten
     MT_TRY(mat_view(a, "a", &ba, &ar, &ac, &g.lda, &g.sa));
     MT_TRY(mat_view(b, "b", &bb, &br, &bcol, &g.ldb, &g.sb));
     MT_TRY(mat_view(c, "c", &bc, &cr, &cc, &g.ldc, &g.sc));
-    MT_REQUIRE((flags & ~(MT_GEMM_TRANS_A | MT_GEMM_TRANS_B | MT_GEMM_GELU)) == 0,
+    MT_REQUIRE((flags & ~(MT_GEMM_TRANS_A | MT_GEMM_TRANS_B | MT_GEMM_GELU | MT_GEMM_DGELU)) == 0,
                MT_ERR_INVALID_ARG, "unknown gemm flags 0x%x", flags);
+    g.dgelu = (flags & MT_GEMM_DGELU) != 0;
+    MT_REQUIRE(!g.dgelu || (!(flags & MT_GEMM_GELU) && !bias && beta == 0.0f && pre_gelu),
+               MT_ERR_INVALID_ARG, "MT_GEMM_DGELU needs pre_gelu and excludes GELU, bias and beta");
     g.trans_a = (flags & MT_GEMM_TRANS_A) != 0;
     g.trans_b = (flags & MT_GEMM_TRANS_B) != 0;
     g.gelu = (flags & MT_GEMM_GELU) != 0;
@@ -103,9 +135,9 @@ mt_status mt_gemm(mt_blas *blas, mt_tensor *c, mt_tensor *pre_gelu, const mt_ten
                "gemm: dtype %s (f32 or bf16)", mt_dtype_name(a->dtype));
     MT_REQUIRE(b->dtype == a->dtype, MT_ERR_INVALID_ARG, "a is %s, b %s", mt_dtype_name(a->dtype),
                mt_dtype_name(b->dtype));
-    MT_REQUIRE(c->dtype == a->dtype || (c->dtype == MT_F32 && !bias && !g.gelu), MT_ERR_INVALID_ARG,
-               "c is %s for %s inputs (f32 only without bias or GELU)", mt_dtype_name(c->dtype),
-               mt_dtype_name(a->dtype));
+    MT_REQUIRE(c->dtype == a->dtype || (c->dtype == MT_F32 && !bias && !g.gelu && !g.dgelu),
+               MT_ERR_INVALID_ARG, "c is %s for %s inputs (f32 only without bias or GELU)",
+               mt_dtype_name(c->dtype), mt_dtype_name(a->dtype));
     g.ab_dtype = a->dtype;
     g.c_dtype = c->dtype;
     if (bias) {
@@ -118,7 +150,8 @@ mt_status mt_gemm(mt_blas *blas, mt_tensor *c, mt_tensor *pre_gelu, const mt_ten
     }
     if (pre_gelu) {
         int64_t pb, pr, pc;
-        MT_REQUIRE(g.gelu, MT_ERR_INVALID_ARG, "pre_gelu given without MT_GEMM_GELU");
+        MT_REQUIRE(g.gelu || g.dgelu, MT_ERR_INVALID_ARG,
+                   "pre_gelu given without MT_GEMM_GELU or MT_GEMM_DGELU");
         MT_TRY(mat_view(pre_gelu, "pre_gelu", &pb, &pr, &pc, &g.ldpre, &g.spre));
         MT_REQUIRE(pb == bc && pr == g.M && pc == g.N && pre_gelu->ndim == c->ndim &&
                        pre_gelu->dtype == c->dtype && mt_device_eq(pre_gelu->device, c->device),
@@ -185,4 +218,14 @@ mt_status mt_linear_bwd(mt_blas *blas, mt_tensor *dx, mt_tensor *dw, mt_tensor *
         bias_grad_cpu(dbias->data, dbias->dtype, dy->data, dy->dtype, rows, N, accumulate),
         bias_grad_cuda(blas->lt, dbias->data, dbias->dtype, dy->data, dy->dtype, rows, N,
                        accumulate, stream));
+}
+
+mt_status mt_linear_bwd_dgelu(mt_blas *blas, mt_tensor *dx, const mt_tensor *pre_gelu,
+                              mt_tensor *dw, mt_tensor *dbias, const mt_tensor *dy,
+                              const mt_tensor *x, const mt_tensor *w, int accumulate,
+                              mt_stream stream) {
+    MT_REQUIRE(dx && pre_gelu && dy && w, MT_ERR_INVALID_ARG, "NULL dx, pre_gelu, dy or w");
+    MT_TRY(mt_gemm(blas, dx, (mt_tensor *)pre_gelu, dy, w, NULL, MT_GEMM_DGELU, 1.0f, 0.0f,
+                   stream)); /* (dy @ w) * GELU'(pre_gelu) */
+    return mt_linear_bwd(blas, NULL, dw, dbias, dy, x, w, accumulate, stream);
 }

@@ -32,7 +32,7 @@ mt_status fill_normal_cuda(mt_tensor *x, float mean, float std, uint64_t seed, u
  * ld*: row strides, s*: batch strides (0: shared), in elements. */
 typedef struct gemm_args {
     mt_dtype ab_dtype, c_dtype;
-    int trans_a, trans_b, gelu;
+    int trans_a, trans_b, gelu, dgelu; /* dgelu: c *= GELU'(pre_gelu), an input */
     int64_t batch, M, N, K;
     const void *a, *b, *bias;
     void *c, *pre_gelu;
@@ -40,6 +40,9 @@ typedef struct gemm_args {
     float alpha, beta;
 } gemm_args;
 mt_status gemm_cpu(const gemm_args *g);
+/* c *= GELU'(pre_gelu) in place (the MT_GEMM_DGELU step after a plain GEMM), on the CPU or on
+ * `stream` (cuda = 1). */
+mt_status gemm_dgelu_apply(const gemm_args *g, int cuda, mt_stream stream);
 /* cuBLASLt state of an mt_blas: handle, workspace, plan cache (src/cuda/gemm.c). */
 typedef struct blas_lt blas_lt;
 mt_status blas_lt_create(blas_lt **out);

@@ -104,7 +104,19 @@ static void linear(mt_dtype dt, int64_t M, int64_t I, int64_t O) {
     MT_CHECK(mt_linear_bwd(blas, NULL, &ddw2, &ddb2, &ddy, &dx, NULL, 0, NULL));
     cmp(what, "dw", &ddw2, &hdw2, tol);
     cmp(what, "dbias", &ddb2, &hdb2, tol);
-    mt_tensor *all[] = { &hx, &hw, &hb, &hdy, &hy, &hp, &hdx, &hdw, &hdb, &hdw2, &hdb2 };
+    /* through GELU: dpre = (dy @ w) * GELU'(pre) (cuBLASLt's DGELU epilogue in bf16 when the
+     * pre-GELU stride allows, else GEMM + our kernel), against the CPU GEMM then mt_gelu_bwd */
+    mt_tensor hpre = host_rand(dt, 2, sx), hdpre = host_empty(dt, 2, sx);
+    mt_tensor dpre = dev(&hpre, dt, 2, sx), ddpre = dev(NULL, dt, 2, sx);
+    MT_CHECK(mt_linear_bwd(NULL, &hdpre, NULL, NULL, &hdy, &hx, &hw, 0, NULL));
+    MT_CHECK(mt_gelu_bwd(&hdpre, &hdpre, &hpre, NULL));
+    MT_CHECK(mt_fill(&ddw, 0.0f, NULL));
+    MT_CHECK(mt_linear_bwd_dgelu(blas, &ddpre, &dpre, &ddw, NULL, &ddy, &dx, &dw, 0, NULL));
+    cmp(what, "dx through GELU", &ddpre, &hdpre, tol);
+    MT_CHECK(mt_linear_bwd(NULL, NULL, &hdw, NULL, &hdy, &hx, NULL, 0, NULL));
+    cmp(what, "dw beside the GELU backward", &ddw, &hdw, dt == MT_F32 ? 1e-5 : 1e-4);
+    mt_tensor *all[] = { &hx,  &hw,  &hb,   &hdy,  &hy,   &hp,   &hdx,
+                         &hdw, &hdb, &hdw2, &hdb2, &hpre, &hdpre };
     for (size_t i = 0; i < sizeof all / sizeof *all; i++)
         free(all[i]->data);
 }
@@ -160,6 +172,7 @@ int main(void) {
         linear(dt, 128, 256, 384);
         linear(dt, 33, 40, 24);
         linear(dt, 17, 24, 20); /* out = 20: pre-GELU row stride not a multiple of 8 */
+        linear(dt, 9, 20, 16);  /* in = 20: the same for the GELU backward */
         batched(dt, 3, 17, 24, 40);
     }
     golden();

@@ -3,6 +3,7 @@
 #include <mt/tensor.h>
 #include <mt/testkit.h>
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -77,6 +78,40 @@ static void run(mt_dtype dt) {
         free(all[i]->data);
 }
 
+/* MT_GEMM_DGELU: c = (a @ b^T) * GELU'(pre) against fp64 loops of the tanh-GELU derivative. */
+static void dgelu(void) {
+    enum {
+        M = 5,
+        K = 7,
+        N = 6
+    };
+    float a[M * K], b[N * K], pre[M * N], c[M * N];
+    mt_test_fill_uniform(a, M * K, 41, 0, -1.0f, 1.0f);
+    mt_test_fill_uniform(b, N * K, 42, 0, -1.0f, 1.0f);
+    mt_test_fill_uniform(pre, M * N, 43, 0, -3.0f, 3.0f);
+    double want[M * N];
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            double s = 0, x = pre[i * N + j];
+            for (int k = 0; k < K; k++)
+                s += (double)a[i * K + k] * b[j * K + k];
+            double u = 0.7978845608028654 * (x + 0.044715 * x * x * x), t = tanh(u);
+            double d = 0.5 * (1 + t) +
+                       0.5 * x * (1 - t * t) * 0.7978845608028654 * (1 + 3 * 0.044715 * x * x);
+            want[i * N + j] = s * d;
+        }
+    mt_tensor ta = mt_tensor_2d(a, MT_F32, M, K, MT_DEVICE_CPU),
+              tb = mt_tensor_2d(b, MT_F32, N, K, MT_DEVICE_CPU),
+              tp = mt_tensor_2d(pre, MT_F32, M, N, MT_DEVICE_CPU),
+              tc = mt_tensor_2d(c, MT_F32, M, N, MT_DEVICE_CPU);
+    MT_CHECK(
+        mt_gemm(NULL, &tc, &tp, &ta, &tb, NULL, MT_GEMM_DGELU | MT_GEMM_TRANS_B, 1.0f, 0.0f, NULL));
+    float w32[M * N];
+    for (int i = 0; i < M * N; i++)
+        w32[i] = (float)want[i];
+    mt_test_close_f32("gemm DGELU vs fp64", c, w32, M * N, 1e-5, 1e-5);
+}
+
 int main(void) {
     run(MT_F32);
     run(MT_BF16);
@@ -98,6 +133,13 @@ int main(void) {
     mt_tensor b35 = mt_tensor_2d(p, MT_F32, 3, 5, MT_DEVICE_CPU), pre = c;
     MT_EXPECT_STATUS(mt_gemm(NULL, &c, &pre, &a, &b35, NULL, 0, 1.0f, 0.0f, NULL),
                      MT_ERR_INVALID_ARG); /* pre_gelu without GELU */
+    float bias5[5] = { 0 };
+    mt_tensor bias = mt_tensor_1d(bias5, MT_F32, 5, MT_DEVICE_CPU);
+    MT_EXPECT_STATUS(mt_gemm(NULL, &c, &pre, &a, &b35, &bias, MT_GEMM_DGELU, 1.0f, 0.0f, NULL),
+                     MT_ERR_INVALID_ARG); /* DGELU with a bias */
+    MT_EXPECT_STATUS(mt_gemm(NULL, &c, NULL, &a, &b35, NULL, MT_GEMM_DGELU, 1.0f, 0.0f, NULL),
+                     MT_ERR_INVALID_ARG); /* DGELU without pre_gelu */
+    dgelu();
     mt_blas *blas;
     MT_CHECK(mt_blas_create(MT_DEVICE_CPU, &blas));
     MT_CHECK(mt_gemm(blas, &c, NULL, &a, &b35, NULL, 0, 1.0f, 0.0f, NULL));

@@ -123,7 +123,8 @@ static mt_status plan_build(blas_lt *lt, lt_plan *p, const plan_key *k, const ge
     if (g->bias)
         MT_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                      &g->bias, sizeof g->bias));
-    if (k->epi == CUBLASLT_EPILOGUE_GELU_AUX || k->epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS) {
+    if (k->epi == CUBLASLT_EPILOGUE_GELU_AUX || k->epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS ||
+        k->epi == CUBLASLT_EPILOGUE_DGELU) {
         MT_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(
             p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g->pre_gelu, sizeof g->pre_gelu));
         MT_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
@@ -177,7 +178,8 @@ static mt_status plan_get(blas_lt *lt, const gemm_args *g, int64_t epi, lt_plan 
     k.lda = g->lda, k.ldb = g->ldb, k.ldc = g->ldc, k.sa = g->sa, k.sb = g->sb, k.sc = g->sc;
     k.align_a = align_of(g->a), k.align_b = align_of(g->b), k.align_c = align_of(g->c);
     if (g->bias) k.align_bias = align_of(g->bias);
-    if (epi == CUBLASLT_EPILOGUE_GELU_AUX || epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS) {
+    if (epi == CUBLASLT_EPILOGUE_GELU_AUX || epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS ||
+        epi == CUBLASLT_EPILOGUE_DGELU) {
         k.ldpre = g->ldpre, k.spre = g->spre, k.align_pre = align_of(g->pre_gelu);
     }
     for (int i = 0; i < LT_PLANS; i++) {
@@ -215,6 +217,17 @@ static mt_status run_plan(blas_lt *lt, lt_plan *p, const gemm_args *g, mt_stream
 mt_status gemm_cuda(blas_lt *lt, const gemm_args *g, mt_stream stream) {
     int64_t base = g->bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
     lt_plan *p;
+    if (g->dgelu) {
+        /* cuBLASLt's DGELU epilogue reads pre_gelu as aux (ld a multiple of 8); f32 keeps our
+         * kernel, as for the forward's GELU */
+        int aux_ok = g->ldpre % 8 == 0 && (g->batch == 1 || g->spre % 8 == 0);
+        if (aux_ok && g->c_dtype != MT_F32 && plan_get(lt, g, CUBLASLT_EPILOGUE_DGELU, &p) == MT_OK)
+            return run_plan(lt, p, g, stream);
+        mt_error_clear();
+        MT_TRY(plan_get(lt, g, base, &p));
+        MT_TRY(run_plan(lt, p, g, stream));
+        return gemm_dgelu_apply(g, 1, stream);
+    }
     if (!g->gelu) {
         MT_TRY(plan_get(lt, g, base, &p));
         return run_plan(lt, p, g, stream);

@@ -45,6 +45,7 @@ enum {
     MT_GEMM_TRANS_A = 1, /* a is stored (K,M): use its transpose */
     MT_GEMM_TRANS_B = 2, /* b is stored (N,K): use its transpose (nn.Linear's weight) */
     MT_GEMM_GELU = 4,    /* apply GELU (tanh approximation) after alpha, beta and bias */
+    MT_GEMM_DGELU = 8,   /* backward through GELU: multiply by GELU'(pre_gelu), an input */
 };
 
 /* Row-major c(M,N) = epilogue(alpha * op(a) op(b) + beta * c + bias), fp32 accumulation. a and b
@@ -53,8 +54,11 @@ enum {
  * MT_GEMM_TRANS_* flags. Rank 3 tensors are strided batches along dim 0 (a rank-2 a or b is
  * shared by every batch); the last dim must be contiguous, rows may be padded. bias: (N) or NULL,
  * added to every row. With MT_GEMM_GELU, pre_gelu (same shape as c, or NULL) receives the value
- * before GELU, for the backward. beta = 0 never reads c. c must not alias a, b or bias. blas may
- * be NULL for CPU tensors. Enqueued on `stream` (CUDA). */
+ * before GELU, for the backward. With MT_GEMM_DGELU (no bias, beta = 0) pre_gelu is an input of
+ * c's shape and dtype and c = (alpha * op(a) op(b)) * GELU'(pre_gelu): the backward of the GEMM
+ * after a GELU (mt_gelu_bwd fused in; on CUDA in cuBLASLt's epilogue when it offers one). beta = 0
+ * never reads c. c must not alias a, b or bias. blas may be NULL for CPU tensors. Enqueued on
+ * `stream` (CUDA). */
 MT_API mt_status mt_gemm(mt_blas *blas, mt_tensor *c, mt_tensor *pre_gelu, const mt_tensor *a,
                          const mt_tensor *b, const mt_tensor *bias, int flags, float alpha,
                          float beta, mt_stream stream);
@@ -73,6 +77,12 @@ MT_API mt_status mt_linear_fwd(mt_blas *blas, mt_tensor *y, mt_tensor *pre_gelu,
 MT_API mt_status mt_linear_bwd(mt_blas *blas, mt_tensor *dx, mt_tensor *dw, mt_tensor *dbias,
                                const mt_tensor *dy, const mt_tensor *x, const mt_tensor *w,
                                int accumulate, mt_stream stream);
+/* mt_linear_bwd for a linear whose input x = GELU(pre_gelu): dx becomes the gradient of pre_gelu,
+ * (dy @ w) * GELU'(pre_gelu) (MT_GEMM_DGELU). dx and pre_gelu are required. */
+MT_API mt_status mt_linear_bwd_dgelu(mt_blas *blas, mt_tensor *dx, const mt_tensor *pre_gelu,
+                                     mt_tensor *dw, mt_tensor *dbias, const mt_tensor *dy,
+                                     const mt_tensor *x, const mt_tensor *w, int accumulate,
+                                     mt_stream stream);
 
 /* LayerNorm over the last dim of x (rows = numel / C) with the residual add fused in:
  * h = x + residual (residual may be NULL: h = x), resid_out = h (when not NULL),
