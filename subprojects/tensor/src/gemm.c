@@ -100,9 +100,10 @@ static mt_status mat_view(const mt_tensor *t, const char *what, int64_t *batch, 
     return MT_OK;
 }
 
-mt_status mt_gemm(mt_blas *blas, mt_tensor *c, mt_tensor *pre_gelu, const mt_tensor *a,
-                  const mt_tensor *b, const mt_tensor *bias, int flags, float alpha, float beta,
-                  mt_stream stream) {
+/* Checks an mt_gemm call and fills *gp; 1 in *empty when there is nothing to compute. */
+static mt_status gemm_setup(gemm_args *gp, int *empty, mt_blas *blas, mt_tensor *c,
+                            mt_tensor *pre_gelu, const mt_tensor *a, const mt_tensor *b,
+                            const mt_tensor *bias, int flags, float alpha, float beta) {
     gemm_args g = { 0 };
     int64_t ba, bb, bc, ar, ac, br, bcol, cr, cc;
     MT_TRY(mat_view(a, "a", &ba, &ar, &ac, &g.lda, &g.sa));
@@ -163,7 +164,8 @@ mt_status mt_gemm(mt_blas *blas, mt_tensor *c, mt_tensor *pre_gelu, const mt_ten
     g.c = c->data;
     g.alpha = alpha;
     g.beta = beta;
-    if (g.M == 0 || g.N == 0 || g.batch == 0) return MT_OK;
+    *gp = g;
+    *empty = g.M == 0 || g.N == 0 || g.batch == 0;
 #if MT_HAVE_CUDA
     if (mt_device_is_cuda(c->device)) {
         MT_REQUIRE(blas && blas->lt, MT_ERR_INVALID_ARG, "CUDA gemm needs a CUDA mt_blas handle");
@@ -171,7 +173,19 @@ mt_status mt_gemm(mt_blas *blas, mt_tensor *c, mt_tensor *pre_gelu, const mt_ten
                    "mt_blas is for cuda:%d, tensors on cuda:%d", blas->device.index,
                    c->device.index);
     }
+#else
+    (void)blas;
 #endif
+    return MT_OK;
+}
+
+mt_status mt_gemm(mt_blas *blas, mt_tensor *c, mt_tensor *pre_gelu, const mt_tensor *a,
+                  const mt_tensor *b, const mt_tensor *bias, int flags, float alpha, float beta,
+                  mt_stream stream) {
+    gemm_args g;
+    int empty;
+    MT_TRY(gemm_setup(&g, &empty, blas, c, pre_gelu, a, b, bias, flags, alpha, beta));
+    if (empty) return MT_OK;
     return MT_DISPATCH(c->device, gemm_host(&g), gemm_cuda(blas->lt, &g, stream));
 }
 
@@ -192,8 +206,26 @@ mt_status mt_linear_bwd(mt_blas *blas, mt_tensor *dx, mt_tensor *dw, mt_tensor *
     }
     if (dw) {
         MT_REQUIRE(x, MT_ERR_INVALID_ARG, "dw needs x");
-        MT_TRY(mt_gemm(blas, dw, NULL, dy, x, NULL, MT_GEMM_TRANS_A, 1.0f, accumulate ? 1.0f : 0.0f,
-                       stream)); /* dy^T @ x */
+        gemm_args g;
+        int empty;
+        MT_TRY(gemm_setup(&g, &empty, blas, dw, NULL, dy, x, NULL, MT_GEMM_TRANS_A, 1.0f,
+                          accumulate ? 1.0f : 0.0f)); /* dy^T @ x */
+        if (!empty) {
+#if MT_HAVE_CUDA
+            /* dbias from the same GEMM (cuBLASLt's BGRADB epilogue) when it offers one */
+            if (dbias && mt_device_is_cuda(dw->device) &&
+                mt_tensor_check(dbias, "dbias", -1) == MT_OK && mt_tensor_numel(dbias) == g.M &&
+                mt_device_eq(dbias->device, dw->device) &&
+                (dbias->dtype == MT_F32 || dbias->dtype == dy->dtype)) {
+                mt_status st =
+                    gemm_dw_bgrad_cuda(blas->lt, &g, dbias->data, dbias->dtype, accumulate, stream);
+                if (st == MT_OK) return MT_OK;
+                if (st != MT_ERR_UNSUPPORTED) return st;
+                mt_error_clear();
+            }
+#endif
+            MT_TRY(MT_DISPATCH(dw->device, gemm_host(&g), gemm_cuda(blas->lt, &g, stream)));
+        }
     }
     if (!dbias) return MT_OK;
     MT_TRY(mt_tensor_check(dy, "dy", 2));

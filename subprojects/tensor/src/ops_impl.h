@@ -48,6 +48,11 @@ typedef struct blas_lt blas_lt;
 mt_status blas_lt_create(blas_lt **out);
 void blas_lt_destroy(blas_lt *lt);
 mt_status gemm_cuda(blas_lt *lt, const gemm_args *g, mt_stream stream);
+/* The weight-gradient GEMM g (c = dw, a = dy transposed) that also writes dbias (+)= the sum of
+ * dy's rows through cuBLASLt's BGRADB epilogue; MT_ERR_UNSUPPORTED (nothing done) when cuBLASLt
+ * has no such algorithm for g or the bias does not fit the handle's scratch. */
+mt_status gemm_dw_bgrad_cuda(blas_lt *lt, const gemm_args *g, void *dbias, mt_dtype db_dtype,
+                             int accumulate, mt_stream stream);
 /* dbias(N) = (accumulate ? dbias : 0) + sum over `rows` rows of dy(rows, N) (contiguous). */
 mt_status bias_grad_cpu(void *dbias, mt_dtype db_dtype, const void *dy, mt_dtype dy_dtype,
                         int64_t rows, int64_t N, int accumulate);

@@ -19,6 +19,7 @@
 
 #define LT_WORKSPACE (32u << 20) /* cuBLAS's recommendation for Hopper */
 #define LT_PLANS     64
+#define LT_BIAS_MAX  (1 << 16) /* floats of the BGRADB scratch */
 
 /* Everything that selects a plan; int64 fields only, so memcmp compares it. */
 typedef struct plan_key {
@@ -39,6 +40,7 @@ struct blas_lt {
     cublasLtHandle_t handle;
     void *workspace;
     size_t workspace_bytes;
+    float *bias_scratch; /* LT_BIAS_MAX floats: the BGRADB epilogue's output */
     lt_plan plans[LT_PLANS];
     int next; /* round-robin eviction */
 };
@@ -52,6 +54,10 @@ mt_status blas_lt_create(blas_lt **out) {
         return MT_ERROR(MT_ERR_CUDA, "cublasLtCreate: %s", cublasLtGetStatusName(st));
     }
     cudaError_t ce = cudaMalloc(&lt->workspace, LT_WORKSPACE);
+    if (ce == cudaSuccess) {
+        ce = cudaMalloc((void **)&lt->bias_scratch, LT_BIAS_MAX * sizeof(float));
+        if (ce != cudaSuccess) cudaFree(lt->workspace);
+    }
     if (ce != cudaSuccess) {
         cublasLtDestroy(lt->handle);
         free(lt);
@@ -77,6 +83,7 @@ void blas_lt_destroy(blas_lt *lt) {
     for (int i = 0; i < LT_PLANS; i++)
         plan_free(&lt->plans[i]);
     cudaFree(lt->workspace);
+    cudaFree(lt->bias_scratch);
     cublasLtDestroy(lt->handle);
     free(lt);
 }
@@ -123,6 +130,11 @@ static mt_status plan_build(blas_lt *lt, lt_plan *p, const plan_key *k, const ge
     if (g->bias)
         MT_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                      &g->bias, sizeof g->bias));
+    if (k->epi == CUBLASLT_EPILOGUE_BGRADB) { /* the bias gradient goes to f32 scratch */
+        int32_t bt = CUDA_R_32F;
+        MT_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+                                                     &bt, sizeof bt));
+    }
     if (k->epi == CUBLASLT_EPILOGUE_GELU_AUX || k->epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS ||
         k->epi == CUBLASLT_EPILOGUE_DGELU) {
         MT_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(
@@ -214,6 +226,16 @@ static mt_status run_plan(blas_lt *lt, lt_plan *p, const gemm_args *g, mt_stream
     return MT_OK;
 }
 
+/* MT_GEMM_UNFUSED=1 turns the backward epilogues (DGELU, BGRADB) off, for comparisons. */
+static int unfused(void) {
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("MT_GEMM_UNFUSED");
+        v = e && atoi(e) != 0;
+    }
+    return v;
+}
+
 mt_status gemm_cuda(blas_lt *lt, const gemm_args *g, mt_stream stream) {
     int64_t base = g->bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
     lt_plan *p;
@@ -221,7 +243,8 @@ mt_status gemm_cuda(blas_lt *lt, const gemm_args *g, mt_stream stream) {
         /* cuBLASLt's DGELU epilogue reads pre_gelu as aux (ld a multiple of 8); f32 keeps our
          * kernel, as for the forward's GELU */
         int aux_ok = g->ldpre % 8 == 0 && (g->batch == 1 || g->spre % 8 == 0);
-        if (aux_ok && g->c_dtype != MT_F32 && plan_get(lt, g, CUBLASLT_EPILOGUE_DGELU, &p) == MT_OK)
+        if (aux_ok && g->c_dtype != MT_F32 && !unfused() &&
+            plan_get(lt, g, CUBLASLT_EPILOGUE_DGELU, &p) == MT_OK)
             return run_plan(lt, p, g, stream);
         mt_error_clear();
         MT_TRY(plan_get(lt, g, base, &p));
@@ -271,4 +294,23 @@ mt_status bias_grad_cuda(blas_lt *lt, void *dbias, mt_dtype db_dtype, const void
                          mt_stream stream) {
     return bias_grad_launch(dbias, db_dtype, dy, dy_dtype, rows, N, accumulate, lt->workspace,
                             lt->workspace_bytes, stream);
+}
+
+mt_status gemm_dw_bgrad_cuda(blas_lt *lt, const gemm_args *g, void *dbias, mt_dtype db_dtype,
+                             int accumulate, mt_stream stream) {
+    if (unfused()) return MT_ERROR(MT_ERR_UNSUPPORTED, "MT_GEMM_UNFUSED is set");
+    if (g->M > LT_BIAS_MAX || g->batch != 1 || g->bias || g->gelu || g->dgelu)
+        return MT_ERROR(MT_ERR_UNSUPPORTED, "BGRADB: %lld bias elements, batch %lld",
+                        (long long)g->M, (long long)g->batch);
+    gemm_args gb = *g;
+    gb.bias = lt->bias_scratch;
+    lt_plan *p;
+    if (plan_get(lt, &gb, CUBLASLT_EPILOGUE_BGRADB, &p) != MT_OK)
+        return MT_ERROR(MT_ERR_UNSUPPORTED, "cuBLASLt has no BGRADB algorithm here: %s",
+                        mt_last_error());
+    MT_TRY(run_plan(lt, p, &gb, stream));
+    /* dbias (+)= scratch: one row through the bias-gradient kernels (the GEMM has released the
+     * workspace they use: same stream) */
+    return bias_grad_launch(dbias, db_dtype, lt->bias_scratch, MT_F32, 1, g->M, accumulate,
+                            lt->workspace, lt->workspace_bytes, stream);
 }
