@@ -167,19 +167,31 @@ void mt_train_args_init(mt_train_args *a) {
     set_str(&a->device, "auto");
 }
 
+static void free_list(char ***list, int *n) {
+    for (int i = 0; i < *n; i++)
+        free((*list)[i]);
+    free(*list);
+    *list = NULL;
+    *n = 0;
+}
+
+/* Flags that take a list of values ([w1] p1 [w2 p2 ...]), as nargs='*' in Megatron. */
+static const char *const list_flags[4] = { "--data-path", "--train-data-path", "--valid-data-path",
+                                           "--test-data-path" };
+
 void mt_train_args_free(mt_train_args *a) {
     for (int i = 0; i < NFLAGS; i++)
         if (flags[i].type == F_STR) set_str((char **)((char *)a + flags[i].off), NULL);
-    for (int i = 0; i < a->n_data_path; i++)
-        free(a->data_path[i]);
-    free(a->data_path);
-    a->data_path = NULL;
-    a->n_data_path = 0;
+    free_list(&a->data_path, &a->n_data_path);
+    for (int k = 0; k < 3; k++)
+        free_list(&a->split_path[k], &a->n_split_path[k]);
 }
 
 void mt_train_usage(const char *prog) {
     printf("usage: %s [flags]   (Megatron-LM's pretrain_gpt.py flags)\n", prog);
     printf("  %-40s %s\n", "--data-path [w1] p1 [w2 p2 ...]", "dataset prefixes with weights");
+    printf("  %-40s %s\n", "--{train,valid,test}-data-path [w1] p1 ...",
+           "a blend per split (instead of --data-path and --split)");
     for (int i = 0; i < NFLAGS; i++)
         printf("  %-40s %s\n", flags[i].name, flags[i].help);
 }
@@ -228,16 +240,18 @@ static mt_status validate(mt_train_args *a);
 mt_status mt_train_args_parse(mt_train_args *a, int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i];
-        if (strcmp(arg, "--data-path") == 0) {
-            for (int j = 0; j < a->n_data_path; j++)
-                free(a->data_path[j]);
-            a->n_data_path = 0;
+        int lf = -1;
+        for (int k = 0; k < 4; k++)
+            if (strcmp(arg, list_flags[k]) == 0) lf = k;
+        if (lf >= 0) {
+            char ***list = lf ? &a->split_path[lf - 1] : &a->data_path;
+            int *n = lf ? &a->n_split_path[lf - 1] : &a->n_data_path;
+            free_list(list, n);
             while (i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0) {
-                a->data_path = realloc(a->data_path, sizeof(char *) * (size_t)(a->n_data_path + 1));
-                a->data_path[a->n_data_path++] = strdup(argv[++i]);
+                *list = realloc(*list, sizeof(char *) * (size_t)(*n + 1));
+                (*list)[(*n)++] = strdup(argv[++i]);
             }
-            if (a->n_data_path == 0)
-                return BAD("argument --data-path: expected at least one argument");
+            if (*n == 0) return BAD("argument %s: expected at least one argument", arg);
             continue;
         }
         const char *eq = strchr(arg, '=');
@@ -334,10 +348,20 @@ static mt_status validate(mt_train_args *a) {
         return BAD("can only specify one of lr-warmup-fraction and lr-warmup-iters");
     if (strcmp(a->optimizer, "adam") != 0 && strcmp(a->optimizer, "sgd") != 0)
         return MT_ERROR(MT_ERR_UNSUPPORTED, "--optimizer %s (choose adam or sgd)", a->optimizer);
-    if (a->n_data_path == 0 && !a->mock_data)
-        return BAD("no data: give --data-path PREFIX [...] or --mock-data");
-    if (a->n_data_path > 1 && a->n_data_path % 2 != 0)
-        return BAD("--data-path with several prefixes needs weight prefix pairs");
+    int per_split = a->n_split_path[0] + a->n_split_path[1] + a->n_split_path[2] > 0;
+    if (a->n_data_path == 0 && !per_split && !a->mock_data)
+        return BAD("no data: give --data-path PREFIX [...], --train-data-path PREFIX [...] or "
+                   "--mock-data");
+    if (a->n_data_path > 0 && per_split)
+        return BAD("--data-path and --train-data-path/--valid-data-path/--test-data-path are "
+                   "mutually exclusive");
+    if (per_split && a->n_split_path[0] == 0 && !a->mock_data)
+        return BAD("--valid-data-path/--test-data-path need --train-data-path");
+    for (int k = 0; k < 4; k++) {
+        int n = k ? a->n_split_path[k - 1] : a->n_data_path;
+        if (n > 1 && n % 2 != 0)
+            return BAD("%s with several prefixes needs weight prefix pairs", list_flags[k]);
+    }
     if (strcmp(a->tokenizer_type, "GPT2BPETokenizer") != 0 &&
         strcmp(a->tokenizer_type, "NullTokenizer") != 0)
         return MT_ERROR(MT_ERR_UNSUPPORTED,

@@ -126,36 +126,56 @@ static mt_status setup_tokenizer(run *r) {
     return MT_OK;
 }
 
-static mt_status setup_data(run *r) {
+/* Builds split `split` from a --data-path style list ([w1] p1 [w2 p2 ...]; none: mock data) and
+ * the --split string into *out (NULL when the split is empty). */
+static mt_status build_split(run *r, char **list, int n, const char *split_str, int split,
+                             int64_t samples, mt_data_dataset **out) {
     const mt_train_args *a = r->a;
-    int n = a->n_data_path, blend = n > 1;
+    int blend = n > 1;
     const char **paths = calloc((size_t)(n ? n : 1), sizeof *paths);
     double *w = calloc((size_t)(n ? n : 1), sizeof *w);
     MT_REQUIRE(paths && w, MT_ERR_OOM, "data paths");
     int np = 0;
     for (int i = 0; i < n; i += blend ? 2 : 1) {
-        if (blend) w[np] = atof(a->data_path[i]);
-        paths[np++] = a->data_path[i + blend];
+        if (blend) w[np] = atof(list[i]);
+        paths[np++] = list[i + blend];
     }
     mt_data_config dc = MT_DATA_CONFIG_INIT;
     dc.sequence_length = a->seq_length;
     dc.seed = (uint32_t)a->seed;
-    dc.split = a->split;
+    dc.split = split_str;
     dc.n_paths = a->mock_data ? 0 : np;
     dc.paths = paths;
     dc.weights = blend ? w : NULL;
     dc.cache_dir = a->data_cache_path;
     dc.vocab_size = r->vocab;
     dc.eod = r->eod;
-    int64_t train_samples = a->train_iters * r->gbs;
-    int64_t evals = a->eval_interval ? a->train_iters / a->eval_interval + 1 : 0;
-    mt_status st = mt_data_dataset_create(&dc, MT_DATA_SPLIT_TRAIN, train_samples, &r->train_ds);
-    if (st == MT_OK && evals && a->eval_iters)
-        st = mt_data_dataset_create(&dc, MT_DATA_SPLIT_VALID, evals * a->eval_iters * r->gbs,
-                                    &r->valid_ds);
+    mt_status st = mt_data_dataset_create(&dc, (mt_data_split)split, samples, out);
     free(paths);
     free(w);
-    MT_TRY(st);
+    return st;
+}
+
+static mt_status setup_data(run *r) {
+    const mt_train_args *a = r->a;
+    int64_t train_samples = a->train_iters * r->gbs;
+    int64_t evals = a->eval_interval ? a->train_iters / a->eval_interval + 1 : 0;
+    int64_t valid_samples = evals * a->eval_iters * r->gbs;
+    if (a->n_split_path[0] && !a->mock_data) {
+        /* megatron's blend_per_split: each split's blend is used whole (its split matrix is
+         * [0, 1) for that split), and --split is ignored */
+        MT_TRY(build_split(r, a->split_path[0], a->n_split_path[0], "1,0,0", MT_DATA_SPLIT_TRAIN,
+                           train_samples, &r->train_ds));
+        if (valid_samples && a->n_split_path[1])
+            MT_TRY(build_split(r, a->split_path[1], a->n_split_path[1], "0,1,0",
+                               MT_DATA_SPLIT_VALID, valid_samples, &r->valid_ds));
+    } else {
+        MT_TRY(build_split(r, a->data_path, a->n_data_path, a->split, MT_DATA_SPLIT_TRAIN,
+                           train_samples, &r->train_ds));
+        if (valid_samples)
+            MT_TRY(build_split(r, a->data_path, a->n_data_path, a->split, MT_DATA_SPLIT_VALID,
+                               valid_samples, &r->valid_ds));
+    }
     MT_REQUIRE(r->train_ds, MT_ERR_INVALID_ARG, "the train split of --split %s is empty", a->split);
     return MT_OK;
 }

@@ -32,6 +32,10 @@ typedef struct mt_train_args {
     /* data */
     int n_data_path;
     char **data_path; /* as given: [w1] p1 [w2 p2 ...] */
+    /* --train-data-path, --valid-data-path, --test-data-path: a blend per split (instead of
+     * --data-path and --split), each as given */
+    int n_split_path[3];
+    char **split_path[3];
     char *split, *tokenizer_type, *vocab_file, *merge_file, *data_cache_path;
     int mock_data, num_workers;
     /* evaluation and logging */
