@@ -17,9 +17,10 @@
                                 cublasLtGetStatusName(mt_cb_));                   \
     } while (0)
 
-#define LT_WORKSPACE (32u << 20) /* cuBLAS's recommendation for Hopper */
-#define LT_PLANS     64
-#define LT_BIAS_MAX  (1 << 16) /* floats of the BGRADB scratch */
+#define LT_WORKSPACE  (32u << 20) /* cuBLAS's recommendation for Hopper */
+#define LT_PLANS      64
+#define LT_BIAS_MAX   (1 << 16) /* floats of the BGRADB scratch */
+#define LT_CANDIDATES 8         /* heuristic results MT_GEMM_AUTOTUNE=1 times */
 
 /* Everything that selects a plan; int64 fields only, so memcmp compares it. */
 typedef struct plan_key {
@@ -34,6 +35,8 @@ typedef struct lt_plan {
     cublasLtMatmulDesc_t op;
     cublasLtMatrixLayout_t la, lb, lc;
     cublasLtMatmulAlgo_t algo;
+    cublasLtMatmulAlgo_t cand[LT_CANDIDATES]; /* the heuristic's top results, best first */
+    int n_cand, tuned;
 } lt_plan;
 
 struct blas_lt {
@@ -165,10 +168,10 @@ static mt_status plan_build(blas_lt *lt, lt_plan *p, const plan_key *k, const ge
                                          sizeof al_c);
     cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c,
                                          sizeof al_c);
-    cublasLtMatmulHeuristicResult_t res;
+    cublasLtMatmulHeuristicResult_t res[LT_CANDIDATES];
     int found = 0;
     cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(lt->handle, p->op, p->la, p->lb, p->lc,
-                                                       p->lc, pref, 1, &res, &found);
+                                                       p->lc, pref, LT_CANDIDATES, res, &found);
     cublasLtMatmulPreferenceDestroy(pref);
     if (st != CUBLAS_STATUS_SUCCESS || found == 0)
         return MT_ERROR(MT_ERR_UNSUPPORTED,
@@ -176,7 +179,11 @@ static mt_status plan_build(blas_lt *lt, lt_plan *p, const plan_key *k, const ge
                         "epilogue %lld)",
                         cublasLtGetStatusName(st), found, (long long)k->M, (long long)k->N,
                         (long long)k->K, (long long)k->epi);
-    p->algo = res.algo;
+    p->algo = res[0].algo;
+    p->n_cand = 0;
+    for (int i = 0; i < found; i++)
+        if (res[i].state == CUBLAS_STATUS_SUCCESS) p->cand[p->n_cand++] = res[i].algo;
+    p->tuned = p->n_cand < 2;
     p->key = *k;
     return MT_OK;
 }
@@ -212,6 +219,74 @@ static mt_status plan_get(blas_lt *lt, const gemm_args *g, int64_t epi, lt_plan 
     return MT_OK;
 }
 
+/* MT_GEMM_AUTOTUNE=1: the first run of a plan times the heuristic's candidates on the real
+ * operands and keeps the fastest (off by default: the choice depends on timing, so two processes
+ * may pick different algorithms and round differently). */
+static int autotune_on(void) {
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("MT_GEMM_AUTOTUNE");
+        v = e && atoi(e) != 0;
+    }
+    return v;
+}
+
+static mt_status matmul(blas_lt *lt, lt_plan *p, const cublasLtMatmulAlgo_t *algo,
+                        const gemm_args *g, mt_stream stream) {
+    MT_CUBLAS_TRY(cublasLtMatmul(lt->handle, p->op, &g->alpha, g->b, p->la, g->a, p->lb, &g->beta,
+                                 g->c, p->lc, g->c, p->lc, algo, lt->workspace, lt->workspace_bytes,
+                                 (cudaStream_t)stream));
+    return MT_OK;
+}
+
+/* Times every candidate (1 warm-up + 3 runs) and keeps the fastest; c is saved and restored when
+ * beta reads it. Any failure keeps the heuristic's first choice. */
+static void autotune(blas_lt *lt, lt_plan *p, const gemm_args *g, mt_stream stream) {
+    p->tuned = 1;
+    cudaStream_t s = (cudaStream_t)stream;
+    size_t es = mt_dtype_size((mt_dtype)g->c_dtype);
+    size_t bytes = (size_t)(((g->batch - 1) * g->sc + (g->M - 1) * g->ldc + g->N)) * es;
+    void *saved = NULL;
+    if (g->beta != 0.0f &&
+        (cudaMalloc(&saved, bytes) != cudaSuccess ||
+         cudaMemcpyAsync(saved, g->c, bytes, cudaMemcpyDeviceToDevice, s) != cudaSuccess)) {
+        (void)cudaGetLastError();
+        cudaFree(saved);
+        return;
+    }
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    float best = 0;
+    int best_i = 0;
+    for (int i = 0; i < p->n_cand; i++) {
+        float ms = -1;
+        if (matmul(lt, p, &p->cand[i], g, stream) == MT_OK) {
+            cudaEventRecord(e0, s);
+            for (int r = 0; r < 3; r++)
+                (void)matmul(lt, p, &p->cand[i], g, stream);
+            cudaEventRecord(e1, s);
+            if (cudaEventSynchronize(e1) != cudaSuccess ||
+                cudaEventElapsedTime(&ms, e0, e1) != cudaSuccess)
+                ms = -1;
+        }
+        mt_error_clear();
+        (void)cudaGetLastError();
+        if (ms >= 0 && (i == 0 || ms < best)) best = ms, best_i = i;
+    }
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    p->algo = p->cand[best_i];
+    if (saved) {
+        cudaMemcpyAsync(g->c, saved, bytes, cudaMemcpyDeviceToDevice, s);
+        cudaStreamSynchronize(s);
+        cudaFree(saved);
+    }
+    MT_LOG_DEBUG("gemm M=%lld N=%lld K=%lld epilogue %lld: candidate %d of %d (%.3f ms for 3)",
+                 (long long)g->M, (long long)g->N, (long long)g->K, (long long)p->key.epi, best_i,
+                 p->n_cand, best);
+}
+
 static mt_status run_plan(blas_lt *lt, lt_plan *p, const gemm_args *g, mt_stream stream) {
     /* the pointers may differ from the ones the plan was built with (same alignment) */
     if (g->bias)
@@ -220,10 +295,8 @@ static mt_status run_plan(blas_lt *lt, lt_plan *p, const gemm_args *g, mt_stream
     if (p->key.ldpre)
         MT_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(
             p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g->pre_gelu, sizeof g->pre_gelu));
-    MT_CUBLAS_TRY(cublasLtMatmul(lt->handle, p->op, &g->alpha, g->b, p->la, g->a, p->lb, &g->beta,
-                                 g->c, p->lc, g->c, p->lc, &p->algo, lt->workspace,
-                                 lt->workspace_bytes, (cudaStream_t)stream));
-    return MT_OK;
+    if (!p->tuned && autotune_on()) autotune(lt, p, g, stream);
+    return matmul(lt, p, &p->algo, g, stream);
 }
 
 /* MT_GEMM_UNFUSED=1 turns the backward epilogues (DGELU, BGRADB) off, for comparisons. */
