@@ -23,7 +23,7 @@ args=(--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32 --
       --lr 3e-3 --seed 5 --log-interval 4 --eval-interval 4 --eval-iters 2
       --data-cache-path "$d/cache" --device "${MT_TEST_DEVICE:-cpu}")
 val() { jq -r 'select(.["validation lm loss"]) | .["validation lm loss"]' "$1"; }
-"$MT_PRETRAIN" "${args[@]}" --train-data-path "$A" --valid-data-path "$B" \
+"$MT_PRETRAIN" "${args[@]}" --train-data-path "$A" --valid-data-path "$B" --test-data-path "$B" \
   --golden-values-out "$d/ps.json" --metrics-jsonl "$d/ps.jsonl" > "$d/ps.log" || { cat "$d/ps.log"; exit 1; }
 "$MT_PRETRAIN" "${args[@]}" --data-path "$A" --split 100,0,0 \
   --golden-values-out "$d/ref.json" > "$d/ref.log" || { cat "$d/ref.log"; exit 1; }
@@ -35,6 +35,10 @@ echo "ok: 8 train losses equal --data-path A --split 100,0,0"
 [ "$(val "$d/ps.jsonl" | wc -l)" -ge 2 ] || { echo "FAIL: no validation on B"; cat "$d/ps.log"; exit 1; }
 [ "$(val "$d/ps.jsonl")" != "$(val "$d/aa.jsonl")" ] \
   || { echo "FAIL: validating on B gives A's losses"; exit 1; }
+t=$(jq -r 'select(.["test lm loss"]) | .["test lm loss"]' "$d/ps.jsonl")
+[ -n "$t" ] && grep -q "validation loss at the end of training for test data" "$d/ps.log" \
+  || { echo "FAIL: no test evaluation at the end"; cat "$d/ps.log"; exit 1; }
+echo "ok: test loss on B at the end: $t"
 echo "ok: validation on B: $(val "$d/ps.jsonl" | tr '\n' ' ')(on A: $(val "$d/aa.jsonl" | tr '\n' ' '))"
 bad() {  # expected message, flags...
   local want=$1; shift

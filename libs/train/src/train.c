@@ -28,7 +28,7 @@ typedef struct run {
     mt_arena *buf_arena, *opt_arena, *io_arena;
     mt_optim *opt;
     mt_optim_sched sched;
-    mt_data_dataset *train_ds, *valid_ds;
+    mt_data_dataset *train_ds, *valid_ds, *test_ds;
     mt_data_sampler train_s;
     int64_t consumed_train, consumed_valid, iteration, gbs;
     int num_micro;
@@ -161,6 +161,7 @@ static mt_status setup_data(run *r) {
     int64_t train_samples = a->train_iters * r->gbs;
     int64_t evals = a->eval_interval ? a->train_iters / a->eval_interval + 1 : 0;
     int64_t valid_samples = evals * a->eval_iters * r->gbs;
+    int64_t test_samples = a->eval_interval ? a->eval_iters * r->gbs : 0;
     if (a->n_split_path[0] && !a->mock_data) {
         /* megatron's blend_per_split: each split's blend is used whole (its split matrix is
          * [0, 1) for that split), and --split is ignored */
@@ -169,12 +170,18 @@ static mt_status setup_data(run *r) {
         if (valid_samples && a->n_split_path[1])
             MT_TRY(build_split(r, a->split_path[1], a->n_split_path[1], "0,1,0",
                                MT_DATA_SPLIT_VALID, valid_samples, &r->valid_ds));
+        if (test_samples && a->n_split_path[2])
+            MT_TRY(build_split(r, a->split_path[2], a->n_split_path[2], "0,0,1", MT_DATA_SPLIT_TEST,
+                               test_samples, &r->test_ds));
     } else {
         MT_TRY(build_split(r, a->data_path, a->n_data_path, a->split, MT_DATA_SPLIT_TRAIN,
                            train_samples, &r->train_ds));
         if (valid_samples)
             MT_TRY(build_split(r, a->data_path, a->n_data_path, a->split, MT_DATA_SPLIT_VALID,
                                valid_samples, &r->valid_ds));
+        if (test_samples)
+            MT_TRY(build_split(r, a->data_path, a->n_data_path, a->split, MT_DATA_SPLIT_TEST,
+                               test_samples, &r->test_ds));
     }
     MT_REQUIRE(r->train_ds, MT_ERR_INVALID_ARG, "the train split of --split %s is empty", a->split);
     return MT_OK;
@@ -603,19 +610,22 @@ static void write_golden(const run *r) {
     json_decref(root);
 }
 
-static mt_status evaluate(run *r, const char *where) {
+/* --eval-iters global batches of `ds` from sample *consumed on, then Megatron's validation line
+ * (the test split: from its start, once, at the end). */
+static mt_status evaluate_on(run *r, mt_data_dataset *ds, int64_t *consumed, const char *where,
+                             int test) {
     const mt_train_args *a = r->a;
     mt_data_sampler s;
-    int64_t total = mt_data_dataset_len(r->valid_ds);
+    int64_t total = mt_data_dataset_len(ds);
     for (int64_t k = 0; k < a->eval_iters; k++) {
-        if (r->consumed_valid + r->gbs > total) break;
-        MT_TRY(mt_data_sampler_init(&s, total, r->consumed_valid, a->micro_batch_size, r->rank,
-                                    r->nranks, 1));
+        if (*consumed + r->gbs > total) break;
+        MT_TRY(
+            mt_data_sampler_init(&s, total, *consumed, a->micro_batch_size, r->rank, r->nranks, 1));
         for (int m = 0; m < r->num_micro; m++) {
-            MT_TRY(load_batch(r, r->valid_ds, &s));
+            MT_TRY(load_batch(r, ds, &s));
             MT_TRY(mt_model_forward(r->model, &r->tok, &r->tgt, NULL));
         }
-        r->consumed_valid += r->gbs;
+        *consumed += r->gbs;
     }
     double loss;
     MT_TRY(mt_model_take_loss(r->model, &loss, NULL));
@@ -633,12 +643,19 @@ static mt_status evaluate(run *r, const char *where) {
                "------------------------------------------------------------------------"
                "------------------------------------------------------------------------"
                "------------------------");
-        if (r->jsonl && r->last_eval != r->iteration) // why: the end-of-training pass repeats it
+        if (test && r->jsonl)
+            fprintf(r->jsonl, "{\"iteration\":%lld,\"test lm loss\":%.6f}\n",
+                    (long long)r->iteration, loss);
+        if (!test && r->jsonl && r->last_eval != r->iteration) // why: the end-of-training pass
             fprintf(r->jsonl, "{\"iteration\":%lld,\"validation lm loss\":%.6f}\n",
                     (long long)r->iteration, loss);
-        r->last_eval = r->iteration;
+        if (!test) r->last_eval = r->iteration;
     }
     return MT_OK;
+}
+
+static mt_status evaluate(run *r, const char *where) {
+    return evaluate_on(r, r->valid_ds, &r->consumed_valid, where, 0);
 }
 
 /* ---- gradient reduction overlapped with the backward ---- */
@@ -841,6 +858,7 @@ static void teardown(run *r) {
     mt_arena_destroy(r->io_arena);
     mt_data_dataset_destroy(r->train_ds);
     mt_data_dataset_destroy(r->valid_ds);
+    mt_data_dataset_destroy(r->test_ds);
     free(r->ids);
     free(r->text);
     free(r->htok);
@@ -893,6 +911,10 @@ mt_status mt_train_run(const mt_train_args *a) {
     if (st == MT_OK) st = train(&r);
     if (st == MT_OK && a->eval_interval && r.valid_ds)
         st = evaluate(&r, "the end of training for val data");
+    if (st == MT_OK && r.test_ds) {
+        int64_t consumed = 0;
+        st = evaluate_on(&r, r.test_ds, &consumed, "the end of training for test data", 1);
+    }
     if (st == MT_OK && a->golden_values_out && last_rank(&r)) write_golden(&r);
     teardown(&r);
     return st;
