@@ -42,6 +42,7 @@ static mt_status resolve(attn_shape *s, const mt_tensor *q, const mt_tensor *k,
     s->scale = cfg->scale != 0.0f ? cfg->scale : (float)(1.0 / sqrt((double)s->D));
     s->causal = cfg->causal != 0;
     s->deterministic = cfg->deterministic != 0;
+    s->esize = (int)mt_dtype_size(q->dtype);
     return MT_OK;
 }
 
@@ -72,7 +73,7 @@ mt_status mt_attn_fwd(mt_tensor *out, mt_tensor *lse, const mt_tensor *q, const 
 
 mt_status mt_attn_bwd_workspace(const mt_tensor *q, const mt_tensor *k, const mt_attn_config *cfg,
                                 size_t *bytes) {
-    attn_shape s;
+    attn_shape s = { 0 };
     MT_REQUIRE(bytes, MT_ERR_INVALID_ARG, "bytes is NULL");
     MT_TRY(resolve(&s, q, k, cfg));
     *bytes = mt_device_is_cuda(q->device) ? attn_ws_bytes(&s) : 0;
@@ -83,7 +84,7 @@ mt_status mt_attn_bwd(mt_tensor *dq, mt_tensor *dk, mt_tensor *dv, const mt_tens
                       const mt_tensor *q, const mt_tensor *k, const mt_tensor *v,
                       const mt_tensor *out, const mt_tensor *lse, const mt_attn_config *cfg,
                       void *workspace, size_t workspace_bytes, mt_stream stream) {
-    attn_shape s;
+    attn_shape s = { 0 };
     MT_TRY(resolve(&s, q, k, cfg));
     MT_TRY(check_bthd(v, "v", q, s.Hkv));
     MT_TRY(check_bthd(out, "out", q, s.H));

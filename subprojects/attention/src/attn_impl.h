@@ -13,11 +13,20 @@ typedef struct attn_shape {
     int64_t B, T, H, Hkv, D;
     float scale; /* resolved: never 0 */
     int causal, deterministic;
+    int esize; /* bytes per element of q */
 } attn_shape;
 
-/* Workspace of the CUDA backward: D = rowsum(dout*out) (B,H,T) f32, 256-byte rounded. */
-static inline size_t attn_ws_bytes(const attn_shape *s) {
+/* Workspace of the CUDA backward: Di = rowsum(dout*out) (B,H,T) f32, 256-byte rounded; then,
+ * for the fused (non-deterministic) tensor-core path, the f32 dQ accumulator (B,H,T,D). */
+static inline size_t attn_ws_di_bytes(const attn_shape *s) {
     return ((size_t)(s->B * s->H * s->T) * 4 + 255) / 256 * 256;
+}
+static inline int attn_bwd_fused(const attn_shape *s) {
+    return !s->deterministic && s->esize == 2 && (s->D == 64 || s->D == 128);
+}
+static inline size_t attn_ws_bytes(const attn_shape *s) {
+    size_t acc = attn_bwd_fused(s) ? (size_t)(s->B * s->H * s->T * s->D) * 4 : 0;
+    return attn_ws_di_bytes(s) + acc;
 }
 
 mt_status attn_fwd_cpu(const attn_shape *s, mt_tensor *out, mt_tensor *lse, const mt_tensor *q,

@@ -25,7 +25,7 @@ typedef struct mt_attn_config {
     size_t size;
     float scale;       /* softmax scale; 0 means 1/sqrt(D) */
     int causal;        /* 1: key j attends only to queries i >= j */
-    int deterministic; /* 1: the backward must be bitwise repeatable (today both are: no atomics) */
+    int deterministic; /* 1: the backward must be bitwise repeatable (0: CUDA dQ may use atomics) */
 } mt_attn_config;
 
 #define MT_ATTN_CONFIG_INIT \

@@ -1,8 +1,9 @@
 /* Attention backward on CUDA (FlashAttention-2 scheme): Di = rowsum(dout*out), P recomputed from
- * lse, dS = P (dP - Di). bf16/f16 with D 64 or 128 run tensor-core kernels: one block per key
- * tile accumulates dK, dV over the query heads of its group (GQA without copies), and a second
- * kernel per query tile computes dQ (no atomics: both modes are deterministic, and this beat the
- * f32-atomic dQ of v1 by 1.3x on an H200). Anything else runs generic warp-per-row kernels. */
+ * lse, dS = P (dP - Di). bf16/f16 with D 64 or 128 run tensor-core kernels. Default: one fused
+ * kernel per key tile that accumulates dK, dV over the query heads of its group (GQA without
+ * copies) and adds each tile's dQ part into an f32 accumulator with atomics (7 GEMMs with bf16's
+ * hi + lo dS against 9). Deterministic mode: the same kernel without dQ, then a dQ kernel per
+ * query tile (no atomics). Anything else runs generic warp-per-row kernels. */
 #include "attn_common.cuh"
 
 /* Di = sum_d dout*out for each (b, h, i): one warp per row; Dv is (B,H,T). */
@@ -130,147 +131,6 @@ static __global__ void attn_bwd_dkdv_generic_kernel(attn_args a, T *dk, T *dv, c
         }
 }
 
-/* Tensor-core dK, dV: a block of NW warps owns BC = 16*NW keys of kv head hk; warp w owns keys
- * 16w..16w+15 and their dK, dV rows in registers. It walks every 64-row query tile of every query
- * head of the group (GQA without copies), Q/dO/lse/Di double-buffered so that the next tile's
- * loads overlap this tile's math: S^T = K Q^T, P^T, dP^T = V dO^T, dS^T, dV += P^T dO,
- * dK += dS^T Q. */
-template <typename T, int D, int NW>
-static __global__ void __launch_bounds__(NW * 32)
-    attn_bwd_dkdv_mma_kernel(attn_args a, T *dk, T *dv, const T *q, const T *k, const T *v,
-                             const T *dout, const float *lse, const float *Dv) {
-    constexpr int BC = 16 * NW, BR = 64, NT = NW * 32;
-    extern __shared__ __align__(128) unsigned char smem[];
-    T *sK = (T *)smem, *sV = sK + BC * D, *sQ = sV + BC * D, *sG = sQ + 2 * BR * D;
-    float *sL = (float *)(sG + 2 * BR * D), *sD = sL + 2 * BR;
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int b = blockIdx.y / a.Hkv, hk = blockIdx.y % a.Hkv, k0 = blockIdx.x * BC;
-    const int nq = (a.T + BR - 1) / BR, it0 = a.causal ? k0 / BR : 0, nqt = nq - it0;
-    const int ntile = a.group * nqt;
-    load_tile<T, BC, D, NT>(sK, k + b * a.st[AK][0] + hk * a.st[AK][2] + (int64_t)k0 * a.st[AK][1],
-                            a.st[AK][1], min(BC, a.T - k0));
-    load_tile<T, BC, D, NT>(sV, v + b * a.st[AV][0] + hk * a.st[AV][2] + (int64_t)k0 * a.st[AV][1],
-                            a.st[AV][1], min(BC, a.T - k0));
-    /* Q, dO (async) and lse*log2e, Di (plain stores, visible after the next barrier) of tile n */
-    auto issue = [&](int n, int buf) {
-        const int h = hk * a.group + n / nqt, q0 = (it0 + n % nqt) * BR, qn = min(BR, a.T - q0);
-        load_tile<T, BR, D, NT>(sQ + buf * BR * D,
-                                q + b * a.st[AQ][0] + h * a.st[AQ][2] + (int64_t)q0 * a.st[AQ][1],
-                                a.st[AQ][1], qn);
-        load_tile<T, BR, D, NT>(sG + buf * BR * D,
-                                dout + b * a.st[ADO][0] + h * a.st[ADO][2] +
-                                    (int64_t)q0 * a.st[ADO][1],
-                                a.st[ADO][1], qn);
-        cp_async_commit();
-        const int64_t ro = ((int64_t)b * a.H + h) * a.T + q0;
-        for (int i = threadIdx.x; i < BR; i += NT) {
-            sL[buf * BR + i] = i < qn ? lse[ro + i] * ATTN_LOG2E : INFINITY; // why: P = 0 past T
-            sD[buf * BR + i] = i < qn ? Dv[ro + i] : 0.0f;
-        }
-    };
-    if (ntile > 0) issue(0, 0);
-    const float sl2 = a.scale * ATTN_LOG2E;
-    float gk[D / 8][4], gv[D / 8][4];
-#pragma unroll
-    for (int i = 0; i < D / 8; i++)
-#pragma unroll
-        for (int e = 0; e < 4; e++)
-            gk[i][e] = gv[i][e] = 0.0f;
-    const int key0 = k0 + warp * 16 + (lane >> 2);
-    for (int n = 0; n < ntile; n++) {
-        cp_async_wait<0>();
-        __syncthreads(); // tile n is in; every warp is done with tile n-1's buffer
-        if (n + 1 < ntile) issue(n + 1, (n + 1) & 1);
-        const int buf = n & 1, q0 = (it0 + n % nqt) * BR;
-        const T *cQ = sQ + buf * BR * D, *cG = sG + buf * BR * D;
-        const float *cL = sL + buf * BR, *cD = sD + buf * BR;
-        if (a.causal && q0 + BR - 1 < k0 + warp * 16)
-            continue; // why: this warp's keys all > queries
-        float p[BR / 8][4], ds[BR / 8][4];
-#pragma unroll
-        for (int i = 0; i < BR / 8; i++)
-#pragma unroll
-            for (int e = 0; e < 4; e++)
-                p[i][e] = ds[i][e] = 0.0f;
-#pragma unroll
-        for (int kk = 0; kk < D / 16; kk++) {
-            uint32_t ka[4], va[4];
-            ldsm_x4(ka, sK + swz<D>(warp * 16 + (lane & 15), kk * 16 + (lane >> 4) * 8));
-            ldsm_x4(va, sV + swz<D>(warp * 16 + (lane & 15), kk * 16 + (lane >> 4) * 8));
-#pragma unroll
-            for (int np = 0; np < BR / 16; np++) {
-                uint32_t bq[4], bg[4];
-                int r = np * 16 + (lane & 7) + ((lane >> 4) << 3),
-                    c = kk * 16 + ((lane >> 3) & 1) * 8;
-                ldsm_x4(bq, cQ + swz<D>(r, c));
-                ldsm_x4(bg, cG + swz<D>(r, c));
-                attn_t<T>::mma(p[2 * np], ka, bq[0], bq[1]);
-                attn_t<T>::mma(p[2 * np + 1], ka, bq[2], bq[3]);
-                attn_t<T>::mma(ds[2 * np], va, bg[0], bg[1]);
-                attn_t<T>::mma(ds[2 * np + 1], va, bg[2], bg[3]);
-            }
-        }
-        const bool mask = k0 + BC > a.T || (a.causal && k0 + BC - 1 > q0);
-#pragma unroll
-        for (int nt = 0; nt < BR / 8; nt++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                int cl = nt * 8 + 2 * (lane & 3) + (e & 1), key = key0 + (e >> 1) * 8;
-                float pe = exp2f(p[nt][e] * sl2 - cL[cl]);
-                if (mask && (key >= a.T || (a.causal && q0 + cl < key))) pe = 0.0f;
-                p[nt][e] = pe;
-                ds[nt][e] = pe * (ds[nt][e] - cD[cl]);
-            }
-#pragma unroll
-        for (int kk = 0; kk < BR / 16; kk++) {
-            uint32_t pa[4] = { attn_t<T>::pack(p[2 * kk][0], p[2 * kk][1]),
-                               attn_t<T>::pack(p[2 * kk][2], p[2 * kk][3]),
-                               attn_t<T>::pack(p[2 * kk + 1][0], p[2 * kk + 1][1]),
-                               attn_t<T>::pack(p[2 * kk + 1][2], p[2 * kk + 1][3]) };
-            uint32_t sa[4] = { attn_t<T>::pack(ds[2 * kk][0], ds[2 * kk][1]),
-                               attn_t<T>::pack(ds[2 * kk][2], ds[2 * kk][3]),
-                               attn_t<T>::pack(ds[2 * kk + 1][0], ds[2 * kk + 1][1]),
-                               attn_t<T>::pack(ds[2 * kk + 1][2], ds[2 * kk + 1][3]) };
-            uint32_t sl[4] = { 0, 0, 0, 0 }; // why: as in the dQ kernel, dK = dS^T Q cancels
-            if constexpr (attn_t<T>::two_term) {
-                sl[0] = attn_t<T>::residual(ds[2 * kk][0], ds[2 * kk][1], sa[0]);
-                sl[1] = attn_t<T>::residual(ds[2 * kk][2], ds[2 * kk][3], sa[1]);
-                sl[2] = attn_t<T>::residual(ds[2 * kk + 1][0], ds[2 * kk + 1][1], sa[2]);
-                sl[3] = attn_t<T>::residual(ds[2 * kk + 1][2], ds[2 * kk + 1][3], sa[3]);
-            }
-#pragma unroll
-            for (int dp = 0; dp < D / 16; dp++) {
-                uint32_t bg[4], bq[4];
-                int r = kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, c = dp * 16 + (lane >> 4) * 8;
-                ldsm_x4_t(bg, cG + swz<D>(r, c));
-                ldsm_x4_t(bq, cQ + swz<D>(r, c));
-                attn_t<T>::mma(gv[2 * dp], pa, bg[0], bg[1]);
-                attn_t<T>::mma(gv[2 * dp + 1], pa, bg[2], bg[3]);
-                attn_t<T>::mma(gk[2 * dp], sa, bq[0], bq[1]);
-                attn_t<T>::mma(gk[2 * dp + 1], sa, bq[2], bq[3]);
-                if constexpr (attn_t<T>::two_term) {
-                    attn_t<T>::mma(gk[2 * dp], sl, bq[0], bq[1]);
-                    attn_t<T>::mma(gk[2 * dp + 1], sl, bq[2], bq[3]);
-                }
-            }
-        }
-    }
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        int key = key0 + 8 * r;
-        T *ok = dk + b * a.st[ADK][0] + (int64_t)key * a.st[ADK][1] + hk * a.st[ADK][2];
-        T *ov = dv + b * a.st[ADV][0] + (int64_t)key * a.st[ADV][1] + hk * a.st[ADV][2];
-#pragma unroll
-        for (int dt = 0; dt < D / 8; dt++) {
-            int c = dt * 8 + 2 * (lane & 3);
-            if (key >= a.T) continue;
-            *(uint32_t *)(ok + c) =
-                attn_t<T>::pack(gk[dt][2 * r] * a.scale, gk[dt][2 * r + 1] * a.scale);
-            *(uint32_t *)(ov + c) = attn_t<T>::pack(gv[dt][2 * r], gv[dt][2 * r + 1]);
-        }
-    }
-}
-
 /* Tensor-core dQ: a block of NW warps owns BR = 16*NW query rows of one
  * (b, h) and walks the key tiles (double-buffered), recomputing P and dS; dQ stays in registers. */
 template <typename T, int D, int NW>
@@ -282,8 +142,9 @@ static __global__ void __launch_bounds__(NW * 32)
     T *sQ = (T *)smem, *sG = sQ + BR * D, *sK = sG + BR * D, *sV = sK + 2 * BC * D;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int nq = (a.T + BR - 1) / BR, nk_all = (a.T + BC - 1) / BC;
-    const int qt = a.causal ? nq - 1 - (int)blockIdx.x : (int)blockIdx.x; // why: longest rows first
-    const int b = blockIdx.y / a.H, h = blockIdx.y % a.H, hk = h / a.group;
+    // why: tiles are y, heads x, and blocks start x-fastest: every head's longest rows go first
+    const int qt = a.causal ? nq - 1 - (int)blockIdx.y : (int)blockIdx.y;
+    const int b = blockIdx.x / a.H, h = blockIdx.x % a.H, hk = h / a.group;
     const int q0 = qt * BR, qn = min(BR, a.T - q0);
     const int nk = a.causal ? min(nk_all, (q0 + qn + BC - 1) / BC) : nk_all;
     const T *kg = k + b * a.st[AK][0] + hk * a.st[AK][2];
@@ -401,19 +262,304 @@ static __global__ void __launch_bounds__(NW * 32)
     }
 }
 
+/* Fast-path prologue: Di (as attn_bwd_dot_kernel) with 16-byte loads, D/8 threads per row, and
+ * zeroes the row's f32 dQ accumulator dqa (B,H,T,D). */
+template <typename T, int D>
+static __global__ void attn_bwd_prep_kernel(attn_args a, float *Dv, float *dqa, const T *o,
+                                            const T *dout) {
+    constexpr int TPR = D / 8;
+    const int64_t row = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / TPR;
+    const int c = (threadIdx.x % TPR) * 8;
+    const bool ok = row < (int64_t)a.B * a.H * a.T;
+    float acc = 0.0f;
+    if (ok) {
+        int i = (int)(row % a.T), h = (int)(row / a.T % a.H), b = (int)(row / a.T / a.H);
+        uint4 x = *(const uint4 *)(o + b * a.st[AO][0] + i * a.st[AO][1] + h * a.st[AO][2] + c);
+        uint4 y =
+            *(const uint4 *)(dout + b * a.st[ADO][0] + i * a.st[ADO][1] + h * a.st[ADO][2] + c);
+        const T *xs = (const T *)&x, *ys = (const T *)&y;
+#pragma unroll
+        for (int e = 0; e < 8; e++)
+            acc += attn_t<T>::ld(xs[e]) * attn_t<T>::ld(ys[e]);
+        float4 z = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        *(float4 *)(dqa + row * D + c) = z;
+        *(float4 *)(dqa + row * D + c + 4) = z;
+    }
+#pragma unroll
+    for (int off = TPR / 2; off > 0; off >>= 1)
+        acc += __shfl_xor_sync(0xffffffffu, acc, off);
+    if (ok && c == 0) Dv[row] = acc;
+}
+
+/* dq = scale * dqa, (B,H,T,D) f32 -> (B,T,H,D) strided, 8 elements per thread. */
+template <typename T, int D>
+static __global__ void attn_bwd_dq_convert_kernel(attn_args a, T *dq, const float *dqa) {
+    constexpr int TPR = D / 8;
+    const int64_t row = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / TPR;
+    const int c = (threadIdx.x % TPR) * 8;
+    if (row >= (int64_t)a.B * a.H * a.T) return;
+    int i = (int)(row % a.T), h = (int)(row / a.T % a.H), b = (int)(row / a.T / a.H);
+    float4 x = *(const float4 *)(dqa + row * D + c), y = *(const float4 *)(dqa + row * D + c + 4);
+    uint4 r;
+    r.x = attn_t<T>::pack(x.x * a.scale, x.y * a.scale);
+    r.y = attn_t<T>::pack(x.z * a.scale, x.w * a.scale);
+    r.z = attn_t<T>::pack(y.x * a.scale, y.y * a.scale);
+    r.w = attn_t<T>::pack(y.z * a.scale, y.w * a.scale);
+    *(uint4 *)(dq + b * a.st[ADQ][0] + i * a.st[ADQ][1] + h * a.st[ADQ][2] + c) = r;
+}
+
+__device__ __forceinline__ void red_add2(float *p, float x, float y) {
+#if __CUDA_ARCH__ >= 900
+    atomicAdd((float2 *)p, make_float2(x, y)); // why: one 8-byte red instead of two
+#else
+    atomicAdd(p, x), atomicAdd(p + 1, y);
+#endif
+}
+
+/* Tensor-core dK, dV (and with DQ, dQ): a block of NW warps owns BC = 16*NW keys of kv head hk;
+ * warp w owns keys 16w..16w+15 and their dK, dV rows in registers. It walks every BR-row query
+ * tile of every query head of the group (GQA without copies), Q/dO/lse/Di double-buffered so
+ * that the next tile's loads overlap this tile's math: S^T = K Q^T, P^T, dP^T = V dO^T, dS^T,
+ * dV += P^T dO, dK += dS^T Q. With DQ each warp also writes its dS^T (bf16: hi and lo terms) to
+ * shared memory; after a barrier the block computes the tile's dQ part dS K (warp: 16 query
+ * rows x DW columns) and adds it into the f32 accumulator dqa (B,H,T,D) with atomics. */
+template <typename T, int D, int NW, int BR, bool DQ>
+static __global__ void __launch_bounds__(NW * 32)
+    attn_bwd_dkdv_mma_kernel(attn_args a, T *dk, T *dv, float *dqa, const T *q, const T *k,
+                             const T *v, const T *dout, const float *lse, const float *Dv) {
+    constexpr int BC = 16 * NW, NT = NW * 32, TWO = attn_t<T>::two_term ? 2 : 1;
+    constexpr int RG = BR / 16, DW = D / (NW / RG);
+    static_assert(NW % RG == 0 && DW % 16 == 0, "dQ warp layout");
+    extern __shared__ __align__(128) unsigned char smem[];
+    T *sK = (T *)smem, *sV = sK + BC * D, *sQ = sV + BC * D, *sG = sQ + 2 * BR * D;
+    T *sS = sG + 2 * BR * D; /* DQ: dS^T (BC, BR), hi then lo */
+    float *sL = (float *)(sS + (DQ ? TWO * BC * BR : 0)), *sD = sL + 2 * BR;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    // why: key tiles are y, heads x, and blocks start x-fastest: the longest (causal) go first
+    const int b = blockIdx.x / a.Hkv, hk = blockIdx.x % a.Hkv, k0 = blockIdx.y * BC;
+    const int nq = (a.T + BR - 1) / BR, it0 = a.causal ? k0 / BR : 0, nqt = nq - it0;
+    const int ntile = a.group * nqt;
+    load_tile<T, BC, D, NT>(sK, k + b * a.st[AK][0] + hk * a.st[AK][2] + (int64_t)k0 * a.st[AK][1],
+                            a.st[AK][1], min(BC, a.T - k0));
+    load_tile<T, BC, D, NT>(sV, v + b * a.st[AV][0] + hk * a.st[AV][2] + (int64_t)k0 * a.st[AV][1],
+                            a.st[AV][1], min(BC, a.T - k0));
+    auto issue = [&](int n, int buf) {
+        const int h = hk * a.group + n / nqt, q0 = (it0 + n % nqt) * BR, qn = min(BR, a.T - q0);
+        load_tile<T, BR, D, NT>(sQ + buf * BR * D,
+                                q + b * a.st[AQ][0] + h * a.st[AQ][2] + (int64_t)q0 * a.st[AQ][1],
+                                a.st[AQ][1], qn);
+        load_tile<T, BR, D, NT>(sG + buf * BR * D,
+                                dout + b * a.st[ADO][0] + h * a.st[ADO][2] +
+                                    (int64_t)q0 * a.st[ADO][1],
+                                a.st[ADO][1], qn);
+        const int64_t ro = ((int64_t)b * a.H + h) * a.T + q0;
+        for (int i = threadIdx.x; i < 2 * BR; i += NT) { // zeros past T: masked below
+            const int r = i % BR;
+            const bool ok = r < qn;
+            cp_async4((i < BR ? sL : sD) + buf * BR + r, (i < BR ? lse : Dv) + ro + (ok ? r : 0),
+                      ok);
+        }
+        cp_async_commit();
+    };
+    if (ntile > 0) issue(0, 0);
+    const float sl2 = a.scale * ATTN_LOG2E;
+    float gk[D / 8][4], gv[D / 8][4];
+#pragma unroll
+    for (int i = 0; i < D / 8; i++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            gk[i][e] = gv[i][e] = 0.0f;
+    const int key0 = k0 + warp * 16 + (lane >> 2);
+    const int rg = warp % RG, dc = warp / RG;
+    const int nkstep = min(BC / 16, (a.T - k0 + 15) / 16);
+    for (int n = 0; n < ntile; n++) {
+        cp_async_wait<0>();
+        __syncthreads(); // tile n is in; every warp is done with tile n-1's buffers and dS
+        if (n + 1 < ntile) issue(n + 1, (n + 1) & 1);
+        const int buf = n & 1, h = hk * a.group + n / nqt, q0 = (it0 + n % nqt) * BR;
+        const T *cQ = sQ + buf * BR * D, *cG = sG + buf * BR * D;
+        const float *cL = sL + buf * BR, *cD = sD + buf * BR;
+        if (!a.causal || q0 + BR - 1 >= k0 + warp * 16) { // else this warp's keys all > queries
+            float p[BR / 8][4], ds[BR / 8][4];
+#pragma unroll
+            for (int i = 0; i < BR / 8; i++)
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    p[i][e] = ds[i][e] = 0.0f;
+#pragma unroll
+            for (int kk = 0; kk < D / 16; kk++) {
+                uint32_t ka[4], va[4];
+                ldsm_x4(ka, sK + swz<D>(warp * 16 + (lane & 15), kk * 16 + (lane >> 4) * 8));
+                ldsm_x4(va, sV + swz<D>(warp * 16 + (lane & 15), kk * 16 + (lane >> 4) * 8));
+#pragma unroll
+                for (int np = 0; np < BR / 16; np++) {
+                    uint32_t bq[4], bg[4];
+                    int r = np * 16 + (lane & 7) + ((lane >> 4) << 3),
+                        c = kk * 16 + ((lane >> 3) & 1) * 8;
+                    ldsm_x4(bq, cQ + swz<D>(r, c));
+                    ldsm_x4(bg, cG + swz<D>(r, c));
+                    attn_t<T>::mma(p[2 * np], ka, bq[0], bq[1]);
+                    attn_t<T>::mma(p[2 * np + 1], ka, bq[2], bq[3]);
+                    attn_t<T>::mma(ds[2 * np], va, bg[0], bg[1]);
+                    attn_t<T>::mma(ds[2 * np + 1], va, bg[2], bg[3]);
+                }
+            }
+            const bool mask = k0 + BC > a.T || q0 + BR > a.T || (a.causal && k0 + BC - 1 > q0);
+#pragma unroll
+            for (int nt = 0; nt < BR / 8; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    int cl = nt * 8 + 2 * (lane & 3) + (e & 1), key = key0 + (e >> 1) * 8;
+                    float pe = exp2f(p[nt][e] * sl2 - cL[cl] * ATTN_LOG2E);
+                    if (mask && (key >= a.T || q0 + cl >= a.T || (a.causal && q0 + cl < key)))
+                        pe = 0.0f;
+                    p[nt][e] = pe;
+                    ds[nt][e] = pe * (ds[nt][e] - cD[cl]);
+                }
+#pragma unroll
+            for (int kk = 0; kk < BR / 16; kk++) {
+                uint32_t pa[4] = { attn_t<T>::pack(p[2 * kk][0], p[2 * kk][1]),
+                                   attn_t<T>::pack(p[2 * kk][2], p[2 * kk][3]),
+                                   attn_t<T>::pack(p[2 * kk + 1][0], p[2 * kk + 1][1]),
+                                   attn_t<T>::pack(p[2 * kk + 1][2], p[2 * kk + 1][3]) };
+                uint32_t sa[4] = { attn_t<T>::pack(ds[2 * kk][0], ds[2 * kk][1]),
+                                   attn_t<T>::pack(ds[2 * kk][2], ds[2 * kk][3]),
+                                   attn_t<T>::pack(ds[2 * kk + 1][0], ds[2 * kk + 1][1]),
+                                   attn_t<T>::pack(ds[2 * kk + 1][2], ds[2 * kk + 1][3]) };
+                uint32_t sl[4] = { 0, 0, 0, 0 }; // why: dK = dS^T Q and dQ = dS K cancel
+                if constexpr (TWO == 2) {
+                    sl[0] = attn_t<T>::residual(ds[2 * kk][0], ds[2 * kk][1], sa[0]);
+                    sl[1] = attn_t<T>::residual(ds[2 * kk][2], ds[2 * kk][3], sa[1]);
+                    sl[2] = attn_t<T>::residual(ds[2 * kk + 1][0], ds[2 * kk + 1][1], sa[2]);
+                    sl[3] = attn_t<T>::residual(ds[2 * kk + 1][2], ds[2 * kk + 1][3], sa[3]);
+                }
+                /* dS^T rows warp*16 + g (+8), query columns kk*16 + 2t (+8): for the dQ phase */
+                const int sr = warp * 16 + (lane >> 2), sc = kk * 16 + 2 * (lane & 3);
+#pragma unroll
+                for (int t2 = 0; t2 < (DQ ? TWO : 0); t2++) {
+                    T *dst = sS + t2 * BC * BR;
+                    const uint32_t *w = t2 ? sl : sa;
+                    *(uint32_t *)(dst + swz<BR>(sr, sc)) = w[0];
+                    *(uint32_t *)(dst + swz<BR>(sr + 8, sc)) = w[1];
+                    *(uint32_t *)(dst + swz<BR>(sr, sc + 8)) = w[2];
+                    *(uint32_t *)(dst + swz<BR>(sr + 8, sc + 8)) = w[3];
+                }
+#pragma unroll
+                for (int dp = 0; dp < D / 16; dp++) {
+                    uint32_t bg[4], bq[4];
+                    int r = kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8,
+                        c = dp * 16 + (lane >> 4) * 8;
+                    ldsm_x4_t(bg, cG + swz<D>(r, c));
+                    ldsm_x4_t(bq, cQ + swz<D>(r, c));
+                    attn_t<T>::mma(gv[2 * dp], pa, bg[0], bg[1]);
+                    attn_t<T>::mma(gv[2 * dp + 1], pa, bg[2], bg[3]);
+                    attn_t<T>::mma(gk[2 * dp], sa, bq[0], bq[1]);
+                    attn_t<T>::mma(gk[2 * dp + 1], sa, bq[2], bq[3]);
+                    if constexpr (TWO == 2) {
+                        attn_t<T>::mma(gk[2 * dp], sl, bq[0], bq[1]);
+                        attn_t<T>::mma(gk[2 * dp + 1], sl, bq[2], bq[3]);
+                    }
+                }
+            }
+        }
+        if constexpr (!DQ) continue;
+        __syncthreads(); // dS^T of every warp is in
+        /* dQ rows q0 + rg*16.., columns dc*DW..: key steps past the causal edge are zero (and
+         * their dS^T rows unwritten by warps that skipped) */
+        int kend = nkstep;
+        if (a.causal) kend = min(kend, max(0, (q0 + rg * 16 + 15 - k0) / 16 + 1));
+        if (q0 + rg * 16 >= a.T) kend = 0;
+        if (kend > 0) {
+            float acc[DW / 8][4];
+#pragma unroll
+            for (int i = 0; i < DW / 8; i++)
+                acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
+            auto kstep = [&](int kk) {
+                uint32_t ah[4], al[4];
+                const int r = kk * 16 + (lane & 7) + ((lane >> 4) << 3),
+                          c = rg * 16 + ((lane >> 3) & 1) * 8;
+                ldsm_x4_t(ah, sS + swz<BR>(r, c));
+                if constexpr (TWO == 2) ldsm_x4_t(al, sS + BC * BR + swz<BR>(r, c));
+#pragma unroll
+                for (int dp = 0; dp < DW / 16; dp++) {
+                    uint32_t bk[4];
+                    ldsm_x4_t(bk, sK + swz<D>(kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8,
+                                              dc * DW + dp * 16 + (lane >> 4) * 8));
+                    attn_t<T>::mma(acc[2 * dp], ah, bk[0], bk[1]);
+                    attn_t<T>::mma(acc[2 * dp + 1], ah, bk[2], bk[3]);
+                    if constexpr (TWO == 2) {
+                        attn_t<T>::mma(acc[2 * dp], al, bk[0], bk[1]);
+                        attn_t<T>::mma(acc[2 * dp + 1], al, bk[2], bk[3]);
+                    }
+                }
+            };
+            if (kend == BC / 16) { // why: unrolled, the next step's loads overlap this one's mma
+#pragma unroll
+                for (int kk = 0; kk < BC / 16; kk++)
+                    kstep(kk);
+            } else {
+                for (int kk = 0; kk < kend; kk++)
+                    kstep(kk);
+            }
+            const int row = q0 + rg * 16 + (lane >> 2);
+            float *dst = dqa + (((int64_t)b * a.H + h) * a.T + row) * D + dc * DW + 2 * (lane & 3);
+#pragma unroll
+            for (int r = 0; r < 2; r++)
+                if (row + 8 * r < a.T)
+#pragma unroll
+                    for (int nt = 0; nt < DW / 8; nt++)
+                        red_add2(dst + 8 * r * D + nt * 8, acc[nt][2 * r], acc[nt][2 * r + 1]);
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        int key = key0 + 8 * r;
+        T *ok = dk + b * a.st[ADK][0] + (int64_t)key * a.st[ADK][1] + hk * a.st[ADK][2];
+        T *ov = dv + b * a.st[ADV][0] + (int64_t)key * a.st[ADV][1] + hk * a.st[ADV][2];
+#pragma unroll
+        for (int dt = 0; dt < D / 8; dt++) {
+            int c = dt * 8 + 2 * (lane & 3);
+            if (key >= a.T) continue;
+            *(uint32_t *)(ok + c) =
+                attn_t<T>::pack(gk[dt][2 * r] * a.scale, gk[dt][2 * r + 1] * a.scale);
+            *(uint32_t *)(ov + c) = attn_t<T>::pack(gv[dt][2 * r], gv[dt][2 * r + 1]);
+        }
+    }
+}
+
+template <typename T, int D, int NW, int BR>
+static mt_status launch_fused(const attn_args &a, T *dq, T *dk, T *dv, const T *dout, const T *o,
+                              const T *q, const T *k, const T *v, const float *lse, float *Dv,
+                              float *dqa, mt_stream stream) {
+    constexpr int BC = 16 * NW, TWO = attn_t<T>::two_term ? 2 : 1;
+    const int64_t rows = (int64_t)a.B * a.H * a.T, thr = rows * (D / 8);
+    attn_bwd_prep_kernel<T, D>
+        <<<(unsigned)((thr + 255) / 256), 256, 0, stream>>>(a, Dv, dqa, o, dout);
+    MT_CUDA_CHECK_LAUNCH();
+    const int smem = (2 * BC * D + 4 * BR * D + TWO * BC * BR) * (int)sizeof(T) + 4 * BR * 4;
+    MT_TRY(attn_smem_attr(attn_bwd_dkdv_mma_kernel<T, D, NW, BR, true>, smem));
+    dim3 grid(a.B * a.Hkv, (a.T + BC - 1) / BC);
+    attn_bwd_dkdv_mma_kernel<T, D, NW, BR, true>
+        <<<grid, NW * 32, smem, stream>>>(a, dk, dv, dqa, q, k, v, dout, lse, Dv);
+    MT_CUDA_CHECK_LAUNCH();
+    attn_bwd_dq_convert_kernel<T, D><<<(unsigned)((thr + 255) / 256), 256, 0, stream>>>(a, dq, dqa);
+    MT_CUDA_CHECK_LAUNCH();
+    return MT_OK;
+}
+
 template <typename T, int D, int NW_KV, int NW_Q>
 static mt_status launch_mma(const attn_args &a, T *dq, T *dk, T *dv, const T *dout, const T *q,
                             const T *k, const T *v, const float *lse, float *Dv, mt_stream stream) {
     constexpr int BC = 16 * NW_KV, BRQ = 16 * NW_Q;
     const int smem_kv = (2 * BC * D + 4 * 64 * D) * (int)sizeof(T) + 4 * 64 * 4;
     const int smem_q = (2 * BRQ * D + 4 * 64 * D) * (int)sizeof(T);
-    MT_TRY(attn_smem_attr(attn_bwd_dkdv_mma_kernel<T, D, NW_KV>, smem_kv));
-    dim3 grid_kv((a.T + BC - 1) / BC, a.B * a.Hkv);
-    attn_bwd_dkdv_mma_kernel<T, D, NW_KV>
-        <<<grid_kv, NW_KV * 32, smem_kv, stream>>>(a, dk, dv, q, k, v, dout, lse, Dv);
+    MT_TRY(attn_smem_attr(attn_bwd_dkdv_mma_kernel<T, D, NW_KV, 64, false>, smem_kv));
+    dim3 grid_kv(a.B * a.Hkv, (a.T + BC - 1) / BC);
+    attn_bwd_dkdv_mma_kernel<T, D, NW_KV, 64, false>
+        <<<grid_kv, NW_KV * 32, smem_kv, stream>>>(a, dk, dv, NULL, q, k, v, dout, lse, Dv);
     MT_CUDA_CHECK_LAUNCH();
     MT_TRY(attn_smem_attr(attn_bwd_dq_mma_kernel<T, D, NW_Q>, smem_q));
-    dim3 grid_q((a.T + BRQ - 1) / BRQ, a.B * a.H);
+    dim3 grid_q(a.B * a.H, (a.T + BRQ - 1) / BRQ);
     attn_bwd_dq_mma_kernel<T, D, NW_Q>
         <<<grid_q, NW_Q * 32, smem_q, stream>>>(a, dq, q, k, v, dout, lse, Dv);
     MT_CUDA_CHECK_LAUNCH();
@@ -424,8 +570,20 @@ template <typename T>
 static mt_status launch(const attn_args &a, int fast, mt_tensor *dq, mt_tensor *dk, mt_tensor *dv,
                         const mt_tensor *dout, const mt_tensor *q, const mt_tensor *k,
                         const mt_tensor *v, const mt_tensor *out, const float *lse, float *Dv,
-                        mt_stream stream) {
+                        float *dqa, mt_stream stream) {
     int64_t rows = (int64_t)a.B * a.H * a.T;
+    if constexpr (sizeof(T) == 2) {
+        if (fast && dqa) { /* non-deterministic: the fused kernel */
+            T *gq = (T *)dq->data, *gk = (T *)dk->data, *gv = (T *)dv->data;
+            const T *g = (const T *)dout->data, *o = (const T *)out->data, *tq = (const T *)q->data,
+                    *tk = (const T *)k->data, *tv = (const T *)v->data;
+            if (a.D == 64) // why: 4 warps (2 blocks per SM) beat 8 at D 64 on an H200
+                return launch_fused<T, 64, 4, 64>(a, gq, gk, gv, g, o, tq, tk, tv, lse, Dv, dqa,
+                                                  stream);
+            return launch_fused<T, 128, 8, 64>(a, gq, gk, gv, g, o, tq, tk, tv, lse, Dv, dqa,
+                                               stream);
+        }
+    }
     attn_bwd_dot_kernel<T><<<(unsigned)((rows + 3) / 4), 128, 0, stream>>>(
         a, Dv, (const T *)out->data, (const T *)dout->data);
     MT_CUDA_CHECK_LAUNCH();
@@ -458,14 +616,15 @@ extern "C" mt_status attn_bwd_cuda(const attn_shape *s, mt_tensor *dq, mt_tensor
     for (int i = 0; i < A_NT; i++)
         fast = fast && attn_aligned(t[i]);
     float *Dv = (float *)workspace;
+    float *dqa = attn_bwd_fused(s) ? (float *)((char *)workspace + attn_ws_di_bytes(s)) : NULL;
     const float *L = (const float *)lse->data;
     switch (q->dtype) {
     case MT_F32:
-        return launch<float>(a, 0, dq, dk, dv, dout, q, k, v, out, L, Dv, stream);
+        return launch<float>(a, 0, dq, dk, dv, dout, q, k, v, out, L, Dv, NULL, stream);
     case MT_BF16:
-        return launch<__nv_bfloat16>(a, fast, dq, dk, dv, dout, q, k, v, out, L, Dv, stream);
+        return launch<__nv_bfloat16>(a, fast, dq, dk, dv, dout, q, k, v, out, L, Dv, dqa, stream);
     case MT_F16:
-        return launch<__half>(a, fast, dq, dk, dv, dout, q, k, v, out, L, Dv, stream);
+        return launch<__half>(a, fast, dq, dk, dv, dout, q, k, v, out, L, Dv, dqa, stream);
     default:
         return MT_ERROR(MT_ERR_UNSUPPORTED, "attention dtype %s", mt_dtype_name(q->dtype));
     }

@@ -63,8 +63,9 @@ static __global__ void __launch_bounds__(NW * 32)
     T *sQ = (T *)smem, *sK = sQ + BR * D, *sV = sK + 2 * BC * D;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int nq = (a.T + BR - 1) / BR, nk_all = (a.T + BC - 1) / BC;
-    const int qt = a.causal ? nq - 1 - (int)blockIdx.x : (int)blockIdx.x; // why: longest rows first
-    const int b = blockIdx.y / a.H, h = blockIdx.y % a.H, hk = h / a.group;
+    // why: tiles are y, heads x, and blocks start x-fastest: every head's longest rows go first
+    const int qt = a.causal ? nq - 1 - (int)blockIdx.y : (int)blockIdx.y;
+    const int b = blockIdx.x / a.H, h = blockIdx.x % a.H, hk = h / a.group;
     const int q0 = qt * BR, qn = min(BR, a.T - q0);
     const int nk = a.causal ? min(nk_all, (q0 + qn + BC - 1) / BC) : nk_all;
     const T *qg = q + b * a.st[AQ][0] + h * a.st[AQ][2] + (int64_t)q0 * a.st[AQ][1];
@@ -190,7 +191,7 @@ static mt_status launch_mma(const attn_args &a, mt_tensor *out, mt_tensor *lse, 
     constexpr int BR = 16 * NW, BC = 64;
     const int smem = (BR + 4 * BC) * D * (int)sizeof(T);
     MT_TRY(attn_smem_attr(attn_fwd_mma_kernel<T, D, NW>, smem));
-    dim3 grid((a.T + BR - 1) / BR, a.B * a.H);
+    dim3 grid(a.B * a.H, (a.T + BR - 1) / BR);
     attn_fwd_mma_kernel<T, D, NW>
         <<<grid, NW * 32, smem, stream>>>(a, (T *)out->data, (float *)lse->data, (const T *)q->data,
                                           (const T *)k->data, (const T *)v->data);
