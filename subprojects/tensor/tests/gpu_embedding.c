@@ -1,6 +1,7 @@
 /* gpu: embedding forward and the sort-based backward on CUDA equal the CPU reference (the same sums
  * in the same token order) on fresh random input in f32 and bf16, with f32 or bf16 gradient tables,
- * hot ids repeated hundreds of times, i32 and i64 ids; the backward is bit-identical run to run. */
+ * hot ids repeated hundreds of times (runs of one warp, of one row tile and of several), i32 and
+ * i64 ids; the backward is bit-identical run to run. */
 #include "gpu_common.h"
 
 static void run(mt_dtype dt, mt_dtype gdt, mt_dtype idt, int64_t V, int64_t C, int64_t B, int64_t T,
@@ -72,6 +73,8 @@ int main(void) {
     run(MT_BF16, MT_BF16, MT_I32, 1000, 256, 2, 300, 1, 5);
     run(MT_BF16, MT_BF16, MT_I64, 333, 36, 3, 17, 0, 6); /* C % 8 != 0: scalar path */
     run(MT_F32, MT_F32, MT_I32, 333, 37, 3, 17, 1, 7);
+    run(MT_BF16, MT_F32, MT_I32, 1000, 768, 8, 256, 1, 8); /* runs of ~290: several row tiles */
+    run(MT_BF16, MT_BF16, MT_I64, 333, 36, 4, 300, 1, 9);  /* long runs on the scalar path */
     mt_arena_destroy(ar);
     return mt_test_result();
 }

@@ -98,6 +98,7 @@ int main(void) {
     run_colsum(MT_BF16, MT_BF16, 333, 4096, 0, 3);
     run_colsum(MT_F32, MT_F32, 333, 37, 1, 4);     /* C % 4 != 0: scalar path */
     run_colsum(MT_BF16, MT_F32, 100000, 24, 0, 5); /* many row chunks */
+    run_colsum(MT_BF16, MT_F32, 4096, 8192, 1, 7); /* many blocks: longer row chunks */
     run_colsum(MT_F32, MT_F32, 1, 5, 0, 6);
 
     /* golden values on the GPU */

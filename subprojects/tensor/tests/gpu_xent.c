@@ -1,6 +1,7 @@
 /* gpu: fused softmax cross-entropy on CUDA equals the CPU reference on fresh random logits in f32
  * and bf16 (padded vocab 50257 -> 50304 and an odd unpadded one), i32 and i64 targets with ignored
- * tokens, per-token and mean gradients, in place; and the golden values. */
+ * tokens, per-token and mean gradients, in place, more rows than resident blocks; and the golden
+ * values. */
 #include "gpu_common.h"
 
 static void run(mt_dtype dt, mt_dtype tdt, int64_t N, int64_t V, int64_t Vp, int mean, int in_place,
@@ -55,6 +56,7 @@ int main(void) {
         run(dt, MT_I64, 33, 1000, 1003, 1, 0, 120 + bf); /* Vp not a multiple of 8: scalar */
         run(dt, MT_I32, 17, 37, 40, 0, 1, 130 + bf);
     }
+    run(MT_BF16, MT_I32, 300, 50257, 50304, 1, 1, 140); /* more rows than resident blocks */
     /* golden values on the GPU (f32, per-token and mean) */
     mt_arena_reset(ar);
     int64_t N = 7, V = 37, sh[2] = { 7, 40 }, two[1] = { 2 }, one[1] = { 7 };

@@ -1,10 +1,15 @@
-/* Private CUDA helpers for tensor kernels: float load/store for f32/bf16/f16 and launch sizing. */
+/* Private CUDA helpers for tensor kernels: float load/store for f32/bf16/f16, launch sizing and
+ * cached device queries. */
 #ifndef MT_TENSOR_CUDA_COMMON_CUH
 #define MT_TENSOR_CUDA_COMMON_CUH
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <mt/core_cuda.h>
+
+#include <map>
+#include <mutex>
+#include <tuple>
 
 #include "../ops_impl.h"
 
@@ -18,8 +23,9 @@ template <> struct mt_cuda_t<float> {
     }
 };
 template <> struct mt_cuda_t<__nv_bfloat16> {
+    // why: exact like __bfloat162float, but plain C (its inline asm pins where the compiler puts it)
     static __device__ __forceinline__ float ld(__nv_bfloat16 v) {
-        return __bfloat162float(v);
+        return __uint_as_float((unsigned)__bfloat16_as_ushort(v) << 16);
     }
     static __device__ __forceinline__ __nv_bfloat16 st(float v) {
         return __float2bfloat16_rn(v);
@@ -61,6 +67,50 @@ template <typename T> __device__ __forceinline__ T stf(float v) {
             return MT_ERROR(MT_ERR_UNSUPPORTED, "dtype %s", mt_dtype_name(dt)); \
         }                                                                       \
     } while (0)
+
+/* Device attribute `attr` of the current device, cached per device (the query costs host time on
+ * every launch otherwise). */
+static inline mt_status mt_cuda_attr(cudaDeviceAttr attr, int *value) {
+    static std::mutex mu;
+    static std::map<std::pair<int, int>, int> cache;
+    int dev = 0;
+    MT_CUDA_TRY(cudaGetDevice(&dev));
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = cache.find({ dev, (int)attr });
+    if (it == cache.end()) {
+        int v = 0;
+        MT_CUDA_TRY(cudaDeviceGetAttribute(&v, attr, dev));
+        it = cache.emplace(std::make_pair(dev, (int)attr), v).first;
+    }
+    *value = it->second;
+    return MT_OK;
+}
+
+/* Blocks of `kernel` resident per multiprocessor at `threads` threads and `smem` dynamic shared
+ * bytes; cached per kernel, device and shape. The kernel may then be launched with up to the
+ * device's opt-in shared-memory limit (less its static shared memory; raised on first use). */
+template <typename K>
+static inline mt_status mt_cuda_occupancy(K kernel, int threads, size_t smem, int *per_sm) {
+    static std::mutex mu;
+    static std::map<std::tuple<const void *, int, int, size_t>, int> cache;
+    int dev = 0, optin = 0;
+    MT_CUDA_TRY(cudaGetDevice(&dev));
+    MT_TRY(mt_cuda_attr(cudaDevAttrMaxSharedMemoryPerBlockOptin, &optin));
+    std::lock_guard<std::mutex> lock(mu);
+    auto key = std::make_tuple((const void *)kernel, dev, threads, smem);
+    auto it = cache.find(key);
+    if (it == cache.end()) {
+        int v = 0;
+        cudaFuncAttributes fa;
+        MT_CUDA_TRY(cudaFuncGetAttributes(&fa, kernel));
+        MT_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         optin - (int)fa.sharedSizeBytes));
+        MT_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&v, kernel, threads, smem));
+        it = cache.emplace(key, v < 1 ? 1 : v).first;
+    }
+    *per_sm = it->second;
+    return MT_OK;
+}
 
 static inline unsigned mt_grid_1d(int64_t n, int block) {
     int64_t g = (n + block - 1) / block;

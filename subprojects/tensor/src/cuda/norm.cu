@@ -1,7 +1,8 @@
-/* LayerNorm/RMSNorm CUDA kernels. A block of tpr x rpb threads holds rpb rows at a time, each row
- * in registers across tpr threads (16-byte packs, fp32 math): one read of every input, one write
- * of every output. The backward keeps per-thread weight/bias gradient sums in registers, writes
- * one partial per block, and a second kernel adds the partials in a fixed order (no atomics). */
+/* LayerNorm/RMSNorm CUDA kernels, the row in registers (16-byte packs, fp32 math): one read of
+ * every input, one write of every output. Rows of up to 256 packs: one warp per row, shuffle-only
+ * reductions. Wider rows (or unaligned ones): a block of tpr x rpb threads holds rpb rows. The
+ * backward keeps per-thread weight/bias gradient sums in registers, writes one partial per block,
+ * and a second kernel adds the partials in a fixed order (no atomics). */
 #include "common.cuh"
 
 template <typename T, int W> struct alignas(sizeof(T) * W) norm_pack { T v[W]; };
@@ -118,6 +119,218 @@ template <bool RMS, typename T, int W, int NV> static __global__ void norm_fwd_k
     }
 }
 
+static __device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+/* Sums (a, b) over the G warps of row group `grp` (block of 256 threads, 8 / G groups); every
+ * thread of the group gets them. red: [2][8] float2, used alternately (`slot`) so that a fast
+ * warp's next write cannot meet a slow warp's read. Warps are added in order: deterministic. */
+template <int G>
+static __device__ __forceinline__ float2 group_sum2(float a, float b, float2 (*red)[8], int &slot) {
+    a = warp_sum(a);
+    b = warp_sum(b);
+    if (G == 1) return make_float2(a, b);
+    int warp = threadIdx.x / 32, grp = warp / G;
+    if (threadIdx.x % 32 == 0) red[slot][warp] = make_float2(a, b);
+    asm volatile("bar.sync %0, %1;" ::"r"(1 + grp), "r"(32 * G) : "memory");
+    float2 s = red[slot][grp * G];
+#pragma unroll
+    for (int k = 1; k < G; k++) {
+        s.x += red[slot][grp * G + k].x;
+        s.y += red[slot][grp * G + k].y;
+    }
+    slot ^= 1;
+    return s;
+}
+
+template <typename T, int W>
+static __device__ __forceinline__ norm_pack<T, W> ld_pack(const void *base, int64_t off) {
+    return *reinterpret_cast<const norm_pack<T, W> *>((const T *)base + off);
+}
+
+template <typename T, int W>
+static __device__ __forceinline__ void unpack(float (&f)[W], const norm_pack<T, W> &p) {
+#pragma unroll
+    for (int j = 0; j < W; j++)
+        f[j] = ldf(p.v[j]);
+}
+
+/* Group-per-row kernels (blocks of 256 threads): G warps hold a row in registers, thread u of the
+ * group (0 <= u < 32 G) holding packs u + 32 G i, i < NV (16 bytes each); reductions by shuffles
+ * and, for G > 1, a named barrier per group. */
+template <bool RMS, typename T, int G, int NV>
+static __global__ void __launch_bounds__(256, 4) norm_fwd_grp_kernel(norm_args n) {
+    __shared__ float2 red[2][8];
+    const int W = 16 / sizeof(T), u = threadIdx.x % (32 * G), npk = (int)(n.C / W);
+    const int64_t r = (int64_t)blockIdx.x * (8 / G) + threadIdx.x / (32 * G), C = n.C;
+    if (r >= n.rows) return;
+    const int64_t off = r * C;
+    int slot = 0;
+    norm_pack<T, W> px[NV], pr[NV];
+    // why: every load of the row is issued before the first use
+#pragma unroll
+    for (int i = 0; i < NV; i++)
+        if (u + 32 * G * i < npk) px[i] = ld_pack<T, W>(n.x, off + (u + 32 * G * i) * W);
+    if (n.residual) {
+#pragma unroll
+        for (int i = 0; i < NV; i++)
+            if (u + 32 * G * i < npk) pr[i] = ld_pack<T, W>(n.residual, off + (u + 32 * G * i) * W);
+    }
+    float h[NV][W], s = 0.0f;
+#pragma unroll
+    for (int i = 0; i < NV; i++) {
+        int p = u + 32 * G * i;
+#pragma unroll
+        for (int j = 0; j < W; j++)
+            h[i][j] = 0.0f;
+        if (p < npk) {
+            unpack<T, W>(h[i], px[i]);
+            if (n.residual) {
+                float res[W];
+                unpack<T, W>(res, pr[i]);
+                // why: normalise the sum as stored (rounded to T), as an unfused add would
+#pragma unroll
+                for (int j = 0; j < W; j++)
+                    h[i][j] = ldf(stf<T>(h[i][j] + res[j]));
+            }
+            if (n.resid_out) st_row<T, W>(n.resid_out, off + p * W, h[i]);
+#pragma unroll
+            for (int j = 0; j < W; j++)
+                s += h[i][j];
+        }
+    }
+    float mean = RMS ? 0.0f : group_sum2<G>(s, 0.0f, red, slot).x / (float)C, ss = 0.0f;
+#pragma unroll
+    for (int i = 0; i < NV; i++)
+        if (u + 32 * G * i < npk) {
+#pragma unroll
+            for (int j = 0; j < W; j++)
+                ss += (h[i][j] - mean) * (h[i][j] - mean);
+        }
+    float rstd = rsqrtf(group_sum2<G>(ss, 0.0f, red, slot).x / (float)C + n.eps);
+#pragma unroll
+    for (int i = 0; i < NV; i++) {
+        int p = u + 32 * G * i;
+        if (p < npk) {
+            float w[W], b[W], y[W];
+            ld_row<T, W>(w, n.weight, p * W);
+#pragma unroll
+            for (int j = 0; j < W; j++)
+                b[j] = 0.0f;
+            if (!RMS && n.bias) ld_row<T, W>(b, n.bias, p * W);
+#pragma unroll
+            for (int j = 0; j < W; j++)
+                y[j] = (h[i][j] - mean) * rstd * w[j] + b[j];
+            st_row<T, W>(n.out, off + p * W, y);
+        }
+    }
+    if (u == 0) {
+        if (n.mean) n.mean[r] = mean;
+        if (n.rstd) n.rstd[r] = rstd;
+    }
+}
+
+/* Backward: group grp takes rows blockIdx.x * (8 / G) + grp, then + gridDim.x * (8 / G), ...;
+ * the weight and bias gradient terms go to the group's shared-memory sums ((8 / G) x 2 x C
+ * floats, dynamic; float4 q of pack p at float4 index q * npk + p, so accesses are contiguous);
+ * at the end the block adds its groups' sums in group order and writes partial blockIdx.x. */
+template <bool RMS, typename T, int G, int NV>
+static __global__ void __launch_bounds__(256) norm_bwd_grp_kernel(norm_args n) {
+    extern __shared__ float4 acc4[];
+    __shared__ float2 red[2][8];
+    const int W = 16 / sizeof(T), Q = W / 4, u = threadIdx.x % (32 * G), npk = (int)(n.C / W);
+    const int grp = threadIdx.x / (32 * G), ng = 8 / G;
+    const int64_t C = n.C;
+    int slot = 0;
+    float4 *dw4 = acc4 + (int64_t)grp * 2 * npk * Q, *db4 = dw4 + npk * Q;
+#pragma unroll
+    for (int i = 0; i < NV; i++)
+        if (u + 32 * G * i < npk)
+#pragma unroll
+            for (int q = 0; q < Q; q++)
+                dw4[q * npk + u + 32 * G * i] = db4[q * npk + u + 32 * G * i] =
+                    make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    for (int64_t r = (int64_t)blockIdx.x * ng + grp; r < n.rows; r += (int64_t)gridDim.x * ng) {
+        const int64_t off = r * C;
+        float mean = RMS ? 0.0f : n.mean[r], rstd = n.rstd[r];
+        norm_pack<T, W> px[NV], pd[NV], pr[NV];
+        // why: every load of the row is issued before the first use
+#pragma unroll
+        for (int i = 0; i < NV; i++) {
+            int p = u + 32 * G * i;
+            if (p < npk) {
+                px[i] = ld_pack<T, W>(n.x, off + p * W);
+                pd[i] = ld_pack<T, W>(n.dout, off + p * W);
+                if (n.dresid) pr[i] = ld_pack<T, W>(n.dresid, off + p * W);
+            }
+        }
+        float sg = 0.0f, sgx = 0.0f;
+#pragma unroll
+        for (int i = 0; i < NV; i++) {
+            int p = u + 32 * G * i;
+            if (p < npk) {
+                float x[W], d[W], w[W];
+                unpack<T, W>(x, px[i]);
+                unpack<T, W>(d, pd[i]);
+                ld_row<T, W>(w, n.weight, p * W);
+#pragma unroll
+                for (int q = 0; q < Q; q++) {
+                    float4 a = dw4[q * npk + p], b = db4[q * npk + p];
+                    float *af = &a.x, *bf = &b.x;
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        int j = q * 4 + e;
+                        float xh = (x[j] - mean) * rstd, g = d[j] * w[j];
+                        sg += g;
+                        sgx += g * xh;
+                        af[e] += d[j] * xh;
+                        bf[e] += d[j];
+                    }
+                    dw4[q * npk + p] = a;
+                    db4[q * npk + p] = b;
+                }
+            }
+        }
+        float2 sums = group_sum2<G>(sg, sgx, red, slot);
+        float mg = RMS ? 0.0f : sums.x / (float)C, mgx = sums.y / (float)C;
+#pragma unroll
+        for (int i = 0; i < NV; i++) {
+            int p = u + 32 * G * i;
+            if (p < npk) {
+                float x[W], d[W], w[W], dx[W];
+                unpack<T, W>(x, px[i]);
+                unpack<T, W>(d, pd[i]);
+                ld_row<T, W>(w, n.weight, p * W);
+#pragma unroll
+                for (int j = 0; j < W; j++) {
+                    float xh = (x[j] - mean) * rstd;
+                    dx[j] = rstd * (d[j] * w[j] - mg - xh * mgx);
+                    if (n.dresid) dx[j] += ldf(pr[i].v[j]);
+                }
+                st_row<T, W>(n.dx, off + p * W, dx);
+            }
+        }
+    }
+    if (!n.dweight && !n.dbias) return;
+    __syncthreads();
+    const float *acc = (const float *)acc4;
+    float *out = n.scratch + (int64_t)blockIdx.x * 2 * C;
+    for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+        int64_t k = ((c % W) / 4 * npk + c / W) * 4 + c % 4; /* column c in a group's sums */
+        float a = 0.0f, b = 0.0f;
+        for (int v = 0; v < ng; v++) { /* fixed order: group 0, 1, ... */
+            a += acc[(int64_t)v * 2 * C + k];
+            b += acc[(int64_t)v * 2 * C + C + k];
+        }
+        out[c] = a;
+        out[C + c] = b;
+    }
+}
+
 /* Partials: scratch[block][0..C) weight gradient, scratch[block][C..2C) bias gradient. Dynamic
  * shared memory: blockDim.y * C floats, to add the rows of a block in a fixed order. */
 template <bool RMS, typename T, int W, int NV> static __global__ void norm_bwd_kernel(norm_args n) {
@@ -227,7 +440,19 @@ template <typename TW> static __global__ void norm_bwd_finish_kernel(norm_args n
     int64_t c = (int64_t)blockIdx.x * 32 + threadIdx.x;
     float a = 0.0f, b = 0.0f;
     if (c < n.C) {
-        for (int p = threadIdx.y; p < nblocks; p += 32) {
+        int p = threadIdx.y;
+        for (; p + 96 < nblocks; p += 128) { /* 8 loads in flight, added in order of p */
+            float v[8];
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                v[2 * u] = n.scratch[(int64_t)(p + 32 * u) * 2 * n.C + c];
+                v[2 * u + 1] = n.scratch[(int64_t)(p + 32 * u) * 2 * n.C + n.C + c];
+            }
+#pragma unroll
+            for (int u = 0; u < 4; u++)
+                a += v[2 * u], b += v[2 * u + 1];
+        }
+        for (; p < nblocks; p += 32) {
             a += n.scratch[(int64_t)p * 2 * n.C + c];
             b += n.scratch[(int64_t)p * 2 * n.C + n.C + c];
         }
@@ -289,7 +514,66 @@ static mt_status pick_shape(const norm_args *n, size_t es, int max_elems, norm_s
         }                       \
     } while (0)
 
+/* Shape of the group-per-row kernels: G warps per row, NV <= 3 packs per thread (register use);
+ * *G = 0: use the block kernels. */
+static void grp_shape(const norm_args *n, size_t es, int *G, int *NV) {
+    int W = (int)(16 / es);
+    uintptr_t all = (uintptr_t)n->x | (uintptr_t)n->out | (uintptr_t)n->resid_out |
+                    (uintptr_t)n->residual | (uintptr_t)n->weight | (uintptr_t)n->bias |
+                    (uintptr_t)n->dx | (uintptr_t)n->dout | (uintptr_t)n->dresid;
+    *G = 0;
+    if (n->C % W != 0 || all % 16 != 0) return;
+    for (int g = 1; g <= 8; g *= 2) {
+        int64_t nv = (n->C / W + 32 * g - 1) / (32 * g);
+        if (nv <= 3) {
+            *G = g;
+            *NV = (int)nv;
+            return;
+        }
+    }
+}
+
+/* Calls __VA_ARGS__ with constants GC = G (1, 2, 4, 8) and NVC = NV (1, 2, 3). */
+#define NORM_GRP_SWITCH(G, NV, ...)        \
+    do {                                   \
+        if ((NV) == 3) {                   \
+            const int NVC = 3;             \
+            NORM_G_SWITCH(G, __VA_ARGS__); \
+        } else if ((NV) == 2) {            \
+            const int NVC = 2;             \
+            NORM_G_SWITCH(G, __VA_ARGS__); \
+        } else {                           \
+            const int NVC = 1;             \
+            NORM_G_SWITCH(G, __VA_ARGS__); \
+        }                                  \
+    } while (0)
+#define NORM_G_SWITCH(G, ...)  \
+    do {                       \
+        if ((G) == 1) {        \
+            const int GC = 1;  \
+            __VA_ARGS__;       \
+        } else if ((G) == 2) { \
+            const int GC = 2;  \
+            __VA_ARGS__;       \
+        } else if ((G) == 4) { \
+            const int GC = 4;  \
+            __VA_ARGS__;       \
+        } else {               \
+            const int GC = 8;  \
+            __VA_ARGS__;       \
+        }                      \
+    } while (0)
+
 template <bool RMS, typename T> static mt_status fwd_launch(const norm_args *n, mt_stream stream) {
+    int G, NV;
+    grp_shape(n, sizeof(T), &G, &NV);
+    if (G) {
+        unsigned grid = (unsigned)((n->rows * G + 7) / 8);
+        NORM_GRP_SWITCH(G, NV,
+                        (norm_fwd_grp_kernel<RMS, T, GC, NVC><<<grid, 256, 0, stream>>>(*n)));
+        MT_CUDA_CHECK_LAUNCH();
+        return MT_OK;
+    }
     norm_shape s;
     MT_TRY(pick_shape(n, sizeof(T), 32, &s));
     int64_t grid = (n->rows + s.rpb - 1) / s.rpb;
@@ -313,16 +597,42 @@ extern "C" mt_status norm_fwd_cuda(const norm_args *n, mt_stream stream) {
     return MT_ERROR(MT_ERR_UNSUPPORTED, "norm: dtype %s", mt_dtype_name(n->dtype));
 }
 
+/* Blocks of the group-per-row backward: at most the resident ones and norm_bwd_blocks(rows), and
+ * as few as give each row group the same number of rows (a ragged last round leaves the memory
+ * system underused for its whole duration). */
+template <typename K>
+static mt_status bwd_grp_grid(K kernel, size_t smem, int64_t rows, int G, int64_t *grid) {
+    int sms = 0, per_sm = 0;
+    MT_TRY(mt_cuda_attr(cudaDevAttrMultiProcessorCount, &sms));
+    MT_TRY(mt_cuda_occupancy(kernel, 256, smem, &per_sm));
+    int64_t ng = 8 / G, most = (int64_t)sms * per_sm;
+    if (most > norm_bwd_blocks(rows)) most = norm_bwd_blocks(rows);
+    int64_t k = (rows + most * ng - 1) / (most * ng); /* rows per group */
+    *grid = (rows + k * ng - 1) / (k * ng);
+    return MT_OK;
+}
+
 template <bool RMS, typename T> static mt_status bwd_launch(const norm_args *n, mt_stream stream) {
-    norm_shape s;
-    MT_TRY(pick_shape(n, sizeof(T), 16, &s));
-    int64_t grid = (n->rows + s.rpb - 1) / s.rpb;
-    if (grid > norm_bwd_blocks(n->rows)) grid = norm_bwd_blocks(n->rows);
-    dim3 block(s.tpr, s.rpb);
-    /* rpb > 1 only when tpr <= 256, so rpb * C <= 512 * 16 floats: within the 48 KiB default */
-    size_t smem = (n->dweight || n->dbias) && s.rpb > 1 ? (size_t)s.rpb * n->C * sizeof(float) : 0;
+    int64_t grid = 0; /* 0 rows: no partials; the finish kernel writes zeros (or leaves sums) */
     const int WV = 16 / sizeof(T);
-    if (n->rows > 0) {
+    int G, NV;
+    grp_shape(n, sizeof(T), &G, &NV);
+    if (G && n->rows > 0) {
+        size_t smem = (size_t)(8 / G) * 2 * n->C * sizeof(float); /* the groups' sums */
+        NORM_GRP_SWITCH(G, NV, {
+            MT_TRY(bwd_grp_grid(norm_bwd_grp_kernel<RMS, T, GC, NVC>, smem, n->rows, G, &grid));
+            norm_bwd_grp_kernel<RMS, T, GC, NVC><<<(unsigned)grid, 256, smem, stream>>>(*n);
+        });
+        MT_CUDA_CHECK_LAUNCH();
+    } else if (!G && n->rows > 0) {
+        norm_shape s;
+        MT_TRY(pick_shape(n, sizeof(T), 16, &s));
+        grid = (n->rows + s.rpb - 1) / s.rpb;
+        if (grid > norm_bwd_blocks(n->rows)) grid = norm_bwd_blocks(n->rows);
+        dim3 block(s.tpr, s.rpb);
+        /* rpb > 1 only when tpr <= 256, so rpb * C <= 512 * 16 floats: within the 48 KiB default */
+        size_t smem =
+            (n->dweight || n->dbias) && s.rpb > 1 ? (size_t)s.rpb * n->C * sizeof(float) : 0;
         if (s.W == WV) {
             NORM_NV_SWITCH(s.NV,
                            (norm_bwd_kernel<RMS, T, WV, NVC><<<grid, block, smem, stream>>>(*n)));
@@ -331,8 +641,6 @@ template <bool RMS, typename T> static mt_status bwd_launch(const norm_args *n, 
                            (norm_bwd_kernel<RMS, T, 1, NVC><<<grid, block, smem, stream>>>(*n)));
         }
         MT_CUDA_CHECK_LAUNCH();
-    } else {
-        grid = 0; /* no partials: the finish kernel writes zeros (or leaves sums as they are) */
     }
     if (!n->dweight && !n->dbias) return MT_OK;
     unsigned fgrid = (unsigned)((n->C + 31) / 32);

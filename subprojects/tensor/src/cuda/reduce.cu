@@ -67,12 +67,19 @@ static __global__ void colsum_partial_kernel(float *part, const T *x, int64_t R,
 #pragma unroll
     for (int k = 0; k < N; k++)
         acc[k] = 0.0f;
+    const int U = 8; /* rows in flight per thread; then added in row order */
     if (j < cv)
-        for (int64_t r = r0 + threadIdx.y; r < r1; r += 8) {
-            vec_t<T, N> p = ((const vec_t<T, N> *)(x + r * C))[j];
+        for (int64_t r = r0 + threadIdx.y; r < r1; r += 8 * U) {
+            vec_t<T, N> p[U];
 #pragma unroll
-            for (int k = 0; k < N; k++)
-                acc[k] += ldf(p.v[k]);
+            for (int u = 0; u < U; u++)
+                if (r + 8 * u < r1) p[u] = ((const vec_t<T, N> *)(x + (r + 8 * u) * C))[j];
+#pragma unroll
+            for (int u = 0; u < U; u++)
+                if (r + 8 * u < r1)
+#pragma unroll
+                    for (int k = 0; k < N; k++)
+                        acc[k] += ldf(p[u].v[k]);
         }
 #pragma unroll
     for (int k = 0; k < N; k++)
@@ -138,6 +145,11 @@ static mt_status colsum_launch(mt_tensor *out, const mt_tensor *x, int accumulat
     const int N = 16 / sizeof(T);
     int vec = C % N == 0 && (uintptr_t)x->data % 16 == 0;
     int64_t cv = vec ? C / N : C;
+    // why: longer chunks when there are many blocks: fewer partials, less block start-up
+    while ((cv + 31) / 32 * nchunks > 1024 && rpc < R) {
+        rpc *= 2;
+        nchunks = (R + rpc - 1) / rpc;
+    }
     dim3 grid((unsigned)((cv + 31) / 32), (unsigned)nchunks);
     if (vec)
         colsum_partial_kernel<T, N>

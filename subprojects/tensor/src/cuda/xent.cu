@@ -1,6 +1,11 @@
-/* Fused softmax cross-entropy CUDA kernels (llm.c's fused classifier): one row per block of 1024
- * threads, 16-byte loads; pass 1 reads the row for max and sum (online, fp32), pass 2 rereads it
- * (from L2) and writes the gradient, possibly over the logits. Stats by one block in fixed order. */
+/* Fused softmax cross-entropy CUDA kernels (llm.c's fused classifier), one row per block at a
+ * time. Main path: the row is copied once into shared memory (cp.async, 16 bytes; the next row's
+ * copy overlapping this row's math when two rows fit), max and sum come from there (fp32) and the
+ * gradient is written from there, possibly over the logits: one read and one write of the row.
+ * Fallback (odd widths, rows over the shared-memory limit): two passes over global memory, the
+ * second from L2. Stats by one block in fixed order. */
+#include <cuda_pipeline.h>
+
 #include "common.cuh"
 
 template <typename T, int N> struct alignas(sizeof(T) * N) vec_t { T v[N]; };
@@ -86,6 +91,119 @@ static __global__ void xent_kernel(T *dlogits, float *losses, const T *logits, c
     }
 }
 
+/* Vector p of a row as floats, columns c0.. at or past V as -inf (when MASK). */
+template <bool MASK, typename T, int N>
+static __device__ __forceinline__ void row_vals(float (&f)[N], const vec_t<T, N> &p, int c0,
+                                                int V) {
+#pragma unroll
+    for (int k = 0; k < N; k++)
+        f[k] = MASK && c0 + k >= V ? -INFINITY : ldf(p.v[k]);
+}
+
+/* One row from shared memory (sv: its Vp values): per-thread max, per-thread sum, one block merge,
+ * the loss and the gradient. Vector i belongs to thread i % blockDim.x in every loop. */
+template <typename T, int N>
+static __device__ void xent_row(T *dlogits, float *loss, const vec_t<T, N> *sv, float g0, int64_t t,
+                                int V, int Vp) {
+    typedef vec_t<T, N> VT;
+    const float L2E = 1.4426950408889634f;
+    int nv = Vp / N, nfull = V / N; /* vectors [0, nfull) lie inside [0, V) */
+    float m = -INFINITY, s = 0.0f, f[N];
+    for (int i = threadIdx.x; i < nv; i += blockDim.x) {
+        if (i < nfull)
+            row_vals<false>(f, sv[i], i * N, V);
+        else
+            row_vals<true>(f, sv[i], i * N, V);
+#pragma unroll
+        for (int k = 0; k < N; k++)
+            m = fmaxf(m, f[k]);
+    }
+    if (m != -INFINITY) {
+        float mb = m * L2E;
+        for (int i = threadIdx.x; i < nv; i += blockDim.x) {
+            if (i < nfull)
+                row_vals<false>(f, sv[i], i * N, V);
+            else
+                row_vals<true>(f, sv[i], i * N, V);
+#pragma unroll
+            for (int k = 0; k < N; k++)
+                s += exp2f(fmaf(f[k], L2E, -mb));
+        }
+    }
+    block_max_sum(m, s);
+    int valid = t >= 0 && t < V;
+    float xt = valid ? ldf(((const T *)sv)[t]) : NAN;
+    if (threadIdx.x == 0) *loss = m + logf(s) - xt; /* NaN for a target outside [0, V) */
+    if (!dlogits) return;
+    float g = valid ? g0 : NAN, gs = g / s, mb = m * L2E;
+    VT *dx = (VT *)dlogits;
+    for (int i = threadIdx.x; i < nv; i += blockDim.x) {
+        if (i < nfull)
+            row_vals<false>(f, sv[i], i * N, V);
+        else
+            row_vals<true>(f, sv[i], i * N, V);
+        VT p;
+#pragma unroll
+        for (int k = 0; k < N; k++)
+            p.v[k] = stf<T>(exp2f(fmaf(f[k], L2E, -mb)) * gs);
+        dx[i] = p;
+    }
+    // why: the target's -g goes in after the loop, by the thread that stored its vector
+    if (valid && (int)(t / N) % blockDim.x == threadIdx.x)
+        dlogits[t] = stf<T>(exp2f(fmaf(xt, L2E, -mb)) * gs - g);
+}
+
+/* The shared-memory path: each row's Vp values (16-byte aligned, Vp * sizeof(T) % 16 == 0) are
+ * copied into dynamic shared memory (cp.async), read once from global memory. Blocks take rows
+ * blockIdx.x, + gridDim.x, ...; with NBUF = 2 the next row's copy runs during this row's math. */
+template <typename T, typename I, int NBUF>
+static __global__ void __launch_bounds__(1024)
+    xent_smem_kernel(T *dlogits, float *losses, const T *logits, const I *targets,
+                     const float *dloss, const float *stats, float dmean, int V, int Vp,
+                     int64_t rows, int64_t ignore_index) {
+    const int N = 16 / sizeof(T);
+    typedef vec_t<T, N> VT;
+    extern __shared__ uint4 sbuf[];
+    int nv = Vp / N;
+    auto fetch = [&](int64_t r, int b) { /* one commit group per call, empty past the end */
+                                         if (r < rows && (int64_t)targets[r] != ignore_index) {
+                                             const uint4 *x = (const uint4 *)(logits + r * Vp);
+                                             for (int i = threadIdx.x; i < nv; i += blockDim.x)
+                                                 __pipeline_memcpy_async(&sbuf[b * nv + i], &x[i],
+                                                                         16);
+                                         }
+                                         __pipeline_commit();
+    };
+    int64_t row = blockIdx.x;
+    if (NBUF == 2) fetch(row, 0);
+    for (int k = 0; row < rows; k++, row += gridDim.x) {
+        int b = NBUF == 2 ? k & 1 : 0;
+        if (NBUF == 2) {
+            fetch(row + gridDim.x, b ^ 1);
+            __pipeline_wait_prior(1);
+        } else {
+            fetch(row, 0);
+            __pipeline_wait_prior(0);
+        }
+        __syncthreads();
+        int64_t t = (int64_t)targets[row];
+        T *dx = dlogits ? dlogits + row * Vp : nullptr;
+        if (t == ignore_index) { /* no loss, no gradient */
+            if (threadIdx.x == 0) losses[row] = 0.0f;
+            VT z;
+#pragma unroll
+            for (int q = 0; q < N; q++)
+                z.v[q] = stf<T>(0.0f);
+            for (int i = threadIdx.x; dx && i < nv; i += blockDim.x)
+                ((VT *)dx)[i] = z;
+        } else {
+            float g = !dx ? 0.0f : dloss ? dloss[row] : dmean / stats[1];
+            xent_row<T, N>(dx, losses + row, (const VT *)(sbuf + b * nv), g, t, V, Vp);
+        }
+        __syncthreads(); // why: buffer b is refilled by the next iteration's fetch
+    }
+}
+
 /* stats[1] = count of non-ignored targets; with_mean: stats[0] = sum(losses) / count (fp64). */
 template <typename I>
 static __global__ void xent_stats_kernel(float *stats, const float *losses, const I *targets,
@@ -123,6 +241,25 @@ static mt_status launch(mt_tensor *dlogits, mt_tensor *losses, mt_tensor *stats,
     int threads = 32;
     while (threads < nv && threads < 1024)
         threads *= 2;
+    size_t smem = (size_t)Vp * sizeof(T);
+    int smem_max = 0, sms = 0, nbuf = 0, per_sm = 0;
+    MT_TRY(mt_cuda_attr(cudaDevAttrMaxSharedMemoryPerBlockOptin, &smem_max));
+    MT_TRY(mt_cuda_attr(cudaDevAttrMultiProcessorCount, &sms));
+    if (vec && 2 * smem + 1024 <= (size_t)smem_max) /* 1 KiB: the block merge's arrays */
+        nbuf = 2;
+    else if (vec && smem + 1024 <= (size_t)smem_max)
+        nbuf = 1;
+    if (nbuf) {
+        // why: 8 (double buffer, 1 block per SM) or 16 values per thread
+        threads = 32;
+        while (threads < (nv + 8 * nbuf - 1) / (8 * nbuf) && threads < 1024)
+            threads *= 2;
+        smem *= nbuf;
+        if (nbuf == 2)
+            MT_TRY(mt_cuda_occupancy(xent_smem_kernel<T, I, 2>, threads, smem, &per_sm));
+        else
+            MT_TRY(mt_cuda_occupancy(xent_smem_kernel<T, I, 1>, threads, smem, &per_sm));
+    }
     const I *tg = (const I *)targets->data;
     float *st = stats ? (float *)stats->data : nullptr;
     if (dlogits && !dloss) { /* the mean's gradient needs the count first */
@@ -131,12 +268,23 @@ static mt_status launch(mt_tensor *dlogits, mt_tensor *losses, mt_tensor *stats,
     }
     T *dx = dlogits ? (T *)dlogits->data : nullptr;
     const float *dl = dloss ? (const float *)dloss->data : nullptr;
-    for (int64_t r0 = 0; r0 < Nrows; r0 += 65535LL * 32) { // why: gridDim.x limit per launch
+    if (nbuf == 2) { /* persistent: the blocks that fit at once */
+        int64_t g = (int64_t)sms * (per_sm < 1 ? 1 : per_sm);
+        xent_smem_kernel<T, I, 2><<<(unsigned)(g < Nrows ? g : Nrows), threads, smem, stream>>>(
+            dx, (float *)losses->data, (const T *)logits->data, tg, dl, st, dmean, (int)V, (int)Vp,
+            Nrows, ignore_index);
+        MT_CUDA_CHECK_LAUNCH();
+    }
+    for (int64_t r0 = 0; nbuf < 2 && r0 < Nrows; r0 += 65535LL * 32) { // why: gridDim.x limit
         unsigned g = (unsigned)(Nrows - r0 < 65535LL * 32 ? Nrows - r0 : 65535LL * 32);
         T *d = dx ? dx + r0 * Vp : nullptr;
         float *l = (float *)losses->data + r0;
         const T *x = (const T *)logits->data + r0 * Vp;
-        if (vec)
+        if (nbuf)
+            xent_smem_kernel<T, I, 1>
+                <<<g, threads, smem, stream>>>(d, l, x, tg + r0, dl ? dl + r0 : dl, st, dmean,
+                                               (int)V, (int)Vp, (int64_t)g, ignore_index);
+        else if (vec)
             xent_kernel<T, I, N><<<g, threads, 0, stream>>>(d, l, x, tg + r0, dl ? dl + r0 : dl, st,
                                                             dmean, V, Vp, ignore_index);
         else
