@@ -152,6 +152,7 @@ static __global__ void __launch_bounds__(256)
                     ((const vec_t<TD, N> *)(dout + (int64_t)vals[p + k0 + k] * C))[j];
             __syncthreads();
             if (tid < S && j < cv)
+#pragma unroll 8 // why: the shared-memory loads of 8 rows in flight ahead of the add chain
                 for (int k = 0; k < cnt; k++) /* token order */
 #pragma unroll
                     for (int e = 0; e < N; e++)

@@ -1,9 +1,8 @@
-/* Fused softmax cross-entropy CUDA kernels (llm.c's fused classifier), one row per block at a
- * time. Main path: the row is copied once into shared memory (cp.async, 16 bytes; the next row's
- * copy overlapping this row's math when two rows fit), max and sum come from there (fp32) and the
- * gradient is written from there, possibly over the logits: one read and one write of the row.
- * Fallback (odd widths, rows over the shared-memory limit): two passes over global memory, the
- * second from L2. Stats by one block in fixed order. */
+/* Fused softmax cross-entropy CUDA kernels (llm.c's fused classifier), one row per block. Main
+ * path: the row is copied once into shared memory (cp.async, 16 bytes), max and sum come from
+ * there (fp32) and the gradient is written from there, possibly over the logits: one read and one
+ * write of the row. Fallback (odd widths, rows over the shared-memory limit): two passes over
+ * global memory, the second from L2. Stats by one block in fixed order. */
 #include <cuda_pipeline.h>
 
 #include "common.cuh"
@@ -91,6 +90,13 @@ static __global__ void xent_kernel(T *dlogits, float *losses, const T *logits, c
     }
 }
 
+/* 2^x; flushes results below 2^-126 to zero (as __expf does). */
+static __device__ __forceinline__ float ex2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
 /* Vector p of a row as floats, columns c0.. at or past V as -inf (when MASK). */
 template <bool MASK, typename T, int N>
 static __device__ __forceinline__ void row_vals(float (&f)[N], const vec_t<T, N> &p, int c0,
@@ -127,7 +133,7 @@ static __device__ void xent_row(T *dlogits, float *loss, const vec_t<T, N> *sv, 
                 row_vals<true>(f, sv[i], i * N, V);
 #pragma unroll
             for (int k = 0; k < N; k++)
-                s += exp2f(fmaf(f[k], L2E, -mb));
+                s += ex2(fmaf(f[k], L2E, -mb));
         }
     }
     block_max_sum(m, s);
@@ -145,63 +151,47 @@ static __device__ void xent_row(T *dlogits, float *loss, const vec_t<T, N> *sv, 
         VT p;
 #pragma unroll
         for (int k = 0; k < N; k++)
-            p.v[k] = stf<T>(exp2f(fmaf(f[k], L2E, -mb)) * gs);
+            p.v[k] = stf<T>(ex2(fmaf(f[k], L2E, -mb)) * gs);
         dx[i] = p;
     }
     // why: the target's -g goes in after the loop, by the thread that stored its vector
     if (valid && (int)(t / N) % blockDim.x == threadIdx.x)
-        dlogits[t] = stf<T>(exp2f(fmaf(xt, L2E, -mb)) * gs - g);
+        dlogits[t] = stf<T>(ex2(fmaf(xt, L2E, -mb)) * gs - g);
 }
 
-/* The shared-memory path: each row's Vp values (16-byte aligned, Vp * sizeof(T) % 16 == 0) are
- * copied into dynamic shared memory (cp.async), read once from global memory. Blocks take rows
- * blockIdx.x, + gridDim.x, ...; with NBUF = 2 the next row's copy runs during this row's math. */
-template <typename T, typename I, int NBUF>
+/* The shared-memory path, one row per block: the row's Vp values (16-byte aligned,
+ * Vp * sizeof(T) % 16 == 0) are copied into dynamic shared memory (cp.async), read once from
+ * global memory. (A persistent grid that copied the next row during this row's math, one block
+ * per SM, ran slower: the copy's issue stalled the math.) */
+template <typename T, typename I>
 static __global__ void __launch_bounds__(1024)
     xent_smem_kernel(T *dlogits, float *losses, const T *logits, const I *targets,
                      const float *dloss, const float *stats, float dmean, int V, int Vp,
-                     int64_t rows, int64_t ignore_index) {
+                     int64_t ignore_index) {
     const int N = 16 / sizeof(T);
     typedef vec_t<T, N> VT;
     extern __shared__ uint4 sbuf[];
+    int64_t row = blockIdx.x, t = (int64_t)targets[row];
     int nv = Vp / N;
-    auto fetch = [&](int64_t r, int b) { /* one commit group per call, empty past the end */
-                                         if (r < rows && (int64_t)targets[r] != ignore_index) {
-                                             const uint4 *x = (const uint4 *)(logits + r * Vp);
-                                             for (int i = threadIdx.x; i < nv; i += blockDim.x)
-                                                 __pipeline_memcpy_async(&sbuf[b * nv + i], &x[i],
-                                                                         16);
-                                         }
-                                         __pipeline_commit();
-    };
-    int64_t row = blockIdx.x;
-    if (NBUF == 2) fetch(row, 0);
-    for (int k = 0; row < rows; k++, row += gridDim.x) {
-        int b = NBUF == 2 ? k & 1 : 0;
-        if (NBUF == 2) {
-            fetch(row + gridDim.x, b ^ 1);
-            __pipeline_wait_prior(1);
-        } else {
-            fetch(row, 0);
-            __pipeline_wait_prior(0);
-        }
-        __syncthreads();
-        int64_t t = (int64_t)targets[row];
-        T *dx = dlogits ? dlogits + row * Vp : nullptr;
-        if (t == ignore_index) { /* no loss, no gradient */
-            if (threadIdx.x == 0) losses[row] = 0.0f;
-            VT z;
+    T *dx = dlogits ? dlogits + row * Vp : nullptr;
+    if (t == ignore_index) { /* no loss, no gradient */
+        if (threadIdx.x == 0) losses[row] = 0.0f;
+        VT z;
 #pragma unroll
-            for (int q = 0; q < N; q++)
-                z.v[q] = stf<T>(0.0f);
-            for (int i = threadIdx.x; dx && i < nv; i += blockDim.x)
-                ((VT *)dx)[i] = z;
-        } else {
-            float g = !dx ? 0.0f : dloss ? dloss[row] : dmean / stats[1];
-            xent_row<T, N>(dx, losses + row, (const VT *)(sbuf + b * nv), g, t, V, Vp);
-        }
-        __syncthreads(); // why: buffer b is refilled by the next iteration's fetch
+        for (int q = 0; q < N; q++)
+            z.v[q] = stf<T>(0.0f);
+        for (int i = threadIdx.x; dx && i < nv; i += blockDim.x)
+            ((VT *)dx)[i] = z;
+        return;
     }
+    const uint4 *x = (const uint4 *)(logits + row * Vp);
+    for (int i = threadIdx.x; i < nv; i += blockDim.x)
+        __pipeline_memcpy_async(&sbuf[i], &x[i], 16);
+    __pipeline_commit();
+    __pipeline_wait_prior(0);
+    __syncthreads();
+    float g = !dx ? 0.0f : dloss ? dloss[row] : dmean / stats[1];
+    xent_row<T, N>(dx, losses + row, (const VT *)sbuf, g, t, V, Vp);
 }
 
 /* stats[1] = count of non-ignored targets; with_mean: stats[0] = sum(losses) / count (fp64). */
@@ -242,23 +232,15 @@ static mt_status launch(mt_tensor *dlogits, mt_tensor *losses, mt_tensor *stats,
     while (threads < nv && threads < 1024)
         threads *= 2;
     size_t smem = (size_t)Vp * sizeof(T);
-    int smem_max = 0, sms = 0, nbuf = 0, per_sm = 0;
+    int smem_max = 0, per_sm = 0;
     MT_TRY(mt_cuda_attr(cudaDevAttrMaxSharedMemoryPerBlockOptin, &smem_max));
-    MT_TRY(mt_cuda_attr(cudaDevAttrMultiProcessorCount, &sms));
-    if (vec && 2 * smem + 1024 <= (size_t)smem_max) /* 1 KiB: the block merge's arrays */
-        nbuf = 2;
-    else if (vec && smem + 1024 <= (size_t)smem_max)
-        nbuf = 1;
-    if (nbuf) {
-        // why: 8 (double buffer, 1 block per SM) or 16 values per thread
+    int use_smem = vec && smem + 1024 <= (size_t)smem_max; /* 1 KiB: the block merge's arrays */
+    if (use_smem) {
+        // why: ~16 values per thread; a bf16 GPT-2 row (98 KiB) leaves room for 2 blocks per SM
         threads = 32;
-        while (threads < (nv + 8 * nbuf - 1) / (8 * nbuf) && threads < 1024)
+        while (threads < (nv + 15) / 16 && threads < 1024)
             threads *= 2;
-        smem *= nbuf;
-        if (nbuf == 2)
-            MT_TRY(mt_cuda_occupancy(xent_smem_kernel<T, I, 2>, threads, smem, &per_sm));
-        else
-            MT_TRY(mt_cuda_occupancy(xent_smem_kernel<T, I, 1>, threads, smem, &per_sm));
+        MT_TRY(mt_cuda_occupancy(xent_smem_kernel<T, I>, threads, smem, &per_sm));
     }
     const I *tg = (const I *)targets->data;
     float *st = stats ? (float *)stats->data : nullptr;
@@ -268,22 +250,14 @@ static mt_status launch(mt_tensor *dlogits, mt_tensor *losses, mt_tensor *stats,
     }
     T *dx = dlogits ? (T *)dlogits->data : nullptr;
     const float *dl = dloss ? (const float *)dloss->data : nullptr;
-    if (nbuf == 2) { /* persistent: the blocks that fit at once */
-        int64_t g = (int64_t)sms * (per_sm < 1 ? 1 : per_sm);
-        xent_smem_kernel<T, I, 2><<<(unsigned)(g < Nrows ? g : Nrows), threads, smem, stream>>>(
-            dx, (float *)losses->data, (const T *)logits->data, tg, dl, st, dmean, (int)V, (int)Vp,
-            Nrows, ignore_index);
-        MT_CUDA_CHECK_LAUNCH();
-    }
-    for (int64_t r0 = 0; nbuf < 2 && r0 < Nrows; r0 += 65535LL * 32) { // why: gridDim.x limit
+    for (int64_t r0 = 0; r0 < Nrows; r0 += 65535LL * 32) { // why: gridDim.x limit per launch
         unsigned g = (unsigned)(Nrows - r0 < 65535LL * 32 ? Nrows - r0 : 65535LL * 32);
         T *d = dx ? dx + r0 * Vp : nullptr;
         float *l = (float *)losses->data + r0;
         const T *x = (const T *)logits->data + r0 * Vp;
-        if (nbuf)
-            xent_smem_kernel<T, I, 1>
-                <<<g, threads, smem, stream>>>(d, l, x, tg + r0, dl ? dl + r0 : dl, st, dmean,
-                                               (int)V, (int)Vp, (int64_t)g, ignore_index);
+        if (use_smem)
+            xent_smem_kernel<T, I><<<g, threads, smem, stream>>>(
+                d, l, x, tg + r0, dl ? dl + r0 : dl, st, dmean, (int)V, (int)Vp, ignore_index);
         else if (vec)
             xent_kernel<T, I, N><<<g, threads, 0, stream>>>(d, l, x, tg + r0, dl ? dl + r0 : dl, st,
                                                             dmean, V, Vp, ignore_index);
