@@ -219,16 +219,21 @@ static mt_status plan_get(blas_lt *lt, const gemm_args *g, int64_t epi, lt_plan 
     return MT_OK;
 }
 
+/* An on/off switch from the environment, read once into *cache (-1: not read yet). */
+static int env_switch(const char *name, int *cache) {
+    if (*cache < 0) {
+        const char *e = getenv(name);
+        *cache = e && atoi(e) != 0;
+    }
+    return *cache;
+}
+
 /* MT_GEMM_AUTOTUNE=1: the first run of a plan times the heuristic's candidates on the real
  * operands and keeps the fastest (off by default: the choice depends on timing, so two processes
  * may pick different algorithms and round differently). */
 static int autotune_on(void) {
     static int v = -1;
-    if (v < 0) {
-        const char *e = getenv("MT_GEMM_AUTOTUNE");
-        v = e && atoi(e) != 0;
-    }
-    return v;
+    return env_switch("MT_GEMM_AUTOTUNE", &v);
 }
 
 static mt_status matmul(blas_lt *lt, lt_plan *p, const cublasLtMatmulAlgo_t *algo,
@@ -302,11 +307,7 @@ static mt_status run_plan(blas_lt *lt, lt_plan *p, const gemm_args *g, mt_stream
 /* MT_GEMM_UNFUSED=1 turns the backward epilogues (DGELU, BGRADB) off, for comparisons. */
 static int unfused(void) {
     static int v = -1;
-    if (v < 0) {
-        const char *e = getenv("MT_GEMM_UNFUSED");
-        v = e && atoi(e) != 0;
-    }
-    return v;
+    return env_switch("MT_GEMM_UNFUSED", &v);
 }
 
 mt_status gemm_cuda(blas_lt *lt, const gemm_args *g, mt_stream stream) {
