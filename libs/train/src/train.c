@@ -916,6 +916,12 @@ mt_status mt_train_run(const mt_train_args *a) {
         st = evaluate_on(&r, r.test_ds, &consumed, "the end of training for test data", 1);
     }
     if (st == MT_OK && a->golden_values_out && last_rank(&r)) write_golden(&r);
+    if (st != MT_OK && r.nranks > 1) {
+        /* a failure of this rank alone would leave the others in a collective until the timeout */
+        fprintf(stderr, "mt-pretrain: error on rank %d of %d: %s: %s\n", r.rank, r.nranks,
+                mt_status_str(st), mt_last_error());
+        mt_comm_abort_job(r.world, 1);
+    }
     teardown(&r);
     return st;
 }

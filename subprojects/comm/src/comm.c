@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 int mt_comm_have_mpi(void) {
     return MT_HAVE_MPI;
@@ -121,6 +122,16 @@ fail:
     parent->op = NULL;
     mt_comm_destroy(c);
     return st;
+}
+
+void mt_comm_abort_job(mt_comm *world, int code) {
+    fflush(stdout);
+    fflush(stderr);
+    if (world) {
+        abort_nccl(world);
+        abort_job_mpi(world, code);
+    }
+    _exit(code);
 }
 
 void mt_comm_destroy(mt_comm *comm) {

@@ -56,6 +56,8 @@ static inline int comm_same(const mt_tensor *a, const mt_tensor *b) {
 mt_status world_init_mpi(mt_comm *c, const mt_comm_env *env);
 mt_status split_mpi(mt_comm *parent, int color, int key, mt_comm *child);
 void destroy_mpi(mt_comm *c);
+/* MPI_Abort(MPI_COMM_WORLD) when MPI is up (does not return); else returns. */
+void abort_job_mpi(mt_comm *c, int code);
 /* Broadcasts `bytes` of host memory from `root` (the NCCL unique id). */
 mt_status bcast_bytes_mpi(mt_comm *c, void *buf, size_t bytes, int root);
 mt_status allreduce_mpi(mt_comm *c, mt_tensor *dst, const mt_tensor *src, mt_redop op);
@@ -71,6 +73,8 @@ mt_status barrier_mpi(mt_comm *c);
 mt_status world_init_nccl(mt_comm *c, const mt_comm_env *env);
 mt_status split_nccl(mt_comm *parent, int color, int key, mt_comm *child);
 void destroy_nccl(mt_comm *c);
+/* ncclCommAbort: peers blocked in a kernel with this rank get an error instead of waiting. */
+void abort_nccl(mt_comm *c);
 mt_status allreduce_nccl(mt_comm *c, mt_tensor *dst, const mt_tensor *src, mt_redop op,
                          mt_stream stream);
 mt_status allgather_nccl(mt_comm *c, mt_tensor *dst, const mt_tensor *src, mt_stream stream);

@@ -68,7 +68,9 @@ MT_API void mt_train_args_free(mt_train_args *a);
 /* Prints the flags with their defaults. */
 MT_API void mt_train_usage(const char *prog);
 
-/* Runs pretraining as Megatron's pretrain_gpt.py does. Collective over the launcher's ranks. */
+/* Runs pretraining as Megatron's pretrain_gpt.py does. Collective over the launcher's ranks. With
+ * several ranks, a failure prints the error with this rank's number and ends the whole job
+ * (mt_comm_abort_job): the other ranks do not wait in a collective until the timeout. */
 MT_API mt_status mt_train_run(const mt_train_args *a);
 
 #ifdef __cplusplus

@@ -75,6 +75,10 @@ MT_API mt_status mt_comm_split(mt_comm *parent, int color, int key, const char *
                                mt_comm **out);
 /* Frees the communicator (NCCL: finalize, or abort when it timed out or failed). NULL is a no-op. */
 MT_API void mt_comm_destroy(mt_comm *comm);
+/* Ends the whole job now after a failure on this rank alone, so that no peer waits in a collective
+ * until its timeout: aborts NCCL, then MPI_Abort on MPI_COMM_WORLD (the launcher stops every rank),
+ * or without MPI exits with `code` (torchrun's agent then stops the others). Never returns. */
+MT_API void mt_comm_abort_job(mt_comm *world, int code);
 
 MT_API int mt_comm_rank(const mt_comm *comm);
 MT_API int mt_comm_size(const mt_comm *comm);

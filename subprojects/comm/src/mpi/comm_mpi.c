@@ -121,6 +121,13 @@ void destroy_mpi(mt_comm *c) {
     }
 }
 
+void abort_job_mpi(mt_comm *c, int code) {
+    int init = 0, fin = 0;
+    MPI_Initialized(&init);
+    MPI_Finalized(&fin);
+    if (c->has_mpi && init && !fin) MPI_Abort(MPI_COMM_WORLD, code);
+}
+
 mt_status bcast_bytes_mpi(mt_comm *c, void *buf, size_t bytes, int root) {
     MPI_Request req;
     MPI_TRY(c, MPI_Ibcast(buf, (int)bytes, MPI_BYTE, root, c->mpi, &req));
@@ -377,6 +384,9 @@ mt_status split_mpi(mt_comm *parent, int color, int key, mt_comm *child) {
 
 void destroy_mpi(mt_comm *c) {
     (void)c;
+}
+void abort_job_mpi(mt_comm *c, int code) {
+    (void)c, (void)code;
 }
 
 #define MPI_STUB(c) return COMM_ERROR((c), MT_ERR_UNSUPPORTED, "built without MPI")

@@ -157,6 +157,10 @@ mt_status split_nccl(mt_comm *parent, int color, int key, mt_comm *child) {
     return MT_OK;
 }
 
+void abort_nccl(mt_comm *c) {
+    nccl_abort(c);
+}
+
 void destroy_nccl(mt_comm *c) {
     if (c->scratch) cudaFree(c->scratch);
     c->scratch = NULL;
@@ -324,6 +328,9 @@ mt_status split_nccl(mt_comm *parent, int color, int key, mt_comm *child) {
     NCCL_STUB(parent);
 }
 void destroy_nccl(mt_comm *c) {
+    (void)c;
+}
+void abort_nccl(mt_comm *c) {
     (void)c;
 }
 mt_status allreduce_nccl(mt_comm *c, mt_tensor *dst, const mt_tensor *src, mt_redop op,
