@@ -52,6 +52,10 @@ static const flag flags[] = {
     { "--global-batch-size", F_INT, O(global_batch_size), "default micro * data parallel" },
     { "--train-iters", F_I64, O(train_iters), "iterations (required)" },
     { "--exit-interval", F_I64, O(exit_interval), "stop after this many iterations" },
+    { "--exit-duration-in-mins", F_DBL, O(exit_duration_in_mins),
+      "save and stop once training has run this long" },
+    { "--exit-signal-handler", F_TRUE, O(exit_signal_handler),
+      "on SIGTERM: save a checkpoint after the current iteration and exit" },
     { "--lr", F_DBL, O(lr), "peak learning rate (required)" },
     { "--min-lr", F_DBL, O(min_lr), "0" },
     { "--lr-decay-style", F_STR, O(lr_decay_style),
@@ -344,6 +348,8 @@ static mt_status validate(mt_train_args *a) {
         a->max_position_embeddings < a->seq_length)
         return BAD("max_position_embeddings (%d) must be at least seq_length (%d)",
                    a->max_position_embeddings, a->seq_length);
+    if (a->exit_duration_in_mins < 0)
+        return BAD("--exit-duration-in-mins must be positive, got %g", a->exit_duration_in_mins);
     if (!isnan(a->lr_warmup_fraction) && a->lr_warmup_iters > 0)
         return BAD("can only specify one of lr-warmup-fraction and lr-warmup-iters");
     if (strcmp(a->optimizer, "adam") != 0 && strcmp(a->optimizer, "sgd") != 0)

@@ -11,6 +11,7 @@
 
 #include <jansson.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,7 +36,9 @@ typedef struct run {
     int64_t last_eval; /* iteration of the last validation line in the JSONL metrics */
     int64_t *ids, *text;
     int32_t *htok, *htgt;
-    mt_tensor tok, tgt;
+    mt_tensor tok, tgt, red; /* red: one float for device all-reduces of scalars */
+    double t_start;          /* --exit-duration-in-mins counts from here */
+    int exited;              /* --exit-signal-handler / --exit-duration-in-mins stopped training */
     FILE *jsonl;
     double *gv_loss, *gv_zeros, *gv_time;
     mt_ckpt_writer *writer;
@@ -73,9 +76,7 @@ static mt_status allreduce_avg(run *r, double *x) {
         mt_tensor t = mt_tensor_1d(&v, MT_F32, 1, MT_DEVICE_CPU);
         MT_TRY(mt_comm_allreduce(r->world, &t, &t, MT_REDOP_AVG, NULL));
     } else {
-        mt_tensor d;
-        mt_arena_reset(r->io_arena);
-        MT_TRY(mt_tensor_alloc(r->io_arena, MT_F32, 1, (int64_t[]){ 1 }, &d));
+        mt_tensor d = r->red;
         MT_TRY(mt_memcpy(d.data, r->dev, &v, MT_DEVICE_CPU, 4, NULL));
         MT_TRY(mt_comm_allreduce(r->world, &d, &d, MT_REDOP_AVG, NULL));
         MT_TRY(mt_comm_wait(r->world, NULL));
@@ -300,6 +301,7 @@ static mt_status setup_io(run *r) {
         mt_arena_create(r->dev, (size_t)(2 * B * T * 4) + 4 * MT_ARENA_ALIGN + 64, &r->io_arena));
     MT_TRY(mt_tensor_alloc(r->io_arena, MT_I32, 2, (int64_t[]){ B, T }, &r->tok));
     MT_TRY(mt_tensor_alloc(r->io_arena, MT_I32, 2, (int64_t[]){ B, T }, &r->tgt));
+    MT_TRY(mt_tensor_alloc(r->io_arena, MT_F32, 1, (int64_t[]){ 1 }, &r->red));
     int64_t n = a->train_iters + 1;
     r->gv_loss = calloc((size_t)n, sizeof(double));
     r->gv_zeros = calloc((size_t)n, sizeof(double));
@@ -718,6 +720,37 @@ static mt_status finish_overlap(run *r) {
     return mt_stream_wait_event(NULL, r->done_ev);
 }
 
+/* ---- --exit-signal-handler and --exit-duration-in-mins ---- */
+
+static volatile sig_atomic_t got_sigterm;
+
+static void on_sigterm(int sig) {
+    (void)sig;
+    got_sigterm = 1;
+}
+
+/* After an iteration: whether any rank got SIGTERM (with --exit-signal-handler) or training has
+ * run longer than --exit-duration-in-mins; then Megatron's message on the first rank. */
+static mt_status check_exit(run *r, int *stop) {
+    const mt_train_args *a = r->a;
+    *stop = 0;
+    if (!a->exit_signal_handler && !(a->exit_duration_in_mins > 0)) return MT_OK;
+    double mins = (mt_time_now() - r->t_start) / 60.0;
+    double sig = got_sigterm ? 1.0 : 0.0;
+    double dur = a->exit_duration_in_mins > 0 && mins > a->exit_duration_in_mins ? 1.0 : 0.0;
+    MT_TRY(allreduce_avg(r, &sig));
+    MT_TRY(allreduce_avg(r, &dur));
+    *stop = sig > 0 || dur > 0;
+    if (*stop && r->rank == 0) {
+        if (sig > 0)
+            printf("exiting program after receiving SIGTERM.\n");
+        else
+            printf("exiting program after %f minutes\n", mins);
+        fflush(stdout);
+    }
+    return MT_OK;
+}
+
 /* ---- the loop ---- */
 
 static mt_status train(run *r) {
@@ -730,6 +763,13 @@ static mt_status train(run *r) {
     int64_t first_iter = r->iteration;
     int64_t end = a->exit_interval ? a->exit_interval : a->train_iters;
     if (end > a->train_iters) end = a->train_iters;
+    if (a->exit_signal_handler) {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = on_sigterm;
+        sigemptyset(&sa.sa_mask);
+        sigaction(SIGTERM, &sa, NULL);
+    }
     while (r->iteration < end) {
         double t0 = mt_time_now();
         if (r->prof && r->iteration - first_iter == 2) /* after warm-up */
@@ -818,6 +858,12 @@ static mt_status train(run *r) {
         }
         if (a->save && a->save_interval && r->iteration % a->save_interval == 0)
             MT_TRY(save_checkpoint(r));
+        int stop;
+        MT_TRY(check_exit(r, &stop));
+        if (stop) {
+            r->exited = 1;
+            break;
+        }
     }
     if (a->save && (!a->save_interval || r->iteration % a->save_interval != 0))
         MT_TRY(save_checkpoint(r));
@@ -881,6 +927,7 @@ mt_status mt_train_run(const mt_train_args *a) {
     run r;
     memset(&r, 0, sizeof r);
     r.a = a;
+    r.t_start = mt_time_now();
     mt_status st = setup_world(&r);
     if (st == MT_OK) {
         int dp = r.nranks;
@@ -909,9 +956,9 @@ mt_status mt_train_run(const mt_train_args *a) {
         fflush(stdout);
     }
     if (st == MT_OK) st = train(&r);
-    if (st == MT_OK && a->eval_interval && r.valid_ds)
+    if (st == MT_OK && a->eval_interval && r.valid_ds && !r.exited)
         st = evaluate(&r, "the end of training for val data");
-    if (st == MT_OK && r.test_ds) {
+    if (st == MT_OK && r.test_ds && !r.exited) {
         int64_t consumed = 0;
         st = evaluate_on(&r, r.test_ds, &consumed, "the end of training for test data", 1);
     }

@@ -22,6 +22,8 @@ typedef struct mt_train_args {
     /* batches and schedule */
     int micro_batch_size, global_batch_size;
     int64_t train_iters, lr_decay_iters, lr_warmup_iters, lr_wsd_decay_iters, exit_interval;
+    double exit_duration_in_mins; /* 0: none */
+    int exit_signal_handler;      /* SIGTERM: save and exit after the current iteration */
     double lr, min_lr, lr_warmup_fraction, lr_warmup_init, weight_decay, start_weight_decay;
     double end_weight_decay, clip_grad, adam_beta1, adam_beta2, adam_eps, sgd_momentum;
     char *lr_decay_style, *lr_wsd_decay_style, *weight_decay_incr_style, *optimizer;
