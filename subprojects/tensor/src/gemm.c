@@ -71,6 +71,14 @@ mt_status mt_blas_create(mt_device device, mt_blas **out) {
     return MT_OK;
 }
 
+void mt_blas_set_autotune(mt_blas *blas, int on) {
+#if MT_HAVE_CUDA
+    if (blas && blas->lt) blas_lt_set_autotune(blas->lt, on != 0);
+#else
+    (void)blas, (void)on;
+#endif
+}
+
 void mt_blas_destroy(mt_blas *blas) {
     if (!blas) return;
 #if MT_HAVE_CUDA

@@ -48,6 +48,8 @@ typedef struct blas_lt blas_lt;
 mt_status blas_lt_create(blas_lt **out);
 void blas_lt_destroy(blas_lt *lt);
 mt_status gemm_cuda(blas_lt *lt, const gemm_args *g, mt_stream stream);
+/* Overrides MT_GEMM_AUTOTUNE for this handle (see mt_blas_set_autotune). */
+void blas_lt_set_autotune(blas_lt *lt, int on);
 /* The weight-gradient GEMM g (c = dw, a = dy transposed) that also writes dbias (+)= the sum of
  * dy's rows through cuBLASLt's BGRADB epilogue; MT_ERR_UNSUPPORTED (nothing done) when cuBLASLt
  * has no such algorithm for g or the bias does not fit the handle's scratch. */

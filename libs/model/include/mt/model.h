@@ -62,7 +62,8 @@ typedef struct mt_model_config {
     float init_method_std; /* 0: 0.02 */
     uint64_t seed;         /* initialisation seed (Megatron --seed) */
     mt_dtype dtype;        /* parameters and activations: MT_F32 or MT_BF16 */
-    int deterministic;     /* 1: bitwise-reproducible kernels (no atomics in attention) */
+    int deterministic;     /* 1: bitwise-reproducible kernels (no atomics in attention, no GEMM
+                              autotuning) */
     mt_recompute_granularity recompute_granularity; /* 0: no activation recomputation */
     mt_recompute_method recompute_method;           /* full only */
     int recompute_num_layers;                       /* full only: 1..num_layers */

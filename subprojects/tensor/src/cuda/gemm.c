@@ -44,6 +44,7 @@ struct blas_lt {
     void *workspace;
     size_t workspace_bytes;
     float *bias_scratch; /* LT_BIAS_MAX floats: the BGRADB epilogue's output */
+    int autotune;        /* -1: MT_GEMM_AUTOTUNE decides; 0/1: blas_lt_set_autotune */
     lt_plan plans[LT_PLANS];
     int next; /* round-robin eviction */
 };
@@ -68,6 +69,7 @@ mt_status blas_lt_create(blas_lt **out) {
                         cudaGetErrorName(ce));
     }
     lt->workspace_bytes = LT_WORKSPACE;
+    lt->autotune = -1;
     *out = lt;
     return MT_OK;
 }
@@ -300,7 +302,7 @@ static mt_status run_plan(blas_lt *lt, lt_plan *p, const gemm_args *g, mt_stream
     if (p->key.ldpre)
         MT_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(
             p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g->pre_gelu, sizeof g->pre_gelu));
-    if (!p->tuned && autotune_on()) autotune(lt, p, g, stream);
+    if (!p->tuned && (lt->autotune < 0 ? autotune_on() : lt->autotune)) autotune(lt, p, g, stream);
     return matmul(lt, p, &p->algo, g, stream);
 }
 
@@ -387,4 +389,8 @@ mt_status gemm_dw_bgrad_cuda(blas_lt *lt, const gemm_args *g, void *dbias, mt_dt
      * workspace they use: same stream) */
     return bias_grad_launch(dbias, db_dtype, lt->bias_scratch, MT_F32, 1, g->M, accumulate,
                             lt->workspace, lt->workspace_bytes, stream);
+}
+
+void blas_lt_set_autotune(blas_lt *lt, int on) {
+    lt->autotune = on;
 }
