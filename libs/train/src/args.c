@@ -96,7 +96,7 @@ static const flag flags[] = {
     { "--log-interval", F_I64, O(log_interval), "100" },
     { "--log-throughput", F_TRUE, O(log_throughput), "TFLOP/s/GPU in the training line" },
     { "--log-num-zeros-in-grad", F_TRUE, O(log_num_zeros_in_grad), "count zero grads" },
-    { "--log-params-norm", F_TRUE, O(log_params_norm), "accepted" },
+    { "--log-params-norm", F_TRUE, O(log_params_norm), "the parameters' L2 norm in the log line" },
     { "--golden-values-out", F_STR, O(golden_values_out), "Megatron golden-values JSON" },
     { "--metrics-jsonl", F_STR, O(metrics_jsonl), "one JSON object per iteration" },
     { "--save", F_STR, O(save), "checkpoint directory" },

@@ -48,6 +48,11 @@ typedef struct run {
     mt_stream comm_stream; /* CUDA: reductions run here beside the backward */
     mt_event *bucket_ev, done_ev;
     mt_prof *prof; /* MT_PROFILE=1: per-operation times at the end */
+    /* --log-params-norm: the reduction's output and workspace */
+    mt_arena *pn_arena;
+    mt_tensor pn_out;
+    void *pn_ws;
+    size_t pn_ws_bytes;
 } run;
 
 static mt_status setup_overlap(run *r);
@@ -720,6 +725,24 @@ static mt_status finish_overlap(run *r) {
     return mt_stream_wait_event(NULL, r->done_ev);
 }
 
+/* The L2 norm of every parameter (Megatron's params norm), from the parameter buffer (padding is
+ * zero; a tied weight counts once). Blocking. */
+static mt_status params_norm(run *r, double *norm) {
+    mt_tensor p;
+    MT_TRY(mt_optim_buffer_params(r->buf, &p));
+    if (!r->pn_arena) {
+        MT_TRY(mt_reduce_workspace(&p, &r->pn_ws_bytes));
+        MT_TRY(mt_arena_create(r->dev, r->pn_ws_bytes + 3 * MT_ARENA_ALIGN, &r->pn_arena));
+        MT_TRY(mt_tensor_alloc(r->pn_arena, MT_F32, 1, (int64_t[]){ 1 }, &r->pn_out));
+        if (r->pn_ws_bytes) MT_TRY(mt_arena_alloc(r->pn_arena, r->pn_ws_bytes, &r->pn_ws));
+    }
+    MT_TRY(mt_reduce(&r->pn_out, &p, MT_REDUCE_NORM2, r->pn_ws, r->pn_ws_bytes, NULL));
+    float v;
+    MT_TRY(mt_memcpy(&v, MT_DEVICE_CPU, r->pn_out.data, r->dev, sizeof v, NULL));
+    *norm = v;
+    return MT_OK;
+}
+
 /* ---- --exit-signal-handler and --exit-duration-in-mins ---- */
 
 static volatile sig_atomic_t got_sigterm;
@@ -828,7 +851,7 @@ static mt_status train(run *r) {
                 dt * 1e3, (double)r->gbs * a->seq_length / dt, tflops, info.skipped);
         if (r->iteration % a->log_interval == 0 || r->iteration == 1) {
             if (last_rank(r)) {
-                char ts[64], tp[96] = "", nz[64] = "";
+                char ts[64], tp[96] = "", nz[128] = "";
                 stamp(ts, sizeof ts);
                 double per = interval_t / (double)interval_n;
                 if (a->log_throughput)
@@ -836,6 +859,12 @@ static mt_status train(run *r) {
                              flops_iter / (per * 1e12 * r->nranks));
                 if (a->log_num_zeros_in_grad)
                     snprintf(nz, sizeof nz, " num zeros: %lld |", (long long)info.num_zeros);
+                if (a->log_params_norm) {
+                    double pn;
+                    MT_TRY(params_norm(r, &pn));
+                    size_t k = strlen(nz);
+                    snprintf(nz + k, sizeof nz - k, " params norm: %.3f |", pn);
+                }
                 printf(" [%s] iteration %8lld/%8lld | consumed samples: %12lld | elapsed time per "
                        "iteration (ms): %.1f |%s learning rate: %.6E | global batch size: %5lld | "
                        "lm loss: %.6E | loss scale: %.1f | grad norm: %.3f |%s number of skipped "
@@ -902,6 +931,7 @@ static void teardown(run *r) {
     mt_arena_destroy(r->buf_arena);
     mt_arena_destroy(r->opt_arena);
     mt_arena_destroy(r->io_arena);
+    mt_arena_destroy(r->pn_arena);
     mt_data_dataset_destroy(r->train_ds);
     mt_data_dataset_destroy(r->valid_ds);
     mt_data_dataset_destroy(r->test_ds);
