@@ -23,10 +23,38 @@ expect "argument --normalization: invalid choice: 'BatchNorm'" --normalization B
 expect "hidden size (64) must be divisible by the number of attention heads (5)" --num-attention-heads 5
 expect "tensor, pipeline and context parallelism are not supported yet" --tensor-model-parallel-size 2
 expect "NullTokenizer needs --vocab-size" --vocab-size 0
+expect "expected iteration-based training" --train-samples 96
+expect "expected sample-based learning rate decay" --train-iters 0 --train-samples 96 --lr-decay-iters 5
+expect "dropout is not implemented: pass --attention-dropout 0 --hidden-dropout 0" --hidden-dropout 0.1
+expect "--transformer-impl transformer_engine: only 'local'" --transformer-impl transformer_engine
+expect "--no-position-embedding without rotary embeddings" --no-position-embedding
 "$MT_PRETRAIN" --num-layers 2 > "$d/out" 2>&1; rc=$?
 { [ $rc = 2 ] && grep -q "hidden-size is required" "$d/out"; } || { echo "FAIL: missing required flag"; cat "$d/out"; fail=1; }
 # an inconsistent batch is found once the world size is known, still before training
 "$MT_PRETRAIN" "${tiny_args[@]}" --global-batch-size 7 > "$d/out" 2>&1; rc=$?
 { [ $rc != 0 ] && grep -q "global batch size (7) is not divisible by micro batch size (2) times data parallel size (1)" "$d/out"; } \
   || { echo "FAIL: global batch check"; cat "$d/out"; fail=1; }
+# Megatron's implementation switches that are always on here are accepted, dropout 0 too, and
+# sample-based training (--train-samples/--lr-warmup-samples) equals the iteration-based run.
+set -e
+tiny_run "$d/iters.json" > "$d/iters.log"
+samples=()
+for ((i = 0; i < ${#tiny_args[@]}; i++)); do  # tiny_args with its iteration flags in samples
+  case ${tiny_args[i]} in
+    --train-iters) samples+=(--train-samples $((tiny_args[i + 1] * 8))); i=$((i + 1)) ;;
+    --lr-warmup-iters) samples+=(--lr-warmup-samples $((tiny_args[i + 1] * 8))); i=$((i + 1)) ;;
+    *) samples+=("${tiny_args[i]}") ;;
+  esac
+done
+"$MT_PRETRAIN" "${samples[@]}" --golden-values-out "$d/samples.json" --use-flash-attn \
+  --use-mcore-models --transformer-impl local --attention-dropout 0 --hidden-dropout 0.0 \
+  --no-masked-softmax-fusion --no-bias-gelu-fusion --no-bias-dropout-fusion \
+  --no-gradient-accumulation-fusion --attention-softmax-in-fp32 --sequence-parallel \
+  > "$d/samples.log" 2>&1 || { echo "FAIL: sample-based run"; cat "$d/samples.log"; exit 1; }
+if [ "$(losses "$d/iters.json" 1 12)" = "$(losses "$d/samples.json" 1 12)" ] \
+   && [ "$(losses "$d/iters.json" 1 12 | wc -l)" = 12 ]; then
+  echo "ok: --train-samples 96 --lr-warmup-samples 16 gives the 12 losses of --train-iters 12 --lr-warmup-iters 2"
+else
+  echo "FAIL: sample-based losses differ"; paste <(losses "$d/iters.json" 1 12) <(losses "$d/samples.json" 1 12); fail=1
+fi
 exit $fail

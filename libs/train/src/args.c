@@ -50,7 +50,30 @@ static const flag flags[] = {
     { "--init-method-std", F_DBL, O(init_method_std), "0.02" },
     { "--micro-batch-size", F_INT, O(micro_batch_size), "sequences per micro-batch" },
     { "--global-batch-size", F_INT, O(global_batch_size), "default micro * data parallel" },
-    { "--train-iters", F_I64, O(train_iters), "iterations (required)" },
+    { "--train-iters", F_I64, O(train_iters), "iterations (or --train-samples)" },
+    { "--train-samples", F_I64, O(train_samples), "samples (sample-based schedule)" },
+    { "--lr-decay-samples", F_I64, O(lr_decay_samples), "default --train-samples" },
+    { "--lr-warmup-samples", F_I64, O(lr_warmup_samples), "0" },
+    { "--lr-wsd-decay-samples", F_I64, O(lr_wsd_decay_samples), "WSD annealing samples" },
+    { "--attention-dropout", F_DBL, O(attention_dropout), "must be 0 (no dropout here)" },
+    { "--hidden-dropout", F_DBL, O(hidden_dropout), "must be 0 (no dropout here)" },
+    { "--transformer-impl", F_STR, O(transformer_impl), "local (the only one)" },
+    /* implementation switches of Megatron that are always on (or meaningless) here */
+    { "--use-flash-attn", F_TRUE, O(noop), "accepted: attention is always flash-style" },
+    { "--use-mcore-models", F_TRUE, O(noop), "accepted" },
+    { "--no-masked-softmax-fusion", F_TRUE, O(noop), "accepted" },
+    { "--no-bias-gelu-fusion", F_TRUE, O(noop), "accepted" },
+    { "--no-bias-swiglu-fusion", F_TRUE, O(noop), "accepted" },
+    { "--no-bias-dropout-fusion", F_TRUE, O(noop), "accepted" },
+    { "--no-gradient-accumulation-fusion", F_TRUE, O(noop), "accepted" },
+    { "--no-rope-fusion", F_TRUE, O(noop), "accepted" },
+    { "--attention-softmax-in-fp32", F_TRUE, O(noop), "accepted: softmax is always fp32" },
+    { "--accumulate-allreduce-grads-in-fp32", F_TRUE, O(noop), "accepted: grads are fp32" },
+    { "--sequence-parallel", F_TRUE, O(noop), "accepted (a no-op without tensor parallelism)" },
+    { "--use-rotary-position-embeddings", F_TRUE, O(use_rotary_position_embeddings),
+      "= --position-embedding-type rope" },
+    { "--no-position-embedding", F_TRUE, O(no_position_embedding),
+      "no learned position table (with rope)" },
     { "--exit-interval", F_I64, O(exit_interval), "stop after this many iterations" },
     { "--exit-duration-in-mins", F_DBL, O(exit_duration_in_mins),
       "save and stop once training has run this long" },
@@ -316,7 +339,32 @@ static mt_status validate(mt_train_args *a) {
     if (a->num_attention_heads <= 0) return BAD("--num-attention-heads is required");
     if (a->seq_length <= 0) return BAD("--seq-length is required");
     if (a->micro_batch_size <= 0) return BAD("--micro-batch-size is required");
-    if (a->train_iters <= 0) return BAD("--train-iters is required (a positive integer)");
+    if (a->train_iters > 0) { /* megatron's asserts for iteration-based training */
+        if (a->train_samples > 0) return BAD("expected iteration-based training");
+        if (a->lr_decay_samples > 0) return BAD("expected iteration-based learning rate decay");
+        if (a->lr_warmup_samples > 0) return BAD("expected iteration-based learning rate warmup");
+    } else if (a->train_samples > 0) {
+        if (a->lr_decay_iters > 0) return BAD("expected sample-based learning rate decay");
+        if (a->lr_warmup_iters > 0) return BAD("expected sample-based learnig rate warmup");
+        if (!isnan(a->lr_warmup_fraction) && a->lr_warmup_samples > 0)
+            return BAD("can only specify one of lr-warmup-fraction and lr-warmup-samples");
+    } else {
+        return BAD("--train-iters or --train-samples is required (a positive integer)");
+    }
+    if (a->attention_dropout != 0.0 || a->hidden_dropout != 0.0)
+        return MT_ERROR(MT_ERR_UNSUPPORTED,
+                        "dropout is not implemented: pass --attention-dropout 0 --hidden-dropout 0 "
+                        "(got %g and %g)",
+                        a->attention_dropout, a->hidden_dropout);
+    if (a->transformer_impl && strcmp(a->transformer_impl, "local") != 0)
+        return MT_ERROR(MT_ERR_UNSUPPORTED,
+                        "--transformer-impl %s: only 'local' (this project's own kernels)",
+                        a->transformer_impl);
+    if (a->use_rotary_position_embeddings) set_str(&a->position_embedding_type, "rope");
+    if (a->no_position_embedding && strcmp(a->position_embedding_type, "rope") != 0)
+        return MT_ERROR(MT_ERR_UNSUPPORTED,
+                        "--no-position-embedding without rotary embeddings (no positions at all) "
+                        "is not supported: add --position-embedding-type rope");
     if (isnan(a->lr)) return BAD("--lr is required");
     if (a->bf16 && a->fp16) return BAD("cannot specify both fp16 and bf16");
     if (a->fp16)

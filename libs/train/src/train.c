@@ -164,7 +164,7 @@ static mt_status build_split(run *r, char **list, int n, const char *split_str, 
 
 static mt_status setup_data(run *r) {
     const mt_train_args *a = r->a;
-    int64_t train_samples = a->train_iters * r->gbs;
+    int64_t train_samples = a->train_samples > 0 ? a->train_samples : a->train_iters * r->gbs;
     int64_t evals = a->eval_interval ? a->train_iters / a->eval_interval + 1 : 0;
     int64_t valid_samples = evals * a->eval_iters * r->gbs;
     int64_t test_samples = a->eval_interval ? a->eval_iters * r->gbs : 0;
@@ -288,9 +288,20 @@ static mt_status setup_model(run *r) {
     MT_TRY(mt_wd_incr_style_parse(a->weight_decay_incr_style, &s->wd_incr_style));
     s->start_wd = isnan(a->start_weight_decay) ? a->weight_decay : a->start_weight_decay;
     s->end_wd = isnan(a->end_weight_decay) ? a->weight_decay : a->end_weight_decay;
-    MT_TRY(mt_optim_sched_from_iters(s, a->train_iters, a->lr_decay_iters, a->lr_warmup_iters,
-                                     isnan(a->lr_warmup_fraction) ? -1.0 : a->lr_warmup_fraction,
-                                     a->lr_wsd_decay_iters, r->gbs));
+    if (a->train_samples > 0) { /* get_optimizer_param_scheduler's sample-based branch */
+        s->lr_decay_steps =
+            (double)(a->lr_decay_samples > 0 ? a->lr_decay_samples : a->train_samples);
+        s->wd_incr_steps = (double)a->train_samples;
+        s->wsd_decay_steps = (double)a->lr_wsd_decay_samples;
+        s->lr_warmup_steps = isnan(a->lr_warmup_fraction)
+                                 ? (double)a->lr_warmup_samples
+                                 : a->lr_warmup_fraction * s->lr_decay_steps;
+    } else {
+        MT_TRY(
+            mt_optim_sched_from_iters(s, a->train_iters, a->lr_decay_iters, a->lr_warmup_iters,
+                                      isnan(a->lr_warmup_fraction) ? -1.0 : a->lr_warmup_fraction,
+                                      a->lr_wsd_decay_iters, r->gbs));
+    }
     return mt_optim_sched_check(s);
 }
 
@@ -968,6 +979,16 @@ mt_status mt_train_run(const mt_train_args *a) {
                           "times data parallel size (%d)",
                           (long long)r.gbs, a->micro_batch_size, dp);
         r.num_micro = (int)(r.gbs / ((int64_t)a->micro_batch_size * dp));
+    }
+    mt_train_args sample_based; /* --train-samples: megatron's update_train_iters */
+    if (st == MT_OK && a->train_samples > 0) {
+        sample_based = *a;
+        sample_based.train_iters = a->train_samples / r.gbs;
+        if (sample_based.train_iters <= 0)
+            st = MT_ERROR(MT_ERR_INVALID_ARG,
+                          "--train-samples (%lld) is smaller than the global batch size (%lld)",
+                          (long long)a->train_samples, (long long)r.gbs);
+        r.a = a = &sample_based;
     }
     if (st == MT_OK) st = setup_tokenizer(&r);
     if (st == MT_OK) st = setup_model(&r);

@@ -22,8 +22,15 @@ typedef struct mt_train_args {
     /* batches and schedule */
     int micro_batch_size, global_batch_size;
     int64_t train_iters, lr_decay_iters, lr_warmup_iters, lr_wsd_decay_iters, exit_interval;
-    double exit_duration_in_mins; /* 0: none */
-    int exit_signal_handler;      /* SIGTERM: save and exit after the current iteration */
+    /* sample-based training (instead of --train-iters/--lr-decay-iters/...): 0 = unset */
+    int64_t train_samples, lr_decay_samples, lr_warmup_samples, lr_wsd_decay_samples;
+    double attention_dropout, hidden_dropout; /* only 0 is supported */
+    char *transformer_impl;                   /* "local" (accepted) */
+    int use_rotary_position_embeddings;       /* old spelling of --position-embedding-type rope */
+    int no_position_embedding;                /* accepted with rope only */
+    int noop;                                 /* flags accepted and ignored (always on here) */
+    double exit_duration_in_mins;             /* 0: none */
+    int exit_signal_handler; /* SIGTERM: save and exit after the current iteration */
     double lr, min_lr, lr_warmup_fraction, lr_warmup_init, weight_decay, start_weight_decay;
     double end_weight_decay, clip_grad, adam_beta1, adam_beta2, adam_eps, sgd_momentum;
     char *lr_decay_style, *lr_wsd_decay_style, *weight_decay_incr_style, *optimizer;
