@@ -28,6 +28,7 @@ expect "expected sample-based learning rate decay" --train-iters 0 --train-sampl
 expect "dropout is not implemented: pass --attention-dropout 0 --hidden-dropout 0" --hidden-dropout 0.1
 expect "--transformer-impl transformer_engine: only 'local'" --transformer-impl transformer_engine
 expect "--no-position-embedding without rotary embeddings" --no-position-embedding
+expect "argument --timing-log-level: invalid choice: 3" --timing-log-level 3
 "$MT_PRETRAIN" --num-layers 2 > "$d/out" 2>&1; rc=$?
 { [ $rc = 2 ] && grep -q "hidden-size is required" "$d/out"; } || { echo "FAIL: missing required flag"; cat "$d/out"; fail=1; }
 # an inconsistent batch is found once the world size is known, still before training
@@ -50,7 +51,10 @@ done
   --use-mcore-models --transformer-impl local --attention-dropout 0 --hidden-dropout 0.0 \
   --no-masked-softmax-fusion --no-bias-gelu-fusion --no-bias-dropout-fusion \
   --no-gradient-accumulation-fusion --attention-softmax-in-fp32 --sequence-parallel \
+  --timing-log-level 1 --tensorboard-dir "$d/tb" \
   > "$d/samples.log" 2>&1 || { echo "FAIL: sample-based run"; cat "$d/samples.log"; exit 1; }
+grep -q "^\[profile\] per iteration" "$d/samples.log" && grep -q "WARNING: --tensorboard-dir" "$d/samples.log" \
+  || { echo "FAIL: --timing-log-level 1 gave no profile or --tensorboard-dir no warning"; cat "$d/samples.log"; fail=1; }
 if [ "$(losses "$d/iters.json" 1 12)" = "$(losses "$d/samples.json" 1 12)" ] \
    && [ "$(losses "$d/iters.json" 1 12 | wc -l)" = 12 ]; then
   echo "ok: --train-samples 96 --lr-warmup-samples 16 gives the 12 losses of --train-iters 12 --lr-warmup-iters 2"

@@ -60,6 +60,10 @@ static const flag flags[] = {
     { "--transformer-impl", F_STR, O(transformer_impl), "local (the only one)" },
     /* implementation switches of Megatron that are always on (or meaningless) here */
     { "--use-flash-attn", F_TRUE, O(noop), "accepted: attention is always flash-style" },
+    { "--timing-log-level", F_INT, O(timing_log_level),
+      "0; >= 1: per-operation GPU times at the end (as MT_PROFILE=1)" },
+    { "--tensorboard-dir", F_STR, O(tensorboard_dir), "accepted, not written: --metrics-jsonl" },
+    { "--wandb-project", F_STR, O(wandb_project), "accepted, not written: --metrics-jsonl" },
     { "--use-mcore-models", F_TRUE, O(noop), "accepted" },
     { "--no-masked-softmax-fusion", F_TRUE, O(noop), "accepted" },
     { "--no-bias-gelu-fusion", F_TRUE, O(noop), "accepted" },
@@ -360,6 +364,9 @@ static mt_status validate(mt_train_args *a) {
         return MT_ERROR(MT_ERR_UNSUPPORTED,
                         "--transformer-impl %s: only 'local' (this project's own kernels)",
                         a->transformer_impl);
+    if (a->timing_log_level < 0 || a->timing_log_level > 2)
+        return BAD("argument --timing-log-level: invalid choice: %d (choose from 0, 1, 2)",
+                   a->timing_log_level);
     if (a->use_rotary_position_embeddings) set_str(&a->position_embedding_type, "rope");
     if (a->no_position_embedding && strcmp(a->position_embedding_type, "rope") != 0)
         return MT_ERROR(MT_ERR_UNSUPPORTED,

@@ -275,7 +275,7 @@ static mt_status setup_model(run *r) {
     MT_TRY(setup_overlap(r));
     mt_model_set_grad_ready(r->model, grad_ready, r);
     const char *prof = getenv("MT_PROFILE");
-    if (prof && *prof && strcmp(prof, "0") != 0)
+    if ((prof && *prof && strcmp(prof, "0") != 0) || a->timing_log_level > 0)
         MT_TRY(mt_prof_create(&r->prof, mt_device_is_cuda(r->dev), 4096));
 
     mt_optim_sched *s = &r->sched;
@@ -995,6 +995,9 @@ mt_status mt_train_run(const mt_train_args *a) {
     if (st == MT_OK && a->load) st = load_checkpoint(&r);
     if (st == MT_OK) st = setup_data(&r);
     if (st == MT_OK) st = setup_io(&r);
+    if (st == MT_OK && last_rank(&r) && (a->tensorboard_dir || a->wandb_project))
+        fprintf(stderr, "WARNING: --tensorboard-dir/--wandb-project are accepted but nothing is "
+                        "written there; use --metrics-jsonl FILE\n");
     if (st == MT_OK && last_rank(&r)) {
         int64_t params = 0;
         for (int i = 0; i < mt_model_num_params(r.model); i++)

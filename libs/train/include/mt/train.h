@@ -29,6 +29,8 @@ typedef struct mt_train_args {
     int use_rotary_position_embeddings;       /* old spelling of --position-embedding-type rope */
     int no_position_embedding;                /* accepted with rope only */
     int noop;                                 /* flags accepted and ignored (always on here) */
+    int timing_log_level;                     /* >= 1: per-operation times at the end */
+    char *tensorboard_dir, *wandb_project;    /* accepted, with a warning: not written */
     double exit_duration_in_mins;             /* 0: none */
     int exit_signal_handler; /* SIGTERM: save and exit after the current iteration */
     double lr, min_lr, lr_warmup_fraction, lr_warmup_init, weight_decay, start_weight_decay;
