@@ -87,7 +87,8 @@ int main(void) {
     long codd = 0, ceven = 0;
     double odd = mt_prof_total_ms(pr, "odd", &codd), even = mt_prof_total_ms(pr, "even", &ceven);
     MT_EXPECT(codd == 2 && ceven == 3, "region counts %ld %ld", codd, ceven);
-    MT_EXPECT(odd >= 4.0 && even >= 0.3 && odd > even, "totals odd %.3f even %.3f ms", odd, even);
+    /* lower bounds only: a busy wait can be preempted (longer), never shorter */
+    MT_EXPECT(odd >= 4.0 && even >= 0.3, "totals odd %.3f even %.3f ms", odd, even);
     mt_prof_print(pr, stdout, 1);
     mt_prof_destroy(pr);
     MT_CHECK(mt_prof_begin(NULL, "x", NULL)); /* a NULL profiler ignores everything */
