@@ -40,6 +40,19 @@ t=$(jq -r 'select(.["test lm loss"]) | .["test lm loss"]' "$d/ps.jsonl")
   || { echo "FAIL: no test evaluation at the end"; cat "$d/ps.log"; exit 1; }
 echo "ok: test loss on B at the end: $t"
 echo "ok: validation on B: $(val "$d/ps.jsonl" | tr '\n' ' ')(on A: $(val "$d/aa.jsonl" | tr '\n' ' '))"
+# the same blends read from files: --data-args-path and --per-split-data-args-path (JSON lists or
+# strings, as megatron reads them)
+echo "$A" > "$d/data_args.txt"
+printf '{"train": ["%s"], "valid": "%s", "test": ["%s"]}\n' "$A" "$B" "$B" > "$d/per_split.json"
+"$MT_PRETRAIN" "${args[@]}" --data-args-path "$d/data_args.txt" --split 100,0,0 \
+  --golden-values-out "$d/fa.json" > "$d/fa.log" || { cat "$d/fa.log"; exit 1; }
+"$MT_PRETRAIN" "${args[@]}" --per-split-data-args-path "$d/per_split.json" \
+  --golden-values-out "$d/fps.json" --metrics-jsonl "$d/fps.jsonl" > "$d/fps.log" || { cat "$d/fps.log"; exit 1; }
+[ "$(losses "$d/fa.json" 1 8)" = "$(losses "$d/ref.json" 1 8)" ] \
+  && [ "$(losses "$d/fps.json" 1 8)" = "$(losses "$d/ps.json" 1 8)" ] \
+  && [ "$(val "$d/fps.jsonl")" = "$(val "$d/ps.jsonl")" ] \
+  || { echo "FAIL: blends from files differ from the flags"; exit 1; }
+echo "ok: --data-args-path and --per-split-data-args-path equal the flags"
 bad() {  # expected message, flags...
   local want=$1; shift
   mkdir -p "$d/bad"
@@ -52,3 +65,6 @@ bad() {  # expected message, flags...
 bad "mutually exclusive" --data-path "$A" --train-data-path "$A"
 bad "need --train-data-path" --valid-data-path "$B"
 bad "needs weight prefix pairs" --train-data-path 0.5 "$A" 0.5
+bad "cannot read --data-args-path $d/none.txt" --data-args-path "$d/none.txt"
+echo '{"train": 5}' > "$d/bad.json"
+bad "\"train\" must be a list or a string" --per-split-data-args-path "$d/bad.json"

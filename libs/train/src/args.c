@@ -4,6 +4,7 @@
 #include <mt/train.h>
 
 #include <errno.h>
+#include <jansson.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -112,6 +113,9 @@ static const flag flags[] = {
     { "--loss-scale-window", F_DBL, O(loss_scale_window), "1000" },
     { "--hysteresis", F_DBL, O(hysteresis), "2" },
     { "--split", F_STR, O(split), "969, 30, 1" },
+    { "--data-args-path", F_STR, O(data_args_path), "a file holding the --data-path list" },
+    { "--per-split-data-args-path", F_STR, O(per_split_data_args_path),
+      "JSON {\"train\": [...], \"valid\": [...], \"test\": [...]}" },
     { "--tokenizer-type", F_STR, O(tokenizer_type), "GPT2BPETokenizer | NullTokenizer" },
     { "--vocab-file", F_STR, O(vocab_file), "GPT-2 encoder.json" },
     { "--merge-file", F_STR, O(merge_file), "GPT-2 vocab.bpe" },
@@ -337,7 +341,76 @@ static mt_status validate_recompute(mt_train_args *a) {
     return MT_OK;
 }
 
+/* Appends the whitespace-separated words of `text` to a list. */
+static void add_words(char ***list, int *n, const char *text) {
+    const char *p = text;
+    while (*p) {
+        while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')
+            p++;
+        size_t len = strcspn(p, " \t\n\r");
+        if (!len) break;
+        *list = realloc(*list, sizeof(char *) * (size_t)(*n + 1));
+        (*list)[(*n)++] = strndup(p, len);
+        p += len;
+    }
+}
+
+/* megatron's get_blend_and_blend_per_split for --data-args-path and --per-split-data-args-path. */
+static mt_status read_data_args(mt_train_args *a) {
+    if (a->data_args_path) {
+        if (a->n_data_path) return BAD("--data-path and --data-args-path are mutually exclusive");
+        FILE *f = fopen(a->data_args_path, "r");
+        if (!f)
+            return BAD("cannot read --data-args-path %s: %s", a->data_args_path, strerror(errno));
+        char buf[1 << 16];
+        size_t got = fread(buf, 1, sizeof buf - 1, f);
+        int big = !feof(f);
+        fclose(f);
+        if (big) return BAD("--data-args-path %s is larger than 64 KiB", a->data_args_path);
+        buf[got] = '\0';
+        add_words(&a->data_path, &a->n_data_path, buf);
+        if (!a->n_data_path) return BAD("--data-args-path %s is empty", a->data_args_path);
+    }
+    if (!a->per_split_data_args_path) return MT_OK;
+    if (a->n_split_path[0] + a->n_split_path[1] + a->n_split_path[2])
+        return BAD("--per-split-data-args-path and --train-data-path/--valid-data-path/"
+                   "--test-data-path are mutually exclusive");
+    json_error_t err;
+    json_t *root = json_load_file(a->per_split_data_args_path, 0, &err);
+    if (!root || !json_is_object(root)) {
+        json_decref(root);
+        return BAD("--per-split-data-args-path %s: not a JSON object (%s, line %d)",
+                   a->per_split_data_args_path, root ? "wrong type" : err.text, err.line);
+    }
+    static const char *const keys[3] = { "train", "valid", "test" };
+    mt_status st = MT_OK;
+    for (int k = 0; k < 3 && st == MT_OK; k++) {
+        json_t *v = json_object_get(root, keys[k]);
+        if (!v || json_is_null(v)) continue;
+        if (json_is_string(v)) {
+            add_words(&a->split_path[k], &a->n_split_path[k], json_string_value(v));
+        } else if (json_is_array(v)) {
+            size_t i;
+            json_t *e;
+            json_array_foreach(v, i, e) {
+                if (!json_is_string(e)) {
+                    st = BAD("--per-split-data-args-path %s: \"%s\"[%zu] is not a string",
+                             a->per_split_data_args_path, keys[k], i);
+                    break;
+                }
+                add_words(&a->split_path[k], &a->n_split_path[k], json_string_value(e));
+            }
+        } else {
+            st = BAD("--per-split-data-args-path %s: \"%s\" must be a list or a string",
+                     a->per_split_data_args_path, keys[k]);
+        }
+    }
+    json_decref(root);
+    return st;
+}
+
 static mt_status validate(mt_train_args *a) {
+    MT_TRY(read_data_args(a));
     if (a->num_layers <= 0) return BAD("--num-layers is required (a positive integer)");
     if (a->hidden_size <= 0) return BAD("--hidden-size is required (a positive integer)");
     if (a->num_attention_heads <= 0) return BAD("--num-attention-heads is required");

@@ -47,6 +47,9 @@ typedef struct mt_train_args {
      * --data-path and --split), each as given */
     int n_split_path[3];
     char **split_path[3];
+    /* --data-args-path FILE (the --data-path list in a file), --per-split-data-args-path FILE (JSON
+     * {"train": [...] or "...", "valid": ..., "test": ...}): read into the lists above */
+    char *data_args_path, *per_split_data_args_path;
     char *split, *tokenizer_type, *vocab_file, *merge_file, *data_cache_path;
     int mock_data, num_workers;
     /* evaluation and logging */
