@@ -16,7 +16,7 @@ kill -TERM %1; rc=0; wait %1 || rc=$?
 grep -q "exiting program after receiving SIGTERM." "$d/sig.log" || { echo "FAIL: no exit message"; cat "$d/sig.log"; exit 1; }
 n=$(cat "$d/ck/latest_checkpointed_iteration.txt")
 [ "$n" -ge 4 ] && [ "$n" -lt 100000 ] || { echo "FAIL: checkpoint at iteration '$n'"; exit 1; }
-grep -q "validation loss at the end of training" "$d/sig.log" && { echo "FAIL: evaluated after SIGTERM"; exit 1; }
+grep -q "validation loss at" "$d/sig.log" && { echo "FAIL: evaluated after SIGTERM"; exit 1; }
 echo "ok: SIGTERM -> checkpoint at iteration $n, exit 0"
 # resume to n+3 and compare with an uninterrupted run to n+3 (same --train-iters: same schedule)
 m=$((n + 3))

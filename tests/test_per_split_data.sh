@@ -36,7 +36,7 @@ echo "ok: 8 train losses equal --data-path A --split 100,0,0"
 [ "$(val "$d/ps.jsonl")" != "$(val "$d/aa.jsonl")" ] \
   || { echo "FAIL: validating on B gives A's losses"; exit 1; }
 t=$(jq -r 'select(.["test lm loss"]) | .["test lm loss"]' "$d/ps.jsonl")
-[ -n "$t" ] && grep -q "validation loss at the end of training for test data" "$d/ps.log" \
+[ -n "$t" ] && grep -q "validation loss at iteration 8 on test set" "$d/ps.log" \
   || { echo "FAIL: no test evaluation at the end"; cat "$d/ps.log"; exit 1; }
 echo "ok: test loss on B at the end: $t"
 echo "ok: validation on B: $(val "$d/ps.jsonl" | tr '\n' ' ')(on A: $(val "$d/aa.jsonl" | tr '\n' ' '))"
@@ -53,6 +53,17 @@ printf '{"train": ["%s"], "valid": "%s", "test": ["%s"]}\n' "$A" "$B" "$B" > "$d
   && [ "$(val "$d/fps.jsonl")" = "$(val "$d/ps.jsonl")" ] \
   || { echo "FAIL: blends from files differ from the flags"; exit 1; }
 echo "ok: --data-args-path and --per-split-data-args-path equal the flags"
+# --skip-train --load: no training, the validation and test passes of the loaded iteration
+"$MT_PRETRAIN" "${args[@]}" --train-data-path "$A" --valid-data-path "$B" --test-data-path "$B" \
+  --save "$d/ck" > "$d/ck.log" || { cat "$d/ck.log"; exit 1; }
+"$MT_PRETRAIN" "${args[@]}" --train-data-path "$A" --valid-data-path "$B" --test-data-path "$B" \
+  --load "$d/ck" --skip-train > "$d/skip.log" || { cat "$d/skip.log"; exit 1; }
+grep -q "skipping training (--skip-train is on)" "$d/skip.log" \
+  && grep -q "validation loss at iteration 8 on validation set" "$d/skip.log" \
+  && grep -q "validation loss at iteration 8 on test set" "$d/skip.log" \
+  && ! grep -q " iteration .*/ .*consumed samples" "$d/skip.log" \
+  || { echo "FAIL: --skip-train"; cat "$d/skip.log"; exit 1; }
+echo "ok: --skip-train --load evaluated iteration 8 without training"
 bad() {  # expected message, flags...
   local want=$1; shift
   mkdir -p "$d/bad"

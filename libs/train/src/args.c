@@ -82,6 +82,8 @@ static const flag flags[] = {
     { "--exit-interval", F_I64, O(exit_interval), "stop after this many iterations" },
     { "--exit-duration-in-mins", F_DBL, O(exit_duration_in_mins),
       "save and stop once training has run this long" },
+    { "--skip-train", F_TRUE, O(skip_train),
+      "no training: evaluate the validation and test splits (with --load: that model)" },
     { "--exit-signal-handler", F_TRUE, O(exit_signal_handler),
       "on SIGTERM: save a checkpoint after the current iteration and exit" },
     { "--lr", F_DBL, O(lr), "peak learning rate (required)" },

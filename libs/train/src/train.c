@@ -1009,12 +1009,21 @@ mt_status mt_train_run(const mt_train_args *a) {
                a->bf16 ? "bf16" : "fp32", r.num_micro);
         fflush(stdout);
     }
-    if (st == MT_OK) st = train(&r);
-    if (st == MT_OK && a->eval_interval && r.valid_ds && !r.exited)
-        st = evaluate(&r, "the end of training for val data");
+    r.last_eval = -1;
+    if (st == MT_OK && !a->skip_train) st = train(&r);
+    if (st == MT_OK && a->skip_train && r.rank == 0) {
+        printf("skipping training (--skip-train is on) ...\n");
+        fflush(stdout);
+    }
+    char where[96];
+    if (st == MT_OK && a->eval_interval && r.valid_ds && !r.exited) {
+        snprintf(where, sizeof where, "iteration %lld on validation set", (long long)r.iteration);
+        st = evaluate(&r, where);
+    }
     if (st == MT_OK && r.test_ds && !r.exited) {
         int64_t consumed = 0;
-        st = evaluate_on(&r, r.test_ds, &consumed, "the end of training for test data", 1);
+        snprintf(where, sizeof where, "iteration %lld on test set", (long long)r.iteration);
+        st = evaluate_on(&r, r.test_ds, &consumed, where, 1);
     }
     if (st == MT_OK && a->golden_values_out && last_rank(&r)) write_golden(&r);
     if (st != MT_OK && r.nranks > 1) {

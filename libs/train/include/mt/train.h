@@ -33,6 +33,7 @@ typedef struct mt_train_args {
     char *tensorboard_dir, *wandb_project;    /* accepted, with a warning: not written */
     double exit_duration_in_mins;             /* 0: none */
     int exit_signal_handler; /* SIGTERM: save and exit after the current iteration */
+    int skip_train;          /* --skip-train: only the final validation and test passes */
     double lr, min_lr, lr_warmup_fraction, lr_warmup_init, weight_decay, start_weight_decay;
     double end_weight_decay, clip_grad, adam_beta1, adam_beta2, adam_eps, sgd_momentum;
     char *lr_decay_style, *lr_wsd_decay_style, *weight_decay_incr_style, *optimizer;
