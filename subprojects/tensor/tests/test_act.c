@@ -3,45 +3,20 @@
 #include <mt/tensor.h>
 #include <mt/testkit.h>
 
+#include "test_common.h"
+
 #include <stdlib.h>
 #include <string.h>
 
 #define R 7
 #define C 24
 
-/* A CPU tensor of `dt` holding golden `name` (rounded once to dt). */
-static mt_tensor load(const char *name, mt_dtype dt, int64_t rows, int64_t cols) {
-    size_t n;
-    float *f = mt_test_golden_f32(name, &n, NULL);
-    MT_ASSERT((int64_t)n == rows * cols);
-    mt_tensor t32 = mt_tensor_2d(f, MT_F32, rows, cols, MT_DEVICE_CPU);
-    if (dt == MT_F32) return t32;
-    mt_tensor t = mt_tensor_2d(malloc(n * mt_dtype_size(dt)), dt, rows, cols, MT_DEVICE_CPU);
-    MT_CHECK(mt_cast(&t, &t32, NULL));
-    free(f);
-    return t;
-}
-
-static mt_tensor empty(mt_dtype dt, int64_t rows, int64_t cols) {
-    size_t n = (size_t)(rows * cols);
-    void *p = malloc(n * mt_dtype_size(dt));
-    memset(p, 0xff, n * mt_dtype_size(dt)); /* NaN poison: every element must be written */
-    return mt_tensor_2d(p, dt, rows, cols, MT_DEVICE_CPU);
-}
-
-/* Compares t (any float dtype, contiguous) with golden `name`. */
-static void expect(const char *what, mt_dtype dt, const mt_tensor *t, const char *name) {
-    size_t n = (size_t)mt_tensor_numel(t);
-    float *ref = mt_test_golden_f32(name, NULL, NULL), *got = malloc(n * 4);
-    mt_tensor g = mt_tensor_1d(got, MT_F32, (int64_t)n, MT_DEVICE_CPU), src = *t;
-    MT_CHECK(mt_tensor_reshape(&src, 1, (int64_t[]){ (int64_t)n }, &src));
-    MT_CHECK(mt_cast(&g, &src, NULL));
-    char buf[96];
-    snprintf(buf, sizeof buf, "%s %s", what, mt_dtype_name(dt));
-    double tol = dt == MT_F32 ? 1e-5 : 3e-2;
-    mt_test_close_f32(buf, got, ref, n, tol, dt == MT_F32 ? 1e-5 : 2e-2);
-    free(ref), free(got);
-}
+/* (rows, cols) tensors from goldens, poisoned outputs, and the comparison at act's tolerances */
+#define load(name, dt, rows, cols) golden_tensor(name, dt, 2, (int64_t[]){ rows, cols })
+#define empty(dt, rows, cols)      poison_tensor(dt, 2, (int64_t[]){ rows, cols })
+#define expect(what, dt, t, name)                                                                \
+    expect_golden(what, dt, t, name, (dt) == MT_F32 ? 1e-5 : 3e-2, (dt) == MT_F32 ? 1e-5 : 2e-2, \
+                  1.0f)
 
 static void run(mt_dtype dt) {
     mt_tensor x = load("act_x.npy", dt, R, C), dout = load("act_dout.npy", dt, R, C);

@@ -3,75 +3,50 @@
 #include <mt/tensor.h>
 #include <mt/testkit.h>
 
+#include "test_common.h"
+
+/* result t against scale * golden `name` at tol (absolute and relative) */
+#define expect_gemm(what, t, name, tol, scale) \
+    expect_golden(what, (t)->dtype, t, name, tol, tol, scale)
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-static mt_tensor load(const char *name, mt_dtype dt, int ndim, const int64_t *shape) {
-    size_t n;
-    float *f = mt_test_golden_f32(name, &n, NULL);
-    mt_tensor t32 = mt_tensor_make(f, MT_F32, ndim, shape, MT_DEVICE_CPU);
-    MT_ASSERT((int64_t)n == mt_tensor_numel(&t32));
-    if (dt == MT_F32) return t32;
-    mt_tensor t = mt_tensor_make(malloc(n * mt_dtype_size(dt)), dt, ndim, shape, MT_DEVICE_CPU);
-    MT_CHECK(mt_cast(&t, &t32, NULL));
-    free(f);
-    return t;
-}
-
-static mt_tensor empty(mt_dtype dt, int ndim, const int64_t *shape) {
-    mt_tensor t = mt_tensor_make(NULL, dt, ndim, shape, MT_DEVICE_CPU);
-    size_t bytes = mt_tensor_nbytes(&t);
-    t.data = malloc(bytes);
-    memset(t.data, 0xff, bytes); /* NaN poison */
-    return t;
-}
-
-static void expect(const char *what, const mt_tensor *t, const char *name, double tol,
-                   float scale) {
-    size_t n = (size_t)mt_tensor_numel(t);
-    float *ref = mt_test_golden_f32(name, NULL, NULL), *got = malloc(n * 4);
-    for (size_t i = 0; i < n; i++)
-        ref[i] *= scale;
-    mt_tensor g = mt_tensor_1d(got, MT_F32, (int64_t)n, MT_DEVICE_CPU), src = *t;
-    MT_CHECK(mt_tensor_reshape(&src, 1, (int64_t[]){ (int64_t)n }, &src));
-    MT_CHECK(mt_cast(&g, &src, NULL));
-    char buf[96];
-    snprintf(buf, sizeof buf, "%s %s", what, mt_dtype_name(t->dtype));
-    mt_test_close_f32(buf, got, ref, n, tol, tol);
-    free(ref), free(got);
-}
-
 static void run(mt_dtype dt) {
     const int64_t sx[2] = { 13, 40 }, sw[2] = { 24, 40 }, sb[1] = { 24 }, sy[2] = { 13, 24 };
     double tol = dt == MT_F32 ? 2e-5 : 6e-2;
-    mt_tensor x = load("gemm_x.npy", dt, 2, sx), w = load("gemm_w.npy", dt, 2, sw);
-    mt_tensor b = load("gemm_b.npy", dt, 1, sb), dy = load("gemm_dy.npy", dt, 2, sy);
-    mt_tensor y = empty(dt, 2, sy), pre = empty(dt, 2, sy);
+    mt_tensor x = golden_tensor("gemm_x.npy", dt, 2, sx),
+              w = golden_tensor("gemm_w.npy", dt, 2, sw);
+    mt_tensor b = golden_tensor("gemm_b.npy", dt, 1, sb),
+              dy = golden_tensor("gemm_dy.npy", dt, 2, sy);
+    mt_tensor y = poison_tensor(dt, 2, sy), pre = poison_tensor(dt, 2, sy);
     MT_CHECK(mt_linear_fwd(NULL, &y, NULL, &x, &w, &b, 0, NULL));
-    expect("linear", &y, "gemm_linear.npy", tol, 1.0f);
+    expect_gemm("linear", &y, "gemm_linear.npy", tol, 1.0f);
     MT_CHECK(mt_linear_fwd(NULL, &y, &pre, &x, &w, &b, MT_GEMM_GELU, NULL));
-    expect("linear gelu", &y, "gemm_linear_gelu.npy", tol, 1.0f);
-    expect("linear pre_gelu", &pre, "gemm_linear.npy", tol, 1.0f);
+    expect_gemm("linear gelu", &y, "gemm_linear_gelu.npy", tol, 1.0f);
+    expect_gemm("linear pre_gelu", &pre, "gemm_linear.npy", tol, 1.0f);
 
-    mt_tensor dx = empty(dt, 2, sx), dw = empty(dt, 2, sw), db = empty(dt, 1, sb);
+    mt_tensor dx = poison_tensor(dt, 2, sx), dw = poison_tensor(dt, 2, sw),
+              db = poison_tensor(dt, 1, sb);
     MT_CHECK(mt_linear_bwd(NULL, &dx, &dw, &db, &dy, &x, &w, 0, NULL));
-    expect("linear dx", &dx, "gemm_dx.npy", tol, 1.0f);
-    expect("linear dw", &dw, "gemm_dw.npy", tol, 1.0f);
-    expect("linear db", &db, "gemm_db.npy", tol, 1.0f);
+    expect_gemm("linear dx", &dx, "gemm_dx.npy", tol, 1.0f);
+    expect_gemm("linear dw", &dw, "gemm_dw.npy", tol, 1.0f);
+    expect_gemm("linear db", &db, "gemm_db.npy", tol, 1.0f);
     /* fp32 main grads, accumulated twice */
-    mt_tensor dw32 = empty(MT_F32, 2, sw), db32 = empty(MT_F32, 1, sb);
+    mt_tensor dw32 = poison_tensor(MT_F32, 2, sw), db32 = poison_tensor(MT_F32, 1, sb);
     MT_CHECK(mt_linear_bwd(NULL, NULL, &dw32, &db32, &dy, &x, &w, 0, NULL));
     MT_CHECK(mt_linear_bwd(NULL, NULL, &dw32, &db32, &dy, &x, &w, 1, NULL));
-    expect("linear dw f32 accumulated", &dw32, "gemm_dw.npy", tol, 2.0f);
-    expect("linear db f32 accumulated", &db32, "gemm_db.npy", tol, 2.0f);
+    expect_gemm("linear dw f32 accumulated", &dw32, "gemm_dw.npy", tol, 2.0f);
+    expect_gemm("linear db f32 accumulated", &db32, "gemm_db.npy", tol, 2.0f);
 
     /* batched: c = 0.5 * a^T b + 0.25 * c, a stored (3, 9, 5) */
     const int64_t sa[3] = { 3, 9, 5 }, sbb[3] = { 3, 9, 6 }, sc[3] = { 3, 5, 6 };
-    mt_tensor a = load("gemm_ba.npy", dt, 3, sa), bb = load("gemm_bb.npy", dt, 3, sbb);
-    mt_tensor c = load("gemm_bc0.npy", dt, 3, sc);
+    mt_tensor a = golden_tensor("gemm_ba.npy", dt, 3, sa),
+              bb = golden_tensor("gemm_bb.npy", dt, 3, sbb);
+    mt_tensor c = golden_tensor("gemm_bc0.npy", dt, 3, sc);
     MT_CHECK(mt_gemm(NULL, &c, NULL, &a, &bb, NULL, MT_GEMM_TRANS_A, 0.5f, 0.25f, NULL));
-    expect("batched a^T b + beta c", &c, "gemm_bc.npy", tol, 1.0f);
+    expect_gemm("batched a^T b + beta c", &c, "gemm_bc.npy", tol, 1.0f);
 
     mt_tensor *all[] = { &x, &w, &b, &dy, &y, &pre, &dx, &dw, &db, &dw32, &db32, &a, &bb, &c };
     for (size_t i = 0; i < sizeof all / sizeof *all; i++)

@@ -3,6 +3,11 @@
 #include <mt/tensor.h>
 #include <mt/testkit.h>
 
+#include "test_common.h"
+
+/* result t against golden `name` at tol (absolute and relative), labelled with the run dtype */
+#define expect_norm(what, dt, t, name, tol) expect_golden(what, dt, t, name, tol, tol, 1.0f)
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -11,64 +16,35 @@
 #define C 40
 #define N (B * T)
 
-static mt_tensor load(const char *name, mt_dtype dt, int ndim, const int64_t *shape) {
-    size_t n;
-    float *f = mt_test_golden_f32(name, &n, NULL);
-    mt_tensor t32 = mt_tensor_make(f, MT_F32, ndim, shape, MT_DEVICE_CPU);
-    MT_ASSERT((int64_t)n == mt_tensor_numel(&t32));
-    if (dt == MT_F32) return t32;
-    mt_tensor t = mt_tensor_make(malloc(n * mt_dtype_size(dt)), dt, ndim, shape, MT_DEVICE_CPU);
-    MT_CHECK(mt_cast(&t, &t32, NULL));
-    free(f);
-    return t;
-}
-
-static mt_tensor empty(mt_dtype dt, int ndim, const int64_t *shape) {
-    mt_tensor t = mt_tensor_make(NULL, dt, ndim, shape, MT_DEVICE_CPU);
-    size_t bytes = mt_tensor_nbytes(&t);
-    t.data = malloc(bytes);
-    memset(t.data, 0xff, bytes); /* NaN poison */
-    return t;
-}
-
-static void expect(const char *what, mt_dtype dt, const mt_tensor *t, const char *name,
-                   double tol) {
-    size_t n = (size_t)mt_tensor_numel(t);
-    float *ref = mt_test_golden_f32(name, NULL, NULL), *got = malloc(n * 4);
-    mt_tensor g = mt_tensor_1d(got, MT_F32, (int64_t)n, MT_DEVICE_CPU), src = *t;
-    MT_CHECK(mt_tensor_reshape(&src, 1, (int64_t[]){ (int64_t)n }, &src));
-    MT_CHECK(mt_cast(&g, &src, NULL));
-    char buf[96];
-    snprintf(buf, sizeof buf, "%s %s", what, mt_dtype_name(dt));
-    mt_test_close_f32(buf, got, ref, n, tol, tol);
-    free(ref), free(got);
-}
-
 static void run(int rms, mt_dtype dt) {
     const int64_t sx[3] = { B, T, C }, sc[1] = { C }, sr[1] = { N };
     const char *k = rms ? "rms" : "ln";
     char name[64], what[64];
     double tol = dt == MT_F32 ? 2e-5 : 5e-2;
-    mt_tensor x = load("norm_x.npy", dt, 3, sx), res = load("norm_res.npy", dt, 3, sx);
-    mt_tensor w = load("norm_w.npy", dt, 1, sc), b = load("norm_b.npy", dt, 1, sc);
-    mt_tensor dout = load("norm_dout.npy", dt, 3, sx), dres = load("norm_dres.npy", dt, 3, sx);
-    mt_tensor out = empty(dt, 3, sx), h = empty(dt, 3, sx), dx = empty(dt, 3, sx);
-    mt_tensor mean = empty(MT_F32, 1, sr), rstd = empty(MT_F32, 1, sr);
-    mt_tensor dw = empty(MT_F32, 1, sc), db = empty(MT_F32, 1, sc);
+    mt_tensor x = golden_tensor("norm_x.npy", dt, 3, sx),
+              res = golden_tensor("norm_res.npy", dt, 3, sx);
+    mt_tensor w = golden_tensor("norm_w.npy", dt, 1, sc),
+              b = golden_tensor("norm_b.npy", dt, 1, sc);
+    mt_tensor dout = golden_tensor("norm_dout.npy", dt, 3, sx),
+              dres = golden_tensor("norm_dres.npy", dt, 3, sx);
+    mt_tensor out = poison_tensor(dt, 3, sx), h = poison_tensor(dt, 3, sx),
+              dx = poison_tensor(dt, 3, sx);
+    mt_tensor mean = poison_tensor(MT_F32, 1, sr), rstd = poison_tensor(MT_F32, 1, sr);
+    mt_tensor dw = poison_tensor(MT_F32, 1, sc), db = poison_tensor(MT_F32, 1, sc);
     if (rms)
         MT_CHECK(mt_rmsnorm_fwd(&out, &h, &rstd, &x, &res, &w, 1e-5f, NULL));
     else
         MT_CHECK(mt_layernorm_fwd(&out, &h, &mean, &rstd, &x, &res, &w, &b, 1e-5f, NULL));
     snprintf(name, sizeof name, "norm_%s_h.npy", k);
     snprintf(what, sizeof what, "%s resid_out", k);
-    expect(what, dt, &h, name, tol);
+    expect_norm(what, dt, &h, name, tol);
     snprintf(name, sizeof name, "norm_%s_out.npy", k);
     snprintf(what, sizeof what, "%s out", k);
-    expect(what, dt, &out, name, tol);
+    expect_norm(what, dt, &out, name, tol);
     snprintf(name, sizeof name, "norm_%s_rstd.npy", k);
     snprintf(what, sizeof what, "%s rstd", k);
-    expect(what, dt, &rstd, name, dt == MT_F32 ? 1e-5 : 1e-2);
-    if (!rms) expect("ln mean", dt, &mean, "norm_ln_mean.npy", dt == MT_F32 ? 1e-5 : 1e-2);
+    expect_norm(what, dt, &rstd, name, dt == MT_F32 ? 1e-5 : 1e-2);
+    if (!rms) expect_norm("ln mean", dt, &mean, "norm_ln_mean.npy", dt == MT_F32 ? 1e-5 : 1e-2);
 
     /* backward: dx accumulates into the residual gradient in place (dx starts as dres) */
     memcpy(dx.data, dres.data, mt_tensor_nbytes(&dx));
@@ -79,11 +55,11 @@ static void run(int rms, mt_dtype dt) {
         MT_CHECK(mt_layernorm_bwd(&dx, &dw, dbp, NULL, &dout, &h, &w, &mean, &rstd, &dx, 0, NULL));
     snprintf(name, sizeof name, "norm_%s_dx.npy", k);
     snprintf(what, sizeof what, "%s dx", k);
-    expect(what, dt, &dx, name, tol);
+    expect_norm(what, dt, &dx, name, tol);
     snprintf(name, sizeof name, "norm_%s_dw.npy", k);
     snprintf(what, sizeof what, "%s dweight", k);
-    expect(what, dt, &dw, name, tol);
-    if (!rms) expect("ln dbias", dt, &db, "norm_ln_db.npy", tol);
+    expect_norm(what, dt, &dw, name, tol);
+    if (!rms) expect_norm("ln dbias", dt, &db, "norm_ln_db.npy", tol);
 
     /* accumulate = 1 adds a second identical gradient: 2x the golden */
     if (dt == MT_F32) {
