@@ -13,6 +13,18 @@
 #define T 16
 #define V 500
 
+/* The Llama choices of the tiny models (hidden 64): GQA with 2 groups, SwiGLU 128, RMSNorm, RoPE,
+ * no biases, untied output layer. */
+static inline void tiny_llama_layers(mt_model_config *c) {
+    c->num_query_groups = 2;
+    c->ffn_hidden_size = 128;
+    c->normalization = MT_NORM_RMSNORM;
+    c->position_embedding_type = MT_POS_ROPE;
+    c->swiglu = 1;
+    c->add_bias_linear = 0;
+    c->untie_embeddings_and_output_weights = 1;
+}
+
 static inline mt_model_config hf_tiny_config(const char *tag, mt_dtype dt) {
     mt_model_config c = MT_MODEL_CONFIG_INIT;
     c.num_layers = 2;
@@ -23,15 +35,7 @@ static inline mt_model_config hf_tiny_config(const char *tag, mt_dtype dt) {
     c.vocab_size = V;
     c.make_vocab_size_divisible_by = 128; /* padded to 512: exercises the padded columns */
     c.dtype = dt;
-    if (strcmp(tag, "llama") == 0) {
-        c.num_query_groups = 2;
-        c.ffn_hidden_size = 128;
-        c.normalization = MT_NORM_RMSNORM;
-        c.position_embedding_type = MT_POS_ROPE;
-        c.swiglu = 1;
-        c.add_bias_linear = 0;
-        c.untie_embeddings_and_output_weights = 1;
-    }
+    if (strcmp(tag, "llama") == 0) tiny_llama_layers(&c);
     return c;
 }
 

@@ -8,9 +8,8 @@
 
 #include <string.h>
 
-#define B 2
-#define T 16
-#define V 500
+#include "hf_tiny.h" /* B, T, V and the Llama layer choices */
+
 #define L 5
 
 static mt_device dev; /* the CPU, or CUDA device 0 with argument "cuda" */
@@ -23,15 +22,7 @@ static mt_model_config config_for(const char *tag) {
     c.seq_length = T;
     c.vocab_size = V;
     c.seed = 99;
-    if (strcmp(tag, "llama") == 0) {
-        c.num_query_groups = 2;
-        c.ffn_hidden_size = 128;
-        c.normalization = MT_NORM_RMSNORM;
-        c.position_embedding_type = MT_POS_ROPE;
-        c.swiglu = 1;
-        c.add_bias_linear = 0;
-        c.untie_embeddings_and_output_weights = 1;
-    }
+    if (strcmp(tag, "llama") == 0) tiny_llama_layers(&c);
     return c;
 }
 
