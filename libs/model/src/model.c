@@ -348,9 +348,8 @@ mt_status mt_model_create(const mt_model_config *cfg, int micro_batch_size, mt_d
     }
     MT_TRY_GOTO(mt_device_set(device), st, fail);
     MT_TRY_GOTO(mt_blas_create(device, &m->blas), st, fail);
-    /* tuned GEMM algorithms unless runs must be bitwise reproducible; MT_GEMM_AUTOTUNE=0 wins */
-    const char *tune = getenv("MT_GEMM_AUTOTUNE");
-    mt_blas_set_autotune(m->blas, tune ? atoi(tune) != 0 : !m->cfg.deterministic);
+    /* tuned GEMM algorithms unless runs must be bitwise reproducible (MT_GEMM_AUTOTUNE wins) */
+    mt_blas_set_autotune(m->blas, !m->cfg.deterministic);
     MT_TRY_GOTO(workspace_sizes(m), st, fail);
     MT_TRY_GOTO(fn ? external_storage(m, fn, ctx) : own_storage(m), st, fail);
 

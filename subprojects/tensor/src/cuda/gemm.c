@@ -44,7 +44,7 @@ struct blas_lt {
     void *workspace;
     size_t workspace_bytes;
     float *bias_scratch; /* LT_BIAS_MAX floats: the BGRADB epilogue's output */
-    int autotune;        /* -1: MT_GEMM_AUTOTUNE decides; 0/1: blas_lt_set_autotune */
+    int autotune;        /* blas_lt_set_autotune (MT_GEMM_AUTOTUNE, when set, wins) */
     lt_plan plans[LT_PLANS];
     int next; /* round-robin eviction */
 };
@@ -69,7 +69,7 @@ mt_status blas_lt_create(blas_lt **out) {
                         cudaGetErrorName(ce));
     }
     lt->workspace_bytes = LT_WORKSPACE;
-    lt->autotune = -1;
+    lt->autotune = 0;
     *out = lt;
     return MT_OK;
 }
@@ -221,21 +221,23 @@ static mt_status plan_get(blas_lt *lt, const gemm_args *g, int64_t epi, lt_plan 
     return MT_OK;
 }
 
-/* An on/off switch from the environment, read once into *cache (-1: not read yet). */
-static int env_switch(const char *name, int *cache) {
-    if (*cache < 0) {
+/* An on/off switch from the environment, read once into *cache (-2: not read yet): 1 or 0 when
+ * set, `unset` otherwise. */
+static int env_switch(const char *name, int *cache, int unset) {
+    if (*cache == -2) {
         const char *e = getenv(name);
-        *cache = e && atoi(e) != 0;
+        *cache = e ? atoi(e) != 0 : -1;
     }
-    return *cache;
+    return *cache < 0 ? unset : *cache;
 }
 
-/* MT_GEMM_AUTOTUNE=1: the first run of a plan times the heuristic's candidates on the real
- * operands and keeps the fastest (off by default: the choice depends on timing, so two processes
- * may pick different algorithms and round differently). */
-static int autotune_on(void) {
-    static int v = -1;
-    return env_switch("MT_GEMM_AUTOTUNE", &v);
+/* Whether the first run of a plan times the heuristic's candidates on the real operands and keeps
+ * the fastest: MT_GEMM_AUTOTUNE=0/1 when set, else the handle's mt_blas_set_autotune (off by
+ * default: the choice depends on timing, so two processes may pick different algorithms and round
+ * differently). */
+static int autotune_on(const blas_lt *lt) {
+    static int v = -2;
+    return env_switch("MT_GEMM_AUTOTUNE", &v, lt->autotune > 0);
 }
 
 static mt_status matmul(blas_lt *lt, lt_plan *p, const cublasLtMatmulAlgo_t *algo,
@@ -302,14 +304,14 @@ static mt_status run_plan(blas_lt *lt, lt_plan *p, const gemm_args *g, mt_stream
     if (p->key.ldpre)
         MT_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(
             p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g->pre_gelu, sizeof g->pre_gelu));
-    if (!p->tuned && (lt->autotune < 0 ? autotune_on() : lt->autotune)) autotune(lt, p, g, stream);
+    if (!p->tuned && autotune_on(lt)) autotune(lt, p, g, stream);
     return matmul(lt, p, &p->algo, g, stream);
 }
 
 /* MT_GEMM_UNFUSED=1 turns the backward epilogues (DGELU, BGRADB) off, for comparisons. */
 static int unfused(void) {
-    static int v = -1;
-    return env_switch("MT_GEMM_UNFUSED", &v);
+    static int v = -2;
+    return env_switch("MT_GEMM_UNFUSED", &v, 0);
 }
 
 mt_status gemm_cuda(blas_lt *lt, const gemm_args *g, mt_stream stream) {

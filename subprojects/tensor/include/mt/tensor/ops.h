@@ -41,8 +41,8 @@ MT_API mt_status mt_blas_create(mt_device device, mt_blas **out);
 /* Frees the handle, its cache and workspace (NULL is a no-op). Blocking. */
 MT_API void mt_blas_destroy(mt_blas *blas);
 /* CUDA: on = 1 times cuBLASLt's top algorithms on each GEMM shape's first run and keeps the fastest
- * (the choice depends on timing: two processes may round differently); 0 takes the heuristic's
- * first. Without this call the environment decides (MT_GEMM_AUTOTUNE=1). A no-op on the CPU. */
+ * (the choice depends on timing: two processes may round differently); 0 (the default) takes the
+ * heuristic's first. MT_GEMM_AUTOTUNE=0/1 in the environment overrides it. A no-op on the CPU. */
 MT_API void mt_blas_set_autotune(mt_blas *blas, int on);
 
 enum {
