@@ -40,6 +40,9 @@ template <> struct mt_cuda_t<__half> {
     }
 };
 
+/* N elements of T as one aligned unit: 16-byte loads and stores. */
+template <typename T, int N> struct alignas(sizeof(T) * N) vec_t { T v[N]; };
+
 template <typename T> __device__ __forceinline__ float ldf(T v) {
     return mt_cuda_t<T>::ld(v);
 }

@@ -6,8 +6,6 @@
 
 #include "common.cuh"
 
-template <typename T, int N> struct alignas(sizeof(T) * N) vec_t { T v[N]; };
-
 template <typename T, typename I, int N>
 static __global__ void embedding_fwd_kernel(T *out, const I *ids, const T *wte, const T *wpe,
                                             int64_t ntok, int64_t T_, int64_t C, int64_t V) {

@@ -2,8 +2,6 @@
  * partials to the workspace, then one block adds them in order. No atomics. */
 #include "common.cuh"
 
-template <typename T, int N> struct alignas(sizeof(T) * N) vec_t { T v[N]; };
-
 static __device__ double term(float v, mt_reduce_op op) {
     return op == MT_REDUCE_SUM          ? (double)v
            : op == MT_REDUCE_COUNT_ZERO ? (double)(v == 0.0f)

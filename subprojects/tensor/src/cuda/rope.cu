@@ -3,8 +3,6 @@
  * are read through their own B, T, H strides (D contiguous), e.g. q and k slices of a fused QKV. */
 #include "common.cuh"
 
-template <typename T, int N> struct alignas(sizeof(T) * N) vec_t { T v[N]; };
-
 /* Element strides of dims B, T, H of out (o*) and x (x*). */
 struct rope_strides {
     int64_t ob, ot, oh, xb, xt, xh;

@@ -4,8 +4,6 @@
  * between the two reads). */
 #include "common.cuh"
 
-template <typename T, int N> struct alignas(sizeof(T) * N) vec_t { T v[N]; };
-
 /* Block-wide (max, sum of exp) merge; every thread gets the total. Fixed order. */
 static __device__ float exp_scale(float m, float M) {
     return m == -INFINITY ? 0.0f : __expf(m - M);

@@ -7,8 +7,6 @@
 
 #include "common.cuh"
 
-template <typename T, int N> struct alignas(sizeof(T) * N) vec_t { T v[N]; };
-
 static __device__ float exp_scale(float m, float M) {
     return m == -INFINITY ? 0.0f : __expf(m - M);
 }
