@@ -39,8 +39,8 @@ mt_status mt_model_config_finalize(mt_model_config *c) {
     if (c->norm_epsilon == 0.0f) c->norm_epsilon = 1e-5f;
     if (c->rotary_base == 0.0) c->rotary_base = 10000.0;
     if (c->init_method_std == 0.0f) c->init_method_std = 0.02f;
-    MT_REQUIRE(c->dtype == MT_F32 || c->dtype == MT_BF16, MT_ERR_UNSUPPORTED,
-               "model dtype %s (use f32 or bf16)", mt_dtype_name(c->dtype));
+    MT_REQUIRE(c->dtype == MT_F32 || c->dtype == MT_BF16 || c->dtype == MT_F16, MT_ERR_UNSUPPORTED,
+               "model dtype %s (use f32, bf16 or f16)", mt_dtype_name(c->dtype));
     MT_REQUIRE(c->position_embedding_type == MT_POS_LEARNED || c->kv_channels % 2 == 0,
                MT_ERR_INVALID_ARG, "rotary embeddings need an even head dim (%d)", c->kv_channels);
     /* megatron/core/transformer/transformer_config.py __post_init__ and arguments.py */

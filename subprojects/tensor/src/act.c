@@ -8,8 +8,8 @@ static mt_status rows_view(const mt_tensor *t, const char *what, int64_t *rows, 
                            int64_t *ld) {
     MT_REQUIRE(t && (t->data || mt_tensor_numel(t) == 0), MT_ERR_INVALID_ARG, "%s is NULL", what);
     MT_REQUIRE(t->ndim >= 1, MT_ERR_INVALID_ARG, "%s must have at least 1 dim", what);
-    MT_REQUIRE(t->dtype == MT_F32 || t->dtype == MT_BF16, MT_ERR_UNSUPPORTED,
-               "%s: dtype %s (f32 or bf16)", what, mt_dtype_name(t->dtype));
+    MT_REQUIRE(t->dtype == MT_F32 || t->dtype == MT_BF16 || t->dtype == MT_F16, MT_ERR_UNSUPPORTED,
+               "%s: dtype %s (f32, bf16 or f16)", what, mt_dtype_name(t->dtype));
     int d = t->ndim - 1;
     MT_REQUIRE(t->stride[d] == 1 || t->shape[d] <= 1, MT_ERR_INVALID_ARG,
                "%s: last dim is not contiguous", what);

@@ -34,10 +34,10 @@ mt_status gemm_dgelu_apply(const gemm_args *g, int cuda, mt_stream stream) {
     return MT_OK;
 }
 
-/* f32 and bf16 inputs take the fast path unless MT_CPU_REFERENCE=1 asks for the reference. */
+/* Inputs take the fast path unless MT_CPU_REFERENCE=1 asks for the reference. */
 static mt_status gemm_host(const gemm_args *g) {
     const char *ref = getenv("MT_CPU_REFERENCE");
-    if ((g->ab_dtype == MT_F32 || g->ab_dtype == MT_BF16) && !(ref && atoi(ref) != 0))
+    if (!(ref && atoi(ref) != 0))
         MT_TRY(gemm_fast_cpu(g));
     else
         MT_TRY(gemm_cpu(g));
@@ -140,8 +140,8 @@ static mt_status gemm_setup(gemm_args *gp, int *empty, mt_blas *blas, mt_tensor 
     g.batch = bc;
     MT_REQUIRE(mt_device_eq(a->device, c->device) && mt_device_eq(b->device, c->device),
                MT_ERR_INVALID_ARG, "a, b and c are on different devices");
-    MT_REQUIRE(a->dtype == MT_F32 || a->dtype == MT_BF16, MT_ERR_UNSUPPORTED,
-               "gemm: dtype %s (f32 or bf16)", mt_dtype_name(a->dtype));
+    MT_REQUIRE(a->dtype == MT_F32 || a->dtype == MT_BF16 || a->dtype == MT_F16, MT_ERR_UNSUPPORTED,
+               "gemm: dtype %s (f32, bf16 or f16)", mt_dtype_name(a->dtype));
     MT_REQUIRE(b->dtype == a->dtype, MT_ERR_INVALID_ARG, "a is %s, b %s", mt_dtype_name(a->dtype),
                mt_dtype_name(b->dtype));
     MT_REQUIRE(c->dtype == a->dtype || (c->dtype == MT_F32 && !bias && !g.gelu && !g.dgelu),
@@ -245,8 +245,8 @@ mt_status mt_linear_bwd(mt_blas *blas, mt_tensor *dx, mt_tensor *dw, mt_tensor *
     MT_REQUIRE(dbias->dtype == dy->dtype || dbias->dtype == MT_F32, MT_ERR_INVALID_ARG,
                "dbias is %s (want %s or f32)", mt_dtype_name(dbias->dtype),
                mt_dtype_name(dy->dtype));
-    MT_REQUIRE(dy->dtype == MT_F32 || dy->dtype == MT_BF16, MT_ERR_UNSUPPORTED,
-               "dy: dtype %s (f32 or bf16)", mt_dtype_name(dy->dtype));
+    MT_REQUIRE(dy->dtype == MT_F32 || dy->dtype == MT_BF16 || dy->dtype == MT_F16,
+               MT_ERR_UNSUPPORTED, "dy: dtype %s (f32, bf16 or f16)", mt_dtype_name(dy->dtype));
     MT_REQUIRE(mt_device_eq(dbias->device, dy->device), MT_ERR_INVALID_ARG,
                "dbias and dy are on different devices");
 #if MT_HAVE_CUDA

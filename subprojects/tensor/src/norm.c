@@ -31,8 +31,8 @@ static mt_status check_vec(const mt_tensor *t, const char *what, int64_t n, mt_d
 static mt_status check_x(const mt_tensor *x, norm_args *n) {
     MT_TRY(mt_tensor_check(x, "x", -1));
     MT_REQUIRE(x->ndim >= 1, MT_ERR_INVALID_ARG, "x must have at least 1 dim");
-    MT_REQUIRE(x->dtype == MT_F32 || x->dtype == MT_BF16, MT_ERR_UNSUPPORTED,
-               "x: dtype %s (f32 or bf16)", mt_dtype_name(x->dtype));
+    MT_REQUIRE(x->dtype == MT_F32 || x->dtype == MT_BF16 || x->dtype == MT_F16, MT_ERR_UNSUPPORTED,
+               "x: dtype %s (f32, bf16 or f16)", mt_dtype_name(x->dtype));
     n->dtype = x->dtype;
     n->C = x->shape[x->ndim - 1];
     MT_REQUIRE(n->C > 0, MT_ERR_INVALID_ARG, "x has no channels");

@@ -1,5 +1,5 @@
 /* gpu: GELU (tanh), SiLU and SwiGLU forward/backward on CUDA equal the CPU reference on fresh
- * random input in f32 and bf16 (16-byte and scalar paths, strided gate/up views), and the
+ * random input in f32, bf16 and f16 (16-byte and scalar paths, strided gate/up views), and the
  * PyTorch golden values. */
 #include "gpu_common.h"
 
@@ -30,7 +30,7 @@ static void cmp(const char *what, const mt_tensor *d, const mt_tensor *h, mt_dty
               w = mt_tensor_1d(want, MT_F32, n, MT_DEVICE_CPU);
     MT_CHECK(mt_cast(&g, &th, NULL));
     MT_CHECK(mt_cast(&w, &hs, NULL));
-    double tol = dt == MT_F32 ? 1e-5 : 8e-3;
+    double tol = dt == MT_F32 ? 1e-5 : dt == MT_F16 ? 1e-3 : 8e-3; /* f16: bf16's / 8 */
     mt_test_close_f32(what, got, want, (size_t)n, tol, tol);
     free(got), free(want), free(tmp);
 }
@@ -116,9 +116,10 @@ int main(void) {
     mt_test_require_gpus(1);
     MT_CHECK(mt_arena_create(mt_device_cuda(0), (size_t)64 << 20, &ar));
     const int64_t shapes[][2] = { { 3, 1000 }, { 5, 77 }, { 64, 4096 }, { 1, 8 }, { 33, 200 } };
-    for (int d = 0; d < 2; d++)
+    const mt_dtype dtypes[3] = { MT_F32, MT_BF16, MT_F16 };
+    for (int d = 0; d < 3; d++)
         for (int s = 0; s < 5; s++)
-            run(d ? MT_BF16 : MT_F32, shapes[s][0], shapes[s][1]);
+            run(dtypes[d], shapes[s][0], shapes[s][1]);
     golden();
     mt_arena_destroy(ar);
     return mt_test_result();

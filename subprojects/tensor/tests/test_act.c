@@ -1,5 +1,5 @@
 /* unit: GELU (tanh), SiLU and SwiGLU forward/backward (CPU reference) against PyTorch float64
- * golden values, in f32 and bf16, plus SwiGLU on separate gate/up views and bad input. */
+ * golden values, in f32, bf16 and f16, plus SwiGLU on separate gate/up views and bad input. */
 #include <mt/tensor.h>
 #include <mt/testkit.h>
 
@@ -11,12 +11,13 @@
 #define R 7
 #define C 24
 
-/* (rows, cols) tensors from goldens, poisoned outputs, and the comparison at act's tolerances */
+/* (rows, cols) tensors from goldens, poisoned outputs, and the comparison at act's tolerances
+ * (f16: bf16's divided by 8, the ratio of their unit roundoffs 2^-11 and 2^-8) */
 #define load(name, dt, rows, cols) golden_tensor(name, dt, 2, (int64_t[]){ rows, cols })
 #define empty(dt, rows, cols)      poison_tensor(dt, 2, (int64_t[]){ rows, cols })
-#define expect(what, dt, t, name)                                                                \
-    expect_golden(what, dt, t, name, (dt) == MT_F32 ? 1e-5 : 3e-2, (dt) == MT_F32 ? 1e-5 : 2e-2, \
-                  1.0f)
+#define half_tol(dt, f32, bf16)    ((dt) == MT_F32 ? (f32) : (dt) == MT_F16 ? (bf16) / 8 : (bf16))
+#define expect(what, dt, t, name) \
+    expect_golden(what, dt, t, name, half_tol(dt, 1e-5, 3e-2), half_tol(dt, 1e-5, 2e-2), 1.0f)
 
 static void run(mt_dtype dt) {
     mt_tensor x = load("act_x.npy", dt, R, C), dout = load("act_dout.npy", dt, R, C);
@@ -57,6 +58,7 @@ static void run(mt_dtype dt) {
 int main(void) {
     run(MT_F32);
     run(MT_BF16);
+    run(MT_F16);
 
     /* bad input gets a clear error */
     float a[12], b[10];

@@ -61,7 +61,7 @@ typedef struct mt_model_config {
     int untie_embeddings_and_output_weights;
     float init_method_std; /* 0: 0.02 */
     uint64_t seed;         /* initialisation seed (Megatron --seed) */
-    mt_dtype dtype;        /* parameters and activations: MT_F32 or MT_BF16 */
+    mt_dtype dtype;        /* parameters and activations: MT_F32, MT_BF16 or MT_F16 */
     int deterministic;     /* 1: bitwise-reproducible kernels (no atomics in attention, no GEMM
                               autotuning) */
     mt_recompute_granularity recompute_granularity; /* 0: no activation recomputation */

@@ -1,5 +1,5 @@
-/* Fast CPU GEMM for f32 and bf16 inputs (the reference, cpu/gemm.c, stays the spec): packed panels,
- * a 6x16 register-tiled micro-kernel with an AVX2+FMA clone picked at run time, and up to
+/* Fast CPU GEMM for f32, bf16 and f16 inputs (the reference, cpu/gemm.c, stays the spec): packed
+ * panels, a 6x16 register-tiled micro-kernel with an AVX2+FMA clone picked at run time, and up to
  * MT_CPU_THREADS pthreads over M or N. Accumulates in fp32 (the reference in fp64) over the full K
  * in a fixed order, so the result does not depend on the thread count. */
 #include <math.h>
@@ -113,7 +113,7 @@ static tile_fn *pick_tile(void) {
 
 /* Packs rows [0, rows) of a rows x K operand, element (r, k) at src[off + r*rs + k*cs], into
  * panels of W rows: dst[(p*K + k)*W + r], zero rows past the end (they are never stored). */
-static inline __attribute__((always_inline)) void pack_t(float *dst, const void *src, int bf16,
+static inline __attribute__((always_inline)) void pack_t(float *dst, const void *src, mt_dtype dt,
                                                          int64_t off, int64_t rs, int64_t cs,
                                                          int64_t rows, int64_t K, int W) {
     for (int64_t p = 0; p < rows; p += W) {
@@ -121,8 +121,9 @@ static inline __attribute__((always_inline)) void pack_t(float *dst, const void 
         for (int64_t k = 0; k < K; k++, dst += W) {
             int64_t s = off + p * rs + k * cs;
             for (int r = 0; r < n; r++)
-                dst[r] = bf16 ? mt_bf16_to_f32(((const uint16_t *)src)[s + r * rs])
-                              : ((const float *)src)[s + r * rs];
+                dst[r] = dt == MT_BF16  ? mt_bf16_to_f32(((const uint16_t *)src)[s + r * rs])
+                         : dt == MT_F16 ? mt_f16_to_f32(((const uint16_t *)src)[s + r * rs])
+                                        : ((const float *)src)[s + r * rs];
             for (int r = (int)n; r < W; r++)
                 dst[r] = 0.0f;
         }
@@ -131,10 +132,12 @@ static inline __attribute__((always_inline)) void pack_t(float *dst, const void 
 
 static void pack(float *dst, const void *src, mt_dtype dt, int64_t off, int64_t rs, int64_t cs,
                  int64_t rows, int64_t K, int W) {
-    if (dt == MT_BF16) // why two calls: each inlines a copy with the dtype branch folded away
-        pack_t(dst, src, 1, off, rs, cs, rows, K, W);
+    if (dt == MT_BF16) // why three calls: each inlines a copy with the dtype branch folded away
+        pack_t(dst, src, MT_BF16, off, rs, cs, rows, K, W);
+    else if (dt == MT_F16)
+        pack_t(dst, src, MT_F16, off, rs, cs, rows, K, W);
     else
-        pack_t(dst, src, 0, off, rs, cs, rows, K, W);
+        pack_t(dst, src, MT_F32, off, rs, cs, rows, K, W);
 }
 
 /* One thread's share: rows [m0, m1) x columns [n0, n1) of c in every batch, in blocks of mc rows,
@@ -211,8 +214,8 @@ static void pick_once(void) {
 }
 
 mt_status gemm_fast_cpu(const gemm_args *g) {
-    MT_REQUIRE(g->ab_dtype == MT_F32 || g->ab_dtype == MT_BF16, MT_ERR_UNSUPPORTED,
-               "fast gemm: %s inputs", mt_dtype_name(g->ab_dtype));
+    MT_REQUIRE(g->ab_dtype == MT_F32 || g->ab_dtype == MT_BF16 || g->ab_dtype == MT_F16,
+               MT_ERR_UNSUPPORTED, "fast gemm: %s inputs", mt_dtype_name(g->ab_dtype));
     static pthread_once_t once = PTHREAD_ONCE_INIT;
     pthread_once(&once, pick_once);
     /* k blocks of equal length up to KC (a function of K alone: the sum order never changes);

@@ -128,6 +128,8 @@ extern "C" mt_status act_cuda(const act_args *args, mt_stream stream) {
         return launch_op<float>(&a, stream);
     case MT_BF16:
         return launch_op<__nv_bfloat16>(&a, stream);
+    case MT_F16:
+        return launch_op<__half>(&a, stream);
     default:
         return MT_ERROR(MT_ERR_UNSUPPORTED, "act: dtype %s", mt_dtype_name(a.dtype));
     }

@@ -102,7 +102,7 @@ static int64_t align_of(const void *p) {
 }
 
 static cudaDataType_t cuda_type(int64_t dt) {
-    return dt == MT_BF16 ? CUDA_R_16BF : CUDA_R_32F;
+    return dt == MT_BF16 ? CUDA_R_16BF : dt == MT_F16 ? CUDA_R_16F : CUDA_R_32F;
 }
 
 static mt_status layout(cublasLtMatrixLayout_t *l, int64_t dt, int64_t rows, int64_t cols,

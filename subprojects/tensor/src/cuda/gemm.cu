@@ -75,6 +75,8 @@ extern "C" mt_status bias_grad_launch(void *dbias, mt_dtype db_dtype, const void
             MT_TRY(partial_launch<float>(scratch, dy, rows, N, (int)groups, stream));
         else if (dy_dtype == MT_BF16)
             MT_TRY(partial_launch<__nv_bfloat16>(scratch, dy, rows, N, (int)groups, stream));
+        else if (dy_dtype == MT_F16)
+            MT_TRY(partial_launch<__half>(scratch, dy, rows, N, (int)groups, stream));
         else
             return MT_ERROR(MT_ERR_UNSUPPORTED, "bias gradient: dtype %s", mt_dtype_name(dy_dtype));
     }
@@ -82,9 +84,12 @@ extern "C" mt_status bias_grad_launch(void *dbias, mt_dtype db_dtype, const void
     if (db_dtype == MT_F32)
         bias_grad_finish_kernel<float><<<grid, dim3(32, 32), 0, stream>>>(
             (float *)dbias, scratch, (int)groups, N, accumulate);
-    else
+    else if (db_dtype == MT_BF16)
         bias_grad_finish_kernel<__nv_bfloat16><<<grid, dim3(32, 32), 0, stream>>>(
             (__nv_bfloat16 *)dbias, scratch, (int)groups, N, accumulate);
+    else
+        bias_grad_finish_kernel<__half><<<grid, dim3(32, 32), 0, stream>>>(
+            (__half *)dbias, scratch, (int)groups, N, accumulate);
     MT_CUDA_CHECK_LAUNCH();
     return MT_OK;
 }

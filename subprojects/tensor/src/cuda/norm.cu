@@ -594,6 +594,8 @@ extern "C" mt_status norm_fwd_cuda(const norm_args *n, mt_stream stream) {
     if (n->dtype == MT_BF16)
         return n->rms ? fwd_launch<true, __nv_bfloat16>(n, stream)
                       : fwd_launch<false, __nv_bfloat16>(n, stream);
+    if (n->dtype == MT_F16)
+        return n->rms ? fwd_launch<true, __half>(n, stream) : fwd_launch<false, __half>(n, stream);
     return MT_ERROR(MT_ERR_UNSUPPORTED, "norm: dtype %s", mt_dtype_name(n->dtype));
 }
 
@@ -658,5 +660,7 @@ extern "C" mt_status norm_bwd_cuda(const norm_args *n, mt_stream stream) {
     if (n->dtype == MT_BF16)
         return n->rms ? bwd_launch<true, __nv_bfloat16>(n, stream)
                       : bwd_launch<false, __nv_bfloat16>(n, stream);
+    if (n->dtype == MT_F16)
+        return n->rms ? bwd_launch<true, __half>(n, stream) : bwd_launch<false, __half>(n, stream);
     return MT_ERROR(MT_ERR_UNSUPPORTED, "norm: dtype %s", mt_dtype_name(n->dtype));
 }

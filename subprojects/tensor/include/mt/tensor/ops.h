@@ -1,7 +1,7 @@
 /* Tensor kernels. Each op validates its arguments, then runs on the tensors' device: the CPU
  * reference (src/cpu/, the spec) or CUDA (src/cuda/, enqueued on `stream`, returns before the work
- * completes). All tensors of one call must be on the same device. Float ops accept f32 and bf16
- * (and f16 where noted) and accumulate in fp32. Shapes: B batch, T sequence, C channels, V vocab. */
+ * completes). All tensors of one call must be on the same device. Float ops accept f32, bf16 and
+ * f16 and accumulate in fp32. Shapes: B batch, T sequence, C channels, V vocab. */
 #ifndef MT_TENSOR_OPS_H
 #define MT_TENSOR_OPS_H
 
@@ -53,9 +53,9 @@ enum {
 };
 
 /* Row-major c(M,N) = epilogue(alpha * op(a) op(b) + beta * c + bias), fp32 accumulation. a and b
- * are both f32 or both bf16; c, bias and pre_gelu have their dtype, or c is f32 for bf16 inputs
- * without bias or GELU (fp32 gradient accumulation). op(a) is (M,K), op(b) is (K,N) per the
- * MT_GEMM_TRANS_* flags. Rank 3 tensors are strided batches along dim 0 (a rank-2 a or b is
+ * are both f32, both bf16 or both f16; c, bias and pre_gelu have their dtype, or c is f32 for
+ * 16-bit inputs without bias or GELU (fp32 gradient accumulation). op(a) is (M,K), op(b) is (K,N)
+ * per the MT_GEMM_TRANS_* flags. Rank 3 tensors are strided batches along dim 0 (a rank-2 a or b is
  * shared by every batch); the last dim must be contiguous, rows may be padded. bias: (N) or NULL,
  * added to every row. With MT_GEMM_GELU, pre_gelu (same shape as c, or NULL) receives the value
  * before GELU, for the backward. With MT_GEMM_DGELU (no bias, beta = 0) pre_gelu is an input of
@@ -91,7 +91,7 @@ MT_API mt_status mt_linear_bwd_dgelu(mt_blas *blas, mt_tensor *dx, const mt_tens
 /* LayerNorm over the last dim of x (rows = numel / C) with the residual add fused in:
  * h = x + residual (residual may be NULL: h = x), resid_out = h (when not NULL),
  * out = (h - mean) * rstd * weight + bias with rstd = 1/sqrt(var + eps) (biased variance).
- * mean and rstd (f32, one per row) are saved when not NULL. bias may be NULL. In bf16, h is
+ * mean and rstd (f32, one per row) are saved when not NULL. bias may be NULL. In bf16/f16, h is
  * rounded once and the rounded value is normalised. out may alias x or residual; resid_out may
  * alias x or residual. x, residual, out, resid_out, weight, bias share one dtype. Enqueued. */
 MT_API mt_status mt_layernorm_fwd(mt_tensor *out, mt_tensor *resid_out, mt_tensor *mean,
