@@ -17,6 +17,10 @@ expect "unrecognized arguments: --no-such-flag" --no-such-flag
 expect "argument --num-layers: invalid int value: 'two'" --num-layers two
 expect "argument --lr: expected one argument" --lr
 expect "cannot specify both fp16 and bf16" --bf16 --fp16
+expect "--min-loss-scale (8) must be positive and at most --initial-loss-scale (4)" --fp16 --initial-loss-scale 4 --min-loss-scale 8
+expect "--hysteresis must be positive, got 0" --fp16 --hysteresis 0
+expect "argument --hysteresis: invalid int value: '1.5'" --fp16 --hysteresis 1.5
+expect "--loss-scale must be positive, got -1" --fp16 --loss-scale -1
 expect "can only specify one of lr-warmup-fraction and lr-warmup-iters" --lr-warmup-fraction 0.1
 expect "max_position_embeddings (16) must be at least seq_length (32)" --max-position-embeddings 16
 expect "argument --normalization: invalid choice: 'BatchNorm'" --normalization BatchNorm

@@ -108,12 +108,14 @@ static const flag flags[] = {
     { "--sgd-momentum", F_DBL, O(sgd_momentum), "0.9" },
     { "--seed", F_INT, O(seed), "1234" },
     { "--bf16", F_TRUE, O(bf16), "bf16 params and activations, fp32 master weights" },
-    { "--fp16", F_TRUE, O(fp16), "fp16 with dynamic loss scaling" },
-    { "--loss-scale", F_DBL, O(loss_scale), "static loss scale (fp16)" },
-    { "--initial-loss-scale", F_DBL, O(initial_loss_scale), "2**32" },
-    { "--min-loss-scale", F_DBL, O(min_loss_scale), "1" },
-    { "--loss-scale-window", F_DBL, O(loss_scale_window), "1000" },
-    { "--hysteresis", F_DBL, O(hysteresis), "2" },
+    { "--fp16", F_TRUE, O(fp16),
+      "fp16 params and activations, fp32 master weights, dynamic loss scaling" },
+    { "--loss-scale", F_DBL, O(loss_scale), "static loss scale (fp16 or bf16); default dynamic" },
+    { "--initial-loss-scale", F_DBL, O(initial_loss_scale), "2**32 (dynamic scaling)" },
+    { "--min-loss-scale", F_DBL, O(min_loss_scale), "1 (dynamic scaling)" },
+    { "--loss-scale-window", F_DBL, O(loss_scale_window),
+      "1000: clean steps before the scale doubles" },
+    { "--hysteresis", F_INT, O(hysteresis), "2: overflowing steps before the scale halves" },
     { "--split", F_STR, O(split), "969, 30, 1" },
     { "--data-args-path", F_STR, O(data_args_path), "a file holding the --data-path list" },
     { "--per-split-data-args-path", F_STR, O(per_split_data_args_path),
@@ -449,8 +451,19 @@ static mt_status validate(mt_train_args *a) {
                         "is not supported: add --position-embedding-type rope");
     if (isnan(a->lr)) return BAD("--lr is required");
     if (a->bf16 && a->fp16) return BAD("cannot specify both fp16 and bf16");
-    if (a->fp16)
-        return MT_ERROR(MT_ERR_UNSUPPORTED, "--fp16 is not supported yet: use --bf16 or fp32");
+    /* the asserts of ConstantGradScaler and DynamicGradScaler (megatron/core/optimizer) */
+    if (a->loss_scale < 0) return BAD("--loss-scale must be positive, got %g", a->loss_scale);
+    if (a->fp16 && !(a->loss_scale > 0)) {
+        if (!(a->initial_loss_scale > 0))
+            return BAD("--initial-loss-scale must be positive, got %g", a->initial_loss_scale);
+        if (!(a->min_loss_scale > 0) || a->min_loss_scale > a->initial_loss_scale)
+            return BAD("--min-loss-scale (%g) must be positive and at most --initial-loss-scale "
+                       "(%g)",
+                       a->min_loss_scale, a->initial_loss_scale);
+        if (!(a->loss_scale_window >= 1) || a->loss_scale_window > 2147483647.0)
+            return BAD("--loss-scale-window must be positive, got %g", a->loss_scale_window);
+        if (a->hysteresis <= 0) return BAD("--hysteresis must be positive, got %d", a->hysteresis);
+    }
     if (a->tensor_model_parallel_size != 1 || a->pipeline_model_parallel_size != 1 ||
         a->context_parallel_size != 1)
         return MT_ERROR(MT_ERR_UNSUPPORTED,

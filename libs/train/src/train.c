@@ -29,6 +29,9 @@ typedef struct run {
     mt_arena *buf_arena, *opt_arena, *io_arena;
     mt_optim *opt;
     mt_optim_sched sched;
+    int64_t sched_steps;    /* samples the LR/WD schedule has counted: skipped steps do not count */
+    mt_optim_scaler scaler; /* --fp16 (or --loss-scale with --bf16): Megatron's grad scaler */
+    mt_optim_scaler *scale_p; /* &scaler when there is one, else NULL (loss scale 1) */
     mt_data_dataset *train_ds, *valid_ds, *test_ds;
     mt_data_sampler train_s;
     int64_t consumed_train, consumed_valid, iteration, gbs;
@@ -232,7 +235,7 @@ static mt_status setup_model(run *r) {
     c->untie_embeddings_and_output_weights = a->untie_embeddings_and_output_weights;
     c->init_method_std = (float)a->init_method_std;
     c->seed = (uint64_t)a->seed;
-    c->dtype = a->bf16 ? MT_BF16 : MT_F32;
+    c->dtype = a->bf16 ? MT_BF16 : a->fp16 ? MT_F16 : MT_F32;
     c->deterministic = a->deterministic_mode;
     if (a->recompute_granularity) {
         int full = strcmp(a->recompute_granularity, "full") == 0;
@@ -272,6 +275,17 @@ static mt_status setup_model(run *r) {
     MT_TRY(mt_optim_state_bytes(&oc, r->buf, &bytes));
     MT_TRY(mt_arena_create(r->dev, bytes, &r->opt_arena));
     MT_TRY(mt_optim_create(&oc, r->buf, r->opt_arena, &r->opt));
+    /* get_megatron_optimizer: a constant scaler for --loss-scale with fp16 or bf16, else a dynamic
+     * one for fp16; none otherwise (loss scale 1) */
+    if ((a->fp16 || a->bf16) && a->loss_scale > 0) {
+        MT_TRY(mt_optim_scaler_constant(&r->scaler, (float)a->loss_scale));
+        r->scale_p = &r->scaler;
+    } else if (a->fp16) {
+        MT_TRY(mt_optim_scaler_dynamic(&r->scaler, (float)a->initial_loss_scale,
+                                       (float)a->min_loss_scale, (int)a->loss_scale_window,
+                                       (int)a->hysteresis));
+        r->scale_p = &r->scaler;
+    }
     MT_TRY(setup_overlap(r));
     mt_model_set_grad_ready(r->model, grad_ready, r);
     const char *prof = getenv("MT_PROFILE");
@@ -429,6 +443,7 @@ static char *args_json(const run *r) {
         "train_iters", (json_int_t)a->train_iters, "padded_vocab_size",
         (json_int_t)r->mc.padded_vocab_size, "lr", a->lr, "seed", a->seed, "normalization",
         a->normalization, "bf16", a->bf16, "world_size", r->nranks);
+    json_object_set_new(j, "fp16", json_boolean(a->fp16));
     json_t *hf = hf_config(r);
     if (hf)
         json_object_set_new(j, "hf",
@@ -521,12 +536,18 @@ static mt_status save_checkpoint(run *r) {
     for (int i = 0; i < npiece; i++) /* distributed shards are unique: every rank writes its own */
         items[n++] = (mt_ckpt_item){ pieces[i].name, &pieces[i].view, &pieces[i].total,
                                      &pieces[i].off, dist ? 0 : r->rank };
-    char *args = args_json(r), sampler[256], rng[64];
+    char *args = args_json(r), sampler[512], scaler[160] = "", rng[64];
+    const mt_optim_scaler *sc = &r->scaler;
+    if (sc->dynamic) /* DynamicGradScaler.state_dict (a constant scaler has no state) */
+        snprintf(scaler, sizeof scaler,
+                 ",\"grad_scaler\":{\"scale\":%.17g,\"growth_tracker\":%d,"
+                 "\"hysteresis_tracker\":%d}",
+                 (double)sc->scale, sc->growth_tracker, sc->hysteresis_tracker);
     snprintf(sampler, sizeof sampler,
              "{\"consumed_train_samples\":%lld,\"consumed_valid_samples\":%lld,"
-             "\"optimizer_steps\":%lld}",
+             "\"optimizer_steps\":%lld,\"scheduler_steps\":%lld%s}",
              (long long)r->consumed_train, (long long)r->consumed_valid,
-             (long long)mt_optim_num_steps(r->opt));
+             (long long)mt_optim_num_steps(r->opt), (long long)r->sched_steps, scaler);
     snprintf(rng, sizeof rng, "{\"seed\":%d}", a->seed);
     mt_ckpt_state cs = { args, sampler, rng };
     double t0 = mt_time_now();
@@ -572,6 +593,7 @@ static mt_status load_checkpoint(run *r) {
     json_t *sj = sampler ? json_loads(sampler, 0, NULL) : NULL;
     if (st == MT_OK && !a->finetune) {
         r->iteration = it;
+        r->sched_steps = it * r->gbs;
         r->consumed_train = json_integer_value(json_object_get(sj, "consumed_train_samples"));
         r->consumed_valid = json_integer_value(json_object_get(sj, "consumed_valid_samples"));
     }
@@ -591,6 +613,18 @@ static mt_status load_checkpoint(run *r) {
         if (st == MT_OK)
             st = mt_optim_set_num_steps(r->opt,
                                         json_integer_value(json_object_get(sj, "optimizer_steps")));
+        /* the schedule and the grad scaler, as Megatron's opt_param_scheduler and optimizer state
+         * (absent: the schedule at the iteration, the scaler as configured, as Megatron does) */
+        json_t *ss = json_object_get(sj, "scheduler_steps"),
+               *gs = json_object_get(sj, "grad_scaler");
+        if (json_is_integer(ss)) r->sched_steps = json_integer_value(ss);
+        if (r->scaler.dynamic && json_is_object(gs)) {
+            r->scaler.scale = (float)json_number_value(json_object_get(gs, "scale"));
+            r->scaler.growth_tracker =
+                (int)json_integer_value(json_object_get(gs, "growth_tracker"));
+            r->scaler.hysteresis_tracker =
+                (int)json_integer_value(json_object_get(gs, "hysteresis_tracker"));
+        }
     }
     json_decref(sj);
     mt_ckpt_close(c);
@@ -793,7 +827,7 @@ static mt_status train(run *r) {
                                 a->micro_batch_size, r->rank, r->nranks, 1));
     double flops_iter = mt_model_flops_per_iteration(&r->mc, r->gbs);
     double interval_t = 0, interval_loss = 0, total_t = 0;
-    int64_t interval_n = 0, timed = 0, skipped = 0, nan_iters = 0, profiled = 0;
+    int64_t interval_n = 0, advanced = 0, timed = 0, skipped = 0, nan_iters = 0, profiled = 0;
     int64_t first_iter = r->iteration;
     int64_t end = a->exit_interval ? a->exit_interval : a->train_iters;
     if (end > a->train_iters) end = a->train_iters;
@@ -812,11 +846,12 @@ static mt_status train(run *r) {
         MT_TRY(mt_prof_begin(pr, "zero_grad", NULL));
         MT_TRY(mt_optim_buffer_zero_grad(r->buf, NULL));
         MT_TRY(mt_prof_end(pr, NULL));
+        /* the loss (averaged over the micro-batches) times the loss scale: the grads come scaled */
+        float grad_scale = (r->scale_p ? r->scale_p->scale : 1.0f) / (float)r->num_micro;
         for (int m = 0; m < r->num_micro; m++) {
             MT_TRY(load_batch(r, r->train_ds, &r->train_s));
             r->reducing = r->overlap && m == r->num_micro - 1;
-            MT_TRY(
-                mt_model_forward_backward(r->model, &r->tok, &r->tgt, 1.0f / r->num_micro, NULL));
+            MT_TRY(mt_model_forward_backward(r->model, &r->tok, &r->tgt, grad_scale, NULL));
         }
         MT_TRY(mt_prof_begin(pr, "grad_reduce", NULL));
         if (r->overlap)
@@ -824,12 +859,16 @@ static mt_status train(run *r) {
         else
             MT_TRY(mt_optim_reduce_grads(r->opt, NULL));
         MT_TRY(mt_prof_end(pr, NULL));
-        double lr = mt_optim_sched_lr(&r->sched, (double)r->iteration * r->gbs);
-        double wd = mt_optim_sched_wd(&r->sched, (double)r->iteration * r->gbs);
+        double lr = mt_optim_sched_lr(&r->sched, (double)r->sched_steps);
+        double wd = mt_optim_sched_wd(&r->sched, (double)r->sched_steps);
         mt_optim_step_info info;
         MT_TRY(mt_prof_begin(pr, "optimizer_step", NULL));
-        MT_TRY(mt_optim_step(r->opt, lr, wd, NULL, &info, NULL));
+        /* unscales, skips on Inf/NaN (found across the data-parallel ranks: the grads are reduced),
+         * updates the scaler */
+        MT_TRY(mt_optim_step(r->opt, lr, wd, r->scale_p, &info, NULL));
         MT_TRY(mt_prof_end(pr, NULL));
+        if (!info.skipped)
+            r->sched_steps += r->gbs; /* train_step: the scheduler steps on success */
         double loss;
         MT_TRY(mt_model_take_loss(r->model, &loss, NULL));
         MT_TRY(allreduce_avg(r, &loss));
@@ -842,33 +881,44 @@ static mt_status train(run *r) {
             total_t += dt;
             timed++;
         }
+        /* training_log: a skipped iteration's loss is left out of the average; it counts as a nan
+         * iteration when the loss itself is not finite */
         skipped += info.skipped;
-        nan_iters += info.skipped;
+        nan_iters += info.skipped && !isfinite(loss);
         r->gv_loss[r->iteration] = loss;
         r->gv_zeros[r->iteration] = (double)info.num_zeros;
         r->gv_time[r->iteration] = dt;
         interval_t += dt;
-        interval_loss += loss;
+        if (!info.skipped) {
+            interval_loss += loss;
+            advanced++;
+        }
         interval_n++;
-        double lr_after = mt_optim_sched_lr(&r->sched, (double)r->iteration * r->gbs);
+        double lr_after = mt_optim_sched_lr(&r->sched, (double)r->sched_steps);
+        double loss_scale = r->scale_p ? r->scale_p->scale : 1.0;
         double tflops = flops_iter / (dt * 1e12 * r->nranks);
-        if (r->jsonl)
+        if (r->jsonl) {
+            char gn[32] = "null"; /* a skipped step has no grad norm */
+            if (!info.skipped) snprintf(gn, sizeof gn, "%.6f", info.grad_norm);
             fprintf(
                 r->jsonl,
-                "{\"iteration\":%lld,\"lm loss\":%.6f,\"learning rate\":%.6e,\"grad norm\":%.6f,"
-                "\"num zeros\":%lld,\"elapsed ms\":%.3f,\"tokens per s\":%.1f,"
+                "{\"iteration\":%lld,\"lm loss\":%.6f,\"learning rate\":%.6e,\"loss scale\":%.1f,"
+                "\"grad norm\":%s,\"num zeros\":%lld,\"elapsed ms\":%.3f,\"tokens per s\":%.1f,"
                 "\"TFLOP/s/GPU\":%.3f,\"skipped\":%d}\n",
-                (long long)r->iteration, loss, lr_after, info.grad_norm, (long long)info.num_zeros,
+                (long long)r->iteration, loss, lr_after, loss_scale, gn, (long long)info.num_zeros,
                 dt * 1e3, (double)r->gbs * a->seq_length / dt, tflops, info.skipped);
+        }
         if (r->iteration % a->log_interval == 0 || r->iteration == 1) {
             if (last_rank(r)) {
-                char ts[64], tp[96] = "", nz[128] = "";
+                char ts[64], tp[96] = "", gn[64] = "", nz[128] = "";
                 stamp(ts, sizeof ts);
                 double per = interval_t / (double)interval_n;
                 if (a->log_throughput)
                     snprintf(tp, sizeof tp, " throughput per GPU (TFLOP/s/GPU): %.1f |",
                              flops_iter / (per * 1e12 * r->nranks));
-                if (a->log_num_zeros_in_grad)
+                /* a skipped step returns no grad norm and no zero count: left out of the line */
+                if (!info.skipped) snprintf(gn, sizeof gn, " grad norm: %.3f |", info.grad_norm);
+                if (a->log_num_zeros_in_grad && !info.skipped)
                     snprintf(nz, sizeof nz, " num zeros: %lld |", (long long)info.num_zeros);
                 if (a->log_params_norm) {
                     double pn;
@@ -878,16 +928,16 @@ static mt_status train(run *r) {
                 }
                 printf(" [%s] iteration %8lld/%8lld | consumed samples: %12lld | elapsed time per "
                        "iteration (ms): %.1f |%s learning rate: %.6E | global batch size: %5lld | "
-                       "lm loss: %.6E | loss scale: %.1f | grad norm: %.3f |%s number of skipped "
-                       "iterations: %3lld | number of nan iterations: %3lld |\n",
+                       "lm loss: %.6E | loss scale: %.1f |%s%s number of skipped iterations: %3lld "
+                       "| number of nan iterations: %3lld |\n",
                        ts, (long long)r->iteration, (long long)a->train_iters,
                        (long long)r->consumed_train, per * 1e3, tp, lr_after, (long long)r->gbs,
-                       interval_loss / (double)interval_n, 1.0, info.grad_norm, nz,
+                       interval_loss / (double)(advanced > 1 ? advanced : 1), loss_scale, gn, nz,
                        (long long)skipped, (long long)nan_iters);
                 fflush(stdout);
             }
             interval_t = interval_loss = 0;
-            interval_n = 0;
+            interval_n = advanced = 0;
             skipped = nan_iters = 0;
         }
         if (a->eval_interval && r->valid_ds && r->iteration % a->eval_interval == 0) {
@@ -1006,7 +1056,10 @@ mt_status mt_train_run(const mt_train_args *a) {
                "%d micro-batch(es) per iteration\n",
                r.mc.normalization == MT_NORM_RMSNORM ? "Llama-style" : "GPT", (long long)params,
                r.mc.padded_vocab_size, r.nranks, mt_device_is_cuda(r.dev) ? "cuda" : "cpu",
-               a->bf16 ? "bf16" : "fp32", r.num_micro);
+               a->bf16   ? "bf16"
+               : a->fp16 ? "fp16"
+                         : "fp32",
+               r.num_micro);
         fflush(stdout);
     }
     r.last_eval = -1;

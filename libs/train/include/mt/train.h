@@ -40,7 +40,9 @@ typedef struct mt_train_args {
     int seed;
     /* precision */
     int bf16, fp16;
-    double loss_scale, initial_loss_scale, min_loss_scale, loss_scale_window, hysteresis;
+    /* --loss-scale (0: none, i.e. dynamic with --fp16), the dynamic scaler's settings */
+    double loss_scale, initial_loss_scale, min_loss_scale, loss_scale_window;
+    int hysteresis;
     /* data */
     int n_data_path;
     char **data_path; /* as given: [w1] p1 [w2 p2 ...] */
