@@ -1,6 +1,6 @@
 /* functional (CPU) / gpu: our GPT-2 and Llama models loaded with the weights of tiny Hugging Face
  * models reproduce transformers' logits, loss and every parameter gradient (golden/gen_hf.py).
- *   test_hf_golden gpt2|llama cpu|cuda f32|bf16 */
+ *   test_hf_golden gpt2|llama cpu|cuda f32|bf16|f16 */
 #include "hf_tiny.h"
 
 #include <math.h>
@@ -21,14 +21,18 @@ static float *to_host_f32(const mt_tensor *t) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 4) mt_die(__FILE__, __LINE__, "usage: %s gpt2|llama cpu|cuda f32|bf16", argv[0]);
+    if (argc != 4)
+        mt_die(__FILE__, __LINE__, "usage: %s gpt2|llama cpu|cuda f32|bf16|f16", argv[0]);
     const char *tag = argv[1];
     int cuda = strcmp(argv[2], "cuda") == 0;
-    mt_dtype dt = strcmp(argv[3], "bf16") == 0 ? MT_BF16 : MT_F32;
+    mt_dtype dt = strcmp(argv[3], "bf16") == 0  ? MT_BF16
+                  : strcmp(argv[3], "f16") == 0 ? MT_F16
+                                                : MT_F32;
     if (cuda) mt_test_require_gpus(1);
     mt_device dev = cuda ? mt_device_cuda(0) : MT_DEVICE_CPU;
-    /* tolerances: CPU fp32 1e-5 relative, GPU fp32 1e-4, GPU bf16 losses 1e-2 (issue 8) */
-    double rtol = !cuda ? 1e-5 : dt == MT_F32 ? 1e-4 : 1e-2;
+    /* tolerances: CPU fp32 1e-5 relative, GPU fp32 1e-4, bf16 losses 1e-2 (issue 8), f16 losses
+     * bf16's / 8 (the ratio of their unit roundoffs, 2^-11 and 2^-8) */
+    double rtol = dt == MT_BF16 ? 1e-2 : dt == MT_F16 ? 1e-2 / 8 : !cuda ? 1e-5 : 1e-4;
 
     mt_model_config cfg = hf_tiny_config(tag, dt);
     mt_model *m;
