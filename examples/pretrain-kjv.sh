@@ -25,9 +25,14 @@ cuda=disabled; command -v nvcc >/dev/null && cuda=enabled
 gpus=0; command -v nvidia-smi >/dev/null && gpus=$(nvidia-smi -L 2>/dev/null | wc -l || true)
 dev=${MT_DEVICE:-auto}; [ "$dev" = auto ] && { [ "$gpus" -gt 0 ] && dev=cuda || dev=cpu; }
 
+# The GPU's own target (Hopper: 90a, for the wgmma kernels); none without a GPU.
+arch=""; [ "$gpus" -gt 0 ] && arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d '. ')
+[ "$arch" = 90 ] && arch=90a
+
 b=$top/build-kjv/build
 if [ ! -f "$b/build.ninja" ]; then
-  meson setup "$b" -Dcuda=$cuda -Dbuildtype=release -Dtests=disabled -Dbenchmarks=disabled >/dev/null
+  meson setup "$b" -Dcuda=$cuda -Dbuildtype=release -Dtests=disabled -Dbenchmarks=disabled \
+    ${arch:+-Dgpu_arch=$arch} >/dev/null
 fi
 ninja -C "$b" apps/pretrain/mt-pretrain apps/preprocess/mt-preprocess-data >/dev/null
 echo "== built mt-pretrain and mt-preprocess-data (CUDA $cuda, device $dev)"

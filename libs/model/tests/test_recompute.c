@@ -22,6 +22,7 @@ static mt_model_config config_for(const char *tag) {
     c.seq_length = T;
     c.vocab_size = V;
     c.seed = 99;
+    c.deterministic = 1; /* bitwise comparisons: no attention atomics, no timed GEMM choice */
     if (strcmp(tag, "llama") == 0) tiny_llama_layers(&c);
     return c;
 }

@@ -2,7 +2,8 @@
  * lse, dS = P (dP - Di). bf16/f16 with D 64 or 128 run tensor-core kernels. Default: one fused
  * kernel per key tile that accumulates dK, dV over the query heads of its group (GQA without
  * copies) and adds each tile's dQ part into an f32 accumulator with atomics (7 GEMMs with bf16's
- * hi + lo dS against 9). Deterministic mode: the same kernel without dQ, then a dQ kernel per
+ * hi + lo dS against 9); on sm_90a builds running on Hopper, attn_sm90.cu's wgmma version of
+ * it. Deterministic mode: the same kernel without dQ, then a dQ kernel per
  * query tile (no atomics). Anything else runs generic warp-per-row kernels. */
 #include "attn_common.cuh"
 
@@ -536,12 +537,16 @@ static mt_status launch_fused(const attn_args &a, T *dq, T *dk, T *dv, const T *
     attn_bwd_prep_kernel<T, D>
         <<<(unsigned)((thr + 255) / 256), 256, 0, stream>>>(a, Dv, dqa, o, dout);
     MT_CUDA_CHECK_LAUNCH();
-    const int smem = (2 * BC * D + 4 * BR * D + TWO * BC * BR) * (int)sizeof(T) + 4 * BR * 4;
-    MT_TRY(attn_smem_attr(attn_bwd_dkdv_mma_kernel<T, D, NW, BR, true>, smem));
-    dim3 grid(a.B * a.Hkv, (a.T + BC - 1) / BC);
-    attn_bwd_dkdv_mma_kernel<T, D, NW, BR, true>
-        <<<grid, NW * 32, smem, stream>>>(a, dk, dv, dqa, q, k, v, dout, lse, Dv);
-    MT_CUDA_CHECK_LAUNCH();
+    if (attn_sm90_enabled()) {
+        MT_TRY((attn_bwd_sm90<T, D>(a, dk, dv, dqa, q, k, v, dout, lse, Dv, stream)));
+    } else {
+        const int smem = (2 * BC * D + 4 * BR * D + TWO * BC * BR) * (int)sizeof(T) + 4 * BR * 4;
+        MT_TRY(attn_smem_attr(attn_bwd_dkdv_mma_kernel<T, D, NW, BR, true>, smem));
+        dim3 grid(a.B * a.Hkv, (a.T + BC - 1) / BC);
+        attn_bwd_dkdv_mma_kernel<T, D, NW, BR, true>
+            <<<grid, NW * 32, smem, stream>>>(a, dk, dv, dqa, q, k, v, dout, lse, Dv);
+        MT_CUDA_CHECK_LAUNCH();
+    }
     attn_bwd_dq_convert_kernel<T, D><<<(unsigned)((thr + 255) / 256), 256, 0, stream>>>(a, dq, dqa);
     MT_CUDA_CHECK_LAUNCH();
     return MT_OK;

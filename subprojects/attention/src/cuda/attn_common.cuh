@@ -171,4 +171,17 @@ template <typename K> static mt_status attn_smem_attr(K kernel, int bytes) {
     return MT_OK;
 }
 
+/* The sm_90a (wgmma) kernels, attn_sm90.cu: the forward; the fused backward's dK, dV and f32 dQ
+ * accumulator (Dv and dqa prepared as for the mma.sync fused kernel). */
+template <typename T, int D>
+mt_status attn_fwd_sm90(const attn_args &a, T *out, float *lse, const T *q, const T *k, const T *v,
+                        mt_stream stream);
+template <typename T, int D>
+mt_status attn_bwd_sm90(const attn_args &a, T *dk, T *dv, float *dqa, const T *q, const T *k,
+                        const T *v, const T *dout, const float *lse, const float *Dv,
+                        mt_stream stream);
+/* 1 if this build has the sm_90a kernels, the current device is compute capability 9.0 and the
+ * environment does not say MT_ATTN_SM90=0. */
+int attn_sm90_enabled(void);
+
 #endif /* MT_ATTN_COMMON_CUH */

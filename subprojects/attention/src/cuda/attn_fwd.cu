@@ -1,6 +1,7 @@
 /* Attention forward on CUDA. bf16/f16 with D 64 or 128: flash-style tensor-core kernel
  * (mma.sync m16n8k16, ldmatrix, double-buffered cp.async K/V tiles, online softmax in the exp2
- * domain, causal tile skipping, GQA by indexing). Anything else: a generic warp-per-row kernel. */
+ * domain, causal tile skipping, GQA by indexing); on Hopper with an sm_90a build, attn_sm90.cu's wgmma
+ * version. Anything else: a generic warp-per-row kernel. */
 #include "attn_common.cuh"
 
 /* Generic path: one warp per query row, 32 keys per step (lane j scores key j0+j), fp32 math. */
@@ -204,6 +205,13 @@ static mt_status launch(const attn_args &a, int fast, mt_tensor *out, mt_tensor 
                         const mt_tensor *q, const mt_tensor *k, const mt_tensor *v,
                         mt_stream stream) {
     if constexpr (sizeof(T) == 2) {
+        if (fast && (a.D == 64 || a.D == 128) && attn_sm90_enabled()) {
+            T *o = (T *)out->data;
+            float *L = (float *)lse->data;
+            const T *tq = (const T *)q->data, *tk = (const T *)k->data, *tv = (const T *)v->data;
+            return a.D == 64 ? attn_fwd_sm90<T, 64>(a, o, L, tq, tk, tv, stream)
+                             : attn_fwd_sm90<T, 128>(a, o, L, tq, tk, tv, stream);
+        }
         if (fast && a.D == 64) return launch_mma<T, 64, 4>(a, out, lse, q, k, v, stream);
         if (fast && a.D == 128) return launch_mma<T, 128, 8>(a, out, lse, q, k, v, stream);
     }

@@ -1,0 +1,448 @@
+/* Attention on Hopper (sm_90a, wgmma).
+ *
+ * Forward: a block is one warpgroup that owns 64 query rows of one (b, h) and walks 64-key tiles
+ * (K, V double-buffered by cp.async): S = Q K^T (both from shared memory), the online softmax of
+ * attn_fwd.cu in registers, O += P V (P from registers). Two blocks share an SM.
+ *
+ * Backward: the fused scheme of attn_bwd.cu (dK, dV per key tile, dQ added into an f32
+ * accumulator with atomics) on wgmma. Warpgroup g of a block owns keys 64g..64g+63 of kv head
+ * hk and keeps their dK, dV (64 x D) in registers. The block walks the 64-row query tiles of
+ * every query head of the group (Q, dO, lse, Di double-buffered by cp.async):
+ *   S^T = K Q^T, dP^T = V dO^T     wgmma, both operands in shared memory
+ *   P^T, dS^T                       registers (f32), as in attn_bwd.cu
+ *   dV += P^T dO, dK += dS^T Q      wgmma, A from registers
+ *   dQ += dS K                      dS^T through shared memory, wgmma on transposed operands
+ * D 64: one warpgroup per block and two blocks per SM (one block's softmax and atomics overlap
+ * the other's GEMMs). D 128: two warpgroups per block that split dQ's columns over all 128 keys
+ * (one warpgroup per block needs 64 more registers and spills; measured slower on an H200).
+ * bf16 adds dS's rounding residual as a second term, as attn_bwd.cu does. Shared tiles are
+ * 64-column panels of 128-byte rows in wgmma's 128-byte swizzle. */
+#include <stdlib.h>
+
+#include "attn_common.cuh"
+#include "wgmma.cuh"
+
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define ATTN_SM90_BODY 1
+#else
+#define ATTN_SM90_BODY 0
+#endif
+
+/* Element (r, c) of an R-row tile stored as 64-column panels of 128-byte rows, 16-byte chunks
+ * XOR-swizzled by row: wgmma's 128-byte swizzle when each panel starts 1024-byte aligned. */
+template <int R> __device__ __forceinline__ int pswz(int r, int c) {
+    return (c >> 6) * R * 64 + r * 64 + ((((c >> 3) & 7) ^ (r & 7)) << 3) + (c & 7);
+}
+
+/* Async load of an (R,D) tile into panels, rows [0, nvalid) from g (row stride rs), zeros after. */
+template <typename T, int R, int D, int NT>
+__device__ __forceinline__ void load_panels(T *sm, const T *g, int64_t rs, int nvalid) {
+    constexpr int CH = D / 8;
+    static_assert(R * CH % NT == 0, "tile chunks must divide among the threads");
+#pragma unroll
+    for (int it = 0; it < R * CH / NT; it++) {
+        int idx = threadIdx.x + it * NT, r = idx / CH, c = (idx % CH) * 8;
+        bool ok = r < nvalid;
+        cp_async16(sm + pswz<R>(r, c), g + (ok ? r * rs + c : 0), ok);
+    }
+}
+
+/* wgmma shared-memory descriptor, 128-byte swizzle, 8-row groups 1024 bytes apart; lbo: bytes
+ * between 64-column panels (read for transposed operands wider than one panel). */
+__device__ __forceinline__ uint64_t wg_desc(const void *p, uint32_t lbo) {
+    const uint64_t a = smem_u32(p);
+    return ((a & 0x3FFFF) >> 4) | (uint64_t)(lbo >> 4) << 16 | (uint64_t)(1024 >> 4) << 32 |
+           1ull << 62;
+}
+__device__ __forceinline__ void wg_fence() {
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void wg_commit() {
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void wg_wait0() {
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+}
+/* After a wait: reads of d come after it (the compiler cannot hoist them above). */
+template <int N> __device__ __forceinline__ void wg_pin(float (&d)[N][4]) {
+#pragma unroll
+    for (int i = 0; i < N; i++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            asm volatile("" : "+f"(d[i][e])::"memory");
+}
+/* After a wait: registers that an in-flight wgmma reads stay allocated until here. */
+template <int N> __device__ __forceinline__ void wg_keep(const uint32_t (&r)[N][4]) {
+#pragma unroll
+    for (int i = 0; i < N; i++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            asm volatile("" ::"r"(r[i][e]) : "memory");
+}
+/* Orders this thread's generic-proxy shared-memory writes before later wgmma reads. */
+__device__ __forceinline__ void fence_async_smem() {
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+template <typename T, int D>
+static __global__ void __launch_bounds__(128, 2)
+    attn_fwd_sm90_kernel(attn_args a, T *out, float *lse, const T *q, const T *k, const T *v) {
+#if ATTN_SM90_BODY
+    constexpr int BR = 64, BC = 64, NT = 128;
+    extern __shared__ __align__(1024) unsigned char smem[];
+    T *sQ = (T *)smem, *sK = sQ + BR * D, *sV = sK + 2 * BC * D;
+    const int wl = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int nq = (a.T + BR - 1) / BR, nk_all = (a.T + BC - 1) / BC;
+    // why: tiles are y, heads x, and blocks start x-fastest: every head's longest rows go first
+    const int qt = a.causal ? nq - 1 - (int)blockIdx.y : (int)blockIdx.y;
+    const int b = blockIdx.x / a.H, h = blockIdx.x % a.H, hk = h / a.group;
+    const int q0 = qt * BR, qn = min(BR, a.T - q0);
+    const int nk = a.causal ? min(nk_all, (q0 + qn + BC - 1) / BC) : nk_all;
+    const T *kg = k + b * a.st[AK][0] + hk * a.st[AK][2];
+    const T *vg = v + b * a.st[AV][0] + hk * a.st[AV][2];
+    const int64_t ks = a.st[AK][1], vs = a.st[AV][1];
+    load_panels<T, BR, D, NT>(sQ, q + b * a.st[AQ][0] + h * a.st[AQ][2] + (int64_t)q0 * a.st[AQ][1],
+                              a.st[AQ][1], qn);
+    load_panels<T, BC, D, NT>(sK, kg, ks, min(BC, a.T));
+    load_panels<T, BC, D, NT>(sV, vg, vs, min(BC, a.T));
+    cp_async_commit();
+    const float sl2 = a.scale * ATTN_LOG2E;
+    float o[D / 8][4], m[2] = { -INFINITY, -INFINITY }, l[2] = { 0.0f, 0.0f };
+#pragma unroll
+    for (int i = 0; i < D / 8; i++)
+        o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+    const int row0 = q0 + wl * 16 + (lane >> 2);
+    uint32_t pa[BC / 16][4];
+    for (int j = 0; j < nk; j++) {
+        if (j + 1 < nk) {
+            int k1 = (j + 1) * BC, buf = (j + 1) & 1;
+            load_panels<T, BC, D, NT>(sK + buf * BC * D, kg + k1 * ks, ks, min(BC, a.T - k1));
+            load_panels<T, BC, D, NT>(sV + buf * BC * D, vg + k1 * vs, vs, min(BC, a.T - k1));
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        fence_async_smem();
+        __syncthreads();
+        const T *cK = sK + (j & 1) * BC * D, *cV = sV + (j & 1) * BC * D;
+        float s[BC / 8][4];
+        wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < D / 16; kk++) /* panel kk/4, 16-column step kk%4 */
+            wg_ss<T, BC, 0, 0>::mma(s, wg_desc(sQ + (kk >> 2) * BR * 64 + (kk & 3) * 16, 16),
+                                    wg_desc(cK + (kk >> 2) * BC * 64 + (kk & 3) * 16, 16), kk > 0);
+        wg_commit();
+        wg_wait0();
+        wg_pin(s);
+        const int k0 = j * BC;
+        const bool mask = k0 + BC > a.T || (a.causal && k0 + BC - 1 > q0);
+#pragma unroll
+        for (int nt = 0; nt < BC / 8; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int col = k0 + nt * 8 + 2 * (lane & 3) + (e & 1), row = row0 + (e >> 1) * 8;
+                float x = s[nt][e] * sl2;
+                if (mask && (col >= a.T || (a.causal && col > row))) x = -INFINITY;
+                s[nt][e] = x;
+            }
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            float mx = -INFINITY;
+#pragma unroll
+            for (int nt = 0; nt < BC / 8; nt++)
+                mx = fmaxf(mx, fmaxf(s[nt][2 * r], s[nt][2 * r + 1]));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            float mn = fmaxf(m[r], mx);
+            float ms = mn == -INFINITY ? 0.0f : mn; // why: a fully masked row must not give NaN
+            float alpha = exp2f(m[r] - ms), sum = 0.0f;
+            m[r] = mn;
+#pragma unroll
+            for (int nt = 0; nt < BC / 8; nt++) {
+                s[nt][2 * r] = exp2f(s[nt][2 * r] - ms);
+                s[nt][2 * r + 1] = exp2f(s[nt][2 * r + 1] - ms);
+                sum += s[nt][2 * r] + s[nt][2 * r + 1];
+            }
+            l[r] = l[r] * alpha + sum;
+#pragma unroll
+            for (int dt = 0; dt < D / 8; dt++)
+                o[dt][2 * r] *= alpha, o[dt][2 * r + 1] *= alpha;
+        }
+#pragma unroll
+        for (int kk = 0; kk < BC / 16; kk++) {
+            pa[kk][0] = attn_t<T>::pack(s[2 * kk][0], s[2 * kk][1]);
+            pa[kk][1] = attn_t<T>::pack(s[2 * kk][2], s[2 * kk][3]);
+            pa[kk][2] = attn_t<T>::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+            pa[kk][3] = attn_t<T>::pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+        }
+        wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < BC / 16; kk++)
+            wg_rs<T, D, 1>::mma(o, pa[kk], wg_desc(cV + kk * 16 * 64, BC * 128), 1);
+        wg_commit();
+        wg_wait0();
+        wg_keep(pa);
+        wg_pin(o);
+        __syncthreads(); // every warp is done with this tile's buffers before they are refilled
+    }
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        float lt = l[r];
+        lt += __shfl_xor_sync(0xffffffffu, lt, 1);
+        lt += __shfl_xor_sync(0xffffffffu, lt, 2);
+        int row = row0 + r * 8;
+        float inv = 1.0f / lt;
+        T *orow = out + b * a.st[AO][0] + (int64_t)row * a.st[AO][1] + h * a.st[AO][2];
+#pragma unroll
+        for (int dt = 0; dt < D / 8; dt++)
+            if (row < a.T)
+                *(uint32_t *)(orow + dt * 8 + 2 * (lane & 3)) =
+                    attn_t<T>::pack(o[dt][2 * r] * inv, o[dt][2 * r + 1] * inv);
+        if ((lane & 3) == 0 && row < a.T)
+            lse[((int64_t)b * a.H + h) * a.T + row] = (m[r] + log2f(lt)) * ATTN_LN2;
+    }
+#endif
+}
+
+template <typename T, int D>
+mt_status attn_fwd_sm90(const attn_args &a, T *out, float *lse, const T *q, const T *k, const T *v,
+                        mt_stream stream) {
+    constexpr int BR = 64, BC = 64;
+    const int smem = (BR + 4 * BC) * D * (int)sizeof(T);
+    MT_TRY(attn_smem_attr(attn_fwd_sm90_kernel<T, D>, smem));
+    dim3 grid(a.B * a.H, (a.T + BR - 1) / BR);
+    attn_fwd_sm90_kernel<T, D><<<grid, 128, smem, stream>>>(a, out, lse, q, k, v);
+    MT_CUDA_CHECK_LAUNCH();
+    return MT_OK;
+}
+
+template <typename T, int D, int NWG>
+static __global__ void __launch_bounds__(NWG * 128, 3 - NWG)
+    attn_bwd_sm90_kernel(attn_args a, T *dk, T *dv, float *dqa, const T *q, const T *k, const T *v,
+                         const T *dout, const float *lse, const float *Dv) {
+#if ATTN_SM90_BODY
+    constexpr int BC = 64 * NWG, BR = 64, NT = 128 * NWG, TWO = attn_t<T>::two_term ? 2 : 1;
+    static_assert(NWG == 1 || D == 128, "two warpgroups split dQ's 128 columns");
+    extern __shared__ __align__(1024) unsigned char smem[];
+    T *sK = (T *)smem, *sV = sK + BC * D, *sQ = sV + BC * D, *sG = sQ + 2 * BR * D;
+    T *sS = sG + 2 * BR * D; /* dS^T (BC, BR): hi, then lo */
+    float *sL = (float *)(sS + TWO * BC * BR), *sD = sL + 2 * BR;
+    const int wg = NWG == 1 ? 0 : threadIdx.x >> 7, wl = (threadIdx.x >> 5) & 3,
+              lane = threadIdx.x & 31;
+    // why: key tiles are y, heads x, and blocks start x-fastest: the longest (causal) go first
+    const int b = blockIdx.x / a.Hkv, hk = blockIdx.x % a.Hkv, k0 = blockIdx.y * BC;
+    const int nq = (a.T + BR - 1) / BR, it0 = a.causal ? k0 / BR : 0, nqt = nq - it0;
+    const int ntile = a.group * nqt;
+    load_panels<T, BC, D, NT>(sK,
+                              k + b * a.st[AK][0] + hk * a.st[AK][2] + (int64_t)k0 * a.st[AK][1],
+                              a.st[AK][1], min(BC, a.T - k0));
+    load_panels<T, BC, D, NT>(sV,
+                              v + b * a.st[AV][0] + hk * a.st[AV][2] + (int64_t)k0 * a.st[AV][1],
+                              a.st[AV][1], min(BC, a.T - k0));
+    auto issue = [&](int n, int buf) {
+        const int h = hk * a.group + n / nqt, q0 = (it0 + n % nqt) * BR, qn = min(BR, a.T - q0);
+        load_panels<T, BR, D, NT>(sQ + buf * BR * D,
+                                  q + b * a.st[AQ][0] + h * a.st[AQ][2] + (int64_t)q0 * a.st[AQ][1],
+                                  a.st[AQ][1], qn);
+        load_panels<T, BR, D, NT>(sG + buf * BR * D,
+                                  dout + b * a.st[ADO][0] + h * a.st[ADO][2] +
+                                      (int64_t)q0 * a.st[ADO][1],
+                                  a.st[ADO][1], qn);
+        const int64_t ro = ((int64_t)b * a.H + h) * a.T + q0;
+        for (int i = threadIdx.x; i < 2 * BR; i += NT) { // zeros past T: masked below
+            const int r = i % BR;
+            const bool ok = r < qn;
+            cp_async4((i < BR ? sL : sD) + buf * BR + r, (i < BR ? lse : Dv) + ro + (ok ? r : 0),
+                      ok);
+        }
+        cp_async_commit();
+    };
+    if (ntile > 0) issue(0, 0);
+    const float sl2 = a.scale * ATTN_LOG2E;
+    float gk[D / 8][4], gv[D / 8][4];
+#pragma unroll
+    for (int i = 0; i < D / 8; i++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            gk[i][e] = gv[i][e] = 0.0f;
+    const int kw = k0 + wg * 64, key0 = kw + wl * 16 + (lane >> 2); /* this warpgroup's keys */
+    uint32_t pa[BR / 16][4], sa[BR / 16][4], sl[BR / 16][4];
+    for (int n = 0; n < ntile; n++) {
+        cp_async_wait<0>();
+        fence_async_smem();
+        __syncthreads(); // tile n is in; every warp is done with tile n-1's buffers and dS^T
+        if (n + 1 < ntile) issue(n + 1, (n + 1) & 1);
+        const int buf = n & 1, h = hk * a.group + n / nqt, q0 = (it0 + n % nqt) * BR;
+        const T *cQ = sQ + buf * BR * D, *cG = sG + buf * BR * D;
+        const float *cL = sL + buf * BR, *cD = sD + buf * BR;
+        if (!a.causal || q0 + BR - 1 >= kw) { // else this warpgroup's keys all > queries
+            float p[BR / 8][4], ds[BR / 8][4];
+            wg_fence();
+#pragma unroll
+            for (int kk = 0; kk < D / 16; kk++) /* panel kk/4, 16-column step kk%4 */
+                wg_ss<T, BR, 0, 0>::mma(
+                    p, wg_desc(sK + (kk >> 2) * BC * 64 + wg * 64 * 64 + (kk & 3) * 16, 16),
+                    wg_desc(cQ + (kk >> 2) * BR * 64 + (kk & 3) * 16, 16), kk > 0);
+#pragma unroll
+            for (int kk = 0; kk < D / 16; kk++)
+                wg_ss<T, BR, 0, 0>::mma(
+                    ds, wg_desc(sV + (kk >> 2) * BC * 64 + wg * 64 * 64 + (kk & 3) * 16, 16),
+                    wg_desc(cG + (kk >> 2) * BR * 64 + (kk & 3) * 16, 16), kk > 0);
+            wg_commit();
+            wg_wait0();
+            wg_pin(p);
+            wg_pin(ds);
+            const bool mask = k0 + BC > a.T || q0 + BR > a.T || (a.causal && kw + 63 > q0);
+#pragma unroll
+            for (int nt = 0; nt < BR / 8; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    int cl = nt * 8 + 2 * (lane & 3) + (e & 1), key = key0 + (e >> 1) * 8;
+                    float pe = exp2f(p[nt][e] * sl2 - cL[cl] * ATTN_LOG2E);
+                    if (mask && (key >= a.T || q0 + cl >= a.T || (a.causal && q0 + cl < key)))
+                        pe = 0.0f;
+                    p[nt][e] = pe;
+                    ds[nt][e] = pe * (ds[nt][e] - cD[cl]);
+                }
+            const int sr = wg * 64 + wl * 16 + (lane >> 2);
+#pragma unroll
+            for (int kk = 0; kk < BR / 16; kk++) {
+                pa[kk][0] = attn_t<T>::pack(p[2 * kk][0], p[2 * kk][1]);
+                pa[kk][1] = attn_t<T>::pack(p[2 * kk][2], p[2 * kk][3]);
+                pa[kk][2] = attn_t<T>::pack(p[2 * kk + 1][0], p[2 * kk + 1][1]);
+                pa[kk][3] = attn_t<T>::pack(p[2 * kk + 1][2], p[2 * kk + 1][3]);
+                sa[kk][0] = attn_t<T>::pack(ds[2 * kk][0], ds[2 * kk][1]);
+                sa[kk][1] = attn_t<T>::pack(ds[2 * kk][2], ds[2 * kk][3]);
+                sa[kk][2] = attn_t<T>::pack(ds[2 * kk + 1][0], ds[2 * kk + 1][1]);
+                sa[kk][3] = attn_t<T>::pack(ds[2 * kk + 1][2], ds[2 * kk + 1][3]);
+                if constexpr (TWO == 2) { // why: dK = dS^T Q and dQ = dS K cancel
+                    sl[kk][0] = attn_t<T>::residual(ds[2 * kk][0], ds[2 * kk][1], sa[kk][0]);
+                    sl[kk][1] = attn_t<T>::residual(ds[2 * kk][2], ds[2 * kk][3], sa[kk][1]);
+                    sl[kk][2] =
+                        attn_t<T>::residual(ds[2 * kk + 1][0], ds[2 * kk + 1][1], sa[kk][2]);
+                    sl[kk][3] =
+                        attn_t<T>::residual(ds[2 * kk + 1][2], ds[2 * kk + 1][3], sa[kk][3]);
+                }
+                /* dS^T rows sr (+8), query columns kk*16 + 2t (+8) */
+                const int sc = kk * 16 + 2 * (lane & 3);
+#pragma unroll
+                for (int t2 = 0; t2 < TWO; t2++) {
+                    T *dst = sS + t2 * BC * BR;
+                    const uint32_t *w = t2 ? sl[kk] : sa[kk];
+                    *(uint32_t *)(dst + pswz<BC>(sr, sc)) = w[0];
+                    *(uint32_t *)(dst + pswz<BC>(sr + 8, sc)) = w[1];
+                    *(uint32_t *)(dst + pswz<BC>(sr, sc + 8)) = w[2];
+                    *(uint32_t *)(dst + pswz<BC>(sr + 8, sc + 8)) = w[3];
+                }
+            }
+            wg_fence();
+#pragma unroll
+            for (int kk = 0; kk < BR / 16; kk++) {
+                const uint64_t dg = wg_desc(cG + kk * 16 * 64, BR * 128),
+                               dqd = wg_desc(cQ + kk * 16 * 64, BR * 128);
+                wg_rs<T, D, 1>::mma(gv, pa[kk], dg, 1);
+                wg_rs<T, D, 1>::mma(gk, sa[kk], dqd, 1);
+                if constexpr (TWO == 2) wg_rs<T, D, 1>::mma(gk, sl[kk], dqd, 1);
+            }
+            wg_commit();
+        }
+        fence_async_smem();
+        __syncthreads(); // dS^T is in
+        /* dQ rows q0 + wl*16..: key steps past the causal edge are zero */
+        const int lim = a.causal ? q0 + BR - k0 : BC;
+        const int kend = lim <= 0 ? 0 : min(BC / 16, (lim + 15) / 16);
+        if (kend > 0) {
+            const int row = q0 + wl * 16 + (lane >> 2);
+            float *dst = dqa + (((int64_t)b * a.H + h) * a.T + row) * D + 2 * (lane & 3);
+#pragma unroll
+            /* one warpgroup: all columns, 64 at a time (32 registers); two: 64 columns each */
+            for (int c0 = NWG == 2 ? wg * 64 : 0; c0 < (NWG == 2 ? wg * 64 + 64 : D); c0 += 64) {
+                float dq[8][4];
+                wg_fence();
+                for (int kk = 0; kk < kend; kk++) {
+                    const uint64_t db = wg_desc(sK + c0 * BC + kk * 16 * 64, BC * 128);
+                    wg_ss<T, 64, 1, 1>::mma(dq, wg_desc(sS + kk * 16 * 64, BC * 128), db, kk > 0);
+                    if constexpr (TWO == 2)
+                        wg_ss<T, 64, 1, 1>::mma(dq, wg_desc(sS + BC * BR + kk * 16 * 64, BC * 128),
+                                                db, 1);
+                }
+                wg_commit();
+                wg_wait0();
+                wg_pin(dq);
+#pragma unroll
+                for (int r = 0; r < 2; r++)
+                    if (row + 8 * r < a.T)
+#pragma unroll
+                        for (int nt = 0; nt < 8; nt++)
+                            atomicAdd((float2 *)(dst + 8 * r * D + c0 + nt * 8),
+                                      make_float2(dq[nt][2 * r], dq[nt][2 * r + 1]));
+            }
+        }
+        wg_wait0();
+        wg_keep(pa);
+        wg_keep(sa);
+        wg_keep(sl);
+    }
+    wg_wait0();
+    wg_pin(gk);
+    wg_pin(gv);
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        int key = key0 + 8 * r;
+        if (key >= a.T) continue;
+        T *ok = dk + b * a.st[ADK][0] + (int64_t)key * a.st[ADK][1] + hk * a.st[ADK][2];
+        T *ov = dv + b * a.st[ADV][0] + (int64_t)key * a.st[ADV][1] + hk * a.st[ADV][2];
+#pragma unroll
+        for (int dt = 0; dt < D / 8; dt++) {
+            int c = dt * 8 + 2 * (lane & 3);
+            *(uint32_t *)(ok + c) =
+                attn_t<T>::pack(gk[dt][2 * r] * a.scale, gk[dt][2 * r + 1] * a.scale);
+            *(uint32_t *)(ov + c) = attn_t<T>::pack(gv[dt][2 * r], gv[dt][2 * r + 1]);
+        }
+    }
+#endif
+}
+
+template <typename T, int D>
+mt_status attn_bwd_sm90(const attn_args &a, T *dk, T *dv, float *dqa, const T *q, const T *k,
+                        const T *v, const T *dout, const float *lse, const float *Dv,
+                        mt_stream stream) {
+    constexpr int NWG = D == 128 ? 2 : 1, BC = 64 * NWG, BR = 64, TWO = attn_t<T>::two_term ? 2 : 1;
+    const int smem = (2 * BC * D + 4 * BR * D + TWO * BC * BR) * (int)sizeof(T) + 4 * BR * 4;
+    MT_TRY(attn_smem_attr(attn_bwd_sm90_kernel<T, D, NWG>, smem));
+    dim3 grid(a.B * a.Hkv, (a.T + BC - 1) / BC);
+    attn_bwd_sm90_kernel<T, D, NWG>
+        <<<grid, NWG * 128, smem, stream>>>(a, dk, dv, dqa, q, k, v, dout, lse, Dv);
+    MT_CUDA_CHECK_LAUNCH();
+    return MT_OK;
+}
+
+#define INST(T, D)                                                                                \
+    template mt_status attn_fwd_sm90<T, D>(const attn_args &, T *, float *, const T *, const T *, \
+                                           const T *, mt_stream);                                 \
+    template mt_status attn_bwd_sm90<T, D>(const attn_args &, T *, T *, float *, const T *,       \
+                                           const T *, const T *, const T *, const float *,        \
+                                           const float *, mt_stream);
+INST(__nv_bfloat16, 64)
+INST(__nv_bfloat16, 128)
+INST(__half, 64)
+INST(__half, 128)
+
+int attn_sm90_enabled(void) {
+#if defined(MT_ATTN_SM90A)
+    static int cached[64]; /* per device: 0 unknown, 1 yes, 2 no */
+    const char *env = getenv("MT_ATTN_SM90");
+    if (env && env[0] == '0') return 0;
+    int dev = 0, major = 0, minor = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return 0;
+    if (!cached[dev]) {
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+        cached[dev] = major == 9 && minor == 0 ? 1 : 2; // why: sm_90a code runs on 9.0 alone
+    }
+    return cached[dev] == 1;
+#else
+    return 0;
+#endif
+}
