@@ -267,11 +267,16 @@ const char *mt_safetensors_metadata(const mt_safetensors *f, const char *key) {
     return f->meta ? json_string_value(json_object_get(f->meta, key)) : NULL;
 }
 
-static const mt_safetensors_item *sort_items;
+/* Write order: element size descending, then name (the sort key carries what it compares:
+ * several threads may save at once, so no file-scope context). */
+typedef struct st_order {
+    size_t esize;
+    const char *name;
+    int idx;
+} st_order;
 static int by_size_then_name(const void *a, const void *b) {
-    const mt_safetensors_item *x = &sort_items[*(const int *)a], *y = &sort_items[*(const int *)b];
-    size_t sx = mt_dtype_size(x->tensor->dtype), sy = mt_dtype_size(y->tensor->dtype);
-    if (sx != sy) return sx > sy ? -1 : 1;
+    const st_order *x = a, *y = b;
+    if (x->esize != y->esize) return x->esize > y->esize ? -1 : 1;
     return strcmp(x->name, y->name);
 }
 
@@ -279,7 +284,7 @@ mt_status mt_safetensors_save(const char *path, const mt_safetensors_item *items
                               const char *const *meta, int n_meta) {
     MT_REQUIRE(path && (n == 0 || items) && n >= 0 && n_meta >= 0, MT_ERR_INVALID_ARG,
                "bad arguments");
-    int *order = malloc(sizeof(int) * (size_t)(n ? n : 1));
+    st_order *order = malloc(sizeof *order * (size_t)(n ? n : 1));
     MT_REQUIRE(order, MT_ERR_OOM, "order");
     for (int i = 0; i < n; i++) {
         const mt_tensor *t = items[i].tensor;
@@ -293,9 +298,8 @@ mt_status mt_safetensors_save(const char *path, const mt_safetensors_item *items
             free(order);
             return st;
         }
-        order[i] = i;
+        order[i] = (st_order){ mt_dtype_size(t->dtype), items[i].name, i };
     }
-    sort_items = items; // why: qsort has no context argument in C11
     qsort(order, (size_t)n, sizeof *order, by_size_then_name);
     json_t *root = json_object();
     mt_status st = MT_OK;
@@ -307,7 +311,7 @@ mt_status mt_safetensors_save(const char *path, const mt_safetensors_item *items
     }
     uint64_t off = 0;
     for (int j = 0; j < n; j++) {
-        const mt_safetensors_item *it = &items[order[j]];
+        const mt_safetensors_item *it = &items[order[j].idx];
         if (json_object_get(root, it->name)) {
             st = MT_ERROR(MT_ERR_INVALID_ARG, "duplicate tensor name '%s'", it->name);
             break;
@@ -343,7 +347,7 @@ mt_status mt_safetensors_save(const char *path, const mt_safetensors_item *items
     for (size_t i = hl; ok && i < padded; i++)
         ok = fputc(' ', fp) != EOF;
     for (int j = 0; ok && j < n; j++) {
-        const mt_tensor *t = items[order[j]].tensor;
+        const mt_tensor *t = items[order[j].idx].tensor;
         size_t nb = mt_tensor_nbytes(t);
         ok = nb == 0 || fwrite(t->data, 1, nb, fp) == nb;
     }
