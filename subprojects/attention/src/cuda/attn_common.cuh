@@ -138,9 +138,16 @@ template <int N> __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
+/* Element (r, c) of an R-row tile stored as 64-column panels of 128-byte rows, 16-byte chunks
+ * XOR-swizzled by row: wgmma's 128-byte swizzle when each panel starts 1024-byte aligned. */
+template <int R> __device__ __forceinline__ int pswz(int r, int c) {
+    return (c >> 6) * R * 64 + r * 64 + ((((c >> 3) & 7) ^ (r & 7)) << 3) + (c & 7);
+}
+
 /* Async load of a (R,D) tile, rows [0, nvalid) from g (row stride rs elements), into swizzled
- * shared memory; the remaining rows become zeros. All NT threads take part. */
-template <typename T, int R, int D, int NT>
+ * shared memory (PANELS: the pswz layout, else swz), zeros in the remaining rows. All NT threads
+ * take part. */
+template <typename T, int R, int D, int NT, bool PANELS = false>
 __device__ __forceinline__ void load_tile(T *sm, const T *g, int64_t rs, int nvalid) {
     constexpr int CH = D / 8;
     static_assert(R * CH % NT == 0, "tile chunks must divide among the threads");
@@ -148,7 +155,7 @@ __device__ __forceinline__ void load_tile(T *sm, const T *g, int64_t rs, int nva
     for (int it = 0; it < R * CH / NT; it++) {
         int idx = threadIdx.x + it * NT, r = idx / CH, c = (idx % CH) * 8;
         bool ok = r < nvalid;
-        cp_async16(sm + swz<D>(r, c), g + (ok ? r * rs + c : 0), ok);
+        cp_async16(sm + (PANELS ? pswz<R>(r, c) : swz<D>(r, c)), g + (ok ? r * rs + c : 0), ok);
     }
 }
 
@@ -163,6 +170,48 @@ __device__ __forceinline__ float warp_max(float x) {
     for (int o = 16; o > 0; o >>= 1)
         x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
     return x;
+}
+
+/* One key tile of the forward's online softmax (exp2 domain) for a warp's query rows row0 and
+ * row0+8 in the mma accumulator order (mma.sync and wgmma alike): scales and masks the scores s of
+ * keys k0.., updates the running max m and sum l, rescales o; s becomes P. */
+template <int BC, int D>
+__device__ __forceinline__ void
+online_softmax_tile(const attn_args &a, float (&s)[BC / 8][4], float (&o)[D / 8][4], float (&m)[2],
+                    float (&l)[2], float sl2, int k0, int q0, int row0, int lane) {
+    const bool mask = k0 + BC > a.T || (a.causal && k0 + BC - 1 > q0);
+#pragma unroll
+    for (int nt = 0; nt < BC / 8; nt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            int col = k0 + nt * 8 + 2 * (lane & 3) + (e & 1), row = row0 + (e >> 1) * 8;
+            float x = s[nt][e] * sl2;
+            if (mask && (col >= a.T || (a.causal && col > row))) x = -INFINITY;
+            s[nt][e] = x;
+        }
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        float mx = -INFINITY;
+#pragma unroll
+        for (int nt = 0; nt < BC / 8; nt++)
+            mx = fmaxf(mx, fmaxf(s[nt][2 * r], s[nt][2 * r + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        float mn = fmaxf(m[r], mx);
+        float ms = mn == -INFINITY ? 0.0f : mn; // why: a fully masked row must not give NaN
+        float alpha = exp2f(m[r] - ms), sum = 0.0f;
+        m[r] = mn;
+#pragma unroll
+        for (int nt = 0; nt < BC / 8; nt++) {
+            s[nt][2 * r] = exp2f(s[nt][2 * r] - ms);
+            s[nt][2 * r + 1] = exp2f(s[nt][2 * r + 1] - ms);
+            sum += s[nt][2 * r] + s[nt][2 * r + 1];
+        }
+        l[r] = l[r] * alpha + sum;
+#pragma unroll
+        for (int dt = 0; dt < D / 8; dt++)
+            o[dt][2 * r] *= alpha, o[dt][2 * r + 1] *= alpha;
+    }
 }
 
 /* Raises a kernel's dynamic shared-memory limit (on the current device: so at every launch). */

@@ -117,40 +117,7 @@ static __global__ void __launch_bounds__(NW * 32)
                 attn_t<T>::mma(s[2 * np + 1], qf[kk], bf[2], bf[3]);
             }
         }
-        const int k0 = j * BC;
-        const bool mask = k0 + BC > a.T || (a.causal && k0 + BC - 1 > q0);
-#pragma unroll
-        for (int nt = 0; nt < BC / 8; nt++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                int col = k0 + nt * 8 + 2 * (lane & 3) + (e & 1), row = row0 + (e >> 1) * 8;
-                float x = s[nt][e] * sl2;
-                if (mask && (col >= a.T || (a.causal && col > row))) x = -INFINITY;
-                s[nt][e] = x;
-            }
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            float mx = -INFINITY;
-#pragma unroll
-            for (int nt = 0; nt < BC / 8; nt++)
-                mx = fmaxf(mx, fmaxf(s[nt][2 * r], s[nt][2 * r + 1]));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-            float mn = fmaxf(m[r], mx);
-            float ms = mn == -INFINITY ? 0.0f : mn; // why: a fully masked row must not give NaN
-            float alpha = exp2f(m[r] - ms), sum = 0.0f;
-            m[r] = mn;
-#pragma unroll
-            for (int nt = 0; nt < BC / 8; nt++) {
-                s[nt][2 * r] = exp2f(s[nt][2 * r] - ms);
-                s[nt][2 * r + 1] = exp2f(s[nt][2 * r + 1] - ms);
-                sum += s[nt][2 * r] + s[nt][2 * r + 1];
-            }
-            l[r] = l[r] * alpha + sum;
-#pragma unroll
-            for (int dt = 0; dt < D / 8; dt++)
-                o[dt][2 * r] *= alpha, o[dt][2 * r + 1] *= alpha;
-        }
+        online_softmax_tile<BC, D>(a, s, o, m, l, sl2, j * BC, q0, row0, lane);
 #pragma unroll
         for (int kk = 0; kk < BC / 16; kk++) {
             uint32_t pa[4] = { attn_t<T>::pack(s[2 * kk][0], s[2 * kk][1]),

@@ -28,23 +28,10 @@
 #define ATTN_SM90_BODY 0
 #endif
 
-/* Element (r, c) of an R-row tile stored as 64-column panels of 128-byte rows, 16-byte chunks
- * XOR-swizzled by row: wgmma's 128-byte swizzle when each panel starts 1024-byte aligned. */
-template <int R> __device__ __forceinline__ int pswz(int r, int c) {
-    return (c >> 6) * R * 64 + r * 64 + ((((c >> 3) & 7) ^ (r & 7)) << 3) + (c & 7);
-}
-
-/* Async load of an (R,D) tile into panels, rows [0, nvalid) from g (row stride rs), zeros after. */
+/* Tiles here are load_tile's PANELS layout. */
 template <typename T, int R, int D, int NT>
 __device__ __forceinline__ void load_panels(T *sm, const T *g, int64_t rs, int nvalid) {
-    constexpr int CH = D / 8;
-    static_assert(R * CH % NT == 0, "tile chunks must divide among the threads");
-#pragma unroll
-    for (int it = 0; it < R * CH / NT; it++) {
-        int idx = threadIdx.x + it * NT, r = idx / CH, c = (idx % CH) * 8;
-        bool ok = r < nvalid;
-        cp_async16(sm + pswz<R>(r, c), g + (ok ? r * rs + c : 0), ok);
-    }
+    load_tile<T, R, D, NT, true>(sm, g, rs, nvalid);
 }
 
 /* wgmma shared-memory descriptor, 128-byte swizzle, 8-row groups 1024 bytes apart; lbo: bytes
@@ -135,40 +122,7 @@ static __global__ void __launch_bounds__(128, 2)
         wg_commit();
         wg_wait0();
         wg_pin(s);
-        const int k0 = j * BC;
-        const bool mask = k0 + BC > a.T || (a.causal && k0 + BC - 1 > q0);
-#pragma unroll
-        for (int nt = 0; nt < BC / 8; nt++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                int col = k0 + nt * 8 + 2 * (lane & 3) + (e & 1), row = row0 + (e >> 1) * 8;
-                float x = s[nt][e] * sl2;
-                if (mask && (col >= a.T || (a.causal && col > row))) x = -INFINITY;
-                s[nt][e] = x;
-            }
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            float mx = -INFINITY;
-#pragma unroll
-            for (int nt = 0; nt < BC / 8; nt++)
-                mx = fmaxf(mx, fmaxf(s[nt][2 * r], s[nt][2 * r + 1]));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-            float mn = fmaxf(m[r], mx);
-            float ms = mn == -INFINITY ? 0.0f : mn; // why: a fully masked row must not give NaN
-            float alpha = exp2f(m[r] - ms), sum = 0.0f;
-            m[r] = mn;
-#pragma unroll
-            for (int nt = 0; nt < BC / 8; nt++) {
-                s[nt][2 * r] = exp2f(s[nt][2 * r] - ms);
-                s[nt][2 * r + 1] = exp2f(s[nt][2 * r + 1] - ms);
-                sum += s[nt][2 * r] + s[nt][2 * r + 1];
-            }
-            l[r] = l[r] * alpha + sum;
-#pragma unroll
-            for (int dt = 0; dt < D / 8; dt++)
-                o[dt][2 * r] *= alpha, o[dt][2 * r + 1] *= alpha;
-        }
+        online_softmax_tile<BC, D>(a, s, o, m, l, sl2, j * BC, q0, row0, lane);
 #pragma unroll
         for (int kk = 0; kk < BC / 16; kk++) {
             pa[kk][0] = attn_t<T>::pack(s[2 * kk][0], s[2 * kk][1]);
