@@ -26,8 +26,11 @@ gpus=0; command -v nvidia-smi >/dev/null && gpus=$(nvidia-smi -L 2>/dev/null | w
 dev=${MT_DEVICE:-auto}; [ "$dev" = auto ] && { [ "$gpus" -gt 0 ] && dev=cuda || dev=cpu; }
 
 # The GPU's own target (Hopper: 90a, for the wgmma kernels); none without a GPU.
-arch=""; [ "$gpus" -gt 0 ] && arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d '. ')
-[ "$arch" = 90 ] && arch=90a
+arch=""
+if [ "$gpus" -gt 0 ]; then
+  arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d '. ' || true)
+fi
+if [ "$arch" = 90 ]; then arch=90a; fi
 
 b=$top/build-kjv/build
 if [ ! -f "$b/build.ninja" ]; then
