@@ -340,27 +340,10 @@ static __global__ void __launch_bounds__(NW * 32)
     const int b = blockIdx.x / a.Hkv, hk = blockIdx.x % a.Hkv, k0 = blockIdx.y * BC;
     const int nq = (a.T + BR - 1) / BR, it0 = a.causal ? k0 / BR : 0, nqt = nq - it0;
     const int ntile = a.group * nqt;
-    load_tile<T, BC, D, NT>(sK, k + b * a.st[AK][0] + hk * a.st[AK][2] + (int64_t)k0 * a.st[AK][1],
-                            a.st[AK][1], min(BC, a.T - k0));
-    load_tile<T, BC, D, NT>(sV, v + b * a.st[AV][0] + hk * a.st[AV][2] + (int64_t)k0 * a.st[AV][1],
-                            a.st[AV][1], min(BC, a.T - k0));
+    bwd_load_kv<T, BC, D, NT, false>(a, sK, sV, k, v, b, hk, k0);
     auto issue = [&](int n, int buf) {
-        const int h = hk * a.group + n / nqt, q0 = (it0 + n % nqt) * BR, qn = min(BR, a.T - q0);
-        load_tile<T, BR, D, NT>(sQ + buf * BR * D,
-                                q + b * a.st[AQ][0] + h * a.st[AQ][2] + (int64_t)q0 * a.st[AQ][1],
-                                a.st[AQ][1], qn);
-        load_tile<T, BR, D, NT>(sG + buf * BR * D,
-                                dout + b * a.st[ADO][0] + h * a.st[ADO][2] +
-                                    (int64_t)q0 * a.st[ADO][1],
-                                a.st[ADO][1], qn);
-        const int64_t ro = ((int64_t)b * a.H + h) * a.T + q0;
-        for (int i = threadIdx.x; i < 2 * BR; i += NT) { // zeros past T: masked below
-            const int r = i % BR;
-            const bool ok = r < qn;
-            cp_async4((i < BR ? sL : sD) + buf * BR + r, (i < BR ? lse : Dv) + ro + (ok ? r : 0),
-                      ok);
-        }
-        cp_async_commit();
+        bwd_issue_q<T, BR, D, NT, false>(a, sQ, sG, sL, sD, q, dout, lse, Dv, b, hk, it0, nqt, n,
+                                         buf);
     };
     if (ntile > 0) issue(0, 0);
     const float sl2 = a.scale * ATTN_LOG2E;
@@ -406,45 +389,19 @@ static __global__ void __launch_bounds__(NW * 32)
                 }
             }
             const bool mask = k0 + BC > a.T || q0 + BR > a.T || (a.causal && k0 + BC - 1 > q0);
-#pragma unroll
-            for (int nt = 0; nt < BR / 8; nt++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    int cl = nt * 8 + 2 * (lane & 3) + (e & 1), key = key0 + (e >> 1) * 8;
-                    float pe = exp2f(p[nt][e] * sl2 - cL[cl] * ATTN_LOG2E);
-                    if (mask && (key >= a.T || q0 + cl >= a.T || (a.causal && q0 + cl < key)))
-                        pe = 0.0f;
-                    p[nt][e] = pe;
-                    ds[nt][e] = pe * (ds[nt][e] - cD[cl]);
-                }
+            bwd_p_ds<BR>(a, p, ds, cL, cD, sl2, key0, q0, mask, lane);
 #pragma unroll
             for (int kk = 0; kk < BR / 16; kk++) {
-                uint32_t pa[4] = { attn_t<T>::pack(p[2 * kk][0], p[2 * kk][1]),
-                                   attn_t<T>::pack(p[2 * kk][2], p[2 * kk][3]),
-                                   attn_t<T>::pack(p[2 * kk + 1][0], p[2 * kk + 1][1]),
-                                   attn_t<T>::pack(p[2 * kk + 1][2], p[2 * kk + 1][3]) };
-                uint32_t sa[4] = { attn_t<T>::pack(ds[2 * kk][0], ds[2 * kk][1]),
-                                   attn_t<T>::pack(ds[2 * kk][2], ds[2 * kk][3]),
-                                   attn_t<T>::pack(ds[2 * kk + 1][0], ds[2 * kk + 1][1]),
-                                   attn_t<T>::pack(ds[2 * kk + 1][2], ds[2 * kk + 1][3]) };
-                uint32_t sl[4] = { 0, 0, 0, 0 }; // why: dK = dS^T Q and dQ = dS K cancel
-                if constexpr (TWO == 2) {
-                    sl[0] = attn_t<T>::residual(ds[2 * kk][0], ds[2 * kk][1], sa[0]);
-                    sl[1] = attn_t<T>::residual(ds[2 * kk][2], ds[2 * kk][3], sa[1]);
-                    sl[2] = attn_t<T>::residual(ds[2 * kk + 1][0], ds[2 * kk + 1][1], sa[2]);
-                    sl[3] = attn_t<T>::residual(ds[2 * kk + 1][2], ds[2 * kk + 1][3], sa[3]);
-                }
+                uint32_t pa[4], sa[4], sl[4] = { 0, 0, 0, 0 };
+                bwd_pack<T>(p, kk, pa);
+                bwd_pack<T>(ds, kk, sa);
+                if constexpr (TWO == 2) // why: dK = dS^T Q and dQ = dS K cancel
+                    bwd_residual<T>(ds, kk, sa, sl);
                 /* dS^T rows warp*16 + g (+8), query columns kk*16 + 2t (+8): for the dQ phase */
                 const int sr = warp * 16 + (lane >> 2), sc = kk * 16 + 2 * (lane & 3);
 #pragma unroll
-                for (int t2 = 0; t2 < (DQ ? TWO : 0); t2++) {
-                    T *dst = sS + t2 * BC * BR;
-                    const uint32_t *w = t2 ? sl : sa;
-                    *(uint32_t *)(dst + swz<BR>(sr, sc)) = w[0];
-                    *(uint32_t *)(dst + swz<BR>(sr + 8, sc)) = w[1];
-                    *(uint32_t *)(dst + swz<BR>(sr, sc + 8)) = w[2];
-                    *(uint32_t *)(dst + swz<BR>(sr + 8, sc + 8)) = w[3];
-                }
+                for (int t2 = 0; t2 < (DQ ? TWO : 0); t2++)
+                    bwd_store_frag<T, BC, BR, false>(sS + t2 * BC * BR, sr, sc, t2 ? sl : sa);
 #pragma unroll
                 for (int dp = 0; dp < D / 16; dp++) {
                     uint32_t bg[4], bq[4];
@@ -512,20 +469,7 @@ static __global__ void __launch_bounds__(NW * 32)
                         red_add2(dst + 8 * r * D + nt * 8, acc[nt][2 * r], acc[nt][2 * r + 1]);
         }
     }
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        int key = key0 + 8 * r;
-        T *ok = dk + b * a.st[ADK][0] + (int64_t)key * a.st[ADK][1] + hk * a.st[ADK][2];
-        T *ov = dv + b * a.st[ADV][0] + (int64_t)key * a.st[ADV][1] + hk * a.st[ADV][2];
-#pragma unroll
-        for (int dt = 0; dt < D / 8; dt++) {
-            int c = dt * 8 + 2 * (lane & 3);
-            if (key >= a.T) continue;
-            *(uint32_t *)(ok + c) =
-                attn_t<T>::pack(gk[dt][2 * r] * a.scale, gk[dt][2 * r + 1] * a.scale);
-            *(uint32_t *)(ov + c) = attn_t<T>::pack(gv[dt][2 * r], gv[dt][2 * r + 1]);
-        }
-    }
+    bwd_store_dkdv<T, D>(a, dk, dv, gk, gv, b, hk, key0, lane);
 }
 
 template <typename T, int D, int NW, int BR>

@@ -214,6 +214,111 @@ online_softmax_tile(const attn_args &a, float (&s)[BC / 8][4], float (&o)[D / 8]
     }
 }
 
+/* ---- the fused backward's pieces shared by the mma.sync (attn_bwd.cu) and wgmma (attn_sm90.cu)
+ * kernels; PANELS selects the shared layout as in load_tile ---- */
+
+/* K and V of the BC keys from k0 of kv head hk, batch b, into shared memory. */
+template <typename T, int BC, int D, int NT, bool PANELS>
+__device__ __forceinline__ void bwd_load_kv(const attn_args &a, T *sK, T *sV, const T *k,
+                                            const T *v, int b, int hk, int k0) {
+    const int n = min(BC, a.T - k0);
+    load_tile<T, BC, D, NT, PANELS>(
+        sK, k + b * a.st[AK][0] + hk * a.st[AK][2] + (int64_t)k0 * a.st[AK][1], a.st[AK][1], n);
+    load_tile<T, BC, D, NT, PANELS>(
+        sV, v + b * a.st[AV][0] + hk * a.st[AV][2] + (int64_t)k0 * a.st[AV][1], a.st[AV][1], n);
+}
+
+/* Starts the loads of query tile n of a key tile's walk (head hk*group + n/nqt, rows from
+ * (it0 + n%nqt)*BR) into buffer buf: Q, dO, lse and Di, one cp.async group. Rows past T load
+ * zeros (the caller masks them). */
+template <typename T, int BR, int D, int NT, bool PANELS>
+__device__ __forceinline__ void
+bwd_issue_q(const attn_args &a, T *sQ, T *sG, float *sL, float *sD, const T *q, const T *dout,
+            const float *lse, const float *Dv, int b, int hk, int it0, int nqt, int n, int buf) {
+    const int h = hk * a.group + n / nqt, q0 = (it0 + n % nqt) * BR, qn = min(BR, a.T - q0);
+    load_tile<T, BR, D, NT, PANELS>(
+        sQ + buf * BR * D, q + b * a.st[AQ][0] + h * a.st[AQ][2] + (int64_t)q0 * a.st[AQ][1],
+        a.st[AQ][1], qn);
+    load_tile<T, BR, D, NT, PANELS>(
+        sG + buf * BR * D, dout + b * a.st[ADO][0] + h * a.st[ADO][2] + (int64_t)q0 * a.st[ADO][1],
+        a.st[ADO][1], qn);
+    const int64_t ro = ((int64_t)b * a.H + h) * a.T + q0;
+    for (int i = threadIdx.x; i < 2 * BR; i += NT) {
+        const int r = i % BR;
+        const bool ok = r < qn;
+        cp_async4((i < BR ? sL : sD) + buf * BR + r, (i < BR ? lse : Dv) + ro + (ok ? r : 0), ok);
+    }
+    cp_async_commit();
+}
+
+/* P^T and dS^T = P^T (dP^T - Di) of a warp's keys key0 (+8) against query columns q0.. (mma
+ * accumulator order), from the scores s (becoming P^T) and dP^T (becoming dS^T), with the tile's
+ * lse and Di; masked entries (past T, causal) are zero when `mask`. */
+template <int BR>
+__device__ __forceinline__ void bwd_p_ds(const attn_args &a, float (&p)[BR / 8][4],
+                                         float (&ds)[BR / 8][4], const float *cL, const float *cD,
+                                         float sl2, int key0, int q0, bool mask, int lane) {
+#pragma unroll
+    for (int nt = 0; nt < BR / 8; nt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            int cl = nt * 8 + 2 * (lane & 3) + (e & 1), key = key0 + (e >> 1) * 8;
+            float pe = exp2f(p[nt][e] * sl2 - cL[cl] * ATTN_LOG2E);
+            if (mask && (key >= a.T || q0 + cl >= a.T || (a.causal && q0 + cl < key))) pe = 0.0f;
+            p[nt][e] = pe;
+            ds[nt][e] = pe * (ds[nt][e] - cD[cl]);
+        }
+}
+
+/* Query step kk (16 columns) of an accumulator as an mma A fragment; with lo, also the rounding
+ * residual of each pair (bf16's second term). */
+template <typename T, int N>
+__device__ __forceinline__ void bwd_pack(const float (&x)[N][4], int kk, uint32_t (&hi)[4]) {
+    hi[0] = attn_t<T>::pack(x[2 * kk][0], x[2 * kk][1]);
+    hi[1] = attn_t<T>::pack(x[2 * kk][2], x[2 * kk][3]);
+    hi[2] = attn_t<T>::pack(x[2 * kk + 1][0], x[2 * kk + 1][1]);
+    hi[3] = attn_t<T>::pack(x[2 * kk + 1][2], x[2 * kk + 1][3]);
+}
+template <typename T, int N>
+__device__ __forceinline__ void bwd_residual(const float (&x)[N][4], int kk,
+                                             const uint32_t (&hi)[4], uint32_t (&lo)[4]) {
+    lo[0] = attn_t<T>::residual(x[2 * kk][0], x[2 * kk][1], hi[0]);
+    lo[1] = attn_t<T>::residual(x[2 * kk][2], x[2 * kk][3], hi[1]);
+    lo[2] = attn_t<T>::residual(x[2 * kk + 1][0], x[2 * kk + 1][1], hi[2]);
+    lo[3] = attn_t<T>::residual(x[2 * kk + 1][2], x[2 * kk + 1][3], hi[3]);
+}
+
+/* An A fragment at rows sr (+8), columns sc (+8) of a shared (R rows, W columns) tile. */
+template <typename T, int R, int W, bool PANELS>
+__device__ __forceinline__ void bwd_store_frag(T *dst, int sr, int sc, const uint32_t (&f)[4]) {
+    auto at = [](int r, int c) { return PANELS ? pswz<R>(r, c) : swz<W>(r, c); };
+    *(uint32_t *)(dst + at(sr, sc)) = f[0];
+    *(uint32_t *)(dst + at(sr + 8, sc)) = f[1];
+    *(uint32_t *)(dst + at(sr, sc + 8)) = f[2];
+    *(uint32_t *)(dst + at(sr + 8, sc + 8)) = f[3];
+}
+
+/* A warp's dK (times the softmax scale) and dV rows key0 (+8) from the accumulators. */
+template <typename T, int D>
+__device__ __forceinline__ void
+bwd_store_dkdv(const attn_args &a, T *dk, T *dv, const float (&gk)[D / 8][4],
+               const float (&gv)[D / 8][4], int b, int hk, int key0, int lane) {
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        int key = key0 + 8 * r;
+        if (key >= a.T) continue;
+        T *ok = dk + b * a.st[ADK][0] + (int64_t)key * a.st[ADK][1] + hk * a.st[ADK][2];
+        T *ov = dv + b * a.st[ADV][0] + (int64_t)key * a.st[ADV][1] + hk * a.st[ADV][2];
+#pragma unroll
+        for (int dt = 0; dt < D / 8; dt++) {
+            int c = dt * 8 + 2 * (lane & 3);
+            *(uint32_t *)(ok + c) =
+                attn_t<T>::pack(gk[dt][2 * r] * a.scale, gk[dt][2 * r + 1] * a.scale);
+            *(uint32_t *)(ov + c) = attn_t<T>::pack(gv[dt][2 * r], gv[dt][2 * r + 1]);
+        }
+    }
+}
+
 /* Raises a kernel's dynamic shared-memory limit (on the current device: so at every launch). */
 template <typename K> static mt_status attn_smem_attr(K kernel, int bytes) {
     MT_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));

@@ -188,29 +188,10 @@ static __global__ void __launch_bounds__(NWG * 128, 3 - NWG)
     const int b = blockIdx.x / a.Hkv, hk = blockIdx.x % a.Hkv, k0 = blockIdx.y * BC;
     const int nq = (a.T + BR - 1) / BR, it0 = a.causal ? k0 / BR : 0, nqt = nq - it0;
     const int ntile = a.group * nqt;
-    load_panels<T, BC, D, NT>(sK,
-                              k + b * a.st[AK][0] + hk * a.st[AK][2] + (int64_t)k0 * a.st[AK][1],
-                              a.st[AK][1], min(BC, a.T - k0));
-    load_panels<T, BC, D, NT>(sV,
-                              v + b * a.st[AV][0] + hk * a.st[AV][2] + (int64_t)k0 * a.st[AV][1],
-                              a.st[AV][1], min(BC, a.T - k0));
+    bwd_load_kv<T, BC, D, NT, true>(a, sK, sV, k, v, b, hk, k0);
     auto issue = [&](int n, int buf) {
-        const int h = hk * a.group + n / nqt, q0 = (it0 + n % nqt) * BR, qn = min(BR, a.T - q0);
-        load_panels<T, BR, D, NT>(sQ + buf * BR * D,
-                                  q + b * a.st[AQ][0] + h * a.st[AQ][2] + (int64_t)q0 * a.st[AQ][1],
-                                  a.st[AQ][1], qn);
-        load_panels<T, BR, D, NT>(sG + buf * BR * D,
-                                  dout + b * a.st[ADO][0] + h * a.st[ADO][2] +
-                                      (int64_t)q0 * a.st[ADO][1],
-                                  a.st[ADO][1], qn);
-        const int64_t ro = ((int64_t)b * a.H + h) * a.T + q0;
-        for (int i = threadIdx.x; i < 2 * BR; i += NT) { // zeros past T: masked below
-            const int r = i % BR;
-            const bool ok = r < qn;
-            cp_async4((i < BR ? sL : sD) + buf * BR + r, (i < BR ? lse : Dv) + ro + (ok ? r : 0),
-                      ok);
-        }
-        cp_async_commit();
+        bwd_issue_q<T, BR, D, NT, true>(a, sQ, sG, sL, sD, q, dout, lse, Dv, b, hk, it0, nqt, n,
+                                        buf);
     };
     if (ntile > 0) issue(0, 0);
     const float sl2 = a.scale * ATTN_LOG2E;
@@ -248,47 +229,20 @@ static __global__ void __launch_bounds__(NWG * 128, 3 - NWG)
             wg_pin(p);
             wg_pin(ds);
             const bool mask = k0 + BC > a.T || q0 + BR > a.T || (a.causal && kw + 63 > q0);
-#pragma unroll
-            for (int nt = 0; nt < BR / 8; nt++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    int cl = nt * 8 + 2 * (lane & 3) + (e & 1), key = key0 + (e >> 1) * 8;
-                    float pe = exp2f(p[nt][e] * sl2 - cL[cl] * ATTN_LOG2E);
-                    if (mask && (key >= a.T || q0 + cl >= a.T || (a.causal && q0 + cl < key)))
-                        pe = 0.0f;
-                    p[nt][e] = pe;
-                    ds[nt][e] = pe * (ds[nt][e] - cD[cl]);
-                }
+            bwd_p_ds<BR>(a, p, ds, cL, cD, sl2, key0, q0, mask, lane);
             const int sr = wg * 64 + wl * 16 + (lane >> 2);
 #pragma unroll
             for (int kk = 0; kk < BR / 16; kk++) {
-                pa[kk][0] = attn_t<T>::pack(p[2 * kk][0], p[2 * kk][1]);
-                pa[kk][1] = attn_t<T>::pack(p[2 * kk][2], p[2 * kk][3]);
-                pa[kk][2] = attn_t<T>::pack(p[2 * kk + 1][0], p[2 * kk + 1][1]);
-                pa[kk][3] = attn_t<T>::pack(p[2 * kk + 1][2], p[2 * kk + 1][3]);
-                sa[kk][0] = attn_t<T>::pack(ds[2 * kk][0], ds[2 * kk][1]);
-                sa[kk][1] = attn_t<T>::pack(ds[2 * kk][2], ds[2 * kk][3]);
-                sa[kk][2] = attn_t<T>::pack(ds[2 * kk + 1][0], ds[2 * kk + 1][1]);
-                sa[kk][3] = attn_t<T>::pack(ds[2 * kk + 1][2], ds[2 * kk + 1][3]);
-                if constexpr (TWO == 2) { // why: dK = dS^T Q and dQ = dS K cancel
-                    sl[kk][0] = attn_t<T>::residual(ds[2 * kk][0], ds[2 * kk][1], sa[kk][0]);
-                    sl[kk][1] = attn_t<T>::residual(ds[2 * kk][2], ds[2 * kk][3], sa[kk][1]);
-                    sl[kk][2] =
-                        attn_t<T>::residual(ds[2 * kk + 1][0], ds[2 * kk + 1][1], sa[kk][2]);
-                    sl[kk][3] =
-                        attn_t<T>::residual(ds[2 * kk + 1][2], ds[2 * kk + 1][3], sa[kk][3]);
-                }
+                bwd_pack<T>(p, kk, pa[kk]);
+                bwd_pack<T>(ds, kk, sa[kk]);
+                if constexpr (TWO == 2) // why: dK = dS^T Q and dQ = dS K cancel
+                    bwd_residual<T>(ds, kk, sa[kk], sl[kk]);
                 /* dS^T rows sr (+8), query columns kk*16 + 2t (+8) */
                 const int sc = kk * 16 + 2 * (lane & 3);
 #pragma unroll
-                for (int t2 = 0; t2 < TWO; t2++) {
-                    T *dst = sS + t2 * BC * BR;
-                    const uint32_t *w = t2 ? sl[kk] : sa[kk];
-                    *(uint32_t *)(dst + pswz<BC>(sr, sc)) = w[0];
-                    *(uint32_t *)(dst + pswz<BC>(sr + 8, sc)) = w[1];
-                    *(uint32_t *)(dst + pswz<BC>(sr, sc + 8)) = w[2];
-                    *(uint32_t *)(dst + pswz<BC>(sr + 8, sc + 8)) = w[3];
-                }
+                for (int t2 = 0; t2 < TWO; t2++)
+                    bwd_store_frag<T, BC, BR, true>(sS + t2 * BC * BR, sr, sc,
+                                                    t2 ? sl[kk] : sa[kk]);
             }
             wg_fence();
 #pragma unroll
@@ -341,20 +295,7 @@ static __global__ void __launch_bounds__(NWG * 128, 3 - NWG)
     wg_wait0();
     wg_pin(gk);
     wg_pin(gv);
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        int key = key0 + 8 * r;
-        if (key >= a.T) continue;
-        T *ok = dk + b * a.st[ADK][0] + (int64_t)key * a.st[ADK][1] + hk * a.st[ADK][2];
-        T *ov = dv + b * a.st[ADV][0] + (int64_t)key * a.st[ADV][1] + hk * a.st[ADV][2];
-#pragma unroll
-        for (int dt = 0; dt < D / 8; dt++) {
-            int c = dt * 8 + 2 * (lane & 3);
-            *(uint32_t *)(ok + c) =
-                attn_t<T>::pack(gk[dt][2 * r] * a.scale, gk[dt][2 * r + 1] * a.scale);
-            *(uint32_t *)(ov + c) = attn_t<T>::pack(gv[dt][2 * r], gv[dt][2 * r + 1]);
-        }
-    }
+    bwd_store_dkdv<T, D>(a, dk, dv, gk, gv, b, hk, key0, lane);
 #endif
 }
 
