@@ -120,4 +120,29 @@ static inline unsigned mt_grid_1d(int64_t n, int block) {
     return (unsigned)(g < 1 ? 1 : (g > 65535 * 32 ? 65535 * 32 : g));
 }
 
+/* Block-wide merge of per-thread (max, sum of exp(x - max)) pairs; every thread gets the total.
+ * Fixed order (bitwise reproducible). Any block size that is a multiple of 32, up to 1024. */
+static __device__ __forceinline__ float exp_scale(float m, float M) {
+    return m == -INFINITY ? 0.0f : __expf(m - M);
+}
+static __device__ void block_max_sum(float &m, float &s) {
+    __shared__ float sm[32], ss[32];
+    for (int o = 16; o > 0; o >>= 1) {
+        float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
+        float M = fmaxf(m, m2);
+        s = s * exp_scale(m, M) + s2 * exp_scale(m2, M);
+        m = M;
+    }
+    int w = threadIdx.x / 32, nw = blockDim.x / 32;
+    __syncthreads(); // why: sm/ss may still be read by a previous call
+    if (threadIdx.x % 32 == 0) sm[w] = m, ss[w] = s;
+    __syncthreads();
+    m = -INFINITY, s = 0.0f;
+    for (int i = 0; i < nw; i++) {
+        float M = fmaxf(m, sm[i]);
+        s = s * exp_scale(m, M) + ss[i] * exp_scale(sm[i], M);
+        m = M;
+    }
+}
+
 #endif /* MT_TENSOR_CUDA_COMMON_CUH */

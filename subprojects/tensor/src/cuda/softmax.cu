@@ -4,29 +4,6 @@
  * between the two reads). */
 #include "common.cuh"
 
-/* Block-wide (max, sum of exp) merge; every thread gets the total. Fixed order. */
-static __device__ float exp_scale(float m, float M) {
-    return m == -INFINITY ? 0.0f : __expf(m - M);
-}
-static __device__ void block_max_sum(float &m, float &s) {
-    __shared__ float sm[32], ss[32];
-    for (int o = 16; o > 0; o >>= 1) {
-        float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
-        float M = fmaxf(m, m2);
-        s = s * exp_scale(m, M) + s2 * exp_scale(m2, M);
-        m = M;
-    }
-    int w = threadIdx.x / 32, nw = blockDim.x / 32;
-    __syncthreads(); // why: sm/ss may still be read by a previous call
-    if (threadIdx.x % 32 == 0) sm[w] = m, ss[w] = s;
-    __syncthreads();
-    m = -INFINITY, s = 0.0f;
-    for (int i = 0; i < nw; i++) {
-        float M = fmaxf(m, sm[i]);
-        s = s * exp_scale(m, M) + ss[i] * exp_scale(sm[i], M);
-        m = M;
-    }
-}
 static __device__ float block_sum(float v) {
     __shared__ float sv[32];
     for (int o = 16; o > 0; o >>= 1)

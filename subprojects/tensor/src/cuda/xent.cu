@@ -7,28 +7,6 @@
 
 #include "common.cuh"
 
-static __device__ float exp_scale(float m, float M) {
-    return m == -INFINITY ? 0.0f : __expf(m - M);
-}
-static __device__ void block_max_sum(float &m, float &s) {
-    __shared__ float sm[32], ss[32];
-    for (int o = 16; o > 0; o >>= 1) {
-        float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
-        float M = fmaxf(m, m2);
-        s = s * exp_scale(m, M) + s2 * exp_scale(m2, M);
-        m = M;
-    }
-    int w = threadIdx.x / 32, nw = blockDim.x / 32;
-    if (threadIdx.x % 32 == 0) sm[w] = m, ss[w] = s;
-    __syncthreads();
-    m = -INFINITY, s = 0.0f;
-    for (int i = 0; i < nw; i++) {
-        float M = fmaxf(m, sm[i]);
-        s = s * exp_scale(m, M) + ss[i] * exp_scale(sm[i], M);
-        m = M;
-    }
-}
-
 /* One row of logits (Vp columns, the first V real). dlogits == NULL: forward only. */
 template <typename T, typename I, int N>
 static __global__ void xent_kernel(T *dlogits, float *losses, const T *logits, const I *targets,
