@@ -17,7 +17,8 @@ typedef struct attn_shape {
 } attn_shape;
 
 /* Workspace of the CUDA backward: Di = rowsum(dout*out) (B,H,T) f32, 256-byte rounded; then,
- * for the fused (non-deterministic) tensor-core path, the f32 dQ accumulator (B,H,T,D). */
+ * for the fused (non-deterministic) tensor-core path, the f32 dQ accumulator: (B,H,T,D), or on
+ * Hopper 64-row tiles in the wgmma fragment order (B,H,ceil(T/64),64,D), hence T rounded up. */
 static inline size_t attn_ws_di_bytes(const attn_shape *s) {
     return ((size_t)(s->B * s->H * s->T) * 4 + 255) / 256 * 256;
 }
@@ -25,7 +26,7 @@ static inline int attn_bwd_fused(const attn_shape *s) {
     return !s->deterministic && s->esize == 2 && (s->D == 64 || s->D == 128);
 }
 static inline size_t attn_ws_bytes(const attn_shape *s) {
-    size_t acc = attn_bwd_fused(s) ? (size_t)(s->B * s->H * s->T * s->D) * 4 : 0;
+    size_t acc = attn_bwd_fused(s) ? (size_t)(s->B * s->H * ((s->T + 63) / 64 * 64) * s->D) * 4 : 0;
     return attn_ws_di_bytes(s) + acc;
 }
 

@@ -264,17 +264,26 @@ static __global__ void __launch_bounds__(NW * 32)
 }
 
 /* Fast-path prologue: Di (as attn_bwd_dot_kernel) with 16-byte loads, D/8 threads per row, and
- * zeroes the row's f32 dQ accumulator dqa (B,H,T,D). */
-template <typename T, int D>
+ * zeroes the f32 dQ accumulator dqa: (B,H,T,D), or TILED (attn_sm90.cu) (B,H,nq,64,D) with the
+ * rows past T of the last tile. */
+template <typename T, int D, bool TILED>
 static __global__ void attn_bwd_prep_kernel(attn_args a, float *Dv, float *dqa, const T *o,
                                             const T *dout) {
     constexpr int TPR = D / 8;
-    const int64_t row = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / TPR;
+    const int Tz = TILED ? (a.T + 63) / 64 * 64 : a.T; /* accumulator rows per (b, h) */
+    const int64_t p = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / TPR;
     const int c = (threadIdx.x % TPR) * 8;
-    const bool ok = row < (int64_t)a.B * a.H * a.T;
+    const bool in = p < (int64_t)a.B * a.H * Tz; /* no early return: the shuffles need the warp */
+    const int i = in ? (int)(p % Tz) : a.T;
+    const int64_t bh = p / Tz, row = bh * a.T + i;
+    if (in) {
+        float4 z = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        *(float4 *)(dqa + p * D + c) = z;
+        *(float4 *)(dqa + p * D + c + 4) = z;
+    }
     float acc = 0.0f;
-    if (ok) {
-        int i = (int)(row % a.T), h = (int)(row / a.T % a.H), b = (int)(row / a.T / a.H);
+    if (i < a.T) {
+        const int h = (int)(bh % a.H), b = (int)(bh / a.H);
         uint4 x = *(const uint4 *)(o + b * a.st[AO][0] + i * a.st[AO][1] + h * a.st[AO][2] + c);
         uint4 y =
             *(const uint4 *)(dout + b * a.st[ADO][0] + i * a.st[ADO][1] + h * a.st[ADO][2] + c);
@@ -282,31 +291,55 @@ static __global__ void attn_bwd_prep_kernel(attn_args a, float *Dv, float *dqa, 
 #pragma unroll
         for (int e = 0; e < 8; e++)
             acc += attn_t<T>::ld(xs[e]) * attn_t<T>::ld(ys[e]);
-        float4 z = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        *(float4 *)(dqa + row * D + c) = z;
-        *(float4 *)(dqa + row * D + c + 4) = z;
     }
 #pragma unroll
     for (int off = TPR / 2; off > 0; off >>= 1)
         acc += __shfl_xor_sync(0xffffffffu, acc, off);
-    if (ok && c == 0) Dv[row] = acc;
+    if (i < a.T && c == 0) Dv[row] = acc;
 }
 
-/* dq = scale * dqa, (B,H,T,D) f32 -> (B,T,H,D) strided, 8 elements per thread. */
-template <typename T, int D>
+/* dq = scale * dqa -> (B,T,H,D) strided, 8 columns per thread. (B,H,T,D): one row. TILED: the
+ * fragment group (tile, warp w, row group g, 64-column block cb, 8-column step nt) of
+ * dqa_tile_index, 64 contiguous bytes, columns 8nt.. of tile rows 16w+g and 16w+g+8. */
+template <typename T, int D, bool TILED>
 static __global__ void attn_bwd_dq_convert_kernel(attn_args a, T *dq, const float *dqa) {
-    constexpr int TPR = D / 8;
-    const int64_t row = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / TPR;
-    const int c = (threadIdx.x % TPR) * 8;
-    if (row >= (int64_t)a.B * a.H * a.T) return;
-    int i = (int)(row % a.T), h = (int)(row / a.T % a.H), b = (int)(row / a.T / a.H);
-    float4 x = *(const float4 *)(dqa + row * D + c), y = *(const float4 *)(dqa + row * D + c + 4);
-    uint4 r;
-    r.x = attn_t<T>::pack(x.x * a.scale, x.y * a.scale);
-    r.y = attn_t<T>::pack(x.z * a.scale, x.w * a.scale);
-    r.z = attn_t<T>::pack(y.x * a.scale, y.y * a.scale);
-    r.w = attn_t<T>::pack(y.z * a.scale, y.w * a.scale);
-    *(uint4 *)(dq + b * a.st[ADQ][0] + i * a.st[ADQ][1] + h * a.st[ADQ][2] + c) = r;
+    const int64_t id = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const float sc = a.scale;
+    auto store = [&](int64_t bh, int i, int c, const float *x) {
+        if (i >= a.T) return;
+        const int h = (int)(bh % a.H), b = (int)(bh / a.H);
+        uint4 r;
+        r.x = attn_t<T>::pack(x[0] * sc, x[1] * sc);
+        r.y = attn_t<T>::pack(x[2] * sc, x[3] * sc);
+        r.z = attn_t<T>::pack(x[4] * sc, x[5] * sc);
+        r.w = attn_t<T>::pack(x[6] * sc, x[7] * sc);
+        *(uint4 *)(dq + b * a.st[ADQ][0] + i * a.st[ADQ][1] + h * a.st[ADQ][2] + c) = r;
+    };
+    if constexpr (TILED) {
+        const int nq = (a.T + 63) / 64;
+        if (id >= (int64_t)a.B * a.H * nq * 64 * D / 16) return;
+        const int nt = (int)(id % 8), cb = (int)(id / 8 % (D / 64)), g = (int)(id / (D / 8) % 8),
+                  w = (int)(id / (D / 8) / 8 % 4);
+        const int64_t tile = id / (D / 8) / 32;
+        const float4 *src =
+            (const float4 *)(dqa + tile * 64 * D) + (cb * 8 + nt) * 128 + w * 32 + g * 4;
+        float lo[8], hi[8];
+#pragma unroll
+        for (int j = 0; j < 4; j++) { /* lane 4g+j: (row, 2j..2j+1), (row + 8, 2j..2j+1) */
+            float4 v = src[j];
+            lo[2 * j] = v.x, lo[2 * j + 1] = v.y, hi[2 * j] = v.z, hi[2 * j + 1] = v.w;
+        }
+        const int i = (int)(tile % nq) * 64 + w * 16 + g, c = cb * 64 + nt * 8;
+        store(tile / nq, i, c, lo);
+        store(tile / nq, i + 8, c, hi);
+    } else {
+        constexpr int TPR = D / 8;
+        const int64_t row = id / TPR;
+        const int c = (int)(id % TPR) * 8;
+        if (row >= (int64_t)a.B * a.H * a.T) return;
+        const float *x = dqa + row * D + c;
+        store(row / a.T, (int)(row % a.T), c, x);
+    }
 }
 
 __device__ __forceinline__ void red_add2(float *p, float x, float y) {
@@ -478,20 +511,27 @@ static mt_status launch_fused(const attn_args &a, T *dq, T *dk, T *dv, const T *
                               float *dqa, mt_stream stream) {
     constexpr int BC = 16 * NW, TWO = attn_t<T>::two_term ? 2 : 1;
     const int64_t rows = (int64_t)a.B * a.H * a.T, thr = rows * (D / 8);
-    attn_bwd_prep_kernel<T, D>
-        <<<(unsigned)((thr + 255) / 256), 256, 0, stream>>>(a, Dv, dqa, o, dout);
-    MT_CUDA_CHECK_LAUNCH();
-    if (attn_sm90_enabled()) {
+    const int64_t zthr = (int64_t)a.B * a.H * ((a.T + 63) / 64 * 64) * (D / 8);
+    if (attn_sm90_enabled()) { /* the tiled accumulator */
+        attn_bwd_prep_kernel<T, D, true>
+            <<<(unsigned)((zthr + 255) / 256), 256, 0, stream>>>(a, Dv, dqa, o, dout);
+        MT_CUDA_CHECK_LAUNCH();
         MT_TRY((attn_bwd_sm90<T, D>(a, dk, dv, dqa, q, k, v, dout, lse, Dv, stream)));
+        attn_bwd_dq_convert_kernel<T, D, true>
+            <<<(unsigned)((zthr / 2 + 255) / 256), 256, 0, stream>>>(a, dq, dqa);
     } else {
+        attn_bwd_prep_kernel<T, D, false>
+            <<<(unsigned)((thr + 255) / 256), 256, 0, stream>>>(a, Dv, dqa, o, dout);
+        MT_CUDA_CHECK_LAUNCH();
         const int smem = (2 * BC * D + 4 * BR * D + TWO * BC * BR) * (int)sizeof(T) + 4 * BR * 4;
         MT_TRY(attn_smem_attr(attn_bwd_dkdv_mma_kernel<T, D, NW, BR, true>, smem));
         dim3 grid(a.B * a.Hkv, (a.T + BC - 1) / BC);
         attn_bwd_dkdv_mma_kernel<T, D, NW, BR, true>
             <<<grid, NW * 32, smem, stream>>>(a, dk, dv, dqa, q, k, v, dout, lse, Dv);
         MT_CUDA_CHECK_LAUNCH();
+        attn_bwd_dq_convert_kernel<T, D, false>
+            <<<(unsigned)((thr + 255) / 256), 256, 0, stream>>>(a, dq, dqa);
     }
-    attn_bwd_dq_convert_kernel<T, D><<<(unsigned)((thr + 255) / 256), 256, 0, stream>>>(a, dq, dqa);
     MT_CUDA_CHECK_LAUNCH();
     return MT_OK;
 }

@@ -5,13 +5,15 @@
  * attn_fwd.cu in registers, O += P V (P from registers). Two blocks share an SM.
  *
  * Backward: the fused scheme of attn_bwd.cu (dK, dV per key tile, dQ added into an f32
- * accumulator with atomics) on wgmma. Warpgroup g of a block owns keys 64g..64g+63 of kv head
+ * accumulator) on wgmma; each tile's dQ part goes through shared memory in the accumulator's
+ * fragment order and is added by one bulk (TMA) reduce, so dqa is tiled (attn_impl.h). Warpgroup g of a block owns keys 64g..64g+63 of kv head
  * hk and keeps their dK, dV (64 x D) in registers. The block walks the 64-row query tiles of
  * every query head of the group (Q, dO, lse, Di double-buffered by cp.async):
  *   S^T = K Q^T, dP^T = V dO^T     wgmma, both operands in shared memory
  *   P^T, dS^T                       registers (f32), as in attn_bwd.cu
  *   dV += P^T dO, dK += dS^T Q      wgmma, A from registers
- *   dQ += dS K                      dS^T through shared memory, wgmma on transposed operands
+ *   dQ += dS K                      dS^T through shared memory, wgmma on transposed operands,
+ *                                   staged in shared memory, bulk-added to dqa
  * D 64: one warpgroup per block and two blocks per SM (one block's softmax and atomics overlap
  * the other's GEMMs). D 128: two warpgroups per block that split dQ's columns over all 128 keys
  * (one warpgroup per block needs 64 more registers and spills; measured slower on an H200).
@@ -69,6 +71,24 @@ template <int N> __device__ __forceinline__ void wg_keep(const uint32_t (&r)[N][
 /* Orders this thread's generic-proxy shared-memory writes before later wgmma reads. */
 __device__ __forceinline__ void fence_async_smem() {
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+/* Bulk (TMA) f32 add of `bytes` contiguous shared-memory bytes into global memory, its group
+ * commit and waits (all groups but the newest N: .read, their shared reads; else, complete). */
+__device__ __forceinline__ void bulk_add_f32(float *g, const float *s, uint32_t bytes) {
+    asm volatile(
+        "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(g),
+        "r"(smem_u32(s)), "r"(bytes)
+        : "memory");
+}
+__device__ __forceinline__ void bulk_commit() {
+    asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+}
+template <int N> __device__ __forceinline__ void bulk_wait_read() {
+    asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
+}
+__device__ __forceinline__ void bulk_wait_all() {
+    asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
 }
 
 template <typename T, int D>
@@ -182,6 +202,7 @@ static __global__ void __launch_bounds__(NWG * 128, 3 - NWG)
     T *sK = (T *)smem, *sV = sK + BC * D, *sQ = sV + BC * D, *sG = sQ + 2 * BR * D;
     T *sS = sG + 2 * BR * D; /* dS^T (BC, BR): hi, then lo */
     float *sL = (float *)(sS + TWO * BC * BR), *sD = sL + 2 * BR;
+    float *sDQ = sD + 2 * BR; /* two (BR, D) dQ tiles in the fragment order of dqa's tiles */
     const int wg = NWG == 1 ? 0 : threadIdx.x >> 7, wl = (threadIdx.x >> 5) & 3,
               lane = threadIdx.x & 31;
     // why: key tiles are y, heads x, and blocks start x-fastest: the longest (causal) go first
@@ -203,12 +224,23 @@ static __global__ void __launch_bounds__(NWG * 128, 3 - NWG)
             gk[i][e] = gv[i][e] = 0.0f;
     const int kw = k0 + wg * 64, key0 = kw + wl * 16 + (lane >> 2); /* this warpgroup's keys */
     uint32_t pa[BR / 16][4], sa[BR / 16][4], sl[BR / 16][4];
+    /* dQ of tile n, staged in sDQ[n & 1] (fenced, and the block past a barrier), added to its
+     * dqa tile by one thread; then sDQ[(n + 1) & 1] is free once that add's reads are done */
+    auto flush_dq = [&](int n) {
+        if (threadIdx.x != 0) return;
+        const int h = hk * a.group + n / nqt, qt = it0 + n % nqt;
+        bulk_add_f32(dqa + (((int64_t)b * a.H + h) * nq + qt) * BR * D, sDQ + (n & 1) * BR * D,
+                     BR * D * 4);
+        bulk_commit();
+        bulk_wait_read<1>();
+    };
     for (int n = 0; n < ntile; n++) {
         cp_async_wait<0>();
         fence_async_smem();
         __syncthreads(); // tile n is in; every warp is done with tile n-1's buffers and dS^T
+        if (n > 0) flush_dq(n - 1);
         if (n + 1 < ntile) issue(n + 1, (n + 1) & 1);
-        const int buf = n & 1, h = hk * a.group + n / nqt, q0 = (it0 + n % nqt) * BR;
+        const int buf = n & 1, q0 = (it0 + n % nqt) * BR;
         const T *cQ = sQ + buf * BR * D, *cG = sG + buf * BR * D;
         const float *cL = sL + buf * BR, *cD = sD + buf * BR;
         if (!a.causal || q0 + BR - 1 >= kw) { // else this warpgroup's keys all > queries
@@ -256,42 +288,42 @@ static __global__ void __launch_bounds__(NWG * 128, 3 - NWG)
             wg_commit();
         }
         fence_async_smem();
-        __syncthreads(); // dS^T is in
-        /* dQ rows q0 + wl*16..: key steps past the causal edge are zero */
+        __syncthreads(); // dS^T is in; sDQ[n & 1] is free
+        /* dQ rows q0 + wl*16..: key steps past the causal edge are zero (there is at least one:
+         * query tiles start at the key tile's first key) */
         const int lim = a.causal ? q0 + BR - k0 : BC;
-        const int kend = lim <= 0 ? 0 : min(BC / 16, (lim + 15) / 16);
-        if (kend > 0) {
-            const int row = q0 + wl * 16 + (lane >> 2);
-            float *dst = dqa + (((int64_t)b * a.H + h) * a.T + row) * D + 2 * (lane & 3);
+        const int kend = min(BC / 16, (lim + 15) / 16);
+        float4 *stage = (float4 *)(sDQ + buf * BR * D) + (threadIdx.x & 127);
 #pragma unroll
-            /* one warpgroup: all columns, 64 at a time (32 registers); two: 64 columns each */
-            for (int c0 = NWG == 2 ? wg * 64 : 0; c0 < (NWG == 2 ? wg * 64 + 64 : D); c0 += 64) {
-                float dq[8][4];
-                wg_fence();
-                for (int kk = 0; kk < kend; kk++) {
-                    const uint64_t db = wg_desc(sK + c0 * BC + kk * 16 * 64, BC * 128);
-                    wg_ss<T, 64, 1, 1>::mma(dq, wg_desc(sS + kk * 16 * 64, BC * 128), db, kk > 0);
-                    if constexpr (TWO == 2)
-                        wg_ss<T, 64, 1, 1>::mma(dq, wg_desc(sS + BC * BR + kk * 16 * 64, BC * 128),
-                                                db, 1);
-                }
-                wg_commit();
-                wg_wait0();
-                wg_pin(dq);
-#pragma unroll
-                for (int r = 0; r < 2; r++)
-                    if (row + 8 * r < a.T)
-#pragma unroll
-                        for (int nt = 0; nt < 8; nt++)
-                            atomicAdd((float2 *)(dst + 8 * r * D + c0 + nt * 8),
-                                      make_float2(dq[nt][2 * r], dq[nt][2 * r + 1]));
+        /* one warpgroup: all columns, 64 at a time (32 registers); two: 64 columns each */
+        for (int c0 = NWG == 2 ? wg * 64 : 0; c0 < (NWG == 2 ? wg * 64 + 64 : D); c0 += 64) {
+            float dq[8][4];
+            wg_fence();
+            for (int kk = 0; kk < kend; kk++) {
+                const uint64_t db = wg_desc(sK + c0 * BC + kk * 16 * 64, BC * 128);
+                wg_ss<T, 64, 1, 1>::mma(dq, wg_desc(sS + kk * 16 * 64, BC * 128), db, kk > 0);
+                if constexpr (TWO == 2)
+                    wg_ss<T, 64, 1, 1>::mma(dq, wg_desc(sS + BC * BR + kk * 16 * 64, BC * 128), db,
+                                            1);
             }
+            wg_commit();
+            wg_wait0();
+            wg_pin(dq);
+            // why: a bulk add of a staged tile, not per-thread atomics (they stalled the issue)
+#pragma unroll
+            for (int nt = 0; nt < 8; nt++) /* fragment order: conflict-free 16-byte stores */
+                stage[((c0 >> 6) * 8 + nt) * 128] =
+                    make_float4(dq[nt][0], dq[nt][1], dq[nt][2], dq[nt][3]);
         }
         wg_wait0();
         wg_keep(pa);
         wg_keep(sa);
         wg_keep(sl);
     }
+    fence_async_smem();
+    __syncthreads(); // the last tile's dQ is staged
+    if (ntile > 0) flush_dq(ntile - 1);
+    if (threadIdx.x == 0) bulk_wait_all(); // why: shared memory must outlive the bulk reads
     wg_wait0();
     wg_pin(gk);
     wg_pin(gv);
@@ -304,7 +336,8 @@ mt_status attn_bwd_sm90(const attn_args &a, T *dk, T *dv, float *dqa, const T *q
                         const T *v, const T *dout, const float *lse, const float *Dv,
                         mt_stream stream) {
     constexpr int NWG = D == 128 ? 2 : 1, BC = 64 * NWG, BR = 64, TWO = attn_t<T>::two_term ? 2 : 1;
-    const int smem = (2 * BC * D + 4 * BR * D + TWO * BC * BR) * (int)sizeof(T) + 4 * BR * 4;
+    const int smem =
+        (2 * BC * D + 4 * BR * D + TWO * BC * BR) * (int)sizeof(T) + 4 * BR * 4 + 2 * BR * D * 4;
     MT_TRY(attn_smem_attr(attn_bwd_sm90_kernel<T, D, NWG>, smem));
     dim3 grid(a.B * a.Hkv, (a.T + BC - 1) / BC);
     attn_bwd_sm90_kernel<T, D, NWG>
