@@ -393,7 +393,9 @@ static __global__ void __launch_bounds__(NW * 32)
         cp_async_wait<0>();
         __syncthreads(); // tile n is in; every warp is done with tile n-1's buffers and dS
         if (n + 1 < ntile) issue(n + 1, (n + 1) & 1);
-        const int buf = n & 1, h = hk * a.group + n / nqt, q0 = (it0 + n % nqt) * BR;
+        const int buf = n & 1;
+        int h, q0;
+        bwd_tile_of<BR>(a, hk, it0, nqt, n, h, q0);
         const T *cQ = sQ + buf * BR * D, *cG = sG + buf * BR * D;
         const float *cL = sL + buf * BR, *cD = sD + buf * BR;
         if (!a.causal || q0 + BR - 1 >= k0 + warp * 16) { // else this warp's keys all > queries

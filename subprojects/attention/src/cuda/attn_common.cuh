@@ -228,26 +228,44 @@ __device__ __forceinline__ void bwd_load_kv(const attn_args &a, T *sK, T *sV, co
         sV, v + b * a.st[AV][0] + hk * a.st[AV][2] + (int64_t)k0 * a.st[AV][1], a.st[AV][1], n);
 }
 
-/* Starts the loads of query tile n of a key tile's walk (head hk*group + n/nqt, rows from
- * (it0 + n%nqt)*BR) into buffer buf: Q, dO, lse and Di, one cp.async group. Rows past T load
- * zeros (the caller masks them). */
-template <typename T, int BR, int D, int NT, bool PANELS>
-__device__ __forceinline__ void
-bwd_issue_q(const attn_args &a, T *sQ, T *sG, float *sL, float *sD, const T *q, const T *dout,
-            const float *lse, const float *Dv, int b, int hk, int it0, int nqt, int n, int buf) {
-    const int h = hk * a.group + n / nqt, q0 = (it0 + n % nqt) * BR, qn = min(BR, a.T - q0);
-    load_tile<T, BR, D, NT, PANELS>(
-        sQ + buf * BR * D, q + b * a.st[AQ][0] + h * a.st[AQ][2] + (int64_t)q0 * a.st[AQ][1],
-        a.st[AQ][1], qn);
-    load_tile<T, BR, D, NT, PANELS>(
-        sG + buf * BR * D, dout + b * a.st[ADO][0] + h * a.st[ADO][2] + (int64_t)q0 * a.st[ADO][1],
-        a.st[ADO][1], qn);
+/* Head and first row of query tile n of a key tile's walk: head hk*group + n/nqt, rows from
+ * (it0 + n%nqt)*BR. */
+template <int BR>
+__device__ __forceinline__ void bwd_tile_of(const attn_args &a, int hk, int it0, int nqt, int n,
+                                            int &h, int &q0) {
+    h = hk * a.group + n / nqt, q0 = (it0 + n % nqt) * BR;
+}
+
+/* cp.async of the BR lse and Di values from row q0 of head h into buffer buf (zeros past T). */
+template <int BR, int NT>
+__device__ __forceinline__ void bwd_issue_ld(const attn_args &a, float *sL, float *sD,
+                                             const float *lse, const float *Dv, int b, int h,
+                                             int q0, int buf) {
+    const int qn = min(BR, a.T - q0);
     const int64_t ro = ((int64_t)b * a.H + h) * a.T + q0;
     for (int i = threadIdx.x; i < 2 * BR; i += NT) {
         const int r = i % BR;
         const bool ok = r < qn;
         cp_async4((i < BR ? sL : sD) + buf * BR + r, (i < BR ? lse : Dv) + ro + (ok ? r : 0), ok);
     }
+}
+
+/* Starts the loads of query tile n of a key tile's walk (bwd_tile_of) into buffer buf: Q, dO,
+ * lse and Di, one cp.async group. Rows past T load zeros (the caller masks them). */
+template <typename T, int BR, int D, int NT, bool PANELS>
+__device__ __forceinline__ void
+bwd_issue_q(const attn_args &a, T *sQ, T *sG, float *sL, float *sD, const T *q, const T *dout,
+            const float *lse, const float *Dv, int b, int hk, int it0, int nqt, int n, int buf) {
+    int h, q0;
+    bwd_tile_of<BR>(a, hk, it0, nqt, n, h, q0);
+    const int qn = min(BR, a.T - q0);
+    load_tile<T, BR, D, NT, PANELS>(
+        sQ + buf * BR * D, q + b * a.st[AQ][0] + h * a.st[AQ][2] + (int64_t)q0 * a.st[AQ][1],
+        a.st[AQ][1], qn);
+    load_tile<T, BR, D, NT, PANELS>(
+        sG + buf * BR * D, dout + b * a.st[ADO][0] + h * a.st[ADO][2] + (int64_t)q0 * a.st[ADO][1],
+        a.st[ADO][1], qn);
+    bwd_issue_ld<BR, NT>(a, sL, sD, lse, Dv, b, h, q0, buf);
     cp_async_commit();
 }
 

@@ -19,7 +19,10 @@
  * (one warpgroup per block needs 64 more registers and spills; measured slower on an H200).
  * bf16 adds dS's rounding residual as a second term, as attn_bwd.cu does. Shared tiles are
  * 64-column panels of 128-byte rows in wgmma's 128-byte swizzle. */
+#include <cuda.h> /* CUtensorMap (the type only: the encoder comes through the runtime) */
+#include <cudaTypedefs.h>
 #include <stdlib.h>
+#include <type_traits>
 
 #include "attn_common.cuh"
 #include "wgmma.cuh"
@@ -89,6 +92,32 @@ template <int N> __device__ __forceinline__ void bulk_wait_read() {
 }
 __device__ __forceinline__ void bulk_wait_all() {
     asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+}
+
+/* mbarrier (one arrival, transaction bytes) and TMA tile loads into it. */
+__device__ __forceinline__ void mbar_init(uint64_t *bar) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(smem_u32(bar)) : "memory");
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+__device__ __forceinline__ void mbar_expect(uint64_t *bar, uint32_t bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(bar)),
+                 "r"(bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint64_t *bar, uint32_t parity) {
+    asm volatile("{\n.reg .pred p;\nWAIT:\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+                 "@!p bra WAIT;\n}\n" ::"r"(smem_u32(bar)),
+                 "r"(parity)
+                 : "memory");
+}
+/* The (64 columns from c, one head h, 64 rows from t, one batch b) box of a tile_map. */
+__device__ __forceinline__ void tma_box(void *dst, const CUtensorMap *map, int c, int h, int t,
+                                        int b, uint64_t *bar) {
+    asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+                 " [%0], [%1, {%2, %3, %4, %5}], [%6];\n" ::"r"(smem_u32(dst)),
+                 "l"(map), "r"(c), "r"(h), "r"(t), "r"(b), "r"(smem_u32(bar))
+                 : "memory");
 }
 
 template <typename T, int D>
@@ -193,8 +222,10 @@ mt_status attn_fwd_sm90(const attn_args &a, T *out, float *lse, const T *q, cons
 
 template <typename T, int D, int NWG>
 static __global__ void __launch_bounds__(NWG * 128, 3 - NWG)
-    attn_bwd_sm90_kernel(attn_args a, T *dk, T *dv, float *dqa, const T *q, const T *k, const T *v,
-                         const T *dout, const float *lse, const float *Dv) {
+    attn_bwd_sm90_kernel(attn_args a, T *dk, T *dv, float *dqa,
+                         const __grid_constant__ CUtensorMap tq, const T *k, const T *v,
+                         const __grid_constant__ CUtensorMap tg, const float *lse,
+                         const float *Dv) {
 #if ATTN_SM90_BODY
     constexpr int BC = 64 * NWG, BR = 64, NT = 128 * NWG, TWO = attn_t<T>::two_term ? 2 : 1;
     static_assert(NWG == 1 || D == 128, "two warpgroups split dQ's 128 columns");
@@ -209,11 +240,26 @@ static __global__ void __launch_bounds__(NWG * 128, 3 - NWG)
     const int b = blockIdx.x / a.Hkv, hk = blockIdx.x % a.Hkv, k0 = blockIdx.y * BC;
     const int nq = (a.T + BR - 1) / BR, it0 = a.causal ? k0 / BR : 0, nqt = nq - it0;
     const int ntile = a.group * nqt;
+    __shared__ uint64_t bar[2]; /* Q and dO of buffer 0, 1 (TMA) */
+    if (threadIdx.x == 0) mbar_init(&bar[0]), mbar_init(&bar[1]);
     bwd_load_kv<T, BC, D, NT, true>(a, sK, sV, k, v, b, hk, k0);
+    /* tile n's Q, dO by TMA (one thread; rows past T are zeros) into buffer buf, lse and Di by
+     * cp.async (one group) */
     auto issue = [&](int n, int buf) {
-        bwd_issue_q<T, BR, D, NT, true>(a, sQ, sG, sL, sD, q, dout, lse, Dv, b, hk, it0, nqt, n,
-                                        buf);
+        int h, q0;
+        bwd_tile_of<BR>(a, hk, it0, nqt, n, h, q0);
+        if (threadIdx.x == 0) {
+            mbar_expect(&bar[buf], 2 * BR * D * sizeof(T));
+#pragma unroll
+            for (int c = 0; c < D; c += 64) { /* 64-column panels */
+                tma_box(sQ + buf * BR * D + c * BR, &tq, c, h, q0, b, &bar[buf]);
+                tma_box(sG + buf * BR * D + c * BR, &tg, c, h, q0, b, &bar[buf]);
+            }
+        }
+        bwd_issue_ld<BR, NT>(a, sL, sD, lse, Dv, b, h, q0, buf);
+        cp_async_commit();
     };
+    __syncthreads(); // the barriers are initialized
     if (ntile > 0) issue(0, 0);
     const float sl2 = a.scale * ATTN_LOG2E;
     float gk[D / 8][4], gv[D / 8][4];
@@ -228,19 +274,23 @@ static __global__ void __launch_bounds__(NWG * 128, 3 - NWG)
      * dqa tile by one thread; then sDQ[(n + 1) & 1] is free once that add's reads are done */
     auto flush_dq = [&](int n) {
         if (threadIdx.x != 0) return;
-        const int h = hk * a.group + n / nqt, qt = it0 + n % nqt;
-        bulk_add_f32(dqa + (((int64_t)b * a.H + h) * nq + qt) * BR * D, sDQ + (n & 1) * BR * D,
+        int h, q0;
+        bwd_tile_of<BR>(a, hk, it0, nqt, n, h, q0);
+        bulk_add_f32(dqa + (((int64_t)b * a.H + h) * nq * BR + q0) * D, sDQ + (n & 1) * BR * D,
                      BR * D * 4);
         bulk_commit();
         bulk_wait_read<1>();
     };
     for (int n = 0; n < ntile; n++) {
         cp_async_wait<0>();
-        fence_async_smem();
-        __syncthreads(); // tile n is in; every warp is done with tile n-1's buffers and dS^T
+        mbar_wait(&bar[n & 1], (n >> 1) & 1);
+        fence_async_smem(); // (K, V by cp.async; the staged dQ)
+        __syncthreads();    // tile n is in; every warp is done with tile n-1's buffers and dS^T
         if (n > 0) flush_dq(n - 1);
         if (n + 1 < ntile) issue(n + 1, (n + 1) & 1);
-        const int buf = n & 1, q0 = (it0 + n % nqt) * BR;
+        const int buf = n & 1;
+        int h, q0;
+        bwd_tile_of<BR>(a, hk, it0, nqt, n, h, q0);
         const T *cQ = sQ + buf * BR * D, *cG = sG + buf * BR * D;
         const float *cL = sL + buf * BR, *cD = sD + buf * BR;
         if (!a.causal || q0 + BR - 1 >= kw) { // else this warpgroup's keys all > queries
@@ -331,17 +381,59 @@ static __global__ void __launch_bounds__(NWG * 128, 3 - NWG)
 #endif
 }
 
+/* A TMA map of a (B,T,heads,D) operand with strides st (elements) whose box is 64 columns of one
+ * head by 64 rows of one batch, in wgmma's 128-byte swizzle; rows past T read as zeros. */
+template <typename T>
+static mt_status tile_map(CUtensorMap *m, const T *base, const int64_t *st, const attn_args &a,
+                          int heads) {
+    static PFN_cuTensorMapEncodeTiled_v12000 encode;
+    if (!encode) {
+        void *fn = NULL;
+        cudaDriverEntryPointQueryResult got;
+#if CUDART_VERSION >= 12050
+        cudaError_t e = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000,
+                                                         cudaEnableDefault, &got);
+#else
+        cudaError_t e =
+            cudaGetDriverEntryPoint("cuTensorMapEncodeTiled", &fn, cudaEnableDefault, &got);
+#endif
+        if (e != cudaSuccess || got != cudaDriverEntryPointSuccess || !fn)
+            return MT_ERROR(MT_ERR_CUDA, "attention: the driver has no cuTensorMapEncodeTiled");
+        encode = (PFN_cuTensorMapEncodeTiled_v12000)fn;
+    }
+    const int es = (int)sizeof(T);
+    cuuint64_t dim[4] = { (cuuint64_t)a.D, (cuuint64_t)heads, (cuuint64_t)a.T, (cuuint64_t)a.B };
+    cuuint64_t stride[3] = { (cuuint64_t)(st[2] * es), (cuuint64_t)(st[1] * es),
+                             (cuuint64_t)(st[0] * es) };
+    cuuint32_t box[4] = { 64, 1, 64, 1 }, step[4] = { 1, 1, 1, 1 };
+    CUresult r = encode(m,
+                        std::is_same<T, __half>::value ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                                       : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+                        4, (void *)base, dim, stride, box, step, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                        CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+                        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS)
+        return MT_ERROR(MT_ERR_CUDA,
+                        "attention: cuTensorMapEncodeTiled failed (%d) for strides %lld "
+                        "%lld %lld",
+                        (int)r, (long long)st[0], (long long)st[1], (long long)st[2]);
+    return MT_OK;
+}
+
 template <typename T, int D>
 mt_status attn_bwd_sm90(const attn_args &a, T *dk, T *dv, float *dqa, const T *q, const T *k,
                         const T *v, const T *dout, const float *lse, const float *Dv,
                         mt_stream stream) {
     constexpr int NWG = D == 128 ? 2 : 1, BC = 64 * NWG, BR = 64, TWO = attn_t<T>::two_term ? 2 : 1;
+    CUtensorMap tq, tg;
+    MT_TRY(tile_map<T>(&tq, q, a.st[AQ], a, a.H));
+    MT_TRY(tile_map<T>(&tg, dout, a.st[ADO], a, a.H));
     const int smem =
         (2 * BC * D + 4 * BR * D + TWO * BC * BR) * (int)sizeof(T) + 4 * BR * 4 + 2 * BR * D * 4;
     MT_TRY(attn_smem_attr(attn_bwd_sm90_kernel<T, D, NWG>, smem));
     dim3 grid(a.B * a.Hkv, (a.T + BC - 1) / BC);
     attn_bwd_sm90_kernel<T, D, NWG>
-        <<<grid, NWG * 128, smem, stream>>>(a, dk, dv, dqa, q, k, v, dout, lse, Dv);
+        <<<grid, NWG * 128, smem, stream>>>(a, dk, dv, dqa, tq, k, v, tg, lse, Dv);
     MT_CUDA_CHECK_LAUNCH();
     return MT_OK;
 }
