@@ -1,14 +1,14 @@
 /* Attention on Hopper (sm_90a, wgmma).
  *
  * Forward: a block is one warpgroup that owns 64 query rows of one (b, h) and walks 64-key tiles
- * (K, V double-buffered by cp.async): S = Q K^T (both from shared memory), the online softmax of
- * attn_fwd.cu in registers, O += P V (P from registers). Two blocks share an SM.
+ * (K, V double-buffered, loaded by TMA): S = Q K^T (both from shared memory), the online softmax
+ * of attn_fwd.cu in registers, O += P V (P from registers). Two or more blocks share an SM.
  *
  * Backward: the fused scheme of attn_bwd.cu (dK, dV per key tile, dQ added into an f32
  * accumulator) on wgmma; each tile's dQ part goes through shared memory in the accumulator's
  * fragment order and is added by one bulk (TMA) reduce, so dqa is tiled (attn_impl.h). Warpgroup g of a block owns keys 64g..64g+63 of kv head
  * hk and keeps their dK, dV (64 x D) in registers. The block walks the 64-row query tiles of
- * every query head of the group (Q, dO, lse, Di double-buffered by cp.async):
+ * every query head of the group (Q, dO by TMA, lse, Di by cp.async, double-buffered):
  *   S^T = K Q^T, dP^T = V dO^T     wgmma, both operands in shared memory
  *   P^T, dS^T                       registers (f32), as in attn_bwd.cu
  *   dV += P^T dO, dK += dS^T Q      wgmma, A from registers
@@ -120,9 +120,50 @@ __device__ __forceinline__ void tma_box(void *dst, const CUtensorMap *map, int c
                  : "memory");
 }
 
+/* A TMA map of a (B,T,heads,D) operand with strides st (elements) whose box is 64 columns of one
+ * head by 64 rows of one batch, in wgmma's 128-byte swizzle; rows past T read as zeros. */
+template <typename T>
+static mt_status tile_map(CUtensorMap *m, const T *base, const int64_t *st, const attn_args &a,
+                          int heads) {
+    static PFN_cuTensorMapEncodeTiled_v12000 encode;
+    if (!encode) {
+        void *fn = NULL;
+        cudaDriverEntryPointQueryResult got;
+#if CUDART_VERSION >= 12050
+        cudaError_t e = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000,
+                                                         cudaEnableDefault, &got);
+#else
+        cudaError_t e =
+            cudaGetDriverEntryPoint("cuTensorMapEncodeTiled", &fn, cudaEnableDefault, &got);
+#endif
+        if (e != cudaSuccess || got != cudaDriverEntryPointSuccess || !fn)
+            return MT_ERROR(MT_ERR_CUDA, "attention: the driver has no cuTensorMapEncodeTiled");
+        encode = (PFN_cuTensorMapEncodeTiled_v12000)fn;
+    }
+    const int es = (int)sizeof(T);
+    cuuint64_t dim[4] = { (cuuint64_t)a.D, (cuuint64_t)heads, (cuuint64_t)a.T, (cuuint64_t)a.B };
+    cuuint64_t stride[3] = { (cuuint64_t)(st[2] * es), (cuuint64_t)(st[1] * es),
+                             (cuuint64_t)(st[0] * es) };
+    cuuint32_t box[4] = { 64, 1, 64, 1 }, step[4] = { 1, 1, 1, 1 };
+    CUresult r = encode(m,
+                        std::is_same<T, __half>::value ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                                       : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+                        4, (void *)base, dim, stride, box, step, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                        CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+                        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS)
+        return MT_ERROR(MT_ERR_CUDA,
+                        "attention: cuTensorMapEncodeTiled failed (%d) for strides %lld "
+                        "%lld %lld",
+                        (int)r, (long long)st[0], (long long)st[1], (long long)st[2]);
+    return MT_OK;
+}
+
 template <typename T, int D>
 static __global__ void __launch_bounds__(128, 2)
-    attn_fwd_sm90_kernel(attn_args a, T *out, float *lse, const T *q, const T *k, const T *v) {
+    attn_fwd_sm90_kernel(attn_args a, T *out, float *lse, const T *q,
+                         const __grid_constant__ CUtensorMap tk,
+                         const __grid_constant__ CUtensorMap tv) {
 #if ATTN_SM90_BODY
     constexpr int BR = 64, BC = 64, NT = 128;
     extern __shared__ __align__(1024) unsigned char smem[];
@@ -134,14 +175,23 @@ static __global__ void __launch_bounds__(128, 2)
     const int b = blockIdx.x / a.H, h = blockIdx.x % a.H, hk = h / a.group;
     const int q0 = qt * BR, qn = min(BR, a.T - q0);
     const int nk = a.causal ? min(nk_all, (q0 + qn + BC - 1) / BC) : nk_all;
-    const T *kg = k + b * a.st[AK][0] + hk * a.st[AK][2];
-    const T *vg = v + b * a.st[AV][0] + hk * a.st[AV][2];
-    const int64_t ks = a.st[AK][1], vs = a.st[AV][1];
+    __shared__ uint64_t bar[2]; /* K and V of buffer 0, 1 (TMA) */
+    /* key tile j's K, V (rows past T zero-filled) into buffer j & 1, by one thread */
+    auto issue = [&](int j) {
+        if (threadIdx.x != 0) return;
+        uint64_t *bj = &bar[j & 1];
+        mbar_expect(bj, 2 * BC * D * sizeof(T));
+#pragma unroll
+        for (int c = 0; c < D; c += 64) { /* 64-column panels */
+            tma_box(sK + (j & 1) * BC * D + c * BC, &tk, c, hk, j * BC, b, bj);
+            tma_box(sV + (j & 1) * BC * D + c * BC, &tv, c, hk, j * BC, b, bj);
+        }
+    };
+    if (threadIdx.x == 0) mbar_init(&bar[0]), mbar_init(&bar[1]);
     load_panels<T, BR, D, NT>(sQ, q + b * a.st[AQ][0] + h * a.st[AQ][2] + (int64_t)q0 * a.st[AQ][1],
                               a.st[AQ][1], qn);
-    load_panels<T, BC, D, NT>(sK, kg, ks, min(BC, a.T));
-    load_panels<T, BC, D, NT>(sV, vg, vs, min(BC, a.T));
     cp_async_commit();
+    issue(0);
     const float sl2 = a.scale * ATTN_LOG2E;
     float o[D / 8][4], m[2] = { -INFINITY, -INFINITY }, l[2] = { 0.0f, 0.0f };
 #pragma unroll
@@ -149,18 +199,12 @@ static __global__ void __launch_bounds__(128, 2)
         o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
     const int row0 = q0 + wl * 16 + (lane >> 2);
     uint32_t pa[BC / 16][4];
+    cp_async_wait<0>();
+    fence_async_smem();
+    __syncthreads(); // Q is in, the barriers are initialized
     for (int j = 0; j < nk; j++) {
-        if (j + 1 < nk) {
-            int k1 = (j + 1) * BC, buf = (j + 1) & 1;
-            load_panels<T, BC, D, NT>(sK + buf * BC * D, kg + k1 * ks, ks, min(BC, a.T - k1));
-            load_panels<T, BC, D, NT>(sV + buf * BC * D, vg + k1 * vs, vs, min(BC, a.T - k1));
-            cp_async_commit();
-            cp_async_wait<1>();
-        } else {
-            cp_async_wait<0>();
-        }
-        fence_async_smem();
-        __syncthreads();
+        if (j + 1 < nk) issue(j + 1); // the previous tile's closing barrier freed its buffer
+        mbar_wait(&bar[j & 1], (j >> 1) & 1);
         const T *cK = sK + (j & 1) * BC * D, *cV = sV + (j & 1) * BC * D;
         float s[BC / 8][4];
         wg_fence();
@@ -213,9 +257,12 @@ mt_status attn_fwd_sm90(const attn_args &a, T *out, float *lse, const T *q, cons
                         mt_stream stream) {
     constexpr int BR = 64, BC = 64;
     const int smem = (BR + 4 * BC) * D * (int)sizeof(T);
+    CUtensorMap tk, tv;
+    MT_TRY(tile_map<T>(&tk, k, a.st[AK], a, a.Hkv));
+    MT_TRY(tile_map<T>(&tv, v, a.st[AV], a, a.Hkv));
     MT_TRY(attn_smem_attr(attn_fwd_sm90_kernel<T, D>, smem));
     dim3 grid(a.B * a.H, (a.T + BR - 1) / BR);
-    attn_fwd_sm90_kernel<T, D><<<grid, 128, smem, stream>>>(a, out, lse, q, k, v);
+    attn_fwd_sm90_kernel<T, D><<<grid, 128, smem, stream>>>(a, out, lse, q, tk, tv);
     MT_CUDA_CHECK_LAUNCH();
     return MT_OK;
 }
@@ -379,45 +426,6 @@ static __global__ void __launch_bounds__(NWG * 128, 3 - NWG)
     wg_pin(gv);
     bwd_store_dkdv<T, D>(a, dk, dv, gk, gv, b, hk, key0, lane);
 #endif
-}
-
-/* A TMA map of a (B,T,heads,D) operand with strides st (elements) whose box is 64 columns of one
- * head by 64 rows of one batch, in wgmma's 128-byte swizzle; rows past T read as zeros. */
-template <typename T>
-static mt_status tile_map(CUtensorMap *m, const T *base, const int64_t *st, const attn_args &a,
-                          int heads) {
-    static PFN_cuTensorMapEncodeTiled_v12000 encode;
-    if (!encode) {
-        void *fn = NULL;
-        cudaDriverEntryPointQueryResult got;
-#if CUDART_VERSION >= 12050
-        cudaError_t e = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000,
-                                                         cudaEnableDefault, &got);
-#else
-        cudaError_t e =
-            cudaGetDriverEntryPoint("cuTensorMapEncodeTiled", &fn, cudaEnableDefault, &got);
-#endif
-        if (e != cudaSuccess || got != cudaDriverEntryPointSuccess || !fn)
-            return MT_ERROR(MT_ERR_CUDA, "attention: the driver has no cuTensorMapEncodeTiled");
-        encode = (PFN_cuTensorMapEncodeTiled_v12000)fn;
-    }
-    const int es = (int)sizeof(T);
-    cuuint64_t dim[4] = { (cuuint64_t)a.D, (cuuint64_t)heads, (cuuint64_t)a.T, (cuuint64_t)a.B };
-    cuuint64_t stride[3] = { (cuuint64_t)(st[2] * es), (cuuint64_t)(st[1] * es),
-                             (cuuint64_t)(st[0] * es) };
-    cuuint32_t box[4] = { 64, 1, 64, 1 }, step[4] = { 1, 1, 1, 1 };
-    CUresult r = encode(m,
-                        std::is_same<T, __half>::value ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
-                                                       : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
-                        4, (void *)base, dim, stride, box, step, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                        CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
-                        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    if (r != CUDA_SUCCESS)
-        return MT_ERROR(MT_ERR_CUDA,
-                        "attention: cuTensorMapEncodeTiled failed (%d) for strides %lld "
-                        "%lld %lld",
-                        (int)r, (long long)st[0], (long long)st[1], (long long)st[2]);
-    return MT_OK;
 }
 
 template <typename T, int D>
