@@ -120,6 +120,19 @@ __device__ __forceinline__ void tma_box(void *dst, const CUtensorMap *map, int c
                  : "memory");
 }
 
+/* The 64-row tiles (rows from t, head h, batch b) of two tile_maps into the panel layouts sa and
+ * sb, one transaction on bar (one thread issues). */
+template <typename T, int D>
+__device__ __forceinline__ void tma_pair(T *sa, T *sb, const CUtensorMap *ma, const CUtensorMap *mb,
+                                         int h, int t, int b, uint64_t *bar) {
+    mbar_expect(bar, 2 * 64 * D * sizeof(T));
+#pragma unroll
+    for (int c = 0; c < D; c += 64) { /* 64-column panels */
+        tma_box(sa + c * 64, ma, c, h, t, b, bar);
+        tma_box(sb + c * 64, mb, c, h, t, b, bar);
+    }
+}
+
 /* A TMA map of a (B,T,heads,D) operand with strides st (elements) whose box is 64 columns of one
  * head by 64 rows of one batch, in wgmma's 128-byte swizzle; rows past T read as zeros. */
 template <typename T>
@@ -177,15 +190,11 @@ static __global__ void __launch_bounds__(128, 2)
     const int nk = a.causal ? min(nk_all, (q0 + qn + BC - 1) / BC) : nk_all;
     __shared__ uint64_t bar[2]; /* K and V of buffer 0, 1 (TMA) */
     /* key tile j's K, V (rows past T zero-filled) into buffer j & 1, by one thread */
+    static_assert(BC == 64, "tma_pair moves 64-row tiles");
     auto issue = [&](int j) {
-        if (threadIdx.x != 0) return;
-        uint64_t *bj = &bar[j & 1];
-        mbar_expect(bj, 2 * BC * D * sizeof(T));
-#pragma unroll
-        for (int c = 0; c < D; c += 64) { /* 64-column panels */
-            tma_box(sK + (j & 1) * BC * D + c * BC, &tk, c, hk, j * BC, b, bj);
-            tma_box(sV + (j & 1) * BC * D + c * BC, &tv, c, hk, j * BC, b, bj);
-        }
+        if (threadIdx.x == 0)
+            tma_pair<T, D>(sK + (j & 1) * BC * D, sV + (j & 1) * BC * D, &tk, &tv, hk, j * BC, b,
+                           &bar[j & 1]);
     };
     if (threadIdx.x == 0) mbar_init(&bar[0]), mbar_init(&bar[1]);
     load_panels<T, BR, D, NT>(sQ, q + b * a.st[AQ][0] + h * a.st[AQ][2] + (int64_t)q0 * a.st[AQ][1],
@@ -295,14 +304,8 @@ static __global__ void __launch_bounds__(NWG * 128, 3 - NWG)
     auto issue = [&](int n, int buf) {
         int h, q0;
         bwd_tile_of<BR>(a, hk, it0, nqt, n, h, q0);
-        if (threadIdx.x == 0) {
-            mbar_expect(&bar[buf], 2 * BR * D * sizeof(T));
-#pragma unroll
-            for (int c = 0; c < D; c += 64) { /* 64-column panels */
-                tma_box(sQ + buf * BR * D + c * BR, &tq, c, h, q0, b, &bar[buf]);
-                tma_box(sG + buf * BR * D + c * BR, &tg, c, h, q0, b, &bar[buf]);
-            }
-        }
+        if (threadIdx.x == 0)
+            tma_pair<T, D>(sQ + buf * BR * D, sG + buf * BR * D, &tq, &tg, h, q0, b, &bar[buf]);
         bwd_issue_ld<BR, NT>(a, sL, sD, lse, Dv, b, h, q0, buf);
         cp_async_commit();
     };
