@@ -19,8 +19,10 @@
  * (one warpgroup per block needs 64 more registers and spills; measured slower on an H200).
  * bf16 adds dS's rounding residual as a second term, as attn_bwd.cu does. Shared tiles are
  * 64-column panels of 128-byte rows in wgmma's 128-byte swizzle. */
-#include <cuda.h> /* CUtensorMap (the type only: the encoder comes through the runtime) */
+#if defined(MT_ATTN_SM90A) /* a 90a build: CUDA 12 or newer */
+#include <cuda.h>          /* CUtensorMap (the type only: the encoder comes through the runtime) */
 #include <cudaTypedefs.h>
+#endif
 #include <stdlib.h>
 #include <type_traits>
 
@@ -94,6 +96,7 @@ __device__ __forceinline__ void bulk_wait_all() {
     asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
 }
 
+#if defined(MT_ATTN_SM90A)
 /* mbarrier (one arrival, transaction bytes) and TMA tile loads into it. */
 __device__ __forceinline__ void mbar_init(uint64_t *bar) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(smem_u32(bar)) : "memory");
@@ -448,6 +451,19 @@ mt_status attn_bwd_sm90(const attn_args &a, T *dk, T *dv, float *dqa, const T *q
     MT_CUDA_CHECK_LAUNCH();
     return MT_OK;
 }
+
+#else /* without sm_90a (attn_sm90_enabled() is 0): never called */
+template <typename T, int D>
+mt_status attn_fwd_sm90(const attn_args &, T *, float *, const T *, const T *, const T *,
+                        mt_stream) {
+    return MT_ERROR(MT_ERR_UNSUPPORTED, "attention: built without sm_90a kernels");
+}
+template <typename T, int D>
+mt_status attn_bwd_sm90(const attn_args &, T *, T *, float *, const T *, const T *, const T *,
+                        const T *, const float *, const float *, mt_stream) {
+    return MT_ERROR(MT_ERR_UNSUPPORTED, "attention: built without sm_90a kernels");
+}
+#endif
 
 #define INST(T, D)                                                                                \
     template mt_status attn_fwd_sm90<T, D>(const attn_args &, T *, float *, const T *, const T *, \
