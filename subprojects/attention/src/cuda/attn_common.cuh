@@ -214,6 +214,30 @@ online_softmax_tile(const attn_args &a, float (&s)[BC / 8][4], float (&o)[D / 8]
     }
 }
 
+/* The forward's output rows row0 and row0+8 of head h, batch b (O / l) and their logsumexp, from
+ * the online softmax's accumulators o, running max m (exp2 domain) and partial sums l. */
+template <typename T, int D>
+__device__ __forceinline__ void
+fwd_store_out(const attn_args &a, T *out, float *lse, const float (&o)[D / 8][4],
+              const float (&m)[2], const float (&l)[2], int b, int h, int row0, int lane) {
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        float lt = l[r];
+        lt += __shfl_xor_sync(0xffffffffu, lt, 1);
+        lt += __shfl_xor_sync(0xffffffffu, lt, 2);
+        int row = row0 + r * 8;
+        float inv = 1.0f / lt;
+        T *orow = out + b * a.st[AO][0] + (int64_t)row * a.st[AO][1] + h * a.st[AO][2];
+#pragma unroll
+        for (int dt = 0; dt < D / 8; dt++)
+            if (row < a.T)
+                *(uint32_t *)(orow + dt * 8 + 2 * (lane & 3)) =
+                    attn_t<T>::pack(o[dt][2 * r] * inv, o[dt][2 * r + 1] * inv);
+        if ((lane & 3) == 0 && row < a.T)
+            lse[((int64_t)b * a.H + h) * a.T + row] = (m[r] + log2f(lt)) * ATTN_LN2;
+    }
+}
+
 /* ---- the fused backward's pieces shared by the mma.sync (attn_bwd.cu) and wgmma (attn_sm90.cu)
  * kernels; PANELS selects the shared layout as in load_tile ---- */
 

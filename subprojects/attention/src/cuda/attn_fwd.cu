@@ -135,22 +135,7 @@ static __global__ void __launch_bounds__(NW * 32)
         }
         __syncthreads();
     }
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        float lt = l[r];
-        lt += __shfl_xor_sync(0xffffffffu, lt, 1);
-        lt += __shfl_xor_sync(0xffffffffu, lt, 2);
-        int row = row0 + r * 8;
-        float inv = 1.0f / lt;
-        T *orow = out + b * a.st[AO][0] + (int64_t)row * a.st[AO][1] + h * a.st[AO][2];
-#pragma unroll
-        for (int dt = 0; dt < D / 8; dt++)
-            if (row < a.T)
-                *(uint32_t *)(orow + dt * 8 + 2 * (lane & 3)) =
-                    attn_t<T>::pack(o[dt][2 * r] * inv, o[dt][2 * r + 1] * inv);
-        if ((lane & 3) == 0 && row < a.T)
-            lse[((int64_t)b * a.H + h) * a.T + row] = (m[r] + log2f(lt)) * ATTN_LN2;
-    }
+    fwd_store_out<T, D>(a, out, lse, o, m, l, b, h, row0, lane);
 }
 
 template <typename T, int D, int NW>
