@@ -11,8 +11,11 @@
  * every query head of the group (Q, dO by TMA, lse, Di by cp.async, double-buffered):
  *   S^T = K Q^T, dP^T = V dO^T     wgmma, both operands in shared memory
  *   P^T, dS^T                       registers (f32), as in attn_bwd.cu
- *   dV += P^T dO, dK += dS^T Q      wgmma, A from registers
- *   dQ += dS K                      dS^T through shared memory, wgmma on transposed operands,
+ *   dV += P^T dO                    wgmma, A (P^T) from registers
+ *   dK += dS^T Q                    wgmma, dS^T through shared memory (in registers as well,
+ *                                   bf16's D128 kernel ran out of registers and ptxas
+ *                                   serialized every wgmma: warning C7512)
+ *   dQ += dS K                      the same dS^T, wgmma on transposed operands,
  *                                   staged in shared memory, bulk-added to dqa
  * D 64: one warpgroup per block and two blocks per SM (one block's softmax and atomics overlap
  * the other's GEMMs). D 128: two warpgroups per block that split dQ's columns over all 128 keys
@@ -72,6 +75,14 @@ template <int N> __device__ __forceinline__ void wg_keep(const uint32_t (&r)[N][
 #pragma unroll
         for (int e = 0; e < 4; e++)
             asm volatile("" ::"r"(r[i][e]) : "memory");
+}
+/* The 128 threads of warpgroup wg wait for each other (named barrier 1 + wg; a whole block of one
+ * warpgroup uses barrier 0). */
+__device__ __forceinline__ void wg_bar_sync(int wg, int nwg) {
+    if (nwg == 1)
+        __syncthreads();
+    else
+        asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");
 }
 /* Orders this thread's generic-proxy shared-memory writes before later wgmma reads. */
 __device__ __forceinline__ void fence_async_smem() {
@@ -307,7 +318,7 @@ static __global__ void __launch_bounds__(NWG * 128, 3 - NWG)
         for (int e = 0; e < 4; e++)
             gk[i][e] = gv[i][e] = 0.0f;
     const int kw = k0 + wg * 64, key0 = kw + wl * 16 + (lane >> 2); /* this warpgroup's keys */
-    uint32_t pa[BR / 16][4], sa[BR / 16][4], sl[BR / 16][4];
+    uint32_t pa[BR / 16][4];
     /* dQ of tile n, staged in sDQ[n & 1] (fenced, and the block past a barrier), added to its
      * dqa tile by one thread; then sDQ[(n + 1) & 1] is free once that add's reads are done */
     auto flush_dq = [&](int n) {
@@ -353,25 +364,30 @@ static __global__ void __launch_bounds__(NWG * 128, 3 - NWG)
             const int sr = wg * 64 + wl * 16 + (lane >> 2);
 #pragma unroll
             for (int kk = 0; kk < BR / 16; kk++) {
+                uint32_t sa[4], sl[4];
                 bwd_pack<T>(p, kk, pa[kk]);
-                bwd_pack<T>(ds, kk, sa[kk]);
+                bwd_pack<T>(ds, kk, sa);
                 if constexpr (TWO == 2) // why: dK = dS^T Q and dQ = dS K cancel
-                    bwd_residual<T>(ds, kk, sa[kk], sl[kk]);
+                    bwd_residual<T>(ds, kk, sa, sl);
                 /* dS^T rows sr (+8), query columns kk*16 + 2t (+8) */
                 const int sc = kk * 16 + 2 * (lane & 3);
 #pragma unroll
                 for (int t2 = 0; t2 < TWO; t2++)
-                    bwd_store_frag<T, BC, BR, true>(sS + t2 * BC * BR, sr, sc,
-                                                    t2 ? sl[kk] : sa[kk]);
+                    bwd_store_frag<T, BC, BR, true>(sS + t2 * BC * BR, sr, sc, t2 ? sl : sa);
             }
+            // why: dK reads dS^T from shared memory, so its registers are free during the MMAs
+            fence_async_smem();
+            wg_bar_sync(wg, NWG);
             wg_fence();
 #pragma unroll
             for (int kk = 0; kk < BR / 16; kk++) {
                 const uint64_t dg = wg_desc(cG + kk * 16 * 64, BR * 128),
                                dqd = wg_desc(cQ + kk * 16 * 64, BR * 128);
                 wg_rs<T, D, 1>::mma(gv, pa[kk], dg, 1);
-                wg_rs<T, D, 1>::mma(gk, sa[kk], dqd, 1);
-                if constexpr (TWO == 2) wg_rs<T, D, 1>::mma(gk, sl[kk], dqd, 1);
+#pragma unroll
+                for (int t2 = 0; t2 < TWO; t2++)
+                    wg_ss<T, D, 0, 1>::mma(
+                        gk, wg_desc(sS + t2 * BC * BR + wg * 64 * 64 + kk * 16, 16), dqd, 1);
             }
             wg_commit();
         }
@@ -405,8 +421,6 @@ static __global__ void __launch_bounds__(NWG * 128, 3 - NWG)
         }
         wg_wait0();
         wg_keep(pa);
-        wg_keep(sa);
-        wg_keep(sl);
     }
     fence_async_smem();
     __syncthreads(); // the last tile's dQ is staged
