@@ -41,8 +41,8 @@ static mt_tensor dev(const mt_tensor *h, mt_dtype dt, int ndim, const int64_t *s
     return d;
 }
 
-static void cmp(const char *what, const char *k, const mt_tensor *d, const mt_tensor *h,
-                double tol) {
+static void cmp_at(const char *what, const char *k, const mt_tensor *d, const mt_tensor *h,
+                   double atol, double rtol) {
     int64_t n = mt_tensor_numel(h);
     float *got = malloc((size_t)n * 4), *want = malloc((size_t)n * 4);
     void *tmp = malloc((size_t)n * mt_dtype_size(d->dtype));
@@ -56,8 +56,13 @@ static void cmp(const char *what, const char *k, const mt_tensor *d, const mt_te
     MT_CHECK(mt_cast(&w, &hs, NULL));
     char buf[128];
     snprintf(buf, sizeof buf, "%s %s", what, k);
-    mt_test_close_f32(buf, got, want, (size_t)n, tol, tol);
+    mt_test_close_f32(buf, got, want, (size_t)n, atol, rtol);
     free(got), free(want), free(tmp);
+}
+
+static void cmp(const char *what, const char *k, const mt_tensor *d, const mt_tensor *h,
+                double tol) {
+    cmp_at(what, k, d, h, tol, tol);
 }
 
 /* y(M,O) = x(M,I) @ w(O,I)^T + b, with and without GELU; then the backward. */
@@ -121,6 +126,33 @@ static void linear(mt_dtype dt, int64_t M, int64_t I, int64_t O) {
         free(all[i]->data);
 }
 
+/* dbias alone (no GEMM) over many rows: f32 accumulated twice, and in the input dtype. */
+static void bias_grad(mt_dtype dt, int64_t rows, int64_t N) {
+    char what[96];
+    snprintf(what, sizeof what, "bias gradient %s rows=%lld N=%lld", mt_dtype_name(dt),
+             (long long)rows, (long long)N);
+    mt_arena_reset(ar);
+    int64_t sy[2] = { rows, N }, sb[1] = { N };
+    mt_tensor hdy = host_rand(dt, 2, sy), ddy = dev(&hdy, dt, 2, sy);
+    mt_tensor hdb = host_empty(MT_F32, 1, sb), ddb = dev(NULL, MT_F32, 1, sb);
+    mt_tensor hdb2 = host_empty(dt, 1, sb), ddb2 = dev(NULL, dt, 1, sb);
+    for (int acc = 0; acc < 2; acc++) {
+        MT_CHECK(mt_linear_bwd(NULL, NULL, NULL, &hdb, &hdy, NULL, NULL, acc, NULL));
+        MT_CHECK(mt_linear_bwd(blas, NULL, NULL, &ddb, &ddy, NULL, NULL, acc, NULL));
+    }
+    /* f32 sums of up to 2 x rows terms in [-1, 1] (the CPU's in double) are about rows 2^-24
+     * apart at most; a lost row group or column is off by O(1) */
+    const double atol = 2.0 * (double)rows / (1 << 24);
+    cmp_at(what, "dbias f32 accumulated", &ddb, &hdb, atol, 1e-5);
+    MT_CHECK(mt_linear_bwd(NULL, NULL, NULL, &hdb2, &hdy, NULL, NULL, 0, NULL));
+    MT_CHECK(mt_linear_bwd(blas, NULL, NULL, &ddb2, &ddy, NULL, NULL, 0, NULL));
+    if (dt == MT_F32)
+        cmp_at(what, "dbias", &ddb2, &hdb2, atol, 1e-5);
+    else
+        cmp(what, "dbias", &ddb2, &hdb2, 1e-2);
+    free(hdy.data), free(hdb.data), free(hdb2.data);
+}
+
 /* c(B,M,N) = 0.5 * op(a) op(b) + 0.25 * c over strided batches, every transpose combination. */
 static void batched(mt_dtype dt, int64_t B, int64_t M, int64_t N, int64_t K) {
     mt_arena_reset(ar);
@@ -172,8 +204,10 @@ int main(void) {
         mt_dtype dt = dtypes[d];
         linear(dt, 128, 256, 384);
         linear(dt, 33, 40, 24);
-        linear(dt, 17, 24, 20); /* out = 20: pre-GELU row stride not a multiple of 8 */
-        linear(dt, 9, 20, 16);  /* in = 20: the same for the GELU backward */
+        linear(dt, 17, 24, 20);   /* out = 20: pre-GELU row stride not a multiple of 8 */
+        linear(dt, 9, 20, 16);    /* in = 20: the same for the GELU backward */
+        bias_grad(dt, 2053, 776); /* many row groups; the last column block partly used */
+        bias_grad(dt, 4099, 20);  /* 20 columns: the unvectorised kernel */
         batched(dt, 3, 17, 24, 40);
     }
     golden();

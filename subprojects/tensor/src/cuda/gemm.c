@@ -374,9 +374,17 @@ mt_status bias_grad_cuda(blas_lt *lt, void *dbias, mt_dtype db_dtype, const void
                             lt->workspace_bytes, stream);
 }
 
+/* MT_GEMM_BGRADB=1: the bias gradient from cuBLASLt's BGRADB epilogue. Off by default: on Hopper
+ * it runs as a separate cuBLASLt kernel, slower than ours (H200, GPT-2 124M: see bench/README.md). */
+static int bgradb(void) {
+    static int v = -2;
+    return env_switch("MT_GEMM_BGRADB", &v, 0);
+}
+
 mt_status gemm_dw_bgrad_cuda(blas_lt *lt, const gemm_args *g, void *dbias, mt_dtype db_dtype,
                              int accumulate, mt_stream stream) {
-    if (unfused()) return MT_ERROR(MT_ERR_UNSUPPORTED, "MT_GEMM_UNFUSED is set");
+    if (unfused() || !bgradb())
+        return MT_ERROR(MT_ERR_UNSUPPORTED, "MT_GEMM_UNFUSED is set or MT_GEMM_BGRADB is not");
     if (g->M > LT_BIAS_MAX || g->batch != 1 || g->bias || g->gelu || g->dgelu)
         return MT_ERROR(MT_ERR_UNSUPPORTED, "BGRADB: %lld bias elements, batch %lld",
                         (long long)g->M, (long long)g->batch);
