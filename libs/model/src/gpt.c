@@ -3,6 +3,7 @@
 #include "model_impl.h"
 
 #include <stddef.h>
+#include <string.h>
 
 #define W(p) ((p) ? &(p)->weight : NULL)
 /* One operation, timed as region `name` when a profiler is set (mt_model_set_profiler). */
@@ -234,9 +235,8 @@ static mt_status backward(mt_model *m, mt_stream s) {
     return grads_ready(m, -1, s);
 }
 
-mt_status mt_model_forward_backward(mt_model *m, const mt_tensor *tokens, const mt_tensor *targets,
-                                    float loss_scale, mt_stream s) {
-    MT_REQUIRE(m && tokens && targets, MT_ERR_INVALID_ARG, "NULL model, tokens or targets");
+static mt_status fwd_bwd(mt_model *m, const mt_tensor *tokens, const mt_tensor *targets,
+                         float loss_scale, mt_stream s) {
     MT_TRY(forward(m, tokens, s));
     mt_tensor t;
     MT_TRY(targets_flat(m, targets, &t));
@@ -244,4 +244,60 @@ mt_status mt_model_forward_backward(mt_model *m, const mt_tensor *tokens, const 
                                loss_scale, m->cfg.vocab_size, MT_XENT_IGNORE_INDEX, s));
     MT_TRY(add_loss(m, s));
     return backward(m, s);
+}
+
+typedef struct fb_call {
+    mt_model *m;
+    const mt_tensor *tokens, *targets;
+    float loss_scale;
+} fb_call;
+
+static mt_status fb_capture(void *ctx, mt_stream s) {
+    fb_call *c = ctx;
+    return fwd_bwd(c->m, c->tokens, c->targets, c->loss_scale, s);
+}
+
+/* The step as a CUDA graph (mt_model_set_cuda_graphs): captured at the second call with the same
+ * key, replayed after; the first runs eagerly (cuBLASLt's algorithm choice, first-use work). */
+static mt_status fwd_bwd_graph(mt_model *m, const mt_tensor *tokens, const mt_tensor *targets,
+                               float loss_scale, mt_stream s) {
+    MT_TRY(check_ids(m, tokens, "tokens"));
+    MT_TRY(check_ids(m, targets, "targets"));
+    graph_key k;
+    memset(&k, 0, sizeof k);
+    k.tokens = tokens->data, k.targets = targets->data, k.stream = s, k.loss_scale = loss_scale;
+    if (!m->graph || memcmp(&k, &m->graph_key, sizeof k) != 0) {
+        mt_graph_destroy(m->graph);
+        m->graph = NULL;
+        if (!m->graph_seen || memcmp(&k, &m->graph_key, sizeof k) != 0) {
+            m->graph_key = k, m->graph_seen = 1;
+            return fwd_bwd(m, tokens, targets, loss_scale, s);
+        }
+        fb_call c = { m, tokens, targets, loss_scale };
+        int n_loss = m->n_loss; /* the capture ran add_loss's host part; the replay below counts */
+        mt_status st = mt_graph_capture(fb_capture, &c, &m->graph);
+        m->n_loss = n_loss;
+        if (st != MT_OK) {
+            MT_LOG_WARN("CUDA graph capture of the training step failed (%s); running without "
+                        "graphs",
+                        mt_last_error());
+            mt_error_clear();
+            m->graphs = 0;
+            return fwd_bwd(m, tokens, targets, loss_scale, s);
+        }
+        MT_LOG_DEBUG("CUDA graph: captured the forward and backward (loss scale %g)",
+                     (double)loss_scale);
+    }
+    MT_TRY(mt_graph_launch(m->graph, s));
+    m->tokens = *tokens;
+    m->n_loss++;
+    return MT_OK;
+}
+
+mt_status mt_model_forward_backward(mt_model *m, const mt_tensor *tokens, const mt_tensor *targets,
+                                    float loss_scale, mt_stream s) {
+    MT_REQUIRE(m && tokens && targets, MT_ERR_INVALID_ARG, "NULL model, tokens or targets");
+    if (m->graphs && !m->prof && !m->ready_fn && mt_device_is_cuda(m->dev))
+        return fwd_bwd_graph(m, tokens, targets, loss_scale, s);
+    return fwd_bwd(m, tokens, targets, loss_scale, s);
 }

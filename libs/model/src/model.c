@@ -410,6 +410,7 @@ fail:
 
 void mt_model_destroy(mt_model *m) {
     if (!m) return;
+    mt_graph_destroy(m->graph);
     mt_blas_destroy(m->blas);
     mt_arena_destroy(m->w_arena);
     mt_arena_destroy(m->g_arena);
@@ -493,6 +494,16 @@ mt_status mt_model_take_loss(mt_model *m, double *mean_loss, mt_stream stream) {
 
 void mt_model_set_profiler(mt_model *m, mt_prof *p) {
     if (m) m->prof = p;
+}
+
+void mt_model_set_cuda_graphs(mt_model *m, int on) {
+    if (!m) return;
+    m->graphs = on;
+    if (!on) {
+        mt_graph_destroy(m->graph);
+        m->graph = NULL;
+        m->graph_seen = 0;
+    }
 }
 
 void mt_model_set_grad_ready(mt_model *m, mt_model_grad_ready_fn fn, void *ctx) {

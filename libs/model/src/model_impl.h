@@ -44,6 +44,13 @@ typedef struct layer_params {
     mt_model_param *ln2_w, *ln2_b, *fc1_w, *fc1_b, *fc2_w, *fc2_b;
 } layer_params;
 
+/* What a captured forward_backward depends on besides the model's own buffers. */
+typedef struct graph_key {
+    const void *tokens, *targets;
+    mt_stream stream;
+    float loss_scale;
+} graph_key;
+
 struct mt_model {
     mt_model_config cfg;
     int B;
@@ -63,6 +70,10 @@ struct mt_model {
     mt_prof *prof;    /* not owned; NULL: no timing */
     mt_model_grad_ready_fn ready_fn;
     void *ready_ctx;
+    int graphs;          /* mt_model_set_cuda_graphs */
+    int graph_seen;      /* a call with graph_key ran eagerly */
+    graph_key graph_key; /* what the graph (or the eager call before it) was made for */
+    mt_graph *graph;
 };
 
 /* Whether layer l is recomputed (full granularity) and, if so, its group [*g0, *g1]: layers

@@ -261,6 +261,10 @@ static mt_status setup_model(run *r) {
     MT_TRY(mt_arena_create(r->dev, bytes, &r->buf_arena));
     MT_TRY(mt_optim_buffer_bind(r->buf, r->buf_arena));
     MT_TRY(mt_model_create(c, a->micro_batch_size, r->dev, register_param, r, &r->model));
+    /* the forward and backward as one CUDA graph from the second micro-batch on (MT_CUDA_GRAPHS=0:
+     * off, for comparison); the overlapped grad reduce and the profiler run without it */
+    const char *graphs = getenv("MT_CUDA_GRAPHS");
+    mt_model_set_cuda_graphs(r->model, !graphs || atoi(graphs) != 0);
 
     mt_optim_config oc = MT_OPTIM_CONFIG_INIT;
     oc.kind = strcmp(a->optimizer, "sgd") == 0 ? MT_OPTIM_SGD : MT_OPTIM_ADAMW;
@@ -287,7 +291,7 @@ static mt_status setup_model(run *r) {
         r->scale_p = &r->scaler;
     }
     MT_TRY(setup_overlap(r));
-    mt_model_set_grad_ready(r->model, grad_ready, r);
+    if (r->overlap) mt_model_set_grad_ready(r->model, grad_ready, r);
     const char *prof = getenv("MT_PROFILE");
     if ((prof && *prof && strcmp(prof, "0") != 0) || a->timing_log_level > 0)
         MT_TRY(mt_prof_create(&r->prof, mt_device_is_cuda(r->dev), 4096));

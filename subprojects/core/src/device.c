@@ -3,6 +3,7 @@
 #include <mt/core.h>
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #if MT_HAVE_CUDA
@@ -133,6 +134,53 @@ mt_status mt_event_elapsed_ms(float *ms, mt_event start, mt_event end) {
     return MT_OK;
 }
 
+struct mt_graph {
+    cudaGraphExec_t exec;
+};
+
+mt_status mt_graph_capture(mt_graph_fn fn, void *ctx, mt_graph **out) {
+    MT_REQUIRE(fn && out, MT_ERR_INVALID_ARG, "NULL fn or out");
+    *out = NULL;
+    cudaStream_t cs;
+    MT_CUDA_TRY(cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking));
+    cudaError_t ce = cudaStreamBeginCapture(cs, cudaStreamCaptureModeThreadLocal);
+    if (ce != cudaSuccess) {
+        cudaStreamDestroy(cs);
+        return MT_ERROR(MT_ERR_CUDA, "cudaStreamBeginCapture: %s", cudaGetErrorString(ce));
+    }
+    mt_status st = fn(ctx, cs);
+    cudaGraph_t graph = NULL;
+    ce = cudaStreamEndCapture(cs, &graph); /* always: it ends the capture mode */
+    cudaGraphExec_t exec = NULL;
+    if (st == MT_OK && ce == cudaSuccess) ce = cudaGraphInstantiateWithFlags(&exec, graph, 0);
+    if (graph) cudaGraphDestroy(graph);
+    cudaStreamDestroy(cs);
+    (void)cudaGetLastError(); /* a failed capture leaves its error behind */
+    if (st != MT_OK) return st;
+    if (ce != cudaSuccess)
+        return MT_ERROR(MT_ERR_CUDA, "CUDA graph capture: %s", cudaGetErrorString(ce));
+    mt_graph *g = malloc(sizeof *g);
+    if (!g) {
+        cudaGraphExecDestroy(exec);
+        return MT_ERROR(MT_ERR_OOM, "mt_graph");
+    }
+    g->exec = exec;
+    *out = g;
+    return MT_OK;
+}
+
+mt_status mt_graph_launch(mt_graph *g, mt_stream s) {
+    MT_REQUIRE(g, MT_ERR_INVALID_ARG, "NULL graph");
+    MT_CUDA_TRY(cudaGraphLaunch(g->exec, s));
+    return MT_OK;
+}
+
+void mt_graph_destroy(mt_graph *g) {
+    if (!g) return;
+    cudaGraphExecDestroy(g->exec);
+    free(g);
+}
+
 #else /* CPU-only build */
 
 #define NO_CUDA() MT_ERROR(MT_ERR_UNSUPPORTED, "built without CUDA")
@@ -229,4 +277,18 @@ mt_status mt_event_elapsed_ms(float *ms, mt_event start, mt_event end) {
     return NO_CUDA();
 }
 
+mt_status mt_graph_capture(mt_graph_fn fn, void *ctx, mt_graph **out) {
+    (void)fn, (void)ctx;
+    if (out) *out = NULL;
+    return NO_CUDA();
+}
+
+mt_status mt_graph_launch(mt_graph *g, mt_stream s) {
+    (void)g, (void)s;
+    return NO_CUDA();
+}
+
+void mt_graph_destroy(mt_graph *g) {
+    (void)g;
+}
 #endif

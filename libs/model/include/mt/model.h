@@ -147,6 +147,13 @@ MT_API mt_status mt_model_zero_grad(mt_model *m, mt_stream stream);
  * NULL: off). The caller owns the profiler and collects and prints it. */
 MT_API void mt_model_set_profiler(mt_model *m, mt_prof *p);
 
+/* CUDA graphs for mt_model_forward_backward (1: on; default off): the second call with the same
+ * tokens and targets buffers, loss scale and stream records the step into a graph and later ones
+ * replay it, without the per-kernel launch gaps; the first call runs eagerly (cuBLASLt's
+ * algorithm choice and other first-use work happen there). Not used while a profiler or a
+ * grad-ready callback is set; a failed capture logs a warning and the model runs without. */
+MT_API void mt_model_set_cuda_graphs(mt_model *m, int on);
+
 /* Called by the backward, on its stream, as gradients become final: `level` is num_layers after
  * the output layer and final norm, l after decoder layer l, and -1 at the end (the embedding and,
  * when tied, the output weight). A data-parallel trainer starts each bucket's reduction from it.

@@ -167,6 +167,17 @@ MT_API mt_status mt_event_sync(mt_event e);
 /* Milliseconds between two recorded, completed timing events. */
 MT_API mt_status mt_event_elapsed_ms(float *ms, mt_event start, mt_event end);
 
+/* CUDA graphs: mt_graph_capture records what fn(ctx, stream) enqueues on a capture stream (nothing
+ * runs then) and instantiates it; mt_graph_launch replays it on `s`. fn must enqueue only: no
+ * synchronisation, allocation or host reads of device results, and the same pointers every replay.
+ * A capture that fails (fn's error or a forbidden call inside) returns that error and leaves no
+ * work behind. CPU-only builds answer MT_ERR_UNSUPPORTED. */
+typedef struct mt_graph mt_graph;
+typedef mt_status (*mt_graph_fn)(void *ctx, mt_stream s);
+MT_API mt_status mt_graph_capture(mt_graph_fn fn, void *ctx, mt_graph **out);
+MT_API mt_status mt_graph_launch(mt_graph *g, mt_stream s);
+MT_API void mt_graph_destroy(mt_graph *g);
+
 /* A named-region profiler: mt_prof_begin/end pairs (nestable no; one open region at a time) on a
  * stream are timed with events on CUDA and with the wall clock on the CPU (where work is
  * synchronous); mt_prof_collect waits and adds each region's time to its name's total, and
