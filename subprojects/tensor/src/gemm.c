@@ -225,8 +225,7 @@ mt_status mt_linear_bwd(mt_blas *blas, mt_tensor *dx, mt_tensor *dw, mt_tensor *
                 mt_tensor_check(dbias, "dbias", -1) == MT_OK && mt_tensor_numel(dbias) == g.M &&
                 mt_device_eq(dbias->device, dw->device) &&
                 (dbias->dtype == MT_F32 || dbias->dtype == dy->dtype)) {
-                mt_status st =
-                    gemm_dw_bgrad_cuda(blas->lt, &g, dbias->data, dbias->dtype, accumulate, stream);
+                mt_status st = gemm_dw_bgrad_cuda(blas->lt, &g, dbias, accumulate, stream);
                 if (st == MT_OK) return MT_OK;
                 if (st != MT_ERR_UNSUPPORTED) return st;
                 mt_error_clear();
@@ -238,7 +237,7 @@ mt_status mt_linear_bwd(mt_blas *blas, mt_tensor *dx, mt_tensor *dw, mt_tensor *
     if (!dbias) return MT_OK;
     MT_TRY(mt_tensor_check(dy, "dy", 2));
     MT_TRY(mt_tensor_check(dbias, "dbias", -1));
-    int64_t rows = dy->shape[0], N = dy->shape[1];
+    int64_t N = dy->shape[1];
     MT_REQUIRE(mt_tensor_numel(dbias) == N, MT_ERR_INVALID_ARG,
                "dbias has %lld elements, dy %lld columns", (long long)mt_tensor_numel(dbias),
                (long long)N);
@@ -253,11 +252,8 @@ mt_status mt_linear_bwd(mt_blas *blas, mt_tensor *dx, mt_tensor *dw, mt_tensor *
     if (mt_device_is_cuda(dy->device))
         MT_REQUIRE(blas && blas->lt, MT_ERR_INVALID_ARG, "CUDA dbias needs a CUDA mt_blas handle");
 #endif
-    return MT_DISPATCH(
-        dy->device,
-        bias_grad_cpu(dbias->data, dbias->dtype, dy->data, dy->dtype, rows, N, accumulate),
-        bias_grad_cuda(blas->lt, dbias->data, dbias->dtype, dy->data, dy->dtype, rows, N,
-                       accumulate, stream));
+    return MT_DISPATCH(dy->device, colsum_cpu(dbias, dy, accumulate),
+                       bias_grad_cuda(blas->lt, dbias, dy, accumulate, stream));
 }
 
 mt_status mt_linear_bwd_dgelu(mt_blas *blas, mt_tensor *dx, const mt_tensor *pre_gelu,

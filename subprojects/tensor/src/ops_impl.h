@@ -53,18 +53,12 @@ void blas_lt_set_autotune(blas_lt *lt, int on);
 /* The weight-gradient GEMM g (c = dw, a = dy transposed) that also writes dbias (+)= the sum of
  * dy's rows through cuBLASLt's BGRADB epilogue; MT_ERR_UNSUPPORTED (nothing done) when cuBLASLt
  * has no such algorithm for g or the bias does not fit the handle's scratch. */
-mt_status gemm_dw_bgrad_cuda(blas_lt *lt, const gemm_args *g, void *dbias, mt_dtype db_dtype,
-                             int accumulate, mt_stream stream);
-/* dbias(N) = (accumulate ? dbias : 0) + sum over `rows` rows of dy(rows, N) (contiguous). */
-mt_status bias_grad_cpu(void *dbias, mt_dtype db_dtype, const void *dy, mt_dtype dy_dtype,
-                        int64_t rows, int64_t N, int accumulate);
-mt_status bias_grad_cuda(blas_lt *lt, void *dbias, mt_dtype db_dtype, const void *dy,
-                         mt_dtype dy_dtype, int64_t rows, int64_t N, int accumulate,
+mt_status gemm_dw_bgrad_cuda(blas_lt *lt, const gemm_args *g, mt_tensor *dbias, int accumulate,
+                             mt_stream stream);
+/* dbias (+)= the column sums of dy (rows, N): colsum_cuda on the handle's workspace (idle between
+ * GEMMs on the same stream). */
+mt_status bias_grad_cuda(blas_lt *lt, mt_tensor *dbias, const mt_tensor *dy, int accumulate,
                          mt_stream stream);
-/* CUDA launcher of the bias-gradient kernels, with its scratch (float partials) given. */
-mt_status bias_grad_launch(void *dbias, mt_dtype db_dtype, const void *dy, mt_dtype dy_dtype,
-                           int64_t rows, int64_t N, int accumulate, float *scratch,
-                           size_t scratch_bytes, mt_stream stream);
 
 /* norm: rows x C, contiguous. rms = 1: RMSNorm (no mean, no bias). NULL pointers are absent
  * operands. dweight and dbias have dtype w_dtype. */

@@ -38,14 +38,3 @@ mt_status gemm_cpu(const gemm_args *g) {
     }
     return MT_OK;
 }
-
-mt_status bias_grad_cpu(void *dbias, mt_dtype db_dtype, const void *dy, mt_dtype dy_dtype,
-                        int64_t rows, int64_t N, int accumulate) {
-    for (int64_t j = 0; j < N; j++) {
-        double acc = accumulate ? ld_f32(dbias, db_dtype, j) : 0.0;
-        for (int64_t r = 0; r < rows; r++)
-            acc += ld_f32(dy, dy_dtype, r * N + j);
-        st_f32(dbias, db_dtype, j, (float)acc);
-    }
-    return MT_OK;
-}

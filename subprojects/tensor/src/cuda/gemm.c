@@ -366,12 +366,14 @@ mt_status gemm_cuda(blas_lt *lt, const gemm_args *g, mt_stream stream) {
     return MT_OK;
 }
 
-/* Bias gradient on the handle's workspace (idle between GEMMs on the same stream). */
-mt_status bias_grad_cuda(blas_lt *lt, void *dbias, mt_dtype db_dtype, const void *dy,
-                         mt_dtype dy_dtype, int64_t rows, int64_t N, int accumulate,
+mt_status bias_grad_cuda(blas_lt *lt, mt_tensor *dbias, const mt_tensor *dy, int accumulate,
                          mt_stream stream) {
-    return bias_grad_launch(dbias, db_dtype, dy, dy_dtype, rows, N, accumulate, lt->workspace,
-                            lt->workspace_bytes, stream);
+    size_t need;
+    MT_TRY(mt_colsum_workspace(dy, &need));
+    MT_REQUIRE(need <= lt->workspace_bytes, MT_ERR_UNSUPPORTED,
+               "bias gradient: %zu bytes of partial sums exceed the %zu-byte workspace", need,
+               lt->workspace_bytes);
+    return colsum_cuda(dbias, dy, accumulate, lt->workspace, stream);
 }
 
 /* MT_GEMM_BGRADB=1: the bias gradient from cuBLASLt's BGRADB epilogue. Off by default: on Hopper
@@ -381,8 +383,8 @@ static int bgradb(void) {
     return env_switch("MT_GEMM_BGRADB", &v, 0);
 }
 
-mt_status gemm_dw_bgrad_cuda(blas_lt *lt, const gemm_args *g, void *dbias, mt_dtype db_dtype,
-                             int accumulate, mt_stream stream) {
+mt_status gemm_dw_bgrad_cuda(blas_lt *lt, const gemm_args *g, mt_tensor *dbias, int accumulate,
+                             mt_stream stream) {
     if (unfused() || !bgradb())
         return MT_ERROR(MT_ERR_UNSUPPORTED, "MT_GEMM_UNFUSED is set or MT_GEMM_BGRADB is not");
     if (g->M > LT_BIAS_MAX || g->batch != 1 || g->bias || g->gelu || g->dgelu)
@@ -395,10 +397,11 @@ mt_status gemm_dw_bgrad_cuda(blas_lt *lt, const gemm_args *g, void *dbias, mt_dt
         return MT_ERROR(MT_ERR_UNSUPPORTED, "cuBLASLt has no BGRADB algorithm here: %s",
                         mt_last_error());
     MT_TRY(run_plan(lt, p, &gb, stream));
-    /* dbias (+)= scratch: one row through the bias-gradient kernels (the GEMM has released the
-     * workspace they use: same stream) */
-    return bias_grad_launch(dbias, db_dtype, lt->bias_scratch, MT_F32, 1, g->M, accumulate,
-                            lt->workspace, lt->workspace_bytes, stream);
+    /* dbias (+)= scratch: one row's column sums (the GEMM has released the workspace: same
+     * stream) */
+    mt_tensor row =
+        mt_tensor_make(lt->bias_scratch, MT_F32, 2, (int64_t[]){ 1, g->M }, dbias->device);
+    return bias_grad_cuda(lt, dbias, &row, accumulate, stream);
 }
 
 void blas_lt_set_autotune(blas_lt *lt, int on) {
