@@ -142,12 +142,8 @@ static __global__ void __launch_bounds__(NW * 32)
     extern __shared__ __align__(128) unsigned char smem[];
     T *sQ = (T *)smem, *sG = sQ + BR * D, *sK = sG + BR * D, *sV = sK + 2 * BC * D;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int nq = (a.T + BR - 1) / BR, nk_all = (a.T + BC - 1) / BC;
-    // why: tiles are y, heads x, and blocks start x-fastest: every head's longest rows go first
-    const int qt = a.causal ? nq - 1 - (int)blockIdx.y : (int)blockIdx.y;
-    const int b = blockIdx.x / a.H, h = blockIdx.x % a.H, hk = h / a.group;
-    const int q0 = qt * BR, qn = min(BR, a.T - q0);
-    const int nk = a.causal ? min(nk_all, (q0 + qn + BC - 1) / BC) : nk_all;
+    const q_block qb = q_block_of<BR, BC>(a);
+    const int b = qb.b, h = qb.h, hk = qb.hk, q0 = qb.q0, qn = qb.qn, nk = qb.nk;
     const T *kg = k + b * a.st[AK][0] + hk * a.st[AK][2];
     const T *vg = v + b * a.st[AV][0] + hk * a.st[AV][2];
     const int64_t ks = a.st[AK][1], vs = a.st[AV][1];
@@ -381,11 +377,7 @@ static __global__ void __launch_bounds__(NW * 32)
     if (ntile > 0) issue(0, 0);
     const float sl2 = a.scale * ATTN_LOG2E;
     float gk[D / 8][4], gv[D / 8][4];
-#pragma unroll
-    for (int i = 0; i < D / 8; i++)
-#pragma unroll
-        for (int e = 0; e < 4; e++)
-            gk[i][e] = gv[i][e] = 0.0f;
+    bwd_zero_dkdv<D>(gk, gv);
     const int key0 = k0 + warp * 16 + (lane >> 2);
     const int rg = warp % RG, dc = warp / RG;
     const int nkstep = min(BC / 16, (a.T - k0 + 15) / 16);

@@ -172,6 +172,19 @@ __device__ __forceinline__ float warp_max(float x) {
     return x;
 }
 
+/* A query-tile block's place: blockIdx.x is (batch b, head h; kv head hk), blockIdx.y the tile of
+ * BR rows from q0 (qn of them valid), and nk key tiles of BC to visit. */
+struct q_block {
+    int b, h, hk, q0, qn, nk;
+};
+template <int BR, int BC> __device__ __forceinline__ q_block q_block_of(const attn_args &a) {
+    const int nq = (a.T + BR - 1) / BR, nk_all = (a.T + BC - 1) / BC;
+    // why: tiles are y, heads x, and blocks start x-fastest: every head's longest rows go first
+    const int qt = a.causal ? nq - 1 - (int)blockIdx.y : (int)blockIdx.y;
+    const int b = blockIdx.x / a.H, h = blockIdx.x % a.H, q0 = qt * BR, qn = min(BR, a.T - q0);
+    return { b, h, h / a.group, q0, qn, a.causal ? min(nk_all, (q0 + qn + BC - 1) / BC) : nk_all };
+}
+
 /* One key tile of the forward's online softmax (exp2 domain) for a warp's query rows row0 and
  * row0+8 in the mma accumulator order (mma.sync and wgmma alike): scales and masks the scores s of
  * keys k0.., updates the running max m and sum l, rescales o; s becomes P. */
@@ -338,6 +351,16 @@ __device__ __forceinline__ void bwd_store_frag(T *dst, int sr, int sc, const uin
     *(uint32_t *)(dst + at(sr + 8, sc)) = f[1];
     *(uint32_t *)(dst + at(sr, sc + 8)) = f[2];
     *(uint32_t *)(dst + at(sr + 8, sc + 8)) = f[3];
+}
+
+/* The dK and dV accumulators of a key tile, zeroed. */
+template <int D>
+__device__ __forceinline__ void bwd_zero_dkdv(float (&gk)[D / 8][4], float (&gv)[D / 8][4]) {
+#pragma unroll
+    for (int i = 0; i < D / 8; i++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            gk[i][e] = gv[i][e] = 0.0f;
 }
 
 /* A warp's dK (times the softmax scale) and dV rows key0 (+8) from the accumulators. */

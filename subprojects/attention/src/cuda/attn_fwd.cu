@@ -63,12 +63,8 @@ static __global__ void __launch_bounds__(NW * 32)
     extern __shared__ __align__(128) unsigned char smem[];
     T *sQ = (T *)smem, *sK = sQ + BR * D, *sV = sK + 2 * BC * D;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int nq = (a.T + BR - 1) / BR, nk_all = (a.T + BC - 1) / BC;
-    // why: tiles are y, heads x, and blocks start x-fastest: every head's longest rows go first
-    const int qt = a.causal ? nq - 1 - (int)blockIdx.y : (int)blockIdx.y;
-    const int b = blockIdx.x / a.H, h = blockIdx.x % a.H, hk = h / a.group;
-    const int q0 = qt * BR, qn = min(BR, a.T - q0);
-    const int nk = a.causal ? min(nk_all, (q0 + qn + BC - 1) / BC) : nk_all;
+    const q_block qb = q_block_of<BR, BC>(a);
+    const int b = qb.b, h = qb.h, hk = qb.hk, q0 = qb.q0, qn = qb.qn, nk = qb.nk;
     const T *qg = q + b * a.st[AQ][0] + h * a.st[AQ][2] + (int64_t)q0 * a.st[AQ][1];
     const T *kg = k + b * a.st[AK][0] + hk * a.st[AK][2];
     const T *vg = v + b * a.st[AV][0] + hk * a.st[AV][2];

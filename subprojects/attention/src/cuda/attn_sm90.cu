@@ -312,11 +312,7 @@ static __global__ void __launch_bounds__(NWG * 128, 3 - NWG)
     if (ntile > 0) issue(0, 0);
     const float sl2 = a.scale * ATTN_LOG2E;
     float gk[D / 8][4], gv[D / 8][4];
-#pragma unroll
-    for (int i = 0; i < D / 8; i++)
-#pragma unroll
-        for (int e = 0; e < 4; e++)
-            gk[i][e] = gv[i][e] = 0.0f;
+    bwd_zero_dkdv<D>(gk, gv);
     const int kw = k0 + wg * 64, key0 = kw + wl * 16 + (lane >> 2); /* this warpgroup's keys */
     uint32_t pa[BR / 16][4];
     /* dQ of tile n, staged in sDQ[n & 1] (fenced, and the block past a barrier), added to its
