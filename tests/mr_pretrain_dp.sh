@@ -23,6 +23,16 @@ for v in dp2 zero; do
     || { echo "FAIL: $v with --overlap-grad-reduce differs"; paste <(losses "$d/$v-nov.json" 1 12) <(losses "$d/$v-ov.json" 1 12); exit 1; }
   echo "ok $v overlap: 12 losses identical to the reduction after the backward"
 done
+# --overlap-param-gather: each bucket's all-gather of the updated params waits for the forward to
+# reach its level (on the host the gather runs there); a bucket gathered after the forward read
+# it would change the losses. Evaluation and --log-params-norm read the params between steps.
+"$MPIEXEC" -n 2 "$MT_PRETRAIN" "${tiny_args[@]}" --use-distributed-optimizer --overlap-grad-reduce \
+  --overlap-param-gather --ddp-bucket-size 3000 --eval-interval 4 --eval-iters 1 --log-params-norm \
+  --golden-values-out "$d/zpg.json" > "$d/zpg.log" 2>&1 || { cat "$d/zpg.log"; exit 1; }
+[ "$(losses "$d/zpg.json" 1 12)" = "$(losses "$d/zero-nov.json" 1 12)" ] \
+  || { echo "FAIL: --overlap-param-gather differs"; paste <(losses "$d/zero-nov.json" 1 12) <(losses "$d/zpg.json" 1 12); exit 1; }
+grep -q "params norm" "$d/zpg.log" || { echo "FAIL: no params norm"; cat "$d/zpg.log"; exit 1; }
+echo "ok zero overlap-param-gather: 12 losses identical"
 grep -q "2 rank(s)" "$d/dp2.log" || { echo "FAIL: not 2 ranks"; cat "$d/dp2.log"; exit 1; }
 # Resume with the distributed optimizer: 2 ranks to iteration 6, then 2 ranks resume (bitwise the
 # uninterrupted run) and 1 rank resumes (optimizer shards resharded from DP=2 to DP=1).

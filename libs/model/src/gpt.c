@@ -114,6 +114,11 @@ static mt_status layer_fwd(mt_model *m, int l, const mt_tensor *x, const mt_tens
     return MT_OK;
 }
 
+/* Tells the param-wait callback (mt_model_set_param_wait) that a level's params are next. */
+static mt_status params_needed(mt_model *m, int level, mt_stream s) {
+    return m->wait_fn ? m->wait_fn(m->wait_ctx, level, s) : MT_OK;
+}
+
 static mt_status forward(mt_model *m, const mt_tensor *tokens, mt_stream s) {
     const mt_model_config *c = &m->cfg;
     acts *a = &m->a;
@@ -122,11 +127,15 @@ static mt_status forward(mt_model *m, const mt_tensor *tokens, mt_stream s) {
     mt_tensor emb3;
     MT_TRY(
         mt_tensor_reshape(&a->emb, 3, (int64_t[]){ m->B, c->seq_length, c->hidden_size }, &emb3));
+    MT_TRY(params_needed(m, -1, s));
     OP("fwd.embedding", mt_embedding_fwd(&emb3, tokens, W(m->wte), W(m->wpe), s));
     /* recomputed layers write into shared scratch sets: only their resid_in survives */
-    for (int l = 0; l < c->num_layers; l++)
+    for (int l = 0; l < c->num_layers; l++) {
+        MT_TRY(params_needed(m, l, s));
         MT_TRY(layer_fwd(m, l, l == 0 ? &a->emb : &a->tmp_c,
                          l == 0 ? NULL : &a->layer[l - 1].resid_mid, &a->layer[l].resid_in, 0, s));
+    }
+    MT_TRY(params_needed(m, c->num_layers, s));
     OP("fwd.norm", norm_fwd(m, &a->lnf, &a->resid_final, &a->lnf_mean, &a->lnf_rstd, &a->tmp_c,
                             &a->layer[c->num_layers - 1].resid_mid, m->lnf_w, m->lnf_b, s));
     OP("fwd.gemm.lmhead",
@@ -297,7 +306,7 @@ static mt_status fwd_bwd_graph(mt_model *m, const mt_tensor *tokens, const mt_te
 mt_status mt_model_forward_backward(mt_model *m, const mt_tensor *tokens, const mt_tensor *targets,
                                     float loss_scale, mt_stream s) {
     MT_REQUIRE(m && tokens && targets, MT_ERR_INVALID_ARG, "NULL model, tokens or targets");
-    if (m->graphs && !m->prof && !m->ready_fn && mt_device_is_cuda(m->dev))
+    if (m->graphs && !m->prof && !m->ready_fn && !m->wait_fn && mt_device_is_cuda(m->dev))
         return fwd_bwd_graph(m, tokens, targets, loss_scale, s);
     return fwd_bwd(m, tokens, targets, loss_scale, s);
 }

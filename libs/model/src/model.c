@@ -512,6 +512,12 @@ void mt_model_set_grad_ready(mt_model *m, mt_model_grad_ready_fn fn, void *ctx) 
     m->ready_ctx = ctx;
 }
 
+void mt_model_set_param_wait(mt_model *m, mt_model_param_wait_fn fn, void *ctx) {
+    if (!m) return;
+    m->wait_fn = fn;
+    m->wait_ctx = ctx;
+}
+
 mt_status mt_model_param_ready_level(const mt_model_config *cfg, const char *name, int *level) {
     MT_REQUIRE(cfg && name && level, MT_ERR_INVALID_ARG, "NULL config, name or level");
     int l, n = 0;

@@ -70,6 +70,8 @@ struct mt_model {
     mt_prof *prof;    /* not owned; NULL: no timing */
     mt_model_grad_ready_fn ready_fn;
     void *ready_ctx;
+    mt_model_param_wait_fn wait_fn; /* mt_model_set_param_wait */
+    void *wait_ctx;
     int graphs;          /* mt_model_set_cuda_graphs */
     int graph_seen;      /* a call with graph_key ran eagerly */
     graph_key graph_key; /* what the graph (or the eager call before it) was made for */

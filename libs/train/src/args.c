@@ -148,6 +148,8 @@ static const flag flags[] = {
     { "--use-distributed-optimizer", F_TRUE, O(use_distributed_optimizer), "ZeRO-1 over DP" },
     { "--overlap-grad-reduce", F_TRUE, O(overlap_grad_reduce),
       "reduce gradient buckets during the backward" },
+    { "--overlap-param-gather", F_TRUE, O(overlap_param_gather),
+      "all-gather the updated param buckets during the next forward" },
     { "--ddp-bucket-size", F_I64, O(ddp_bucket_size), "elements per gradient bucket" },
     { "--distributed-timeout-minutes", F_DBL, O(distributed_timeout_minutes), "10" },
     { "--deterministic-mode", F_TRUE, O(deterministic_mode), "bitwise-reproducible kernels" },
@@ -470,6 +472,12 @@ static mt_status validate(mt_train_args *a) {
                         "tensor, pipeline and context parallelism are not "
                         "supported yet: --tensor-model-parallel-size, "
                         "--pipeline-model-parallel-size and --context-parallel-size must be 1");
+    if (a->overlap_param_gather) { /* megatron/training/arguments.py */
+        if (!a->use_distributed_optimizer)
+            return BAD("--overlap-param-gather only supported with distributed optimizer");
+        if (!a->overlap_grad_reduce)
+            return BAD("Must use --overlap-param-gather with --overlap-grad-reduce");
+    }
     MT_TRY(validate_recompute(a));
     if (strcmp(a->normalization, "LayerNorm") != 0 && strcmp(a->normalization, "RMSNorm") != 0)
         return BAD("argument --normalization: invalid choice: '%s' (choose from 'LayerNorm', "

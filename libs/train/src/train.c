@@ -50,6 +50,11 @@ typedef struct run {
     int overlap, reducing, n_buckets, *bucket_level, *launched;
     mt_stream comm_stream; /* CUDA: reductions run here beside the backward */
     mt_event *bucket_ev, done_ev;
+    /* --overlap-param-gather: after a step, each bucket's all-gather (order: ascending level) is
+     * pending until the forward reaches its level (CUDA: on the comm stream, gather_ev[k] marks
+     * its end; host: the gather itself runs there) */
+    int pgather, *order, *pending;
+    mt_event *gather_ev, step_ev;
     mt_prof *prof; /* MT_PROFILE=1: per-operation times at the end */
     /* --log-params-norm: the reduction's output and workspace */
     mt_arena *pn_arena;
@@ -60,6 +65,8 @@ typedef struct run {
 
 static mt_status setup_overlap(run *r);
 static mt_status grad_ready(void *ctx, int level, mt_stream s);
+static mt_status param_wait(void *ctx, int level, mt_stream s);
+static mt_status params_final(run *r);
 
 /* ---- small helpers ---- */
 
@@ -275,6 +282,8 @@ static mt_status setup_model(run *r) {
     oc.clip_grad = (float)a->clip_grad;
     oc.log_num_zeros_in_grad = a->log_num_zeros_in_grad;
     oc.use_distributed_optimizer = a->use_distributed_optimizer;
+    r->pgather = a->overlap_param_gather && a->use_distributed_optimizer && r->nranks > 1;
+    oc.overlap_param_gather = r->pgather;
     oc.dp = r->nranks > 1 ? r->world : NULL;
     MT_TRY(mt_optim_state_bytes(&oc, r->buf, &bytes));
     MT_TRY(mt_arena_create(r->dev, bytes, &r->opt_arena));
@@ -292,6 +301,7 @@ static mt_status setup_model(run *r) {
     }
     MT_TRY(setup_overlap(r));
     if (r->overlap) mt_model_set_grad_ready(r->model, grad_ready, r);
+    if (r->pgather) mt_model_set_param_wait(r->model, param_wait, r);
     const char *prof = getenv("MT_PROFILE");
     if ((prof && *prof && strcmp(prof, "0") != 0) || a->timing_log_level > 0)
         MT_TRY(mt_prof_create(&r->prof, mt_device_is_cuda(r->dev), 4096));
@@ -518,6 +528,7 @@ static mt_status state_pieces(run *r, state_piece **out, int *n) {
 
 static mt_status save_checkpoint(run *r) {
     const mt_train_args *a = r->a;
+    MT_TRY(params_final(r));
     if (!r->writer) {
         mt_ckpt_writer_config wc = MT_CKPT_WRITER_CONFIG_INIT;
         wc.dir = a->save;
@@ -741,6 +752,23 @@ static mt_status setup_overlap(run *r) {
             MT_TRY(mt_event_create(&r->bucket_ev[k], 0));
         MT_TRY(mt_event_create(&r->done_ev, 0));
     }
+    if (!r->pgather) return MT_OK;
+    r->order = malloc((size_t)nb * sizeof(int));
+    r->pending = calloc((size_t)nb, sizeof(int));
+    MT_REQUIRE(r->order && r->pending, MT_ERR_OOM, "bucket table");
+    for (int k = 0; k < nb; k++) { /* insertion sort by level: the forward's order */
+        int j = k;
+        for (; j > 0 && r->bucket_level[r->order[j - 1]] > r->bucket_level[k]; j--)
+            r->order[j] = r->order[j - 1];
+        r->order[j] = k;
+    }
+    if (mt_device_is_cuda(r->dev)) {
+        r->gather_ev = calloc((size_t)nb, sizeof(mt_event));
+        MT_REQUIRE(r->gather_ev, MT_ERR_OOM, "gather events");
+        for (int k = 0; k < nb; k++)
+            MT_TRY(mt_event_create(&r->gather_ev[k], 0));
+        MT_TRY(mt_event_create(&r->step_ev, 0));
+    }
     return MT_OK;
 }
 
@@ -774,9 +802,50 @@ static mt_status finish_overlap(run *r) {
     return mt_stream_wait_event(NULL, r->done_ev);
 }
 
+/* --overlap-param-gather, after a step that updated the params: every bucket's all-gather, in the
+ * forward's order, on the comm stream after the step (CUDA); on the host they wait for the
+ * forward to reach their level. */
+static mt_status launch_param_gather(run *r) {
+    if (r->comm_stream) {
+        MT_TRY(mt_event_record(r->step_ev, NULL));
+        MT_TRY(mt_stream_wait_event(r->comm_stream, r->step_ev));
+    }
+    for (int i = 0; i < r->n_buckets; i++) {
+        int k = r->order[i];
+        r->pending[k] = 1;
+        if (!r->comm_stream) continue;
+        MT_TRY(mt_optim_gather_bucket(r->opt, k, r->comm_stream));
+        MT_TRY(mt_event_record(r->gather_ev[k], r->comm_stream));
+    }
+    return MT_OK;
+}
+
+/* The forward is about to read `level`'s params (mt_model_param_wait_fn): stream s waits for
+ * the all-gathers of the buckets up to that level (host: runs them). INT32_MAX: all of them,
+ * before anything else reads the params (checkpoint, params norm, the next step). */
+static mt_status param_wait(void *ctx, int level, mt_stream s) {
+    run *r = ctx;
+    for (int i = 0; i < r->n_buckets; i++) {
+        int k = r->order[i];
+        if (r->bucket_level[k] > level) break;
+        if (!r->pending[k]) continue;
+        r->pending[k] = 0;
+        if (r->comm_stream)
+            MT_TRY(mt_stream_wait_event(s, r->gather_ev[k]));
+        else
+            MT_TRY(mt_optim_gather_bucket(r->opt, k, s));
+    }
+    return MT_OK;
+}
+
+static mt_status params_final(run *r) {
+    return r->pgather ? param_wait(r, INT32_MAX, NULL) : MT_OK;
+}
+
 /* The L2 norm of every parameter (Megatron's params norm), from the parameter buffer (padding is
  * zero; a tied weight counts once). Blocking. */
 static mt_status params_norm(run *r, double *norm) {
+    MT_TRY(params_final(r));
     mt_tensor p;
     MT_TRY(mt_optim_buffer_params(r->buf, &p));
     if (!r->pn_arena) {
@@ -869,7 +938,9 @@ static mt_status train(run *r) {
         MT_TRY(mt_prof_begin(pr, "optimizer_step", NULL));
         /* unscales, skips on Inf/NaN (found across the data-parallel ranks: the grads are reduced),
          * updates the scaler */
+        MT_TRY(params_final(r)); /* the update writes this rank's shards */
         MT_TRY(mt_optim_step(r->opt, lr, wd, r->scale_p, &info, NULL));
+        if (r->pgather && !info.skipped) MT_TRY(launch_param_gather(r));
         MT_TRY(mt_prof_end(pr, NULL));
         if (!info.skipped)
             r->sched_steps += r->gbs; /* train_step: the scheduler steps on success */
@@ -959,6 +1030,7 @@ static mt_status train(run *r) {
             break;
         }
     }
+    MT_TRY(params_final(r));
     if (a->save && (!a->save_interval || r->iteration % a->save_interval != 0))
         MT_TRY(save_checkpoint(r));
     if (r->writer) MT_TRY(mt_ckpt_wait(r->writer));
@@ -1010,6 +1082,12 @@ static void teardown(run *r) {
     for (int k = 0; r->bucket_ev && k < r->n_buckets; k++)
         mt_event_destroy(r->bucket_ev[k]);
     mt_event_destroy(r->done_ev);
+    for (int k = 0; r->gather_ev && k < r->n_buckets; k++)
+        mt_event_destroy(r->gather_ev[k]);
+    mt_event_destroy(r->step_ev);
+    free(r->gather_ev);
+    free(r->order);
+    free(r->pending);
     mt_stream_destroy(r->comm_stream);
     free(r->bucket_ev);
     free(r->bucket_level);

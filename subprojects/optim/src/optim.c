@@ -190,6 +190,19 @@ mt_status mt_optim_reduce_bucket(mt_optim *o, int k, mt_stream stream) {
     return mt_comm_reduce_scatter(o->cfg.dp, &shard, &bk.grads, MT_REDOP_AVG, stream);
 }
 
+mt_status mt_optim_gather_bucket(mt_optim *o, int k, mt_stream stream) {
+    MT_REQUIRE(o, MT_ERR_INVALID_ARG, "optimizer is NULL");
+    MT_REQUIRE(k >= 0 && k < o->b->n_buckets, MT_ERR_INVALID_ARG, "bucket %d of %d", k,
+               o->b->n_buckets);
+    if (!o->sharded) return MT_OK;
+    mt_optim_bucket bk;
+    MT_TRY(mt_optim_buffer_bucket(o->b, k, &bk));
+    int64_t sn = bk.numel / o->dp_size;
+    mt_tensor shard;
+    MT_TRY(mt_tensor_slice(&bk.params, 0, (int64_t)o->dp_rank * sn, sn, &shard));
+    return mt_comm_allgather(o->cfg.dp, &bk.params, &shard, stream);
+}
+
 mt_status mt_optim_reduce_grads(mt_optim *o, mt_stream stream) {
     MT_REQUIRE(o, MT_ERR_INVALID_ARG, "optimizer is NULL");
     for (int k = 0; k < o->b->n_buckets; k++)
@@ -306,16 +319,9 @@ mt_status mt_optim_step(mt_optim *o, double lr, double wd, mt_optim_scaler *scal
         a.exp_avg_sq = o->exp_avg_sq ? o->exp_avg_sq + r->local : NULL;
         MT_TRY(MT_DISPATCH(b->cfg.device, optim_step_cpu(&a), optim_step_cuda(&a, stream)));
     }
-    if (o->sharded) { /* every rank gets the updated params of every shard */
-        for (int k = 0; k < b->n_buckets; k++) {
-            mt_optim_bucket bk;
-            MT_TRY(mt_optim_buffer_bucket(b, k, &bk));
-            int64_t sn = bk.numel / o->dp_size;
-            mt_tensor shard;
-            MT_TRY(mt_tensor_slice(&bk.params, 0, (int64_t)o->dp_rank * sn, sn, &shard));
-            MT_TRY(mt_comm_allgather(o->cfg.dp, &bk.params, &shard, stream));
-        }
-    }
+    if (o->sharded && !o->cfg.overlap_param_gather) /* every rank gets every shard's update */
+        for (int k = 0; k < b->n_buckets; k++)
+            MT_TRY(mt_optim_gather_bucket(o, k, stream));
     inf.num_skipped = o->skipped;
     if (info) *info = inf;
     return MT_OK;

@@ -23,6 +23,7 @@ typedef struct {
     mt_arena *ar;
 } zr_rig;
 
+/* distributed: 0 all-reduce, 1 ZeRO-1, 2 ZeRO-1 with the params' all-gather left to the caller */
 static zr_rig zr_make(mt_device dev, mt_dtype dt, int dp_size, mt_comm *dp, int distributed) {
     zr_rig r;
     mt_optim_buffer_config bc = MT_OPTIM_BUFFER_CONFIG_INIT;
@@ -39,7 +40,8 @@ static zr_rig zr_make(mt_device dev, mt_dtype dt, int dp_size, mt_comm *dp, int 
     mt_optim_config oc = MT_OPTIM_CONFIG_INIT;
     oc.clip_grad = 1.0f;
     oc.log_num_zeros_in_grad = 1;
-    oc.use_distributed_optimizer = distributed;
+    oc.use_distributed_optimizer = distributed > 0;
+    oc.overlap_param_gather = distributed == 2;
     oc.dp = dp;
     MT_CHECK(mt_optim_state_bytes(&oc, r.b, &sbytes));
     MT_CHECK(mt_arena_create(dev, bytes + sbytes, &r.ar));
@@ -112,7 +114,7 @@ static float *zr_params(zr_rig *r) {
 static void zr_run(mt_comm *w, mt_device dev, mt_dtype dt) {
     int rank = mt_comm_rank(w), n = mt_comm_size(w);
     zr_rig a = zr_make(dev, dt, n, w, 0), b = zr_make(dev, dt, n, w, 1);
-    zr_rig c = zr_make(dev, dt, n, NULL, 0);
+    zr_rig c = zr_make(dev, dt, n, NULL, 0), d = zr_make(dev, dt, n, w, 2);
     int64_t numel = mt_optim_buffer_numel(a.b);
     mt_tensor ea;
     MT_CHECK(mt_optim_state(b.o, NULL, &ea, NULL));
@@ -125,14 +127,29 @@ static void zr_run(mt_comm *w, mt_device dev, mt_dtype dt) {
         int64_t nan_at = poison && rank == 0 ? numel / 2 + 3 : -1;
         zr_set_grads(&a, rank, n, t, nan_at);
         zr_set_grads(&b, rank, n, t, nan_at);
+        zr_set_grads(&d, rank, n, t, nan_at);
         zr_set_grads(&c, -1, n, t, poison ? numel / 2 + 3 : -1);
         MT_CHECK(mt_optim_reduce_grads(a.o, NULL));
         MT_CHECK(mt_optim_reduce_grads(b.o, NULL));
-        mt_optim_step_info ia, ib, ic;
+        MT_CHECK(mt_optim_reduce_grads(d.o, NULL));
+        mt_optim_step_info ia, ib, ic, id;
         double lr = 1e-2 * (t + 1);
         MT_CHECK(mt_optim_step(a.o, lr, 0.1, NULL, &ia, NULL));
         MT_CHECK(mt_optim_step(b.o, lr, 0.1, NULL, &ib, NULL));
         MT_CHECK(mt_optim_step(c.o, lr, 0.1, NULL, &ic, NULL));
+        MT_CHECK(mt_optim_step(d.o, lr, 0.1, NULL, &id, NULL));
+        MT_EXPECT(id.skipped == poison, "deferred gather: step %d skipped %d", t, id.skipped);
+        if (!poison) { /* the other shards stay stale until the caller gathers (any order) */
+            float *pd = zr_params(&d), *pc = zr_params(&c);
+            int64_t stale = 0;
+            for (int64_t j = 0; j < numel; j++)
+                stale += pd[j] != pc[j];
+            MT_EXPECT(stale > 0, "%s step %d rank %d: params updated before the gather",
+                      mt_dtype_name(dt), t, rank);
+            free(pd), free(pc);
+            for (int k = mt_optim_buffer_num_buckets(d.b) - 1; k >= 0; k--)
+                MT_CHECK(mt_optim_gather_bucket(d.o, k, NULL));
+        }
         MT_EXPECT(ia.skipped == poison && ib.skipped == poison && ic.skipped == poison,
                   "%s step %d rank %d: skipped %d %d %d", mt_dtype_name(dt), t, rank, ia.skipped,
                   ib.skipped, ic.skipped);
@@ -148,9 +165,14 @@ static void zr_run(mt_comm *w, mt_device dev, mt_dtype dt) {
         mt_test_close_f32(what, pa, pc, (size_t)numel, 0.0, 0.0);
         snprintf(what, sizeof what, "%s ZeRO-1 step %d rank %d", mt_dtype_name(dt), t, rank);
         mt_test_close_f32(what, pb, pc, (size_t)numel, 0.0, 0.0);
-        free(pa), free(pb), free(pc);
+        float *pd = zr_params(&d);
+        snprintf(what, sizeof what, "%s ZeRO-1 gathered by the caller step %d rank %d",
+                 mt_dtype_name(dt), t, rank);
+        mt_test_close_f32(what, pd, pc, (size_t)numel, 0.0, 0.0);
+        free(pa), free(pb), free(pc), free(pd);
     }
     zr_destroy(&a);
     zr_destroy(&b);
     zr_destroy(&c);
+    zr_destroy(&d);
 }

@@ -150,8 +150,8 @@ MT_API void mt_model_set_profiler(mt_model *m, mt_prof *p);
 /* CUDA graphs for mt_model_forward_backward (1: on; default off): the second call with the same
  * tokens and targets buffers, loss scale and stream records the step into a graph and later ones
  * replay it, without the per-kernel launch gaps; the first call runs eagerly (cuBLASLt's
- * algorithm choice and other first-use work happen there). Not used while a profiler or a
- * grad-ready callback is set; a failed capture logs a warning and the model runs without. */
+ * algorithm choice and other first-use work happen there). Not used while a profiler, a
+ * grad-ready or a param-wait callback is set; a failed capture logs a warning and the model runs without. */
 MT_API void mt_model_set_cuda_graphs(mt_model *m, int on);
 
 /* Called by the backward, on its stream, as gradients become final: `level` is num_layers after
@@ -160,8 +160,16 @@ MT_API void mt_model_set_cuda_graphs(mt_model *m, int on);
  * A non-OK return stops the backward with that status. */
 typedef mt_status (*mt_model_grad_ready_fn)(void *ctx, int level, mt_stream stream);
 MT_API void mt_model_set_grad_ready(mt_model *m, mt_model_grad_ready_fn fn, void *ctx);
-/* The level after which parameter `name`'s gradient is final (see mt_model_grad_ready_fn), or
- * MT_ERR_INVALID_ARG for a name the model does not have. */
+/* Called by the forward, on its stream, before it reads a level's parameters (the levels of
+ * mt_model_grad_ready_fn: -1 before the embedding, l before decoder layer l, num_layers before
+ * the final norm and output layer). A trainer that all-gathers the parameters beside the forward
+ * (--overlap-param-gather) makes the stream wait for the buckets of that level here. A non-OK
+ * return stops the forward with that status. */
+typedef mt_status (*mt_model_param_wait_fn)(void *ctx, int level, mt_stream stream);
+MT_API void mt_model_set_param_wait(mt_model *m, mt_model_param_wait_fn fn, void *ctx);
+/* The level after which parameter `name`'s gradient is final (see mt_model_grad_ready_fn), which
+ * is also the first level of the forward that reads it, or MT_ERR_INVALID_ARG for a name the
+ * model does not have. */
 MT_API mt_status mt_model_param_ready_level(const mt_model_config *cfg, const char *name,
                                             int *level);
 

@@ -141,11 +141,14 @@ typedef struct mt_optim_config {
     struct mt_comm *dp; /* data-parallel group: grads averaged over it; NULL: one rank */
     struct mt_comm *mp; /* model-parallel group the grad norm, zero count and Inf/NaN are reduced
                            over; NULL: this rank alone */
+    int overlap_param_gather; /* with use_distributed_optimizer: mt_optim_step leaves the params'
+                                 all-gather to the caller (mt_optim_gather_bucket per bucket), to
+                                 overlap it with the next forward (--overlap-param-gather) */
 } mt_optim_config;
 #define MT_OPTIM_CONFIG_INIT                                                                     \
     {                                                                                            \
         sizeof(mt_optim_config), MT_OPTIM_ADAMW, 0.9f, 0.999f, 1e-8f, 0.9f, 1.0f, 0, 1, 0, NULL, \
-            NULL                                                                                 \
+            NULL, 0                                                                              \
     }
 
 typedef struct mt_optim mt_optim;
@@ -183,11 +186,17 @@ MT_API mt_status mt_optim_reduce_grads(mt_optim *o, mt_stream stream);
  * the grads by the scaler's scale (scaler NULL: 1), checks for Inf/NaN (then skips, updates the
  * scaler and counts), computes the global grad norm (and zeros), clips to clip_grad, updates the
  * fp32 master weights and state and writes the params back in their dtype; with
- * use_distributed_optimizer each rank updates its shard and the params are all-gathered. The grads
+ * use_distributed_optimizer each rank updates its shard and the params are all-gathered (unless
+ * overlap_param_gather: see mt_optim_gather_bucket). The grads
  * are read, not modified. Blocking when the statistics are computed (the norm decides the clip
  * factor on the host), else enqueued on `stream`. */
 MT_API mt_status mt_optim_step(mt_optim *o, double lr, double wd, mt_optim_scaler *scaler,
                                mt_optim_step_info *info, mt_stream stream);
+/* With use_distributed_optimizer: all-gathers bucket k's params from every rank's updated shard
+ * (mt_optim_step does it for every bucket unless overlap_param_gather is set; then call it for
+ * every bucket after a step that was not skipped, before anything reads the bucket's params).
+ * Device: enqueued on `stream`; host: blocking. No-op when not sharded. */
+MT_API mt_status mt_optim_gather_bucket(mt_optim *o, int k, mt_stream stream);
 /* Steps taken so far (not counting skipped ones): AdamW's bias-correction step. */
 MT_API int64_t mt_optim_num_steps(const mt_optim *o);
 /* Sets the step count (restoring a checkpoint together with the state from mt_optim_state). */
