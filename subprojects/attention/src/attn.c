@@ -2,6 +2,7 @@
 #include "attn_impl.h"
 
 #include <math.h>
+#include <stdlib.h>
 
 /* A (B,T,heads,D) view with D innermost; heads == 0 takes it from t. */
 static mt_status check_bthd(const mt_tensor *t, const char *what, const mt_tensor *like,
@@ -42,6 +43,9 @@ static mt_status resolve(attn_shape *s, const mt_tensor *q, const mt_tensor *k,
     s->scale = cfg->scale != 0.0f ? cfg->scale : (float)(1.0 / sqrt((double)s->D));
     s->causal = cfg->causal != 0;
     s->deterministic = cfg->deterministic != 0;
+    s->ds_split = cfg->ds_split != 0;
+    const char *split = getenv("MT_ATTN_DS_SPLIT"); /* 0/1 overrides cfg, for comparisons */
+    if (split && *split) s->ds_split = atoi(split) != 0;
     s->esize = (int)mt_dtype_size(q->dtype);
     return MT_OK;
 }

@@ -12,7 +12,7 @@ extern "C" {
 typedef struct attn_shape {
     int64_t B, T, H, Hkv, D;
     float scale; /* resolved: never 0 */
-    int causal, deterministic;
+    int causal, deterministic, ds_split;
     int esize; /* bytes per element of q */
 } attn_shape;
 

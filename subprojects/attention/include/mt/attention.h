@@ -26,10 +26,14 @@ typedef struct mt_attn_config {
     float scale;       /* softmax scale; 0 means 1/sqrt(D) */
     int causal;        /* 1: key j attends only to queries i >= j */
     int deterministic; /* 1: the backward must be bitwise repeatable (0: CUDA dQ may use atomics) */
+    int ds_split;      /* bf16 backward on sm_90a: 1 carries dS into the dK and dQ GEMMs as a bf16
+                          pair hi + lo (fp16's precision, 1.4x the MMA work); 0 (default) rounds it
+                          to bf16 once, as flash-attention and cuDNN do. The other CUDA paths
+                          (deterministic, sm_80) always split. */
 } mt_attn_config;
 
 #define MT_ATTN_CONFIG_INIT \
-    { sizeof(mt_attn_config), 0.0f, 0, 0 }
+    { sizeof(mt_attn_config), 0.0f, 0, 0, 0 }
 
 /* out = softmax(scale * q k^T [+ causal mask]) v per (batch, head), and lse per row (kept for
  * the backward). Enqueued on `stream` for CUDA tensors; blocking on the CPU. out must not alias

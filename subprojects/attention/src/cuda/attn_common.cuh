@@ -25,7 +25,7 @@ enum {
     A_NT
 };
 struct attn_args {
-    int B, T, H, Hkv, D, group, causal;
+    int B, T, H, Hkv, D, group, causal, ds_split;
     float scale;
     int64_t st[A_NT][3];
 };
@@ -34,6 +34,7 @@ static inline attn_args attn_make_args(const attn_shape *s, const mt_tensor *con
     attn_args a;
     a.B = (int)s->B, a.T = (int)s->T, a.H = (int)s->H, a.Hkv = (int)s->Hkv, a.D = (int)s->D;
     a.group = (int)(s->H / s->Hkv), a.causal = s->causal, a.scale = s->scale;
+    a.ds_split = s->ds_split;
     for (int i = 0; i < A_NT; i++)
         for (int j = 0; j < 3; j++)
             a.st[i][j] = t[i] ? t[i]->stride[j] : 0;

@@ -20,7 +20,8 @@
  * D 64: one warpgroup per block and two blocks per SM (one block's softmax and atomics overlap
  * the other's GEMMs). D 128: two warpgroups per block that split dQ's columns over all 128 keys
  * (one warpgroup per block needs 64 more registers and spills; measured slower on an H200).
- * bf16 adds dS's rounding residual as a second term, as attn_bwd.cu does. Shared tiles are
+ * bf16 with ds_split adds dS's rounding residual as a second term, as attn_bwd.cu does; without,
+ * dS is rounded to bf16 once (flash-attention's and cuDNN's numerics). Shared tiles are
  * 64-column panels of 128-byte rows in wgmma's 128-byte swizzle. */
 #if defined(MT_ATTN_SM90A) /* a 90a build: CUDA 12 or newer */
 #include <cuda.h>          /* CUtensorMap (the type only: the encoder comes through the runtime) */
@@ -275,14 +276,15 @@ mt_status attn_fwd_sm90(const attn_args &a, T *out, float *lse, const T *q, cons
     return MT_OK;
 }
 
-template <typename T, int D, int NWG>
+template <typename T, int D, int NWG, int TWO>
 static __global__ void __launch_bounds__(NWG * 128, 3 - NWG)
     attn_bwd_sm90_kernel(attn_args a, T *dk, T *dv, float *dqa,
                          const __grid_constant__ CUtensorMap tq, const T *k, const T *v,
                          const __grid_constant__ CUtensorMap tg, const float *lse,
                          const float *Dv) {
 #if ATTN_SM90_BODY
-    constexpr int BC = 64 * NWG, BR = 64, NT = 128 * NWG, TWO = attn_t<T>::two_term ? 2 : 1;
+    constexpr int BC = 64 * NWG, BR = 64, NT = 128 * NWG;
+    static_assert(TWO == 1 || attn_t<T>::two_term, "dS as hi + lo: bf16 only");
     static_assert(NWG == 1 || D == 128, "two warpgroups split dQ's 128 columns");
     extern __shared__ __align__(1024) unsigned char smem[];
     T *sK = (T *)smem, *sV = sK + BC * D, *sQ = sV + BC * D, *sG = sQ + 2 * BR * D;
@@ -429,22 +431,33 @@ static __global__ void __launch_bounds__(NWG * 128, 3 - NWG)
 #endif
 }
 
+/* TWO: dS as bf16 hi + lo (2) or rounded once (1). */
+template <typename T, int D, int TWO>
+static mt_status bwd_sm90_launch(const attn_args &a, T *dk, T *dv, float *dqa, const T *k,
+                                 const T *v, const CUtensorMap &tq, const CUtensorMap &tg,
+                                 const float *lse, const float *Dv, mt_stream stream) {
+    constexpr int NWG = D == 128 ? 2 : 1, BC = 64 * NWG, BR = 64;
+    const int smem =
+        (2 * BC * D + 4 * BR * D + TWO * BC * BR) * (int)sizeof(T) + 4 * BR * 4 + 2 * BR * D * 4;
+    MT_TRY(attn_smem_attr(attn_bwd_sm90_kernel<T, D, NWG, TWO>, smem));
+    dim3 grid(a.B * a.Hkv, (a.T + BC - 1) / BC);
+    attn_bwd_sm90_kernel<T, D, NWG, TWO>
+        <<<grid, NWG * 128, smem, stream>>>(a, dk, dv, dqa, tq, k, v, tg, lse, Dv);
+    MT_CUDA_CHECK_LAUNCH();
+    return MT_OK;
+}
+
 template <typename T, int D>
 mt_status attn_bwd_sm90(const attn_args &a, T *dk, T *dv, float *dqa, const T *q, const T *k,
                         const T *v, const T *dout, const float *lse, const float *Dv,
                         mt_stream stream) {
-    constexpr int NWG = D == 128 ? 2 : 1, BC = 64 * NWG, BR = 64, TWO = attn_t<T>::two_term ? 2 : 1;
     CUtensorMap tq, tg;
     MT_TRY(tile_map<T>(&tq, q, a.st[AQ], a, a.H));
     MT_TRY(tile_map<T>(&tg, dout, a.st[ADO], a, a.H));
-    const int smem =
-        (2 * BC * D + 4 * BR * D + TWO * BC * BR) * (int)sizeof(T) + 4 * BR * 4 + 2 * BR * D * 4;
-    MT_TRY(attn_smem_attr(attn_bwd_sm90_kernel<T, D, NWG>, smem));
-    dim3 grid(a.B * a.Hkv, (a.T + BC - 1) / BC);
-    attn_bwd_sm90_kernel<T, D, NWG>
-        <<<grid, NWG * 128, smem, stream>>>(a, dk, dv, dqa, tq, k, v, tg, lse, Dv);
-    MT_CUDA_CHECK_LAUNCH();
-    return MT_OK;
+    if constexpr (attn_t<T>::two_term)
+        if (a.ds_split)
+            return bwd_sm90_launch<T, D, 2>(a, dk, dv, dqa, k, v, tq, tg, lse, Dv, stream);
+    return bwd_sm90_launch<T, D, 1>(a, dk, dv, dqa, k, v, tq, tg, lse, Dv, stream);
 }
 
 #else /* without sm_90a (attn_sm90_enabled() is 0): never called */
