@@ -727,6 +727,21 @@ static mt_status evaluate(run *r, const char *where) {
 
 /* ---- gradient reduction overlapped with the backward ---- */
 
+/* n events (NULL entries until created: events_free frees what exists). */
+static mt_status events_new(mt_event **ev, int n) {
+    *ev = calloc((size_t)n, sizeof(mt_event));
+    MT_REQUIRE(*ev, MT_ERR_OOM, "%d events", n);
+    for (int k = 0; k < n; k++)
+        MT_TRY(mt_event_create(&(*ev)[k], 0));
+    return MT_OK;
+}
+
+static void events_free(mt_event *ev, int n) {
+    for (int k = 0; ev && k < n; k++)
+        mt_event_destroy(ev[k]);
+    free(ev);
+}
+
 /* Each bucket's level: the lowest grad-ready level of its parameters (mt_model_grad_ready_fn). */
 static mt_status setup_overlap(run *r) {
     r->overlap = r->a->overlap_grad_reduce && r->nranks > 1;
@@ -746,10 +761,7 @@ static mt_status setup_overlap(run *r) {
     }
     if (mt_device_is_cuda(r->dev)) {
         MT_TRY(mt_stream_create(&r->comm_stream));
-        r->bucket_ev = calloc((size_t)nb, sizeof(mt_event));
-        MT_REQUIRE(r->bucket_ev, MT_ERR_OOM, "bucket events");
-        for (int k = 0; k < nb; k++)
-            MT_TRY(mt_event_create(&r->bucket_ev[k], 0));
+        MT_TRY(events_new(&r->bucket_ev, nb));
         MT_TRY(mt_event_create(&r->done_ev, 0));
     }
     if (!r->pgather) return MT_OK;
@@ -763,10 +775,7 @@ static mt_status setup_overlap(run *r) {
         r->order[j] = k;
     }
     if (mt_device_is_cuda(r->dev)) {
-        r->gather_ev = calloc((size_t)nb, sizeof(mt_event));
-        MT_REQUIRE(r->gather_ev, MT_ERR_OOM, "gather events");
-        for (int k = 0; k < nb; k++)
-            MT_TRY(mt_event_create(&r->gather_ev[k], 0));
+        MT_TRY(events_new(&r->gather_ev, nb));
         MT_TRY(mt_event_create(&r->step_ev, 0));
     }
     return MT_OK;
@@ -1079,17 +1088,13 @@ static void teardown(run *r) {
     free(r->gv_loss);
     free(r->gv_zeros);
     free(r->gv_time);
-    for (int k = 0; r->bucket_ev && k < r->n_buckets; k++)
-        mt_event_destroy(r->bucket_ev[k]);
+    events_free(r->bucket_ev, r->n_buckets);
+    events_free(r->gather_ev, r->n_buckets);
     mt_event_destroy(r->done_ev);
-    for (int k = 0; r->gather_ev && k < r->n_buckets; k++)
-        mt_event_destroy(r->gather_ev[k]);
     mt_event_destroy(r->step_ev);
-    free(r->gather_ev);
     free(r->order);
     free(r->pending);
     mt_stream_destroy(r->comm_stream);
-    free(r->bucket_ev);
     free(r->bucket_level);
     free(r->launched);
     mt_prof_destroy(r->prof);
