@@ -25,6 +25,8 @@ expect "can only specify one of lr-warmup-fraction and lr-warmup-iters" --lr-war
 expect "max_position_embeddings (16) must be at least seq_length (32)" --max-position-embeddings 16
 expect "argument --normalization: invalid choice: 'BatchNorm'" --normalization BatchNorm
 expect "hidden size (64) must be divisible by the number of attention heads (5)" --num-attention-heads 5
+expect "--overlap-param-gather only supported with distributed optimizer" --overlap-param-gather --overlap-grad-reduce
+expect "Must use --overlap-param-gather with --overlap-grad-reduce" --overlap-param-gather --use-distributed-optimizer
 expect "tensor, pipeline and context parallelism are not supported yet" --tensor-model-parallel-size 2
 expect "NullTokenizer needs --vocab-size" --vocab-size 0
 expect "expected iteration-based training" --train-samples 96
