@@ -43,9 +43,12 @@ static mt_status resolve(attn_shape *s, const mt_tensor *q, const mt_tensor *k,
     s->scale = cfg->scale != 0.0f ? cfg->scale : (float)(1.0 / sqrt((double)s->D));
     s->causal = cfg->causal != 0;
     s->deterministic = cfg->deterministic != 0;
-    s->ds_split = cfg->ds_split != 0;
-    const char *split = getenv("MT_ATTN_DS_SPLIT"); /* 0/1 overrides cfg, for comparisons */
-    if (split && *split) s->ds_split = atoi(split) != 0;
+    static int env_split = -2; /* MT_ATTN_DS_SPLIT=0/1 overrides cfg, for comparisons; read once */
+    if (env_split == -2) {
+        const char *e = getenv("MT_ATTN_DS_SPLIT");
+        env_split = e && *e ? atoi(e) != 0 : -1;
+    }
+    s->ds_split = env_split >= 0 ? env_split : cfg->ds_split != 0;
     s->esize = (int)mt_dtype_size(q->dtype);
     return MT_OK;
 }
