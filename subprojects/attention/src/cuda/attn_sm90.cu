@@ -22,7 +22,12 @@
  * (one warpgroup per block needs 64 more registers and spills; measured slower on an H200).
  * bf16 with ds_split adds dS's rounding residual as a second term, as attn_bwd.cu does; without,
  * dS is rounded to bf16 once (flash-attention's and cuDNN's numerics). Shared tiles are
- * 64-column panels of 128-byte rows in wgmma's 128-byte swizzle. */
+ * 64-column panels of 128-byte rows in wgmma's 128-byte swizzle.
+ *
+ * Both grids run a head's tiles before the next head's (tile_of_block), so the blocks on the GPU at
+ * once share a few heads and their Q, dO, K, V and dQ accumulator stay in L2. Causal blocks take a
+ * pair of tiles, the longest and the shortest left (pair_blocks_per_head): every block then has
+ * the same work, and no long tile starts last. */
 #if defined(MT_ATTN_SM90A) /* a 90a build: CUDA 12 or newer */
 #include <cuda.h>          /* CUtensorMap (the type only: the encoder comes through the runtime) */
 #include <cudaTypedefs.h>
@@ -197,67 +202,81 @@ static __global__ void __launch_bounds__(128, 2)
     extern __shared__ __align__(1024) unsigned char smem[];
     T *sQ = (T *)smem, *sK = sQ + BR * D, *sV = sK + 2 * BC * D;
     const int wl = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    /* causal: query tiles nq-1-t, then t (a pair visits as many key tiles as any other; the
+     * middle tile of an odd count alone) */
     const int nq = (a.T + BR - 1) / BR, nk_all = (a.T + BC - 1) / BC;
-    // why: tiles are y, heads x, and blocks start x-fastest: every head's longest rows go first
-    const int qt = a.causal ? nq - 1 - (int)blockIdx.y : (int)blockIdx.y;
-    const int b = blockIdx.x / a.H, h = blockIdx.x % a.H, hk = h / a.group;
-    const int q0 = qt * BR, qn = min(BR, a.T - q0);
-    const int nk = a.causal ? min(nk_all, (q0 + qn + BC - 1) / BC) : nk_all;
+    int pt, bh;
+    tile_of_block(pair_blocks_per_head(a, nq), pt, bh);
+    const int b = bh / a.H, h = bh % a.H, hk = h / a.group;
     __shared__ uint64_t bar[2]; /* K and V of buffer 0, 1 (TMA) */
-    /* key tile j's K, V (rows past T zero-filled) into buffer j & 1, by one thread */
-    static_assert(BC == 64, "tma_pair moves 64-row tiles");
-    auto issue = [&](int j) {
-        if (threadIdx.x == 0)
-            tma_pair<T, D>(sK + (j & 1) * BC * D, sV + (j & 1) * BC * D, &tk, &tv, hk, j * BC, b,
-                           &bar[j & 1]);
-    };
     if (threadIdx.x == 0) mbar_init(&bar[0]), mbar_init(&bar[1]);
-    load_panels<T, BR, D, NT>(sQ, q + b * a.st[AQ][0] + h * a.st[AQ][2] + (int64_t)q0 * a.st[AQ][1],
-                              a.st[AQ][1], qn);
-    cp_async_commit();
-    issue(0);
     const float sl2 = a.scale * ATTN_LOG2E;
-    float o[D / 8][4], m[2] = { -INFINITY, -INFINITY }, l[2] = { 0.0f, 0.0f };
+    const int npass = a.causal && nq - 1 - pt != pt ? 2 : 1;
+    int j0 = 0; /* key tiles visited by earlier passes */
 #pragma unroll
-    for (int i = 0; i < D / 8; i++)
-        o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
-    const int row0 = q0 + wl * 16 + (lane >> 2);
-    uint32_t pa[BC / 16][4];
-    cp_async_wait<0>();
-    fence_async_smem();
-    __syncthreads(); // Q is in, the barriers are initialized
-    for (int j = 0; j < nk; j++) {
-        if (j + 1 < nk) issue(j + 1); // the previous tile's closing barrier freed its buffer
-        mbar_wait(&bar[j & 1], (j >> 1) & 1);
-        const T *cK = sK + (j & 1) * BC * D, *cV = sV + (j & 1) * BC * D;
-        float s[BC / 8][4];
-        wg_fence();
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass == npass) break;
+        const int qt = a.causal && !pass ? nq - 1 - pt : pt;
+        const int q0 = qt * BR, qn = min(BR, a.T - q0);
+        const int nk = a.causal ? min(nk_all, (q0 + qn + BC - 1) / BC) : nk_all;
+        /* key tile j's K, V (rows past T zero-filled) into buffer (j0 + j) & 1, by one thread */
+        static_assert(BC == 64, "tma_pair moves 64-row tiles");
+        auto issue = [&](int j) {
+            const int buf = (j0 + j) & 1;
+            if (threadIdx.x == 0)
+                tma_pair<T, D>(sK + buf * BC * D, sV + buf * BC * D, &tk, &tv, hk, j * BC, b,
+                               &bar[buf]);
+        };
+        /* (the previous pass's closing barrier: every warp is done with sQ) */
+        load_panels<T, BR, D, NT>(
+            sQ, q + b * a.st[AQ][0] + h * a.st[AQ][2] + (int64_t)q0 * a.st[AQ][1], a.st[AQ][1], qn);
+        cp_async_commit();
+        issue(0);
+        float o[D / 8][4], m[2] = { -INFINITY, -INFINITY }, l[2] = { 0.0f, 0.0f };
 #pragma unroll
-        for (int kk = 0; kk < D / 16; kk++) /* panel kk/4, 16-column step kk%4 */
-            wg_ss<T, BC, 0, 0>::mma(s, wg_desc(sQ + (kk >> 2) * BR * 64 + (kk & 3) * 16, 16),
-                                    wg_desc(cK + (kk >> 2) * BC * 64 + (kk & 3) * 16, 16), kk > 0);
-        wg_commit();
-        wg_wait0();
-        wg_pin(s);
-        online_softmax_tile<BC, D>(a, s, o, m, l, sl2, j * BC, q0, row0, lane);
+        for (int i = 0; i < D / 8; i++)
+            o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+        const int row0 = q0 + wl * 16 + (lane >> 2);
+        uint32_t pa[BC / 16][4];
+        cp_async_wait<0>();
+        fence_async_smem();
+        __syncthreads(); // Q is in, the barriers are initialized
+        for (int j = 0; j < nk; j++) {
+            if (j + 1 < nk) issue(j + 1); // the previous tile's closing barrier freed its buffer
+            const int buf = (j0 + j) & 1;
+            mbar_wait(&bar[buf], ((j0 + j) >> 1) & 1);
+            const T *cK = sK + buf * BC * D, *cV = sV + buf * BC * D;
+            float s[BC / 8][4];
+            wg_fence();
 #pragma unroll
-        for (int kk = 0; kk < BC / 16; kk++) {
-            pa[kk][0] = attn_t<T>::pack(s[2 * kk][0], s[2 * kk][1]);
-            pa[kk][1] = attn_t<T>::pack(s[2 * kk][2], s[2 * kk][3]);
-            pa[kk][2] = attn_t<T>::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-            pa[kk][3] = attn_t<T>::pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+            for (int kk = 0; kk < D / 16; kk++) /* panel kk/4, 16-column step kk%4 */
+                wg_ss<T, BC, 0, 0>::mma(s, wg_desc(sQ + (kk >> 2) * BR * 64 + (kk & 3) * 16, 16),
+                                        wg_desc(cK + (kk >> 2) * BC * 64 + (kk & 3) * 16, 16),
+                                        kk > 0);
+            wg_commit();
+            wg_wait0();
+            wg_pin(s);
+            online_softmax_tile<BC, D>(a, s, o, m, l, sl2, j * BC, q0, row0, lane);
+#pragma unroll
+            for (int kk = 0; kk < BC / 16; kk++) {
+                pa[kk][0] = attn_t<T>::pack(s[2 * kk][0], s[2 * kk][1]);
+                pa[kk][1] = attn_t<T>::pack(s[2 * kk][2], s[2 * kk][3]);
+                pa[kk][2] = attn_t<T>::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+                pa[kk][3] = attn_t<T>::pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+            }
+            wg_fence();
+#pragma unroll
+            for (int kk = 0; kk < BC / 16; kk++)
+                wg_rs<T, D, 1>::mma(o, pa[kk], wg_desc(cV + kk * 16 * 64, BC * 128), 1);
+            wg_commit();
+            wg_wait0();
+            wg_keep(pa);
+            wg_pin(o);
+            __syncthreads(); // every warp is done with this tile's buffers before they are refilled
         }
-        wg_fence();
-#pragma unroll
-        for (int kk = 0; kk < BC / 16; kk++)
-            wg_rs<T, D, 1>::mma(o, pa[kk], wg_desc(cV + kk * 16 * 64, BC * 128), 1);
-        wg_commit();
-        wg_wait0();
-        wg_keep(pa);
-        wg_pin(o);
-        __syncthreads(); // every warp is done with this tile's buffers before they are refilled
+        fwd_store_out<T, D>(a, out, lse, o, m, l, b, h, row0, lane);
+        j0 += nk;
     }
-    fwd_store_out<T, D>(a, out, lse, o, m, l, b, h, row0, lane);
 #endif
 }
 
@@ -270,7 +289,7 @@ mt_status attn_fwd_sm90(const attn_args &a, T *out, float *lse, const T *q, cons
     MT_TRY(tile_map<T>(&tk, k, a.st[AK], a, a.Hkv));
     MT_TRY(tile_map<T>(&tv, v, a.st[AV], a, a.Hkv));
     MT_TRY(attn_smem_attr(attn_fwd_sm90_kernel<T, D>, smem));
-    dim3 grid(a.B * a.H, (a.T + BR - 1) / BR);
+    const dim3 grid = tile_grid(a.B * a.H, pair_blocks_per_head(a, (a.T + BR - 1) / BR));
     attn_fwd_sm90_kernel<T, D><<<grid, 128, smem, stream>>>(a, out, lse, q, tk, tv);
     MT_CUDA_CHECK_LAUNCH();
     return MT_OK;
@@ -293,141 +312,154 @@ static __global__ void __launch_bounds__(NWG * 128, 3 - NWG)
     float *sDQ = sD + 2 * BR; /* two (BR, D) dQ tiles in the fragment order of dqa's tiles */
     const int wg = NWG == 1 ? 0 : threadIdx.x >> 7, wl = (threadIdx.x >> 5) & 3,
               lane = threadIdx.x & 31;
-    // why: key tiles are y, heads x, and blocks start x-fastest: the longest (causal) go first
-    const int b = blockIdx.x / a.Hkv, hk = blockIdx.x % a.Hkv, k0 = blockIdx.y * BC;
-    const int nq = (a.T + BR - 1) / BR, it0 = a.causal ? k0 / BR : 0, nqt = nq - it0;
-    const int ntile = a.group * nqt;
+    /* causal: key tiles kt and nkt-1-kt, one after the other (a pair walks as many query tiles as
+     * any other; the middle tile of an odd count alone) */
+    const int nkt = (a.T + BC - 1) / BC, nq = (a.T + BR - 1) / BR;
+    int pt, bh;
+    tile_of_block(pair_blocks_per_head(a, (a.T + BC - 1) / BC), pt, bh);
+    const int b = bh / a.Hkv, hk = bh % a.Hkv;
     __shared__ uint64_t bar[2]; /* Q and dO of buffer 0, 1 (TMA) */
     if (threadIdx.x == 0) mbar_init(&bar[0]), mbar_init(&bar[1]);
-    bwd_load_kv<T, BC, D, NT, true>(a, sK, sV, k, v, b, hk, k0);
-    /* tile n's Q, dO by TMA (one thread; rows past T are zeros) into buffer buf, lse and Di by
-     * cp.async (one group) */
-    auto issue = [&](int n, int buf) {
-        int h, q0;
-        bwd_tile_of<BR>(a, hk, it0, nqt, n, h, q0);
-        if (threadIdx.x == 0)
-            tma_pair<T, D>(sQ + buf * BR * D, sG + buf * BR * D, &tq, &tg, h, q0, b, &bar[buf]);
-        bwd_issue_ld<BR, NT>(a, sL, sD, lse, Dv, b, h, q0, buf);
-        cp_async_commit();
-    };
-    __syncthreads(); // the barriers are initialized
-    if (ntile > 0) issue(0, 0);
     const float sl2 = a.scale * ATTN_LOG2E;
-    float gk[D / 8][4], gv[D / 8][4];
-    bwd_zero_dkdv<D>(gk, gv);
-    const int kw = k0 + wg * 64, key0 = kw + wl * 16 + (lane >> 2); /* this warpgroup's keys */
-    uint32_t pa[BR / 16][4];
-    /* dQ of tile n, staged in sDQ[n & 1] (fenced, and the block past a barrier), added to its
-     * dqa tile by one thread; then sDQ[(n + 1) & 1] is free once that add's reads are done */
-    auto flush_dq = [&](int n) {
-        if (threadIdx.x != 0) return;
-        int h, q0;
-        bwd_tile_of<BR>(a, hk, it0, nqt, n, h, q0);
-        bulk_add_f32(dqa + (((int64_t)b * a.H + h) * nq * BR + q0) * D, sDQ + (n & 1) * BR * D,
-                     BR * D * 4);
-        bulk_commit();
-        bulk_wait_read<1>();
-    };
-    for (int n = 0; n < ntile; n++) {
-        cp_async_wait<0>();
-        mbar_wait(&bar[n & 1], (n >> 1) & 1);
-        fence_async_smem(); // (K, V by cp.async; the staged dQ)
-        __syncthreads();    // tile n is in; every warp is done with tile n-1's buffers and dS^T
-        if (n > 0) flush_dq(n - 1);
-        if (n + 1 < ntile) issue(n + 1, (n + 1) & 1);
-        const int buf = n & 1;
-        int h, q0;
-        bwd_tile_of<BR>(a, hk, it0, nqt, n, h, q0);
-        const T *cQ = sQ + buf * BR * D, *cG = sG + buf * BR * D;
-        const float *cL = sL + buf * BR, *cD = sD + buf * BR;
-        if (!a.causal || q0 + BR - 1 >= kw) { // else this warpgroup's keys all > queries
-            float p[BR / 8][4], ds[BR / 8][4];
-            wg_fence();
+    const int npass = a.causal && nkt - 1 - pt != pt ? 2 : 1;
+    int g0 = 0; /* tiles walked by earlier passes */
 #pragma unroll
-            for (int kk = 0; kk < D / 16; kk++) /* panel kk/4, 16-column step kk%4 */
-                wg_ss<T, BR, 0, 0>::mma(
-                    p, wg_desc(sK + (kk >> 2) * BC * 64 + wg * 64 * 64 + (kk & 3) * 16, 16),
-                    wg_desc(cQ + (kk >> 2) * BR * 64 + (kk & 3) * 16, 16), kk > 0);
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass == npass) break;
+        const int k0 = (pass ? nkt - 1 - pt : pt) * BC;
+        const int it0 = a.causal ? k0 / BR : 0, nqt = nq - it0, ntile = a.group * nqt;
+        if (pass) __syncthreads(); // every warp is done with the previous key tile
+        bwd_load_kv<T, BC, D, NT, true>(a, sK, sV, k, v, b, hk, k0);
+        /* tile n's Q, dO by TMA (one thread; rows past T are zeros) into buffer buf, lse and Di by
+         * cp.async (one group) */
+        auto issue = [&](int n, int buf) {
+            int h, q0;
+            bwd_tile_of<BR>(a, hk, it0, nqt, n, h, q0);
+            if (threadIdx.x == 0)
+                tma_pair<T, D>(sQ + buf * BR * D, sG + buf * BR * D, &tq, &tg, h, q0, b, &bar[buf]);
+            bwd_issue_ld<BR, NT>(a, sL, sD, lse, Dv, b, h, q0, buf);
+            cp_async_commit();
+        };
+        if (!pass) __syncthreads(); // the barriers are initialized
+        issue(0, g0 & 1);
+        float gk[D / 8][4], gv[D / 8][4];
+        bwd_zero_dkdv<D>(gk, gv);
+        const int kw = k0 + wg * 64, key0 = kw + wl * 16 + (lane >> 2); /* this warpgroup's keys */
+        uint32_t pa[BR / 16][4];
+        /* dQ of tile n, staged in sDQ[(g0 + n) & 1] (fenced, and the block past a barrier),
+         * added to its dqa tile by one thread; then the other is free once that add's reads are
+         * done */
+        auto flush_dq = [&](int n) {
+            if (threadIdx.x != 0) return;
+            int h, q0;
+            bwd_tile_of<BR>(a, hk, it0, nqt, n, h, q0);
+            bulk_add_f32(dqa + (((int64_t)b * a.H + h) * nq * BR + q0) * D,
+                         sDQ + ((g0 + n) & 1) * BR * D, BR * D * 4);
+            bulk_commit();
+            bulk_wait_read<1>();
+        };
+        for (int n = 0; n < ntile; n++) {
+            cp_async_wait<0>();
+            const int buf = (g0 + n) & 1;
+            mbar_wait(&bar[buf], ((g0 + n) >> 1) & 1);
+            fence_async_smem(); // (K, V by cp.async; the staged dQ)
+            __syncthreads();    // tile n is in; every warp is done with tile n-1's buffers and dS^T
+            if (n > 0) flush_dq(n - 1);
+            if (n + 1 < ntile) issue(n + 1, buf ^ 1);
+            int h, q0;
+            bwd_tile_of<BR>(a, hk, it0, nqt, n, h, q0);
+            const T *cQ = sQ + buf * BR * D, *cG = sG + buf * BR * D;
+            const float *cL = sL + buf * BR, *cD = sD + buf * BR;
+            if (!a.causal || q0 + BR - 1 >= kw) { // else this warpgroup's keys all > queries
+                float p[BR / 8][4], ds[BR / 8][4];
+                wg_fence();
 #pragma unroll
-            for (int kk = 0; kk < D / 16; kk++)
-                wg_ss<T, BR, 0, 0>::mma(
-                    ds, wg_desc(sV + (kk >> 2) * BC * 64 + wg * 64 * 64 + (kk & 3) * 16, 16),
-                    wg_desc(cG + (kk >> 2) * BR * 64 + (kk & 3) * 16, 16), kk > 0);
-            wg_commit();
-            wg_wait0();
-            wg_pin(p);
-            wg_pin(ds);
-            const bool mask = k0 + BC > a.T || q0 + BR > a.T || (a.causal && kw + 63 > q0);
-            bwd_p_ds<BR>(a, p, ds, cL, cD, sl2, key0, q0, mask, lane);
-            const int sr = wg * 64 + wl * 16 + (lane >> 2);
+                for (int kk = 0; kk < D / 16; kk++) /* panel kk/4, 16-column step kk%4 */
+                    wg_ss<T, BR, 0, 0>::mma(
+                        p, wg_desc(sK + (kk >> 2) * BC * 64 + wg * 64 * 64 + (kk & 3) * 16, 16),
+                        wg_desc(cQ + (kk >> 2) * BR * 64 + (kk & 3) * 16, 16), kk > 0);
 #pragma unroll
-            for (int kk = 0; kk < BR / 16; kk++) {
-                uint32_t sa[4], sl[4];
-                bwd_pack<T>(p, kk, pa[kk]);
-                bwd_pack<T>(ds, kk, sa);
-                if constexpr (TWO == 2) // why: dK = dS^T Q and dQ = dS K cancel
-                    bwd_residual<T>(ds, kk, sa, sl);
-                /* dS^T rows sr (+8), query columns kk*16 + 2t (+8) */
-                const int sc = kk * 16 + 2 * (lane & 3);
+                for (int kk = 0; kk < D / 16; kk++)
+                    wg_ss<T, BR, 0, 0>::mma(
+                        ds, wg_desc(sV + (kk >> 2) * BC * 64 + wg * 64 * 64 + (kk & 3) * 16, 16),
+                        wg_desc(cG + (kk >> 2) * BR * 64 + (kk & 3) * 16, 16), kk > 0);
+                wg_commit();
+                wg_wait0();
+                wg_pin(p);
+                wg_pin(ds);
+                const bool mask = k0 + BC > a.T || q0 + BR > a.T || (a.causal && kw + 63 > q0);
+                bwd_p_ds<BR>(a, p, ds, cL, cD, sl2, key0, q0, mask, lane);
+                const int sr = wg * 64 + wl * 16 + (lane >> 2);
 #pragma unroll
-                for (int t2 = 0; t2 < TWO; t2++)
-                    bwd_store_frag<T, BC, BR, true>(sS + t2 * BC * BR, sr, sc, t2 ? sl : sa);
+                for (int kk = 0; kk < BR / 16; kk++) {
+                    uint32_t sa[4], sl[4];
+                    bwd_pack<T>(p, kk, pa[kk]);
+                    bwd_pack<T>(ds, kk, sa);
+                    if constexpr (TWO == 2) // why: dK = dS^T Q and dQ = dS K cancel
+                        bwd_residual<T>(ds, kk, sa, sl);
+                    /* dS^T rows sr (+8), query columns kk*16 + 2t (+8) */
+                    const int sc = kk * 16 + 2 * (lane & 3);
+#pragma unroll
+                    for (int t2 = 0; t2 < TWO; t2++)
+                        bwd_store_frag<T, BC, BR, true>(sS + t2 * BC * BR, sr, sc, t2 ? sl : sa);
+                }
+                // why: dK reads dS^T from shared memory, so its registers are free during the MMAs
+                fence_async_smem();
+                wg_bar_sync(wg, NWG);
+                wg_fence();
+#pragma unroll
+                for (int kk = 0; kk < BR / 16; kk++) {
+                    const uint64_t dg = wg_desc(cG + kk * 16 * 64, BR * 128),
+                                   dqd = wg_desc(cQ + kk * 16 * 64, BR * 128);
+                    wg_rs<T, D, 1>::mma(gv, pa[kk], dg, 1);
+#pragma unroll
+                    for (int t2 = 0; t2 < TWO; t2++)
+                        wg_ss<T, D, 0, 1>::mma(
+                            gk, wg_desc(sS + t2 * BC * BR + wg * 64 * 64 + kk * 16, 16), dqd, 1);
+                }
+                wg_commit();
             }
-            // why: dK reads dS^T from shared memory, so its registers are free during the MMAs
             fence_async_smem();
-            wg_bar_sync(wg, NWG);
-            wg_fence();
+            __syncthreads(); // dS^T is in; sDQ[buf] is free
+            /* dQ rows q0 + wl*16..: key steps past the causal edge are zero (there is at least
+             * one: query tiles start at the key tile's first key) */
+            const int lim = a.causal ? q0 + BR - k0 : BC;
+            const int kend = min(BC / 16, (lim + 15) / 16);
+            float4 *stage = (float4 *)(sDQ + buf * BR * D) + (threadIdx.x & 127);
 #pragma unroll
-            for (int kk = 0; kk < BR / 16; kk++) {
-                const uint64_t dg = wg_desc(cG + kk * 16 * 64, BR * 128),
-                               dqd = wg_desc(cQ + kk * 16 * 64, BR * 128);
-                wg_rs<T, D, 1>::mma(gv, pa[kk], dg, 1);
+            /* one warpgroup: all columns, 64 at a time (32 registers); two: 64 columns each */
+            for (int c0 = NWG == 2 ? wg * 64 : 0; c0 < (NWG == 2 ? wg * 64 + 64 : D); c0 += 64) {
+                float dq[8][4];
+                wg_fence();
+                for (int kk = 0; kk < kend; kk++) {
+                    const uint64_t db = wg_desc(sK + c0 * BC + kk * 16 * 64, BC * 128);
+                    wg_ss<T, 64, 1, 1>::mma(dq, wg_desc(sS + kk * 16 * 64, BC * 128), db, kk > 0);
+                    if constexpr (TWO == 2)
+                        wg_ss<T, 64, 1, 1>::mma(dq, wg_desc(sS + BC * BR + kk * 16 * 64, BC * 128),
+                                                db, 1);
+                }
+                wg_commit();
+                wg_wait0();
+                wg_pin(dq);
+                // why: a bulk add of a staged tile, not per-thread atomics (they stalled the issue)
 #pragma unroll
-                for (int t2 = 0; t2 < TWO; t2++)
-                    wg_ss<T, D, 0, 1>::mma(
-                        gk, wg_desc(sS + t2 * BC * BR + wg * 64 * 64 + kk * 16, 16), dqd, 1);
+                for (int nt = 0; nt < 8; nt++) /* fragment order: conflict-free 16-byte stores */
+                    stage[((c0 >> 6) * 8 + nt) * 128] =
+                        make_float4(dq[nt][0], dq[nt][1], dq[nt][2], dq[nt][3]);
             }
-            wg_commit();
+            wg_wait0();
+            wg_keep(pa);
         }
         fence_async_smem();
-        __syncthreads(); // dS^T is in; sDQ[n & 1] is free
-        /* dQ rows q0 + wl*16..: key steps past the causal edge are zero (there is at least one:
-         * query tiles start at the key tile's first key) */
-        const int lim = a.causal ? q0 + BR - k0 : BC;
-        const int kend = min(BC / 16, (lim + 15) / 16);
-        float4 *stage = (float4 *)(sDQ + buf * BR * D) + (threadIdx.x & 127);
-#pragma unroll
-        /* one warpgroup: all columns, 64 at a time (32 registers); two: 64 columns each */
-        for (int c0 = NWG == 2 ? wg * 64 : 0; c0 < (NWG == 2 ? wg * 64 + 64 : D); c0 += 64) {
-            float dq[8][4];
-            wg_fence();
-            for (int kk = 0; kk < kend; kk++) {
-                const uint64_t db = wg_desc(sK + c0 * BC + kk * 16 * 64, BC * 128);
-                wg_ss<T, 64, 1, 1>::mma(dq, wg_desc(sS + kk * 16 * 64, BC * 128), db, kk > 0);
-                if constexpr (TWO == 2)
-                    wg_ss<T, 64, 1, 1>::mma(dq, wg_desc(sS + BC * BR + kk * 16 * 64, BC * 128), db,
-                                            1);
-            }
-            wg_commit();
-            wg_wait0();
-            wg_pin(dq);
-            // why: a bulk add of a staged tile, not per-thread atomics (they stalled the issue)
-#pragma unroll
-            for (int nt = 0; nt < 8; nt++) /* fragment order: conflict-free 16-byte stores */
-                stage[((c0 >> 6) * 8 + nt) * 128] =
-                    make_float4(dq[nt][0], dq[nt][1], dq[nt][2], dq[nt][3]);
-        }
+        __syncthreads(); // the last tile's dQ is staged
+        flush_dq(ntile - 1);
+        if (threadIdx.x == 0) bulk_wait_all(); // why: shared memory must outlive the bulk reads
         wg_wait0();
-        wg_keep(pa);
+        wg_pin(gk);
+        wg_pin(gv);
+        bwd_store_dkdv<T, D>(a, dk, dv, gk, gv, b, hk, key0, lane);
+        g0 += ntile;
     }
-    fence_async_smem();
-    __syncthreads(); // the last tile's dQ is staged
-    if (ntile > 0) flush_dq(ntile - 1);
-    if (threadIdx.x == 0) bulk_wait_all(); // why: shared memory must outlive the bulk reads
-    wg_wait0();
-    wg_pin(gk);
-    wg_pin(gv);
-    bwd_store_dkdv<T, D>(a, dk, dv, gk, gv, b, hk, key0, lane);
 #endif
 }
 
@@ -440,7 +472,7 @@ static mt_status bwd_sm90_launch(const attn_args &a, T *dk, T *dv, float *dqa, c
     const int smem =
         (2 * BC * D + 4 * BR * D + TWO * BC * BR) * (int)sizeof(T) + 4 * BR * 4 + 2 * BR * D * 4;
     MT_TRY(attn_smem_attr(attn_bwd_sm90_kernel<T, D, NWG, TWO>, smem));
-    dim3 grid(a.B * a.Hkv, (a.T + BC - 1) / BC);
+    const dim3 grid = tile_grid(a.B * a.Hkv, pair_blocks_per_head(a, (a.T + BC - 1) / BC));
     attn_bwd_sm90_kernel<T, D, NWG, TWO>
         <<<grid, NWG * 128, smem, stream>>>(a, dk, dv, dqa, tq, k, v, tg, lse, Dv);
     MT_CUDA_CHECK_LAUNCH();
