@@ -365,9 +365,8 @@ static __global__ void __launch_bounds__(NW * 32)
     T *sS = sG + 2 * BR * D; /* DQ: dS^T (BC, BR), hi then lo */
     float *sL = (float *)(sS + (DQ ? TWO * BC * BR : 0)), *sD = sL + 2 * BR;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    int kt, bh; // (causal: a head's first key tiles walk the most query tiles and go first)
-    tile_of_block((a.T + BC - 1) / BC, kt, bh);
-    const int b = bh / a.Hkv, hk = bh % a.Hkv, k0 = kt * BC;
+    // why: key tiles are y, heads x, and blocks start x-fastest: the longest (causal) go first
+    const int b = blockIdx.x / a.Hkv, hk = blockIdx.x % a.Hkv, k0 = blockIdx.y * BC;
     const int nq = (a.T + BR - 1) / BR, it0 = a.causal ? k0 / BR : 0, nqt = nq - it0;
     const int ntile = a.group * nqt;
     bwd_load_kv<T, BC, D, NT, false>(a, sK, sV, k, v, b, hk, k0);
@@ -520,7 +519,7 @@ static mt_status launch_fused(const attn_args &a, T *dq, T *dk, T *dv, const T *
         MT_CUDA_CHECK_LAUNCH();
         const int smem = (2 * BC * D + 4 * BR * D + TWO * BC * BR) * (int)sizeof(T) + 4 * BR * 4;
         MT_TRY(attn_smem_attr(attn_bwd_dkdv_mma_kernel<T, D, NW, BR, true>, smem));
-        const dim3 grid = tile_grid(a.B * a.Hkv, (a.T + BC - 1) / BC);
+        dim3 grid(a.B * a.Hkv, (a.T + BC - 1) / BC);
         attn_bwd_dkdv_mma_kernel<T, D, NW, BR, true>
             <<<grid, NW * 32, smem, stream>>>(a, dk, dv, dqa, q, k, v, dout, lse, Dv);
         MT_CUDA_CHECK_LAUNCH();
@@ -538,12 +537,12 @@ static mt_status launch_mma(const attn_args &a, T *dq, T *dk, T *dv, const T *do
     const int smem_kv = (2 * BC * D + 4 * 64 * D) * (int)sizeof(T) + 4 * 64 * 4;
     const int smem_q = (2 * BRQ * D + 4 * 64 * D) * (int)sizeof(T);
     MT_TRY(attn_smem_attr(attn_bwd_dkdv_mma_kernel<T, D, NW_KV, 64, false>, smem_kv));
-    const dim3 grid_kv = tile_grid(a.B * a.Hkv, (a.T + BC - 1) / BC);
+    dim3 grid_kv(a.B * a.Hkv, (a.T + BC - 1) / BC);
     attn_bwd_dkdv_mma_kernel<T, D, NW_KV, 64, false>
         <<<grid_kv, NW_KV * 32, smem_kv, stream>>>(a, dk, dv, NULL, q, k, v, dout, lse, Dv);
     MT_CUDA_CHECK_LAUNCH();
     MT_TRY(attn_smem_attr(attn_bwd_dq_mma_kernel<T, D, NW_Q>, smem_q));
-    const dim3 grid_q = tile_grid(a.B * a.H, (a.T + BRQ - 1) / BRQ);
+    dim3 grid_q(a.B * a.H, (a.T + BRQ - 1) / BRQ);
     attn_bwd_dq_mma_kernel<T, D, NW_Q>
         <<<grid_q, NW_Q * 32, smem_q, stream>>>(a, dq, q, k, v, dout, lse, Dv);
     MT_CUDA_CHECK_LAUNCH();

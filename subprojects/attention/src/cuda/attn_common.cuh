@@ -173,9 +173,11 @@ __device__ __forceinline__ float warp_max(float x) {
     return x;
 }
 
-/* Grids are one-dimensional, tiles fastest: block i is tile i % ntiles of (batch, head) i / ntiles.
- * why: the blocks running at once then share a few heads, whose operands and dQ accumulator stay in
- * L2 (heads fastest spread them over every head: 16% L2 load hits at T=4096). */
+/* The wgmma kernels' grids are one-dimensional, tiles fastest: block i is tile i % ntiles of
+ * (batch, head) i / ntiles. why: the blocks running at once then share a few heads, whose operands
+ * and dQ accumulator stay in L2 (heads fastest spread them over every head: 16% L2 load hits at
+ * T=4096). The mma.sync kernels keep heads fastest: without pairs of tiles, causal blocks of
+ * uneven length lose more there than L2 gains (deterministic GQA fwd+bwd -13% on an H200). */
 __device__ __forceinline__ void tile_of_block(int ntiles, int &tile, int &bh) {
     tile = (int)(blockIdx.x % (unsigned)ntiles), bh = (int)(blockIdx.x / (unsigned)ntiles);
 }
@@ -188,17 +190,16 @@ __host__ __device__ __forceinline__ int pair_blocks_per_head(const attn_args &a,
     return a.causal ? (ntiles + 1) / 2 : ntiles;
 }
 
-/* A query-tile block's place (tile_of_block over B*H heads): batch b, head h (kv head hk), the
- * tile of BR rows from q0 (qn of them valid), and nk key tiles of BC to visit. */
+/* A query-tile block's place: blockIdx.x is (batch b, head h; kv head hk), blockIdx.y the tile of
+ * BR rows from q0 (qn of them valid), and nk key tiles of BC to visit. */
 struct q_block {
     int b, h, hk, q0, qn, nk;
 };
 template <int BR, int BC> __device__ __forceinline__ q_block q_block_of(const attn_args &a) {
     const int nq = (a.T + BR - 1) / BR, nk_all = (a.T + BC - 1) / BC;
-    int t, bh;
-    tile_of_block(nq, t, bh);
-    const int qt = a.causal ? nq - 1 - t : t; // why: a head's longest rows (causal) go first
-    const int b = bh / a.H, h = bh % a.H, q0 = qt * BR, qn = min(BR, a.T - q0);
+    // why: tiles are y, heads x, and blocks start x-fastest: every head's longest rows go first
+    const int qt = a.causal ? nq - 1 - (int)blockIdx.y : (int)blockIdx.y;
+    const int b = blockIdx.x / a.H, h = blockIdx.x % a.H, q0 = qt * BR, qn = min(BR, a.T - q0);
     return { b, h, h / a.group, q0, qn, a.causal ? min(nk_all, (q0 + qn + BC - 1) / BC) : nk_all };
 }
 

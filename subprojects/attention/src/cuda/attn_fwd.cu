@@ -140,7 +140,7 @@ static mt_status launch_mma(const attn_args &a, mt_tensor *out, mt_tensor *lse, 
     constexpr int BR = 16 * NW, BC = 64;
     const int smem = (BR + 4 * BC) * D * (int)sizeof(T);
     MT_TRY(attn_smem_attr(attn_fwd_mma_kernel<T, D, NW>, smem));
-    const dim3 grid = tile_grid(a.B * a.H, (a.T + BR - 1) / BR);
+    dim3 grid(a.B * a.H, (a.T + BR - 1) / BR);
     attn_fwd_mma_kernel<T, D, NW>
         <<<grid, NW * 32, smem, stream>>>(a, (T *)out->data, (float *)lse->data, (const T *)q->data,
                                           (const T *)k->data, (const T *)v->data);
