@@ -316,7 +316,7 @@ static __global__ void __launch_bounds__(NWG * 128, 3 - NWG)
      * any other; the middle tile of an odd count alone) */
     const int nkt = (a.T + BC - 1) / BC, nq = (a.T + BR - 1) / BR;
     int pt, bh;
-    tile_of_block(pair_blocks_per_head(a, (a.T + BC - 1) / BC), pt, bh);
+    tile_of_block(pair_blocks_per_head(a, nkt), pt, bh);
     const int b = bh / a.Hkv, hk = bh % a.Hkv;
     __shared__ uint64_t bar[2]; /* Q and dO of buffer 0, 1 (TMA) */
     if (threadIdx.x == 0) mbar_init(&bar[0]), mbar_init(&bar[1]);
