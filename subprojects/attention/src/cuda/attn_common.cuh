@@ -189,6 +189,11 @@ static inline dim3 tile_grid(int heads_all, int ntiles) {
 __host__ __device__ __forceinline__ int pair_blocks_per_head(const attn_args &a, int ntiles) {
     return a.causal ? (ntiles + 1) / 2 : ntiles;
 }
+/* How many tiles block pt of them takes: 2 (pt and ntiles-1-pt) when causal, but 1 for the middle
+ * tile of an odd count. */
+__device__ __forceinline__ int pair_passes(const attn_args &a, int ntiles, int pt) {
+    return a.causal && ntiles - 1 - pt != pt ? 2 : 1;
+}
 
 /* A query-tile block's place: blockIdx.x is (batch b, head h; kv head hk), blockIdx.y the tile of
  * BR rows from q0 (qn of them valid), and nk key tiles of BC to visit. */

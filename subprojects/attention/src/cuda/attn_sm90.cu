@@ -211,7 +211,7 @@ static __global__ void __launch_bounds__(128, 2)
     __shared__ uint64_t bar[2]; /* K and V of buffer 0, 1 (TMA) */
     if (threadIdx.x == 0) mbar_init(&bar[0]), mbar_init(&bar[1]);
     const float sl2 = a.scale * ATTN_LOG2E;
-    const int npass = a.causal && nq - 1 - pt != pt ? 2 : 1;
+    const int npass = pair_passes(a, nq, pt);
     int j0 = 0; /* key tiles visited by earlier passes */
 #pragma unroll
     for (int pass = 0; pass < 2; pass++) {
@@ -321,7 +321,7 @@ static __global__ void __launch_bounds__(NWG * 128, 3 - NWG)
     __shared__ uint64_t bar[2]; /* Q and dO of buffer 0, 1 (TMA) */
     if (threadIdx.x == 0) mbar_init(&bar[0]), mbar_init(&bar[1]);
     const float sl2 = a.scale * ATTN_LOG2E;
-    const int npass = a.causal && nkt - 1 - pt != pt ? 2 : 1;
+    const int npass = pair_passes(a, nkt, pt);
     int g0 = 0; /* tiles walked by earlier passes */
 #pragma unroll
     for (int pass = 0; pass < 2; pass++) {
