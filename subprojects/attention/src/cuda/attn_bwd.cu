@@ -212,7 +212,7 @@ static __global__ void __launch_bounds__(NW * 32)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 int col = k0 + nt * 8 + 2 * (lane & 3) + (e & 1), row = row0 + (e >> 1) * 8;
-                float pe = exp2f(p[nt][e] * sl2 - L[e >> 1]);
+                float pe = attn_exp2(fmaf(p[nt][e], sl2, -L[e >> 1]));
                 if (mask && (col >= a.T || (a.causal && col > row))) pe = 0.0f;
                 ds[nt][e] = pe * (ds[nt][e] - Di[e >> 1]);
             }

@@ -12,6 +12,14 @@
 #define ATTN_LOG2E 1.4426950408889634f
 #define ATTN_LN2   0.6931471805599453f
 
+/* 2^x by the MUFU alone: exp2f without fast math adds a denormal-result path (FSETP, two FMUL),
+ * and the probabilities it would keep (below 2^-126) are nothing beside a row sum of at least 1. */
+__device__ __forceinline__ float attn_exp2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
 /* Strides (b, t, h) in elements of the eight (B,T,heads,D) operands. */
 enum {
     AQ,
@@ -216,15 +224,14 @@ __device__ __forceinline__ void
 online_softmax_tile(const attn_args &a, float (&s)[BC / 8][4], float (&o)[D / 8][4], float (&m)[2],
                     float (&l)[2], float sl2, int k0, int q0, int row0, int lane) {
     const bool mask = k0 + BC > a.T || (a.causal && k0 + BC - 1 > q0);
+    if (mask)
 #pragma unroll
-    for (int nt = 0; nt < BC / 8; nt++)
+        for (int nt = 0; nt < BC / 8; nt++)
 #pragma unroll
-        for (int e = 0; e < 4; e++) {
-            int col = k0 + nt * 8 + 2 * (lane & 3) + (e & 1), row = row0 + (e >> 1) * 8;
-            float x = s[nt][e] * sl2;
-            if (mask && (col >= a.T || (a.causal && col > row))) x = -INFINITY;
-            s[nt][e] = x;
-        }
+            for (int e = 0; e < 4; e++) {
+                int col = k0 + nt * 8 + 2 * (lane & 3) + (e & 1), row = row0 + (e >> 1) * 8;
+                if (col >= a.T || (a.causal && col > row)) s[nt][e] = -INFINITY;
+            }
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         float mx = -INFINITY;
@@ -233,14 +240,15 @@ online_softmax_tile(const attn_args &a, float (&s)[BC / 8][4], float (&o)[D / 8]
             mx = fmaxf(mx, fmaxf(s[nt][2 * r], s[nt][2 * r + 1]));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        float mn = fmaxf(m[r], mx);
+        /* the running max m is in the exp2 domain (scores times sl2 > 0, so the max commutes) */
+        float mn = fmaxf(m[r], mx * sl2);
         float ms = mn == -INFINITY ? 0.0f : mn; // why: a fully masked row must not give NaN
-        float alpha = exp2f(m[r] - ms), sum = 0.0f;
+        float alpha = attn_exp2(m[r] - ms), sum = 0.0f;
         m[r] = mn;
 #pragma unroll
         for (int nt = 0; nt < BC / 8; nt++) {
-            s[nt][2 * r] = exp2f(s[nt][2 * r] - ms);
-            s[nt][2 * r + 1] = exp2f(s[nt][2 * r + 1] - ms);
+            s[nt][2 * r] = attn_exp2(fmaf(s[nt][2 * r], sl2, -ms));
+            s[nt][2 * r + 1] = attn_exp2(fmaf(s[nt][2 * r + 1], sl2, -ms));
             sum += s[nt][2 * r] + s[nt][2 * r + 1];
         }
         l[r] = l[r] * alpha + sum;
@@ -341,7 +349,7 @@ __device__ __forceinline__ void bwd_p_ds(const attn_args &a, float (&p)[BR / 8][
 #pragma unroll
         for (int e = 0; e < 4; e++) {
             int cl = nt * 8 + 2 * (lane & 3) + (e & 1), key = key0 + (e >> 1) * 8;
-            float pe = exp2f(p[nt][e] * sl2 - cL[cl] * ATTN_LOG2E);
+            float pe = attn_exp2(fmaf(p[nt][e], sl2, -cL[cl] * ATTN_LOG2E));
             if (mask && (key >= a.T || q0 + cl >= a.T || (a.causal && q0 + cl < key))) pe = 0.0f;
             p[nt][e] = pe;
             ds[nt][e] = pe * (ds[nt][e] - cD[cl]);

@@ -1,8 +1,9 @@
 /* Attention on Hopper (sm_90a, wgmma).
  *
  * Forward: a block is one warpgroup that owns 64 query rows of one (b, h) and walks 64-key tiles
- * (K, V double-buffered, loaded by TMA): S = Q K^T (both from shared memory), the online softmax
- * of attn_fwd.cu in registers, O += P V (P from registers). Two or more blocks share an SM.
+ * (K, V double-buffered, loaded by TMA): S = Q K^T (Q from registers at D128, from shared memory
+ * at D64), the online softmax of attn_fwd.cu in registers, O += P V (P from registers). Two or
+ * more blocks share an SM.
  *
  * Backward: the fused scheme of attn_bwd.cu (dK, dV per key tile, dQ added into an f32
  * accumulator) on wgmma; each tile's dQ part goes through shared memory in the accumulator's
@@ -192,15 +193,45 @@ static mt_status tile_map(CUtensorMap *m, const T *base, const int64_t *st, cons
     return MT_OK;
 }
 
+/* Q's wgmma A fragments (mma.sync order: rows row0 and row0 + 8, columns kk*16 + 2 (lane & 3)
+ * (+8)) from global memory, once per query tile; rows past T are zeros. */
+template <typename T, int D>
+__device__ __forceinline__ void fwd_load_qa(uint32_t (&qa)[D / 16][4], const attn_args &a,
+                                            const T *q, int b, int h, int row0, int lane) {
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int row = row0 + 8 * r;
+        const T *g = q + b * a.st[AQ][0] + h * a.st[AQ][2] +
+                     (int64_t)min(row, a.T - 1) * a.st[AQ][1] + 2 * (lane & 3);
+#pragma unroll
+        for (int kk = 0; kk < D / 16; kk++) {
+            qa[kk][r] = row < a.T ? *(const uint32_t *)(g + kk * 16) : 0u;
+            qa[kk][2 + r] = row < a.T ? *(const uint32_t *)(g + kk * 16 + 8) : 0u;
+        }
+    }
+}
+
+/* QREG: Q in registers, S by rs-wgmma (half the shared-memory operand bytes of ss at N = 64:
+ * +3% forward at D128, nothing at D64), else in shared memory. */
+template <int D> struct fwd_sm90_cfg {
+    static constexpr bool QREG = D == 128;
+    static constexpr int BR = 64, BC = 64;
+    static constexpr int smem(int es) {
+        return ((QREG ? 0 : BR) + 4 * BC) * D * es;
+    }
+};
+
 template <typename T, int D>
 static __global__ void __launch_bounds__(128, 2)
     attn_fwd_sm90_kernel(attn_args a, T *out, float *lse, const T *q,
                          const __grid_constant__ CUtensorMap tk,
                          const __grid_constant__ CUtensorMap tv) {
 #if ATTN_SM90_BODY
-    constexpr int BR = 64, BC = 64, NT = 128;
+    using cfg = fwd_sm90_cfg<D>;
+    constexpr int BR = cfg::BR, BC = cfg::BC, NT = 128;
+    constexpr bool QREG = cfg::QREG;
     extern __shared__ __align__(1024) unsigned char smem[];
-    T *sQ = (T *)smem, *sK = sQ + BR * D, *sV = sK + 2 * BC * D;
+    T *sK = (T *)smem, *sV = sK + 2 * BC * D, *sQ = sV + 2 * BC * D;
     const int wl = threadIdx.x >> 5, lane = threadIdx.x & 31;
     /* causal: query tiles nq-1-t, then t (a pair visits as many key tiles as any other; the
      * middle tile of an odd count alone) */
@@ -227,19 +258,27 @@ static __global__ void __launch_bounds__(128, 2)
                 tma_pair<T, D>(sK + buf * BC * D, sV + buf * BC * D, &tk, &tv, hk, j * BC, b,
                                &bar[buf]);
         };
+        const int row0 = q0 + wl * 16 + (lane >> 2);
+        uint32_t qa[QREG ? D / 16 : 1][4];
         /* (the previous pass's closing barrier: every warp is done with sQ) */
-        load_panels<T, BR, D, NT>(
-            sQ, q + b * a.st[AQ][0] + h * a.st[AQ][2] + (int64_t)q0 * a.st[AQ][1], a.st[AQ][1], qn);
-        cp_async_commit();
+        if constexpr (QREG)
+            fwd_load_qa<T, D>(qa, a, q, b, h, row0, lane);
+        else {
+            load_panels<T, BR, D, NT>(
+                sQ, q + b * a.st[AQ][0] + h * a.st[AQ][2] + (int64_t)q0 * a.st[AQ][1], a.st[AQ][1],
+                qn);
+            cp_async_commit();
+        }
         issue(0);
         float o[D / 8][4], m[2] = { -INFINITY, -INFINITY }, l[2] = { 0.0f, 0.0f };
 #pragma unroll
         for (int i = 0; i < D / 8; i++)
             o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
-        const int row0 = q0 + wl * 16 + (lane >> 2);
         uint32_t pa[BC / 16][4];
-        cp_async_wait<0>();
-        fence_async_smem();
+        if constexpr (!QREG) {
+            cp_async_wait<0>();
+            fence_async_smem();
+        }
         __syncthreads(); // Q is in, the barriers are initialized
         for (int j = 0; j < nk; j++) {
             if (j + 1 < nk) issue(j + 1); // the previous tile's closing barrier freed its buffer
@@ -249,10 +288,14 @@ static __global__ void __launch_bounds__(128, 2)
             float s[BC / 8][4];
             wg_fence();
 #pragma unroll
-            for (int kk = 0; kk < D / 16; kk++) /* panel kk/4, 16-column step kk%4 */
-                wg_ss<T, BC, 0, 0>::mma(s, wg_desc(sQ + (kk >> 2) * BR * 64 + (kk & 3) * 16, 16),
-                                        wg_desc(cK + (kk >> 2) * BC * 64 + (kk & 3) * 16, 16),
-                                        kk > 0);
+            for (int kk = 0; kk < D / 16; kk++) { /* panel kk/4, 16-column step kk%4 */
+                const uint64_t dk = wg_desc(cK + (kk >> 2) * BC * 64 + (kk & 3) * 16, 16);
+                if constexpr (QREG)
+                    wg_rs<T, BC, 0>::mma(s, qa[kk], dk, kk > 0);
+                else
+                    wg_ss<T, BC, 0, 0>::mma(
+                        s, wg_desc(sQ + (kk >> 2) * BR * 64 + (kk & 3) * 16, 16), dk, kk > 0);
+            }
             wg_commit();
             wg_wait0();
             wg_pin(s);
@@ -283,13 +326,13 @@ static __global__ void __launch_bounds__(128, 2)
 template <typename T, int D>
 mt_status attn_fwd_sm90(const attn_args &a, T *out, float *lse, const T *q, const T *k, const T *v,
                         mt_stream stream) {
-    constexpr int BR = 64, BC = 64;
-    const int smem = (BR + 4 * BC) * D * (int)sizeof(T);
+    using cfg = fwd_sm90_cfg<D>;
+    const int smem = cfg::smem((int)sizeof(T));
     CUtensorMap tk, tv;
     MT_TRY(tile_map<T>(&tk, k, a.st[AK], a, a.Hkv));
     MT_TRY(tile_map<T>(&tv, v, a.st[AV], a, a.Hkv));
     MT_TRY(attn_smem_attr(attn_fwd_sm90_kernel<T, D>, smem));
-    const dim3 grid = tile_grid(a.B * a.H, pair_blocks_per_head(a, (a.T + BR - 1) / BR));
+    const dim3 grid = tile_grid(a.B * a.H, pair_blocks_per_head(a, (a.T + cfg::BR - 1) / cfg::BR));
     attn_fwd_sm90_kernel<T, D><<<grid, 128, smem, stream>>>(a, out, lse, q, tk, tv);
     MT_CUDA_CHECK_LAUNCH();
     return MT_OK;
