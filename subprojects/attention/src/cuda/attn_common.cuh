@@ -217,12 +217,12 @@ template <int BR, int BC> __device__ __forceinline__ q_block q_block_of(const at
 }
 
 /* One key tile of the forward's online softmax (exp2 domain) for a warp's query rows row0 and
- * row0+8 in the mma accumulator order (mma.sync and wgmma alike): scales and masks the scores s of
- * keys k0.., updates the running max m and sum l, rescales o; s becomes P. */
-template <int BC, int D>
-__device__ __forceinline__ void
-online_softmax_tile(const attn_args &a, float (&s)[BC / 8][4], float (&o)[D / 8][4], float (&m)[2],
-                    float (&l)[2], float sl2, int k0, int q0, int row0, int lane) {
+ * row0+8 in the mma accumulator order (mma.sync and wgmma alike): masks the scores s of keys k0..,
+ * updates the running max m and sum l; s becomes P, and alpha[r] the factor that O's rows take. */
+template <int BC>
+__device__ __forceinline__ void softmax_scores(const attn_args &a, float (&s)[BC / 8][4],
+                                               float (&m)[2], float (&l)[2], float (&alpha)[2],
+                                               float sl2, int k0, int q0, int row0, int lane) {
     const bool mask = k0 + BC > a.T || (a.causal && k0 + BC - 1 > q0);
     if (mask)
 #pragma unroll
@@ -243,7 +243,8 @@ online_softmax_tile(const attn_args &a, float (&s)[BC / 8][4], float (&o)[D / 8]
         /* the running max m is in the exp2 domain (scores times sl2 > 0, so the max commutes) */
         float mn = fmaxf(m[r], mx * sl2);
         float ms = mn == -INFINITY ? 0.0f : mn; // why: a fully masked row must not give NaN
-        float alpha = attn_exp2(m[r] - ms), sum = 0.0f;
+        float sum = 0.0f;
+        alpha[r] = attn_exp2(m[r] - ms);
         m[r] = mn;
 #pragma unroll
         for (int nt = 0; nt < BC / 8; nt++) {
@@ -251,11 +252,24 @@ online_softmax_tile(const attn_args &a, float (&s)[BC / 8][4], float (&o)[D / 8]
             s[nt][2 * r + 1] = attn_exp2(fmaf(s[nt][2 * r + 1], sl2, -ms));
             sum += s[nt][2 * r] + s[nt][2 * r + 1];
         }
-        l[r] = l[r] * alpha + sum;
-#pragma unroll
-        for (int dt = 0; dt < D / 8; dt++)
-            o[dt][2 * r] *= alpha, o[dt][2 * r + 1] *= alpha;
+        l[r] = l[r] * alpha[r] + sum;
     }
+}
+/* O's rows row0 (r = 0) and row0 + 8 (r = 1) times alpha[r]. */
+template <int D>
+__device__ __forceinline__ void softmax_rescale(float (&o)[D / 8][4], const float (&alpha)[2]) {
+#pragma unroll
+    for (int dt = 0; dt < D / 8; dt++)
+        o[dt][0] *= alpha[0], o[dt][1] *= alpha[0], o[dt][2] *= alpha[1], o[dt][3] *= alpha[1];
+}
+/* softmax_scores, then O rescaled. */
+template <int BC, int D>
+__device__ __forceinline__ void
+online_softmax_tile(const attn_args &a, float (&s)[BC / 8][4], float (&o)[D / 8][4], float (&m)[2],
+                    float (&l)[2], float sl2, int k0, int q0, int row0, int lane) {
+    float alpha[2];
+    softmax_scores<BC>(a, s, m, l, alpha, sl2, k0, q0, row0, lane);
+    softmax_rescale<D>(o, alpha);
 }
 
 /* The forward's output rows row0 and row0+8 of head h, batch b (O / l) and their logsumexp, from

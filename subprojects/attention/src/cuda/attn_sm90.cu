@@ -1,9 +1,10 @@
 /* Attention on Hopper (sm_90a, wgmma).
  *
- * Forward: a block is one warpgroup that owns 64 query rows of one (b, h) and walks 64-key tiles
- * (K, V double-buffered, loaded by TMA): S = Q K^T (Q from registers at D128, from shared memory
- * at D64), the online softmax of attn_fwd.cu in registers, O += P V (P from registers). Two or
- * more blocks share an SM.
+ * Forward, D64: a block is one warpgroup that owns 64 query rows of one (b, h) and walks 64-key
+ * tiles (K, V double-buffered, loaded by TMA): S = Q K^T (both from shared memory), the online
+ * softmax of attn_fwd.cu in registers, O += P V (P from registers). Two or more blocks share an
+ * SM. D128: two warpgroups of 64 rows share 128-key tiles and take turns at the tensor cores
+ * (attn_fwd_sm90_wg2_kernel).
  *
  * Backward: the fused scheme of attn_bwd.cu (dK, dV per key tile, dQ added into an f32
  * accumulator) on wgmma; each tile's dQ part goes through shared memory in the accumulator's
@@ -132,6 +133,30 @@ __device__ __forceinline__ void mbar_wait(uint64_t *bar, uint32_t parity) {
                  "r"(parity)
                  : "memory");
 }
+/* An mbarrier that completes a phase after n plain arrivals, and one such arrival. */
+__device__ __forceinline__ void mbar_init_n(uint64_t *bar, int n) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(n)
+                 : "memory");
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+/* (predicated, not a branch: ptxas serializes wgmmas in flight across a divergent branch) */
+__device__ __forceinline__ void mbar_arrive_if(uint64_t *bar, bool p) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.u32 p, %1, 0;\n"
+                 "@p mbarrier.arrive.shared::cta.b64 _, [%0];\n}\n" ::"r"(smem_u32(bar)),
+                 "r"((unsigned)p)
+                 : "memory");
+}
+/* Named barrier id over n threads: wait for the others, or only arrive. */
+__device__ __forceinline__ void named_bar_sync(int id, int n) {
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory");
+}
+__device__ __forceinline__ void named_bar_arrive(int id, int n) {
+    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory");
+}
+template <int N> __device__ __forceinline__ void wg_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+
 /* The (64 columns from c, one head h, 64 rows from t, one batch b) box of a tile_map. */
 __device__ __forceinline__ void tma_box(void *dst, const CUtensorMap *map, int c, int h, int t,
                                         int b, uint64_t *bar) {
@@ -211,27 +236,15 @@ __device__ __forceinline__ void fwd_load_qa(uint32_t (&qa)[D / 16][4], const att
     }
 }
 
-/* QREG: Q in registers, S by rs-wgmma (half the shared-memory operand bytes of ss at N = 64:
- * +3% forward at D128, nothing at D64), else in shared memory. */
-template <int D> struct fwd_sm90_cfg {
-    static constexpr bool QREG = D == 128;
-    static constexpr int BR = 64, BC = 64;
-    static constexpr int smem(int es) {
-        return ((QREG ? 0 : BR) + 4 * BC) * D * es;
-    }
-};
-
 template <typename T, int D>
 static __global__ void __launch_bounds__(128, 2)
     attn_fwd_sm90_kernel(attn_args a, T *out, float *lse, const T *q,
                          const __grid_constant__ CUtensorMap tk,
                          const __grid_constant__ CUtensorMap tv) {
 #if ATTN_SM90_BODY
-    using cfg = fwd_sm90_cfg<D>;
-    constexpr int BR = cfg::BR, BC = cfg::BC, NT = 128;
-    constexpr bool QREG = cfg::QREG;
+    constexpr int BR = 64, BC = 64, NT = 128;
     extern __shared__ __align__(1024) unsigned char smem[];
-    T *sK = (T *)smem, *sV = sK + 2 * BC * D, *sQ = sV + 2 * BC * D;
+    T *sQ = (T *)smem, *sK = sQ + BR * D, *sV = sK + 2 * BC * D;
     const int wl = threadIdx.x >> 5, lane = threadIdx.x & 31;
     /* causal: query tiles nq-1-t, then t (a pair visits as many key tiles as any other; the
      * middle tile of an odd count alone) */
@@ -258,27 +271,19 @@ static __global__ void __launch_bounds__(128, 2)
                 tma_pair<T, D>(sK + buf * BC * D, sV + buf * BC * D, &tk, &tv, hk, j * BC, b,
                                &bar[buf]);
         };
-        const int row0 = q0 + wl * 16 + (lane >> 2);
-        uint32_t qa[QREG ? D / 16 : 1][4];
         /* (the previous pass's closing barrier: every warp is done with sQ) */
-        if constexpr (QREG)
-            fwd_load_qa<T, D>(qa, a, q, b, h, row0, lane);
-        else {
-            load_panels<T, BR, D, NT>(
-                sQ, q + b * a.st[AQ][0] + h * a.st[AQ][2] + (int64_t)q0 * a.st[AQ][1], a.st[AQ][1],
-                qn);
-            cp_async_commit();
-        }
+        load_panels<T, BR, D, NT>(
+            sQ, q + b * a.st[AQ][0] + h * a.st[AQ][2] + (int64_t)q0 * a.st[AQ][1], a.st[AQ][1], qn);
+        cp_async_commit();
         issue(0);
         float o[D / 8][4], m[2] = { -INFINITY, -INFINITY }, l[2] = { 0.0f, 0.0f };
 #pragma unroll
         for (int i = 0; i < D / 8; i++)
             o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+        const int row0 = q0 + wl * 16 + (lane >> 2);
         uint32_t pa[BC / 16][4];
-        if constexpr (!QREG) {
-            cp_async_wait<0>();
-            fence_async_smem();
-        }
+        cp_async_wait<0>();
+        fence_async_smem();
         __syncthreads(); // Q is in, the barriers are initialized
         for (int j = 0; j < nk; j++) {
             if (j + 1 < nk) issue(j + 1); // the previous tile's closing barrier freed its buffer
@@ -288,14 +293,10 @@ static __global__ void __launch_bounds__(128, 2)
             float s[BC / 8][4];
             wg_fence();
 #pragma unroll
-            for (int kk = 0; kk < D / 16; kk++) { /* panel kk/4, 16-column step kk%4 */
-                const uint64_t dk = wg_desc(cK + (kk >> 2) * BC * 64 + (kk & 3) * 16, 16);
-                if constexpr (QREG)
-                    wg_rs<T, BC, 0>::mma(s, qa[kk], dk, kk > 0);
-                else
-                    wg_ss<T, BC, 0, 0>::mma(
-                        s, wg_desc(sQ + (kk >> 2) * BR * 64 + (kk & 3) * 16, 16), dk, kk > 0);
-            }
+            for (int kk = 0; kk < D / 16; kk++) /* panel kk/4, 16-column step kk%4 */
+                wg_ss<T, BC, 0, 0>::mma(s, wg_desc(sQ + (kk >> 2) * BR * 64 + (kk & 3) * 16, 16),
+                                        wg_desc(cK + (kk >> 2) * BC * 64 + (kk & 3) * 16, 16),
+                                        kk > 0);
             wg_commit();
             wg_wait0();
             wg_pin(s);
@@ -323,18 +324,175 @@ static __global__ void __launch_bounds__(128, 2)
 #endif
 }
 
+/* The D128 forward in FA3's arrangement: a block of two warpgroups owns 128 query rows (64 each,
+ * Q in registers) and walks 128-key tiles of K and V, each loaded by TMA into two stages with a
+ * full barrier (the transaction) and an empty one (all 8 warps done with it). A warpgroup issues
+ * S_j = Q K_j^T and O += P_{j-1} V_{j-1} together, computes P_j's softmax while the tensor cores
+ * run them and the other warpgroup's pair (named barriers hand the turn to issue over), and
+ * rescales O once P_{j-1} V_{j-1} is done. Thread 128 (the second warpgroup's, which runs behind)
+ * issues every load as soon as its stage is empty. */
+template <typename T>
+static __global__ void __launch_bounds__(256, 1)
+    attn_fwd_sm90_wg2_kernel(attn_args a, T *out, float *lse, const T *q,
+                             const __grid_constant__ CUtensorMap tk,
+                             const __grid_constant__ CUtensorMap tv) {
+#if ATTN_SM90_BODY
+    constexpr int D = 128, BR = 128, BC = 128;
+    extern __shared__ __align__(1024) unsigned char smem[];
+    T *sK = (T *)smem, *sV = sK + 2 * BC * D;
+    const int wg = threadIdx.x >> 7, wl = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
+    const bool producer = threadIdx.x == 128;
+    const int nq = (a.T + BR - 1) / BR, nk_all = (a.T + BC - 1) / BC;
+    int pt, bh;
+    tile_of_block(pair_blocks_per_head(a, nq), pt, bh);
+    const int b = bh / a.H, h = bh % a.H, hk = h / a.group;
+    __shared__ uint64_t full[2][2], empty[2][2]; /* [K, V][stage] */
+    if (threadIdx.x == 0)
+        for (int i = 0; i < 4; i++)
+            mbar_init(&full[i >> 1][i & 1]), mbar_init_n(&empty[i >> 1][i & 1], 8);
+    const float sl2 = a.scale * ATTN_LOG2E;
+    const int npass = pair_passes(a, nq, pt);
+    int j0 = 0;      /* key tiles visited by earlier passes */
+    __syncthreads(); // the barriers are initialized
+    /* Before each GEMM pair a warpgroup waits for its turn (barrier 1 + wg), after it hands
+     * the turn to the other; warpgroup 0 starts, and takes a last turn at the end to balance */
+    if (wg == 1) named_bar_arrive(1, 256);
+#pragma unroll
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass == npass) break;
+        const int qt = a.causal && !pass ? nq - 1 - pt : pt;
+        const int q0 = qt * BR, qn = min(BR, a.T - q0);
+        const int nk = a.causal ? min(nk_all, (q0 + qn + BC - 1) / BC) : nk_all;
+        /* key tile j's K (x = 0) or V (x = 1) into stage (j0 + j) & 1, once the tile two before it
+         * there is done with (by the producer thread) */
+        auto load = [&](int x, int j) {
+            const int g = j0 + j, st = g & 1;
+            if (g >= 2) mbar_wait(&empty[x][st], ((g >> 1) + 1) & 1);
+            T *dst = (x ? sV : sK) + st * BC * D;
+            mbar_expect(&full[x][st], BC * D * sizeof(T));
+#pragma unroll
+            for (int c = 0; c < D; c += 64)
+#pragma unroll
+                for (int r = 0; r < BC; r += 64)
+                    tma_box(dst + c * BC + r * 64, x ? &tv : &tk, c, hk, j * BC + r, b,
+                            &full[x][st]);
+        };
+        /* this warp is done with tile j's K (x = 0) or V (x = 1) */
+        auto release = [&](int x, int j) { mbar_arrive_if(&empty[x][(j0 + j) & 1], lane == 0); };
+        if (producer) {
+            load(0, 0);
+            if (nk > 1) load(0, 1);
+            load(1, 0);
+        }
+        const int row0 = q0 + wg * 64 + wl * 16 + (lane >> 2);
+        uint32_t qa[D / 16][4];
+        fwd_load_qa<T, D>(qa, a, q, b, h, row0, lane);
+        float o[D / 8][4], m[2] = { -INFINITY, -INFINITY }, l[2] = { 0.0f, 0.0f };
+#pragma unroll
+        for (int i = 0; i < D / 8; i++)
+            o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+        uint32_t pa[BC / 16][4];
+        float s[BC / 8][4], alpha[2];
+        auto issue_s =
+            [&](int j) { /* S_j = Q K_j^T */
+                         const T *cK = sK + ((j0 + j) & 1) * BC * D;
+#pragma unroll
+                         for (int kk = 0; kk < D / 16; kk++) /* panel kk/4, 16-column step kk%4 */
+                             wg_rs<T, BC, 0>::mma(
+                                 s, qa[kk], wg_desc(cK + (kk >> 2) * BC * 64 + (kk & 3) * 16, 16),
+                                 kk > 0);
+                         wg_commit();
+            };
+        auto issue_pv = [&](int j) { /* O += P_j V_j */
+                                     const T *cV = sV + ((j0 + j) & 1) * BC * D;
+#pragma unroll
+                                     for (int kk = 0; kk < BC / 16; kk++)
+                                         wg_rs<T, D, 1>::mma(
+                                             o, pa[kk], wg_desc(cV + kk * 16 * 64, BC * 128), 1);
+                                     wg_commit();
+        };
+        auto wait_full = [&](int x, int j) {
+            mbar_wait(&full[x][(j0 + j) & 1], ((j0 + j) >> 1) & 1);
+        };
+        auto pack_p = [&]() {
+#pragma unroll
+            for (int kk = 0; kk < BC / 16; kk++) {
+                pa[kk][0] = attn_t<T>::pack(s[2 * kk][0], s[2 * kk][1]);
+                pa[kk][1] = attn_t<T>::pack(s[2 * kk][2], s[2 * kk][3]);
+                pa[kk][2] = attn_t<T>::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+                pa[kk][3] = attn_t<T>::pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+            }
+        };
+        /* (the block's q0 for the mask test: a uniform branch) */
+        wait_full(0, 0);
+        named_bar_sync(1 + wg, 256);
+        wg_fence();
+        issue_s(0);
+        named_bar_arrive(2 - wg, 256);
+        wg_wait<0>();
+        wg_pin(s);
+        release(0, 0);
+        if (producer && 2 < nk) load(0, 2);
+        if (producer && 1 < nk) load(1, 1);
+        softmax_scores<BC>(a, s, m, l, alpha, sl2, 0, q0, row0, lane);
+        pack_p();
+        for (int j = 1; j < nk; j++) { /* S_j beside P_{j-1} V_{j-1} */
+            wait_full(0, j);
+            wait_full(1, j - 1);
+            named_bar_sync(1 + wg, 256);
+            wg_fence();
+            issue_s(j);
+            issue_pv(j - 1);
+            named_bar_arrive(2 - wg, 256);
+            wg_wait<1>(); // S_j
+            wg_pin(s);
+            release(0, j);
+            softmax_scores<BC>(a, s, m, l, alpha, sl2, j * BC, q0, row0, lane);
+            wg_wait<0>(); // P_{j-1} V_{j-1}
+            wg_keep(pa);
+            wg_pin(o);
+            release(1, j - 1);
+            if (producer && j + 2 < nk) load(0, j + 2);
+            if (producer && j + 1 < nk) load(1, j + 1);
+            softmax_rescale<D>(o, alpha);
+            pack_p();
+        }
+        wait_full(1, nk - 1);
+        named_bar_sync(1 + wg, 256);
+        wg_fence();
+        issue_pv(nk - 1);
+        named_bar_arrive(2 - wg, 256);
+        wg_wait<0>();
+        wg_keep(pa);
+        wg_pin(o);
+        release(1, nk - 1);
+        fwd_store_out<T, D>(a, out, lse, o, m, l, b, h, row0, lane);
+        j0 += nk;
+    }
+    if (wg == 0) named_bar_sync(1, 256);
+#endif
+}
+
 template <typename T, int D>
 mt_status attn_fwd_sm90(const attn_args &a, T *out, float *lse, const T *q, const T *k, const T *v,
                         mt_stream stream) {
-    using cfg = fwd_sm90_cfg<D>;
-    const int smem = cfg::smem((int)sizeof(T));
     CUtensorMap tk, tv;
     MT_TRY(tile_map<T>(&tk, k, a.st[AK], a, a.Hkv));
     MT_TRY(tile_map<T>(&tv, v, a.st[AV], a, a.Hkv));
-    MT_TRY(attn_smem_attr(attn_fwd_sm90_kernel<T, D>, smem));
-    const dim3 grid = tile_grid(a.B * a.H, pair_blocks_per_head(a, (a.T + cfg::BR - 1) / cfg::BR));
-    attn_fwd_sm90_kernel<T, D><<<grid, 128, smem, stream>>>(a, out, lse, q, tk, tv);
-    MT_CUDA_CHECK_LAUNCH();
+    if constexpr (D == 128) {
+        const int smem = 4 * 128 * 128 * (int)sizeof(T);
+        MT_TRY(attn_smem_attr(attn_fwd_sm90_wg2_kernel<T>, smem));
+        const dim3 grid = tile_grid(a.B * a.H, pair_blocks_per_head(a, (a.T + 127) / 128));
+        attn_fwd_sm90_wg2_kernel<T><<<grid, 256, smem, stream>>>(a, out, lse, q, tk, tv);
+        MT_CUDA_CHECK_LAUNCH();
+    } else {
+        constexpr int BR = 64, BC = 64;
+        const int smem = (BR + 4 * BC) * D * (int)sizeof(T);
+        MT_TRY(attn_smem_attr(attn_fwd_sm90_kernel<T, D>, smem));
+        const dim3 grid = tile_grid(a.B * a.H, pair_blocks_per_head(a, (a.T + BR - 1) / BR));
+        attn_fwd_sm90_kernel<T, D><<<grid, 128, smem, stream>>>(a, out, lse, q, tk, tv);
+        MT_CUDA_CHECK_LAUNCH();
+    }
     return MT_OK;
 }
 
