@@ -218,20 +218,13 @@ static __global__ void __launch_bounds__(NW * 32)
             }
 #pragma unroll
         for (int kk = 0; kk < BC / 16; kk++) {
-            uint32_t sa[4] = { attn_t<T>::pack(ds[2 * kk][0], ds[2 * kk][1]),
-                               attn_t<T>::pack(ds[2 * kk][2], ds[2 * kk][3]),
-                               attn_t<T>::pack(ds[2 * kk + 1][0], ds[2 * kk + 1][1]),
-                               attn_t<T>::pack(ds[2 * kk + 1][2], ds[2 * kk + 1][3]) };
+            uint32_t sa[4];
+            acc_pack<T>(ds, kk, sa);
             /* why: a row with few keys has |dS| ~ 1 while its dQ = dS K cancels; bf16 dS alone
              * leaves errors of 2^-9 |dS| |K| in dQ, so bf16 adds the rounding residual as a
              * second term (an extra mma on the same K fragment) */
             uint32_t sl[4] = { 0, 0, 0, 0 };
-            if constexpr (attn_t<T>::two_term) {
-                sl[0] = attn_t<T>::residual(ds[2 * kk][0], ds[2 * kk][1], sa[0]);
-                sl[1] = attn_t<T>::residual(ds[2 * kk][2], ds[2 * kk][3], sa[1]);
-                sl[2] = attn_t<T>::residual(ds[2 * kk + 1][0], ds[2 * kk + 1][1], sa[2]);
-                sl[3] = attn_t<T>::residual(ds[2 * kk + 1][2], ds[2 * kk + 1][3], sa[3]);
-            }
+            if constexpr (attn_t<T>::two_term) acc_residual<T>(ds, kk, sa, sl);
 #pragma unroll
             for (int dp = 0; dp < D / 16; dp++) {
                 uint32_t bk[4];
@@ -420,10 +413,10 @@ static __global__ void __launch_bounds__(NW * 32)
 #pragma unroll
             for (int kk = 0; kk < BR / 16; kk++) {
                 uint32_t pa[4], sa[4], sl[4] = { 0, 0, 0, 0 };
-                bwd_pack<T>(p, kk, pa);
-                bwd_pack<T>(ds, kk, sa);
+                acc_pack<T>(p, kk, pa);
+                acc_pack<T>(ds, kk, sa);
                 if constexpr (TWO == 2) // why: dK = dS^T Q and dQ = dS K cancel
-                    bwd_residual<T>(ds, kk, sa, sl);
+                    acc_residual<T>(ds, kk, sa, sl);
                 /* dS^T rows warp*16 + g (+8), query columns kk*16 + 2t (+8): for the dQ phase */
                 const int sr = warp * 16 + (lane >> 2), sc = kk * 16 + 2 * (lane & 3);
 #pragma unroll

@@ -370,17 +370,17 @@ __device__ __forceinline__ void bwd_p_ds(const attn_args &a, float (&p)[BR / 8][
         }
 }
 
-/* Query step kk (16 columns) of an accumulator as an mma A fragment; with lo, also the rounding
- * residual of each pair (bf16's second term). */
+/* Step kk (16 columns) of an f32 accumulator as an mma A fragment (acc_pack); the rounding
+ * residual of each of its pairs (acc_residual: bf16's second term). */
 template <typename T, int N>
-__device__ __forceinline__ void bwd_pack(const float (&x)[N][4], int kk, uint32_t (&hi)[4]) {
+__device__ __forceinline__ void acc_pack(const float (&x)[N][4], int kk, uint32_t (&hi)[4]) {
     hi[0] = attn_t<T>::pack(x[2 * kk][0], x[2 * kk][1]);
     hi[1] = attn_t<T>::pack(x[2 * kk][2], x[2 * kk][3]);
     hi[2] = attn_t<T>::pack(x[2 * kk + 1][0], x[2 * kk + 1][1]);
     hi[3] = attn_t<T>::pack(x[2 * kk + 1][2], x[2 * kk + 1][3]);
 }
 template <typename T, int N>
-__device__ __forceinline__ void bwd_residual(const float (&x)[N][4], int kk,
+__device__ __forceinline__ void acc_residual(const float (&x)[N][4], int kk,
                                              const uint32_t (&hi)[4], uint32_t (&lo)[4]) {
     lo[0] = attn_t<T>::residual(x[2 * kk][0], x[2 * kk][1], hi[0]);
     lo[1] = attn_t<T>::residual(x[2 * kk][2], x[2 * kk][3], hi[1]);

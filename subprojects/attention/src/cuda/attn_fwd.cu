@@ -116,10 +116,8 @@ static __global__ void __launch_bounds__(NW * 32)
         online_softmax_tile<BC, D>(a, s, o, m, l, sl2, j * BC, q0, row0, lane);
 #pragma unroll
         for (int kk = 0; kk < BC / 16; kk++) {
-            uint32_t pa[4] = { attn_t<T>::pack(s[2 * kk][0], s[2 * kk][1]),
-                               attn_t<T>::pack(s[2 * kk][2], s[2 * kk][3]),
-                               attn_t<T>::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                               attn_t<T>::pack(s[2 * kk + 1][2], s[2 * kk + 1][3]) };
+            uint32_t pa[4];
+            acc_pack<T>(s, kk, pa);
 #pragma unroll
             for (int dp = 0; dp < D / 16; dp++) {
                 uint32_t bf[4];

@@ -302,12 +302,8 @@ static __global__ void __launch_bounds__(128, 2)
             wg_pin(s);
             online_softmax_tile<BC, D>(a, s, o, m, l, sl2, j * BC, q0, row0, lane);
 #pragma unroll
-            for (int kk = 0; kk < BC / 16; kk++) {
-                pa[kk][0] = attn_t<T>::pack(s[2 * kk][0], s[2 * kk][1]);
-                pa[kk][1] = attn_t<T>::pack(s[2 * kk][2], s[2 * kk][3]);
-                pa[kk][2] = attn_t<T>::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-                pa[kk][3] = attn_t<T>::pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
-            }
+            for (int kk = 0; kk < BC / 16; kk++)
+                acc_pack<T>(s, kk, pa[kk]);
             wg_fence();
 #pragma unroll
             for (int kk = 0; kk < BC / 16; kk++)
@@ -416,12 +412,8 @@ static __global__ void __launch_bounds__(256, 1)
         };
         auto pack_p = [&]() {
 #pragma unroll
-            for (int kk = 0; kk < BC / 16; kk++) {
-                pa[kk][0] = attn_t<T>::pack(s[2 * kk][0], s[2 * kk][1]);
-                pa[kk][1] = attn_t<T>::pack(s[2 * kk][2], s[2 * kk][3]);
-                pa[kk][2] = attn_t<T>::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-                pa[kk][3] = attn_t<T>::pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
-            }
+            for (int kk = 0; kk < BC / 16; kk++)
+                acc_pack<T>(s, kk, pa[kk]);
         };
         /* (the block's q0 for the mask test: a uniform branch) */
         wait_full(0, 0);
@@ -594,10 +586,10 @@ static __global__ void __launch_bounds__(NWG * 128, 3 - NWG)
 #pragma unroll
                 for (int kk = 0; kk < BR / 16; kk++) {
                     uint32_t sa[4], sl[4];
-                    bwd_pack<T>(p, kk, pa[kk]);
-                    bwd_pack<T>(ds, kk, sa);
+                    acc_pack<T>(p, kk, pa[kk]);
+                    acc_pack<T>(ds, kk, sa);
                     if constexpr (TWO == 2) // why: dK = dS^T Q and dQ = dS K cancel
-                        bwd_residual<T>(ds, kk, sa, sl);
+                        acc_residual<T>(ds, kk, sa, sl);
                     /* dS^T rows sr (+8), query columns kk*16 + 2t (+8) */
                     const int sc = kk * 16 + 2 * (lane & 3);
 #pragma unroll
