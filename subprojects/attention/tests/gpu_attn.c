@@ -445,6 +445,9 @@ int main(void) {
         { 1, 64, 2, 2, 40, 1, MT_F32, 0, 0, 0, 0 },
         { 1, 191, 4, 2, 64, 1, MT_F16, 1, 0, 0.2f, 0 },
         { 1, 257, 2, 2, 128, 0, MT_BF16, 0, 1, 0, 0 },
+        /* D128 forward on sm_90a: 128-row blocks, causal pairs over an odd tile count (0 and 2,
+         * then 1 alone), a last tile of 44 rows, fused strides */
+        { 2, 300, 4, 2, 128, 1, MT_F16, 0, 1, 0, 0 },
         /* causal rows with few keys: |dS| ~ 1 and dQ cancels (bf16 dS alone failed the plain
          * tolerance here); with ds_split (hi + lo) the plain tolerance holds */
         { 1, 283, 16, 2, 64, 1, MT_BF16, 1, 1, 0, 0 },
