@@ -91,22 +91,22 @@ static void close_rel(const char *what, const shape *s, const float *got, const 
              s->T, s->H, s->Hkv, s->D, s->causal ? "causal" : "full", mt_dtype_name(s->dt), s->det,
              s->fused, s->split);
     double atol = tol * rms(ref, n) + 1e-6;
-    if (!spread) {
-        mt_test_close_f32(msg, got, ref, n, atol, tol);
-        return;
-    }
     size_t bad = 0;
     double worst = 0.0;
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < n; i++) { /* the first offenders, by index (b, t, head, d) */
         double err = fabs((double)got[i] - ref[i]);
-        double lim = atol + tol * fabs((double)ref[i]) + DS_ROUND_BOUND * spread[i];
+        double lim = atol + tol * fabs((double)ref[i]) + (spread ? DS_ROUND_BOUND * spread[i] : 0);
         if (!(err <= lim)) {
             if (bad < 5)
                 fprintf(stderr, "  %s[%zu]: got %.7g want %.7g (limit %.3g, spread %.3g)\n", msg, i,
-                        got[i], ref[i], lim, spread[i]);
+                        got[i], ref[i], lim, spread ? spread[i] : 0.0);
             bad++;
         }
         if (err / lim > worst) worst = err / lim;
+    }
+    if (!spread) {
+        mt_test_close_f32(msg, got, ref, n, atol, tol);
+        return;
     }
     MT_EXPECT(bad == 0, "%s: %zu of %zu beyond the bf16-dS bound", msg, bad, n);
     fprintf(stderr, "%s %s: n=%zu, worst error %.2f of its limit (bf16 dS bound)\n",
@@ -445,9 +445,6 @@ int main(void) {
         { 1, 64, 2, 2, 40, 1, MT_F32, 0, 0, 0, 0 },
         { 1, 191, 4, 2, 64, 1, MT_F16, 1, 0, 0.2f, 0 },
         { 1, 257, 2, 2, 128, 0, MT_BF16, 0, 1, 0, 0 },
-        /* D128 forward on sm_90a: 128-row blocks, causal pairs over an odd tile count (0 and 2,
-         * then 1 alone), a last tile of 44 rows, fused strides */
-        { 2, 300, 4, 2, 128, 1, MT_F16, 0, 1, 0, 0 },
         /* causal rows with few keys: |dS| ~ 1 and dQ cancels (bf16 dS alone failed the plain
          * tolerance here); with ds_split (hi + lo) the plain tolerance holds */
         { 1, 283, 16, 2, 64, 1, MT_BF16, 1, 1, 0, 0 },
