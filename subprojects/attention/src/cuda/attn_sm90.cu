@@ -389,23 +389,22 @@ static __global__ void __launch_bounds__(256, 1)
             o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
         uint32_t pa[BC / 16][4];
         float s[BC / 8][4], alpha[2];
-        auto issue_s =
-            [&](int j) { /* S_j = Q K_j^T */
-                         const T *cK = sK + ((j0 + j) & 1) * BC * D;
+        /* S_j = Q K_j^T */
+        auto issue_s = [&](int j) {
+            const T *cK = sK + ((j0 + j) & 1) * BC * D;
 #pragma unroll
-                         for (int kk = 0; kk < D / 16; kk++) /* panel kk/4, 16-column step kk%4 */
-                             wg_rs<T, BC, 0>::mma(
-                                 s, qa[kk], wg_desc(cK + (kk >> 2) * BC * 64 + (kk & 3) * 16, 16),
-                                 kk > 0);
-                         wg_commit();
-            };
-        auto issue_pv = [&](int j) { /* O += P_j V_j */
-                                     const T *cV = sV + ((j0 + j) & 1) * BC * D;
+            for (int kk = 0; kk < D / 16; kk++) /* panel kk/4, 16-column step kk%4 */
+                wg_rs<T, BC, 0>::mma(s, qa[kk],
+                                     wg_desc(cK + (kk >> 2) * BC * 64 + (kk & 3) * 16, 16), kk > 0);
+            wg_commit();
+        };
+        /* O += P_j V_j */
+        auto issue_pv = [&](int j) {
+            const T *cV = sV + ((j0 + j) & 1) * BC * D;
 #pragma unroll
-                                     for (int kk = 0; kk < BC / 16; kk++)
-                                         wg_rs<T, D, 1>::mma(
-                                             o, pa[kk], wg_desc(cV + kk * 16 * 64, BC * 128), 1);
-                                     wg_commit();
+            for (int kk = 0; kk < BC / 16; kk++)
+                wg_rs<T, D, 1>::mma(o, pa[kk], wg_desc(cV + kk * 16 * 64, BC * 128), 1);
+            wg_commit();
         };
         auto wait_full = [&](int x, int j) {
             mbar_wait(&full[x][(j0 + j) & 1], ((j0 + j) >> 1) & 1);
@@ -415,7 +414,6 @@ static __global__ void __launch_bounds__(256, 1)
             for (int kk = 0; kk < BC / 16; kk++)
                 acc_pack<T>(s, kk, pa[kk]);
         };
-        /* (the block's q0 for the mask test: a uniform branch) */
         wait_full(0, 0);
         named_bar_sync(1 + wg, 256);
         wg_fence();
@@ -426,6 +424,7 @@ static __global__ void __launch_bounds__(256, 1)
         release(0, 0);
         if (producer && 2 < nk) load(0, 2);
         if (producer && 1 < nk) load(1, 1);
+        /* (the block's q0, not the warpgroup's, for the mask test: a uniform branch) */
         softmax_scores<BC>(a, s, m, l, alpha, sl2, 0, q0, row0, lane);
         pack_p();
         for (int j = 1; j < nk; j++) { /* S_j beside P_{j-1} V_{j-1} */
