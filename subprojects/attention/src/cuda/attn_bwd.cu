@@ -370,7 +370,8 @@ static __global__ void __launch_bounds__(NW * 32)
     if (ntile > 0) issue(0, 0);
     const float sl2 = a.scale * ATTN_LOG2E;
     float gk[D / 8][4], gv[D / 8][4];
-    bwd_zero_dkdv<D>(gk, gv);
+    acc_zero(gk);
+    acc_zero(gv);
     const int key0 = k0 + warp * 16 + (lane >> 2);
     const int rg = warp % RG, dc = warp / RG;
     const int nkstep = min(BC / 16, (a.T - k0 + 15) / 16);

@@ -203,6 +203,20 @@ __device__ __forceinline__ int pair_passes(const attn_args &a, int ntiles, int p
     return a.causal && ntiles - 1 - pt != pt ? 2 : 1;
 }
 
+/* Key tiles of BC columns (nk_all in all) that query rows q0 .. q0 + qn - 1 visit (causal: up to
+ * the last row). */
+template <int BC>
+__device__ __forceinline__ int key_tiles(const attn_args &a, int nk_all, int q0, int qn) {
+    return a.causal ? min(nk_all, (q0 + qn + BC - 1) / BC) : nk_all;
+}
+
+/* An f32 accumulator, zeroed. */
+template <int N> __device__ __forceinline__ void acc_zero(float (&x)[N][4]) {
+#pragma unroll
+    for (int i = 0; i < N; i++)
+        x[i][0] = x[i][1] = x[i][2] = x[i][3] = 0.0f;
+}
+
 /* A query-tile block's place: blockIdx.x is (batch b, head h; kv head hk), blockIdx.y the tile of
  * BR rows from q0 (qn of them valid), and nk key tiles of BC to visit. */
 struct q_block {
@@ -213,7 +227,7 @@ template <int BR, int BC> __device__ __forceinline__ q_block q_block_of(const at
     // why: tiles are y, heads x, and blocks start x-fastest: every head's longest rows go first
     const int qt = a.causal ? nq - 1 - (int)blockIdx.y : (int)blockIdx.y;
     const int b = blockIdx.x / a.H, h = blockIdx.x % a.H, q0 = qt * BR, qn = min(BR, a.T - q0);
-    return { b, h, h / a.group, q0, qn, a.causal ? min(nk_all, (q0 + qn + BC - 1) / BC) : nk_all };
+    return { b, h, h / a.group, q0, qn, key_tiles<BC>(a, nk_all, q0, qn) };
 }
 
 /* One key tile of the forward's online softmax (exp2 domain) for a warp's query rows row0 and
@@ -396,16 +410,6 @@ __device__ __forceinline__ void bwd_store_frag(T *dst, int sr, int sc, const uin
     *(uint32_t *)(dst + at(sr + 8, sc)) = f[1];
     *(uint32_t *)(dst + at(sr, sc + 8)) = f[2];
     *(uint32_t *)(dst + at(sr + 8, sc + 8)) = f[3];
-}
-
-/* The dK and dV accumulators of a key tile, zeroed. */
-template <int D>
-__device__ __forceinline__ void bwd_zero_dkdv(float (&gk)[D / 8][4], float (&gv)[D / 8][4]) {
-#pragma unroll
-    for (int i = 0; i < D / 8; i++)
-#pragma unroll
-        for (int e = 0; e < 4; e++)
-            gk[i][e] = gv[i][e] = 0.0f;
 }
 
 /* A warp's dK (times the softmax scale) and dV rows key0 (+8) from the accumulators. */

@@ -76,9 +76,7 @@ static __global__ void __launch_bounds__(NW * 32)
 
     const float sl2 = a.scale * ATTN_LOG2E;
     float o[D / 8][4], m[2] = { -INFINITY, -INFINITY }, l[2] = { 0.0f, 0.0f };
-#pragma unroll
-    for (int i = 0; i < D / 8; i++)
-        o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+    acc_zero(o);
     uint32_t qf[D / 16][4];
     const int row0 = q0 + warp * 16 + (lane >> 2);
     for (int j = 0; j < nk; j++) {

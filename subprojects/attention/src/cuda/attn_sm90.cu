@@ -218,6 +218,21 @@ static mt_status tile_map(CUtensorMap *m, const T *base, const int64_t *st, cons
     return MT_OK;
 }
 
+/* Pass `pass` of a wgmma forward block that took tile pt of nq (pair_blocks_per_head): causal
+ * blocks take query tile nq-1-pt, then pt (a pair visits as many key tiles as any other; the
+ * middle tile of an odd count alone). Its first row q0, valid rows qn and key tiles nk (of
+ * nk_all). */
+struct q_pass {
+    int q0, qn, nk;
+};
+template <int BR, int BC>
+__device__ __forceinline__ q_pass q_pass_of(const attn_args &a, int nq, int nk_all, int pt,
+                                            int pass) {
+    const int qt = a.causal && !pass ? nq - 1 - pt : pt;
+    const int q0 = qt * BR, qn = min(BR, a.T - q0);
+    return { q0, qn, key_tiles<BC>(a, nk_all, q0, qn) };
+}
+
 /* Q's wgmma A fragments (mma.sync order: rows row0 and row0 + 8, columns kk*16 + 2 (lane & 3)
  * (+8)) from global memory, once per query tile; rows past T are zeros. */
 template <typename T, int D>
@@ -246,8 +261,6 @@ static __global__ void __launch_bounds__(128, 2)
     extern __shared__ __align__(1024) unsigned char smem[];
     T *sQ = (T *)smem, *sK = sQ + BR * D, *sV = sK + 2 * BC * D;
     const int wl = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    /* causal: query tiles nq-1-t, then t (a pair visits as many key tiles as any other; the
-     * middle tile of an odd count alone) */
     const int nq = (a.T + BR - 1) / BR, nk_all = (a.T + BC - 1) / BC;
     int pt, bh;
     tile_of_block(pair_blocks_per_head(a, nq), pt, bh);
@@ -260,9 +273,8 @@ static __global__ void __launch_bounds__(128, 2)
 #pragma unroll
     for (int pass = 0; pass < 2; pass++) {
         if (pass == npass) break;
-        const int qt = a.causal && !pass ? nq - 1 - pt : pt;
-        const int q0 = qt * BR, qn = min(BR, a.T - q0);
-        const int nk = a.causal ? min(nk_all, (q0 + qn + BC - 1) / BC) : nk_all;
+        const q_pass qp = q_pass_of<BR, BC>(a, nq, nk_all, pt, pass);
+        const int q0 = qp.q0, qn = qp.qn, nk = qp.nk;
         /* key tile j's K, V (rows past T zero-filled) into buffer (j0 + j) & 1, by one thread */
         static_assert(BC == 64, "tma_pair moves 64-row tiles");
         auto issue = [&](int j) {
@@ -277,9 +289,7 @@ static __global__ void __launch_bounds__(128, 2)
         cp_async_commit();
         issue(0);
         float o[D / 8][4], m[2] = { -INFINITY, -INFINITY }, l[2] = { 0.0f, 0.0f };
-#pragma unroll
-        for (int i = 0; i < D / 8; i++)
-            o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+        acc_zero(o);
         const int row0 = q0 + wl * 16 + (lane >> 2);
         uint32_t pa[BC / 16][4];
         cp_async_wait<0>();
@@ -356,9 +366,8 @@ static __global__ void __launch_bounds__(256, 1)
 #pragma unroll
     for (int pass = 0; pass < 2; pass++) {
         if (pass == npass) break;
-        const int qt = a.causal && !pass ? nq - 1 - pt : pt;
-        const int q0 = qt * BR, qn = min(BR, a.T - q0);
-        const int nk = a.causal ? min(nk_all, (q0 + qn + BC - 1) / BC) : nk_all;
+        const q_pass qp = q_pass_of<BR, BC>(a, nq, nk_all, pt, pass);
+        const int q0 = qp.q0, nk = qp.nk;
         /* key tile j's K (x = 0) or V (x = 1) into stage (j0 + j) & 1, once the tile two before it
          * there is done with (by the producer thread) */
         auto load = [&](int x, int j) {
@@ -384,9 +393,7 @@ static __global__ void __launch_bounds__(256, 1)
         uint32_t qa[D / 16][4];
         fwd_load_qa<T, D>(qa, a, q, b, h, row0, lane);
         float o[D / 8][4], m[2] = { -INFINITY, -INFINITY }, l[2] = { 0.0f, 0.0f };
-#pragma unroll
-        for (int i = 0; i < D / 8; i++)
-            o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+        acc_zero(o);
         uint32_t pa[BC / 16][4];
         float s[BC / 8][4], alpha[2];
         /* S_j = Q K_j^T */
@@ -535,7 +542,8 @@ static __global__ void __launch_bounds__(NWG * 128, 3 - NWG)
         if (!pass) __syncthreads(); // the barriers are initialized
         issue(0, g0 & 1);
         float gk[D / 8][4], gv[D / 8][4];
-        bwd_zero_dkdv<D>(gk, gv);
+        acc_zero(gk);
+        acc_zero(gv);
         const int kw = k0 + wg * 64, key0 = kw + wl * 16 + (lane >> 2); /* this warpgroup's keys */
         uint32_t pa[BR / 16][4];
         /* dQ of tile n, staged in sDQ[(g0 + n) & 1] (fenced, and the block past a barrier),
