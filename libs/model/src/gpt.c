@@ -275,10 +275,11 @@ static mt_status fwd_bwd_graph(mt_model *m, const mt_tensor *tokens, const mt_te
     graph_key k;
     memset(&k, 0, sizeof k);
     k.tokens = tokens->data, k.targets = targets->data, k.stream = s, k.loss_scale = loss_scale;
-    if (!m->graph || memcmp(&k, &m->graph_key, sizeof k) != 0) {
+    const int same = m->graph_seen && memcmp(&k, &m->graph_key, sizeof k) == 0;
+    if (!m->graph || !same) { /* (a graph implies graph_seen, with its key) */
         mt_graph_destroy(m->graph);
         m->graph = NULL;
-        if (!m->graph_seen || memcmp(&k, &m->graph_key, sizeof k) != 0) {
+        if (!same) {
             m->graph_key = k, m->graph_seen = 1;
             return fwd_bwd(m, tokens, targets, loss_scale, s);
         }
