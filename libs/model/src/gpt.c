@@ -47,8 +47,9 @@ static mt_status norm_bwd(mt_model *m, mt_tensor *dx, mt_model_param *w, mt_mode
                           const mt_tensor *rstd, const mt_tensor *dresid, mt_stream s) {
     if (m->cfg.normalization == MT_NORM_LAYERNORM)
         return mt_layernorm_bwd(dx, G(w), G(b), &m->a.norm_scratch, dout, x, W(w), mean, rstd,
-                                dresid, 1, s);
-    return mt_rmsnorm_bwd(dx, G(w), &m->a.norm_scratch, dout, x, W(w), rstd, dresid, 1, s);
+                                dresid, !m->grads_discarded, s);
+    return mt_rmsnorm_bwd(dx, G(w), &m->a.norm_scratch, dout, x, W(w), rstd, dresid,
+                          !m->grads_discarded, s);
 }
 
 static mt_status rope(mt_model *m, mt_tensor *x, int backward, mt_stream s) {
@@ -192,8 +193,9 @@ static mt_status backward(mt_model *m, mt_stream s) {
     const mt_model_config *c = &m->cfg;
     acts *a = &m->a;
     mt_attn_config ac = attn_cfg(m);
-    OP("bwd.gemm.lmhead",
-       mt_linear_bwd(m->blas, &a->dln, G(m->out_w), NULL, &a->logits, &a->lnf, W(m->out_w), 1, s));
+    const int acc = !m->grads_discarded; /* 0: the first write of every weight's grad */
+    OP("bwd.gemm.lmhead", mt_linear_bwd(m->blas, &a->dln, G(m->out_w), NULL, &a->logits, &a->lnf,
+                                        W(m->out_w), acc, s));
     OP("bwd.norm", norm_bwd(m, &a->dres, m->lnf_w, m->lnf_b, &a->dln, &a->resid_final, &a->lnf_mean,
                             &a->lnf_rstd, NULL, s));
     MT_TRY(grads_ready(m, c->num_layers, s));
@@ -205,21 +207,21 @@ static mt_status backward(mt_model *m, mt_stream s) {
         /* a->dres is the gradient of resid_in[l+1] = resid_mid + mlp(ln2) */
         if (c->swiglu) {
             OP("bwd.gemm.fc2", mt_linear_bwd(m->blas, &a->dfc1_act, G(lp->fc2_w), G(lp->fc2_b),
-                                             &a->dres, &la->fc1_act, W(lp->fc2_w), 1, s));
+                                             &a->dres, &la->fc1_act, W(lp->fc2_w), acc, s));
             OP("bwd.swiglu",
                mt_swiglu_bwd(&a->dfc1_pre, NULL, &a->dfc1_act, &la->fc1_pre, NULL, s));
         } else { /* the GELU backward rides on fc2's dx GEMM */
             OP("bwd.gemm.fc2+dgelu",
                mt_linear_bwd_dgelu(m->blas, &a->dfc1_pre, &la->fc1_pre, G(lp->fc2_w), G(lp->fc2_b),
-                                   &a->dres, &la->fc1_act, W(lp->fc2_w), 1, s));
+                                   &a->dres, &la->fc1_act, W(lp->fc2_w), acc, s));
         }
         OP("bwd.gemm.fc1", mt_linear_bwd(m->blas, &a->dln, G(lp->fc1_w), G(lp->fc1_b), &a->dfc1_pre,
-                                         &la->ln2, W(lp->fc1_w), 1, s));
+                                         &la->ln2, W(lp->fc1_w), acc, s));
         OP("bwd.norm", norm_bwd(m, &a->dres, lp->ln2_w, lp->ln2_b, &a->dln, &la->resid_mid,
                                 &la->ln2_mean, &la->ln2_rstd, &a->dres, s));
         /* a->dres is now the gradient of resid_mid = resid_in + proj(attention) */
         OP("bwd.gemm.proj", mt_linear_bwd(m->blas, &a->datty, G(lp->proj_w), G(lp->proj_b),
-                                          &a->dres, &la->atty, W(lp->proj_w), 1, s));
+                                          &a->dres, &la->atty, W(lp->proj_w), acc, s));
         mt_tensor q, k, v, dq, dk, dv, y, dy;
         MT_TRY(qkv_views(m, &la->qkv, &q, &k, &v));
         MT_TRY(qkv_views(m, &a->dqkv, &dq, &dk, &dv));
@@ -232,7 +234,7 @@ static mt_status backward(mt_model *m, mt_stream s) {
             OP("bwd.rope", rope(m, &dk, 1, s));
         }
         OP("bwd.gemm.qkv", mt_linear_bwd(m->blas, &a->dln, G(lp->qkv_w), G(lp->qkv_b), &a->dqkv,
-                                         &la->ln1, W(lp->qkv_w), 1, s));
+                                         &la->ln1, W(lp->qkv_w), acc, s));
         OP("bwd.norm", norm_bwd(m, &a->dres, lp->ln1_w, lp->ln1_b, &a->dln, &la->resid_in,
                                 &la->ln1_mean, &la->ln1_rstd, &a->dres, s));
         MT_TRY(grads_ready(m, l, s));
@@ -252,7 +254,9 @@ static mt_status fwd_bwd(mt_model *m, const mt_tensor *tokens, const mt_tensor *
     OP("xent", mt_xent_fwd_bwd(&m->a.logits, &m->a.losses, &m->a.stats, &m->a.logits, &t, NULL,
                                loss_scale, m->cfg.vocab_size, MT_XENT_IGNORE_INDEX, s));
     MT_TRY(add_loss(m, s));
-    return backward(m, s);
+    MT_TRY(backward(m, s));
+    m->grads_discarded = 0;
+    return MT_OK;
 }
 
 typedef struct fb_call {
@@ -267,26 +271,28 @@ static mt_status fb_capture(void *ctx, mt_stream s) {
 }
 
 /* The step as a CUDA graph (mt_model_set_cuda_graphs): captured at the second call with the same
- * key, replayed after; the first runs eagerly (cuBLASLt's algorithm choice, first-use work). */
+ * key, replayed after; the first runs eagerly (cuBLASLt's algorithm choice, first-use work). Two
+ * slots: the backward that writes the grads (first micro-batch) and the one that adds to them. */
 static mt_status fwd_bwd_graph(mt_model *m, const mt_tensor *tokens, const mt_tensor *targets,
                                float loss_scale, mt_stream s) {
     MT_TRY(check_ids(m, tokens, "tokens"));
     MT_TRY(check_ids(m, targets, "targets"));
+    graph_slot *g = &m->gs[m->grads_discarded];
     graph_key k;
     memset(&k, 0, sizeof k);
     k.tokens = tokens->data, k.targets = targets->data, k.stream = s, k.loss_scale = loss_scale;
-    const int same = m->graph_seen && memcmp(&k, &m->graph_key, sizeof k) == 0;
-    if (!m->graph || !same) { /* (a graph implies graph_seen, with its key) */
-        mt_graph_destroy(m->graph);
-        m->graph = NULL;
+    const int same = g->seen && memcmp(&k, &g->key, sizeof k) == 0;
+    if (!g->graph || !same) { /* (a graph implies seen, with its key) */
+        mt_graph_destroy(g->graph);
+        g->graph = NULL;
         if (!same) {
-            m->graph_key = k, m->graph_seen = 1;
+            g->key = k, g->seen = 1;
             return fwd_bwd(m, tokens, targets, loss_scale, s);
         }
         fb_call c = { m, tokens, targets, loss_scale };
-        int n_loss = m->n_loss; /* the capture ran add_loss's host part; the replay below counts */
-        mt_status st = mt_graph_capture(fb_capture, &c, &m->graph);
-        m->n_loss = n_loss;
+        int n_loss = m->n_loss, discarded = m->grads_discarded; /* the capture ran the host parts */
+        mt_status st = mt_graph_capture(fb_capture, &c, &g->graph);
+        m->n_loss = n_loss, m->grads_discarded = discarded;
         if (st != MT_OK) {
             MT_LOG_WARN("CUDA graph capture of the training step failed (%s); running without "
                         "graphs",
@@ -295,12 +301,13 @@ static mt_status fwd_bwd_graph(mt_model *m, const mt_tensor *tokens, const mt_te
             m->graphs = 0;
             return fwd_bwd(m, tokens, targets, loss_scale, s);
         }
-        MT_LOG_DEBUG("CUDA graph: captured the forward and backward (loss scale %g)",
-                     (double)loss_scale);
+        MT_LOG_DEBUG("CUDA graph: captured the forward and backward (loss scale %g, grads %s)",
+                     (double)loss_scale, m->grads_discarded ? "written" : "added");
     }
-    MT_TRY(mt_graph_launch(m->graph, s));
+    MT_TRY(mt_graph_launch(g->graph, s));
     m->tokens = *tokens;
     m->n_loss++;
+    m->grads_discarded = 0;
     return MT_OK;
 }
 

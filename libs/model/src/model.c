@@ -410,7 +410,8 @@ fail:
 
 void mt_model_destroy(mt_model *m) {
     if (!m) return;
-    mt_graph_destroy(m->graph);
+    for (int i = 0; i < 2; i++)
+        mt_graph_destroy(m->gs[i].graph);
     mt_blas_destroy(m->blas);
     mt_arena_destroy(m->w_arena);
     mt_arena_destroy(m->g_arena);
@@ -476,10 +477,22 @@ mt_tensor mt_model_logits(mt_model *m) {
     return m->a.logits;
 }
 
+static mt_status zero_grad_of(const mt_model *m, const mt_model_param *p, mt_stream stream) {
+    return mt_memset_zero(p->grad.data, m->dev, mt_tensor_nbytes(&p->grad), stream);
+}
+
 mt_status mt_model_zero_grad(mt_model *m, mt_stream stream) {
     for (int i = 0; i < m->nparams; i++)
-        MT_TRY(mt_memset_zero(m->params[i].grad.data, m->dev, mt_tensor_nbytes(&m->params[i].grad),
-                              stream));
+        MT_TRY(zero_grad_of(m, &m->params[i], stream));
+    return MT_OK;
+}
+
+mt_status mt_model_discard_grads(mt_model *m, mt_stream stream) {
+    MT_REQUIRE(m, MT_ERR_INVALID_ARG, "NULL model");
+    /* the embedding's backward adds its scatter; an untied wte has no other writer */
+    if (m->wpe) MT_TRY(zero_grad_of(m, m->wpe, stream));
+    if (m->out_w != m->wte) MT_TRY(zero_grad_of(m, m->wte, stream));
+    m->grads_discarded = 1;
     return MT_OK;
 }
 
@@ -500,9 +513,10 @@ void mt_model_set_cuda_graphs(mt_model *m, int on) {
     if (!m) return;
     m->graphs = on;
     if (!on) {
-        mt_graph_destroy(m->graph);
-        m->graph = NULL;
-        m->graph_seen = 0;
+        for (int i = 0; i < 2; i++) {
+            mt_graph_destroy(m->gs[i].graph);
+            m->gs[i] = (graph_slot){ 0 };
+        }
     }
 }
 

@@ -51,6 +51,13 @@ typedef struct graph_key {
     float loss_scale;
 } graph_key;
 
+/* One captured step: a graph for the backward that writes the grads, one for the one that adds */
+typedef struct graph_slot {
+    int seen;      /* a call with key ran eagerly */
+    graph_key key; /* what the graph (or the eager call before it) was made for */
+    mt_graph *graph;
+} graph_slot;
+
 struct mt_model {
     mt_model_config cfg;
     int B;
@@ -73,9 +80,8 @@ struct mt_model {
     mt_model_param_wait_fn wait_fn; /* mt_model_set_param_wait */
     void *wait_ctx;
     int graphs;          /* mt_model_set_cuda_graphs */
-    int graph_seen;      /* a call with graph_key ran eagerly */
-    graph_key graph_key; /* what the graph (or the eager call before it) was made for */
-    mt_graph *graph;
+    int grads_discarded; /* mt_model_discard_grads: the next backward writes, not adds */
+    graph_slot gs[2];    /* [grads_discarded] */
 };
 
 /* Whether layer l is recomputed (full granularity) and, if so, its group [*g0, *g1]: layers

@@ -90,7 +90,9 @@ int main(int argc, char **argv) {
         MT_CHECK(mt_model_forward_backward(m, &tok, &tgt, 1.0f, NULL));
         MT_CHECK(mt_model_take_loss(m, &loss, NULL));
         MT_EXPECT(fabs(loss - want) <= rtol * fabs(want), "fused loss %.8f want %.8f", loss, want);
-        for (int i = 0; i < mt_model_num_params(m); i++) {
+        int np = mt_model_num_params(m);
+        float **first = calloc((size_t)np, sizeof *first);
+        for (int i = 0; i < np; i++) {
             mt_model_param *p = mt_model_param_at(m, i);
             float *got = to_host_f32(&p->grad);
             float *ref = golden_padded(gf, p->name, &p->grad);
@@ -101,9 +103,38 @@ int main(int argc, char **argv) {
             /* atol: rtol of the tensor's largest gradient (elements near zero carry only the
              * rounding of the sums that formed them) */
             mt_test_close_f32(p->name, got, ref, (size_t)n, rtol * mx, rtol);
-            free(got);
+            first[i] = got;
             free(ref);
         }
+
+        /* the same step over stale grads after mt_model_discard_grads: every grad is written
+         * (the first backward GEMMs with beta = 0; the embeddings' scatter targets zeroed), so
+         * they equal the grads above bitwise */
+        for (int i = 0; i < np; i++) {
+            mt_tensor *g = &mt_model_param_at(m, i)->grad;
+            int64_t n = mt_tensor_numel(g);
+            MT_EXPECT(g->dtype == MT_F32, "grads are f32");
+            float *stale = malloc((size_t)n * 4);
+            for (int64_t j = 0; j < n; j++)
+                stale[j] = 1e3f + (float)(j % 7);
+            MT_CHECK(mt_memcpy(g->data, g->device, stale, MT_DEVICE_CPU, (size_t)n * 4, NULL));
+            free(stale);
+        }
+        MT_CHECK(mt_model_discard_grads(m, NULL));
+        MT_CHECK(mt_model_forward_backward(m, &tok, &tgt, 1.0f, NULL));
+        MT_CHECK(mt_model_take_loss(m, &loss, NULL));
+        for (int i = 0; i < np; i++) {
+            mt_model_param *p = mt_model_param_at(m, i);
+            float *got = to_host_f32(&p->grad);
+            int64_t n = mt_tensor_numel(&p->grad), bad = 0;
+            for (int64_t j = 0; j < n; j++)
+                bad += memcmp(&got[j], &first[i][j], 4) != 0;
+            MT_EXPECT(bad == 0, "%s: %lld of %lld grads differ after discard_grads", p->name,
+                      (long long)bad, (long long)n);
+            free(got);
+            free(first[i]);
+        }
+        free(first);
     }
     mt_arena_destroy(ar);
     mt_safetensors_close(wf);

@@ -926,7 +926,8 @@ static mt_status train(run *r) {
             mt_model_set_profiler(r->model, r->prof);
         mt_prof *pr = r->iteration - first_iter >= 2 ? r->prof : NULL;
         MT_TRY(mt_prof_begin(pr, "zero_grad", NULL));
-        MT_TRY(mt_optim_buffer_zero_grad(r->buf, NULL));
+        /* the first micro-batch's backward writes the grads: no pass over all of them */
+        MT_TRY(mt_model_discard_grads(r->model, NULL));
         MT_TRY(mt_prof_end(pr, NULL));
         /* the loss (averaged over the micro-batches) times the loss scale: the grads come scaled */
         float grad_scale = (r->scale_p ? r->scale_p->scale : 1.0f) / (float)r->num_micro;

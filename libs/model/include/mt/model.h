@@ -132,8 +132,9 @@ MT_API mt_status mt_model_forward(mt_model *m, const mt_tensor *tokens, const mt
 MT_API mt_tensor mt_model_logits(mt_model *m);
 /* Training: forward, the fused cross-entropy and its gradient (in place over the logits), and the
  * backward for loss = loss_scale * (mean loss over the micro-batch's non-ignored tokens). Gradients
- * are ADDED to the fp32 grads (gradient accumulation: loss_scale = 1 / micro-batches); the mean
- * loss goes to the accumulator as in mt_model_forward. Enqueued on `stream`. */
+ * are ADDED to the fp32 grads (gradient accumulation: loss_scale = 1 / micro-batches), or written
+ * over them after mt_model_discard_grads; the mean loss goes to the accumulator as in
+ * mt_model_forward. Enqueued on `stream`. */
 MT_API mt_status mt_model_forward_backward(mt_model *m, const mt_tensor *tokens,
                                            const mt_tensor *targets, float loss_scale,
                                            mt_stream stream);
@@ -142,6 +143,10 @@ MT_API mt_status mt_model_forward_backward(mt_model *m, const mt_tensor *tokens,
 MT_API mt_status mt_model_take_loss(mt_model *m, double *mean_loss, mt_stream stream);
 /* Sets every gradient to zero. Enqueued. */
 MT_API mt_status mt_model_zero_grad(mt_model *m, mt_stream stream);
+/* Drops the gradients: the next mt_model_forward_backward writes every gradient instead of adding
+ * to it (the GEMMs with beta = 0), as after mt_model_zero_grad but without a pass over all of
+ * them; only the ones the backward scatters into (the embeddings) are zeroed here. Enqueued. */
+MT_API mt_status mt_model_discard_grads(mt_model *m, mt_stream stream);
 
 /* Times every operation of forward and backward as a named region of `p` (mt_prof in core;
  * NULL: off). The caller owns the profiler and collects and prints it. */
