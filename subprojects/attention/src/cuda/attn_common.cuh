@@ -34,6 +34,7 @@ enum {
 };
 struct attn_args {
     int B, T, H, Hkv, D, group, causal, ds_split;
+    int tail_heads; /* wgmma grids: the last heads taken a tile per block (block_work) */
     float scale;
     int64_t st[A_NT][3];
 };
@@ -42,7 +43,7 @@ static inline attn_args attn_make_args(const attn_shape *s, const mt_tensor *con
     attn_args a;
     a.B = (int)s->B, a.T = (int)s->T, a.H = (int)s->H, a.Hkv = (int)s->Hkv, a.D = (int)s->D;
     a.group = (int)(s->H / s->Hkv), a.causal = s->causal, a.scale = s->scale;
-    a.ds_split = s->ds_split;
+    a.ds_split = s->ds_split, a.tail_heads = 0;
     for (int i = 0; i < A_NT; i++)
         for (int j = 0; j < 3; j++)
             a.st[i][j] = t[i] ? t[i]->stride[j] : 0;
@@ -181,26 +182,36 @@ __device__ __forceinline__ float warp_max(float x) {
     return x;
 }
 
-/* The wgmma kernels' grids are one-dimensional, tiles fastest: block i is tile i % ntiles of
- * (batch, head) i / ntiles. why: the blocks running at once then share a few heads, whose operands
- * and dQ accumulator stay in L2 (heads fastest spread them over every head: 16% L2 load hits at
- * T=4096). The mma.sync kernels keep heads fastest: without pairs of tiles, causal blocks of
- * uneven length lose more there than L2 gains (deterministic GQA fwd+bwd -13% on an H200). */
-__device__ __forceinline__ void tile_of_block(int ntiles, int &tile, int &bh) {
-    tile = (int)(blockIdx.x % (unsigned)ntiles), bh = (int)(blockIdx.x / (unsigned)ntiles);
-}
-static inline dim3 tile_grid(int heads_all, int ntiles) {
-    return dim3((unsigned)((int64_t)heads_all * ntiles));
-}
-
 /* Blocks per head of the wgmma kernels over ntiles tiles: a tile each, or a causal pair. */
 __host__ __device__ __forceinline__ int pair_blocks_per_head(const attn_args &a, int ntiles) {
     return a.causal ? (ntiles + 1) / 2 : ntiles;
 }
-/* How many tiles block pt of them takes: 2 (pt and ntiles-1-pt) when causal, but 1 for the middle
- * tile of an odd count. */
-__device__ __forceinline__ int pair_passes(const attn_args &a, int ntiles, int pt) {
-    return a.causal && ntiles - 1 - pt != pt ? 2 : 1;
+
+/* The wgmma kernels' grids are one-dimensional. Heads 0 .. heads_all - tail_heads - 1 come first,
+ * tiles fastest: their blocks take tile pt (pair_blocks_per_head; causal: tiles pt and
+ * ntiles-1-pt, npass 2, but the middle tile of an odd count alone). why: the blocks running at
+ * once then share a few heads, whose operands and dQ accumulator stay in L2 (heads fastest spread
+ * them over every head: 16% L2 load hits at T=4096). Then the last tail_heads heads (causal), a
+ * tile per block, heads fastest, the longest tiles (rank pt = 0) first: they fill the last wave
+ * that equal pairs would leave nearly empty (attn_sm90.cu: pick_tail_heads). The mma.sync kernels
+ * keep heads fastest: without pairs, causal blocks of uneven length lose more there than L2 gains
+ * (deterministic GQA fwd+bwd -13% on an H200). */
+__device__ __forceinline__ void block_work(const attn_args &a, int heads_all, int ntiles, int &pt,
+                                           int &bh, int &npass) {
+    const unsigned np = (unsigned)pair_blocks_per_head(a, ntiles),
+                   paired = (unsigned)(heads_all - a.tail_heads) * np, i = blockIdx.x;
+    if (i < paired) {
+        pt = (int)(i % np), bh = (int)(i / np);
+        npass = a.causal && ntiles - 1 - pt != pt ? 2 : 1;
+    } else {
+        pt = (int)((i - paired) / (unsigned)a.tail_heads);
+        bh = heads_all - a.tail_heads + (int)((i - paired) % (unsigned)a.tail_heads);
+        npass = 1;
+    }
+}
+static inline dim3 work_grid(const attn_args &a, int heads_all, int ntiles) {
+    return dim3((unsigned)((int64_t)(heads_all - a.tail_heads) * pair_blocks_per_head(a, ntiles) +
+                           (int64_t)a.tail_heads * ntiles));
 }
 
 /* Key tiles of BC columns (nk_all in all) that query rows q0 .. q0 + qn - 1 visit (causal: up to

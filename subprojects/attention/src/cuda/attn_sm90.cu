@@ -26,16 +26,22 @@
  * dS is rounded to bf16 once (flash-attention's and cuDNN's numerics). Shared tiles are
  * 64-column panels of 128-byte rows in wgmma's 128-byte swizzle.
  *
- * Both grids run a head's tiles before the next head's (tile_of_block), so the blocks on the GPU at
+ * Both grids run a head's tiles before the next head's (block_work), so the blocks on the GPU at
  * once share a few heads and their Q, dO, K, V and dQ accumulator stay in L2. Causal blocks take a
  * pair of tiles, the longest and the shortest left (pair_blocks_per_head): every block then has
- * the same work, and no long tile starts last. */
+ * the same work, and no long tile starts last; the last few heads' tiles, a tile per block and
+ * longest first, fill the last wave (pick_tail_heads). */
 #if defined(MT_ATTN_SM90A) /* a 90a build: CUDA 12 or newer */
 #include <cuda.h>          /* CUtensorMap (the type only: the encoder comes through the runtime) */
 #include <cudaTypedefs.h>
 #endif
 #include <stdlib.h>
+
+#include <functional>
+#include <mutex>
+#include <queue>
 #include <type_traits>
+#include <vector>
 
 #include "attn_common.cuh"
 #include "wgmma.cuh"
@@ -262,13 +268,12 @@ static __global__ void __launch_bounds__(128, 2)
     T *sQ = (T *)smem, *sK = sQ + BR * D, *sV = sK + 2 * BC * D;
     const int wl = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int nq = (a.T + BR - 1) / BR, nk_all = (a.T + BC - 1) / BC;
-    int pt, bh;
-    tile_of_block(pair_blocks_per_head(a, nq), pt, bh);
+    int pt, bh, npass;
+    block_work(a, a.B * a.H, nq, pt, bh, npass);
     const int b = bh / a.H, h = bh % a.H, hk = h / a.group;
     __shared__ uint64_t bar[2]; /* K and V of buffer 0, 1 (TMA) */
     if (threadIdx.x == 0) mbar_init(&bar[0]), mbar_init(&bar[1]);
     const float sl2 = a.scale * ATTN_LOG2E;
-    const int npass = pair_passes(a, nq, pt);
     int j0 = 0; /* key tiles visited by earlier passes */
 #pragma unroll
     for (int pass = 0; pass < 2; pass++) {
@@ -349,15 +354,14 @@ static __global__ void __launch_bounds__(256, 1)
     const int wg = threadIdx.x >> 7, wl = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
     const bool producer = threadIdx.x == 128;
     const int nq = (a.T + BR - 1) / BR, nk_all = (a.T + BC - 1) / BC;
-    int pt, bh;
-    tile_of_block(pair_blocks_per_head(a, nq), pt, bh);
+    int pt, bh, npass;
+    block_work(a, a.B * a.H, nq, pt, bh, npass);
     const int b = bh / a.H, h = bh % a.H, hk = h / a.group;
     __shared__ uint64_t full[2][2], empty[2][2]; /* [K, V][stage] */
     if (threadIdx.x == 0)
         for (int i = 0; i < 4; i++)
             mbar_init(&full[i >> 1][i & 1]), mbar_init_n(&empty[i >> 1][i & 1], 8);
     const float sl2 = a.scale * ATTN_LOG2E;
-    const int npass = pair_passes(a, nq, pt);
     int j0 = 0;      /* key tiles visited by earlier passes */
     __syncthreads(); // the barriers are initialized
     /* Before each GEMM pair a warpgroup waits for its turn (barrier 1 + wg), after it hands
@@ -471,6 +475,97 @@ static __global__ void __launch_bounds__(256, 1)
 #endif
 }
 
+/* Blocks of `kernel` resident at once on the current device (SMs x blocks per SM), cached. */
+static int grid_slots(const void *kernel, int threads, int smem) {
+    static std::mutex mu;
+    static struct {
+        const void *fn;
+        int dev, threads, smem, slots;
+    } cache[16];
+    static int next;
+    int dev = 0, sms = 0, per_sm = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) return 0;
+    std::lock_guard<std::mutex> lock(mu);
+    for (auto &c : cache)
+        if (c.fn == kernel && c.dev == dev && c.threads == threads && c.smem == smem)
+            return c.slots;
+    if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem) !=
+            cudaSuccess) {
+        cudaGetLastError(); /* no slots known: no tail (pick_tail_heads) */
+        return 0;
+    }
+    cache[next] = { kernel, dev, threads, smem, sms * per_sm };
+    next = (next + 1) % 16;
+    return sms * per_sm;
+}
+
+/* When a causal grid of block_work runs on `slots` slots that start blocks in grid order as they
+ * free up: a model in half-tile units (a tile visits as many tiles of the other operand as its
+ * rank from the long end, plus half a tile for each pass's loads and stores). */
+static int64_t grid_finish(int heads_all, int ntiles, int slots, int tail) {
+    std::priority_queue<int64_t, std::vector<int64_t>, std::greater<int64_t>> free_at;
+    for (int i = 0; i < slots; i++)
+        free_at.push(0);
+    int64_t end = 0;
+    auto run = [&](int64_t cost) {
+        int64_t t = free_at.top() + cost;
+        free_at.pop();
+        free_at.push(t);
+        end = t > end ? t : end;
+    };
+    const int np = (ntiles + 1) / 2;
+    for (int h = 0; h < heads_all - tail; h++)
+        for (int pt = 0; pt < np; pt++)
+            run(ntiles - 1 - pt == pt ? 2 * (pt + 1) + 1 : 2 * (ntiles + 1) + 2);
+    for (int r = 0; r < ntiles; r++)
+        for (int h = 0; h < tail; h++)
+            run(2 * (ntiles - r) + 1);
+    return end;
+}
+
+/* attn_args.tail_heads for a causal grid of ntiles tiles per head (block_work): the count of
+ * heads, taken a tile per block at the end, with which grid_finish ends first. why: equal pairs
+ * just over whole waves leave a last wave of few blocks (GPT-2 1.5B's backward: 1600 pairs on 264
+ * slots, 19% over the balanced time in the model, 4% with 16 heads at the end). MT_ATTN_TAIL=k
+ * sets it instead (for comparisons and tests; clamped to the heads), read once. */
+static int pick_tail_heads(const attn_args &a, int heads_all, int ntiles, int slots) {
+    static int env = -2;
+    static std::mutex mu;
+    static struct { int heads, ntiles, slots, tail; } cache[16];
+    static int next;
+    std::lock_guard<std::mutex> lock(mu);
+    if (env == -2) {
+        const char *e = getenv("MT_ATTN_TAIL");
+        env = e && *e ? atoi(e) : -1;
+    }
+    if (!a.causal) return 0;
+    if (env >= 0) return env < heads_all ? env : heads_all;
+    const int np = (ntiles + 1) / 2;
+    if (slots <= 0 || (int64_t)heads_all * np <= slots) return 0; /* one wave */
+    for (auto &c : cache)
+        if (c.heads == heads_all && c.ntiles == ntiles && c.slots == slots) return c.tail;
+    /* singles matter in the last waves only: up to about two waves of them */
+    const int kmax = std::min(heads_all, 4 * slots / (ntiles + 1) + 1);
+    int best = 0;
+    int64_t best_t = grid_finish(heads_all, ntiles, slots, 0);
+    for (int k = 1; k <= kmax; k++) {
+        int64_t t = grid_finish(heads_all, ntiles, slots, k);
+        if (t < best_t) best = k, best_t = t;
+    }
+    cache[next] = { heads_all, ntiles, slots, best };
+    next = (next + 1) % 16;
+    return best;
+}
+
+/* a with the tail for `kernel`'s grid over heads_all heads of ntiles tiles, and that grid. */
+template <typename K>
+static dim3 plan_grid(attn_args &a, K kernel, int threads, int smem, int heads_all, int ntiles) {
+    a.tail_heads =
+        pick_tail_heads(a, heads_all, ntiles, grid_slots((const void *)kernel, threads, smem));
+    return work_grid(a, heads_all, ntiles);
+}
+
 template <typename T, int D>
 mt_status attn_fwd_sm90(const attn_args &a, T *out, float *lse, const T *q, const T *k, const T *v,
                         mt_stream stream) {
@@ -480,15 +575,19 @@ mt_status attn_fwd_sm90(const attn_args &a, T *out, float *lse, const T *q, cons
     if constexpr (D == 128) {
         const int smem = 4 * 128 * 128 * (int)sizeof(T);
         MT_TRY(attn_smem_attr(attn_fwd_sm90_wg2_kernel<T>, smem));
-        const dim3 grid = tile_grid(a.B * a.H, pair_blocks_per_head(a, (a.T + 127) / 128));
-        attn_fwd_sm90_wg2_kernel<T><<<grid, 256, smem, stream>>>(a, out, lse, q, tk, tv);
+        attn_args g = a;
+        const dim3 grid =
+            plan_grid(g, attn_fwd_sm90_wg2_kernel<T>, 256, smem, a.B * a.H, (a.T + 127) / 128);
+        attn_fwd_sm90_wg2_kernel<T><<<grid, 256, smem, stream>>>(g, out, lse, q, tk, tv);
         MT_CUDA_CHECK_LAUNCH();
     } else {
         constexpr int BR = 64, BC = 64;
         const int smem = (BR + 4 * BC) * D * (int)sizeof(T);
         MT_TRY(attn_smem_attr(attn_fwd_sm90_kernel<T, D>, smem));
-        const dim3 grid = tile_grid(a.B * a.H, pair_blocks_per_head(a, (a.T + BR - 1) / BR));
-        attn_fwd_sm90_kernel<T, D><<<grid, 128, smem, stream>>>(a, out, lse, q, tk, tv);
+        attn_args g = a;
+        const dim3 grid =
+            plan_grid(g, attn_fwd_sm90_kernel<T, D>, 128, smem, a.B * a.H, (a.T + BR - 1) / BR);
+        attn_fwd_sm90_kernel<T, D><<<grid, 128, smem, stream>>>(g, out, lse, q, tk, tv);
         MT_CUDA_CHECK_LAUNCH();
     }
     return MT_OK;
@@ -514,13 +613,12 @@ static __global__ void __launch_bounds__(NWG * 128, 3 - NWG)
     /* causal: key tiles kt and nkt-1-kt, one after the other (a pair walks as many query tiles as
      * any other; the middle tile of an odd count alone) */
     const int nkt = (a.T + BC - 1) / BC, nq = (a.T + BR - 1) / BR;
-    int pt, bh;
-    tile_of_block(pair_blocks_per_head(a, nkt), pt, bh);
+    int pt, bh, npass;
+    block_work(a, a.B * a.Hkv, nkt, pt, bh, npass);
     const int b = bh / a.Hkv, hk = bh % a.Hkv;
     __shared__ uint64_t bar[2]; /* Q and dO of buffer 0, 1 (TMA) */
     if (threadIdx.x == 0) mbar_init(&bar[0]), mbar_init(&bar[1]);
     const float sl2 = a.scale * ATTN_LOG2E;
-    const int npass = pair_passes(a, nkt, pt);
     int g0 = 0; /* tiles walked by earlier passes */
 #pragma unroll
     for (int pass = 0; pass < 2; pass++) {
@@ -672,9 +770,11 @@ static mt_status bwd_sm90_launch(const attn_args &a, T *dk, T *dv, float *dqa, c
     const int smem =
         (2 * BC * D + 4 * BR * D + TWO * BC * BR) * (int)sizeof(T) + 4 * BR * 4 + 2 * BR * D * 4;
     MT_TRY(attn_smem_attr(attn_bwd_sm90_kernel<T, D, NWG, TWO>, smem));
-    const dim3 grid = tile_grid(a.B * a.Hkv, pair_blocks_per_head(a, (a.T + BC - 1) / BC));
+    attn_args g = a;
+    const dim3 grid = plan_grid(g, attn_bwd_sm90_kernel<T, D, NWG, TWO>, NWG * 128, smem,
+                                a.B * a.Hkv, (a.T + BC - 1) / BC);
     attn_bwd_sm90_kernel<T, D, NWG, TWO>
-        <<<grid, NWG * 128, smem, stream>>>(a, dk, dv, dqa, tq, k, v, tg, lse, Dv);
+        <<<grid, NWG * 128, smem, stream>>>(g, dk, dv, dqa, tq, k, v, tg, lse, Dv);
     MT_CUDA_CHECK_LAUNCH();
     return MT_OK;
 }
