@@ -527,7 +527,7 @@ static int64_t grid_finish(int heads_all, int ntiles, int slots, int tail) {
 /* attn_args.tail_heads for a causal grid of ntiles tiles per head (block_work): the count of
  * heads, taken a tile per block at the end, with which grid_finish ends first. why: equal pairs
  * just over whole waves leave a last wave of few blocks (GPT-2 1.5B's backward: 1600 pairs on 264
- * slots, 19% over the balanced time in the model, 4% with 16 heads at the end). MT_ATTN_TAIL=k
+ * slots end 16% over the balanced time in the model, 1% with 56 heads at the end). MT_ATTN_TAIL=k
  * sets it instead (for comparisons and tests; clamped to the heads), read once. */
 static int pick_tail_heads(const attn_args &a, int heads_all, int ntiles, int slots) {
     static int env = -2;
