@@ -475,31 +475,6 @@ static __global__ void __launch_bounds__(256, 1)
 #endif
 }
 
-/* Blocks of `kernel` resident at once on the current device (SMs x blocks per SM), cached. */
-static int grid_slots(const void *kernel, int threads, int smem) {
-    static std::mutex mu;
-    static struct {
-        const void *fn;
-        int dev, threads, smem, slots;
-    } cache[16];
-    static int next;
-    int dev = 0, sms = 0, per_sm = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess) return 0;
-    std::lock_guard<std::mutex> lock(mu);
-    for (auto &c : cache)
-        if (c.fn == kernel && c.dev == dev && c.threads == threads && c.smem == smem)
-            return c.slots;
-    if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem) !=
-            cudaSuccess) {
-        cudaGetLastError(); /* no slots known: no tail (pick_tail_heads) */
-        return 0;
-    }
-    cache[next] = { kernel, dev, threads, smem, sms * per_sm };
-    next = (next + 1) % 16;
-    return sms * per_sm;
-}
-
 /* When a causal grid of block_work runs on `slots` slots that start blocks in grid order as they
  * free up: a model in half-tile units (a tile visits as many tiles of the other operand as its
  * rank from the long end, plus half a tile for each pass's loads and stores). */
@@ -524,27 +499,13 @@ static int64_t grid_finish(int heads_all, int ntiles, int slots, int tail) {
     return end;
 }
 
-/* attn_args.tail_heads for a causal grid of ntiles tiles per head (block_work): the count of
- * heads, taken a tile per block at the end, with which grid_finish ends first. why: equal pairs
- * just over whole waves leave a last wave of few blocks (GPT-2 1.5B's backward: 1600 pairs on 264
- * slots end 16% over the balanced time in the model, 1% with 56 heads at the end). MT_ATTN_TAIL=k
- * sets it instead (for comparisons and tests; clamped to the heads), read once. */
-static int pick_tail_heads(const attn_args &a, int heads_all, int ntiles, int slots) {
-    static int env = -2;
-    static std::mutex mu;
-    static struct { int heads, ntiles, slots, tail; } cache[16];
-    static int next;
-    std::lock_guard<std::mutex> lock(mu);
-    if (env == -2) {
-        const char *e = getenv("MT_ATTN_TAIL");
-        env = e && *e ? atoi(e) : -1;
-    }
-    if (!a.causal) return 0;
-    if (env >= 0) return env < heads_all ? env : heads_all;
+/* The count of heads of a causal grid of ntiles tiles per head taken a tile per block at the end
+ * (block_work) with which grid_finish ends first on `slots` slots. why: equal pairs just over
+ * whole waves leave a last wave of few blocks (GPT-2 1.5B's backward: 1600 pairs on 264 slots
+ * end 16% over the balanced time in the model, 1% with 56 heads at the end). */
+static int pick_tail_heads(int heads_all, int ntiles, int slots) {
     const int np = (ntiles + 1) / 2;
     if (slots <= 0 || (int64_t)heads_all * np <= slots) return 0; /* one wave */
-    for (auto &c : cache)
-        if (c.heads == heads_all && c.ntiles == ntiles && c.slots == slots) return c.tail;
     /* singles matter in the last waves only: up to about two waves of them */
     const int kmax = std::min(heads_all, 4 * slots / (ntiles + 1) + 1);
     int best = 0;
@@ -553,16 +514,53 @@ static int pick_tail_heads(const attn_args &a, int heads_all, int ntiles, int sl
         int64_t t = grid_finish(heads_all, ntiles, slots, k);
         if (t < best_t) best = k, best_t = t;
     }
-    cache[next] = { heads_all, ntiles, slots, best };
-    next = (next + 1) % 16;
     return best;
 }
 
-/* a with the tail for `kernel`'s grid over heads_all heads of ntiles tiles, and that grid. */
+/* attn_args.tail_heads for `kernel`'s causal grid: pick_tail_heads on the blocks resident at once
+ * on the current device (SMs x blocks per SM), cached per kernel, device and shape (threads and
+ * smem are fixed per kernel). MT_ATTN_TAIL=k sets it instead (for comparisons and tests; clamped
+ * to the heads), read once. */
+static int tail_heads_for(const void *kernel, int threads, int smem, int heads_all, int ntiles) {
+    static std::mutex mu;
+    static int env = -2;
+    static struct {
+        const void *fn;
+        int dev, heads, ntiles, tail;
+    } cache[16];
+    static int next;
+    std::lock_guard<std::mutex> lock(mu);
+    if (env == -2) {
+        const char *e = getenv("MT_ATTN_TAIL");
+        env = e && *e ? atoi(e) : -1;
+    }
+    if (env >= 0) return std::min(env, heads_all);
+    int dev = 0, sms = 0, per_sm = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    for (auto &c : cache)
+        if (c.fn == kernel && c.dev == dev && c.heads == heads_all && c.ntiles == ntiles)
+            return c.tail;
+    if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem) !=
+            cudaSuccess) {
+        cudaGetLastError(); /* no slots known: no tail */
+        return 0;
+    }
+    const int tail = pick_tail_heads(heads_all, ntiles, sms * per_sm);
+    cache[next] = { kernel, dev, heads_all, ntiles, tail };
+    next = (next + 1) % 16;
+    return tail;
+}
+
+/* a with the tail for `kernel`'s grid over heads_all heads of ntiles tiles (causal only), and that
+ * grid. */
 template <typename K>
 static dim3 plan_grid(attn_args &a, K kernel, int threads, int smem, int heads_all, int ntiles) {
     a.tail_heads =
-        pick_tail_heads(a, heads_all, ntiles, grid_slots((const void *)kernel, threads, smem));
+        a.causal ? tail_heads_for((const void *)kernel, threads, smem, heads_all, ntiles) : 0;
     return work_grid(a, heads_all, ntiles);
 }
 
