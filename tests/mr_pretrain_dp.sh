@@ -33,6 +33,19 @@ done
   || { echo "FAIL: --overlap-param-gather differs"; paste <(losses "$d/zero-nov.json" 1 12) <(losses "$d/zpg.json" 1 12); exit 1; }
 grep -q "params norm" "$d/zpg.log" || { echo "FAIL: no params norm"; cat "$d/zpg.log"; exit 1; }
 echo "ok zero overlap-param-gather: 12 losses identical"
+# --grad-reduce-in-bf16 (all-reduce, and overlapped reduce-scatters of many buckets): the grads
+# are rounded to bf16 for the reduction, so the losses move off the fp32 ones, but stay within
+# bf16's rounding of DP=1's (relative 1e-2).
+for v in dp2 zero; do
+  extra=(); [ $v = zero ] && extra=(--use-distributed-optimizer --overlap-grad-reduce --ddp-bucket-size 3000)
+  "$MPIEXEC" -n 2 "$MT_PRETRAIN" "${tiny_args[@]}" "${extra[@]}" --grad-reduce-in-bf16 \
+    --golden-values-out "$d/$v-bf16.json" > "$d/$v-bf16.log" 2>&1 || { cat "$d/$v-bf16.log"; exit 1; }
+  [ "$(losses "$d/$v-bf16.json" 2 12)" != "$(losses "$d/dp2.json" 2 12)" ] \
+    || { echo "FAIL: $v --grad-reduce-in-bf16 gave the fp32 reduction's losses"; exit 1; }
+  paste <(losses "$d/dp1.json" 1 12) <(losses "$d/$v-bf16.json" 1 12) | awk -v run=$v-bf16 '
+    { n++; d = $2 - $4; if (d < 0) d = -d; if (d > 1e-2 * ($2 < 0 ? -$2 : $2)) { bad++; print "FAIL", run, $0 } }
+    END { if (n != 12 || bad) exit 1; print "ok", run, n, "losses within 1e-2 of DP=1" }' || exit 1
+done
 grep -q "2 rank(s)" "$d/dp2.log" || { echo "FAIL: not 2 ranks"; cat "$d/dp2.log"; exit 1; }
 # Resume with the distributed optimizer: 2 ranks to iteration 6, then 2 ranks resume (bitwise the
 # uninterrupted run) and 1 rank resumes (optimizer shards resharded from DP=2 to DP=1).

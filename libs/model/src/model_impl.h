@@ -49,9 +49,13 @@ typedef struct graph_key {
     const void *tokens, *targets;
     mt_stream stream;
     float loss_scale;
+    mt_model_grad_ready_fn ready_fn; /* what the capture recorded of the callback's work */
+    void *ready_ctx;
 } graph_key;
 
-/* One captured step: a graph for the backward that writes the grads, one for the one that adds */
+/* One captured step: a graph for the backward that writes the grads, one for the one that adds,
+ * each without and with a grad-ready callback (a data-parallel trainer sets it for the last
+ * micro-batch only) */
 typedef struct graph_slot {
     int seen;      /* a call with key ran eagerly */
     graph_key key; /* what the graph (or the eager call before it) was made for */
@@ -81,7 +85,7 @@ struct mt_model {
     void *wait_ctx;
     int graphs;          /* mt_model_set_cuda_graphs */
     int grads_discarded; /* mt_model_discard_grads: the next backward writes, not adds */
-    graph_slot gs[2];    /* [grads_discarded] */
+    graph_slot gs[4];    /* [grads_discarded + 2 * (ready_fn != NULL)] */
 };
 
 /* Whether layer l is recomputed (full granularity) and, if so, its group [*g0, *g1]: layers

@@ -151,6 +151,8 @@ static const flag flags[] = {
     { "--overlap-param-gather", F_TRUE, O(overlap_param_gather),
       "all-gather the updated param buckets during the next forward" },
     { "--ddp-bucket-size", F_I64, O(ddp_bucket_size), "elements per gradient bucket" },
+    { "--grad-reduce-in-bf16", F_TRUE, O(grad_reduce_in_bf16),
+      "reduce gradients over data parallel in bf16 (they accumulate in fp32)" },
     { "--distributed-timeout-minutes", F_DBL, O(distributed_timeout_minutes), "10" },
     { "--deterministic-mode", F_TRUE, O(deterministic_mode), "bitwise-reproducible kernels" },
     { "--recompute-activations", F_TRUE, O(recompute_activations),

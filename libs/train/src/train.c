@@ -47,7 +47,7 @@ typedef struct run {
     mt_ckpt_writer *writer;
     mt_ckpt_group group;
     /* --overlap-grad-reduce: bucket k's reduction starts once the backward passes ready[k] */
-    int overlap, reducing, n_buckets, *bucket_level, *launched;
+    int overlap, n_buckets, *bucket_level, *launched;
     mt_stream comm_stream; /* CUDA: reductions run here beside the backward */
     mt_event *bucket_ev, done_ev;
     /* --overlap-param-gather: after a step, each bucket's all-gather (order: ascending level) is
@@ -269,7 +269,7 @@ static mt_status setup_model(run *r) {
     MT_TRY(mt_optim_buffer_bind(r->buf, r->buf_arena));
     MT_TRY(mt_model_create(c, a->micro_batch_size, r->dev, register_param, r, &r->model));
     /* the forward and backward as one CUDA graph from the second micro-batch on (MT_CUDA_GRAPHS=0:
-     * off, for comparison); the overlapped grad reduce and the profiler run without it */
+     * off, for comparison); the profiler and --overlap-param-gather run without it */
     const char *graphs = getenv("MT_CUDA_GRAPHS");
     mt_model_set_cuda_graphs(r->model, !graphs || atoi(graphs) != 0);
 
@@ -284,6 +284,7 @@ static mt_status setup_model(run *r) {
     oc.use_distributed_optimizer = a->use_distributed_optimizer;
     r->pgather = a->overlap_param_gather && a->use_distributed_optimizer && r->nranks > 1;
     oc.overlap_param_gather = r->pgather;
+    oc.grad_reduce_in_bf16 = a->grad_reduce_in_bf16;
     oc.dp = r->nranks > 1 ? r->world : NULL;
     MT_TRY(mt_optim_state_bytes(&oc, r->buf, &bytes));
     MT_TRY(mt_arena_create(r->dev, bytes, &r->opt_arena));
@@ -300,7 +301,6 @@ static mt_status setup_model(run *r) {
         r->scale_p = &r->scaler;
     }
     MT_TRY(setup_overlap(r));
-    if (r->overlap) mt_model_set_grad_ready(r->model, grad_ready, r);
     if (r->pgather) mt_model_set_param_wait(r->model, param_wait, r);
     const char *prof = getenv("MT_PROFILE");
     if ((prof && *prof && strcmp(prof, "0") != 0) || a->timing_log_level > 0)
@@ -781,11 +781,13 @@ static mt_status setup_overlap(run *r) {
     return MT_OK;
 }
 
-/* Starts the reduction of every bucket whose gradients are final once `level` is reached: on the
- * comm stream after an event of the backward's stream (CUDA), or at once (host collectives). */
+/* The grad-ready callback of the last micro-batch: starts the reduction of every bucket whose
+ * gradients are final once `level` is reached, on the comm stream after an event of the
+ * backward's stream (CUDA), or at once (host collectives); at the last level (-1) the backward's
+ * stream waits for the comm stream. Under a CUDA graph the capture records this work and replays
+ * stand in for the calls (mt_model_set_cuda_graphs). */
 static mt_status grad_ready(void *ctx, int level, mt_stream s) {
     run *r = ctx;
-    if (!r->reducing) return MT_OK;
     for (int k = 0; k < r->n_buckets; k++) {
         if (r->launched[k] || r->bucket_level[k] < level) continue;
         r->launched[k] = 1;
@@ -797,18 +799,13 @@ static mt_status grad_ready(void *ctx, int level, mt_stream s) {
         MT_TRY(mt_stream_wait_event(r->comm_stream, r->bucket_ev[k]));
         MT_TRY(mt_optim_reduce_bucket(r->opt, k, r->comm_stream));
     }
-    return MT_OK;
-}
-
-/* After the last micro-batch's backward: any bucket not started yet, then the main stream waits
- * for the comm stream. */
-static mt_status finish_overlap(run *r) {
-    MT_TRY(grad_ready(r, INT32_MIN, NULL));
-    r->reducing = 0;
+    if (level > -1) return MT_OK;
+    for (int k = 0; k < r->n_buckets; k++) /* (every level is >= -1: all were started) */
+        MT_ASSERT(r->launched[k]);
     memset(r->launched, 0, (size_t)r->n_buckets * sizeof(int));
     if (!r->comm_stream) return MT_OK;
     MT_TRY(mt_event_record(r->done_ev, r->comm_stream));
-    return mt_stream_wait_event(NULL, r->done_ev);
+    return mt_stream_wait_event(s, r->done_ev);
 }
 
 /* --overlap-param-gather, after a step that updated the params: every bucket's all-gather, in the
@@ -933,14 +930,12 @@ static mt_status train(run *r) {
         float grad_scale = (r->scale_p ? r->scale_p->scale : 1.0f) / (float)r->num_micro;
         for (int m = 0; m < r->num_micro; m++) {
             MT_TRY(load_batch(r, r->train_ds, &r->train_s));
-            r->reducing = r->overlap && m == r->num_micro - 1;
+            mt_model_set_grad_ready(r->model,
+                                    r->overlap && m == r->num_micro - 1 ? grad_ready : NULL, r);
             MT_TRY(mt_model_forward_backward(r->model, &r->tok, &r->tgt, grad_scale, NULL));
         }
         MT_TRY(mt_prof_begin(pr, "grad_reduce", NULL));
-        if (r->overlap)
-            MT_TRY(finish_overlap(r));
-        else
-            MT_TRY(mt_optim_reduce_grads(r->opt, NULL));
+        if (!r->overlap) MT_TRY(mt_optim_reduce_grads(r->opt, NULL)); /* (else in the backward) */
         MT_TRY(mt_prof_end(pr, NULL));
         double lr = mt_optim_sched_lr(&r->sched, (double)r->sched_steps);
         double wd = mt_optim_sched_wd(&r->sched, (double)r->sched_steps);

@@ -21,6 +21,7 @@ struct mt_optim {
     int64_t local_numel;
     float *master, *exp_avg, *exp_avg_sq; /* local_numel each (master NULL for f32 params) */
     double *scratch;                      /* device: OPTIM_STATS_BLOCKS * 3 */
+    void *bf16_grads;                     /* grad_reduce_in_bf16: the largest bucket, in bf16 */
     optim_range *ranges;
     int n_ranges;
     int64_t steps, skipped;
@@ -49,6 +50,15 @@ static int64_t local_numel(const mt_optim_config *cfg, const mt_optim_buffer *b,
     return cfg->use_distributed_optimizer ? b->numel / dp : b->numel;
 }
 
+/* Elements of the bf16 reduction scratch: the largest bucket (0 when grads are reduced in fp32). */
+static int64_t bf16_scratch_numel(const mt_optim_config *cfg, const mt_optim_buffer *b, int dp) {
+    int64_t n = 0;
+    for (int k = 0; cfg->grad_reduce_in_bf16 && dp > 1 && k < b->n_buckets; k++)
+        if (b->bucket_off[k + 1] - b->bucket_off[k] > n)
+            n = b->bucket_off[k + 1] - b->bucket_off[k];
+    return n;
+}
+
 mt_status mt_optim_state_bytes(const mt_optim_config *cfg, const mt_optim_buffer *b,
                                size_t *bytes) {
     int dp;
@@ -59,6 +69,7 @@ mt_status mt_optim_state_bytes(const mt_optim_config *cfg, const mt_optim_buffer
     if (cfg->kind == MT_OPTIM_ADAMW) total += round_bytes(n);      /* exp_avg_sq */
     if (b->cfg.param_dtype != MT_F32) total += round_bytes(n);     /* master */
     total += round_bytes(OPTIM_STATS_BLOCKS * 3 * sizeof(double)); /* scratch */
+    total += round_bytes((size_t)bf16_scratch_numel(cfg, b, dp) * 2);
     *bytes = total;
     return MT_OK;
 }
@@ -141,6 +152,11 @@ mt_status mt_optim_create(const mt_optim_config *cfg, mt_optim_buffer *b, mt_are
     }
     MT_TRY_GOTO(mt_arena_alloc(arena, OPTIM_STATS_BLOCKS * 3 * sizeof(double), &p), st, fail);
     o->scratch = p;
+    if (bf16_scratch_numel(cfg, b, dp) > 0) {
+        MT_TRY_GOTO(mt_arena_alloc(arena, (size_t)bf16_scratch_numel(cfg, b, dp) * 2, &p), st,
+                    fail);
+        o->bf16_grads = p;
+    }
     *out = o;
     return MT_OK;
 fail:
@@ -182,12 +198,22 @@ mt_status mt_optim_reduce_bucket(mt_optim *o, int k, mt_stream stream) {
     if (!o->cfg.dp || o->dp_size == 1) return MT_OK;
     mt_optim_bucket bk;
     MT_TRY(mt_optim_buffer_bucket(o->b, k, &bk));
-    if (!o->sharded)
-        return mt_comm_allreduce(o->cfg.dp, &bk.grads, &bk.grads, MT_REDOP_AVG, stream);
-    int64_t s = bk.numel / o->dp_size;
-    mt_tensor shard;
-    MT_TRY(mt_tensor_slice(&bk.grads, 0, (int64_t)o->dp_rank * s, s, &shard));
-    return mt_comm_reduce_scatter(o->cfg.dp, &shard, &bk.grads, MT_REDOP_AVG, stream);
+    mt_tensor g = bk.grads; /* what is reduced: the grads, or their bf16 copy */
+    if (o->bf16_grads) {
+        g = mt_tensor_1d(o->bf16_grads, MT_BF16, bk.numel, o->b->cfg.device);
+        MT_TRY(mt_cast(&g, &bk.grads, stream));
+    }
+    int64_t s = bk.numel / o->dp_size, at = (int64_t)o->dp_rank * s;
+    mt_tensor shard, out = bk.grads; /* what this rank keeps, and where it goes */
+    if (!o->sharded) {
+        MT_TRY(mt_comm_allreduce(o->cfg.dp, &g, &g, MT_REDOP_AVG, stream));
+        shard = g;
+    } else {
+        MT_TRY(mt_tensor_slice(&g, 0, at, s, &shard));
+        MT_TRY(mt_comm_reduce_scatter(o->cfg.dp, &shard, &g, MT_REDOP_AVG, stream));
+        MT_TRY(mt_tensor_slice(&bk.grads, 0, at, s, &out));
+    }
+    return o->bf16_grads ? mt_cast(&out, &shard, stream) : MT_OK;
 }
 
 mt_status mt_optim_gather_bucket(mt_optim *o, int k, mt_stream stream) {

@@ -1,5 +1,6 @@
 /* multigpu: the distributed optimizer (ZeRO-1) on device tensors over NCCL, one GPU per rank,
- * equals the all-reduce optimizer and the single-rank reference bit for bit. */
+ * equals the all-reduce optimizer and the single-rank reference bit for bit (grads reduced in
+ * fp32 or bf16), and grads reduced in bf16 are rounded to it. */
 #include "zero1_common.h"
 
 int main(void) {
@@ -17,6 +18,7 @@ int main(void) {
     mt_device dev = mt_comm_device(w);
     zr_run(w, dev, MT_F32);
     zr_run(w, dev, MT_BF16);
+    zr_bf16_rounding(w, dev);
     mt_comm_destroy(w);
     return mt_test_result();
 }

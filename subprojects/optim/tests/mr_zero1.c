@@ -1,5 +1,6 @@
 /* multirank: the distributed optimizer (ZeRO-1) on host tensors over MPI, DP 2 and 4, equals the
- * all-reduce optimizer and the single-rank reference bit for bit (f32 and bf16 params). */
+ * all-reduce optimizer and the single-rank reference bit for bit (f32 and bf16 params, grads
+ * reduced in fp32 or bf16), and grads reduced in bf16 are rounded to it. */
 #include "zero1_common.h"
 
 /* The grad norm and zero count over a model-parallel group (here the world, one TP rank each):
@@ -57,6 +58,7 @@ int main(void) {
     MT_CHECK(mt_comm_world_create(&cfg, &w));
     zr_run(w, MT_DEVICE_CPU, MT_F32);
     zr_run(w, MT_DEVICE_CPU, MT_BF16);
+    zr_bf16_rounding(w, MT_DEVICE_CPU);
     mp_norm(w);
     mt_comm_destroy(w);
     return mt_test_result();

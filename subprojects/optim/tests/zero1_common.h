@@ -23,7 +23,8 @@ typedef struct {
     mt_arena *ar;
 } zr_rig;
 
-/* distributed: 0 all-reduce, 1 ZeRO-1, 2 ZeRO-1 with the params' all-gather left to the caller */
+/* distributed: 0 all-reduce, 1 ZeRO-1, 2 ZeRO-1 with the params' all-gather left to the caller;
+ * | 4: grads reduced in bf16 */
 static zr_rig zr_make(mt_device dev, mt_dtype dt, int dp_size, mt_comm *dp, int distributed) {
     zr_rig r;
     mt_optim_buffer_config bc = MT_OPTIM_BUFFER_CONFIG_INIT;
@@ -40,8 +41,9 @@ static zr_rig zr_make(mt_device dev, mt_dtype dt, int dp_size, mt_comm *dp, int 
     mt_optim_config oc = MT_OPTIM_CONFIG_INIT;
     oc.clip_grad = 1.0f;
     oc.log_num_zeros_in_grad = 1;
-    oc.use_distributed_optimizer = distributed > 0;
-    oc.overlap_param_gather = distributed == 2;
+    oc.use_distributed_optimizer = (distributed & 3) > 0;
+    oc.overlap_param_gather = (distributed & 3) == 2;
+    oc.grad_reduce_in_bf16 = (distributed & 4) != 0;
     oc.dp = dp;
     MT_CHECK(mt_optim_state_bytes(&oc, r.b, &sbytes));
     MT_CHECK(mt_arena_create(dev, bytes + sbytes, &r.ar));
@@ -111,68 +113,97 @@ static float *zr_params(zr_rig *r) {
     return out;
 }
 
+/* The optimizers compared with the local reference, by zr_make's `distributed` mode (| 4: grads
+ * reduced in bf16, exact here: the inputs are small multiples of 1/4). */
+#define ZR_NV 5
+static const int zr_modes[ZR_NV] = { 0, 1, 2, 0 | 4, 1 | 4 };
+static const char *zr_what[ZR_NV] = { "all-reduce", "ZeRO-1", "ZeRO-1 gathered by the caller",
+                                      "all-reduce in bf16", "ZeRO-1 reduced in bf16" };
+
 static void zr_run(mt_comm *w, mt_device dev, mt_dtype dt) {
     int rank = mt_comm_rank(w), n = mt_comm_size(w);
-    zr_rig a = zr_make(dev, dt, n, w, 0), b = zr_make(dev, dt, n, w, 1);
-    zr_rig c = zr_make(dev, dt, n, NULL, 0), d = zr_make(dev, dt, n, w, 2);
-    int64_t numel = mt_optim_buffer_numel(a.b);
+    zr_rig v[ZR_NV], c = zr_make(dev, dt, n, NULL, 0);
+    for (int i = 0; i < ZR_NV; i++)
+        v[i] = zr_make(dev, dt, n, w, zr_modes[i]);
+    int64_t numel = mt_optim_buffer_numel(c.b);
     mt_tensor ea;
-    MT_CHECK(mt_optim_state(b.o, NULL, &ea, NULL));
+    MT_CHECK(mt_optim_state(v[1].o, NULL, &ea, NULL));
     MT_EXPECT(mt_tensor_numel(&ea) * n == numel, "ZeRO-1 state %lld of %lld on %d ranks",
               (long long)mt_tensor_numel(&ea), (long long)numel, n);
-    MT_EXPECT(mt_optim_buffer_num_buckets(a.b) > 1, "want several buckets");
+    MT_EXPECT(mt_optim_buffer_num_buckets(c.b) > 1, "want several buckets");
     char what[128];
     for (int t = 0; t < 6; t++) {
         int poison = t == 4; /* a NaN on rank 0 only: every rank of every optimizer skips */
         int64_t nan_at = poison && rank == 0 ? numel / 2 + 3 : -1;
-        zr_set_grads(&a, rank, n, t, nan_at);
-        zr_set_grads(&b, rank, n, t, nan_at);
-        zr_set_grads(&d, rank, n, t, nan_at);
-        zr_set_grads(&c, -1, n, t, poison ? numel / 2 + 3 : -1);
-        MT_CHECK(mt_optim_reduce_grads(a.o, NULL));
-        MT_CHECK(mt_optim_reduce_grads(b.o, NULL));
-        MT_CHECK(mt_optim_reduce_grads(d.o, NULL));
-        mt_optim_step_info ia, ib, ic, id;
+        mt_optim_step_info in[ZR_NV], ic;
         double lr = 1e-2 * (t + 1);
-        MT_CHECK(mt_optim_step(a.o, lr, 0.1, NULL, &ia, NULL));
-        MT_CHECK(mt_optim_step(b.o, lr, 0.1, NULL, &ib, NULL));
+        zr_set_grads(&c, -1, n, t, poison ? numel / 2 + 3 : -1);
         MT_CHECK(mt_optim_step(c.o, lr, 0.1, NULL, &ic, NULL));
-        MT_CHECK(mt_optim_step(d.o, lr, 0.1, NULL, &id, NULL));
-        MT_EXPECT(id.skipped == poison, "deferred gather: step %d skipped %d", t, id.skipped);
-        if (!poison) { /* the other shards stay stale until the caller gathers (any order) */
-            float *pd = zr_params(&d), *pc = zr_params(&c);
-            int64_t stale = 0;
-            for (int64_t j = 0; j < numel; j++)
-                stale += pd[j] != pc[j];
-            MT_EXPECT(stale > 0, "%s step %d rank %d: params updated before the gather",
-                      mt_dtype_name(dt), t, rank);
-            free(pd), free(pc);
-            for (int k = mt_optim_buffer_num_buckets(d.b) - 1; k >= 0; k--)
-                MT_CHECK(mt_optim_gather_bucket(d.o, k, NULL));
+        for (int i = 0; i < ZR_NV; i++) {
+            zr_set_grads(&v[i], rank, n, t, nan_at);
+            MT_CHECK(mt_optim_reduce_grads(v[i].o, NULL));
+            MT_CHECK(mt_optim_step(v[i].o, lr, 0.1, NULL, &in[i], NULL));
+            MT_EXPECT(in[i].skipped == poison, "%s %s step %d rank %d: skipped %d",
+                      mt_dtype_name(dt), zr_what[i], t, rank, in[i].skipped);
+            if (zr_modes[i] == 2 && !poison) { /* the other shards stay stale until the caller
+                                                  gathers (any order) */
+                float *pd = zr_params(&v[i]), *pc = zr_params(&c);
+                int64_t stale = 0;
+                for (int64_t j = 0; j < numel; j++)
+                    stale += pd[j] != pc[j];
+                MT_EXPECT(stale > 0, "%s step %d rank %d: params updated before the gather",
+                          mt_dtype_name(dt), t, rank);
+                free(pd), free(pc);
+                for (int k = mt_optim_buffer_num_buckets(v[i].b) - 1; k >= 0; k--)
+                    MT_CHECK(mt_optim_gather_bucket(v[i].o, k, NULL));
+            }
+            if (!poison)
+                MT_EXPECT(in[i].grad_norm == ic.grad_norm && in[i].num_zeros == ic.num_zeros &&
+                              ic.num_zeros > 0,
+                          "%s %s step %d rank %d: norm %.17g want %.17g, zeros %lld want %lld",
+                          mt_dtype_name(dt), zr_what[i], t, rank, in[i].grad_norm, ic.grad_norm,
+                          (long long)in[i].num_zeros, (long long)ic.num_zeros);
+            float *pv = zr_params(&v[i]), *pc = zr_params(&c);
+            snprintf(what, sizeof what, "%s %s step %d rank %d", mt_dtype_name(dt), zr_what[i], t,
+                     rank);
+            mt_test_close_f32(what, pv, pc, (size_t)numel, 0.0, 0.0);
+            free(pv), free(pc);
         }
-        MT_EXPECT(ia.skipped == poison && ib.skipped == poison && ic.skipped == poison,
-                  "%s step %d rank %d: skipped %d %d %d", mt_dtype_name(dt), t, rank, ia.skipped,
-                  ib.skipped, ic.skipped);
-        if (!poison)
-            MT_EXPECT(ia.grad_norm == ic.grad_norm && ib.grad_norm == ic.grad_norm &&
-                          ia.num_zeros == ic.num_zeros && ib.num_zeros == ic.num_zeros &&
-                          ic.num_zeros > 0,
-                      "%s step %d rank %d: norm %.17g %.17g %.17g zeros %lld %lld %lld",
-                      mt_dtype_name(dt), t, rank, ia.grad_norm, ib.grad_norm, ic.grad_norm,
-                      (long long)ia.num_zeros, (long long)ib.num_zeros, (long long)ic.num_zeros);
-        float *pa = zr_params(&a), *pb = zr_params(&b), *pc = zr_params(&c);
-        snprintf(what, sizeof what, "%s all-reduce step %d rank %d", mt_dtype_name(dt), t, rank);
-        mt_test_close_f32(what, pa, pc, (size_t)numel, 0.0, 0.0);
-        snprintf(what, sizeof what, "%s ZeRO-1 step %d rank %d", mt_dtype_name(dt), t, rank);
-        mt_test_close_f32(what, pb, pc, (size_t)numel, 0.0, 0.0);
-        float *pd = zr_params(&d);
-        snprintf(what, sizeof what, "%s ZeRO-1 gathered by the caller step %d rank %d",
-                 mt_dtype_name(dt), t, rank);
-        mt_test_close_f32(what, pd, pc, (size_t)numel, 0.0, 0.0);
-        free(pa), free(pb), free(pc), free(pd);
     }
-    zr_destroy(&a);
-    zr_destroy(&b);
+    for (int i = 0; i < ZR_NV; i++)
+        zr_destroy(&v[i]);
     zr_destroy(&c);
-    zr_destroy(&d);
+}
+
+/* Grads of 1 + (rank + 1) 2^-12 everywhere: reduced in bf16 every rank's rounds to 1 and the
+ * average is exactly 1 (this rank's shard with ZeRO-1); in fp32 it keeps the 2^-12 steps. */
+static void zr_bf16_rounding(mt_comm *w, mt_device dev) {
+    int rank = mt_comm_rank(w), n = mt_comm_size(w);
+    for (int mode = 0; mode < 4; mode++) { /* all-reduce, ZeRO-1; | 2: in bf16 */
+        zr_rig r = zr_make(dev, MT_BF16, n, w, (mode & 1) | (mode & 2) << 1);
+        mt_tensor g;
+        MT_CHECK(mt_optim_buffer_grads(r.b, &g));
+        int64_t total = mt_tensor_numel(&g);
+        float *x = malloc((size_t)total * 4);
+        for (int64_t j = 0; j < total; j++)
+            x[j] = 1.0f + (float)(rank + 1) / 4096.0f;
+        mt_tensor h = mt_tensor_1d(x, MT_F32, total, MT_DEVICE_CPU);
+        MT_CHECK(mt_tensor_copy(&g, &h, NULL));
+        MT_CHECK(mt_optim_reduce_grads(r.o, NULL));
+        MT_CHECK(mt_tensor_copy(&h, &g, NULL));
+        const float want = mode & 2 ? 1.0f : 1.0f + (float)(n + 1) / 8192.0f;
+        int64_t bad = 0, first = -1;
+        for (int k = 0; k < mt_optim_buffer_num_buckets(r.b); k++) {
+            mt_optim_bucket bk;
+            MT_CHECK(mt_optim_buffer_bucket(r.b, k, &bk));
+            int64_t s = mode & 1 ? bk.numel / n : bk.numel, at = mode & 1 ? rank * s : 0;
+            for (int64_t j = bk.offset + at; j < bk.offset + at + s; j++)
+                if (x[j] != want && !bad++) first = j;
+        }
+        MT_EXPECT(bad == 0, "%s%s rank %d: %lld grads differ from %.9g (first [%lld] = %.9g)",
+                  mode & 1 ? "ZeRO-1" : "all-reduce", mode & 2 ? " in bf16" : "", rank,
+                  (long long)bad, want, (long long)first, first >= 0 ? x[first] : 0.0);
+        free(x);
+        zr_destroy(&r);
+    }
 }

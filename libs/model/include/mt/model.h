@@ -155,14 +155,18 @@ MT_API void mt_model_set_profiler(mt_model *m, mt_prof *p);
 /* CUDA graphs for mt_model_forward_backward (1: on; default off): the second call with the same
  * tokens and targets buffers, loss scale and stream records the step into a graph and later ones
  * replay it, without the per-kernel launch gaps; the first call runs eagerly (cuBLASLt's
- * algorithm choice and other first-use work happen there). Not used while a profiler, a
- * grad-ready or a param-wait callback is set; a failed capture logs a warning and the model runs without. */
+ * algorithm choice and other first-use work happen there). Not used while a profiler or a
+ * param-wait callback is set; a failed capture logs a warning and the model runs without. A
+ * grad-ready callback set at capture is not called at replay: the graph replays the work it
+ * enqueued, so it must enqueue the same work at every call (streams it forks from the backward's
+ * join back into it by the last level, -1). */
 MT_API void mt_model_set_cuda_graphs(mt_model *m, int on);
 
 /* Called by the backward, on its stream, as gradients become final: `level` is num_layers after
  * the output layer and final norm, l after decoder layer l, and -1 at the end (the embedding and,
  * when tied, the output weight). A data-parallel trainer starts each bucket's reduction from it.
- * A non-OK return stops the backward with that status. */
+ * A non-OK return stops the backward with that status. NULL: none (see mt_model_set_cuda_graphs
+ * for callbacks under CUDA graphs). */
 typedef mt_status (*mt_model_grad_ready_fn)(void *ctx, int level, mt_stream stream);
 MT_API void mt_model_set_grad_ready(mt_model *m, mt_model_grad_ready_fn fn, void *ctx);
 /* Called by the forward, on its stream, before it reads a level's parameters (the levels of

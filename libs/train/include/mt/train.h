@@ -65,7 +65,7 @@ typedef struct mt_train_args {
     int async_save, no_save_optim, no_load_optim, no_load_rng, finetune;
     /* parallelism */
     int tensor_model_parallel_size, pipeline_model_parallel_size, context_parallel_size;
-    int use_distributed_optimizer, overlap_grad_reduce, overlap_param_gather;
+    int use_distributed_optimizer, overlap_grad_reduce, overlap_param_gather, grad_reduce_in_bf16;
     int64_t ddp_bucket_size;
     double distributed_timeout_minutes;
     char *recompute_granularity, *recompute_method;  /* NULL: none */

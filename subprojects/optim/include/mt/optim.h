@@ -144,11 +144,14 @@ typedef struct mt_optim_config {
     int overlap_param_gather; /* with use_distributed_optimizer: mt_optim_step leaves the params'
                                  all-gather to the caller (mt_optim_gather_bucket per bucket), to
                                  overlap it with the next forward (--overlap-param-gather) */
+    int grad_reduce_in_bf16;  /* average the grads over `dp` in bf16 (--grad-reduce-in-bf16): each
+                                 bucket is rounded to bf16, reduced, and widened back into the fp32
+                                 grads (half the bytes on the wire) */
 } mt_optim_config;
 #define MT_OPTIM_CONFIG_INIT                                                                     \
     {                                                                                            \
         sizeof(mt_optim_config), MT_OPTIM_ADAMW, 0.9f, 0.999f, 1e-8f, 0.9f, 1.0f, 0, 1, 0, NULL, \
-            NULL, 0                                                                              \
+            NULL, 0, 0                                                                           \
     }
 
 typedef struct mt_optim mt_optim;
@@ -163,7 +166,8 @@ typedef struct mt_optim_step_info {
 
 /* Bytes of arena that mt_optim_create carves for optimizer state over `b`: fp32 master weights
  * (non-f32 params), AdamW moments or the SGD momentum (this rank's shard with
- * use_distributed_optimizer) and a reduction scratch. */
+ * use_distributed_optimizer), a reduction scratch and, with grad_reduce_in_bf16 over more than
+ * one rank, a bf16 copy of the largest bucket. */
 MT_API mt_status mt_optim_state_bytes(const mt_optim_config *cfg, const mt_optim_buffer *b,
                                       size_t *bytes);
 /* Creates an optimizer over bound buffer `b` (kept; must outlive it), carving its state from
@@ -175,7 +179,8 @@ MT_API mt_status mt_optim_create(const mt_optim_config *cfg, mt_optim_buffer *b,
 MT_API void mt_optim_destroy(mt_optim *o);
 
 /* Averages the grads of bucket k over the data-parallel group: all-reduce, or with
- * use_distributed_optimizer reduce-scatter into this rank's shard (other shards are then stale).
+ * use_distributed_optimizer reduce-scatter into this rank's shard (other shards are then stale);
+ * in bf16 with grad_reduce_in_bf16 (calls on one stream may share its scratch: they are ordered).
  * Call for every bucket (in order, as backward finishes them) before mt_optim_step. Device:
  * enqueued on `stream`; host: blocking. No-op without `dp`. */
 MT_API mt_status mt_optim_reduce_bucket(mt_optim *o, int k, mt_stream stream);
