@@ -271,19 +271,22 @@ static mt_status fb_capture(void *ctx, mt_stream s) {
 }
 
 /* The step as a CUDA graph (mt_model_set_cuda_graphs): captured at the second call with the same
- * key, replayed after; the first runs eagerly (cuBLASLt's algorithm choice, first-use work). Four
+ * key, replayed after; the first runs eagerly (cuBLASLt's algorithm choice, first-use work). Eight
  * slots: the backward that writes the grads (first micro-batch) and the one that adds to them,
- * each without and with the grad-ready callback, whose enqueued work (a trainer's bucket
- * reductions on its own stream, joined back by the last level) the graph records. */
+ * each without and with the grad-ready and the param-wait callbacks, whose enqueued work (a
+ * trainer's bucket reductions on its own stream, joined back by the last level; waits for
+ * gathers) the graph records. */
 static mt_status fwd_bwd_graph(mt_model *m, const mt_tensor *tokens, const mt_tensor *targets,
                                float loss_scale, mt_stream s) {
     MT_TRY(check_ids(m, tokens, "tokens"));
     MT_TRY(check_ids(m, targets, "targets"));
-    graph_slot *g = &m->gs[m->grads_discarded + 2 * (m->ready_fn != NULL)];
+    graph_slot *g =
+        &m->gs[m->grads_discarded + 2 * (m->ready_fn != NULL) + 4 * (m->wait_fn != NULL)];
     graph_key k;
     memset(&k, 0, sizeof k);
     k.tokens = tokens->data, k.targets = targets->data, k.stream = s, k.loss_scale = loss_scale;
     k.ready_fn = m->ready_fn, k.ready_ctx = m->ready_ctx;
+    k.wait_fn = m->wait_fn, k.wait_ctx = m->wait_ctx;
     const int same = g->seen && memcmp(&k, &g->key, sizeof k) == 0;
     if (!g->graph || !same) { /* (a graph implies seen, with its key) */
         mt_graph_destroy(g->graph);
@@ -296,10 +299,10 @@ static mt_status fwd_bwd_graph(mt_model *m, const mt_tensor *tokens, const mt_te
         int n_loss = m->n_loss, discarded = m->grads_discarded; /* the capture ran the host parts */
         mt_status st = mt_graph_capture(fb_capture, &c, &g->graph);
         m->n_loss = n_loss, m->grads_discarded = discarded;
-        if (st != MT_OK && m->ready_fn) /* its host part ran for the failed capture */
+        if (st != MT_OK && (m->ready_fn || m->wait_fn)) /* their host parts ran for it */
             return MT_ERROR(MT_ERR_CUDA,
-                            "CUDA graph capture of the training step with the grad-ready "
-                            "callback failed (%s); run with MT_CUDA_GRAPHS=0",
+                            "CUDA graph capture of the training step with data-parallel "
+                            "callbacks failed (%s); run with MT_CUDA_GRAPHS=0",
                             mt_last_error());
         if (st != MT_OK) {
             MT_LOG_WARN("CUDA graph capture of the training step failed (%s); running without "
@@ -322,7 +325,7 @@ static mt_status fwd_bwd_graph(mt_model *m, const mt_tensor *tokens, const mt_te
 mt_status mt_model_forward_backward(mt_model *m, const mt_tensor *tokens, const mt_tensor *targets,
                                     float loss_scale, mt_stream s) {
     MT_REQUIRE(m && tokens && targets, MT_ERR_INVALID_ARG, "NULL model, tokens or targets");
-    if (m->graphs && !m->prof && !m->wait_fn && mt_device_is_cuda(m->dev))
+    if (m->graphs && !m->prof && mt_device_is_cuda(m->dev))
         return fwd_bwd_graph(m, tokens, targets, loss_scale, s);
     return fwd_bwd(m, tokens, targets, loss_scale, s);
 }

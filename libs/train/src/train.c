@@ -269,7 +269,7 @@ static mt_status setup_model(run *r) {
     MT_TRY(mt_optim_buffer_bind(r->buf, r->buf_arena));
     MT_TRY(mt_model_create(c, a->micro_batch_size, r->dev, register_param, r, &r->model));
     /* the forward and backward as one CUDA graph from the second micro-batch on (MT_CUDA_GRAPHS=0:
-     * off, for comparison); the profiler and --overlap-param-gather run without it */
+     * off, for comparison); the profiler runs without it */
     const char *graphs = getenv("MT_CUDA_GRAPHS");
     mt_model_set_cuda_graphs(r->model, !graphs || atoi(graphs) != 0);
 
@@ -828,18 +828,26 @@ static mt_status launch_param_gather(run *r) {
 
 /* The forward is about to read `level`'s params (mt_model_param_wait_fn): stream s waits for
  * the all-gathers of the buckets up to that level (host: runs them). INT32_MAX: all of them,
- * before anything else reads the params (checkpoint, params norm, the next step). */
+ * before anything else reads the params (checkpoint, params norm, the next step). On CUDA the
+ * stream waits for the buckets of that level whether or not a gather is pending (the events of
+ * gathers done complete at once): the same work at every call, which a CUDA graph of the
+ * forward keeps as waits for the events' latest records (mt_stream_wait_event_external). */
 static mt_status param_wait(void *ctx, int level, mt_stream s) {
     run *r = ctx;
+    if (r->comm_stream) {
+        for (int k = 0; k < r->n_buckets; k++) {
+            if (level != INT32_MAX && r->bucket_level[k] != level) continue;
+            r->pending[k] = 0;
+            MT_TRY(mt_stream_wait_event_external(s, r->gather_ev[k]));
+        }
+        return MT_OK;
+    }
     for (int i = 0; i < r->n_buckets; i++) {
         int k = r->order[i];
         if (r->bucket_level[k] > level) break;
         if (!r->pending[k]) continue;
         r->pending[k] = 0;
-        if (r->comm_stream)
-            MT_TRY(mt_stream_wait_event(s, r->gather_ev[k]));
-        else
-            MT_TRY(mt_optim_gather_bucket(r->opt, k, s));
+        MT_TRY(mt_optim_gather_bucket(r->opt, k, s));
     }
     return MT_OK;
 }

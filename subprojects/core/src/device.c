@@ -124,6 +124,15 @@ mt_status mt_stream_wait_event(mt_stream s, mt_event e) {
     return MT_OK;
 }
 
+mt_status mt_stream_wait_event_external(mt_stream s, mt_event e) {
+    enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    MT_CUDA_TRY(cudaStreamIsCapturing(s, &cs));
+    /* (the flag is invalid outside a capture) */
+    MT_CUDA_TRY(cudaStreamWaitEvent(
+        s, e, cs == cudaStreamCaptureStatusActive ? cudaEventWaitExternal : cudaEventWaitDefault));
+    return MT_OK;
+}
+
 mt_status mt_event_sync(mt_event e) {
     MT_CUDA_TRY(cudaEventSynchronize(e));
     return MT_OK;
@@ -263,6 +272,10 @@ mt_status mt_stream_wait_event(mt_stream s, mt_event e) {
     (void)e;
     (void)s;
     return NO_CUDA();
+}
+
+mt_status mt_stream_wait_event_external(mt_stream s, mt_event e) {
+    return mt_stream_wait_event(s, e);
 }
 
 mt_status mt_event_sync(mt_event e) {

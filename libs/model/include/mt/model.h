@@ -155,11 +155,12 @@ MT_API void mt_model_set_profiler(mt_model *m, mt_prof *p);
 /* CUDA graphs for mt_model_forward_backward (1: on; default off): the second call with the same
  * tokens and targets buffers, loss scale and stream records the step into a graph and later ones
  * replay it, without the per-kernel launch gaps; the first call runs eagerly (cuBLASLt's
- * algorithm choice and other first-use work happen there). Not used while a profiler or a
- * param-wait callback is set; a failed capture logs a warning and the model runs without. A
- * grad-ready callback set at capture is not called at replay: the graph replays the work it
- * enqueued, so it must enqueue the same work at every call (streams it forks from the backward's
- * join back into it by the last level, -1). */
+ * algorithm choice and other first-use work happen there). Not used while a profiler is set; a
+ * failed capture logs a warning and the model runs without (with callbacks set: an error). The
+ * grad-ready and param-wait callbacks set at capture are not called at replay: the graph replays
+ * the work they enqueued, so they must enqueue the same work at every call (streams forked from
+ * the backward's join back into it by the last level, -1; waits for work enqueued outside the
+ * graph use mt_stream_wait_event_external). */
 MT_API void mt_model_set_cuda_graphs(mt_model *m, int on);
 
 /* Called by the backward, on its stream, as gradients become final: `level` is num_layers after

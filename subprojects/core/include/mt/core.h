@@ -163,6 +163,9 @@ MT_API void mt_event_destroy(mt_event e);
 MT_API mt_status mt_event_record(mt_event e, mt_stream s);
 /* Work enqueued on `s` after this call waits for the work recorded in `e`. */
 MT_API mt_status mt_stream_wait_event(mt_stream s, mt_event e);
+/* mt_stream_wait_event for an event recorded outside a CUDA graph capture that `s` may be in: the
+ * graph keeps it as a wait for the event's latest record at each replay (cudaEventWaitExternal). */
+MT_API mt_status mt_stream_wait_event_external(mt_stream s, mt_event e);
 MT_API mt_status mt_event_sync(mt_event e);
 /* Milliseconds between two recorded, completed timing events. */
 MT_API mt_status mt_event_elapsed_ms(float *ms, mt_event start, mt_event end);
