@@ -502,6 +502,9 @@ int main(void) {
         /* the D128 forward's 128-row blocks on sm_90a: causal pairs over an odd tile count (0 and
          * 2, then 1 alone), a last tile of 44 rows */
         { 2, 300, 4, 2, 128, 1, MT_F16, 0, 1, 0, 0 },
+        /* the non-causal D128 forward's 176-key tiles (boxes of 88 rows): GQA, a last tile of
+         * 172 keys, Q by TMA (6 query tiles of 128 rows, the last of 60) */
+        { 2, 700, 8, 2, 128, 0, MT_BF16, 0, 1, 0, 0 },
     };
     for (size_t i = 0; i < sizeof later / sizeof later[0]; i++)
         random_inputs(&later[i]);

@@ -36,6 +36,7 @@
 #include <cudaTypedefs.h>
 #endif
 #include <stdlib.h>
+#include <string.h>
 
 #include <functional>
 #include <mutex>
@@ -163,7 +164,13 @@ template <int N> __device__ __forceinline__ void wg_wait() {
     asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 }
 
-/* The (64 columns from c, one head h, 64 rows from t, one batch b) box of a tile_map. */
+/* TMA box rows of the wg2 forward's BC-key tiles: 64, or two boxes of 88 for 176. (160 and 192
+ * measured the same as 176 on an H100.) */
+__host__ __device__ constexpr int wg2_box_rows(int bc) {
+    return bc % 64 == 0 ? 64 : bc / 2;
+}
+
+/* The (64 columns from c, one head h, `rows` rows from t, one batch b) box of a tile_map. */
 __device__ __forceinline__ void tma_box(void *dst, const CUtensorMap *map, int c, int h, int t,
                                         int b, uint64_t *bar) {
     asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
@@ -186,10 +193,10 @@ __device__ __forceinline__ void tma_pair(T *sa, T *sb, const CUtensorMap *ma, co
 }
 
 /* A TMA map of a (B,T,heads,D) operand with strides st (elements) whose box is 64 columns of one
- * head by 64 rows of one batch, in wgmma's 128-byte swizzle; rows past T read as zeros. */
+ * head by `rows` rows of one batch, in wgmma's 128-byte swizzle; rows past T read as zeros. */
 template <typename T>
 static mt_status tile_map(CUtensorMap *m, const T *base, const int64_t *st, const attn_args &a,
-                          int heads) {
+                          int heads, int rows = 64) {
     static PFN_cuTensorMapEncodeTiled_v12000 encode;
     if (!encode) {
         void *fn = NULL;
@@ -209,7 +216,7 @@ static mt_status tile_map(CUtensorMap *m, const T *base, const int64_t *st, cons
     cuuint64_t dim[4] = { (cuuint64_t)a.D, (cuuint64_t)heads, (cuuint64_t)a.T, (cuuint64_t)a.B };
     cuuint64_t stride[3] = { (cuuint64_t)(st[2] * es), (cuuint64_t)(st[1] * es),
                              (cuuint64_t)(st[0] * es) };
-    cuuint32_t box[4] = { 64, 1, 64, 1 }, step[4] = { 1, 1, 1, 1 };
+    cuuint32_t box[4] = { 64, 1, (cuuint32_t)rows, 1 }, step[4] = { 1, 1, 1, 1 };
     CUresult r = encode(m,
                         std::is_same<T, __half>::value ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
                                                        : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
@@ -336,21 +343,27 @@ static __global__ void __launch_bounds__(128, 2)
 }
 
 /* The D128 forward in FA3's arrangement: a block of two warpgroups owns 128 query rows (64 each,
- * Q in registers) and walks 128-key tiles of K and V, each loaded by TMA into two stages with a
+ * Q in registers) and walks BC-key tiles of K and V (128; 176 without a causal mask, as FA3: fewer
+ * tiles for the per-tile softmax, rescale and barrier costs), each loaded by TMA (boxes of RB
+ * rows: tk, tv made with tile_map rows RB) into two stages with a
  * full barrier (the transaction) and an empty one (all 8 warps done with it). A warpgroup issues
  * S_j = Q K_j^T and O += P_{j-1} V_{j-1} together, computes P_j's softmax while the tensor cores
  * run them and the other warpgroup's pair (named barriers hand the turn to issue over), and
  * rescales O once P_{j-1} V_{j-1} is done. Thread 128 (the second warpgroup's, which runs behind)
  * issues every load as soon as its stage is empty. */
-template <typename T>
+template <typename T, int BC>
 static __global__ void __launch_bounds__(256, 1)
     attn_fwd_sm90_wg2_kernel(attn_args a, T *out, float *lse, const T *q,
                              const __grid_constant__ CUtensorMap tk,
-                             const __grid_constant__ CUtensorMap tv) {
+                             const __grid_constant__ CUtensorMap tv,
+                             const __grid_constant__ CUtensorMap tq) {
 #if ATTN_SM90_BODY
-    constexpr int D = 128, BR = 128, BC = 128;
+    constexpr int D = 128, BR = 128, RB = wg2_box_rows(BC);
+    /* why: S of a 176-key tile needs 44 more registers; Q's 32 move to shared memory (S by
+     * ss-wgmma, Q loaded by TMA through tq) */
+    constexpr bool QS = BC > 128;
     extern __shared__ __align__(1024) unsigned char smem[];
-    T *sK = (T *)smem, *sV = sK + 2 * BC * D;
+    T *sK = (T *)smem, *sV = sK + 2 * BC * D, *sQ = sV + 2 * BC * D;
     const int wg = threadIdx.x >> 7, wl = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
     const bool producer = threadIdx.x == 128;
     const int nq = (a.T + BR - 1) / BR, nk_all = (a.T + BC - 1) / BC;
@@ -358,9 +371,12 @@ static __global__ void __launch_bounds__(256, 1)
     block_work(a, a.B * a.H, nq, pt, bh, npass);
     const int b = bh / a.H, h = bh % a.H, hk = h / a.group;
     __shared__ uint64_t full[2][2], empty[2][2]; /* [K, V][stage] */
-    if (threadIdx.x == 0)
+    __shared__ uint64_t qfull;                   /* QS: Q of the pass */
+    if (threadIdx.x == 0) {
         for (int i = 0; i < 4; i++)
             mbar_init(&full[i >> 1][i & 1]), mbar_init_n(&empty[i >> 1][i & 1], 8);
+        if (QS) mbar_init(&qfull);
+    }
     const float sl2 = a.scale * ATTN_LOG2E;
     int j0 = 0;      /* key tiles visited by earlier passes */
     __syncthreads(); // the barriers are initialized
@@ -382,20 +398,31 @@ static __global__ void __launch_bounds__(256, 1)
 #pragma unroll
             for (int c = 0; c < D; c += 64)
 #pragma unroll
-                for (int r = 0; r < BC; r += 64)
+                for (int r = 0; r < BC; r += RB)
                     tma_box(dst + c * BC + r * 64, x ? &tv : &tk, c, hk, j * BC + r, b,
                             &full[x][st]);
         };
         /* this warp is done with tile j's K (x = 0) or V (x = 1) */
         auto release = [&](int x, int j) { mbar_arrive_if(&empty[x][(j0 + j) & 1], lane == 0); };
         if (producer) {
+            if constexpr (QS) { /* (the previous pass ended with every warp done with sQ) */
+                mbar_expect(&qfull, BR * D * sizeof(T));
+#pragma unroll
+                for (int c = 0; c < D; c += 64)
+#pragma unroll
+                    for (int r = 0; r < BR; r += 64)
+                        tma_box(sQ + c * BR + r * 64, &tq, c, h, q0 + r, b, &qfull);
+            }
             load(0, 0);
             if (nk > 1) load(0, 1);
             load(1, 0);
         }
         const int row0 = q0 + wg * 64 + wl * 16 + (lane >> 2);
-        uint32_t qa[D / 16][4];
-        fwd_load_qa<T, D>(qa, a, q, b, h, row0, lane);
+        uint32_t qa[QS ? 1 : D / 16][4];
+        if constexpr (QS)
+            mbar_wait(&qfull, pass & 1);
+        else
+            fwd_load_qa<T, D>(qa, a, q, b, h, row0, lane);
         float o[D / 8][4], m[2] = { -INFINITY, -INFINITY }, l[2] = { 0.0f, 0.0f };
         acc_zero(o);
         uint32_t pa[BC / 16][4];
@@ -404,9 +431,15 @@ static __global__ void __launch_bounds__(256, 1)
         auto issue_s = [&](int j) {
             const T *cK = sK + ((j0 + j) & 1) * BC * D;
 #pragma unroll
-            for (int kk = 0; kk < D / 16; kk++) /* panel kk/4, 16-column step kk%4 */
-                wg_rs<T, BC, 0>::mma(s, qa[kk],
-                                     wg_desc(cK + (kk >> 2) * BC * 64 + (kk & 3) * 16, 16), kk > 0);
+            for (int kk = 0; kk < D / 16; kk++) { /* panel kk/4, 16-column step kk%4 */
+                const uint64_t dk = wg_desc(cK + (kk >> 2) * BC * 64 + (kk & 3) * 16, 16);
+                if constexpr (QS) /* this warpgroup's 64 rows of the panel */
+                    wg_ss<T, BC, 0, 0>::mma(
+                        s, wg_desc(sQ + (kk >> 2) * BR * 64 + wg * 64 * 64 + (kk & 3) * 16, 16), dk,
+                        kk > 0);
+                else
+                    wg_rs<T, BC, 0>::mma(s, qa[kk], dk, kk > 0);
+            }
             wg_commit();
         };
         /* O += P_j V_j */
@@ -564,21 +597,46 @@ static dim3 plan_grid(attn_args &a, K kernel, int threads, int smem, int heads_a
     return work_grid(a, heads_all, ntiles);
 }
 
+/* Whether non-causal D128 forwards take 176-key tiles (MT_ATTN_WIDE=0: 128, for comparisons and
+ * tests; read once). */
+static bool wide_fwd_tiles() {
+    static const bool on = [] {
+        const char *e = getenv("MT_ATTN_WIDE");
+        return !(e && *e && atoi(e) == 0);
+    }();
+    return on;
+}
+
+template <typename T, int BC>
+static mt_status fwd_wg2(const attn_args &a, T *out, float *lse, const T *q, const T *k, const T *v,
+                         mt_stream stream) {
+    CUtensorMap tk, tv, tq;
+    MT_TRY(tile_map<T>(&tk, k, a.st[AK], a, a.Hkv, wg2_box_rows(BC)));
+    MT_TRY(tile_map<T>(&tv, v, a.st[AV], a, a.Hkv, wg2_box_rows(BC)));
+    if (BC > 128)
+        MT_TRY(tile_map<T>(&tq, q, a.st[AQ], a, a.H));
+    else
+        memset(&tq, 0, sizeof tq);
+    const int smem = (4 * BC + (BC > 128 ? 128 : 0)) * 128 * (int)sizeof(T);
+    MT_TRY(attn_smem_attr(attn_fwd_sm90_wg2_kernel<T, BC>, smem));
+    attn_args g = a;
+    const dim3 grid =
+        plan_grid(g, attn_fwd_sm90_wg2_kernel<T, BC>, 256, smem, a.B * a.H, (a.T + 127) / 128);
+    attn_fwd_sm90_wg2_kernel<T, BC><<<grid, 256, smem, stream>>>(g, out, lse, q, tk, tv, tq);
+    MT_CUDA_CHECK_LAUNCH();
+    return MT_OK;
+}
+
 template <typename T, int D>
 mt_status attn_fwd_sm90(const attn_args &a, T *out, float *lse, const T *q, const T *k, const T *v,
                         mt_stream stream) {
-    CUtensorMap tk, tv;
-    MT_TRY(tile_map<T>(&tk, k, a.st[AK], a, a.Hkv));
-    MT_TRY(tile_map<T>(&tv, v, a.st[AV], a, a.Hkv));
     if constexpr (D == 128) {
-        const int smem = 4 * 128 * 128 * (int)sizeof(T);
-        MT_TRY(attn_smem_attr(attn_fwd_sm90_wg2_kernel<T>, smem));
-        attn_args g = a;
-        const dim3 grid =
-            plan_grid(g, attn_fwd_sm90_wg2_kernel<T>, 256, smem, a.B * a.H, (a.T + 127) / 128);
-        attn_fwd_sm90_wg2_kernel<T><<<grid, 256, smem, stream>>>(g, out, lse, q, tk, tv);
-        MT_CUDA_CHECK_LAUNCH();
+        if (!a.causal && wide_fwd_tiles()) return fwd_wg2<T, 176>(a, out, lse, q, k, v, stream);
+        return fwd_wg2<T, 128>(a, out, lse, q, k, v, stream);
     } else {
+        CUtensorMap tk, tv;
+        MT_TRY(tile_map<T>(&tk, k, a.st[AK], a, a.Hkv));
+        MT_TRY(tile_map<T>(&tv, v, a.st[AV], a, a.Hkv));
         constexpr int BR = 64, BC = 64;
         const int smem = (BR + 4 * BC) * D * (int)sizeof(T);
         MT_TRY(attn_smem_attr(attn_fwd_sm90_kernel<T, D>, smem));
