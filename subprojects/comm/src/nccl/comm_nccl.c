@@ -178,6 +178,7 @@ void destroy_nccl(mt_comm *c) {
 }
 
 static mt_status nccl_type(mt_comm *c, mt_dtype dt, int reduce, ncclDataType_t *out) {
+    *out = ncclUint8; /* (set on every path: gcc cannot see the callers return on errors) */
     switch (dt) {
     case MT_F32:
         *out = ncclFloat32;
