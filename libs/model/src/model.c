@@ -410,7 +410,7 @@ fail:
 
 void mt_model_destroy(mt_model *m) {
     if (!m) return;
-    for (int i = 0; i < 8; i++)
+    for (int i = 0; i < MODEL_GRAPH_SLOTS; i++)
         mt_graph_destroy(m->gs[i].graph);
     mt_blas_destroy(m->blas);
     mt_arena_destroy(m->w_arena);
@@ -513,7 +513,7 @@ void mt_model_set_cuda_graphs(mt_model *m, int on) {
     if (!m) return;
     m->graphs = on;
     if (!on) {
-        for (int i = 0; i < 8; i++) {
+        for (int i = 0; i < MODEL_GRAPH_SLOTS; i++) {
             mt_graph_destroy(m->gs[i].graph);
             m->gs[i] = (graph_slot){ 0 };
         }

@@ -58,6 +58,7 @@ typedef struct graph_key {
 /* One captured step: a graph for the backward that writes the grads, one for the one that adds,
  * each without and with a grad-ready callback (a data-parallel trainer sets it for the last
  * micro-batch only) and a param-wait callback */
+#define MODEL_GRAPH_SLOTS 8
 typedef struct graph_slot {
     int seen;      /* a call with key ran eagerly */
     graph_key key; /* what the graph (or the eager call before it) was made for */
@@ -87,7 +88,8 @@ struct mt_model {
     void *wait_ctx;
     int graphs;          /* mt_model_set_cuda_graphs */
     int grads_discarded; /* mt_model_discard_grads: the next backward writes, not adds */
-    graph_slot gs[8];    /* [grads_discarded + 2 * (ready_fn != NULL) + 4 * (wait_fn != NULL)] */
+    graph_slot gs[MODEL_GRAPH_SLOTS]; /* [grads_discarded + 2 * (ready_fn != NULL) +
+                                         4 * (wait_fn != NULL)] */
 };
 
 /* Whether layer l is recomputed (full granularity) and, if so, its group [*g0, *g1]: layers

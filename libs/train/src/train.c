@@ -50,9 +50,10 @@ typedef struct run {
     int overlap, n_buckets, *bucket_level, *launched;
     mt_stream comm_stream; /* CUDA: reductions run here beside the backward */
     mt_event *bucket_ev, done_ev;
-    /* --overlap-param-gather: after a step, each bucket's all-gather (order: ascending level) is
-     * pending until the forward reaches its level (CUDA: on the comm stream, gather_ev[k] marks
-     * its end; host: the gather itself runs there) */
+    /* --overlap-param-gather: after a step, each bucket's all-gather (order: ascending level)
+     * runs on the comm stream, gather_ev[k] marking its end, which the forward waits for at the
+     * bucket's level (CUDA); on the host the gather is pending until the forward reaches that
+     * level and runs there */
     int pgather, *order, *pending;
     mt_event *gather_ev, step_ev;
     mt_prof *prof; /* MT_PROFILE=1: per-operation times at the end */
@@ -818,8 +819,10 @@ static mt_status launch_param_gather(run *r) {
     }
     for (int i = 0; i < r->n_buckets; i++) {
         int k = r->order[i];
-        r->pending[k] = 1;
-        if (!r->comm_stream) continue;
+        if (!r->comm_stream) {
+            r->pending[k] = 1;
+            continue;
+        }
         MT_TRY(mt_optim_gather_bucket(r->opt, k, r->comm_stream));
         MT_TRY(mt_event_record(r->gather_ev[k], r->comm_stream));
     }
@@ -829,7 +832,7 @@ static mt_status launch_param_gather(run *r) {
 /* The forward is about to read `level`'s params (mt_model_param_wait_fn): stream s waits for
  * the all-gathers of the buckets up to that level (host: runs them). INT32_MAX: all of them,
  * before anything else reads the params (checkpoint, params norm, the next step). On CUDA the
- * stream waits for the buckets of that level whether or not a gather is pending (the events of
+ * stream waits for the buckets of that level whether or not their gather is new (the events of
  * gathers done complete at once): the same work at every call, which a CUDA graph of the
  * forward keeps as waits for the events' latest records (mt_stream_wait_event_external). */
 static mt_status param_wait(void *ctx, int level, mt_stream s) {
@@ -837,7 +840,6 @@ static mt_status param_wait(void *ctx, int level, mt_stream s) {
     if (r->comm_stream) {
         for (int k = 0; k < r->n_buckets; k++) {
             if (level != INT32_MAX && r->bucket_level[k] != level) continue;
-            r->pending[k] = 0;
             MT_TRY(mt_stream_wait_event_external(s, r->gather_ev[k]));
         }
         return MT_OK;

@@ -152,9 +152,9 @@ mt_status mt_optim_create(const mt_optim_config *cfg, mt_optim_buffer *b, mt_are
     }
     MT_TRY_GOTO(mt_arena_alloc(arena, OPTIM_STATS_BLOCKS * 3 * sizeof(double), &p), st, fail);
     o->scratch = p;
-    if (bf16_scratch_numel(cfg, b, dp) > 0) {
-        MT_TRY_GOTO(mt_arena_alloc(arena, (size_t)bf16_scratch_numel(cfg, b, dp) * 2, &p), st,
-                    fail);
+    const int64_t nb16 = bf16_scratch_numel(cfg, b, dp);
+    if (nb16 > 0) {
+        MT_TRY_GOTO(mt_arena_alloc(arena, (size_t)nb16 * 2, &p), st, fail);
         o->bf16_grads = p;
     }
     *out = o;
