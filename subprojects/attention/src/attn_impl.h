@@ -25,9 +25,23 @@ static inline size_t attn_ws_di_bytes(const attn_shape *s) {
 static inline int attn_bwd_fused(const attn_shape *s) {
     return !s->deterministic && s->esize == 2 && (s->D == 64 || s->D == 128);
 }
+static inline size_t attn_ws_dqa_bytes(const attn_shape *s) {
+    return attn_bwd_fused(s) ? (size_t)(s->B * s->H * ((s->T + 63) / 64 * 64) * s->D) * 4 : 0;
+}
+/* Then, for the fused non-causal backward on Hopper, room for the f32 dK and dV of the key tiles
+ * whose walks are split over several blocks (attn_sm90.cu: plan_split): fewer than the blocks
+ * resident at once, so at most ATTN_SPLIT_MAX of 64 keys (160 SMs of 128-key blocks), and never
+ * more than the grid's key tiles. */
+#define ATTN_SPLIT_MAX 320
+static inline int64_t attn_split_cap(const attn_shape *s) {
+    if (!attn_bwd_fused(s) || s->causal) return 0;
+    const int64_t bc = s->D == 128 ? 128 : 64, tiles = s->B * s->Hkv * ((s->T + bc - 1) / bc);
+    const int64_t cap = ATTN_SPLIT_MAX * 64 / bc;
+    return tiles < cap ? tiles : cap;
+}
 static inline size_t attn_ws_bytes(const attn_shape *s) {
-    size_t acc = attn_bwd_fused(s) ? (size_t)(s->B * s->H * ((s->T + 63) / 64 * 64) * s->D) * 4 : 0;
-    return attn_ws_di_bytes(s) + acc;
+    const int64_t bc = s->D == 128 ? 128 : 64;
+    return attn_ws_di_bytes(s) + attn_ws_dqa_bytes(s) + (size_t)(attn_split_cap(s) * bc * s->D * 8);
 }
 
 mt_status attn_fwd_cpu(const attn_shape *s, mt_tensor *out, mt_tensor *lse, const mt_tensor *q,

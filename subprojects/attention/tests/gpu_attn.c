@@ -289,7 +289,8 @@ static void run(const shape *s, const float *q, const float *k, const float *v, 
     cfg.causal = s->causal, cfg.deterministic = s->det, cfg.scale = s->scale;
     cfg.ds_split = s->split;
     mt_arena *ar;
-    MT_CHECK(mt_arena_create(mt_device_cuda(0), (4 * nq + 4 * nk) * es + 8 * nq + (1 << 22), &ar));
+    MT_CHECK(mt_arena_create(mt_device_cuda(0), (4 * nq + 4 * nk) * es + 8 * (nq + nk) + (1 << 22),
+                             &ar));
     mt_tensor tq, tk, tv, to, tg, tdq, tdk, tdv, tl;
     int64_t shq[4] = { B, T, H, D }, shk[4] = { B, T, Hkv, D }, shl[3] = { B, H, T };
     if (s->fused) { /* q, k, v (and dq, dk, dv) are slices of one (B,T,H+2Hkv,D) buffer */

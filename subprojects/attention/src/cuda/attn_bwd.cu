@@ -594,6 +594,8 @@ extern "C" mt_status attn_bwd_cuda(const attn_shape *s, mt_tensor *dq, mt_tensor
         fast = fast && attn_aligned(t[i]);
     float *Dv = (float *)workspace;
     float *dqa = attn_bwd_fused(s) ? (float *)((char *)workspace + attn_ws_di_bytes(s)) : NULL;
+    a.split_cap = (int)attn_split_cap(s);
+    a.split_acc = a.split_cap ? (float *)((char *)dqa + attn_ws_dqa_bytes(s)) : NULL;
     const float *L = (const float *)lse->data;
     switch (q->dtype) {
     case MT_F32:

@@ -35,6 +35,10 @@ enum {
 struct attn_args {
     int B, T, H, Hkv, D, group, causal, ds_split;
     int tail_heads; /* wgmma grids: the last heads taken a tile per block (block_work) */
+    /* the non-causal wgmma backward: its last split_tiles key tiles walked by split_pieces blocks
+     * (kv_pass_of), their f32 dK, dV added into split_acc, room for split_cap tiles (attn_impl.h) */
+    int split_tiles, split_pieces, split_cap;
+    float *split_acc;
     float scale;
     int64_t st[A_NT][3];
 };
@@ -44,6 +48,7 @@ static inline attn_args attn_make_args(const attn_shape *s, const mt_tensor *con
     a.B = (int)s->B, a.T = (int)s->T, a.H = (int)s->H, a.Hkv = (int)s->Hkv, a.D = (int)s->D;
     a.group = (int)(s->H / s->Hkv), a.causal = s->causal, a.scale = s->scale;
     a.ds_split = s->ds_split, a.tail_heads = 0;
+    a.split_tiles = a.split_pieces = a.split_cap = 0, a.split_acc = NULL;
     for (int i = 0; i < A_NT; i++)
         for (int j = 0; j < 3; j++)
             a.st[i][j] = t[i] ? t[i]->stride[j] : 0;
@@ -212,6 +217,36 @@ __device__ __forceinline__ void block_work(const attn_args &a, int heads_all, in
 static inline dim3 work_grid(const attn_args &a, int heads_all, int ntiles) {
     return dim3((unsigned)((int64_t)(heads_all - a.tail_heads) * pair_blocks_per_head(a, ntiles) +
                            (int64_t)a.tail_heads * ntiles));
+}
+
+/* Pass `pass` of a block of the wgmma backward, whose walks have ntile query tiles when non-causal:
+ * key tile kt of kv head bh, query tiles n0 .. n1 - 1 of its walk (n1 < 0: all of them), and split,
+ * the index of a split tile whose walk this is a part of (else -1); false past the block's last
+ * pass. Blocks below the split tail take block_work's tiles. why: a non-causal grid of equal tiles
+ * whose count is just over whole waves leaves a last wave of few blocks (B4 H16 T4096 D128: 2048
+ * tiles on 132 SMs, 68 in the sixteenth wave); its last split_tiles tiles are cut instead into
+ * split_pieces runs of equal length over the concatenated walks, each run over at most two
+ * tiles. */
+struct kv_pass {
+    int bh, kt, n0, n1, split;
+};
+__device__ __forceinline__ bool kv_pass_of(const attn_args &a, int heads_all, int nkt, int ntile,
+                                           int pass, kv_pass &w) {
+    const int whole = heads_all * nkt - a.split_tiles;
+    if (a.split_tiles == 0 || (int)blockIdx.x < whole) {
+        int pt, npass;
+        block_work(a, heads_all, nkt, pt, w.bh, npass);
+        w.kt = pass ? nkt - 1 - pt : pt, w.n0 = 0, w.n1 = -1, w.split = -1;
+        return pass < npass;
+    }
+    const int64_t units = (int64_t)a.split_tiles * ntile, p = blockIdx.x - whole;
+    const int64_t u0 = p * units / a.split_pieces, u1 = (p + 1) * units / a.split_pieces;
+    const int s = (int)(u0 / ntile) + pass;
+    const int64_t n0 = pass ? 0 : u0 - (int64_t)s * ntile,
+                  n1 = min((int64_t)ntile, u1 - (int64_t)s * ntile);
+    if (n1 <= n0) return false;
+    w.bh = (whole + s) / nkt, w.kt = (whole + s) % nkt, w.n0 = (int)n0, w.n1 = (int)n1, w.split = s;
+    return true;
 }
 
 /* Key tiles of BC columns (nk_all in all) that query rows q0 .. q0 + qn - 1 visit (causal: up to

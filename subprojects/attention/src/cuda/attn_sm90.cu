@@ -550,61 +550,99 @@ static int pick_tail_heads(int heads_all, int ntiles, int slots) {
     return best;
 }
 
-/* attn_args.tail_heads for `kernel`'s causal grid: pick_tail_heads on the blocks resident at once
- * on the current device (SMs x blocks per SM), cached per kernel, device and shape (threads and
- * smem are fixed per kernel). MT_ATTN_TAIL=k sets it instead (for comparisons and tests; clamped
- * to the heads), read once. */
-static int tail_heads_for(const void *kernel, int threads, int smem, int heads_all, int ntiles) {
+/* Blocks of `kernel` resident at once on the current device (SMs x blocks per SM), cached per
+ * kernel and device (threads and smem are fixed per kernel); 0 when unknown. */
+static int grid_slots(const void *kernel, int threads, int smem) {
     static std::mutex mu;
-    static int env = -2;
     static struct {
         const void *fn;
-        int dev, heads, ntiles, tail;
+        int dev, slots;
     } cache[16];
     static int next;
     std::lock_guard<std::mutex> lock(mu);
-    if (env == -2) {
-        const char *e = getenv("MT_ATTN_TAIL");
-        env = e && *e ? atoi(e) : -1;
-    }
-    if (env >= 0) return std::min(env, heads_all);
     int dev = 0, sms = 0, per_sm = 0;
     if (cudaGetDevice(&dev) != cudaSuccess) {
         cudaGetLastError();
         return 0;
     }
     for (auto &c : cache)
-        if (c.fn == kernel && c.dev == dev && c.heads == heads_all && c.ntiles == ntiles)
-            return c.tail;
+        if (c.fn == kernel && c.dev == dev) return c.slots;
     if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
         cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem) !=
             cudaSuccess) {
-        cudaGetLastError(); /* no slots known: no tail */
+        cudaGetLastError();
         return 0;
     }
-    const int tail = pick_tail_heads(heads_all, ntiles, sms * per_sm);
-    cache[next] = { kernel, dev, heads_all, ntiles, tail };
+    cache[next] = { kernel, dev, sms * per_sm };
+    next = (next + 1) % 16;
+    return sms * per_sm;
+}
+
+/* An integer environment switch, read once into *v (-1 when unset). */
+static int env_int(const char *name, int *v, std::once_flag *once) {
+    std::call_once(*once, [&] {
+        const char *e = getenv(name);
+        *v = e && *e ? atoi(e) : -1;
+    });
+    return *v;
+}
+
+/* attn_args.tail_heads for a causal grid on `slots` slots: pick_tail_heads, cached per slots and
+ * shape. MT_ATTN_TAIL=k sets it instead (for comparisons and tests; clamped to the heads). */
+static int tail_heads_for(int slots, int heads_all, int ntiles) {
+    static std::once_flag once;
+    static int env;
+    if (env_int("MT_ATTN_TAIL", &env, &once) >= 0) return std::min(env, heads_all);
+    if (slots <= 0) return 0; /* no slots known: no tail */
+    static std::mutex mu;
+    static struct { int slots, heads, ntiles, tail; } cache[16];
+    static int next;
+    std::lock_guard<std::mutex> lock(mu);
+    for (auto &c : cache)
+        if (c.slots == slots && c.heads == heads_all && c.ntiles == ntiles) return c.tail;
+    const int tail = pick_tail_heads(heads_all, ntiles, slots);
+    cache[next] = { slots, heads_all, ntiles, tail };
     next = (next + 1) % 16;
     return tail;
+}
+
+/* The split tail of a non-causal backward grid of `tiles` key tiles whose walks have ntile query
+ * tiles (kv_pass_of), on `slots` slots, with room for a.split_cap split tiles: the r tiles past the last
+ * whole wave go to min(slots, r * ntile / 4) blocks when a run is then at least 4 query tiles
+ * shorter than a walk (why: a run pays a K, V load and its dK, dV reds, about that much in
+ * B4 H16 T4096 D128's model). MT_ATTN_SPLIT=0 turns it off; MT_ATTN_SPLIT=k splits the last k
+ * tiles into runs of one query tile or more (tests, comparisons). */
+static void plan_split(attn_args &a, int slots, int tiles, int ntile) {
+    static std::once_flag once;
+    static int env;
+    a.split_tiles = a.split_pieces = 0;
+    if (a.causal || slots <= 0) return;
+    const int force = env_int("MT_ATTN_SPLIT", &env, &once);
+    int r = tiles % slots;
+    if (force >= 0) r = std::min(std::min(force, tiles), slots);
+    if (r == 0 || r > a.split_cap) return;
+    const int64_t units = (int64_t)r * ntile;
+    const int pieces = (int)std::min<int64_t>(slots, force >= 0 ? units : units / 4);
+    if (force < 0 && (pieces <= r || (units + pieces - 1) / pieces + 4 > ntile)) return;
+    a.split_tiles = r, a.split_pieces = pieces;
 }
 
 /* a with the tail for `kernel`'s grid over heads_all heads of ntiles tiles (causal only), and that
  * grid. */
 template <typename K>
 static dim3 plan_grid(attn_args &a, K kernel, int threads, int smem, int heads_all, int ntiles) {
-    a.tail_heads =
-        a.causal ? tail_heads_for((const void *)kernel, threads, smem, heads_all, ntiles) : 0;
+    a.tail_heads = a.causal ? tail_heads_for(grid_slots((const void *)kernel, threads, smem),
+                                             heads_all, ntiles)
+                            : 0;
     return work_grid(a, heads_all, ntiles);
 }
 
 /* Whether non-causal D128 forwards take 176-key tiles (MT_ATTN_WIDE=0: 128, for comparisons and
  * tests; read once). */
 static bool wide_fwd_tiles() {
-    static const bool on = [] {
-        const char *e = getenv("MT_ATTN_WIDE");
-        return !(e && *e && atoi(e) == 0);
-    }();
-    return on;
+    static std::once_flag once;
+    static int env;
+    return env_int("MT_ATTN_WIDE", &env, &once) != 0;
 }
 
 template <typename T, int BC>
@@ -649,6 +687,45 @@ mt_status attn_fwd_sm90(const attn_args &a, T *out, float *lse, const T *q, cons
     return MT_OK;
 }
 
+/* A split tile's f32 dK, dV parts (kv_pass_of): thread t's accumulator fragments, float4 j at
+ * j * NT + t (dK's D/8, then dV's), added by 16-byte reds (the order varies: fast mode). */
+template <int D, int NT>
+__device__ __forceinline__ void split_add(float *acc, const float (&gk)[D / 8][4],
+                                          const float (&gv)[D / 8][4]) {
+#if ATTN_SM90_BODY
+    float4 *p = (float4 *)acc + threadIdx.x;
+#pragma unroll
+    for (int j = 0; j < D / 8; j++) {
+        atomicAdd(p + j * NT, make_float4(gk[j][0], gk[j][1], gk[j][2], gk[j][3]));
+        atomicAdd(p + (D / 8 + j) * NT, make_float4(gv[j][0], gv[j][1], gv[j][2], gv[j][3]));
+    }
+#endif
+}
+
+/* dK, dV of the split tiles from their sums: block s stores split tile s, each thread the
+ * fragments it would have held in attn_bwd_sm90_kernel. */
+template <typename T, int D, int NWG>
+static __global__ void __launch_bounds__(NWG * 128)
+    attn_bwd_split_store_kernel(attn_args a, T *dk, T *dv) {
+#if ATTN_SM90_BODY
+    constexpr int BC = 64 * NWG, NT = 128 * NWG;
+    const int nkt = (a.T + BC - 1) / BC, tile = a.B * a.Hkv * nkt - a.split_tiles + blockIdx.x;
+    const float4 *p =
+        (const float4 *)(a.split_acc + (int64_t)blockIdx.x * 2 * BC * D) + threadIdx.x;
+    float gk[D / 8][4], gv[D / 8][4];
+#pragma unroll
+    for (int j = 0; j < D / 8; j++) {
+        const float4 x = p[j * NT], y = p[(D / 8 + j) * NT];
+        gk[j][0] = x.x, gk[j][1] = x.y, gk[j][2] = x.z, gk[j][3] = x.w;
+        gv[j][0] = y.x, gv[j][1] = y.y, gv[j][2] = y.z, gv[j][3] = y.w;
+    }
+    const int bh = tile / nkt, wg = NWG == 1 ? 0 : threadIdx.x >> 7, wl = (threadIdx.x >> 5) & 3,
+              lane = threadIdx.x & 31;
+    const int key0 = tile % nkt * BC + wg * 64 + wl * 16 + (lane >> 2);
+    bwd_store_dkdv<T, D>(a, dk, dv, gk, gv, bh / a.Hkv, bh % a.Hkv, key0, lane);
+#endif
+}
+
 template <typename T, int D, int NWG, int TWO>
 static __global__ void __launch_bounds__(NWG * 128, 3 - NWG)
     attn_bwd_sm90_kernel(attn_args a, T *dk, T *dv, float *dqa,
@@ -669,25 +746,25 @@ static __global__ void __launch_bounds__(NWG * 128, 3 - NWG)
     /* causal: key tiles kt and nkt-1-kt, one after the other (a pair walks as many query tiles as
      * any other; the middle tile of an odd count alone) */
     const int nkt = (a.T + BC - 1) / BC, nq = (a.T + BR - 1) / BR;
-    int pt, bh, npass;
-    block_work(a, a.B * a.Hkv, nkt, pt, bh, npass);
-    const int b = bh / a.Hkv, hk = bh % a.Hkv;
     __shared__ uint64_t bar[2]; /* Q and dO of buffer 0, 1 (TMA) */
     if (threadIdx.x == 0) mbar_init(&bar[0]), mbar_init(&bar[1]);
     const float sl2 = a.scale * ATTN_LOG2E;
     int g0 = 0; /* tiles walked by earlier passes */
 #pragma unroll
     for (int pass = 0; pass < 2; pass++) {
-        if (pass == npass) break;
-        const int k0 = (pass ? nkt - 1 - pt : pt) * BC;
-        const int it0 = a.causal ? k0 / BR : 0, nqt = nq - it0, ntile = a.group * nqt;
+        kv_pass w;
+        if (!kv_pass_of(a, a.B * a.Hkv, nkt, a.group * nq, pass, w)) break;
+        const int b = w.bh / a.Hkv, hk = w.bh % a.Hkv, k0 = w.kt * BC;
+        const int it0 = a.causal ? k0 / BR : 0, nqt = nq - it0;
+        /* this pass walks tiles n0 .. n0 + ntile - 1 (bwd_tile_of) */
+        const int n0 = w.n0, ntile = w.n1 < 0 ? a.group * nqt : w.n1 - n0;
         if (pass) __syncthreads(); // every warp is done with the previous key tile
         bwd_load_kv<T, BC, D, NT, true>(a, sK, sV, k, v, b, hk, k0);
         /* tile n's Q, dO by TMA (one thread; rows past T are zeros) into buffer buf, lse and Di by
          * cp.async (one group) */
         auto issue = [&](int n, int buf) {
             int h, q0;
-            bwd_tile_of<BR>(a, hk, it0, nqt, n, h, q0);
+            bwd_tile_of<BR>(a, hk, it0, nqt, n0 + n, h, q0);
             if (threadIdx.x == 0)
                 tma_pair<T, D>(sQ + buf * BR * D, sG + buf * BR * D, &tq, &tg, h, q0, b, &bar[buf]);
             bwd_issue_ld<BR, NT>(a, sL, sD, lse, Dv, b, h, q0, buf);
@@ -706,7 +783,7 @@ static __global__ void __launch_bounds__(NWG * 128, 3 - NWG)
         auto flush_dq = [&](int n) {
             if (threadIdx.x != 0) return;
             int h, q0;
-            bwd_tile_of<BR>(a, hk, it0, nqt, n, h, q0);
+            bwd_tile_of<BR>(a, hk, it0, nqt, n0 + n, h, q0);
             bulk_add_f32(dqa + (((int64_t)b * a.H + h) * nq * BR + q0) * D,
                          sDQ + ((g0 + n) & 1) * BR * D, BR * D * 4);
             bulk_commit();
@@ -721,7 +798,7 @@ static __global__ void __launch_bounds__(NWG * 128, 3 - NWG)
             if (n > 0) flush_dq(n - 1);
             if (n + 1 < ntile) issue(n + 1, buf ^ 1);
             int h, q0;
-            bwd_tile_of<BR>(a, hk, it0, nqt, n, h, q0);
+            bwd_tile_of<BR>(a, hk, it0, nqt, n0 + n, h, q0);
             const T *cQ = sQ + buf * BR * D, *cG = sG + buf * BR * D;
             const float *cL = sL + buf * BR, *cD = sD + buf * BR;
             if (!a.causal || q0 + BR - 1 >= kw) { // else this warpgroup's keys all > queries
@@ -811,7 +888,10 @@ static __global__ void __launch_bounds__(NWG * 128, 3 - NWG)
         wg_wait0();
         wg_pin(gk);
         wg_pin(gv);
-        bwd_store_dkdv<T, D>(a, dk, dv, gk, gv, b, hk, key0, lane);
+        if (w.split >= 0)
+            split_add<D, NT>(a.split_acc + (int64_t)w.split * 2 * BC * D, gk, gv);
+        else
+            bwd_store_dkdv<T, D>(a, dk, dv, gk, gv, b, hk, key0, lane);
         g0 += ntile;
     }
 #endif
@@ -827,11 +907,23 @@ static mt_status bwd_sm90_launch(const attn_args &a, T *dk, T *dv, float *dqa, c
         (2 * BC * D + 4 * BR * D + TWO * BC * BR) * (int)sizeof(T) + 4 * BR * 4 + 2 * BR * D * 4;
     MT_TRY(attn_smem_attr(attn_bwd_sm90_kernel<T, D, NWG, TWO>, smem));
     attn_args g = a;
-    const dim3 grid = plan_grid(g, attn_bwd_sm90_kernel<T, D, NWG, TWO>, NWG * 128, smem,
-                                a.B * a.Hkv, (a.T + BC - 1) / BC);
+    const int nkt = (a.T + BC - 1) / BC, tiles = a.B * a.Hkv * nkt;
+    dim3 grid =
+        plan_grid(g, attn_bwd_sm90_kernel<T, D, NWG, TWO>, NWG * 128, smem, a.B * a.Hkv, nkt);
+    plan_split(g, grid_slots((const void *)attn_bwd_sm90_kernel<T, D, NWG, TWO>, NWG * 128, smem),
+               tiles, a.group * ((a.T + BR - 1) / BR));
+    if (g.split_tiles) {
+        MT_CUDA_TRY(
+            cudaMemsetAsync(g.split_acc, 0, (size_t)g.split_tiles * 2 * BC * D * 4, stream));
+        grid.x = (unsigned)(tiles - g.split_tiles + g.split_pieces);
+    }
     attn_bwd_sm90_kernel<T, D, NWG, TWO>
         <<<grid, NWG * 128, smem, stream>>>(g, dk, dv, dqa, tq, k, v, tg, lse, Dv);
     MT_CUDA_CHECK_LAUNCH();
+    if (g.split_tiles) {
+        attn_bwd_split_store_kernel<T, D, NWG><<<g.split_tiles, NWG * 128, 0, stream>>>(g, dk, dv);
+        MT_CUDA_CHECK_LAUNCH();
+    }
     return MT_OK;
 }
 
