@@ -414,20 +414,30 @@ bwd_issue_q(const attn_args &a, T *sQ, T *sG, float *sL, float *sD, const T *q, 
 /* P^T and dS^T = P^T (dP^T - Di) of a warp's keys key0 (+8) against query columns q0.. (mma
  * accumulator order), from the scores s (becoming P^T) and dP^T (becoming dS^T), with the tile's
  * lse and Di; masked entries (past T, causal) are zero when `mask`. */
-template <int BR>
-__device__ __forceinline__ void bwd_p_ds(const attn_args &a, float (&p)[BR / 8][4],
-                                         float (&ds)[BR / 8][4], const float *cL, const float *cD,
-                                         float sl2, int key0, int q0, bool mask, int lane) {
+template <int BR, bool MASK>
+__device__ __forceinline__ void
+bwd_p_ds_tile(const attn_args &a, float (&p)[BR / 8][4], float (&ds)[BR / 8][4], const float *cL,
+              const float *cD, float sl2, int key0, int q0, int lane) {
 #pragma unroll
     for (int nt = 0; nt < BR / 8; nt++)
 #pragma unroll
         for (int e = 0; e < 4; e++) {
             int cl = nt * 8 + 2 * (lane & 3) + (e & 1), key = key0 + (e >> 1) * 8;
             float pe = attn_exp2(fmaf(p[nt][e], sl2, -cL[cl] * ATTN_LOG2E));
-            if (mask && (key >= a.T || q0 + cl >= a.T || (a.causal && q0 + cl < key))) pe = 0.0f;
+            if (MASK && ((key >= a.T) | (q0 + cl >= a.T) | (a.causal & (q0 + cl < key)))) pe = 0.0f;
             p[nt][e] = pe;
             ds[nt][e] = pe * (ds[nt][e] - cD[cl]);
         }
+}
+template <int BR>
+__device__ __forceinline__ void bwd_p_ds(const attn_args &a, float (&p)[BR / 8][4],
+                                         float (&ds)[BR / 8][4], const float *cL, const float *cD,
+                                         float sl2, int key0, int q0, bool mask, int lane) {
+    // why: one branch per tile; `mask && (...)` per element compiled to a branch per element
+    if (mask)
+        bwd_p_ds_tile<BR, true>(a, p, ds, cL, cD, sl2, key0, q0, lane);
+    else
+        bwd_p_ds_tile<BR, false>(a, p, ds, cL, cD, sl2, key0, q0, lane);
 }
 
 /* Step kk (16 columns) of an f32 accumulator as an mma A fragment (acc_pack); the rounding

@@ -749,8 +749,8 @@ static __global__ void __launch_bounds__(NWG * 128, 3 - NWG)
     __shared__ uint64_t bar[2]; /* Q and dO of buffer 0, 1 (TMA) */
     if (threadIdx.x == 0) mbar_init(&bar[0]), mbar_init(&bar[1]);
     const float sl2 = a.scale * ATTN_LOG2E;
-    int g0 = 0; /* tiles walked by earlier passes */
-#pragma unroll
+    int g0 = 0;  /* tiles walked by earlier passes */
+#pragma unroll 1 // why: unrolled, the second pass's tile loop reloaded spilled addresses (220 B)
     for (int pass = 0; pass < 2; pass++) {
         kv_pass w;
         if (!kv_pass_of(a, a.B * a.Hkv, nkt, a.group * nq, pass, w)) break;
