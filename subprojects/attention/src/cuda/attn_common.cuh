@@ -375,7 +375,8 @@ __device__ __forceinline__ void bwd_load_kv(const attn_args &a, T *sK, T *sV, co
 template <int BR>
 __device__ __forceinline__ void bwd_tile_of(const attn_args &a, int hk, int it0, int nqt, int n,
                                             int &h, int &q0) {
-    h = hk * a.group + n / nqt, q0 = (it0 + n % nqt) * BR;
+    const int g = a.group == 1 ? 0 : n / nqt; // why: no integer division (~20 instructions) for MHA
+    h = hk * a.group + g, q0 = (it0 + n - g * nqt) * BR;
 }
 
 /* cp.async of the BR lse and Di values from row q0 of head h into buffer buf (zeros past T). */
