@@ -607,9 +607,9 @@ static int tail_heads_for(int slots, int heads_all, int ntiles) {
 }
 
 /* The split tail of a non-causal backward grid of `tiles` key tiles whose walks have ntile query
- * tiles (kv_pass_of), on `slots` slots, with room for a.split_cap split tiles: the r tiles past the last
- * whole wave go to min(slots, r * ntile / 4) blocks when a run is then at least 4 query tiles
- * shorter than a walk (why: a run pays a K, V load and its dK, dV reds, about that much in
+ * tiles (kv_pass_of), on `slots` slots, with room for a.split_cap split tiles: the r tiles past
+ * the last whole wave go to min(slots, r * ntile / 4) blocks when a run is then at least 4 query
+ * tiles shorter than a walk (why: a run pays a K, V load and its dK, dV reds, about that much in
  * B4 H16 T4096 D128's model). MT_ATTN_SPLIT=0 turns it off; MT_ATTN_SPLIT=k splits the last k
  * tiles into runs of one query tile or more (tests, comparisons). */
 static void plan_split(attn_args &a, int slots, int tiles, int ntile) {
@@ -743,8 +743,9 @@ static __global__ void __launch_bounds__(NWG * 128, 3 - NWG)
     float *sDQ = sD + 2 * BR; /* two (BR, D) dQ tiles in the fragment order of dqa's tiles */
     const int wg = NWG == 1 ? 0 : threadIdx.x >> 7, wl = (threadIdx.x >> 5) & 3,
               lane = threadIdx.x & 31;
-    /* causal: key tiles kt and nkt-1-kt, one after the other (a pair walks as many query tiles as
-     * any other; the middle tile of an odd count alone) */
+    /* a pass per key tile (kv_pass_of): causal, tiles kt and nkt-1-kt, one after the other (a pair
+     * walks as many query tiles as any other; the middle tile of an odd count alone); non-causal,
+     * one tile, or a split run's part of one or two */
     const int nkt = (a.T + BC - 1) / BC, nq = (a.T + BR - 1) / BR;
     __shared__ uint64_t bar[2]; /* Q and dO of buffer 0, 1 (TMA) */
     if (threadIdx.x == 0) mbar_init(&bar[0]), mbar_init(&bar[1]);
