@@ -944,9 +944,11 @@ static mt_status train(run *r) {
                                     r->overlap && m == r->num_micro - 1 ? grad_ready : NULL, r);
             MT_TRY(mt_model_forward_backward(r->model, &r->tok, &r->tgt, grad_scale, NULL));
         }
-        MT_TRY(mt_prof_begin(pr, "grad_reduce", NULL));
-        if (!r->overlap) MT_TRY(mt_optim_reduce_grads(r->opt, NULL)); /* (else in the backward) */
-        MT_TRY(mt_prof_end(pr, NULL));
+        if (!r->overlap) { /* (else inside the backward, which its profile regions time) */
+            MT_TRY(mt_prof_begin(pr, "grad_reduce", NULL));
+            MT_TRY(mt_optim_reduce_grads(r->opt, NULL));
+            MT_TRY(mt_prof_end(pr, NULL));
+        }
         double lr = mt_optim_sched_lr(&r->sched, (double)r->sched_steps);
         double wd = mt_optim_sched_wd(&r->sched, (double)r->sched_steps);
         mt_optim_step_info info;
