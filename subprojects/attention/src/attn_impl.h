@@ -33,15 +33,18 @@ static inline size_t attn_ws_dqa_bytes(const attn_shape *s) {
  * resident at once, so at most ATTN_SPLIT_MAX of 64 keys (160 SMs of 128-key blocks), and never
  * more than the grid's key tiles. */
 #define ATTN_SPLIT_MAX 320
+static inline int64_t attn_split_keys(const attn_shape *s) { /* a key tile: the block's keys */
+    return s->D == 128 ? 128 : 64;
+}
 static inline int64_t attn_split_cap(const attn_shape *s) {
     if (!attn_bwd_fused(s) || s->causal) return 0;
-    const int64_t bc = s->D == 128 ? 128 : 64, tiles = s->B * s->Hkv * ((s->T + bc - 1) / bc);
+    const int64_t bc = attn_split_keys(s), tiles = s->B * s->Hkv * ((s->T + bc - 1) / bc);
     const int64_t cap = ATTN_SPLIT_MAX * 64 / bc;
     return tiles < cap ? tiles : cap;
 }
 static inline size_t attn_ws_bytes(const attn_shape *s) {
-    const int64_t bc = s->D == 128 ? 128 : 64;
-    return attn_ws_di_bytes(s) + attn_ws_dqa_bytes(s) + (size_t)(attn_split_cap(s) * bc * s->D * 8);
+    return attn_ws_di_bytes(s) + attn_ws_dqa_bytes(s) +
+           (size_t)(attn_split_cap(s) * attn_split_keys(s) * s->D * 8);
 }
 
 mt_status attn_fwd_cpu(const attn_shape *s, mt_tensor *out, mt_tensor *lse, const mt_tensor *q,
