@@ -42,13 +42,16 @@ static mt_status norm_fwd(const mt_model *m, mt_tensor *out, mt_tensor *resid_ou
     return mt_rmsnorm_fwd(out, resid_out, rstd, x, residual, W(w), m->cfg.norm_epsilon, s);
 }
 
+/* The norm's backward; the column sums of its dx also give sum_b's gradient (NULL: none): the
+ * bias of the linear layer whose output dx is the gradient of, in the same pass. */
 static mt_status norm_bwd(mt_model *m, mt_tensor *dx, mt_model_param *w, mt_model_param *b,
-                          const mt_tensor *dout, const mt_tensor *x, const mt_tensor *mean,
-                          const mt_tensor *rstd, const mt_tensor *dresid, mt_stream s) {
+                          mt_model_param *sum_b, const mt_tensor *dout, const mt_tensor *x,
+                          const mt_tensor *mean, const mt_tensor *rstd, const mt_tensor *dresid,
+                          mt_stream s) {
     if (m->cfg.normalization == MT_NORM_LAYERNORM)
-        return mt_layernorm_bwd(dx, G(w), G(b), &m->a.norm_scratch, dout, x, W(w), mean, rstd,
-                                dresid, !m->grads_discarded, s);
-    return mt_rmsnorm_bwd(dx, G(w), &m->a.norm_scratch, dout, x, W(w), rstd, dresid,
+        return mt_layernorm_bwd(dx, G(w), G(b), G(sum_b), &m->a.norm_scratch, dout, x, W(w), mean,
+                                rstd, dresid, !m->grads_discarded, s);
+    return mt_rmsnorm_bwd(dx, G(w), G(sum_b), &m->a.norm_scratch, dout, x, W(w), rstd, dresid,
                           !m->grads_discarded, s);
 }
 
@@ -196,8 +199,9 @@ static mt_status backward(mt_model *m, mt_stream s) {
     const int acc = !m->grads_discarded; /* 0: the first write of every weight's grad */
     OP("bwd.gemm.lmhead", mt_linear_bwd(m->blas, &a->dln, G(m->out_w), NULL, &a->logits, &a->lnf,
                                         W(m->out_w), acc, s));
-    OP("bwd.norm", norm_bwd(m, &a->dres, m->lnf_w, m->lnf_b, &a->dln, &a->resid_final, &a->lnf_mean,
-                            &a->lnf_rstd, NULL, s));
+    /* fc2's and proj's bias gradients come from the norm backwards that write their dy */
+    OP("bwd.norm", norm_bwd(m, &a->dres, m->lnf_w, m->lnf_b, m->lp[c->num_layers - 1].fc2_b,
+                            &a->dln, &a->resid_final, &a->lnf_mean, &a->lnf_rstd, NULL, s));
     MT_TRY(grads_ready(m, c->num_layers, s));
     for (int l = c->num_layers - 1; l >= 0; l--) {
         layer_acts *la = &a->layer[l];
@@ -206,22 +210,22 @@ static mt_status backward(mt_model *m, mt_stream s) {
         if (recompute_group(c, l, &g0, &g1) && l == g1) MT_TRY(recompute(m, g0, g1, s));
         /* a->dres is the gradient of resid_in[l+1] = resid_mid + mlp(ln2) */
         if (c->swiglu) {
-            OP("bwd.gemm.fc2", mt_linear_bwd(m->blas, &a->dfc1_act, G(lp->fc2_w), G(lp->fc2_b),
-                                             &a->dres, &la->fc1_act, W(lp->fc2_w), acc, s));
+            OP("bwd.gemm.fc2", mt_linear_bwd(m->blas, &a->dfc1_act, G(lp->fc2_w), NULL, &a->dres,
+                                             &la->fc1_act, W(lp->fc2_w), acc, s));
             OP("bwd.swiglu",
                mt_swiglu_bwd(&a->dfc1_pre, NULL, &a->dfc1_act, &la->fc1_pre, NULL, s));
         } else { /* the GELU backward rides on fc2's dx GEMM */
             OP("bwd.gemm.fc2+dgelu",
-               mt_linear_bwd_dgelu(m->blas, &a->dfc1_pre, &la->fc1_pre, G(lp->fc2_w), G(lp->fc2_b),
+               mt_linear_bwd_dgelu(m->blas, &a->dfc1_pre, &la->fc1_pre, G(lp->fc2_w), NULL,
                                    &a->dres, &la->fc1_act, W(lp->fc2_w), acc, s));
         }
         OP("bwd.gemm.fc1", mt_linear_bwd(m->blas, &a->dln, G(lp->fc1_w), G(lp->fc1_b), &a->dfc1_pre,
                                          &la->ln2, W(lp->fc1_w), acc, s));
-        OP("bwd.norm", norm_bwd(m, &a->dres, lp->ln2_w, lp->ln2_b, &a->dln, &la->resid_mid,
-                                &la->ln2_mean, &la->ln2_rstd, &a->dres, s));
+        OP("bwd.norm", norm_bwd(m, &a->dres, lp->ln2_w, lp->ln2_b, lp->proj_b, &a->dln,
+                                &la->resid_mid, &la->ln2_mean, &la->ln2_rstd, &a->dres, s));
         /* a->dres is now the gradient of resid_mid = resid_in + proj(attention) */
-        OP("bwd.gemm.proj", mt_linear_bwd(m->blas, &a->datty, G(lp->proj_w), G(lp->proj_b),
-                                          &a->dres, &la->atty, W(lp->proj_w), acc, s));
+        OP("bwd.gemm.proj", mt_linear_bwd(m->blas, &a->datty, G(lp->proj_w), NULL, &a->dres,
+                                          &la->atty, W(lp->proj_w), acc, s));
         mt_tensor q, k, v, dq, dk, dv, y, dy;
         MT_TRY(qkv_views(m, &la->qkv, &q, &k, &v));
         MT_TRY(qkv_views(m, &a->dqkv, &dq, &dk, &dv));
@@ -235,8 +239,9 @@ static mt_status backward(mt_model *m, mt_stream s) {
         }
         OP("bwd.gemm.qkv", mt_linear_bwd(m->blas, &a->dln, G(lp->qkv_w), G(lp->qkv_b), &a->dqkv,
                                          &la->ln1, W(lp->qkv_w), acc, s));
-        OP("bwd.norm", norm_bwd(m, &a->dres, lp->ln1_w, lp->ln1_b, &a->dln, &la->resid_in,
-                                &la->ln1_mean, &la->ln1_rstd, &a->dres, s));
+        OP("bwd.norm",
+           norm_bwd(m, &a->dres, lp->ln1_w, lp->ln1_b, l > 0 ? m->lp[l - 1].fc2_b : NULL, &a->dln,
+                    &la->resid_in, &la->ln1_mean, &la->ln1_rstd, &a->dres, s));
         MT_TRY(grads_ready(m, l, s));
     }
     mt_tensor d3;

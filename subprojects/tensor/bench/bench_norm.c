@@ -20,13 +20,13 @@ static mt_status run_case(const norm_case *c, norm_bufs *t) {
         return mt_layernorm_fwd(&t->out, &t->h, &t->mean, &t->rstd, &t->x, &t->r, &t->w, &t->b,
                                 1e-5f, NULL);
     case 1:
-        return mt_layernorm_bwd(&t->dx, &t->dw, &t->db, &t->scratch, &t->dout, &t->h, &t->w,
+        return mt_layernorm_bwd(&t->dx, &t->dw, &t->db, NULL, &t->scratch, &t->dout, &t->h, &t->w,
                                 &t->mean, &t->rstd, &t->dx, 0, NULL);
     case 2:
         return mt_rmsnorm_fwd(&t->out, &t->h, &t->rstd, &t->x, &t->r, &t->w, 1e-5f, NULL);
     default:
-        return mt_rmsnorm_bwd(&t->dx, &t->dw, &t->scratch, &t->dout, &t->h, &t->w, &t->rstd, &t->dx,
-                              0, NULL);
+        return mt_rmsnorm_bwd(&t->dx, &t->dw, NULL, &t->scratch, &t->dout, &t->h, &t->w, &t->rstd,
+                              &t->dx, 0, NULL);
     }
 }
 

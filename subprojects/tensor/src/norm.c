@@ -81,13 +81,14 @@ mt_status mt_rmsnorm_fwd(mt_tensor *out, mt_tensor *resid_out, mt_tensor *rstd, 
 }
 
 int64_t mt_norm_bwd_scratch_numel(int64_t rows, int64_t C) {
-    return norm_bwd_blocks(rows) * 2 * C;
+    return norm_bwd_blocks(rows) * 3 * C;
 }
 
 static mt_status bwd(int rms, mt_tensor *dx, mt_tensor *dweight, mt_tensor *dbias,
-                     mt_tensor *scratch, const mt_tensor *dout, const mt_tensor *x,
-                     const mt_tensor *weight, const mt_tensor *mean, const mt_tensor *rstd,
-                     const mt_tensor *dresid, int accumulate, mt_stream stream) {
+                     mt_tensor *dx_sum, mt_tensor *scratch, const mt_tensor *dout,
+                     const mt_tensor *x, const mt_tensor *weight, const mt_tensor *mean,
+                     const mt_tensor *rstd, const mt_tensor *dresid, int accumulate,
+                     mt_stream stream) {
     norm_args n = { 0 };
     n.rms = rms;
     n.accumulate = accumulate != 0;
@@ -100,10 +101,14 @@ static mt_status bwd(int rms, mt_tensor *dx, mt_tensor *dweight, mt_tensor *dbia
     MT_TRY(check_vec(weight, "weight", n.C, x->dtype, x->dtype, x));
     MT_TRY(check_vec(mean, "mean", n.rows, MT_F32, MT_F32, x));
     MT_TRY(check_vec(rstd, "rstd", n.rows, MT_F32, MT_F32, x));
-    n.dw_dtype = dweight ? dweight->dtype : dbias ? dbias->dtype : MT_F32;
+    n.dw_dtype = dweight ? dweight->dtype : dbias ? dbias->dtype : dx_sum ? dx_sum->dtype : MT_F32;
     MT_TRY(check_vec(dweight, "dweight", n.C, MT_F32, x->dtype, x));
     MT_TRY(check_vec(dbias, "dbias", n.C, n.dw_dtype, n.dw_dtype, x));
-    if (mt_device_is_cuda(x->device) && (dweight || dbias)) {
+    MT_TRY(check_vec(dx_sum, "dx_sum", n.C, n.dw_dtype, n.dw_dtype, x));
+    MT_REQUIRE(n.dw_dtype == MT_F32 || n.dw_dtype == x->dtype, MT_ERR_INVALID_ARG,
+               "dx_sum: dtype %s (want f32 or %s)", mt_dtype_name(n.dw_dtype),
+               mt_dtype_name(x->dtype));
+    if (mt_device_is_cuda(x->device) && (dweight || dbias || dx_sum)) {
         int64_t need = mt_norm_bwd_scratch_numel(n.rows, n.C);
         MT_REQUIRE(scratch, MT_ERR_INVALID_ARG, "scratch is NULL (needs %lld floats)",
                    (long long)need);
@@ -117,6 +122,7 @@ static mt_status bwd(int rms, mt_tensor *dx, mt_tensor *dweight, mt_tensor *dbia
     n.dx = dx->data;
     n.dweight = dweight ? dweight->data : NULL;
     n.dbias = dbias ? dbias->data : NULL;
+    n.dx_sum = dx_sum ? dx_sum->data : NULL;
     n.dout = dout->data;
     n.dresid = dresid ? dresid->data : NULL;
     n.weight = weight->data;
@@ -125,20 +131,20 @@ static mt_status bwd(int rms, mt_tensor *dx, mt_tensor *dweight, mt_tensor *dbia
     return MT_DISPATCH(x->device, norm_bwd_cpu(&n), norm_bwd_cuda(&n, stream));
 }
 
-mt_status mt_layernorm_bwd(mt_tensor *dx, mt_tensor *dweight, mt_tensor *dbias, mt_tensor *scratch,
-                           const mt_tensor *dout, const mt_tensor *x, const mt_tensor *weight,
-                           const mt_tensor *mean, const mt_tensor *rstd, const mt_tensor *dresid,
-                           int accumulate, mt_stream stream) {
-    return bwd(0, dx, dweight, dbias, scratch, dout, x, weight, mean, rstd, dresid, accumulate,
-               stream);
+mt_status mt_layernorm_bwd(mt_tensor *dx, mt_tensor *dweight, mt_tensor *dbias, mt_tensor *dx_sum,
+                           mt_tensor *scratch, const mt_tensor *dout, const mt_tensor *x,
+                           const mt_tensor *weight, const mt_tensor *mean, const mt_tensor *rstd,
+                           const mt_tensor *dresid, int accumulate, mt_stream stream) {
+    return bwd(0, dx, dweight, dbias, dx_sum, scratch, dout, x, weight, mean, rstd, dresid,
+               accumulate, stream);
 }
 
-mt_status mt_rmsnorm_bwd(mt_tensor *dx, mt_tensor *dweight, mt_tensor *scratch,
+mt_status mt_rmsnorm_bwd(mt_tensor *dx, mt_tensor *dweight, mt_tensor *dx_sum, mt_tensor *scratch,
                          const mt_tensor *dout, const mt_tensor *x, const mt_tensor *weight,
                          const mt_tensor *rstd, const mt_tensor *dresid, int accumulate,
                          mt_stream stream) {
-    return bwd(1, dx, dweight, NULL, scratch, dout, x, weight, NULL, rstd, dresid, accumulate,
-               stream);
+    return bwd(1, dx, dweight, NULL, dx_sum, scratch, dout, x, weight, NULL, rstd, dresid,
+               accumulate, stream);
 }
 
 int64_t norm_bwd_blocks(int64_t rows) {

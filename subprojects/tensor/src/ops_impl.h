@@ -71,8 +71,8 @@ typedef struct norm_args {
     void *out, *resid_out;
     float *mean, *rstd;
     const void *x, *residual, *weight, *bias;
-    /* backward (x, weight, mean, rstd as above) */
-    void *dx, *dweight, *dbias;
+    /* backward (x, weight, mean, rstd as above); dx_sum: column sums of dx (as stored) */
+    void *dx, *dweight, *dbias, *dx_sum;
     float *scratch;
     int64_t scratch_numel;
     const void *dout, *dresid;

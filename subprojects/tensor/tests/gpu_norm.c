@@ -55,16 +55,19 @@ static void run(int rms, mt_dtype dt, int64_t R, int64_t C) {
     mt_tensor hdo = host_rand(dt, R, C, -1, 1), hdr = host_rand(dt, R, C, -1, 1);
     mt_tensor ho = host_empty(dt, R, C), hh = host_empty(dt, R, C), hdx = host_empty(dt, R, C);
     mt_tensor hm = host_empty(MT_F32, 1, R), hs = host_empty(MT_F32, 1, R);
-    mt_tensor hdw = host_empty(MT_F32, 1, C), hdb = host_empty(MT_F32, 1, C);
+    mt_tensor hdw = host_empty(MT_F32, 1, C), hdb = host_empty(MT_F32, 1, C),
+              hsum = host_empty(MT_F32, 1, C);
     mt_tensor dx = dev(&hx, dt, R, C), dr = dev(&hr, dt, R, C), dw = dev(&hw, dt, 1, C);
     mt_tensor db = dev(&hb, dt, 1, C), ddo = dev(&hdo, dt, R, C), ddr = dev(&hdr, dt, R, C);
     mt_tensor dout = dev(NULL, dt, R, C), dh = dev(NULL, dt, R, C), ddx = dev(NULL, dt, R, C);
     mt_tensor dm = dev(NULL, MT_F32, 1, R), ds = dev(NULL, MT_F32, 1, R);
-    mt_tensor ddw = dev(NULL, MT_F32, 1, C), ddb = dev(NULL, MT_F32, 1, C);
+    mt_tensor ddw = dev(NULL, MT_F32, 1, C), ddb = dev(NULL, MT_F32, 1, C),
+              dsum = dev(NULL, MT_F32, 1, C);
     mt_tensor scratch = dev(NULL, MT_F32, 1, mt_norm_bwd_scratch_numel(R, C));
     /* weight/bias as 1-D */
-    mt_tensor *vecs[] = { &hw, &hb, &dw, &db, &hm, &hs, &dm, &ds, &hdw, &hdb, &ddw, &ddb };
-    for (int i = 0; i < 12; i++)
+    mt_tensor *vecs[] = { &hw, &hb,  &dw,  &db,  &hm,  &hs,   &dm,
+                          &ds, &hdw, &hdb, &ddw, &ddb, &hsum, &dsum };
+    for (int i = 0; i < 14; i++)
         MT_CHECK(mt_tensor_reshape(vecs[i], 1, &vecs[i]->shape[1], vecs[i]));
 
     if (rms) {
@@ -86,31 +89,42 @@ static void run(int rms, mt_dtype dt, int64_t R, int64_t C) {
     MT_CHECK(mt_tensor_copy(&ddx, &ddr, NULL));
     memcpy(hdx.data, hdr.data, mt_tensor_nbytes(&hdx));
     if (rms) {
-        MT_CHECK(mt_rmsnorm_bwd(&hdx, &hdw, NULL, &hdo, &hh, &hw, &hs, &hdx, 0, NULL));
-        MT_CHECK(mt_rmsnorm_bwd(&ddx, &ddw, &scratch, &ddo, &dh, &dw, &ds, &ddx, 0, NULL));
+        MT_CHECK(mt_rmsnorm_bwd(&hdx, &hdw, &hsum, NULL, &hdo, &hh, &hw, &hs, &hdx, 0, NULL));
+        MT_CHECK(mt_rmsnorm_bwd(&ddx, &ddw, &dsum, &scratch, &ddo, &dh, &dw, &ds, &ddx, 0, NULL));
     } else {
-        MT_CHECK(mt_layernorm_bwd(&hdx, &hdw, &hdb, NULL, &hdo, &hh, &hw, &hm, &hs, &hdx, 0, NULL));
-        MT_CHECK(
-            mt_layernorm_bwd(&ddx, &ddw, &ddb, &scratch, &ddo, &dh, &dw, &dm, &ds, &ddx, 0, NULL));
+        MT_CHECK(mt_layernorm_bwd(&hdx, &hdw, &hdb, &hsum, NULL, &hdo, &hh, &hw, &hm, &hs, &hdx, 0,
+                                  NULL));
+        MT_CHECK(mt_layernorm_bwd(&ddx, &ddw, &ddb, &dsum, &scratch, &ddo, &dh, &dw, &dm, &ds, &ddx,
+                                  0, NULL));
         cmp(what, "dbias", &ddb, &hdb, 1e-4);
     }
     cmp(what, "dx", &ddx, &hdx, tol);
     cmp(what, "dweight", &ddw, &hdw, 1e-4);
+    { /* dx_sum: the column sums of the GPU's own dx as stored (the CPU's dx may round apart) */
+        float *gx = to_host(&ddx), *gs = to_host(&dsum), *want = calloc((size_t)C, 4);
+        for (int64_t r = 0; r < R; r++)
+            for (int64_t c = 0; c < C; c++)
+                want[c] += gx[r * C + c];
+        char buf[128];
+        snprintf(buf, sizeof buf, "%s dx_sum", what);
+        mt_test_close_f32(buf, gs, want, (size_t)C, 1e-4, 1e-4);
+        free(gx), free(gs), free(want);
+    }
 
     /* deterministic: a second run (accumulate = 0) gives the same bits; accumulate = 1 doubles */
     float *first = to_host(&ddw);
     if (rms)
-        MT_CHECK(mt_rmsnorm_bwd(&ddx, &ddw, &scratch, &ddo, &dh, &dw, &ds, NULL, 0, NULL));
+        MT_CHECK(mt_rmsnorm_bwd(&ddx, &ddw, NULL, &scratch, &ddo, &dh, &dw, &ds, NULL, 0, NULL));
     else
-        MT_CHECK(
-            mt_layernorm_bwd(&ddx, &ddw, &ddb, &scratch, &ddo, &dh, &dw, &dm, &ds, NULL, 0, NULL));
+        MT_CHECK(mt_layernorm_bwd(&ddx, &ddw, &ddb, NULL, &scratch, &ddo, &dh, &dw, &dm, &ds, NULL,
+                                  0, NULL));
     float *second = to_host(&ddw);
     MT_EXPECT(memcmp(first, second, (size_t)C * 4) == 0, "%s: dweight differs between runs", what);
     if (rms)
-        MT_CHECK(mt_rmsnorm_bwd(&ddx, &ddw, &scratch, &ddo, &dh, &dw, &ds, NULL, 1, NULL));
+        MT_CHECK(mt_rmsnorm_bwd(&ddx, &ddw, NULL, &scratch, &ddo, &dh, &dw, &ds, NULL, 1, NULL));
     else
-        MT_CHECK(
-            mt_layernorm_bwd(&ddx, &ddw, &ddb, &scratch, &ddo, &dh, &dw, &dm, &ds, NULL, 1, NULL));
+        MT_CHECK(mt_layernorm_bwd(&ddx, &ddw, &ddb, NULL, &scratch, &ddo, &dh, &dw, &dm, &ds, NULL,
+                                  1, NULL));
     float *twice = to_host(&ddw);
     for (int64_t c = 0; c < C; c++)
         first[c] *= 2.0f;
@@ -118,7 +132,8 @@ static void run(int rms, mt_dtype dt, int64_t R, int64_t C) {
     snprintf(buf, sizeof buf, "%s dweight accumulated", what);
     mt_test_close_f32(buf, twice, first, (size_t)C, 1e-6, 1e-6);
     free(first), free(second), free(twice);
-    mt_tensor *hs_all[] = { &hx, &hr, &hw, &hb, &hdo, &hdr, &ho, &hh, &hdx, &hm, &hs, &hdw, &hdb };
+    mt_tensor *hs_all[] = { &hx, &hr,  &hw, &hb, &hdo, &hdr, &ho,
+                            &hh, &hdx, &hm, &hs, &hdw, &hdb, &hsum };
     for (size_t i = 0; i < sizeof hs_all / sizeof *hs_all; i++)
         free(hs_all[i]->data);
 }

@@ -96,9 +96,10 @@ int main(void) {
     run_colsum(MT_F32, MT_F32, 1000, 768, 0, 1);
     run_colsum(MT_BF16, MT_F32, 4096, 768, 1, 2);
     run_colsum(MT_BF16, MT_BF16, 333, 4096, 0, 3);
-    run_colsum(MT_F32, MT_F32, 333, 37, 1, 4);     /* C % 4 != 0: scalar path */
-    run_colsum(MT_BF16, MT_F32, 100000, 24, 0, 5); /* many row chunks */
-    run_colsum(MT_BF16, MT_F32, 4096, 8192, 1, 7); /* many blocks: longer row chunks */
+    run_colsum(MT_F32, MT_F32, 333, 37, 1, 4);      /* C % 4 != 0: scalar path */
+    run_colsum(MT_BF16, MT_F32, 100000, 24, 0, 5);  /* many row chunks */
+    run_colsum(MT_BF16, MT_F32, 4096, 8192, 1, 7);  /* many blocks: longer row chunks */
+    run_colsum(MT_BF16, MT_F32, 16384, 2304, 0, 8); /* GPT-2's qkv bias: one wave of chunks */
     run_colsum(MT_F32, MT_F32, 1, 5, 0, 6);
 
     /* golden values on the GPU */

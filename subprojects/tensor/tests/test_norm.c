@@ -30,7 +30,8 @@ static void run(int rms, mt_dtype dt) {
     mt_tensor out = poison_tensor(dt, 3, sx), h = poison_tensor(dt, 3, sx),
               dx = poison_tensor(dt, 3, sx);
     mt_tensor mean = poison_tensor(MT_F32, 1, sr), rstd = poison_tensor(MT_F32, 1, sr);
-    mt_tensor dw = poison_tensor(MT_F32, 1, sc), db = poison_tensor(MT_F32, 1, sc);
+    mt_tensor dw = poison_tensor(MT_F32, 1, sc), db = poison_tensor(MT_F32, 1, sc),
+              dsum = poison_tensor(MT_F32, 1, sc);
     if (rms)
         MT_CHECK(mt_rmsnorm_fwd(&out, &h, &rstd, &x, &res, &w, 1e-5f, NULL));
     else
@@ -50,9 +51,10 @@ static void run(int rms, mt_dtype dt) {
     memcpy(dx.data, dres.data, mt_tensor_nbytes(&dx));
     mt_tensor *dbp = rms ? NULL : &db;
     if (rms)
-        MT_CHECK(mt_rmsnorm_bwd(&dx, &dw, NULL, &dout, &h, &w, &rstd, &dx, 0, NULL));
+        MT_CHECK(mt_rmsnorm_bwd(&dx, &dw, &dsum, NULL, &dout, &h, &w, &rstd, &dx, 0, NULL));
     else
-        MT_CHECK(mt_layernorm_bwd(&dx, &dw, dbp, NULL, &dout, &h, &w, &mean, &rstd, &dx, 0, NULL));
+        MT_CHECK(mt_layernorm_bwd(&dx, &dw, dbp, &dsum, NULL, &dout, &h, &w, &mean, &rstd, &dx, 0,
+                                  NULL));
     snprintf(name, sizeof name, "norm_%s_dx.npy", k);
     snprintf(what, sizeof what, "%s dx", k);
     expect_norm(what, dt, &dx, name, tol);
@@ -60,14 +62,23 @@ static void run(int rms, mt_dtype dt) {
     snprintf(what, sizeof what, "%s dweight", k);
     expect_norm(what, dt, &dw, name, tol);
     if (!rms) expect_norm("ln dbias", dt, &db, "norm_ln_db.npy", tol);
+    /* dx_sum: the column sums of dx as stored */
+    float dx32[N * C], colsum[C] = { 0 };
+    mt_tensor t32 = mt_tensor_make(dx32, MT_F32, 3, sx, MT_DEVICE_CPU);
+    MT_CHECK(mt_cast(&t32, &dx, NULL));
+    for (int r = 0; r < N; r++)
+        for (int c = 0; c < C; c++)
+            colsum[c] += dx32[r * C + c];
+    snprintf(what, sizeof what, "%s dx_sum", k);
+    mt_test_close_f32(what, dsum.data, colsum, C, 1e-5, 1e-5);
 
     /* accumulate = 1 adds a second identical gradient: 2x the golden */
     if (dt == MT_F32) {
         if (rms)
-            MT_CHECK(mt_rmsnorm_bwd(&dx, &dw, NULL, &dout, &h, &w, &rstd, NULL, 1, NULL));
+            MT_CHECK(mt_rmsnorm_bwd(&dx, &dw, NULL, NULL, &dout, &h, &w, &rstd, NULL, 1, NULL));
         else
-            MT_CHECK(
-                mt_layernorm_bwd(&dx, &dw, dbp, NULL, &dout, &h, &w, &mean, &rstd, NULL, 1, NULL));
+            MT_CHECK(mt_layernorm_bwd(&dx, &dw, dbp, NULL, NULL, &dout, &h, &w, &mean, &rstd, NULL,
+                                      1, NULL));
         snprintf(name, sizeof name, "norm_%s_dw.npy", k);
         float *ref = mt_test_golden_f32(name, NULL, NULL);
         for (int i = 0; i < C; i++)
@@ -78,7 +89,7 @@ static void run(int rms, mt_dtype dt) {
     }
     free(x.data), free(res.data), free(w.data), free(b.data), free(dout.data), free(dres.data);
     free(out.data), free(h.data), free(dx.data), free(mean.data), free(rstd.data), free(dw.data);
-    free(db.data);
+    free(db.data), free(dsum.data);
 }
 
 int main(void) {
@@ -104,7 +115,10 @@ int main(void) {
     mt_tensor xi = mt_tensor_2d(a, MT_I32, 4, 6, MT_DEVICE_CPU);
     MT_EXPECT_STATUS(mt_rmsnorm_fwd(&xi, NULL, &tr, &xi, NULL, &tw, 1e-5f, NULL),
                      MT_ERR_UNSUPPORTED);
-    MT_EXPECT_STATUS(mt_layernorm_bwd(&x, NULL, NULL, NULL, &x, &x, &tw, NULL, &tr, NULL, 0, NULL),
-                     MT_ERR_INVALID_ARG); /* LayerNorm needs mean */
+    MT_EXPECT_STATUS(
+        mt_layernorm_bwd(&x, NULL, NULL, NULL, NULL, &x, &x, &tw, NULL, &tr, NULL, 0, NULL),
+        MT_ERR_INVALID_ARG); /* LayerNorm needs mean */
+    MT_EXPECT_STATUS(mt_rmsnorm_bwd(&x, NULL, &tw5, NULL, &x, &x, &tw, &tr, NULL, 0, NULL),
+                     MT_ERR_INVALID_ARG); /* dx_sum of the wrong length */
     return mt_test_result();
 }

@@ -52,9 +52,10 @@ mt_status norm_fwd_cpu(const norm_args *n) {
 
 mt_status norm_bwd_cpu(const norm_args *n) {
     int64_t C = n->C;
-    double *dw = calloc((size_t)C, sizeof *dw), *db = calloc((size_t)C, sizeof *db);
-    if (!dw || !db) {
-        free(dw), free(db);
+    double *dw = calloc((size_t)C, sizeof *dw), *db = calloc((size_t)C, sizeof *db),
+           *ds = calloc((size_t)C, sizeof *ds);
+    if (!dw || !db || !ds) {
+        free(dw), free(db), free(ds);
         return MT_ERROR(MT_ERR_OOM, "norm: %lld doubles", (long long)C);
     }
     for (int64_t r = 0; r < n->rows; r++) {
@@ -79,6 +80,7 @@ mt_status norm_bwd_cpu(const norm_args *n) {
             float v = rstd * (g - mg - xhat * mgx);
             if (n->dresid) v += ld_f32(n->dresid, n->dtype, o + c);
             st_f32(n->dx, n->dtype, o + c, v);
+            if (n->dx_sum) ds[c] += ld_f32(n->dx, n->dtype, o + c); /* as stored */
         }
     }
     for (int64_t c = 0; c < C; c++) {
@@ -90,7 +92,11 @@ mt_status norm_bwd_cpu(const norm_args *n) {
             double prev = n->accumulate ? ld_f32(n->dbias, n->dw_dtype, c) : 0.0;
             st_f32(n->dbias, n->dw_dtype, c, (float)(prev + db[c]));
         }
+        if (n->dx_sum) {
+            double prev = n->accumulate ? ld_f32(n->dx_sum, n->dw_dtype, c) : 0.0;
+            st_f32(n->dx_sum, n->dw_dtype, c, (float)(prev + ds[c]));
+        }
     }
-    free(dw), free(db);
+    free(dw), free(db), free(ds);
     return MT_OK;
 }

@@ -1,8 +1,8 @@
 /* LayerNorm/RMSNorm CUDA kernels, the row in registers (16-byte packs, fp32 math): one read of
  * every input, one write of every output. Rows of up to 256 packs: one warp per row, shuffle-only
  * reductions. Wider rows (or unaligned ones): a block of tpr x rpb threads holds rpb rows. The
- * backward keeps per-thread weight/bias gradient sums in registers, writes one partial per block,
- * and a second kernel adds the partials in a fixed order (no atomics). */
+ * backward keeps per-thread weight/bias gradient (and dx column) sums, writes one partial per
+ * block, and a second kernel adds the partials in a fixed order (no atomics). */
 #include "common.cuh"
 
 template <typename T, int W> struct alignas(sizeof(T) * W) norm_pack { T v[W]; };
@@ -235,25 +235,27 @@ static __global__ void __launch_bounds__(256, 4) norm_fwd_grp_kernel(norm_args n
 }
 
 /* Backward: group grp takes rows blockIdx.x * (8 / G) + grp, then + gridDim.x * (8 / G), ...;
- * the weight and bias gradient terms go to the group's shared-memory sums ((8 / G) x 2 x C
- * floats, dynamic; float4 q of pack p at float4 index q * npk + p, so accesses are contiguous);
- * at the end the block adds its groups' sums in group order and writes partial blockIdx.x. */
+ * the weight and bias gradient terms (and dx's, for dx_sum) go to the group's shared-memory sums
+ * ((8 / G) x S x C floats, dynamic, S = 3 with dx_sum, else 2; float4 q of pack p at index
+ * q * npk + p, so accesses are contiguous); at the end the block adds its groups' sums in group
+ * order and writes partial blockIdx.x. */
 template <bool RMS, typename T, int G, int NV>
 static __global__ void __launch_bounds__(256) norm_bwd_grp_kernel(norm_args n) {
     extern __shared__ float4 acc4[];
     __shared__ float2 red[2][8];
     const int W = 16 / sizeof(T), Q = W / 4, u = threadIdx.x % (32 * G), npk = (int)(n.C / W);
-    const int grp = threadIdx.x / (32 * G), ng = 8 / G;
+    const int grp = threadIdx.x / (32 * G), ng = 8 / G, S = n.dx_sum ? 3 : 2;
     const int64_t C = n.C;
     int slot = 0;
-    float4 *dw4 = acc4 + (int64_t)grp * 2 * npk * Q, *db4 = dw4 + npk * Q;
+    float4 *dw4 = acc4 + (int64_t)grp * S * npk * Q, *db4 = dw4 + npk * Q, *ds4 = db4 + npk * Q;
 #pragma unroll
     for (int i = 0; i < NV; i++)
         if (u + 32 * G * i < npk)
 #pragma unroll
             for (int q = 0; q < Q; q++)
-                dw4[q * npk + u + 32 * G * i] = db4[q * npk + u + 32 * G * i] =
-                    make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                for (int k = 0; k < S; k++)
+                    dw4[k * npk * Q + q * npk + u + 32 * G * i] =
+                        make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     for (int64_t r = (int64_t)blockIdx.x * ng + grp; r < n.rows; r += (int64_t)gridDim.x * ng) {
         const int64_t off = r * C;
         float mean = RMS ? 0.0f : n.mean[r], rstd = n.rstd[r];
@@ -312,38 +314,48 @@ static __global__ void __launch_bounds__(256) norm_bwd_grp_kernel(norm_args n) {
                     if (n.dresid) dx[j] += ldf(pr[i].v[j]);
                 }
                 st_row<T, W>(n.dx, off + p * W, dx);
+                if (n.dx_sum) {
+#pragma unroll
+                    for (int q = 0; q < Q; q++) {
+                        float4 c = ds4[q * npk + p];
+                        c.x += ldf(stf<T>(dx[q * 4])), c.y += ldf(stf<T>(dx[q * 4 + 1]));
+                        c.z += ldf(stf<T>(dx[q * 4 + 2])), c.w += ldf(stf<T>(dx[q * 4 + 3]));
+                        ds4[q * npk + p] = c;
+                    }
+                }
             }
         }
     }
-    if (!n.dweight && !n.dbias) return;
+    if (!n.dweight && !n.dbias && !n.dx_sum) return;
     __syncthreads();
     const float *acc = (const float *)acc4;
-    float *out = n.scratch + (int64_t)blockIdx.x * 2 * C;
+    float *out = n.scratch + (int64_t)blockIdx.x * S * C;
     for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
         int64_t k = ((c % W) / 4 * npk + c / W) * 4 + c % 4; /* column c in a group's sums */
-        float a = 0.0f, b = 0.0f;
-        for (int v = 0; v < ng; v++) { /* fixed order: group 0, 1, ... */
-            a += acc[(int64_t)v * 2 * C + k];
-            b += acc[(int64_t)v * 2 * C + C + k];
+        for (int s = 0; s < S; s++) {
+            float a = 0.0f;
+            for (int v = 0; v < ng; v++) /* fixed order: group 0, 1, ... */
+                a += acc[(int64_t)v * S * C + s * C + k];
+            out[s * C + c] = a;
         }
-        out[c] = a;
-        out[C + c] = b;
     }
 }
 
-/* Partials: scratch[block][0..C) weight gradient, scratch[block][C..2C) bias gradient. Dynamic
- * shared memory: blockDim.y * C floats, to add the rows of a block in a fixed order. */
+/* Partials: scratch[block][0..C) weight gradient, [C..2C) bias gradient, [2C..3C) dx_sum's (when
+ * dx_sum is set). Dynamic shared memory: blockDim.y * C floats, to add the rows of a block
+ * in a fixed order. */
 template <bool RMS, typename T, int W, int NV> static __global__ void norm_bwd_kernel(norm_args n) {
     __shared__ float2 buf[16][32];
     extern __shared__ float part[];
     const int64_t npk = n.C / W, C = n.C;
-    float w[NV][W], dw[NV][W], db[NV][W];
+    const int S = n.dx_sum ? 3 : 2;
+    float w[NV][W], dw[NV][W], db[NV][W], ds[NV][W];
 #pragma unroll
     for (int i = 0; i < NV; i++) {
         int64_t p = threadIdx.x + (int64_t)i * blockDim.x;
 #pragma unroll
         for (int j = 0; j < W; j++)
-            w[i][j] = dw[i][j] = db[i][j] = 0.0f;
+            w[i][j] = dw[i][j] = db[i][j] = ds[i][j] = 0.0f;
         if (p < npk) ld_row<T, W>(w[i], n.weight, p * W);
     }
     for (int64_t base = (int64_t)blockIdx.x * blockDim.y; base < n.rows;
@@ -390,13 +402,14 @@ template <bool RMS, typename T, int W, int NV> static __global__ void norm_bwd_k
                 for (int j = 0; j < W; j++) {
                     dx[j] = rstd * (g[i][j] - mg - xh[i][j] * mgx);
                     if (n.dresid) dx[j] += res[j];
+                    ds[i][j] += ldf(stf<T>(dx[j])); /* as stored */
                 }
                 st_row<T, W>(n.dx, r * C + p * W, dx);
             }
         }
     }
-    if (!n.dweight && !n.dbias) return;
-    float *out = n.scratch + (int64_t)blockIdx.x * 2 * C;
+    if (!n.dweight && !n.dbias && !n.dx_sum) return;
+    float *out = n.scratch + (int64_t)blockIdx.x * S * C;
     if (blockDim.y == 1) { /* one row at a time: the thread's sums are the block's */
 #pragma unroll
         for (int i = 0; i < NV; i++) {
@@ -406,19 +419,22 @@ template <bool RMS, typename T, int W, int NV> static __global__ void norm_bwd_k
                 for (int j = 0; j < W; j++) {
                     out[p * W + j] = dw[i][j];
                     out[C + p * W + j] = db[i][j];
+                    if (S == 3) out[2 * C + p * W + j] = ds[i][j];
                 }
             }
         }
         return;
     }
-    for (int k = 0; k < 2; k++) { /* k 0: weight gradient, 1: bias gradient */
+    for (int k = 0; k < S; k++) { /* k 0: weight gradient, 1: bias gradient, 2: dx_sum */
 #pragma unroll
         for (int i = 0; i < NV; i++) {
             int64_t p = threadIdx.x + (int64_t)i * blockDim.x;
             if (p < npk) {
 #pragma unroll
                 for (int j = 0; j < W; j++)
-                    part[threadIdx.y * C + p * W + j] = k == 0 ? dw[i][j] : db[i][j];
+                    part[threadIdx.y * C + p * W + j] = k == 0   ? dw[i][j]
+                                                        : k == 1 ? db[i][j]
+                                                                 : ds[i][j];
             }
         }
         __syncthreads();
@@ -433,41 +449,47 @@ template <bool RMS, typename T, int W, int NV> static __global__ void norm_bwd_k
     }
 }
 
-/* dweight[c] (+)= sum over blocks of scratch[p][c]; dbias likewise from scratch[p][C + c]. A block
- * of 32 x 32 threads takes 32 columns; warp y adds blocks y, y+32, ...; then a fixed-order sum. */
+/* dweight[c] (+)= sum over blocks of scratch[p][c]; dbias and dx_sum likewise from scratch[p][C + c]
+ * and scratch[p][2C + c] (partials of S = 2 or 3 sums, S * C floats each). A block of 32 x 32
+ * threads takes 32 columns; warp y adds blocks y, y+32, ...; then a fixed-order sum. */
 template <typename TW> static __global__ void norm_bwd_finish_kernel(norm_args n, int nblocks) {
-    __shared__ float sm[2][32][33];
-    int64_t c = (int64_t)blockIdx.x * 32 + threadIdx.x;
-    float a = 0.0f, b = 0.0f;
+    __shared__ float sm[3][32][33];
+    const int S = n.dx_sum ? 3 : 2;
+    const int64_t c = (int64_t)blockIdx.x * 32 + threadIdx.x, stride = S * n.C;
+    float a[3] = { 0.0f, 0.0f, 0.0f };
     if (c < n.C) {
         int p = threadIdx.y;
-        for (; p + 96 < nblocks; p += 128) { /* 8 loads in flight, added in order of p */
-            float v[8];
-#pragma unroll
-            for (int u = 0; u < 4; u++) {
-                v[2 * u] = n.scratch[(int64_t)(p + 32 * u) * 2 * n.C + c];
-                v[2 * u + 1] = n.scratch[(int64_t)(p + 32 * u) * 2 * n.C + n.C + c];
-            }
+        for (; p + 96 < nblocks; p += 128) { /* 4 partials' loads in flight, added in order of p */
+            float v[4][3];
 #pragma unroll
             for (int u = 0; u < 4; u++)
-                a += v[2 * u], b += v[2 * u + 1];
+#pragma unroll
+                for (int s = 0; s < 3; s++)
+                    v[u][s] =
+                        s < S ? n.scratch[(int64_t)(p + 32 * u) * stride + s * n.C + c] : 0.0f;
+#pragma unroll
+            for (int u = 0; u < 4; u++)
+#pragma unroll
+                for (int s = 0; s < 3; s++)
+                    a[s] += v[u][s];
         }
-        for (; p < nblocks; p += 32) {
-            a += n.scratch[(int64_t)p * 2 * n.C + c];
-            b += n.scratch[(int64_t)p * 2 * n.C + n.C + c];
-        }
+        for (; p < nblocks; p += 32)
+            for (int s = 0; s < S; s++)
+                a[s] += n.scratch[(int64_t)p * stride + s * n.C + c];
     }
-    sm[0][threadIdx.y][threadIdx.x] = a;
-    sm[1][threadIdx.y][threadIdx.x] = b;
+#pragma unroll
+    for (int s = 0; s < 3; s++)
+        sm[s][threadIdx.y][threadIdx.x] = a[s];
     __syncthreads();
     if (threadIdx.y != 0 || c >= n.C) return;
-    for (int y = 1; y < 32; y++) {
-        a += sm[0][y][threadIdx.x];
-        b += sm[1][y][threadIdx.x];
-    }
-    TW *dw = (TW *)n.dweight, *db = (TW *)n.dbias;
-    if (dw) dw[c] = stf<TW>(a + (n.accumulate ? ldf(dw[c]) : 0.0f));
-    if (db) db[c] = stf<TW>(b + (n.accumulate ? ldf(db[c]) : 0.0f));
+    for (int y = 1; y < 32; y++)
+#pragma unroll
+        for (int s = 0; s < 3; s++)
+            a[s] += sm[s][y][threadIdx.x];
+    TW *out[3] = { (TW *)n.dweight, (TW *)n.dbias, (TW *)n.dx_sum };
+#pragma unroll
+    for (int s = 0; s < 3; s++)
+        if (out[s]) out[s][c] = stf<TW>(a[s] + (n.accumulate ? ldf(out[s][c]) : 0.0f));
 }
 
 /* Launch shape: W elements per pack, NV packs per thread, tpr threads per row, rpb rows. */
@@ -620,7 +642,8 @@ template <bool RMS, typename T> static mt_status bwd_launch(const norm_args *n, 
     int G, NV;
     grp_shape(n, sizeof(T), &G, &NV);
     if (G && n->rows > 0) {
-        size_t smem = (size_t)(8 / G) * 2 * n->C * sizeof(float); /* the groups' sums */
+        size_t smem =
+            (size_t)(8 / G) * (n->dx_sum ? 3 : 2) * n->C * sizeof(float); /* groups' sums */
         NORM_GRP_SWITCH(G, NV, {
             MT_TRY(bwd_grp_grid(norm_bwd_grp_kernel<RMS, T, GC, NVC>, smem, n->rows, G, &grid));
             norm_bwd_grp_kernel<RMS, T, GC, NVC><<<(unsigned)grid, 256, smem, stream>>>(*n);
@@ -633,8 +656,9 @@ template <bool RMS, typename T> static mt_status bwd_launch(const norm_args *n, 
         if (grid > norm_bwd_blocks(n->rows)) grid = norm_bwd_blocks(n->rows);
         dim3 block(s.tpr, s.rpb);
         /* rpb > 1 only when tpr <= 256, so rpb * C <= 512 * 16 floats: within the 48 KiB default */
-        size_t smem =
-            (n->dweight || n->dbias) && s.rpb > 1 ? (size_t)s.rpb * n->C * sizeof(float) : 0;
+        size_t smem = (n->dweight || n->dbias || n->dx_sum) && s.rpb > 1
+                          ? (size_t)s.rpb * n->C * sizeof(float)
+                          : 0;
         if (s.W == WV) {
             NORM_NV_SWITCH(s.NV,
                            (norm_bwd_kernel<RMS, T, WV, NVC><<<grid, block, smem, stream>>>(*n)));
@@ -644,7 +668,7 @@ template <bool RMS, typename T> static mt_status bwd_launch(const norm_args *n, 
         }
         MT_CUDA_CHECK_LAUNCH();
     }
-    if (!n->dweight && !n->dbias) return MT_OK;
+    if (!n->dweight && !n->dbias && !n->dx_sum) return MT_OK;
     unsigned fgrid = (unsigned)((n->C + 31) / 32);
     if (n->dw_dtype == MT_F32)
         norm_bwd_finish_kernel<float><<<fgrid, dim3(32, 32), 0, stream>>>(*n, (int)grid);

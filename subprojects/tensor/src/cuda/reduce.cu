@@ -1,5 +1,6 @@
-/* Deterministic reduction CUDA kernels: a fixed grid (a function of the size only) writes per-block
- * partials to the workspace, then one block adds them in order. No atomics. */
+/* Deterministic reduction CUDA kernels: a fixed grid (a function of the size and, for column sums,
+ * of the device's resident blocks) writes per-block partials to the workspace, then a second
+ * kernel adds them in order. No atomics. */
 #include "common.cuh"
 
 static __device__ double term(float v, mt_reduce_op op) {
@@ -142,19 +143,19 @@ static mt_status colsum_launch(mt_tensor *out, const mt_tensor *x, int accumulat
     int64_t nchunks = colsum_chunks(R, &rpc);
     const int N = 16 / sizeof(T);
     int vec = C % N == 0 && (uintptr_t)x->data % 16 == 0;
-    int64_t cv = vec ? C / N : C;
-    // why: longer chunks when there are many blocks: fewer partials, less block start-up
-    while ((cv + 31) / 32 * nchunks > 1024 && rpc < R) {
-        rpc *= 2;
+    int64_t cv = vec ? C / N : C, cb = (cv + 31) / 32;
+    auto kernel = vec ? colsum_partial_kernel<T, N> : colsum_partial_kernel<T, 1>;
+    int sms = 0, per_sm = 0;
+    MT_TRY(mt_cuda_attr(cudaDevAttrMultiProcessorCount, &sms));
+    MT_TRY(mt_cuda_occupancy(kernel, 256, 0, &per_sm));
+    // why: at most one wave of blocks (longer chunks): a ragged second wave idles most SMs
+    if (cb * nchunks > (int64_t)sms * per_sm && (int64_t)sms * per_sm >= cb) {
+        int64_t want = (int64_t)sms * per_sm / cb;
+        rpc = (R + want - 1) / want;
         nchunks = (R + rpc - 1) / rpc;
     }
-    dim3 grid((unsigned)((cv + 31) / 32), (unsigned)nchunks);
-    if (vec)
-        colsum_partial_kernel<T, N>
-            <<<grid, dim3(32, 8), 0, stream>>>(part, (const T *)x->data, R, C, rpc);
-    else
-        colsum_partial_kernel<T, 1>
-            <<<grid, dim3(32, 8), 0, stream>>>(part, (const T *)x->data, R, C, rpc);
+    dim3 grid((unsigned)cb, (unsigned)nchunks);
+    kernel<<<grid, dim3(32, 8), 0, stream>>>(part, (const T *)x->data, R, C, rpc);
     MT_CUDA_CHECK_LAUNCH();
     colsum_final_kernel<TO><<<(unsigned)((C + 31) / 32), dim3(32, 32), 0, stream>>>(
         (TO *)out->data, part, nchunks, C, accumulate);

@@ -106,26 +106,28 @@ MT_API mt_status mt_rmsnorm_fwd(mt_tensor *out, mt_tensor *resid_out, mt_tensor 
                                 const mt_tensor *weight, float eps, mt_stream stream);
 
 /* f32 elements of scratch that mt_layernorm_bwd/mt_rmsnorm_bwd need on CUDA for `rows` rows of
- * C channels (per-block partial sums of dweight and dbias). The CPU needs none. */
+ * C channels (per-block partial sums of dweight, dbias and dx_sum). The CPU needs none. */
 MT_API int64_t mt_norm_bwd_scratch_numel(int64_t rows, int64_t C);
 
 /* LayerNorm backward. x is the normalised input (h of the forward), mean and rstd as saved.
  * dx = dLN(dout) + dresid (dresid may be NULL, or alias dx to accumulate into a residual
  * gradient in place). dweight and dbias (f32 or x's dtype; NULL to skip) are overwritten, or
- * added to when accumulate = 1; their reduction over rows is deterministic (per-block partials in
- * scratch, then a fixed-order second pass; no atomics). scratch: f32 with at least
+ * added to when accumulate = 1; so is dx_sum (NULL to skip; the same dtype as dweight), the sum
+ * over rows of dx as stored: the bias gradient of the linear layer whose output dx is the
+ * gradient of, in the same pass. Their reductions over rows are deterministic (per-block
+ * partials in scratch, then a fixed-order second pass; no atomics). scratch: f32 with at least
  * mt_norm_bwd_scratch_numel() elements on CUDA, ignored (may be NULL) on the CPU. Enqueued. */
 MT_API mt_status mt_layernorm_bwd(mt_tensor *dx, mt_tensor *dweight, mt_tensor *dbias,
-                                  mt_tensor *scratch, const mt_tensor *dout, const mt_tensor *x,
-                                  const mt_tensor *weight, const mt_tensor *mean,
-                                  const mt_tensor *rstd, const mt_tensor *dresid, int accumulate,
-                                  mt_stream stream);
+                                  mt_tensor *dx_sum, mt_tensor *scratch, const mt_tensor *dout,
+                                  const mt_tensor *x, const mt_tensor *weight,
+                                  const mt_tensor *mean, const mt_tensor *rstd,
+                                  const mt_tensor *dresid, int accumulate, mt_stream stream);
 
 /* RMSNorm backward, as mt_layernorm_bwd without mean and dbias. Enqueued. */
-MT_API mt_status mt_rmsnorm_bwd(mt_tensor *dx, mt_tensor *dweight, mt_tensor *scratch,
-                                const mt_tensor *dout, const mt_tensor *x, const mt_tensor *weight,
-                                const mt_tensor *rstd, const mt_tensor *dresid, int accumulate,
-                                mt_stream stream);
+MT_API mt_status mt_rmsnorm_bwd(mt_tensor *dx, mt_tensor *dweight, mt_tensor *dx_sum,
+                                mt_tensor *scratch, const mt_tensor *dout, const mt_tensor *x,
+                                const mt_tensor *weight, const mt_tensor *rstd,
+                                const mt_tensor *dresid, int accumulate, mt_stream stream);
 
 /* out = GELU(x), tanh approximation (GPT-2's gelu_new, torch approximate='tanh'). Any shape;
  * out may alias x. Enqueued. */
