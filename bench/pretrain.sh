@@ -4,31 +4,59 @@
 # fused AdamW) on the same shapes as the peer. Writes Google-Benchmark-style JSON for
 # bench/compare.py: FLOPS by Megatron's formula, so the ratio is the tokens/s ratio.
 #   bench/pretrain.sh BUILD_DIR OUT_DIR          (env: MT_PRETRAIN_ITERS=30, MT_PRETRAIN_CASES)
+# A case is name:layers:hidden:heads:micro-batch[:m1+m2]; m1+m2 adds --recompute-granularity
+# selective --recompute-modules m1 m2. Each case also reports what llm.c (train_gpt2.cu, its
+# defaults) allocates at the same shape and batch (llmc_mib below), the issue's memory bound.
 set -uo pipefail
 b=$1; out=$2; mkdir -p "$out"
 top=$(cd "$(dirname "$0")/.." && pwd)
 iters=${MT_PRETRAIN_ITERS:-30}
-# name layers hidden heads micro-batch
-cases=${MT_PRETRAIN_CASES:-"gpt2_124M:12:768:12:16 gpt2_1558M:48:1600:25:8"}
+# name layers hidden heads micro-batch [recomputed modules]
+cases=${MT_PRETRAIN_CASES:-"gpt2_124M:12:768:12:16 gpt2_124M:12:768:12:16:mlp_act gpt2_1558M:48:1600:25:8 gpt2_1558M:48:1600:25:8:mlp_act+layernorm"}
+# llm.c's device allocations in MiB for layers, hidden, heads, B (T=1024, Vp=50304), from the sizes
+# in its train_gpt2.cu with the defaults (-w 1 master weights, -r 1 GELU recomputed, cuDNN
+# attention): bf16 params and grads, fp32 AdamW m, v and master weights; per layer 14 (B,T,C)
+# bf16 activations (ln1, atty, attproj, residual2, ln2, fcproj, residual3, qkvr 3, fch 4) and
+# fp32 norm statistics and attention stats (NH per token); the (B,T,Vp) output and scratch. Like
+# ours, it leaves out the 32 MiB cuBLASLt workspace, cuDNN's workspace and the CUDA context.
+llmc_mib() {
+  awk -v L="$1" -v C="$2" -v NH="$3" -v B="$4" 'BEGIN {
+    T = 1024; Vp = 50304; BT = B * T
+    P = Vp * C + T * C + L * (12 * C * C + 13 * C) + 2 * C
+    bf = BT * C + 7 * L * BT * C + 4 * L * BT * C + 4 * BT * C + BT * C + 3 * L * BT * C
+    out = 3 * C; if (NH * T > out) out = NH * T; if (Vp > out) out = Vp
+    bf += BT * out + 4 * BT * C + BT * C
+    f32 = 4 * L * BT + L * B * NH * T + 2 * BT + BT
+    printf "%.1f", (16 * P + 2 * bf + 4 * f32) / 1048576 }'
+}
 echo '{"benchmarks": [' > "$out/pretrain.json"
 sep=""
+peer_cases=""
 for c in $cases; do
-  IFS=: read -r name L H NH MB <<< "$c"
-  log="$out/pretrain_$name.log"
+  IFS=: read -r name L H NH MB rc <<< "$c"
+  extra=(); tag=""
+  if [ -n "${rc:-}" ]; then
+    extra=(--recompute-granularity selective --recompute-modules ${rc//+/ }); tag=_rc-$rc
+  else
+    peer_cases="$peer_cases $name:$L:$H:$NH:$MB"
+  fi
+  log="$out/pretrain_$name$tag.log"
   "$b/apps/pretrain/mt-pretrain" --num-layers "$L" --hidden-size "$H" --num-attention-heads "$NH" \
     --seq-length 1024 --max-position-embeddings 1024 --micro-batch-size "$MB" \
     --global-batch-size "$MB" --mock-data --tokenizer-type GPT2BPETokenizer --bf16 \
     --train-iters "$iters" --lr 6e-4 --lr-warmup-iters 2 --log-interval 10 --log-throughput \
-    --device cuda > "$log" 2>&1
+    --device cuda "${extra[@]}" > "$log" 2>&1
   s=$(grep '^\[summary\]' "$log")
-  echo "$name: ${s:-FAILED (see $log)}"; [ -n "$s" ] || { tail -5 "$log"; continue; }
+  llmc=$(llmc_mib "$L" "$H" "$NH" "$MB")
+  echo "$name$tag: ${s:-FAILED (see $log)} | llm.c allocates $llmc MB"
+  [ -n "$s" ] || { tail -5 "$log"; continue; }
   ms=$(echo "$s" | sed -n 's/.*| \([0-9.]*\) ms\/iteration.*/\1/p')
   tf=$(echo "$s" | sed -n 's/.*| \([0-9.]*\) TFLOP\/s\/GPU.*/\1/p')
   tok=$(echo "$s" | sed -n 's/.*| \([0-9.]*\) tokens\/s |.*/\1/p')
   mem=$(echo "$s" | sed -n 's/.*memory (MB): \([0-9.]*\).*/\1/p')
-  printf '%s{"name": "pretrain/cuda/%s_B%s_T1024", "run_type": "iteration", "real_time": %s, "time_unit": "ms", "FLOPS": %s, "tokens_per_second": %s, "memory_MB": %s}\n' \
-    "$sep" "$name" "$MB" "$ms" "$(awk -v t="$tf" 'BEGIN { printf "%.6e", t * 1e12 }')" "$tok" "$mem" >> "$out/pretrain.json"
+  printf '%s{"name": "pretrain/cuda/%s_B%s_T1024%s", "run_type": "iteration", "real_time": %s, "time_unit": "ms", "FLOPS": %s, "tokens_per_second": %s, "memory_MB": %s, "llmc_memory_MB": %s}\n' \
+    "$sep" "$name" "$MB" "$tag" "$ms" "$(awk -v t="$tf" 'BEGIN { printf "%.6e", t * 1e12 }')" "$tok" "$mem" "$llmc" >> "$out/pretrain.json"
   sep=","
 done
 echo ']}' >> "$out/pretrain.json"
-python3 "$top/bench/peers/peer_pretrain.py" "$out/peer_pretrain.json" $cases 2>&1 | tail -5
+python3 "$top/bench/peers/peer_pretrain.py" "$out/peer_pretrain.json" $peer_cases 2>&1 | tail -5

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # functional: activation recomputation changes memory, never the numbers. mt-pretrain's loss curve
-# with --recompute-granularity full (uniform 1, uniform 2, block 1 over 3 layers) and selective is
-# identical to the curve without, and Megatron's invalid combinations are refused before training.
+# with --recompute-granularity full (uniform 1, uniform 2, block 1 over 3 layers) and selective
+# (with and without --recompute-modules mlp_act and layernorm) is identical to the curve without, and Megatron's
+# invalid combinations are refused before training.
 source "$(dirname "$0")/pretrain_common.sh"
 d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
 tiny_run "$d/base.json" --num-layers 3 > "$d/base.log"
@@ -20,12 +21,14 @@ check uniform1 --recompute-granularity full --recompute-method uniform --recompu
 check uniform2 --recompute-granularity full --recompute-method uniform --recompute-num-layers 2
 check block1 --recompute-granularity full --recompute-method block --recompute-num-layers 1
 check selective --recompute-granularity selective
+check mlp_act --recompute-granularity selective --recompute-modules core_attn mlp_act
+check layernorm --recompute-granularity selective --recompute-modules layernorm mlp_act
 refuse() {  # expected message, flags...
   local msg=$1; shift
   if tiny_run "$d/bad.json" --num-layers 3 "$@" > "$d/bad.log" 2>&1; then
     echo "FAIL: accepted $*"; exit 1
   fi
-  grep -qF "$msg" "$d/bad.log" || { echo "FAIL: $* did not say '$msg':"; cat "$d/bad.log"; exit 1; }
+  grep -qF -e "$msg" "$d/bad.log" || { echo "FAIL: $* did not say '$msg':"; cat "$d/bad.log"; exit 1; }
   echo "ok: refused $*"
 }
 refuse 'recompute_method must be "block" or "uniform"' --recompute-granularity full
@@ -34,3 +37,8 @@ refuse 'recompute_num_layers must be between 1 and num_layers_per_pipeline_rank:
 refuse 'recompute method is not yet supported for selective' \
   --recompute-granularity selective --recompute-method uniform
 refuse "invalid choice: 'partial'" --recompute-granularity partial
+refuse '--recompute-modules needs --recompute-granularity selective' --recompute-modules mlp_act
+refuse '--recompute-modules mlp is not supported yet' --recompute-granularity selective \
+  --recompute-modules mlp
+refuse 'Invalid choice for recompute_modules: attn' --recompute-granularity selective \
+  --recompute-modules attn

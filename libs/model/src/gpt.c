@@ -108,6 +108,10 @@ static mt_status layer_fwd(mt_model *m, int l, const mt_tensor *x, const mt_tens
         OP("fwd.gemm.fc1",
            mt_linear_fwd(m->blas, &la->fc1_pre, NULL, &la->ln2, W(lp->fc1_w), W(lp->fc1_b), 0, s));
         OP("fwd.swiglu", mt_swiglu_fwd(&la->fc1_act, &la->fc1_pre, NULL, s));
+    } else if (c->recompute_mlp_act) { /* the kernel that the backward repeats */
+        OP("fwd.gemm.fc1",
+           mt_linear_fwd(m->blas, &la->fc1_pre, NULL, &la->ln2, W(lp->fc1_w), W(lp->fc1_b), 0, s));
+        OP("fwd.gelu", mt_gelu_fwd(&la->fc1_act, &la->fc1_pre, s));
     } else {
         OP("fwd.gemm.fc1+gelu", mt_linear_fwd(m->blas, &la->fc1_act, &la->fc1_pre, &la->ln2,
                                               W(lp->fc1_w), W(lp->fc1_b), MT_GEMM_GELU, s));
@@ -209,6 +213,9 @@ static mt_status backward(mt_model *m, mt_stream s) {
         int g0, g1;
         if (recompute_group(c, l, &g0, &g1) && l == g1) MT_TRY(recompute(m, g0, g1, s));
         /* a->dres is the gradient of resid_in[l+1] = resid_mid + mlp(ln2) */
+        if (c->recompute_mlp_act)
+            OP("bwd.recompute.act", c->swiglu ? mt_swiglu_fwd(&la->fc1_act, &la->fc1_pre, NULL, s)
+                                              : mt_gelu_fwd(&la->fc1_act, &la->fc1_pre, s));
         if (c->swiglu) {
             OP("bwd.gemm.fc2", mt_linear_bwd(m->blas, &a->dfc1_act, G(lp->fc2_w), NULL, &a->dres,
                                              &la->fc1_act, W(lp->fc2_w), acc, s));
@@ -219,6 +226,9 @@ static mt_status backward(mt_model *m, mt_stream s) {
                mt_linear_bwd_dgelu(m->blas, &a->dfc1_pre, &la->fc1_pre, G(lp->fc2_w), NULL,
                                    &a->dres, &la->fc1_act, W(lp->fc2_w), acc, s));
         }
+        if (c->recompute_layernorm)
+            OP("bwd.recompute.norm", norm_fwd(m, &la->ln2, NULL, NULL, NULL, &la->resid_mid, NULL,
+                                              lp->ln2_w, lp->ln2_b, s));
         OP("bwd.gemm.fc1", mt_linear_bwd(m->blas, &a->dln, G(lp->fc1_w), G(lp->fc1_b), &a->dfc1_pre,
                                          &la->ln2, W(lp->fc1_w), acc, s));
         OP("bwd.norm", norm_bwd(m, &a->dres, lp->ln2_w, lp->ln2_b, lp->proj_b, &a->dln,
@@ -237,6 +247,9 @@ static mt_status backward(mt_model *m, mt_stream s) {
             OP("bwd.rope", rope(m, &dq, 1, s));
             OP("bwd.rope", rope(m, &dk, 1, s));
         }
+        if (c->recompute_layernorm)
+            OP("bwd.recompute.norm", norm_fwd(m, &la->ln1, NULL, NULL, NULL, &la->resid_in, NULL,
+                                              lp->ln1_w, lp->ln1_b, s));
         OP("bwd.gemm.qkv", mt_linear_bwd(m->blas, &a->dln, G(lp->qkv_w), G(lp->qkv_b), &a->dqkv,
                                          &la->ln1, W(lp->qkv_w), acc, s));
         OP("bwd.norm",

@@ -71,6 +71,12 @@ mt_status mt_model_config_finalize(mt_model_config *c) {
                         "When using recompute_granuarlity: %d must be \"full\" or \"selective\".",
                         (int)c->recompute_granularity);
     }
+    MT_REQUIRE(!c->recompute_mlp_act || c->recompute_granularity == MT_RECOMPUTE_SELECTIVE,
+               MT_ERR_INVALID_ARG,
+               "recompute_modules mlp_act needs recompute_granularity: selective");
+    MT_REQUIRE(!c->recompute_layernorm || c->recompute_granularity == MT_RECOMPUTE_SELECTIVE,
+               MT_ERR_INVALID_ARG,
+               "recompute_modules layernorm needs recompute_granularity: selective");
     return MT_OK;
 }
 
@@ -182,18 +188,24 @@ static void plan_layer(const mt_model *m, planner *p, layer_acts *la) {
     int64_t F1 = (c->swiglu ? 2 : 1) * F, QKV = (H + 2 * G) * D;
     mt_dtype dt = c->dtype;
     TAKE(p, &la->resid_in, dt, N, C);
-    TAKE(p, &la->ln1, dt, N, C);
+    if (c->recompute_layernorm)
+        la->ln1 = la->ln2 = m->a.ln_out; /* one shared buffer, refilled before each use */
+    else
+        TAKE(p, &la->ln1, dt, N, C);
     TAKE(p, &la->ln1_mean, MT_F32, N);
     TAKE(p, &la->ln1_rstd, MT_F32, N);
     TAKE(p, &la->qkv, dt, N, QKV);
     TAKE(p, &la->atty, dt, N, H * D);
     TAKE(p, &la->lse, MT_F32, B, H, T);
     TAKE(p, &la->resid_mid, dt, N, C);
-    TAKE(p, &la->ln2, dt, N, C);
+    if (!c->recompute_layernorm) TAKE(p, &la->ln2, dt, N, C);
     TAKE(p, &la->ln2_mean, MT_F32, N);
     TAKE(p, &la->ln2_rstd, MT_F32, N);
     TAKE(p, &la->fc1_pre, dt, N, F1);
-    TAKE(p, &la->fc1_act, dt, N, F);
+    if (c->recompute_mlp_act)
+        la->fc1_act = m->a.mlp_act; /* one shared buffer, refilled before each backward */
+    else
+        TAKE(p, &la->fc1_act, dt, N, F);
 }
 
 /* Number of scratch layer sets that full recompute needs: the largest group. */
@@ -211,6 +223,8 @@ static void plan_acts(mt_model *m, planner *p) {
     mt_dtype dt = c->dtype;
     acts *a = &m->a;
     TAKE(p, &a->emb, dt, N, C);
+    if (c->recompute_mlp_act) TAKE(p, &a->mlp_act, dt, N, F);
+    if (c->recompute_layernorm) TAKE(p, &a->ln_out, dt, N, C);
     for (int s = 0; s < a->n_rc; s++)
         plan_layer(m, p, &a->rc[s]);
     for (int l = 0; l < c->num_layers; l++) {
@@ -236,7 +250,7 @@ static void plan_acts(mt_model *m, planner *p) {
     TAKE(p, &a->dln, dt, N, C);
     TAKE(p, &a->datty, dt, N, H * D);
     TAKE(p, &a->dqkv, dt, N, QKV);
-    TAKE(p, &a->dfc1_act, dt, N, F);
+    if (c->swiglu) TAKE(p, &a->dfc1_act, dt, N, F); /* GELU's backward rides on fc2's GEMM */
     TAKE(p, &a->dfc1_pre, dt, N, F1);
     TAKE(p, &a->norm_scratch, MT_F32, mt_norm_bwd_scratch_numel(N, C > F1 ? C : F1) + 1);
     TAKE(p, &a->ws, MT_U8, (int64_t)m->ws_bytes + 1);

@@ -37,6 +37,8 @@ typedef struct acts {
     int n_rc;
     mt_tensor resid_final, lnf, lnf_mean, lnf_rstd, logits, losses, stats, loss_acc;
     mt_tensor tmp_c, dres, dln, datty, dqkv, dfc1_act, dfc1_pre, norm_scratch, ws;
+    mt_tensor mlp_act; /* recompute_mlp_act: every layer's fc1_act (N,F) */
+    mt_tensor ln_out;  /* recompute_layernorm: every layer's ln1 and ln2 (N,C) */
 } acts;
 
 typedef struct layer_params {

@@ -1,4 +1,6 @@
-/* functional (CPU) / gpu (test_recompute cuda): full activation recomputation changes nothing but memory. Losses, logits and
+/* functional (CPU) / gpu (test_recompute cuda): full activation recomputation, and selective
+ * recomputation of the MLP activation (mlp_act) and the norms' outputs (layernorm), change nothing
+ * but memory. Losses, logits and
  * every gradient of tiny GPT-2 and Llama models (Philox init) are bitwise those of the model that
  * keeps all activations, for uniform and block methods; the activation arena shrinks by exactly
  * the per-layer sets that the scratch sets replace; Megatron's invalid combinations are refused.
@@ -105,6 +107,10 @@ static void compare(const char *what, const mt_model_config *cfg, const result *
     mt_model_destroy(m);
 }
 
+static size_t align_up(size_t n) {
+    return (n + MT_ARENA_ALIGN - 1) / MT_ARENA_ALIGN * MT_ARENA_ALIGN;
+}
+
 static size_t act_bytes(const mt_model_config *c, int b) {
     size_t n = 0;
     MT_CHECK(mt_model_activation_bytes(c, b, dev, &n));
@@ -174,6 +180,25 @@ static void test_model(const char *tag) {
                   "%s: mt_model_activation_bytes disagrees with the model", what);
         free_result(&got);
     }
+    /* selective mlp_act / layernorm: one shared buffer instead of one per layer (two for the
+     * norms) */
+    for (int v = 1; v <= 3; v++) {
+        mt_model_config sel = with(base, MT_RECOMPUTE_SELECTIVE, MT_RECOMPUTE_METHOD_NONE, 0);
+        sel.recompute_mlp_act = v & 1;
+        sel.recompute_layernorm = (v & 2) != 0;
+        MT_CHECK(mt_model_config_finalize(&sel));
+        char what[64];
+        snprintf(what, sizeof what, "%s selective%s%s", tag, v & 1 ? " mlp_act" : "",
+                 v & 2 ? " layernorm" : "");
+        result got = run(&sel, tok, tgt);
+        compare(what, &sel, &want, &got);
+        size_t F = align_up((size_t)B * T * sel.ffn_hidden_size * 4),
+               Cb = align_up((size_t)B * T * sel.hidden_size * 4);
+        size_t saved = (v & 1 ? (size_t)(L - 1) * F : 0) + (v & 2 ? (size_t)(2 * L - 1) * Cb : 0);
+        MT_EXPECT(got.bytes == want.bytes - saved, "%s: mt_model_bytes %zu, want %zu", what,
+                  got.bytes, want.bytes - saved);
+        free_result(&got);
+    }
     mt_model_config u1 = with(base, MT_RECOMPUTE_FULL, MT_RECOMPUTE_UNIFORM, 1);
     MT_EXPECT(act_bytes(&u1, B) < act_bytes(&base, B), "%s: full uniform 1 does not shrink", tag);
     free_result(&want);
@@ -188,7 +213,12 @@ static void test_invalid(void) {
         with(c, MT_RECOMPUTE_SELECTIVE, MT_RECOMPUTE_UNIFORM, 0),
         with(c, MT_RECOMPUTE_SELECTIVE, MT_RECOMPUTE_METHOD_NONE, 1),
         with(c, (mt_recompute_granularity)7, MT_RECOMPUTE_METHOD_NONE, 0),
+        with(c, MT_RECOMPUTE_NONE, MT_RECOMPUTE_METHOD_NONE, 0), /* mlp_act without selective */
+        with(c, MT_RECOMPUTE_FULL, MT_RECOMPUTE_UNIFORM, 1),
+        with(c, MT_RECOMPUTE_NONE, MT_RECOMPUTE_METHOD_NONE, 0), /* layernorm without selective */
     };
+    bad[6].recompute_mlp_act = bad[7].recompute_mlp_act = 1;
+    bad[8].recompute_layernorm = 1;
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
         MT_EXPECT_STATUS(mt_model_config_finalize(&bad[i]), MT_ERR_INVALID_ARG);
 }

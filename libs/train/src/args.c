@@ -219,8 +219,8 @@ static void free_list(char ***list, int *n) {
 }
 
 /* Flags that take a list of values ([w1] p1 [w2 p2 ...]), as nargs='*' in Megatron. */
-static const char *const list_flags[4] = { "--data-path", "--train-data-path", "--valid-data-path",
-                                           "--test-data-path" };
+static const char *const list_flags[5] = { "--data-path", "--train-data-path", "--valid-data-path",
+                                           "--test-data-path", "--recompute-modules" };
 
 void mt_train_args_free(mt_train_args *a) {
     for (int i = 0; i < NFLAGS; i++)
@@ -228,6 +228,7 @@ void mt_train_args_free(mt_train_args *a) {
     free_list(&a->data_path, &a->n_data_path);
     for (int k = 0; k < 3; k++)
         free_list(&a->split_path[k], &a->n_split_path[k]);
+    free_list(&a->recompute_modules, &a->n_recompute_modules);
 }
 
 void mt_train_usage(const char *prog) {
@@ -235,6 +236,9 @@ void mt_train_usage(const char *prog) {
     printf("  %-40s %s\n", "--data-path [w1] p1 [w2 p2 ...]", "dataset prefixes with weights");
     printf("  %-40s %s\n", "--{train,valid,test}-data-path [w1] p1 ...",
            "a blend per split (instead of --data-path and --split)");
+    printf("  %-40s %s\n", "--recompute-modules m1 [m2 ...]",
+           "selective: core_attn (always: flash attention keeps no scores), layernorm (the two "
+           "norms' outputs), mlp_act (the MLP activation; Megatron's moe_act for dense MLPs)");
     for (int i = 0; i < NFLAGS; i++)
         printf("  %-40s %s\n", flags[i].name, flags[i].help);
 }
@@ -284,11 +288,15 @@ mt_status mt_train_args_parse(mt_train_args *a, int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i];
         int lf = -1;
-        for (int k = 0; k < 4; k++)
+        for (int k = 0; k < 5; k++)
             if (strcmp(arg, list_flags[k]) == 0) lf = k;
         if (lf >= 0) {
-            char ***list = lf ? &a->split_path[lf - 1] : &a->data_path;
-            int *n = lf ? &a->n_split_path[lf - 1] : &a->n_data_path;
+            char ***list = lf == 4 ? &a->recompute_modules
+                           : lf    ? &a->split_path[lf - 1]
+                                   : &a->data_path;
+            int *n = lf == 4 ? &a->n_recompute_modules
+                     : lf    ? &a->n_split_path[lf - 1]
+                             : &a->n_data_path;
             free_list(list, n);
             while (i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0) {
                 *list = realloc(*list, sizeof(char *) * (size_t)(*n + 1));
@@ -329,6 +337,22 @@ static mt_status validate_recompute(mt_train_args *a) {
         return BAD("argument --recompute-method: invalid choice: '%s' (choose from 'uniform', "
                    "'block')",
                    m);
+    for (int i = 0; i < a->n_recompute_modules; i++) {
+        const char *x = a->recompute_modules[i];
+        static const char *const megatron[] = { "moe_act", "mla_up_proj", "mlp", "moe",
+                                                "shared_experts" };
+        for (size_t k = 0; k < sizeof megatron / sizeof *megatron; k++)
+            if (strcmp(x, megatron[k]) == 0)
+                return BAD("--recompute-modules %s is not supported yet (supported: core_attn, "
+                           "layernorm, mlp_act)",
+                           x);
+        if (strcmp(x, "core_attn") != 0 && strcmp(x, "layernorm") != 0 && strcmp(x, "mlp_act") != 0)
+            return BAD("Invalid choice for recompute_modules: %s (choose from core_attn, "
+                       "layernorm, mlp_act)",
+                       x);
+    }
+    if (a->n_recompute_modules && !(g && strcmp(g, "selective") == 0))
+        return BAD("--recompute-modules needs --recompute-granularity selective");
     if (!g) return MT_OK; /* Megatron ignores --recompute-method/-num-layers without it */
     if (strcmp(g, "selective") == 0) {
         if (m)

@@ -252,6 +252,11 @@ static mt_status setup_model(run *r) {
             c->recompute_method = strcmp(a->recompute_method, "block") == 0 ? MT_RECOMPUTE_BLOCK
                                                                             : MT_RECOMPUTE_UNIFORM;
         c->recompute_num_layers = a->recompute_num_layers;
+        for (int i = 0; i < a->n_recompute_modules; i++)
+            if (strcmp(a->recompute_modules[i], "mlp_act") == 0)
+                c->recompute_mlp_act = 1;
+            else if (strcmp(a->recompute_modules[i], "layernorm") == 0)
+                c->recompute_layernorm = 1;
     }
     MT_TRY(mt_model_config_finalize(c));
 

@@ -67,13 +67,25 @@ typedef struct mt_model_config {
     mt_recompute_granularity recompute_granularity; /* 0: no activation recomputation */
     mt_recompute_method recompute_method;           /* full only */
     int recompute_num_layers;                       /* full only: 1..num_layers */
+    /* selective only, 1: the MLP's activation (GELU or SwiGLU) is not kept per layer but computed
+     * again from fc1's kept output right before fc2's backward, into one shared buffer
+     * (--recompute-modules mlp_act: Megatron's moe_act for dense MLPs, llm.c's -r 1). The forward
+     * then applies it as a separate kernel, the same one the backward repeats, so the two agree
+     * bitwise. Saves (num_layers - 1) x tokens x ffn_hidden_size activations. */
+    int recompute_mlp_act;
+    /* selective only, 1: the outputs of the two norms of each layer are not kept but computed
+     * again from the kept residual stream before the GEMMs whose weight gradients read them
+     * (--recompute-modules layernorm, as Megatron's; llm.c's -r 2). Bitwise the forward's: the
+     * fused residual add normalises the sum as stored. Saves 2 x (num_layers - 1) x tokens x
+     * hidden_size activations. */
+    int recompute_layernorm;
 } mt_model_config;
 
 #define MT_MODEL_CONFIG_INIT                                                               \
     {                                                                                      \
         sizeof(mt_model_config), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, MT_NORM_LAYERNORM, 0.0f, \
             MT_POS_LEARNED, 0.0, 0, 0, 1, 0, 0.0f, 1234, MT_F32, 0, MT_RECOMPUTE_NONE,     \
-            MT_RECOMPUTE_METHOD_NONE, 0                                                    \
+            MT_RECOMPUTE_METHOD_NONE, 0, 0, 0                                              \
     }
 
 /* Fills the derived fields (zeros) of cfg in place and checks it; MT_ERR_INVALID_ARG with

@@ -68,7 +68,9 @@ typedef struct mt_train_args {
     int use_distributed_optimizer, overlap_grad_reduce, overlap_param_gather, grad_reduce_in_bf16;
     int64_t ddp_bucket_size;
     double distributed_timeout_minutes;
-    char *recompute_granularity, *recompute_method;  /* NULL: none */
+    char *recompute_granularity, *recompute_method; /* NULL: none */
+    int n_recompute_modules;
+    char **recompute_modules;                        /* selective: core_attn, mlp_act (as given) */
     int recompute_num_layers, recompute_activations; /* 0: None */
     int deterministic_mode;
     /* ours */
