@@ -4,9 +4,10 @@
 # fused AdamW) on the same shapes as the peer. Writes Google-Benchmark-style JSON for
 # bench/compare.py: FLOPS by Megatron's formula, so the ratio is the tokens/s ratio.
 #   bench/pretrain.sh BUILD_DIR OUT_DIR          (env: MT_PRETRAIN_ITERS=30, MT_PRETRAIN_CASES)
-# A case is name:layers:hidden:heads:micro-batch[:m1+m2]; m1+m2 adds --recompute-granularity
-# selective --recompute-modules m1 m2. Each case also reports what llm.c (train_gpt2.cu, its
-# defaults) allocates at the same shape and batch (llmc_mib below), the issue's memory bound.
+# A case is name:layers:hidden:heads:micro-batch[:m1+m2[:chunks]]; m1+m2 (- for none) adds
+# --recompute-granularity selective --recompute-modules m1 m2, chunks --logits-chunks. Each case
+# also reports what llm.c (train_gpt2.cu, its defaults) allocates at the same shape and batch
+# (llmc_mib below), the issue's memory bound.
 set -uo pipefail
 b=$1; out=$2; mkdir -p "$out"
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -33,13 +34,13 @@ echo '{"benchmarks": [' > "$out/pretrain.json"
 sep=""
 peer_cases=""
 for c in $cases; do
-  IFS=: read -r name L H NH MB rc <<< "$c"
+  IFS=: read -r name L H NH MB rc lc <<< "$c"
   extra=(); tag=""
-  if [ -n "${rc:-}" ]; then
+  if [ -n "${rc:-}" ] && [ "$rc" != - ]; then
     extra=(--recompute-granularity selective --recompute-modules ${rc//+/ }); tag=_rc-$rc
-  else
-    peer_cases="$peer_cases $name:$L:$H:$NH:$MB"
   fi
+  if [ -n "${lc:-}" ]; then extra+=(--logits-chunks "$lc"); tag=${tag}_lc$lc; fi
+  [ -n "$tag" ] || peer_cases="$peer_cases $name:$L:$H:$NH:$MB"
   log="$out/pretrain_$name$tag.log"
   "$b/apps/pretrain/mt-pretrain" --num-layers "$L" --hidden-size "$H" --num-attention-heads "$NH" \
     --seq-length 1024 --max-position-embeddings 1024 --micro-batch-size "$MB" \

@@ -35,6 +35,7 @@ expect "dropout is not implemented: pass --attention-dropout 0 --hidden-dropout 
 expect "--transformer-impl transformer_engine: only 'local'" --transformer-impl transformer_engine
 expect "--no-position-embedding without rotary embeddings" --no-position-embedding
 expect "argument --timing-log-level: invalid choice: 3" --timing-log-level 3
+expect "--logits-chunks 0: want 1 to the micro-batch's tokens" --logits-chunks 0
 "$MT_PRETRAIN" --num-layers 2 > "$d/out" 2>&1; rc=$?
 { [ $rc = 2 ] && grep -q "hidden-size is required" "$d/out"; } || { echo "FAIL: missing required flag"; cat "$d/out"; fail=1; }
 # an inconsistent batch is found once the world size is known, still before training

@@ -42,3 +42,12 @@ refuse '--recompute-modules mlp is not supported yet' --recompute-granularity se
   --recompute-modules mlp
 refuse 'Invalid choice for recompute_modules: attn' --recompute-granularity selective \
   --recompute-modules attn
+# --logits-chunks (the output layer and cross-entropy in token slices): the same curve up to the
+# order of the output layer's weight-gradient sums
+tiny_run "$d/chunks.json" --num-layers 3 --logits-chunks 3 > "$d/chunks.log" \
+  || { echo "FAIL: --logits-chunks 3 did not run"; cat "$d/chunks.log"; exit 1; }
+got=$(losses "$d/chunks.json" 1 12)
+paste <(echo "$want") <(echo "$got") | awk '{ r = ($2 - $4) / $2; if (r < 0) r = -r;  # iter loss
+  if ($1 != $3 || r > 1e-5) { print "FAIL: --logits-chunks 3: " $3 " " $4 " against " $2; bad = 1 } }
+  END { exit bad }' || exit 1
+echo "ok: --logits-chunks 3 within 1e-5"

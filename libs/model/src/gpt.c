@@ -127,7 +127,9 @@ static mt_status params_needed(mt_model *m, int level, mt_stream s) {
     return m->wait_fn ? m->wait_fn(m->wait_ctx, level, s) : MT_OK;
 }
 
-static mt_status forward(mt_model *m, const mt_tensor *tokens, mt_stream s) {
+/* The forward up to the final norm, and the output layer's logits when lm_head (else the caller
+ * runs the output layer on slices: lm_head_slices). */
+static mt_status forward(mt_model *m, const mt_tensor *tokens, int lm_head, mt_stream s) {
     const mt_model_config *c = &m->cfg;
     acts *a = &m->a;
     MT_TRY(check_ids(m, tokens, "tokens"));
@@ -146,8 +148,9 @@ static mt_status forward(mt_model *m, const mt_tensor *tokens, mt_stream s) {
     MT_TRY(params_needed(m, c->num_layers, s));
     OP("fwd.norm", norm_fwd(m, &a->lnf, &a->resid_final, &a->lnf_mean, &a->lnf_rstd, &a->tmp_c,
                             &a->layer[c->num_layers - 1].resid_mid, m->lnf_w, m->lnf_b, s));
-    OP("fwd.gemm.lmhead",
-       mt_linear_fwd(m->blas, &a->logits, NULL, &a->lnf, W(m->out_w), NULL, 0, s));
+    if (lm_head)
+        OP("fwd.gemm.lmhead",
+           mt_linear_fwd(m->blas, &a->logits, NULL, &a->lnf, W(m->out_w), NULL, 0, s));
     return MT_OK;
 }
 
@@ -179,15 +182,54 @@ static mt_status targets_flat(const mt_model *m, const mt_tensor *targets, mt_te
     return mt_tensor_reshape(targets, 1, (int64_t[]){ (int64_t)m->B * m->cfg.seq_length }, flat);
 }
 
+/* logits_chunks > 1: the output layer and the cross-entropy on row slices of the tokens, one
+ * slice's logits at a time; with train, also the loss gradient (the whole batch's count first,
+ * then each token's share of loss_scale, as the one-call mean) and the output layer's backward:
+ * dln receives each slice's rows, the weight gradient adds up over the slices. */
+static mt_status lm_head_slices(mt_model *m, const mt_tensor *t, int train, float loss_scale,
+                                mt_stream s) {
+    acts *a = &m->a;
+    const int64_t N = t->shape[0], R = a->logits.shape[0], V = m->cfg.vocab_size;
+    if (train)
+        MT_TRY(mt_xent_stats(&a->stats, &a->dloss, NULL, t, loss_scale, MT_XENT_IGNORE_INDEX, s));
+    for (int64_t r0 = 0; r0 < N; r0 += R) {
+        const int64_t n = N - r0 < R ? N - r0 : R;
+        mt_tensor x, lg, tc, lo, g, dx;
+        MT_TRY(mt_tensor_slice(&a->lnf, 0, r0, n, &x));
+        MT_TRY(mt_tensor_slice(&a->logits, 0, 0, n, &lg));
+        MT_TRY(mt_tensor_slice(t, 0, r0, n, &tc));
+        MT_TRY(mt_tensor_slice(&a->losses, 0, r0, n, &lo));
+        OP("fwd.gemm.lmhead", mt_linear_fwd(m->blas, &lg, NULL, &x, W(m->out_w), NULL, 0, s));
+        if (!train) {
+            OP("xent", mt_xent_fwd(&lo, NULL, &lg, &tc, V, MT_XENT_IGNORE_INDEX, s));
+            continue;
+        }
+        MT_TRY(mt_tensor_slice(&a->dloss, 0, r0, n, &g));
+        MT_TRY(mt_tensor_slice(&a->dln, 0, r0, n, &dx));
+        OP("xent", mt_xent_fwd_bwd(&lg, &lo, NULL, &lg, &tc, &g, 0.0f, V, MT_XENT_IGNORE_INDEX, s));
+        OP("bwd.gemm.lmhead", mt_linear_bwd(m->blas, &dx, G(m->out_w), NULL, &lg, &x, W(m->out_w),
+                                            !m->grads_discarded || r0 > 0, s));
+    }
+    return mt_xent_stats(&a->stats, NULL, &a->losses, t, 0.0f, MT_XENT_IGNORE_INDEX, s);
+}
+
 mt_status mt_model_forward(mt_model *m, const mt_tensor *tokens, const mt_tensor *targets,
                            mt_stream stream) {
     MT_REQUIRE(m && tokens, MT_ERR_INVALID_ARG, "NULL model or tokens");
-    MT_TRY(forward(m, tokens, stream));
+    const int sliced = m->cfg.logits_chunks > 1;
+    MT_REQUIRE(targets || !sliced, MT_ERR_INVALID_ARG,
+               "a forward without targets returns every token's logits: it needs logits_chunks "
+               "1 (this model keeps one of %d slices)",
+               m->cfg.logits_chunks);
+    MT_TRY(forward(m, tokens, !sliced, stream));
     if (!targets) return MT_OK;
     mt_tensor t;
     MT_TRY(targets_flat(m, targets, &t));
-    MT_TRY(mt_xent_fwd(&m->a.losses, &m->a.stats, &m->a.logits, &t, m->cfg.vocab_size,
-                       MT_XENT_IGNORE_INDEX, stream));
+    if (sliced)
+        MT_TRY(lm_head_slices(m, &t, 0, 0.0f, stream));
+    else
+        MT_TRY(mt_xent_fwd(&m->a.losses, &m->a.stats, &m->a.logits, &t, m->cfg.vocab_size,
+                           MT_XENT_IGNORE_INDEX, stream));
     return add_loss(m, stream);
 }
 
@@ -196,13 +238,16 @@ static mt_status grads_ready(mt_model *m, int level, mt_stream s) {
     return m->ready_fn ? m->ready_fn(m->ready_ctx, level, s) : MT_OK;
 }
 
-static mt_status backward(mt_model *m, mt_stream s) {
+/* The backward from the logits' gradient (lm_head), or from dln when lm_head_slices ran the
+ * output layer's backward. */
+static mt_status backward(mt_model *m, int lm_head, mt_stream s) {
     const mt_model_config *c = &m->cfg;
     acts *a = &m->a;
     mt_attn_config ac = attn_cfg(m);
     const int acc = !m->grads_discarded; /* 0: the first write of every weight's grad */
-    OP("bwd.gemm.lmhead", mt_linear_bwd(m->blas, &a->dln, G(m->out_w), NULL, &a->logits, &a->lnf,
-                                        W(m->out_w), acc, s));
+    if (lm_head)
+        OP("bwd.gemm.lmhead", mt_linear_bwd(m->blas, &a->dln, G(m->out_w), NULL, &a->logits,
+                                            &a->lnf, W(m->out_w), acc, s));
     /* fc2's and proj's bias gradients come from the norm backwards that write their dy */
     OP("bwd.norm", norm_bwd(m, &a->dres, m->lnf_w, m->lnf_b, m->lp[c->num_layers - 1].fc2_b,
                             &a->dln, &a->resid_final, &a->lnf_mean, &a->lnf_rstd, NULL, s));
@@ -266,13 +311,17 @@ static mt_status backward(mt_model *m, mt_stream s) {
 
 static mt_status fwd_bwd(mt_model *m, const mt_tensor *tokens, const mt_tensor *targets,
                          float loss_scale, mt_stream s) {
-    MT_TRY(forward(m, tokens, s));
+    const int sliced = m->cfg.logits_chunks > 1;
+    MT_TRY(forward(m, tokens, !sliced, s));
     mt_tensor t;
     MT_TRY(targets_flat(m, targets, &t));
-    OP("xent", mt_xent_fwd_bwd(&m->a.logits, &m->a.losses, &m->a.stats, &m->a.logits, &t, NULL,
-                               loss_scale, m->cfg.vocab_size, MT_XENT_IGNORE_INDEX, s));
+    if (sliced)
+        MT_TRY(lm_head_slices(m, &t, 1, loss_scale, s));
+    else
+        OP("xent", mt_xent_fwd_bwd(&m->a.logits, &m->a.losses, &m->a.stats, &m->a.logits, &t, NULL,
+                                   loss_scale, m->cfg.vocab_size, MT_XENT_IGNORE_INDEX, s));
     MT_TRY(add_loss(m, s));
-    MT_TRY(backward(m, s));
+    MT_TRY(backward(m, !sliced, s));
     m->grads_discarded = 0;
     return MT_OK;
 }

@@ -74,6 +74,8 @@ mt_status mt_model_config_finalize(mt_model_config *c) {
     MT_REQUIRE(!c->recompute_mlp_act || c->recompute_granularity == MT_RECOMPUTE_SELECTIVE,
                MT_ERR_INVALID_ARG,
                "recompute_modules mlp_act needs recompute_granularity: selective");
+    MT_REQUIRE(c->logits_chunks >= 0, MT_ERR_INVALID_ARG, "logits_chunks %d < 0", c->logits_chunks);
+    if (c->logits_chunks == 0) c->logits_chunks = 1;
     MT_REQUIRE(!c->recompute_layernorm || c->recompute_granularity == MT_RECOMPUTE_SELECTIVE,
                MT_ERR_INVALID_ARG,
                "recompute_modules layernorm needs recompute_granularity: selective");
@@ -240,7 +242,9 @@ static void plan_acts(mt_model *m, planner *p) {
     TAKE(p, &a->lnf, dt, N, C);
     TAKE(p, &a->lnf_mean, MT_F32, N);
     TAKE(p, &a->lnf_rstd, MT_F32, N);
-    TAKE(p, &a->logits, dt, N, Vp);
+    int64_t chunks = c->logits_chunks > 1 ? c->logits_chunks : 1;
+    TAKE(p, &a->logits, dt, (N + chunks - 1) / chunks, Vp); /* one slice's logits */
+    if (chunks > 1) TAKE(p, &a->dloss, MT_F32, N);
     TAKE(p, &a->losses, MT_F32, N);
     TAKE(p, &a->stats, MT_F32, 2);
     TAKE(p, &a->loss_acc, MT_F32, 1);

@@ -39,6 +39,7 @@ typedef struct acts {
     mt_tensor tmp_c, dres, dln, datty, dqkv, dfc1_act, dfc1_pre, norm_scratch, ws;
     mt_tensor mlp_act; /* recompute_mlp_act: every layer's fc1_act (N,F) */
     mt_tensor ln_out;  /* recompute_layernorm: every layer's ln1 and ln2 (N,C) */
+    mt_tensor dloss;   /* logits_chunks > 1: each token's loss gradient (N) f32 */
 } acts;
 
 typedef struct layer_params {

@@ -1,6 +1,6 @@
 /* functional (CPU) / gpu (test_recompute cuda): full activation recomputation, and selective
  * recomputation of the MLP activation (mlp_act) and the norms' outputs (layernorm), change nothing
- * but memory. Losses, logits and
+ * but memory; the output layer in slices (logits_chunks) changes only the order of its sums. Losses, logits and
  * every gradient of tiny GPT-2 and Llama models (Philox init) are bitwise those of the model that
  * keeps all activations, for uniform and block methods; the activation arena shrinks by exactly
  * the per-layer sets that the scratch sets replace; Megatron's invalid combinations are refused.
@@ -204,6 +204,51 @@ static void test_model(const char *tag) {
     free_result(&want);
 }
 
+/* logits_chunks 3 (slices of 11, 11 and 10 tokens): the same losses and gradients up to the
+ * order of the output layer's weight-gradient sums, the last slice's logits, and the arena smaller
+ * by all but one slice's logits (plus the per-token loss gradients). */
+static void test_logits_chunks(const char *tag) {
+    mt_model_config base = config_for(tag), sl = base;
+    sl.logits_chunks = 3;
+    MT_CHECK(mt_model_config_finalize(&base));
+    MT_CHECK(mt_model_config_finalize(&sl));
+    int32_t tok[2 * B * T], tgt[2 * B * T];
+    for (int i = 0; i < 2 * B * T; i++) {
+        tok[i] = (i * 7919 + 13) % V;
+        tgt[i] = i % 5 == 2 ? -100 : (i * 104729 + 7) % V;
+    }
+    result want = run(&base, tok, tgt), got = run(&sl, tok, tgt);
+    char what[96];
+    snprintf(what, sizeof what, "%s logits_chunks 3", tag);
+    mt_test_close_f64(what, got.loss, want.loss, 2, 1e-6, 1e-6);
+    const int64_t Vp = base.padded_vocab_size, N = B * T, R = (N + 2) / 3;
+    mt_test_close_f32(what, got.logits, want.logits + (N - (N - 2 * R)) * Vp,
+                      (size_t)((N - 2 * R) * Vp), 1e-5, 1e-5);
+    mt_model *m;
+    MT_CHECK(mt_model_create(&base, B, dev, NULL, NULL, &m));
+    for (int i = 0; i < mt_model_num_params(m); i++) {
+        mt_model_param *p = mt_model_param_at(m, i);
+        char w2[160];
+        snprintf(w2, sizeof w2, "%s: grad %s", what, p->name);
+        mt_test_close_f32(w2, got.grads[i], want.grads[i], (size_t)mt_tensor_numel(&p->grad), 1e-6,
+                          1e-4);
+    }
+    mt_model_destroy(m);
+    size_t es = 4, saved = align_up((size_t)(N * Vp) * es) - align_up((size_t)(R * Vp) * es) -
+                           align_up((size_t)N * 4);
+    MT_EXPECT(got.bytes == want.bytes - saved, "%s: mt_model_bytes %zu, want %zu", what, got.bytes,
+              want.bytes - saved);
+    /* a forward without targets would return every token's logits: refused */
+    MT_CHECK(mt_model_create(&sl, B, dev, NULL, NULL, &m));
+    mt_arena *a;
+    MT_CHECK(mt_arena_create(dev, 4 * MT_ARENA_ALIGN + B * T * 4, &a));
+    mt_tensor tk = ids_on_dev(a, tok, 0);
+    MT_EXPECT_STATUS(mt_model_forward(m, &tk, NULL, NULL), MT_ERR_INVALID_ARG);
+    mt_arena_destroy(a);
+    mt_model_destroy(m);
+    free_result(&want), free_result(&got);
+}
+
 static void test_invalid(void) {
     mt_model_config c = config_for("gpt2");
     mt_model_config bad[] = {
@@ -251,6 +296,8 @@ int main(int argc, char **argv) {
     }
     test_model("gpt2");
     test_model("llama");
+    test_logits_chunks("gpt2");
+    test_logits_chunks("llama");
     test_invalid();
     report_gpt2_124m();
     return mt_test_result();

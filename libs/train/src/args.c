@@ -162,6 +162,9 @@ static const flag flags[] = {
     { "--recompute-num-layers", F_INT, O(recompute_num_layers),
       "layers per recomputed group (uniform) or recomputed layers (block)" },
     { "--device", F_STR, O(device), "auto | cpu | cuda (not a Megatron flag)" },
+    { "--logits-chunks", F_INT, O(logits_chunks),
+      "the output layer and cross-entropy on N slices of the micro-batch's tokens: one slice's "
+      "logits in memory at a time (not a Megatron flag; default 1)" },
 };
 #undef O
 #define NFLAGS ((int)(sizeof flags / sizeof *flags))
@@ -208,6 +211,7 @@ void mt_train_args_init(mt_train_args *a) {
     a->context_parallel_size = 1;
     a->distributed_timeout_minutes = 10;
     set_str(&a->device, "auto");
+    a->logits_chunks = 1;
 }
 
 static void free_list(char ***list, int *n) {
@@ -448,6 +452,9 @@ static mt_status validate(mt_train_args *a) {
     if (a->num_attention_heads <= 0) return BAD("--num-attention-heads is required");
     if (a->seq_length <= 0) return BAD("--seq-length is required");
     if (a->micro_batch_size <= 0) return BAD("--micro-batch-size is required");
+    if (a->logits_chunks < 1 || a->logits_chunks > (int64_t)a->micro_batch_size * a->seq_length)
+        return BAD("--logits-chunks %d: want 1 to the micro-batch's tokens (%lld)",
+                   a->logits_chunks, (long long)a->micro_batch_size * a->seq_length);
     if (a->train_iters > 0) { /* megatron's asserts for iteration-based training */
         if (a->train_samples > 0) return BAD("expected iteration-based training");
         if (a->lr_decay_samples > 0) return BAD("expected iteration-based learning rate decay");

@@ -245,6 +245,7 @@ static mt_status setup_model(run *r) {
     c->seed = (uint64_t)a->seed;
     c->dtype = a->bf16 ? MT_BF16 : a->fp16 ? MT_F16 : MT_F32;
     c->deterministic = a->deterministic_mode;
+    c->logits_chunks = a->logits_chunks;
     if (a->recompute_granularity) {
         int full = strcmp(a->recompute_granularity, "full") == 0;
         c->recompute_granularity = full ? MT_RECOMPUTE_FULL : MT_RECOMPUTE_SELECTIVE;

@@ -122,6 +122,12 @@ mt_status xent_cuda(mt_tensor *dlogits, mt_tensor *losses, mt_tensor *stats,
                     const mt_tensor *logits, const mt_tensor *targets, const mt_tensor *dloss,
                     float dmean, int64_t V, int64_t ignore_index, mt_stream stream);
 
+mt_status xent_stats_cpu(mt_tensor *stats, mt_tensor *dloss, const mt_tensor *losses,
+                         const mt_tensor *targets, float dmean, int64_t ignore_index);
+mt_status xent_stats_cuda(mt_tensor *stats, mt_tensor *dloss, const mt_tensor *losses,
+                          const mt_tensor *targets, float dmean, int64_t ignore_index,
+                          mt_stream stream);
+
 /* embedding: ids viewed as (N / T, T) with T its last dim; rows of C channels. */
 mt_status embedding_fwd_cpu(mt_tensor *out, const mt_tensor *ids, const mt_tensor *wte,
                             const mt_tensor *wpe);

@@ -1,7 +1,7 @@
 /* gpu: fused softmax cross-entropy on CUDA equals the CPU reference on fresh random logits in f32
  * and bf16 (padded vocab 50257 -> 50304 and an odd unpadded one), i32 and i64 targets with ignored
- * tokens, per-token and mean gradients, in place, more rows than resident blocks; and the golden
- * values. */
+ * tokens, per-token and mean gradients (the mean also over two row slices with mt_xent_stats,
+ * bitwise the one call), in place, more rows than resident blocks; and the golden values. */
 #include "gpu_common.h"
 
 static void run(mt_dtype dt, mt_dtype tdt, int64_t N, int64_t V, int64_t Vp, int mean, int in_place,
@@ -38,6 +38,36 @@ static void run(mt_dtype dt, mt_dtype tdt, int64_t N, int64_t V, int64_t Vp, int
     close_dev(what, &dlo, &hlo, 1e-4, 1e-5);
     close_dev(what, &dst, &hst, 1e-4, 1e-5);
     close_dev(what, &dd, &hd, 1e-9, dt == MT_F32 ? 2e-5 : 1e-2);
+    if (mean) { /* the same mean over two row slices (mt_xent_stats): the same bits on the GPU */
+        mt_tensor sx = to_dev(&hx), sg = dev_nan(MT_F32, 1, one), slo = dev_nan(MT_F32, 1, one);
+        mt_tensor sst = dev_nan(MT_F32, 1, two);
+        MT_CHECK(mt_xent_stats(&sst, &sg, NULL, &dt_, 0.75f, MT_XENT_IGNORE_INDEX, NULL));
+        for (int c = 0; c < 2; c++) {
+            int64_t r0 = c ? N / 3 : 0, n = c ? N - N / 3 : N / 3;
+            mt_tensor x1, t1, l1, g1;
+            MT_CHECK(mt_tensor_slice(&sx, 0, r0, n, &x1));
+            MT_CHECK(mt_tensor_slice(&dt_, 0, r0, n, &t1));
+            MT_CHECK(mt_tensor_slice(&slo, 0, r0, n, &l1));
+            MT_CHECK(mt_tensor_slice(&sg, 0, r0, n, &g1));
+            MT_CHECK(mt_xent_fwd_bwd(&x1, &l1, NULL, &x1, &t1, &g1, 0.0f, V, MT_XENT_IGNORE_INDEX,
+                                     NULL));
+        }
+        MT_CHECK(mt_xent_stats(&sst, NULL, &slo, &dt_, 0.0f, MT_XENT_IGNORE_INDEX, NULL));
+        char w2[160];
+        snprintf(w2, sizeof w2, "%s, two slices", what);
+        close_dev(w2, &sx, &hd, 1e-9, dt == MT_F32 ? 2e-5 : 1e-2);
+        float *a = malloc((size_t)mt_tensor_nbytes(&sx)),
+              *b = malloc((size_t)mt_tensor_nbytes(&dd));
+        MT_CHECK(mt_memcpy(a, MT_DEVICE_CPU, sx.data, sx.device, mt_tensor_nbytes(&sx), NULL));
+        MT_CHECK(mt_memcpy(b, MT_DEVICE_CPU, dd.data, dd.device, mt_tensor_nbytes(&dd), NULL));
+        MT_EXPECT(memcmp(a, b, mt_tensor_nbytes(&dd)) == 0, "%s: dlogits differ from one call", w2);
+        float s1[2], s2[2];
+        MT_CHECK(mt_memcpy(s1, MT_DEVICE_CPU, dst.data, dst.device, 8, NULL));
+        MT_CHECK(mt_memcpy(s2, MT_DEVICE_CPU, sst.data, sst.device, 8, NULL));
+        MT_EXPECT(memcmp(s1, s2, 8) == 0, "%s: stats %g %g, one call %g %g", w2, s2[0], s2[1],
+                  s1[0], s1[1]);
+        free(a), free(b);
+    }
     /* forward only */
     mt_tensor hx2 = to_dev(&hx), dlo2 = dev_nan(MT_F32, 1, one), dst2 = dev_nan(MT_F32, 1, two);
     MT_CHECK(mt_xent_fwd(&dlo2, &dst2, &hx2, &dt_, V, MT_XENT_IGNORE_INDEX, NULL));

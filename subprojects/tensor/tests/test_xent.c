@@ -1,6 +1,7 @@
 /* unit: fused softmax cross-entropy over a padded vocab (CPU reference) against PyTorch's
  * F.cross_entropy (ignore_index -100): per-token losses, mean and count, gradients for a per-token
- * upstream and for the mean, i32 and i64 targets, in place, f32 and bf16. */
+ * upstream and for the mean (also over two row slices with mt_xent_stats), i32 and i64 targets, in
+ * place, f32 and bf16. */
 #include <mt/tensor.h>
 #include <mt/testkit.h>
 
@@ -86,9 +87,36 @@ int main(void) {
     mt_tensor tt = mt_tensor_1d(tg64, MT_I64, N, MT_DEVICE_CPU);
     mt_tensor tlo = mt_tensor_1d(losses, MT_F32, N, MT_DEVICE_CPU);
     mt_tensor ts = mt_tensor_1d(stats, MT_F32, 2, MT_DEVICE_CPU);
+    mt_tensor tshort_ids = mt_tensor_1d(tg64, MT_I64, N - 1, MT_DEVICE_CPU); /* dloss is N long */
     MT_CHECK(mt_xent_fwd(&tlo, &ts, &tl, &tt, V, MT_XENT_IGNORE_INDEX, NULL));
     mt_test_close_f32("xent fwd losses", losses, losses_ref, N, 1e-5, 1e-5);
     mt_test_close_f32("xent fwd stats", stats, stats_ref, 2, 1e-5, 1e-5);
+
+    /* the mean in two row slices (mt_xent_stats before and after): PyTorch's mean gradient */
+    {
+        float lg[N * VP], g[N], s2[2], lo2[N];
+        memcpy(lg, logits, sizeof lg);
+        mt_tensor tg = mt_tensor_1d(g, MT_F32, N, MT_DEVICE_CPU);
+        mt_tensor ts2 = mt_tensor_1d(s2, MT_F32, 2, MT_DEVICE_CPU);
+        mt_tensor tlo2 = mt_tensor_1d(lo2, MT_F32, N, MT_DEVICE_CPU);
+        MT_CHECK(mt_xent_stats(&ts2, &tg, NULL, &tt, 1.0f, MT_XENT_IGNORE_INDEX, NULL));
+        const int cut = 3;
+        for (int c = 0; c < 2; c++) {
+            int r0 = c ? cut : 0, n = c ? N - cut : cut;
+            mt_tensor x = mt_tensor_2d(lg + r0 * VP, MT_F32, n, VP, MT_DEVICE_CPU);
+            mt_tensor t1 = mt_tensor_1d(tg64 + r0, MT_I64, n, MT_DEVICE_CPU);
+            mt_tensor l1 = mt_tensor_1d(lo2 + r0, MT_F32, n, MT_DEVICE_CPU);
+            mt_tensor g1 = mt_tensor_1d(g + r0, MT_F32, n, MT_DEVICE_CPU);
+            MT_CHECK(
+                mt_xent_fwd_bwd(&x, &l1, NULL, &x, &t1, &g1, 0.0f, V, MT_XENT_IGNORE_INDEX, NULL));
+        }
+        MT_CHECK(mt_xent_stats(&ts2, NULL, &tlo2, &tt, 0.0f, MT_XENT_IGNORE_INDEX, NULL));
+        mt_test_close_f32("xent sliced mean: dlogits", lg, dmean_ref, N * VP, 1e-7, 1e-5);
+        mt_test_close_f32("xent sliced mean: stats", s2, stats_ref, 2, 1e-5, 1e-5);
+        mt_test_close_f32("xent sliced mean: losses", lo2, losses_ref, N, 1e-5, 1e-5);
+        MT_EXPECT_STATUS(mt_xent_stats(&ts2, &tlo, NULL, &tshort_ids, 1.0f, -100, NULL),
+                         MT_ERR_INVALID_ARG);
+    }
 
     /* bad input gets a clear error */
     MT_EXPECT_STATUS(mt_xent_fwd(&tlo, &ts, &tl, &tt, VP + 1, -100, NULL), MT_ERR_INVALID_ARG);

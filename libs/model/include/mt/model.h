@@ -79,13 +79,18 @@ typedef struct mt_model_config {
      * fused residual add normalises the sum as stored. Saves 2 x (num_layers - 1) x tokens x
      * hidden_size activations. */
     int recompute_layernorm;
+    /* >1: the output layer, the cross-entropy and the output layer's backward run on that many
+     * row slices of the micro-batch's tokens, so only one slice's logits exist at a time (the
+     * largest activation of a GPT-2 step: tokens x padded vocab). mt_model_logits then holds the
+     * last slice's, and mt_model_forward needs targets. 0 or 1: all logits at once. */
+    int logits_chunks;
 } mt_model_config;
 
 #define MT_MODEL_CONFIG_INIT                                                               \
     {                                                                                      \
         sizeof(mt_model_config), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, MT_NORM_LAYERNORM, 0.0f, \
             MT_POS_LEARNED, 0.0, 0, 0, 1, 0, 0.0f, 1234, MT_F32, 0, MT_RECOMPUTE_NONE,     \
-            MT_RECOMPUTE_METHOD_NONE, 0, 0, 0                                              \
+            MT_RECOMPUTE_METHOD_NONE, 0, 0, 0, 0                                           \
     }
 
 /* Fills the derived fields (zeros) of cfg in place and checks it; MT_ERR_INVALID_ARG with
@@ -140,7 +145,8 @@ MT_API mt_status mt_model_activation_bytes(const mt_model_config *cfg, int micro
  * The logits stay readable through mt_model_logits. Enqueued on `stream`. */
 MT_API mt_status mt_model_forward(mt_model *m, const mt_tensor *tokens, const mt_tensor *targets,
                                   mt_stream stream);
-/* The (B*T, padded V) logits of the last mt_model_forward. */
+/* The (B*T, padded V) logits of the last mt_model_forward (with logits_chunks > 1: the last
+ * slice's rows, at the start of a (ceil(B*T / logits_chunks), padded V) buffer). */
 MT_API mt_tensor mt_model_logits(mt_model *m);
 /* Training: forward, the fused cross-entropy and its gradient (in place over the logits), and the
  * backward for loss = loss_scale * (mean loss over the micro-batch's non-ignored tokens). Gradients

@@ -74,7 +74,8 @@ typedef struct mt_train_args {
     int recompute_num_layers, recompute_activations; /* 0: None */
     int deterministic_mode;
     /* ours */
-    char *device; /* "auto" (GPU if there is one), "cpu" or "cuda" */
+    char *device;      /* "auto" (GPU if there is one), "cpu" or "cuda" */
+    int logits_chunks; /* the output layer and cross-entropy in that many token slices */
 } mt_train_args;
 
 /* Megatron's defaults. */

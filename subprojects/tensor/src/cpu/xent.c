@@ -57,3 +57,20 @@ mt_status xent_cpu(mt_tensor *dlogits, mt_tensor *losses, mt_tensor *stats, cons
     }
     return MT_OK;
 }
+
+mt_status xent_stats_cpu(mt_tensor *stats, mt_tensor *dloss, const mt_tensor *losses,
+                         const mt_tensor *targets, float dmean, int64_t ignore_index) {
+    int64_t N = mt_tensor_numel(targets), count = 0;
+    double total = 0.0;
+    for (int64_t n = 0; n < N; n++)
+        if (ld_id(targets, n) != ignore_index) {
+            count++;
+            if (losses) total += ((const float *)losses->data)[n];
+        }
+    for (int64_t n = 0; dloss && n < N; n++) /* as the mean mode's g, rounded to f32 */
+        ((float *)dloss->data)[n] =
+            ld_id(targets, n) == ignore_index ? 0.0f : (float)((double)dmean / (double)count);
+    if (losses) ((float *)stats->data)[0] = (float)(total / (double)count);
+    ((float *)stats->data)[1] = (float)count;
+    return MT_OK;
+}

@@ -269,3 +269,38 @@ extern "C" mt_status xent_cuda(mt_tensor *dlogits, mt_tensor *losses, mt_tensor 
     }
     return MT_OK;
 }
+
+/* dloss[n] = dmean / stats[1] for kept targets, else 0 (the mean mode's g, as xent_smem_kernel). */
+template <typename I>
+static __global__ void xent_dloss_kernel(float *dloss, const float *stats, const I *targets,
+                                         int64_t n, float dmean, int64_t ignore_index) {
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) dloss[i] = (int64_t)targets[i] == ignore_index ? 0.0f : dmean / stats[1];
+}
+
+template <typename I>
+static mt_status stats_launch(float *st, float *dl, const float *losses, const I *tg, int64_t n,
+                              float dmean, int64_t ignore_index, mt_stream stream) {
+    xent_stats_kernel<I>
+        <<<1, 1024, 0, stream>>>(st, losses, tg, n, ignore_index, losses != nullptr);
+    MT_CUDA_CHECK_LAUNCH();
+    if (dl && n > 0) {
+        xent_dloss_kernel<I>
+            <<<(unsigned)((n + 255) / 256), 256, 0, stream>>>(dl, st, tg, n, dmean, ignore_index);
+        MT_CUDA_CHECK_LAUNCH();
+    }
+    return MT_OK;
+}
+
+extern "C" mt_status xent_stats_cuda(mt_tensor *stats, mt_tensor *dloss, const mt_tensor *losses,
+                                     const mt_tensor *targets, float dmean, int64_t ignore_index,
+                                     mt_stream stream) {
+    float *st = (float *)stats->data, *dl = dloss ? (float *)dloss->data : nullptr;
+    const float *lo = losses ? (const float *)losses->data : nullptr;
+    int64_t n = mt_tensor_numel(targets);
+    if (targets->dtype == MT_I64)
+        return stats_launch<int64_t>(st, dl, lo, (const int64_t *)targets->data, n, dmean,
+                                     ignore_index, stream);
+    return stats_launch<int32_t>(st, dl, lo, (const int32_t *)targets->data, n, dmean, ignore_index,
+                                 stream);
+}

@@ -180,6 +180,15 @@ MT_API mt_status mt_xent_fwd_bwd(mt_tensor *dlogits, mt_tensor *losses, mt_tenso
                                  const mt_tensor *dloss, float dmean, int64_t V,
                                  int64_t ignore_index, mt_stream stream);
 
+/* For a mean over several mt_xent calls on row slices of one batch (the output layer in chunks):
+ * stats[1] = the count of targets (N) != ignore_index; with dloss (N) f32, dloss[n] = dmean /
+ * count for those targets and 0 for ignored ones (the g of mt_xent_fwd_bwd's mean mode, to pass
+ * it as its per-token dloss); with losses (N) f32, stats[0] = their mean over the counted
+ * targets (fp64, fixed order; NaN for none), as mt_xent_fwd writes it. Enqueued. */
+MT_API mt_status mt_xent_stats(mt_tensor *stats, mt_tensor *dloss, const mt_tensor *losses,
+                               const mt_tensor *targets, float dmean, int64_t ignore_index,
+                               mt_stream stream);
+
 /* out (..., C) = wte[ids[...]] (+ wpe[t], t the index along ids' last dim, when wpe != NULL).
  * ids (...) i32 or i64 in [0, V) (CPU: MT_ERR_INVALID_ARG otherwise; CUDA: zeros for such rows);
  * wte (V, C), wpe (Tmax, C) with Tmax >= T; float tables of out's dtype. */
