@@ -13,7 +13,8 @@ b=$1; out=$2; mkdir -p "$out"
 top=$(cd "$(dirname "$0")/.." && pwd)
 iters=${MT_PRETRAIN_ITERS:-30}
 # name layers hidden heads micro-batch [recomputed modules]
-cases=${MT_PRETRAIN_CASES:-"gpt2_124M:12:768:12:16 gpt2_124M:12:768:12:16:mlp_act gpt2_1558M:48:1600:25:8 gpt2_1558M:48:1600:25:8:mlp_act+layernorm"}
+# (the plain shapes against PyTorch; the others within llm.c's memory at their batch)
+cases=${MT_PRETRAIN_CASES:-"gpt2_124M:12:768:12:16 gpt2_124M:12:768:12:16:-:4 gpt2_124M:12:768:12:64:-:4 gpt2_1558M:48:1600:25:8 gpt2_1558M:48:1600:25:8:mlp_act+layernorm gpt2_1558M:48:1600:25:16:mlp_act"}
 # llm.c's device allocations in MiB for layers, hidden, heads, B (T=1024, Vp=50304), from the sizes
 # in its train_gpt2.cu with the defaults (-w 1 master weights, -r 1 GELU recomputed, cuDNN
 # attention): bf16 params and grads, fp32 AdamW m, v and master weights; per layer 14 (B,T,C)
@@ -41,7 +42,7 @@ for c in $cases; do
   fi
   if [ -n "${lc:-}" ]; then extra+=(--logits-chunks "$lc"); tag=${tag}_lc$lc; fi
   [ -n "$tag" ] || peer_cases="$peer_cases $name:$L:$H:$NH:$MB"
-  log="$out/pretrain_$name$tag.log"
+  log="$out/pretrain_${name}_B$MB$tag.log"
   "$b/apps/pretrain/mt-pretrain" --num-layers "$L" --hidden-size "$H" --num-attention-heads "$NH" \
     --seq-length 1024 --max-position-embeddings 1024 --micro-batch-size "$MB" \
     --global-batch-size "$MB" --mock-data --tokenizer-type GPT2BPETokenizer --bf16 \
@@ -49,7 +50,7 @@ for c in $cases; do
     --device cuda "${extra[@]}" > "$log" 2>&1
   s=$(grep '^\[summary\]' "$log")
   llmc=$(llmc_mib "$L" "$H" "$NH" "$MB")
-  echo "$name$tag: ${s:-FAILED (see $log)} | llm.c allocates $llmc MB"
+  echo "${name}_B$MB$tag: ${s:-FAILED (see $log)} | llm.c allocates $llmc MB"
   [ -n "$s" ] || { tail -5 "$log"; continue; }
   ms=$(echo "$s" | sed -n 's/.*| \([0-9.]*\) ms\/iteration.*/\1/p')
   tf=$(echo "$s" | sed -n 's/.*| \([0-9.]*\) TFLOP\/s\/GPU.*/\1/p')
