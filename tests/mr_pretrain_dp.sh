@@ -23,6 +23,15 @@ for v in dp2 zero; do
     || { echo "FAIL: $v with --overlap-grad-reduce differs"; paste <(losses "$d/$v-nov.json" 1 12) <(losses "$d/$v-ov.json" 1 12); exit 1; }
   echo "ok $v overlap: 12 losses identical to the reduction after the backward"
 done
+# the output layer in token slices (--logits-chunks) writes its weight gradient before the
+# backward proper; overlapped small buckets must still wait for it
+for ov in "" --overlap-grad-reduce; do
+  "$MPIEXEC" -n 2 "$MT_PRETRAIN" "${tiny_args[@]}" --use-distributed-optimizer $ov --ddp-bucket-size 3000 \
+    --logits-chunks 3 --golden-values-out "$d/lc$ov.json" > "$d/lc.log" 2>&1 || { cat "$d/lc.log"; exit 1; }
+done
+[ "$(losses "$d/lc--overlap-grad-reduce.json" 1 12)" = "$(losses "$d/lc.json" 1 12)" ] \
+  || { echo "FAIL: --logits-chunks 3 with --overlap-grad-reduce differs"; exit 1; }
+echo "ok zero overlap with --logits-chunks 3: 12 losses identical"
 # --overlap-param-gather: each bucket's all-gather of the updated params waits for the forward to
 # reach its level (on the host the gather runs there); a bucket gathered after the forward read
 # it would change the losses. Evaluation and --log-params-norm read the params between steps.
