@@ -242,7 +242,7 @@ static void plan_acts(mt_model *m, planner *p) {
     TAKE(p, &a->lnf, dt, N, C);
     TAKE(p, &a->lnf_mean, MT_F32, N);
     TAKE(p, &a->lnf_rstd, MT_F32, N);
-    int64_t chunks = c->logits_chunks > 1 ? c->logits_chunks : 1;
+    const int64_t chunks = c->logits_chunks;                /* >= 1 once finalized */
     TAKE(p, &a->logits, dt, (N + chunks - 1) / chunks, Vp); /* one slice's logits */
     if (chunks > 1) TAKE(p, &a->dloss, MT_F32, N);
     TAKE(p, &a->losses, MT_F32, N);

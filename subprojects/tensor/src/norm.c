@@ -106,7 +106,7 @@ static mt_status bwd(int rms, mt_tensor *dx, mt_tensor *dweight, mt_tensor *dbia
     MT_TRY(check_vec(dbias, "dbias", n.C, n.dw_dtype, n.dw_dtype, x));
     MT_TRY(check_vec(dx_sum, "dx_sum", n.C, n.dw_dtype, n.dw_dtype, x));
     MT_REQUIRE(n.dw_dtype == MT_F32 || n.dw_dtype == x->dtype, MT_ERR_INVALID_ARG,
-               "dx_sum: dtype %s (want f32 or %s)", mt_dtype_name(n.dw_dtype),
+               "dweight, dbias, dx_sum: dtype %s (want f32 or %s)", mt_dtype_name(n.dw_dtype),
                mt_dtype_name(x->dtype));
     if (mt_device_is_cuda(x->device) && (dweight || dbias || dx_sum)) {
         int64_t need = mt_norm_bwd_scratch_numel(n.rows, n.C);

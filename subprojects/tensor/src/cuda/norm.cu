@@ -7,6 +7,11 @@
 
 template <typename T, int W> struct alignas(sizeof(T) * W) norm_pack { T v[W]; };
 
+/* Column sums the backward keeps per block: weight and bias gradient, and dx's with dx_sum. */
+static __host__ __device__ __forceinline__ int norm_sums(const norm_args &n) {
+    return n.dx_sum ? 3 : 2;
+}
+
 template <typename T, int W>
 static __device__ __forceinline__ void ld_row(float (&f)[W], const void *base, int64_t off) {
     norm_pack<T, W> p = *reinterpret_cast<const norm_pack<T, W> *>((const T *)base + off);
@@ -236,7 +241,7 @@ static __global__ void __launch_bounds__(256, 4) norm_fwd_grp_kernel(norm_args n
 
 /* Backward: group grp takes rows blockIdx.x * (8 / G) + grp, then + gridDim.x * (8 / G), ...;
  * the weight and bias gradient terms (and dx's, for dx_sum) go to the group's shared-memory sums
- * ((8 / G) x S x C floats, dynamic, S = 3 with dx_sum, else 2; float4 q of pack p at index
+ * ((8 / G) x S x C floats, dynamic, S = norm_sums(n); float4 q of pack p at index
  * q * npk + p, so accesses are contiguous); at the end the block adds its groups' sums in group
  * order and writes partial blockIdx.x. */
 template <bool RMS, typename T, int G, int NV>
@@ -244,7 +249,7 @@ static __global__ void __launch_bounds__(256) norm_bwd_grp_kernel(norm_args n) {
     extern __shared__ float4 acc4[];
     __shared__ float2 red[2][8];
     const int W = 16 / sizeof(T), Q = W / 4, u = threadIdx.x % (32 * G), npk = (int)(n.C / W);
-    const int grp = threadIdx.x / (32 * G), ng = 8 / G, S = n.dx_sum ? 3 : 2;
+    const int grp = threadIdx.x / (32 * G), ng = 8 / G, S = norm_sums(n);
     const int64_t C = n.C;
     int slot = 0;
     float4 *dw4 = acc4 + (int64_t)grp * S * npk * Q, *db4 = dw4 + npk * Q, *ds4 = db4 + npk * Q;
@@ -348,7 +353,7 @@ template <bool RMS, typename T, int W, int NV> static __global__ void norm_bwd_k
     __shared__ float2 buf[16][32];
     extern __shared__ float part[];
     const int64_t npk = n.C / W, C = n.C;
-    const int S = n.dx_sum ? 3 : 2;
+    const int S = norm_sums(n);
     float w[NV][W], dw[NV][W], db[NV][W], ds[NV][W];
 #pragma unroll
     for (int i = 0; i < NV; i++) {
@@ -454,7 +459,7 @@ template <bool RMS, typename T, int W, int NV> static __global__ void norm_bwd_k
  * threads takes 32 columns; warp y adds blocks y, y+32, ...; then a fixed-order sum. */
 template <typename TW> static __global__ void norm_bwd_finish_kernel(norm_args n, int nblocks) {
     __shared__ float sm[3][32][33];
-    const int S = n.dx_sum ? 3 : 2;
+    const int S = norm_sums(n);
     const int64_t c = (int64_t)blockIdx.x * 32 + threadIdx.x, stride = S * n.C;
     float a[3] = { 0.0f, 0.0f, 0.0f };
     if (c < n.C) {
@@ -642,8 +647,7 @@ template <bool RMS, typename T> static mt_status bwd_launch(const norm_args *n, 
     int G, NV;
     grp_shape(n, sizeof(T), &G, &NV);
     if (G && n->rows > 0) {
-        size_t smem =
-            (size_t)(8 / G) * (n->dx_sum ? 3 : 2) * n->C * sizeof(float); /* groups' sums */
+        size_t smem = (size_t)(8 / G) * norm_sums(*n) * n->C * sizeof(float); /* groups' sums */
         NORM_GRP_SWITCH(G, NV, {
             MT_TRY(bwd_grp_grid(norm_bwd_grp_kernel<RMS, T, GC, NVC>, smem, n->rows, G, &grid));
             norm_bwd_grp_kernel<RMS, T, GC, NVC><<<(unsigned)grid, 256, smem, stream>>>(*n);
