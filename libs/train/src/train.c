@@ -38,7 +38,8 @@ typedef struct run {
     int num_micro;
     int64_t last_eval; /* iteration of the last validation line in the JSONL metrics */
     int64_t *ids, *text;
-    int32_t *htok, *htgt;
+    int32_t *htok, *htgt;    /* [0]: the batch to upload; [1]: the next training micro-batch */
+    int staged;              /* htok/htgt[1] hold the next training micro-batch */
     mt_tensor tok, tgt, red; /* red: one float for device all-reduces of scalars */
     double t_start;          /* --exit-duration-in-mins counts from here */
     int exited;              /* --exit-signal-handler / --exit-duration-in-mins stopped training */
@@ -345,8 +346,8 @@ static mt_status setup_io(run *r) {
     int64_t B = a->micro_batch_size, T = a->seq_length;
     r->ids = calloc((size_t)B, sizeof *r->ids);
     r->text = calloc((size_t)(B * (T + 1)), sizeof *r->text);
-    r->htok = calloc((size_t)(B * T), sizeof *r->htok);
-    r->htgt = calloc((size_t)(B * T), sizeof *r->htgt);
+    r->htok = calloc((size_t)(2 * B * T), sizeof *r->htok);
+    r->htgt = calloc((size_t)(2 * B * T), sizeof *r->htgt);
     MT_REQUIRE(r->ids && r->text && r->htok && r->htgt, MT_ERR_OOM, "batch buffers");
     MT_TRY(
         mt_arena_create(r->dev, (size_t)(2 * B * T * 4) + 4 * MT_ARENA_ALIGN + 64, &r->io_arena));
@@ -369,21 +370,41 @@ static mt_status setup_io(run *r) {
 
 /* ---- batches ---- */
 
-static mt_status load_batch(run *r, mt_data_dataset *ds, mt_data_sampler *s) {
+/* The sampler's next micro-batch into the host tokens and targets of slot 0 or 1. */
+static mt_status read_batch(run *r, mt_data_dataset *ds, mt_data_sampler *s, int slot) {
     const mt_train_args *a = r->a;
     int64_t B = a->micro_batch_size, T = a->seq_length;
+    int32_t *tok = r->htok + slot * B * T, *tgt = r->htgt + slot * B * T;
     int64_t got = mt_data_sampler_next(s, r->ids);
     MT_REQUIRE(got == B, MT_ERR_INTERNAL, "data sampler exhausted (%lld of %lld samples)",
                (long long)got, (long long)B);
     for (int64_t b = 0; b < B; b++) {
         MT_TRY(mt_data_dataset_get(ds, r->ids[b], r->text + b * (T + 1), NULL));
         for (int64_t t = 0; t < T; t++) {
-            r->htok[b * T + t] = (int32_t)r->text[b * (T + 1) + t];
-            r->htgt[b * T + t] = (int32_t)r->text[b * (T + 1) + t + 1];
+            tok[b * T + t] = (int32_t)r->text[b * (T + 1) + t];
+            tgt[b * T + t] = (int32_t)r->text[b * (T + 1) + t + 1];
         }
     }
-    MT_TRY(mt_memcpy(r->tok.data, r->dev, r->htok, MT_DEVICE_CPU, (size_t)(B * T) * 4, NULL));
-    return mt_memcpy(r->tgt.data, r->dev, r->htgt, MT_DEVICE_CPU, (size_t)(B * T) * 4, NULL);
+    return MT_OK;
+}
+
+/* Slot `slot`'s host batch to the device tokens and targets. */
+static mt_status upload_batch(run *r, int slot) {
+    size_t n = (size_t)(r->a->micro_batch_size * r->a->seq_length);
+    MT_TRY(mt_memcpy(r->tok.data, r->dev, r->htok + slot * n, MT_DEVICE_CPU, n * 4, NULL));
+    return mt_memcpy(r->tgt.data, r->dev, r->htgt + slot * n, MT_DEVICE_CPU, n * 4, NULL);
+}
+
+static mt_status load_batch(run *r, mt_data_dataset *ds, mt_data_sampler *s) {
+    MT_TRY(read_batch(r, ds, s, 0));
+    return upload_batch(r, 0);
+}
+
+/* The next training micro-batch: the one staged in slot 1, else read now. */
+static mt_status load_train_batch(run *r) {
+    if (!r->staged) MT_TRY(read_batch(r, r->train_ds, &r->train_s, 1));
+    r->staged = 0;
+    return upload_batch(r, 1);
 }
 
 /* ---- checkpoints ---- */
@@ -945,10 +966,16 @@ static mt_status train(run *r) {
         /* the loss (averaged over the micro-batches) times the loss scale: the grads come scaled */
         float grad_scale = (r->scale_p ? r->scale_p->scale : 1.0f) / (float)r->num_micro;
         for (int m = 0; m < r->num_micro; m++) {
-            MT_TRY(load_batch(r, r->train_ds, &r->train_s));
+            MT_TRY(load_train_batch(r));
             mt_model_set_grad_ready(r->model,
                                     r->overlap && m == r->num_micro - 1 ? grad_ready : NULL, r);
             MT_TRY(mt_model_forward_backward(r->model, &r->tok, &r->tgt, grad_scale, NULL));
+            /* the next micro-batch's reading while the GPU runs this one (the checkpoint keeps
+             * consumed samples, not the sampler, so a staged batch is read again on resume) */
+            if (m + 1 < r->num_micro || r->iteration + 1 < end) {
+                MT_TRY(read_batch(r, r->train_ds, &r->train_s, 1));
+                r->staged = 1;
+            }
         }
         if (!r->overlap) { /* (else inside the backward, which its profile regions time) */
             MT_TRY(mt_prof_begin(pr, "grad_reduce", NULL));
