@@ -1,5 +1,6 @@
 /* GEMM on the GPU through cuBLASLt (bf16, fp32 accumulation): the nn.Linear forward y = x @ W^T and
- * its two backward layouts dX = dY @ W and dW = dY^T @ X, at GPT-2 shapes; TFLOP/s. On the CPU: the
+ * its two backward layouts dX = dY @ W and dW = dY^T @ X, at GPT-2 shapes, and the MLP's GELU
+ * epilogues (fc1 forward with bias + GELU, fc2's dX through GELU'); TFLOP/s. On the CPU: the
  * fast f32 path and the reference at a small GPT's shapes; GFLOP/s. */
 #define _POSIX_C_SOURCE 200809L /* setenv */
 #include "bench_common.h"
@@ -7,7 +8,7 @@
 #if MT_HAVE_CUDA
 
 typedef struct {
-    int op;          /* 0 fwd, 1 fwd + bias + GELU (pre-GELU saved), 2 dx, 3 dw */
+    int op; /* 0 fwd, 1 fwd + bias + GELU (pre-GELU saved), 2 dx, 3 dw, 4 dx through GELU */
     int64_t M, N, K; /* tokens, out features, in features */
 } gemm_case;
 
@@ -20,8 +21,10 @@ static mt_status run_case(mt_blas *blas, const gemm_case *c, mt_tensor *x, mt_te
         return mt_linear_fwd(blas, y, pre, x, w, b, MT_GEMM_GELU, NULL);
     case 2: /* dX(M,K) = dY(M,N) @ W(N,K); y holds dY, x receives dX */
         return mt_linear_bwd(blas, x, NULL, NULL, y, NULL, w, 0, NULL);
-    default: /* dW(N,K) = dY^T @ X */
+    case 3: /* dW(N,K) = dY^T @ X */
         return mt_linear_bwd(blas, NULL, w, NULL, y, x, NULL, 0, NULL);
+    default: /* fc2's dX(M,K) = (dY(M,N) @ W(N,K)) * GELU'(pre(M,K)) */
+        return mt_linear_bwd_dgelu(blas, x, pre, NULL, NULL, y, NULL, w, 0, NULL);
     }
 }
 
@@ -29,7 +32,10 @@ static void bench_gemm(mt_bench_state *st, void *arg) {
     gemm_case *c = arg;
     mt_arena *ar = NULL;
     mt_blas *blas = NULL;
-    size_t bytes = (size_t)2 * (c->M * c->K + c->N * c->K + 2 * c->M * c->N + c->N) + (8u << 20);
+    /* x, w, b, y and pre (M x N, or M x K for op 4) in bf16, and room for alignment */
+    size_t bytes = (size_t)2 * (c->M * c->K + c->N * c->K + c->M * c->N + c->N +
+                                c->M * (c->op == 4 ? c->K : c->N)) +
+                   (8u << 20);
     mt_tensor x, w, b, y, pre;
     int64_t sx[2] = { c->M, c->K }, sw[2] = { c->N, c->K }, sy[2] = { c->M, c->N };
     if (mt_arena_create(mt_device_cuda(0), bytes, &ar) != MT_OK ||
@@ -38,11 +44,12 @@ static void bench_gemm(mt_bench_state *st, void *arg) {
         mt_tensor_alloc(ar, MT_BF16, 2, sw, &w) != MT_OK ||
         mt_tensor_alloc(ar, MT_BF16, 1, &c->N, &b) != MT_OK ||
         mt_tensor_alloc(ar, MT_BF16, 2, sy, &y) != MT_OK ||
-        mt_tensor_alloc(ar, MT_BF16, 2, sy, &pre) != MT_OK ||
+        mt_tensor_alloc(ar, MT_BF16, 2, c->op == 4 ? sx : sy, &pre) != MT_OK ||
         bench_fill_uniform(&x, -1, 1, 42, 1) != MT_OK ||
         bench_fill_uniform(&w, -1, 1, 42, 1) != MT_OK ||
         bench_fill_uniform(&b, -1, 1, 42, 1) != MT_OK ||
         bench_fill_uniform(&y, -1, 1, 42, 1) != MT_OK ||
+        bench_fill_uniform(&pre, -1, 1, 43, 1) != MT_OK ||
         run_case(blas, c, &x, &w, &b, &y, &pre) != MT_OK || mt_stream_sync(NULL) != MT_OK) {
         mt_bench_error(st, mt_last_error());
         goto done;
@@ -106,10 +113,11 @@ int main(int argc, char **argv) {
     }
 #if MT_HAVE_CUDA
     if (bench_cuda_init()) {
-        static const char *ops[] = { "gemm_fwd", "gemm_fwd_bias_gelu", "gemm_dx", "gemm_dw" };
+        static const char *ops[] = { "gemm_fwd", "gemm_fwd_bias_gelu", "gemm_dx", "gemm_dw",
+                                     "gemm_dx_dgelu" };
         static const int64_t outs[] = { 2304, 3072, 50304 };
-        static gemm_case cases[12];
-        static char names[12][96];
+        static gemm_case cases[13];
+        static char names[13][96];
         int n = 0;
         for (int o = 0; o < 3; o++) {
             for (int op = 0; op < 4; op++) {
@@ -121,6 +129,10 @@ int main(int argc, char **argv) {
                 n++;
             }
         }
+        /* fc2's dX through the GELU backward: dY (M, 768) @ W (768, 3072) */
+        cases[n] = (gemm_case){ 4, 16384, 768, 3072 };
+        snprintf(names[n], sizeof names[n], "%s/cuda/bf16_M16384_N768_K3072", ops[4]);
+        mt_bench_register(names[n], bench_gemm, &cases[n], MT_BENCH_MANUAL_TIME);
     }
 #endif
     return mt_bench_main(argc, argv);

@@ -31,4 +31,14 @@ for N in (2304, 3072, 50304):
             flops_per_iter=flops)
     del x, w, b, dy
     torch.cuda.empty_cache()
+# fc2's dX through the GELU backward: (dY @ W) * GELU'(pre), as autograd runs it (dY (M, 768),
+# W (768, 3072))
+g = torch.Generator(device="cuda").manual_seed(42)
+dy = torch.rand(M, 768, device="cuda", dtype=torch.bfloat16, generator=g) * 2 - 1
+w = torch.rand(768, 3072, device="cuda", dtype=torch.bfloat16, generator=g) * 2 - 1
+pre = torch.rand(M, 3072, device="cuda", dtype=torch.bfloat16, generator=g) * 2 - 1
+res.add(f"gemm_dx_dgelu/torch/bf16_M{M}_N768_K3072",
+        time_cuda(lambda: torch.ops.aten.gelu_backward(torch.matmul(dy, w), pre,
+                                                       approximate="tanh")),
+        flops_per_iter=2.0 * M * 768 * 3072)
 res.write()
