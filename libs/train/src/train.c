@@ -38,8 +38,7 @@ typedef struct run {
     int num_micro;
     int64_t last_eval; /* iteration of the last validation line in the JSONL metrics */
     int64_t *ids, *text;
-    int32_t *htok, *htgt;    /* [0]: the batch to upload; [1]: the next training micro-batch */
-    int staged;              /* htok/htgt[1] hold the next training micro-batch */
+    int32_t *htok, *htgt;    /* [0]: evaluation's batch; [1]: the next training micro-batch */
     mt_tensor tok, tgt, red; /* red: one float for device all-reduces of scalars */
     double t_start;          /* --exit-duration-in-mins counts from here */
     int exited;              /* --exit-signal-handler / --exit-duration-in-mins stopped training */
@@ -398,13 +397,6 @@ static mt_status upload_batch(run *r, int slot) {
 static mt_status load_batch(run *r, mt_data_dataset *ds, mt_data_sampler *s) {
     MT_TRY(read_batch(r, ds, s, 0));
     return upload_batch(r, 0);
-}
-
-/* The next training micro-batch: the one staged in slot 1, else read now. */
-static mt_status load_train_batch(run *r) {
-    if (!r->staged) MT_TRY(read_batch(r, r->train_ds, &r->train_s, 1));
-    r->staged = 0;
-    return upload_batch(r, 1);
 }
 
 /* ---- checkpoints ---- */
@@ -954,6 +946,8 @@ static mt_status train(run *r) {
         sigemptyset(&sa.sa_mask);
         sigaction(SIGTERM, &sa, NULL);
     }
+    /* slot 1 holds the next training micro-batch, read while the GPU runs the one before */
+    if (r->iteration < end) MT_TRY(read_batch(r, r->train_ds, &r->train_s, 1));
     while (r->iteration < end) {
         double t0 = mt_time_now();
         if (r->prof && r->iteration - first_iter == 2) /* after warm-up */
@@ -966,16 +960,14 @@ static mt_status train(run *r) {
         /* the loss (averaged over the micro-batches) times the loss scale: the grads come scaled */
         float grad_scale = (r->scale_p ? r->scale_p->scale : 1.0f) / (float)r->num_micro;
         for (int m = 0; m < r->num_micro; m++) {
-            MT_TRY(load_train_batch(r));
+            MT_TRY(upload_batch(r, 1));
             mt_model_set_grad_ready(r->model,
                                     r->overlap && m == r->num_micro - 1 ? grad_ready : NULL, r);
             MT_TRY(mt_model_forward_backward(r->model, &r->tok, &r->tgt, grad_scale, NULL));
             /* the next micro-batch's reading while the GPU runs this one (the checkpoint keeps
              * consumed samples, not the sampler, so a staged batch is read again on resume) */
-            if (m + 1 < r->num_micro || r->iteration + 1 < end) {
+            if (m + 1 < r->num_micro || r->iteration + 1 < end)
                 MT_TRY(read_batch(r, r->train_ds, &r->train_s, 1));
-                r->staged = 1;
-            }
         }
         if (!r->overlap) { /* (else inside the backward, which its profile regions time) */
             MT_TRY(mt_prof_begin(pr, "grad_reduce", NULL));
