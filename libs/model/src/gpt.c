@@ -286,8 +286,20 @@ static mt_status backward(mt_model *m, int lm_head, mt_stream s) {
         MT_TRY(qkv_views(m, &a->dqkv, &dq, &dk, &dv));
         MT_TRY(as_bthd(m, &la->atty, c->num_attention_heads, &y));
         MT_TRY(as_bthd(m, &a->datty, c->num_attention_heads, &dy));
-        OP("bwd.attn", mt_attn_bwd(&dq, &dk, &dv, &dy, &q, &k, &v, &y, &la->lse, &ac, a->ws.data,
-                                   m->ws_bytes, s));
+        /* qkv's bias gradient from the attention backward, which needs no pass over dqkv for
+         * it; with rotary embeddings between, the column sums of dqkv (qkv's linear backward) */
+        mt_tensor db[3];
+        const int bias_here = lp->qkv_b && c->position_embedding_type != MT_POS_ROPE;
+        if (bias_here) {
+            const int64_t nh = c->num_attention_heads, ng = c->num_query_groups, hd = c->kv_channels;
+            MT_TRY(mt_tensor_slice(&lp->qkv_b->grad, 0, 0, nh * hd, &db[0]));
+            MT_TRY(mt_tensor_slice(&lp->qkv_b->grad, 0, nh * hd, ng * hd, &db[1]));
+            MT_TRY(mt_tensor_slice(&lp->qkv_b->grad, 0, (nh + ng) * hd, ng * hd, &db[2]));
+        }
+        OP("bwd.attn",
+           mt_attn_bwd_bias(&dq, &dk, &dv, bias_here ? &db[0] : NULL, bias_here ? &db[1] : NULL,
+                            bias_here ? &db[2] : NULL, acc, &dy, &q, &k, &v, &y, &la->lse, &ac,
+                            a->ws.data, m->ws_bytes, s));
         if (c->position_embedding_type == MT_POS_ROPE) {
             OP("bwd.rope", rope(m, &dq, 1, s));
             OP("bwd.rope", rope(m, &dk, 1, s));
@@ -295,8 +307,9 @@ static mt_status backward(mt_model *m, int lm_head, mt_stream s) {
         if (c->recompute_layernorm)
             OP("bwd.recompute.norm", norm_fwd(m, &la->ln1, NULL, NULL, NULL, &la->resid_in, NULL,
                                               lp->ln1_w, lp->ln1_b, s));
-        OP("bwd.gemm.qkv", mt_linear_bwd(m->blas, &a->dln, G(lp->qkv_w), G(lp->qkv_b), &a->dqkv,
-                                         &la->ln1, W(lp->qkv_w), acc, s));
+        OP("bwd.gemm.qkv",
+           mt_linear_bwd(m->blas, &a->dln, G(lp->qkv_w), bias_here ? NULL : G(lp->qkv_b), &a->dqkv,
+                         &la->ln1, W(lp->qkv_w), acc, s));
         OP("bwd.norm",
            norm_bwd(m, &a->dres, lp->ln1_w, lp->ln1_b, l > 0 ? m->lp[l - 1].fc2_b : NULL, &a->dln,
                     &la->resid_in, &la->ln1_mean, &la->ln1_rstd, &a->dres, s));

@@ -87,10 +87,23 @@ mt_status mt_attn_bwd_workspace(const mt_tensor *q, const mt_tensor *k, const mt
     return MT_OK;
 }
 
-mt_status mt_attn_bwd(mt_tensor *dq, mt_tensor *dk, mt_tensor *dv, const mt_tensor *dout,
-                      const mt_tensor *q, const mt_tensor *k, const mt_tensor *v,
-                      const mt_tensor *out, const mt_tensor *lse, const mt_attn_config *cfg,
-                      void *workspace, size_t workspace_bytes, mt_stream stream) {
+/* A bias sum: f32, contiguous, n elements on q's device; NULL is fine. */
+static mt_status check_bias(const mt_tensor *t, const char *what, int64_t n, const mt_tensor *q) {
+    if (!t) return MT_OK;
+    MT_REQUIRE(t->data || n == 0, MT_ERR_INVALID_ARG, "%s has no data", what);
+    MT_REQUIRE(t->dtype == MT_F32 && mt_tensor_is_contiguous(t) && mt_tensor_numel(t) == n &&
+                   mt_device_eq(t->device, q->device),
+               MT_ERR_INVALID_ARG,
+               "%s must be contiguous f32 of %lld elements on q's device (is %s, %lld elements)",
+               what, (long long)n, mt_dtype_name(t->dtype), (long long)mt_tensor_numel(t));
+    return MT_OK;
+}
+
+mt_status mt_attn_bwd_bias(mt_tensor *dq, mt_tensor *dk, mt_tensor *dv, mt_tensor *dbq,
+                           mt_tensor *dbk, mt_tensor *dbv, int accumulate, const mt_tensor *dout,
+                           const mt_tensor *q, const mt_tensor *k, const mt_tensor *v,
+                           const mt_tensor *out, const mt_tensor *lse, const mt_attn_config *cfg,
+                           void *workspace, size_t workspace_bytes, mt_stream stream) {
     attn_shape s = { 0 };
     MT_TRY(resolve(&s, q, k, cfg));
     MT_TRY(check_bthd(v, "v", q, s.Hkv));
@@ -100,12 +113,37 @@ mt_status mt_attn_bwd(mt_tensor *dq, mt_tensor *dk, mt_tensor *dv, const mt_tens
     MT_TRY(check_bthd(dk, "dk", q, s.Hkv));
     MT_TRY(check_bthd(dv, "dv", q, s.Hkv));
     MT_TRY(check_lse(lse, &s, q));
+    MT_TRY(check_bias(dbq, "dbq", s.H * s.D, q));
+    MT_TRY(check_bias(dbk, "dbk", s.Hkv * s.D, q));
+    MT_TRY(check_bias(dbv, "dbv", s.Hkv * s.D, q));
     size_t need = mt_device_is_cuda(q->device) ? attn_ws_bytes(&s) : 0;
     MT_REQUIRE(workspace_bytes >= need && (need == 0 || workspace), MT_ERR_INVALID_ARG,
                "workspace has %zu bytes, needs %zu (mt_attn_bwd_workspace)", workspace_bytes, need);
     MT_REQUIRE(((uintptr_t)workspace & 255) == 0, MT_ERR_INVALID_ARG,
                "workspace must be 256-byte aligned");
-    if (s.B * s.T * s.H == 0) return MT_OK;
-    return MT_DISPATCH(q->device, attn_bwd_cpu(&s, dq, dk, dv, dout, q, k, v, out, lse),
-                       attn_bwd_cuda(&s, dq, dk, dv, dout, q, k, v, out, lse, workspace, stream));
+    attn_bias bias = { dbq, dbk, dbv, accumulate != 0 };
+    const attn_bias *bp = dbq || dbk || dbv ? &bias : NULL;
+    if (s.B * s.T * s.H == 0) { /* no rows: sums of nothing */
+        mt_tensor *sums[3] = { dbq, dbk, dbv };
+        for (int i = 0; i < 3 && !accumulate; i++)
+            if (sums[i] && mt_tensor_numel(sums[i]) > 0)
+                MT_TRY(mt_memset_zero(sums[i]->data, sums[i]->device, mt_tensor_nbytes(sums[i]),
+                                      stream));
+        return MT_OK;
+    }
+    if (mt_device_is_cuda(q->device))
+        return MT_DISPATCH(
+            q->device, MT_OK,
+            attn_bwd_cuda(&s, dq, dk, dv, dout, q, k, v, out, lse, bp, workspace, stream));
+    MT_TRY(attn_bwd_cpu(&s, dq, dk, dv, dout, q, k, v, out, lse));
+    if (bp) attn_bias_sums_cpu(&s, bp, dq, dk, dv);
+    return MT_OK;
+}
+
+mt_status mt_attn_bwd(mt_tensor *dq, mt_tensor *dk, mt_tensor *dv, const mt_tensor *dout,
+                      const mt_tensor *q, const mt_tensor *k, const mt_tensor *v,
+                      const mt_tensor *out, const mt_tensor *lse, const mt_attn_config *cfg,
+                      void *workspace, size_t workspace_bytes, mt_stream stream) {
+    return mt_attn_bwd_bias(dq, dk, dv, NULL, NULL, NULL, 0, dout, q, k, v, out, lse, cfg,
+                            workspace, workspace_bytes, stream);
 }

@@ -280,6 +280,35 @@ static void sampled(const shape *s, const float *q, const float *k, const float 
 
 /* Runs one shape on the GPU; compares with ref_* when given, else with the CPU reference
  * (T <= 700) or sampled rows. */
+/* mt_attn_bwd_bias's sums against the column sums (fp64) of the same call's dq, dk, dv: |error|
+ * within tol times the column's sum of magnitudes (dv's with dout's of its query heads, since
+ * the fused path sums dout; dk's sums are zero there, its column sums rounding noise). */
+static void check_sums(const shape *s, const char *what, const float *got, const float *x,
+                       const float *g, int heads, double factor) {
+    const int64_t rows = (int64_t)s->B * s->T, D = s->D, group = s->H / s->Hkv;
+    const double tol = s->dt == MT_F32 ? 1e-5 : 1e-2;
+    int bad = 0;
+    double worst = 0.0;
+    for (int64_t h = 0; h < heads; h++)
+        for (int64_t d = 0; d < D; d++) {
+            double want = 0.0, mag = 0.0;
+            for (int64_t r = 0; r < rows; r++) {
+                const double e = x[(r * heads + h) * D + d];
+                want += e, mag += fabs(e);
+                for (int64_t f = 0; g && f < group; f++)
+                    mag += fabs(g[(r * s->H + h * group + f) * D + d]);
+            }
+            const double err = fabs(got[h * D + d] - factor * want);
+            /* (plus 1e-6 per row: with one key a gradient of zero comes as rounding noise) */
+            if (!(err <= tol * factor * mag + 1e-6 * (double)rows)) bad++;
+            if (mag > 0 && err / mag > worst) worst = err / mag;
+        }
+    MT_EXPECT(bad == 0,
+              "bias sums %s (B%d T%d H%d/%d D%d %s det %d): %d of %d columns off, worst %.3g", what,
+              s->B, s->T, s->H, s->Hkv, s->D, mt_dtype_name(s->dt), s->det, bad, (int)(heads * D),
+              worst);
+}
+
 static void run(const shape *s, const float *q, const float *k, const float *v, const float *g,
                 const float *ref_o, const float *ref_l, const float *ref_dq, const float *ref_dk,
                 const float *ref_dv) {
@@ -289,7 +318,9 @@ static void run(const shape *s, const float *q, const float *k, const float *v, 
     cfg.causal = s->causal, cfg.deterministic = s->det, cfg.scale = s->scale;
     cfg.ds_split = s->split;
     mt_arena *ar;
-    MT_CHECK(mt_arena_create(mt_device_cuda(0), (4 * nq + 4 * nk) * es + 8 * (nq + nk) + (1 << 22),
+    MT_CHECK(mt_arena_create(mt_device_cuda(0),
+                             (4 * nq + 4 * nk) * es + 8 * (nq + nk) + (1 << 22) +
+                                 3 * (size_t)(H + Hkv) * D * 4 + 1024,
                              &ar));
     mt_tensor tq, tk, tv, to, tg, tdq, tdk, tdv, tl;
     int64_t shq[4] = { B, T, H, D }, shk[4] = { B, T, Hkv, D }, shl[3] = { B, H, T };
@@ -341,10 +372,38 @@ static void run(const shape *s, const float *q, const float *k, const float *v, 
         MT_CHECK(mt_memcpy(outs[i].data, outs[i].device, ff, MT_DEVICE_CPU, nb, NULL));
         free(ff);
     }
+    /* the bias sums (mt_attn_bwd_bias), NaN first: they must be written */
+    mt_tensor tb[3];
+    float *hb[3], *hb2[3];
+    for (int i = 0; i < 3; i++) {
+        const int64_t n = (i == 0 ? H : Hkv) * D;
+        MT_CHECK(mt_tensor_alloc(ar, MT_F32, 1, &n, &tb[i]));
+        hb[i] = malloc((size_t)n * 4), hb2[i] = malloc((size_t)n * 4);
+        memset(hb[i], 0xff, (size_t)n * 4);
+        MT_CHECK(mt_memcpy(tb[i].data, tb[i].device, hb[i], MT_DEVICE_CPU, (size_t)n * 4, NULL));
+    }
     MT_CHECK(mt_attn_fwd(&to, &tl, &tq, &tk, &tv, &cfg, NULL));
-    MT_CHECK(mt_attn_bwd(&tdq, &tdk, &tdv, &tg, &tq, &tk, &tv, &to, &tl, &cfg, ws, wsb, NULL));
+    MT_CHECK(mt_attn_bwd_bias(&tdq, &tdk, &tdv, &tb[0], &tb[1], &tb[2], 0, &tg, &tq, &tk, &tv, &to,
+                              &tl, &cfg, ws, wsb, NULL));
     MT_CHECK(mt_stream_sync(NULL));
     float *o = download(&to), *dq = download(&tdq), *dk = download(&tdk), *dv = download(&tdv);
+    for (int i = 0; i < 3; i++)
+        MT_CHECK(mt_memcpy(hb[i], MT_DEVICE_CPU, tb[i].data, tb[i].device, mt_tensor_nbytes(&tb[i]),
+                           NULL));
+    check_sums(s, "dq", hb[0], dq, NULL, (int)H, 1.0);
+    check_sums(s, "dk", hb[1], dk, NULL, (int)Hkv, 1.0);
+    check_sums(s, "dv", hb[2], dv, g, (int)Hkv, 1.0);
+    /* accumulate: a second call adds the same sums again */
+    MT_CHECK(mt_attn_bwd_bias(&tdq, &tdk, &tdv, &tb[0], &tb[1], &tb[2], 1, &tg, &tq, &tk, &tv, &to,
+                              &tl, &cfg, ws, wsb, NULL));
+    for (int i = 0; i < 3; i++)
+        MT_CHECK(mt_memcpy(hb2[i], MT_DEVICE_CPU, tb[i].data, tb[i].device,
+                           mt_tensor_nbytes(&tb[i]), NULL));
+    check_sums(s, "dq accumulated", hb2[0], dq, NULL, (int)H, 2.0);
+    check_sums(s, "dk accumulated", hb2[1], dk, NULL, (int)Hkv, 2.0);
+    check_sums(s, "dv accumulated", hb2[2], dv, g, (int)Hkv, 2.0);
+    for (int i = 0; i < 3; i++)
+        free(hb[i]), free(hb2[i]);
     float *l = malloc((size_t)(B * H * T) * 4);
     MT_CHECK(mt_memcpy(l, MT_DEVICE_CPU, tl.data, tl.device, (size_t)(B * H * T) * 4, NULL));
     if (s->det) { /* deterministic: a second run gives the same bits */

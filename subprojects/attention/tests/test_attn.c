@@ -3,6 +3,7 @@
 #include <mt/attention.h>
 #include <mt/testkit.h>
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -34,6 +35,73 @@ static void check(const char *what, const golden_case *c, const float *got, cons
 }
 
 /* fused = 0: contiguous q, k, v; 1: slices of one (B,T,H+2Hkv,D) buffer. */
+/* Column sums over (b, t) of x (B,T,heads,D), folding `fold` consecutive heads into one, in
+ * double; mag gets the sums of magnitudes. */
+static void colsums(double *sum, double *mag, const float *x, int64_t rows, int64_t heads,
+                    int64_t D, int64_t fold) {
+    for (int64_t j = 0; j < heads / fold * D; j++)
+        sum[j] = mag[j] = 0.0;
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t h = 0; h < heads; h++)
+            for (int64_t d = 0; d < D; d++) {
+                const double e = x[(r * heads + h) * D + d];
+                sum[h / fold * D + d] += e, mag[h / fold * D + d] += fabs(e);
+            }
+}
+
+/* |got - want| <= tol * mag per column. */
+static void close_sums(const char *what, const golden_case *c, const float *got, const double *want,
+                       const double *mag, int64_t n, double tol) {
+    int bad = 0;
+    for (int64_t j = 0; j < n; j++)
+        /* (the golden's zero gradients come as noise of about 1e-16) */
+        if (!(fabs((got ? got[j] : 0.0) - want[j]) <= tol * mag[j] + 1e-12)) bad++;
+    MT_EXPECT(bad == 0, "%s %s: %d of %lld columns off", c->name, what, bad, (long long)n);
+}
+
+/* mt_attn_bwd_bias's sums against the torch gradients' column sums, and the identities the fused
+ * CUDA path uses, on the torch gradients: dv's sums are dout's summed over each kv head's query
+ * heads, dk's are zero. */
+static void check_bias_sums(const golden_case *c, mt_tensor *tdq, mt_tensor *tdk, mt_tensor *tdv,
+                            const mt_tensor *tdo, const mt_tensor *tq, const mt_tensor *tk,
+                            const mt_tensor *tv, const mt_tensor *tout, const mt_tensor *tlse,
+                            const mt_attn_config *cfg) {
+    const int64_t B = tq->shape[0], T = tq->shape[1], H = tq->shape[2], D = tq->shape[3];
+    const int64_t Hkv = tk->shape[2], rows = B * T;
+    float *got[3], *ref[3] = { load(c, "dq", NULL), load(c, "dk", NULL), load(c, "dv", NULL) };
+    float *dout = load(c, "dout", NULL);
+    double *want = malloc((size_t)(H * D) * 8), *mag = malloc((size_t)(H * D) * 8);
+    mt_tensor tb[3];
+    for (int i = 0; i < 3; i++) {
+        got[i] = malloc((size_t)((i ? Hkv : H) * D) * 4);
+        tb[i] = mt_tensor_1d(got[i], MT_F32, (i ? Hkv : H) * D, MT_DEVICE_CPU);
+    }
+    for (int acc = 0; acc < 2; acc++) /* the second call adds: twice the sums */
+        MT_CHECK(mt_attn_bwd_bias(tdq, tdk, tdv, &tb[0], &tb[1], &tb[2], acc, tdo, tq, tk, tv, tout,
+                                  tlse, cfg, NULL, 0, NULL));
+    static const char *names[3] = { "bias sums dq (x2)", "bias sums dk (x2)", "bias sums dv (x2)" };
+    for (int i = 0; i < 3; i++) {
+        const int64_t heads = i ? Hkv : H;
+        colsums(want, mag, ref[i], rows, heads, D, 1);
+        for (int64_t j = 0; j < heads * D; j++)
+            want[j] *= 2.0, mag[j] *= 2.0;
+        close_sums(names[i], c, got[i], want, mag, heads * D, 1e-5);
+    }
+    colsums(want, mag, ref[1], rows, Hkv, D, 1); /* dk's sums: zero */
+    for (int64_t j = 0; j < Hkv * D; j++)
+        want[j] = -want[j];
+    close_sums("identity: dk's sums are zero", c, NULL, want, mag, Hkv * D, 1e-5);
+    double *vs = malloc((size_t)(Hkv * D) * 8), *vm = malloc((size_t)(Hkv * D) * 8);
+    colsums(vs, vm, ref[2], rows, Hkv, D, 1);
+    colsums(want, mag, dout, rows, H, D, H / Hkv);
+    for (int64_t j = 0; j < Hkv * D; j++)
+        want[j] -= vs[j], mag[j] += vm[j];
+    close_sums("identity: dv's sums are dout's", c, NULL, want, mag, Hkv * D, 1e-5);
+    for (int i = 0; i < 3; i++)
+        free(got[i]), free(ref[i]);
+    free(dout), free(want), free(mag), free(vs), free(vm);
+}
+
 static void run(const golden_case *c, int fused) {
     mt_npy qs, ks;
     float *q = load(c, "q", &qs), *k = load(c, "k", &ks), *v = load(c, "v", NULL);
@@ -79,6 +147,7 @@ static void run(const golden_case *c, int fused) {
     check(what, c, dq, "dq", nq);
     check(what, c, dk, "dk", nk);
     check(what, c, dv, "dv", nk);
+    if (!fused) check_bias_sums(c, &tdq, &tdk, &tdv, &tdo, &tq, &tk, &tv, &tout, &tlse, &cfg);
     free(q), free(k), free(v), free(dout), free(qkv), free(out), free(lse), free(dq), free(dk),
         free(dv);
 }
@@ -100,6 +169,19 @@ static void check_errors(void) {
     mt_tensor ks = mt_tensor_4d(buf, MT_F32, 2, 4, 2, 16, MT_DEVICE_CPU);
     ks.stride[3] = 2; /* D not innermost */
     MT_EXPECT_STATUS(mt_attn_fwd(&o, &l, &q, &ks, &ks, &cfg, NULL), MT_ERR_INVALID_ARG);
+    /* bias sums: f32 of H*D (dbq) or Hkv*D elements */
+    mt_tensor q4 = mt_tensor_4d(buf, MT_F32, 2, 4, 4, 16, MT_DEVICE_CPU);
+    mt_tensor o4 = mt_tensor_4d(buf, MT_F32, 2, 4, 4, 16, MT_DEVICE_CPU);
+    mt_tensor l4 = mt_tensor_3d(lse, MT_F32, 2, 4, 4, MT_DEVICE_CPU);
+    float sums[64];
+    mt_tensor short_sum = mt_tensor_1d(sums, MT_F32, 63, MT_DEVICE_CPU);
+    mt_tensor bf_sum = mt_tensor_1d(sums, MT_BF16, 64, MT_DEVICE_CPU);
+    MT_EXPECT_STATUS(mt_attn_bwd_bias(&q4, &q4, &q4, &short_sum, NULL, NULL, 0, &o4, &q4, &q4, &q4,
+                                      &o4, &l4, &cfg, NULL, 0, NULL),
+                     MT_ERR_INVALID_ARG);
+    MT_EXPECT_STATUS(mt_attn_bwd_bias(&q4, &q4, &q4, NULL, NULL, &bf_sum, 0, &o4, &q4, &q4, &q4,
+                                      &o4, &l4, &cfg, NULL, 0, NULL),
+                     MT_ERR_INVALID_ARG);
 }
 
 int main(void) {

@@ -54,6 +54,21 @@ MT_API mt_status mt_attn_bwd(mt_tensor *dq, mt_tensor *dk, mt_tensor *dv, const 
                              const mt_tensor *out, const mt_tensor *lse, const mt_attn_config *cfg,
                              void *workspace, size_t workspace_bytes, mt_stream stream);
 
+/* mt_attn_bwd, and the gradients of biases added to q, k and v just before the attention (a qkv
+ * projection's, with no rotary embedding between): dbq (H*D), dbk and dbv (Hkv*D elements), f32
+ * and contiguous on the tensors' device, each NULL when not wanted, written or, with accumulate,
+ * added to. They are dq's, dk's and dv's column sums over batch and tokens. The fused CUDA path
+ * (bf16/f16, D 64 or 128, not deterministic) gets them without reading dq, dk and dv back: dv's
+ * as dout's, summed over each kv head's query heads (a row of softmax weights sums to 1); dk's as
+ * zero (a bias on the keys moves all of a query's scores by one constant, which the softmax
+ * ignores); dq's as the f32 dQ accumulator is converted. */
+MT_API mt_status mt_attn_bwd_bias(mt_tensor *dq, mt_tensor *dk, mt_tensor *dv, mt_tensor *dbq,
+                                  mt_tensor *dbk, mt_tensor *dbv, int accumulate,
+                                  const mt_tensor *dout, const mt_tensor *q, const mt_tensor *k,
+                                  const mt_tensor *v, const mt_tensor *out, const mt_tensor *lse,
+                                  const mt_attn_config *cfg, void *workspace,
+                                  size_t workspace_bytes, mt_stream stream);
+
 #ifdef __cplusplus
 }
 #endif

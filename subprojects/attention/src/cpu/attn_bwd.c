@@ -59,3 +59,25 @@ mt_status attn_bwd_cpu(const attn_shape *s, mt_tensor *dq, mt_tensor *dk, mt_ten
     free(gk), free(gv), free(gq);
     return MT_OK;
 }
+
+/* sum[h * D + d] (+)= the sum over b and t of x[b,t,h,d], in double. */
+static void colsum(mt_tensor *sum, int accumulate, const attn_shape *s, const mt_tensor *x) {
+    if (!sum) return;
+    float *o = sum->data;
+    const int64_t heads = x->shape[2], D = s->D;
+    for (int64_t h = 0; h < heads; h++)
+        for (int64_t d = 0; d < D; d++) {
+            double acc = 0.0;
+            for (int64_t b = 0; b < s->B; b++)
+                for (int64_t t = 0; t < s->T; t++)
+                    acc += ld(x, at(x, b, t, h) + d);
+            o[h * D + d] = (float)(accumulate ? o[h * D + d] + acc : acc);
+        }
+}
+
+void attn_bias_sums_cpu(const attn_shape *s, const attn_bias *bias, const mt_tensor *dq,
+                        const mt_tensor *dk, const mt_tensor *dv) {
+    colsum(bias->dq, bias->accumulate, s, dq);
+    colsum(bias->dk, bias->accumulate, s, dk);
+    colsum(bias->dv, bias->accumulate, s, dv);
+}

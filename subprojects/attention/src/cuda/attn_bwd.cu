@@ -252,83 +252,252 @@ static __global__ void __launch_bounds__(NW * 32)
     }
 }
 
-/* Fast-path prologue: Di (as attn_bwd_dot_kernel) with 16-byte loads, D/8 threads per row, and
- * zeroes the f32 dQ accumulator dqa: (B,H,T,D), or TILED (attn_sm90.cu) (B,H,nq,64,D) with the
- * rows past T of the last tile. */
-template <typename T, int D, bool TILED>
-static __global__ void attn_bwd_prep_kernel(attn_args a, float *Dv, float *dqa, const T *o,
-                                            const T *dout) {
-    constexpr int TPR = D / 8;
-    const int Tz = TILED ? (a.T + 63) / 64 * 64 : a.T; /* accumulator rows per (b, h) */
-    const int64_t p = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / TPR;
-    const int c = (threadIdx.x % TPR) * 8;
-    const bool in = p < (int64_t)a.B * a.H * Tz; /* no early return: the shuffles need the warp */
-    const int i = in ? (int)(p % Tz) : a.T;
-    const int64_t bh = p / Tz, row = bh * a.T + i;
-    if (in) {
-        float4 z = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        *(float4 *)(dqa + p * D + c) = z;
-        *(float4 *)(dqa + p * D + c + 4) = z;
-    }
-    float acc = 0.0f;
-    if (i < a.T) {
-        const int h = (int)(bh % a.H), b = (int)(bh / a.H);
-        uint4 x = *(const uint4 *)(o + b * a.st[AO][0] + i * a.st[AO][1] + h * a.st[AO][2] + c);
-        uint4 y =
-            *(const uint4 *)(dout + b * a.st[ADO][0] + i * a.st[ADO][1] + h * a.st[ADO][2] + c);
-        const T *xs = (const T *)&x, *ys = (const T *)&y;
-#pragma unroll
-        for (int e = 0; e < 8; e++)
-            acc += attn_t<T>::ld(xs[e]) * attn_t<T>::ld(ys[e]);
-    }
-#pragma unroll
-    for (int off = TPR / 2; off > 0; off >>= 1)
-        acc += __shfl_xor_sync(0xffffffffu, acc, off);
-    if (i < a.T && c == 0) Dv[row] = acc;
+/* The bias sums' part (attn_ws_parts_bytes) of head h, chunk `chunk` (ATTN_PART_ROWS rows) of
+ * batch entry b, for a tensor of `heads` heads. */
+__device__ __forceinline__ float *attn_part(float *parts, int b, int chunk, int nchunk, int h,
+                                            int heads, int D) {
+    return parts + (((int64_t)b * nchunk + chunk) * heads + h) * D;
 }
 
-/* dq = scale * dqa -> (B,T,H,D) strided, 8 columns per thread. (B,H,T,D): one row. TILED: the
- * fragment group (tile, warp w, row group g, 64-column block cb, 8-column step nt) of
- * dqa_tile_index, 64 contiguous bytes, columns 8nt.. of tile rows 16w+g and 16w+g+8. */
-template <typename T, int D, bool TILED>
-static __global__ void attn_bwd_dq_convert_kernel(attn_args a, T *dq, const float *dqa) {
-    const int64_t id = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+/* Floats in one of the two regions of parts: (B, chunks, H, D). */
+static inline int64_t attn_parts_floats(const attn_args &a) {
+    return (int64_t)a.B * ((a.T + ATTN_PART_ROWS - 1) / ATTN_PART_ROWS) * a.H * a.D;
+}
+
+/* A 256-thread block's column sums of D columns: each thread holds x[8] of columns 8 (lane % (D/8))
+ * (lanes D/8 apart share them) for its rows; threads below D write their column's sum to part. */
+template <int D>
+__device__ __forceinline__ void attn_block_colsum(float (&x)[8], float (*red)[D], float *part) {
+    constexpr int TPR = D / 8;
+#pragma unroll
+    for (int off = TPR; off < 32; off <<= 1)
+#pragma unroll
+        for (int e = 0; e < 8; e++)
+            x[e] += __shfl_xor_sync(0xffffffffu, x[e], off);
+    const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
+    if (lane < TPR)
+#pragma unroll
+        for (int e = 0; e < 8; e++)
+            red[w][lane * 8 + e] = x[e];
+    __syncthreads();
+    if (threadIdx.x < D) {
+        float t = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 8; i++)
+            t += red[i][threadIdx.x];
+        part[threadIdx.x] = t;
+    }
+}
+
+/* Fast-path prologue: Di (as attn_bwd_dot_kernel) with 16-byte loads, D/8 threads per row, and
+ * zeroes the f32 dQ accumulator dqa: (B,H,T,D), or TILED (attn_sm90.cu) (B,H,nq,64,D) with the
+ * rows past T of the last tile. A 256-thread block takes ATTN_PART_ROWS rows of one (b, h) in
+ * passes; with SUMS it also writes dout's column sums over them to its part. */
+template <typename T, int D, bool TILED, bool SUMS>
+static __global__ void __launch_bounds__(256)
+    attn_bwd_prep_kernel(attn_args a, float *Dv, float *dqa, const T *o, const T *dout,
+                         float *parts) {
+    constexpr int TPR = D / 8, RPP = 256 / TPR;        /* rows per pass */
+    const int Tz = TILED ? (a.T + 63) / 64 * 64 : a.T; /* accumulator rows per (b, h) */
+    const int nchunk = (a.T + ATTN_PART_ROWS - 1) / ATTN_PART_ROWS;
+    const int64_t bh = blockIdx.x / nchunk;
+    const int chunk = (int)(blockIdx.x % nchunk), c = (threadIdx.x % TPR) * 8;
+    const int h = (int)(bh % a.H), b = (int)(bh / a.H);
+    float sum[8] = { 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f };
+#pragma unroll
+    for (int pass = 0; pass < ATTN_PART_ROWS / RPP; pass++) {
+        const int i = chunk * ATTN_PART_ROWS + pass * RPP + (int)threadIdx.x / TPR;
+        if (i < Tz) {
+            float4 z = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            float *zp = dqa + (bh * Tz + i) * D + c;
+            *(float4 *)zp = z;
+            *(float4 *)(zp + 4) = z;
+        }
+        float acc = 0.0f; /* no early exit: the shuffles need the warp */
+        if (i < a.T) {
+            uint4 x = *(const uint4 *)(o + b * a.st[AO][0] + i * a.st[AO][1] + h * a.st[AO][2] + c);
+            uint4 y =
+                *(const uint4 *)(dout + b * a.st[ADO][0] + i * a.st[ADO][1] + h * a.st[ADO][2] + c);
+            const T *xs = (const T *)&x, *ys = (const T *)&y;
+#pragma unroll
+            for (int e = 0; e < 8; e++) {
+                const float ye = attn_t<T>::ld(ys[e]);
+                acc += attn_t<T>::ld(xs[e]) * ye;
+                if constexpr (SUMS) sum[e] += ye;
+            }
+        }
+#pragma unroll
+        for (int off = TPR / 2; off > 0; off >>= 1)
+            acc += __shfl_xor_sync(0xffffffffu, acc, off);
+        if (i < a.T && c == 0) Dv[bh * a.T + i] = acc;
+    }
+    if constexpr (SUMS) {
+        __shared__ float red[8][D];
+        attn_block_colsum<D>(sum, red, attn_part(parts, b, chunk, nchunk, h, a.H, D));
+    }
+}
+
+/* dq = scale * dqa -> (B,T,H,D) strided, 8 columns per thread. (B,H,T,D): a 256-thread block
+ * takes ATTN_PART_ROWS rows of one (b, h) in passes. TILED: a block takes one 64-row tile, in
+ * passes of fragment groups (tile, warp w, row group g, 64-column block cb, 8-column step nt) of
+ * dqa_tile_index, 64 contiguous bytes, columns 8nt.. of tile rows 16w+g and 16w+g+8. With SUMS
+ * the block also writes dq's column sums over its rows to its part. */
+template <typename T, int D, bool TILED, bool SUMS>
+static __global__ void __launch_bounds__(256)
+    attn_bwd_dq_convert_kernel(attn_args a, T *dq, const float *dqa, float *parts) {
     const float sc = a.scale;
+    float sum[8] = { 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f };
     auto store = [&](int64_t bh, int i, int c, const float *x) {
         if (i >= a.T) return;
         const int h = (int)(bh % a.H), b = (int)(bh / a.H);
+        float y[8];
+#pragma unroll
+        for (int e = 0; e < 8; e++) {
+            y[e] = x[e] * sc;
+            if constexpr (SUMS) sum[e] += y[e];
+        }
         uint4 r;
-        r.x = attn_t<T>::pack(x[0] * sc, x[1] * sc);
-        r.y = attn_t<T>::pack(x[2] * sc, x[3] * sc);
-        r.z = attn_t<T>::pack(x[4] * sc, x[5] * sc);
-        r.w = attn_t<T>::pack(x[6] * sc, x[7] * sc);
+        r.x = attn_t<T>::pack(y[0], y[1]);
+        r.y = attn_t<T>::pack(y[2], y[3]);
+        r.z = attn_t<T>::pack(y[4], y[5]);
+        r.w = attn_t<T>::pack(y[6], y[7]);
         *(uint4 *)(dq + b * a.st[ADQ][0] + i * a.st[ADQ][1] + h * a.st[ADQ][2] + c) = r;
     };
-    if constexpr (TILED) {
-        const int nq = (a.T + 63) / 64;
-        if (id >= (int64_t)a.B * a.H * nq * 64 * D / 16) return;
-        const int nt = (int)(id % 8), cb = (int)(id / 8 % (D / 64)), g = (int)(id / (D / 8) % 8),
-                  w = (int)(id / (D / 8) / 8 % 4);
-        const int64_t tile = id / (D / 8) / 32;
-        const float4 *src =
-            (const float4 *)(dqa + tile * 64 * D) + (cb * 8 + nt) * 128 + w * 32 + g * 4;
-        float lo[8], hi[8];
+    const int nchunk = (a.T + ATTN_PART_ROWS - 1) / ATTN_PART_ROWS;
+    const int64_t bh = blockIdx.x / nchunk;
+    const int chunk = (int)(blockIdx.x % nchunk);
+    if constexpr (TILED) { /* chunks are the 64-row tiles */
+        static_assert(ATTN_PART_ROWS == 64, "a part is one dQ tile");
+        const float *tile = dqa + (int64_t)blockIdx.x * 64 * D;
 #pragma unroll
-        for (int j = 0; j < 4; j++) { /* lane 4g+j: (row, 2j..2j+1), (row + 8, 2j..2j+1) */
-            float4 v = src[j];
-            lo[2 * j] = v.x, lo[2 * j + 1] = v.y, hi[2 * j] = v.z, hi[2 * j + 1] = v.w;
+        for (int pass = 0; pass < D / 64; pass++) { /* 4D threads per tile */
+            const int id = pass * 256 + (int)threadIdx.x;
+            const int nt = id % 8, cb = id / 8 % (D / 64), g = id / (D / 8) % 8,
+                      w = id / (D / 8) / 8 % 4;
+            const float4 *src = (const float4 *)tile + (cb * 8 + nt) * 128 + w * 32 + g * 4;
+            float lo[8], hi[8];
+#pragma unroll
+            for (int j = 0; j < 4; j++) { /* lane 4g+j: (row, 2j..2j+1), (row + 8, 2j..2j+1) */
+                float4 v = src[j];
+                lo[2 * j] = v.x, lo[2 * j + 1] = v.y, hi[2 * j] = v.z, hi[2 * j + 1] = v.w;
+            }
+            const int i = chunk * 64 + w * 16 + g, c = cb * 64 + nt * 8;
+            store(bh, i, c, lo);
+            store(bh, i + 8, c, hi);
         }
-        const int i = (int)(tile % nq) * 64 + w * 16 + g, c = cb * 64 + nt * 8;
-        store(tile / nq, i, c, lo);
-        store(tile / nq, i + 8, c, hi);
     } else {
-        constexpr int TPR = D / 8;
-        const int64_t row = id / TPR;
-        const int c = (int)(id % TPR) * 8;
-        if (row >= (int64_t)a.B * a.H * a.T) return;
-        const float *x = dqa + row * D + c;
-        store(row / a.T, (int)(row % a.T), c, x);
+        constexpr int TPR = D / 8, RPP = 256 / TPR;
+        const int c = (int)(threadIdx.x % TPR) * 8;
+#pragma unroll
+        for (int pass = 0; pass < ATTN_PART_ROWS / RPP; pass++) {
+            const int i = chunk * ATTN_PART_ROWS + pass * RPP + (int)threadIdx.x / TPR;
+            if (i < a.T) store(bh, i, c, dqa + (bh * a.T + i) * D + c);
+        }
     }
+    if constexpr (SUMS) {
+        __shared__ float red[8][D];
+        attn_block_colsum<D>(
+            sum, red, attn_part(parts, (int)(bh / a.H), chunk, nchunk, (int)(bh % a.H), a.H, D));
+    }
+}
+
+/* The bias sums' generic part kernel: each block one (b, h, chunk) of x (B,T,heads,D) strided,
+ * a thread per column. */
+template <typename T>
+static __global__ void attn_colsum_parts_kernel(float *parts, const T *x, int B, int T_, int heads,
+                                                int D, int64_t sb, int64_t st, int64_t sh) {
+    const int nchunk = (T_ + ATTN_PART_ROWS - 1) / ATTN_PART_ROWS;
+    const int chunk = (int)(blockIdx.x % nchunk), bh = (int)(blockIdx.x / nchunk);
+    const int b = bh / heads, h = bh % heads;
+    const int i0 = chunk * ATTN_PART_ROWS, i1 = min(T_, i0 + ATTN_PART_ROWS);
+    for (int d = threadIdx.x; d < D; d += blockDim.x) {
+        float t = 0.0f;
+        for (int i = i0; i < i1; i++)
+            t += attn_t<T>::ld(x[b * sb + i * st + h * sh + d]);
+        attn_part(parts, b, chunk, nchunk, h, heads, D)[d] = t;
+    }
+}
+
+/* One bias sum of attn_bias_reduce_kernel: dst[j] (+)= the sum over parts p (`ld` floats apart)
+ * and heads f < fold of parts[p][((j / D) fold + f) D + j % D]; no parts: zeros. */
+struct attn_sum_job {
+    float *dst;
+    const float *parts;
+    int ncols, ld, fold;
+};
+struct attn_sum_jobs {
+    attn_sum_job job[3];
+    int n, D, accumulate;
+    int64_t P;
+};
+
+/* The jobs in one launch, 8 columns a block, in a fixed order: lanes take 8 columns of 4 parts,
+ * 32 warps stride the parts. */
+static __global__ void __launch_bounds__(1024) attn_bias_reduce_kernel(attn_sum_jobs js) {
+    int blk = (int)blockIdx.x, k = 0;
+    while (k + 1 < js.n && blk >= (js.job[k].ncols + 7) / 8)
+        blk -= (js.job[k].ncols + 7) / 8, k++;
+    const attn_sum_job jb = js.job[k];
+    const int lane = threadIdx.x % 32, w = threadIdx.x / 32, j = blk * 8 + lane % 8, D = js.D;
+    float t = 0.0f;
+    if (jb.parts && j < jb.ncols) {
+        const int64_t base = (int64_t)(j / D) * jb.fold * D + j % D;
+#pragma unroll 4
+        for (int64_t p = w * 4 + lane / 8; p < js.P; p += 128)
+            for (int f = 0; f < jb.fold; f++)
+                t += jb.parts[p * jb.ld + base + f * D];
+    }
+    t += __shfl_xor_sync(0xffffffffu, t, 8);
+    t += __shfl_xor_sync(0xffffffffu, t, 16);
+    __shared__ float red[32][8];
+    if (lane < 8) red[w][lane] = t;
+    __syncthreads();
+    if (threadIdx.x < 8 && blk * 8 + (int)threadIdx.x < jb.ncols) {
+        float u = 0.0f;
+        for (int i = 0; i < 32; i++)
+            u += red[i][threadIdx.x];
+        float *o = jb.dst + blk * 8 + threadIdx.x;
+        *o = js.accumulate ? *o + u : u;
+    }
+}
+
+/* Adds a sum to the launch: into `sum` (NULL: none) from the parts of `heads` heads, `fold` of
+ * them per output head (no parts: zeros, and nothing at all when accumulating). */
+static void add_job(attn_sum_jobs &js, mt_tensor *sum, const float *parts, int heads, int fold,
+                    int D) {
+    if (!sum || (!parts && js.accumulate)) return;
+    js.job[js.n++] =
+        attn_sum_job{ (float *)sum->data, parts, (int)mt_tensor_numel(sum), heads * D, fold };
+}
+
+static mt_status reduce_jobs(const attn_args &a, attn_sum_jobs &js, mt_stream stream) {
+    if (js.n == 0) return MT_OK;
+    int blocks = 0;
+    for (int k = 0; k < js.n; k++)
+        blocks += (js.job[k].ncols + 7) / 8;
+    js.D = a.D;
+    js.P = (int64_t)a.B * ((a.T + ATTN_PART_ROWS - 1) / ATTN_PART_ROWS);
+    attn_bias_reduce_kernel<<<blocks, 1024, 0, (cudaStream_t)stream>>>(js);
+    MT_CUDA_CHECK_LAUNCH();
+    return MT_OK;
+}
+
+/* A bias sum as defined, the column sums of x (B,T,heads,D): the generic path. */
+template <typename T>
+static mt_status bias_colsum(const attn_args &a, mt_tensor *sum, int accumulate, const mt_tensor *x,
+                             float *parts, mt_stream stream) {
+    if (!sum) return MT_OK;
+    const int heads = (int)x->shape[2], nchunk = (a.T + ATTN_PART_ROWS - 1) / ATTN_PART_ROWS;
+    const int threads = a.D < 128 ? (a.D + 31) / 32 * 32 : 128;
+    attn_colsum_parts_kernel<T>
+        <<<(unsigned)((int64_t)a.B * heads * nchunk), threads, 0, (cudaStream_t)stream>>>(
+            parts, (const T *)x->data, a.B, a.T, heads, a.D, x->stride[0], x->stride[1],
+            x->stride[2]);
+    MT_CUDA_CHECK_LAUNCH();
+    attn_sum_jobs js = {};
+    js.accumulate = accumulate;
+    add_job(js, sum, parts, heads, 1, a.D);
+    return reduce_jobs(a, js, stream);
 }
 
 __device__ __forceinline__ void red_add2(float *p, float x, float y) {
@@ -493,35 +662,50 @@ static __global__ void __launch_bounds__(NW * 32)
     bwd_store_dkdv<T, D>(a, dk, dv, gk, gv, b, hk, key0, lane);
 }
 
+/* The fused backward; with bias, dv's sums from the prologue's dout sums, dk's zero and dq's from
+ * the conversion (mt_attn_bwd_bias). */
 template <typename T, int D, int NW, int BR>
 static mt_status launch_fused(const attn_args &a, T *dq, T *dk, T *dv, const T *dout, const T *o,
                               const T *q, const T *k, const T *v, const float *lse, float *Dv,
-                              float *dqa, mt_stream stream) {
+                              float *dqa, float *parts, const attn_bias *bias, mt_stream stream) {
     constexpr int BC = 16 * NW, TWO = attn_t<T>::two_term ? 2 : 1;
-    const int64_t rows = (int64_t)a.B * a.H * a.T, thr = rows * (D / 8);
-    const int64_t zthr = (int64_t)a.B * a.H * ((a.T + 63) / 64 * 64) * (D / 8);
-    if (attn_sm90_enabled()) { /* the tiled accumulator */
-        attn_bwd_prep_kernel<T, D, true>
-            <<<(unsigned)((zthr + 255) / 256), 256, 0, stream>>>(a, Dv, dqa, o, dout);
-        MT_CUDA_CHECK_LAUNCH();
+    const unsigned blocks = (unsigned)((int64_t)a.B * a.H * ((a.T + 63) / 64)); /* 64-row chunks */
+    const bool tiled = attn_sm90_enabled(), vsum = bias && bias->dv, qsum = bias && bias->dq;
+    float *parts_q = parts + attn_parts_floats(a); /* dout's in the first region, dq's after */
+    cudaStream_t st = (cudaStream_t)stream;
+    if (tiled)
+        (vsum ? attn_bwd_prep_kernel<T, D, true, true>
+              : attn_bwd_prep_kernel<T, D, true, false>)<<<blocks, 256, 0, st>>>(a, Dv, dqa, o,
+                                                                                 dout, parts);
+    else
+        (vsum ? attn_bwd_prep_kernel<T, D, false, true>
+              : attn_bwd_prep_kernel<T, D, false, false>)<<<blocks, 256, 0, st>>>(a, Dv, dqa, o,
+                                                                                  dout, parts);
+    MT_CUDA_CHECK_LAUNCH();
+    if (tiled) { /* the tiled accumulator */
         MT_TRY((attn_bwd_sm90<T, D>(a, dk, dv, dqa, q, k, v, dout, lse, Dv, stream)));
-        attn_bwd_dq_convert_kernel<T, D, true>
-            <<<(unsigned)((zthr / 2 + 255) / 256), 256, 0, stream>>>(a, dq, dqa);
+        (qsum ? attn_bwd_dq_convert_kernel<T, D, true, true>
+              : attn_bwd_dq_convert_kernel<T, D, true, false>)<<<blocks, 256, 0, st>>>(a, dq, dqa,
+                                                                                       parts_q);
     } else {
-        attn_bwd_prep_kernel<T, D, false>
-            <<<(unsigned)((thr + 255) / 256), 256, 0, stream>>>(a, Dv, dqa, o, dout);
-        MT_CUDA_CHECK_LAUNCH();
         const int smem = (2 * BC * D + 4 * BR * D + TWO * BC * BR) * (int)sizeof(T) + 4 * BR * 4;
         MT_TRY(attn_smem_attr(attn_bwd_dkdv_mma_kernel<T, D, NW, BR, true>, smem));
         dim3 grid(a.B * a.Hkv, (a.T + BC - 1) / BC);
         attn_bwd_dkdv_mma_kernel<T, D, NW, BR, true>
-            <<<grid, NW * 32, smem, stream>>>(a, dk, dv, dqa, q, k, v, dout, lse, Dv);
+            <<<grid, NW * 32, smem, st>>>(a, dk, dv, dqa, q, k, v, dout, lse, Dv);
         MT_CUDA_CHECK_LAUNCH();
-        attn_bwd_dq_convert_kernel<T, D, false>
-            <<<(unsigned)((thr + 255) / 256), 256, 0, stream>>>(a, dq, dqa);
+        (qsum ? attn_bwd_dq_convert_kernel<T, D, false, true>
+              : attn_bwd_dq_convert_kernel<T, D, false, false>)<<<blocks, 256, 0, st>>>(a, dq, dqa,
+                                                                                        parts_q);
     }
     MT_CUDA_CHECK_LAUNCH();
-    return MT_OK;
+    if (!bias) return MT_OK;
+    attn_sum_jobs js = {}; /* one launch: dq's, dv's (dout's, folded), dk's (zero) */
+    js.accumulate = bias->accumulate;
+    add_job(js, bias->dq, parts_q, a.H, 1, D);
+    add_job(js, bias->dv, parts, a.H, a.group, D);
+    add_job(js, bias->dk, NULL, a.Hkv, 1, D);
+    return reduce_jobs(a, js, stream);
 }
 
 template <typename T, int D, int NW_KV, int NW_Q>
@@ -547,7 +731,7 @@ template <typename T>
 static mt_status launch(const attn_args &a, int fast, mt_tensor *dq, mt_tensor *dk, mt_tensor *dv,
                         const mt_tensor *dout, const mt_tensor *q, const mt_tensor *k,
                         const mt_tensor *v, const mt_tensor *out, const float *lse, float *Dv,
-                        float *dqa, mt_stream stream) {
+                        float *dqa, float *parts, const attn_bias *bias, mt_stream stream) {
     int64_t rows = (int64_t)a.B * a.H * a.T;
     if constexpr (sizeof(T) == 2) {
         if (fast && dqa) { /* non-deterministic: the fused kernel */
@@ -556,9 +740,9 @@ static mt_status launch(const attn_args &a, int fast, mt_tensor *dq, mt_tensor *
                     *tk = (const T *)k->data, *tv = (const T *)v->data;
             if (a.D == 64) // why: 4 warps (2 blocks per SM) beat 8 at D 64 on an H200
                 return launch_fused<T, 64, 4, 64>(a, gq, gk, gv, g, o, tq, tk, tv, lse, Dv, dqa,
-                                                  stream);
-            return launch_fused<T, 128, 8, 64>(a, gq, gk, gv, g, o, tq, tk, tv, lse, Dv, dqa,
-                                               stream);
+                                                  parts, bias, stream);
+            return launch_fused<T, 128, 8, 64>(a, gq, gk, gv, g, o, tq, tk, tv, lse, Dv, dqa, parts,
+                                               bias, stream);
         }
     }
     attn_bwd_dot_kernel<T><<<(unsigned)((rows + 3) / 4), 128, 0, stream>>>(
@@ -567,26 +751,33 @@ static mt_status launch(const attn_args &a, int fast, mt_tensor *dq, mt_tensor *
     T *gq = (T *)dq->data, *gk = (T *)dk->data, *gv = (T *)dv->data;
     const T *g = (const T *)dout->data, *tq = (const T *)q->data, *tk = (const T *)k->data,
             *tv = (const T *)v->data;
+    bool mma = false;
     if constexpr (sizeof(T) == 2) {
-        if (fast && a.D == 64)
-            return launch_mma<T, 64, 8, 4>(a, gq, gk, gv, g, tq, tk, tv, lse, Dv, stream);
-        if (fast && a.D == 128)
-            return launch_mma<T, 128, 8, 4>(a, gq, gk, gv, g, tq, tk, tv, lse, Dv, stream);
+        mma = fast && (a.D == 64 || a.D == 128);
+        if (mma && a.D == 64)
+            MT_TRY((launch_mma<T, 64, 8, 4>(a, gq, gk, gv, g, tq, tk, tv, lse, Dv, stream)));
+        else if (mma)
+            MT_TRY((launch_mma<T, 128, 8, 4>(a, gq, gk, gv, g, tq, tk, tv, lse, Dv, stream)));
     }
-    attn_bwd_dq_generic_kernel<T>
-        <<<(unsigned)((rows + 3) / 4), 128, 0, stream>>>(a, gq, tq, tk, tv, g, lse, Dv);
-    MT_CUDA_CHECK_LAUNCH();
-    int64_t krows = (int64_t)a.B * a.Hkv * a.T;
-    attn_bwd_dkdv_generic_kernel<T>
-        <<<(unsigned)((krows + 3) / 4), 128, 0, stream>>>(a, gk, gv, tq, tk, tv, g, lse, Dv);
-    MT_CUDA_CHECK_LAUNCH();
-    return MT_OK;
+    if (!mma) {
+        attn_bwd_dq_generic_kernel<T>
+            <<<(unsigned)((rows + 3) / 4), 128, 0, stream>>>(a, gq, tq, tk, tv, g, lse, Dv);
+        MT_CUDA_CHECK_LAUNCH();
+        int64_t krows = (int64_t)a.B * a.Hkv * a.T;
+        attn_bwd_dkdv_generic_kernel<T>
+            <<<(unsigned)((krows + 3) / 4), 128, 0, stream>>>(a, gk, gv, tq, tk, tv, g, lse, Dv);
+        MT_CUDA_CHECK_LAUNCH();
+    }
+    if (!bias) return MT_OK;
+    MT_TRY(bias_colsum<T>(a, bias->dq, bias->accumulate, dq, parts, stream));
+    MT_TRY(bias_colsum<T>(a, bias->dk, bias->accumulate, dk, parts + attn_parts_floats(a), stream));
+    return bias_colsum<T>(a, bias->dv, bias->accumulate, dv, parts, stream);
 }
 
 extern "C" mt_status attn_bwd_cuda(const attn_shape *s, mt_tensor *dq, mt_tensor *dk, mt_tensor *dv,
                                    const mt_tensor *dout, const mt_tensor *q, const mt_tensor *k,
                                    const mt_tensor *v, const mt_tensor *out, const mt_tensor *lse,
-                                   void *workspace, mt_stream stream) {
+                                   const attn_bias *bias, void *workspace, mt_stream stream) {
     const mt_tensor *t[A_NT] = { q, k, v, out, dout, dq, dk, dv };
     attn_args a = attn_make_args(s, t);
     int fast = 1;
@@ -596,14 +787,18 @@ extern "C" mt_status attn_bwd_cuda(const attn_shape *s, mt_tensor *dq, mt_tensor
     float *dqa = attn_bwd_fused(s) ? (float *)((char *)workspace + attn_ws_di_bytes(s)) : NULL;
     a.split_cap = (int)attn_split_cap(s);
     a.split_acc = a.split_cap ? (float *)((char *)dqa + attn_ws_dqa_bytes(s)) : NULL;
+    float *parts = (float *)((char *)workspace + attn_ws_bytes(s) - attn_ws_parts_bytes(s));
     const float *L = (const float *)lse->data;
     switch (q->dtype) {
     case MT_F32:
-        return launch<float>(a, 0, dq, dk, dv, dout, q, k, v, out, L, Dv, NULL, stream);
+        return launch<float>(a, 0, dq, dk, dv, dout, q, k, v, out, L, Dv, NULL, parts, bias,
+                             stream);
     case MT_BF16:
-        return launch<__nv_bfloat16>(a, fast, dq, dk, dv, dout, q, k, v, out, L, Dv, dqa, stream);
+        return launch<__nv_bfloat16>(a, fast, dq, dk, dv, dout, q, k, v, out, L, Dv, dqa, parts,
+                                     bias, stream);
     case MT_F16:
-        return launch<__half>(a, fast, dq, dk, dv, dout, q, k, v, out, L, Dv, dqa, stream);
+        return launch<__half>(a, fast, dq, dk, dv, dout, q, k, v, out, L, Dv, dqa, parts, bias,
+                              stream);
     default:
         return MT_ERROR(MT_ERR_UNSUPPORTED, "attention dtype %s", mt_dtype_name(q->dtype));
     }
