@@ -291,7 +291,8 @@ static mt_status backward(mt_model *m, int lm_head, mt_stream s) {
         mt_tensor db[3];
         const int bias_here = lp->qkv_b && c->position_embedding_type != MT_POS_ROPE;
         if (bias_here) {
-            const int64_t nh = c->num_attention_heads, ng = c->num_query_groups, hd = c->kv_channels;
+            const int64_t nh = c->num_attention_heads, ng = c->num_query_groups,
+                          hd = c->kv_channels;
             MT_TRY(mt_tensor_slice(&lp->qkv_b->grad, 0, 0, nh * hd, &db[0]));
             MT_TRY(mt_tensor_slice(&lp->qkv_b->grad, 0, nh * hd, ng * hd, &db[1]));
             MT_TRY(mt_tensor_slice(&lp->qkv_b->grad, 0, (nh + ng) * hd, ng * hd, &db[2]));
