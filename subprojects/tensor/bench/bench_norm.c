@@ -1,17 +1,18 @@
 /* LayerNorm/RMSNorm with the fused residual add on the GPU (bf16): forward (x + residual -> resid_out,
- * out, mean, rstd) and backward (dx with the residual gradient, dweight, dbias); GB/s counting the
- * bytes of the row tensors read and written once. */
+ * out, mean, rstd) and backward (dx with the residual gradient, dweight, dbias; layernorm_bwd_sum
+ * also dx's column sums, as the model asks for a linear's bias gradient); GB/s counting the bytes
+ * of the row tensors read and written once. */
 #include "bench_common.h"
 
 #if MT_HAVE_CUDA
 
 typedef struct {
-    int op; /* 0 layernorm_fwd, 1 layernorm_bwd, 2 rmsnorm_fwd, 3 rmsnorm_bwd */
+    int op; /* 0 layernorm_fwd, 1 layernorm_bwd, 2 rmsnorm_fwd, 3 rmsnorm_bwd, 4 layernorm_bwd_sum */
     int64_t N, C;
 } norm_case;
 
 typedef struct {
-    mt_tensor x, r, h, out, w, b, mean, rstd, dout, dx, dw, db, scratch;
+    mt_tensor x, r, h, out, w, b, mean, rstd, dout, dx, dw, db, ds, scratch;
 } norm_bufs;
 
 static mt_status run_case(const norm_case *c, norm_bufs *t) {
@@ -21,6 +22,9 @@ static mt_status run_case(const norm_case *c, norm_bufs *t) {
                                 1e-5f, NULL);
     case 1:
         return mt_layernorm_bwd(&t->dx, &t->dw, &t->db, NULL, &t->scratch, &t->dout, &t->h, &t->w,
+                                &t->mean, &t->rstd, &t->dx, 0, NULL);
+    case 4:
+        return mt_layernorm_bwd(&t->dx, &t->dw, &t->db, &t->ds, &t->scratch, &t->dout, &t->h, &t->w,
                                 &t->mean, &t->rstd, &t->dx, 0, NULL);
     case 2:
         return mt_rmsnorm_fwd(&t->out, &t->h, &t->rstd, &t->x, &t->r, &t->w, 1e-5f, NULL);
@@ -46,6 +50,7 @@ static void bench_norm(mt_bench_state *st, void *arg) {
     if (s == MT_OK) s = mt_tensor_alloc(ar, MT_BF16, 1, &c->C, &t.b);
     if (s == MT_OK) s = mt_tensor_alloc(ar, MT_F32, 1, &c->C, &t.dw);
     if (s == MT_OK) s = mt_tensor_alloc(ar, MT_F32, 1, &c->C, &t.db);
+    if (s == MT_OK) s = mt_tensor_alloc(ar, MT_F32, 1, &c->C, &t.ds);
     if (s == MT_OK) s = mt_tensor_alloc(ar, MT_F32, 1, &c->N, &t.mean);
     if (s == MT_OK) s = mt_tensor_alloc(ar, MT_F32, 1, &c->N, &t.rstd);
     if (s == MT_OK) s = mt_tensor_alloc(ar, MT_F32, 1, &ns, &t.scratch);
@@ -71,13 +76,13 @@ static void bench_norm(mt_bench_state *st, void *arg) {
 int main(int argc, char **argv) {
 #if MT_HAVE_CUDA
     if (bench_cuda_init()) {
-        static const char *ops[] = { "layernorm_fwd", "layernorm_bwd", "rmsnorm_fwd",
-                                     "rmsnorm_bwd" };
+        static const char *ops[] = { "layernorm_fwd", "layernorm_bwd", "rmsnorm_fwd", "rmsnorm_bwd",
+                                     "layernorm_bwd_sum" };
         static const int64_t Cs[] = { 768, 1600, 4096 };
-        static norm_case cases[12];
-        static char names[12][96];
+        static norm_case cases[15];
+        static char names[15][96];
         int n = 0;
-        for (int op = 0; op < 4; op++) {
+        for (int op = 0; op < 5; op++) {
             for (int i = 0; i < 3; i++) {
                 cases[n] = (norm_case){ op, 16384, Cs[i] };
                 snprintf(names[n], sizeof names[n], "%s/cuda/bf16_N16384_C%lld", ops[op],
