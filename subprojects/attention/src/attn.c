@@ -131,13 +131,9 @@ mt_status mt_attn_bwd_bias(mt_tensor *dq, mt_tensor *dk, mt_tensor *dv, mt_tenso
                                       stream));
         return MT_OK;
     }
-    if (mt_device_is_cuda(q->device))
-        return MT_DISPATCH(
-            q->device, MT_OK,
-            attn_bwd_cuda(&s, dq, dk, dv, dout, q, k, v, out, lse, bp, workspace, stream));
-    MT_TRY(attn_bwd_cpu(&s, dq, dk, dv, dout, q, k, v, out, lse));
-    if (bp) attn_bias_sums_cpu(&s, bp, dq, dk, dv);
-    return MT_OK;
+    return MT_DISPATCH(
+        q->device, attn_bwd_cpu(&s, dq, dk, dv, dout, q, k, v, out, lse, bp),
+        attn_bwd_cuda(&s, dq, dk, dv, dout, q, k, v, out, lse, bp, workspace, stream));
 }
 
 mt_status mt_attn_bwd(mt_tensor *dq, mt_tensor *dk, mt_tensor *dv, const mt_tensor *dout,

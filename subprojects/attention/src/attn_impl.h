@@ -47,9 +47,10 @@ static inline size_t attn_ws_split_bytes(const attn_shape *s) {
 }
 /* Then the bias sums' partials (mt_attn_bwd_bias): two regions of f32 (B, ceil(T/64), H, D),
  * one part per 64-row chunk of a batch entry. */
-#define ATTN_PART_ROWS 64
+#define ATTN_PART_ROWS      64
+#define ATTN_PART_CHUNKS(T) (((T) + ATTN_PART_ROWS - 1) / ATTN_PART_ROWS)
 static inline size_t attn_ws_parts_bytes(const attn_shape *s) {
-    return (size_t)(s->B * ((s->T + ATTN_PART_ROWS - 1) / ATTN_PART_ROWS) * s->H * s->D) * 8;
+    return (size_t)(s->B * ATTN_PART_CHUNKS(s->T) * s->H * s->D) * 8;
 }
 static inline size_t attn_ws_bytes(const attn_shape *s) {
     return attn_ws_di_bytes(s) + attn_ws_dqa_bytes(s) + attn_ws_split_bytes(s) +
@@ -64,12 +65,11 @@ typedef struct attn_bias {
 
 mt_status attn_fwd_cpu(const attn_shape *s, mt_tensor *out, mt_tensor *lse, const mt_tensor *q,
                        const mt_tensor *k, const mt_tensor *v);
+/* With bias (NULL: none), also the bias sums: the column sums of dq, dk and dv. */
 mt_status attn_bwd_cpu(const attn_shape *s, mt_tensor *dq, mt_tensor *dk, mt_tensor *dv,
                        const mt_tensor *dout, const mt_tensor *q, const mt_tensor *k,
-                       const mt_tensor *v, const mt_tensor *out, const mt_tensor *lse);
-/* The bias sums as defined: column sums of dq, dk and dv. */
-void attn_bias_sums_cpu(const attn_shape *s, const attn_bias *bias, const mt_tensor *dq,
-                        const mt_tensor *dk, const mt_tensor *dv);
+                       const mt_tensor *v, const mt_tensor *out, const mt_tensor *lse,
+                       const attn_bias *bias);
 mt_status attn_fwd_cuda(const attn_shape *s, mt_tensor *out, mt_tensor *lse, const mt_tensor *q,
                         const mt_tensor *k, const mt_tensor *v, mt_stream stream);
 mt_status attn_bwd_cuda(const attn_shape *s, mt_tensor *dq, mt_tensor *dk, mt_tensor *dv,

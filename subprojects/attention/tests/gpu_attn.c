@@ -278,8 +278,6 @@ static void sampled(const shape *s, const float *q, const float *k, const float 
 #undef KI
 }
 
-/* Runs one shape on the GPU; compares with ref_* when given, else with the CPU reference
- * (T <= 700) or sampled rows. */
 /* mt_attn_bwd_bias's sums against the column sums (fp64) of the same call's dq, dk, dv: |error|
  * within tol times the column's sum of magnitudes (dv's with dout's of its query heads, since
  * the fused path sums dout; dk's sums are zero there, its column sums rounding noise). */
@@ -309,6 +307,8 @@ static void check_sums(const shape *s, const char *what, const float *got, const
               worst);
 }
 
+/* Runs one shape on the GPU; compares with ref_* when given, else with the CPU reference
+ * (T <= 700) or sampled rows. */
 static void run(const shape *s, const float *q, const float *k, const float *v, const float *g,
                 const float *ref_o, const float *ref_l, const float *ref_dq, const float *ref_dk,
                 const float *ref_dv) {

@@ -5,7 +5,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-mt_status attn_bwd_cpu(const attn_shape *s, mt_tensor *dq, mt_tensor *dk, mt_tensor *dv,
+static mt_status grads(const attn_shape *s, mt_tensor *dq, mt_tensor *dk, mt_tensor *dv,
                        const mt_tensor *dout, const mt_tensor *q, const mt_tensor *k,
                        const mt_tensor *v, const mt_tensor *out, const mt_tensor *lse) {
     int64_t group = s->H / s->Hkv, D = s->D;
@@ -75,9 +75,15 @@ static void colsum(mt_tensor *sum, int accumulate, const attn_shape *s, const mt
         }
 }
 
-void attn_bias_sums_cpu(const attn_shape *s, const attn_bias *bias, const mt_tensor *dq,
-                        const mt_tensor *dk, const mt_tensor *dv) {
+/* The grads, then the bias sums as defined: the column sums of dq, dk and dv. */
+mt_status attn_bwd_cpu(const attn_shape *s, mt_tensor *dq, mt_tensor *dk, mt_tensor *dv,
+                       const mt_tensor *dout, const mt_tensor *q, const mt_tensor *k,
+                       const mt_tensor *v, const mt_tensor *out, const mt_tensor *lse,
+                       const attn_bias *bias) {
+    MT_TRY(grads(s, dq, dk, dv, dout, q, k, v, out, lse));
+    if (!bias) return MT_OK;
     colsum(bias->dq, bias->accumulate, s, dq);
     colsum(bias->dk, bias->accumulate, s, dk);
     colsum(bias->dv, bias->accumulate, s, dv);
+    return MT_OK;
 }

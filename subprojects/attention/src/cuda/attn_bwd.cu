@@ -259,11 +259,6 @@ __device__ __forceinline__ float *attn_part(float *parts, int b, int chunk, int 
     return parts + (((int64_t)b * nchunk + chunk) * heads + h) * D;
 }
 
-/* Floats in one of the two regions of parts: (B, chunks, H, D). */
-static inline int64_t attn_parts_floats(const attn_args &a) {
-    return (int64_t)a.B * ((a.T + ATTN_PART_ROWS - 1) / ATTN_PART_ROWS) * a.H * a.D;
-}
-
 /* A 256-thread block's column sums of D columns: each thread holds x[8] of columns 8 (lane % (D/8))
  * (lanes D/8 apart share them) for its rows; threads below D write their column's sum to part. */
 template <int D>
@@ -299,7 +294,7 @@ static __global__ void __launch_bounds__(256)
                          float *parts) {
     constexpr int TPR = D / 8, RPP = 256 / TPR;        /* rows per pass */
     const int Tz = TILED ? (a.T + 63) / 64 * 64 : a.T; /* accumulator rows per (b, h) */
-    const int nchunk = (a.T + ATTN_PART_ROWS - 1) / ATTN_PART_ROWS;
+    const int nchunk = ATTN_PART_CHUNKS(a.T);
     const int64_t bh = blockIdx.x / nchunk;
     const int chunk = (int)(blockIdx.x % nchunk), c = (threadIdx.x % TPR) * 8;
     const int h = (int)(bh % a.H), b = (int)(bh / a.H);
@@ -363,7 +358,7 @@ static __global__ void __launch_bounds__(256)
         r.w = attn_t<T>::pack(y[6], y[7]);
         *(uint4 *)(dq + b * a.st[ADQ][0] + i * a.st[ADQ][1] + h * a.st[ADQ][2] + c) = r;
     };
-    const int nchunk = (a.T + ATTN_PART_ROWS - 1) / ATTN_PART_ROWS;
+    const int nchunk = ATTN_PART_CHUNKS(a.T);
     const int64_t bh = blockIdx.x / nchunk;
     const int chunk = (int)(blockIdx.x % nchunk);
     if constexpr (TILED) { /* chunks are the 64-row tiles */
@@ -406,7 +401,7 @@ static __global__ void __launch_bounds__(256)
 template <typename T>
 static __global__ void attn_colsum_parts_kernel(float *parts, const T *x, int B, int T_, int heads,
                                                 int D, int64_t sb, int64_t st, int64_t sh) {
-    const int nchunk = (T_ + ATTN_PART_ROWS - 1) / ATTN_PART_ROWS;
+    const int nchunk = ATTN_PART_CHUNKS(T_);
     const int chunk = (int)(blockIdx.x % nchunk), bh = (int)(blockIdx.x / nchunk);
     const int b = bh / heads, h = bh % heads;
     const int i0 = chunk * ATTN_PART_ROWS, i1 = min(T_, i0 + ATTN_PART_ROWS);
@@ -476,7 +471,7 @@ static mt_status reduce_jobs(const attn_args &a, attn_sum_jobs &js, mt_stream st
     for (int k = 0; k < js.n; k++)
         blocks += (js.job[k].ncols + 7) / 8;
     js.D = a.D;
-    js.P = (int64_t)a.B * ((a.T + ATTN_PART_ROWS - 1) / ATTN_PART_ROWS);
+    js.P = (int64_t)a.B * ATTN_PART_CHUNKS(a.T);
     attn_bias_reduce_kernel<<<blocks, 1024, 0, (cudaStream_t)stream>>>(js);
     MT_CUDA_CHECK_LAUNCH();
     return MT_OK;
@@ -487,7 +482,7 @@ template <typename T>
 static mt_status bias_colsum(const attn_args &a, mt_tensor *sum, int accumulate, const mt_tensor *x,
                              float *parts, mt_stream stream) {
     if (!sum) return MT_OK;
-    const int heads = (int)x->shape[2], nchunk = (a.T + ATTN_PART_ROWS - 1) / ATTN_PART_ROWS;
+    const int heads = (int)x->shape[2], nchunk = ATTN_PART_CHUNKS(a.T);
     const int threads = a.D < 128 ? (a.D + 31) / 32 * 32 : 128;
     attn_colsum_parts_kernel<T>
         <<<(unsigned)((int64_t)a.B * heads * nchunk), threads, 0, (cudaStream_t)stream>>>(
@@ -667,20 +662,21 @@ static __global__ void __launch_bounds__(NW * 32)
 template <typename T, int D, int NW, int BR>
 static mt_status launch_fused(const attn_args &a, T *dq, T *dk, T *dv, const T *dout, const T *o,
                               const T *q, const T *k, const T *v, const float *lse, float *Dv,
-                              float *dqa, float *parts, const attn_bias *bias, mt_stream stream) {
+                              float *dqa, float *const *parts, const attn_bias *bias,
+                              mt_stream stream) {
     constexpr int BC = 16 * NW, TWO = attn_t<T>::two_term ? 2 : 1;
-    const unsigned blocks = (unsigned)((int64_t)a.B * a.H * ((a.T + 63) / 64)); /* 64-row chunks */
+    const unsigned blocks = (unsigned)((int64_t)a.B * a.H * ATTN_PART_CHUNKS(a.T));
     const bool tiled = attn_sm90_enabled(), vsum = bias && bias->dv, qsum = bias && bias->dq;
-    float *parts_q = parts + attn_parts_floats(a); /* dout's in the first region, dq's after */
+    float *parts_o = parts[0], *parts_q = parts[1]; /* dout's sums, dq's */
     cudaStream_t st = (cudaStream_t)stream;
     if (tiled)
         (vsum ? attn_bwd_prep_kernel<T, D, true, true>
               : attn_bwd_prep_kernel<T, D, true, false>)<<<blocks, 256, 0, st>>>(a, Dv, dqa, o,
-                                                                                 dout, parts);
+                                                                                 dout, parts_o);
     else
         (vsum ? attn_bwd_prep_kernel<T, D, false, true>
               : attn_bwd_prep_kernel<T, D, false, false>)<<<blocks, 256, 0, st>>>(a, Dv, dqa, o,
-                                                                                  dout, parts);
+                                                                                  dout, parts_o);
     MT_CUDA_CHECK_LAUNCH();
     if (tiled) { /* the tiled accumulator */
         MT_TRY((attn_bwd_sm90<T, D>(a, dk, dv, dqa, q, k, v, dout, lse, Dv, stream)));
@@ -703,7 +699,7 @@ static mt_status launch_fused(const attn_args &a, T *dq, T *dk, T *dv, const T *
     attn_sum_jobs js = {}; /* one launch: dq's, dv's (dout's, folded), dk's (zero) */
     js.accumulate = bias->accumulate;
     add_job(js, bias->dq, parts_q, a.H, 1, D);
-    add_job(js, bias->dv, parts, a.H, a.group, D);
+    add_job(js, bias->dv, parts_o, a.H, a.group, D);
     add_job(js, bias->dk, NULL, a.Hkv, 1, D);
     return reduce_jobs(a, js, stream);
 }
@@ -731,7 +727,7 @@ template <typename T>
 static mt_status launch(const attn_args &a, int fast, mt_tensor *dq, mt_tensor *dk, mt_tensor *dv,
                         const mt_tensor *dout, const mt_tensor *q, const mt_tensor *k,
                         const mt_tensor *v, const mt_tensor *out, const float *lse, float *Dv,
-                        float *dqa, float *parts, const attn_bias *bias, mt_stream stream) {
+                        float *dqa, float *const *parts, const attn_bias *bias, mt_stream stream) {
     int64_t rows = (int64_t)a.B * a.H * a.T;
     if constexpr (sizeof(T) == 2) {
         if (fast && dqa) { /* non-deterministic: the fused kernel */
@@ -769,9 +765,9 @@ static mt_status launch(const attn_args &a, int fast, mt_tensor *dq, mt_tensor *
         MT_CUDA_CHECK_LAUNCH();
     }
     if (!bias) return MT_OK;
-    MT_TRY(bias_colsum<T>(a, bias->dq, bias->accumulate, dq, parts, stream));
-    MT_TRY(bias_colsum<T>(a, bias->dk, bias->accumulate, dk, parts + attn_parts_floats(a), stream));
-    return bias_colsum<T>(a, bias->dv, bias->accumulate, dv, parts, stream);
+    MT_TRY(bias_colsum<T>(a, bias->dq, bias->accumulate, dq, parts[0], stream));
+    MT_TRY(bias_colsum<T>(a, bias->dk, bias->accumulate, dk, parts[1], stream));
+    return bias_colsum<T>(a, bias->dv, bias->accumulate, dv, parts[0], stream);
 }
 
 extern "C" mt_status attn_bwd_cuda(const attn_shape *s, mt_tensor *dq, mt_tensor *dk, mt_tensor *dv,
@@ -787,7 +783,10 @@ extern "C" mt_status attn_bwd_cuda(const attn_shape *s, mt_tensor *dq, mt_tensor
     float *dqa = attn_bwd_fused(s) ? (float *)((char *)workspace + attn_ws_di_bytes(s)) : NULL;
     a.split_cap = (int)attn_split_cap(s);
     a.split_acc = a.split_cap ? (float *)((char *)dqa + attn_ws_dqa_bytes(s)) : NULL;
-    float *parts = (float *)((char *)workspace + attn_ws_bytes(s) - attn_ws_parts_bytes(s));
+    /* the bias sums' two regions of parts, at the workspace's end */
+    float *parts[2];
+    parts[0] = (float *)((char *)workspace + attn_ws_bytes(s) - attn_ws_parts_bytes(s));
+    parts[1] = parts[0] + attn_ws_parts_bytes(s) / 8;
     const float *L = (const float *)lse->data;
     switch (q->dtype) {
     case MT_F32:
