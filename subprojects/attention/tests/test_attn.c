@@ -34,7 +34,6 @@ static void check(const char *what, const golden_case *c, const float *got, cons
     free(ref);
 }
 
-/* fused = 0: contiguous q, k, v; 1: slices of one (B,T,H+2Hkv,D) buffer. */
 /* Column sums over (b, t) of x (B,T,heads,D), folding `fold` consecutive heads into one, in
  * double; mag gets the sums of magnitudes. */
 static void colsums(double *sum, double *mag, const float *x, int64_t rows, int64_t heads,
@@ -102,6 +101,7 @@ static void check_bias_sums(const golden_case *c, mt_tensor *tdq, mt_tensor *tdk
     free(dout), free(want), free(mag), free(vs), free(vm);
 }
 
+/* fused = 0: contiguous q, k, v; 1: slices of one (B,T,H+2Hkv,D) buffer. */
 static void run(const golden_case *c, int fused) {
     mt_npy qs, ks;
     float *q = load(c, "q", &qs), *k = load(c, "k", &ks), *v = load(c, "v", NULL);
