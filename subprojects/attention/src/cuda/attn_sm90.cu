@@ -796,13 +796,18 @@ static __global__ void __launch_bounds__(NWG * 128, 3 - NWG)
             mbar_wait(&bar[buf], ((g0 + n) >> 1) & 1);
             fence_async_smem(); // (K, V by cp.async; the staged dQ)
             __syncthreads();    // tile n is in; every warp is done with tile n-1's buffers and dS^T
-            if (n > 0) flush_dq(n - 1);
-            if (n + 1 < ntile) issue(n + 1, buf ^ 1);
+            /* tile n-1's dQ out, tile n+1's loads in (buffer buf ^ 1 is free past the barrier) */
+            auto ahead = [&]() {
+                if (n > 0) flush_dq(n - 1);
+                if (n + 1 < ntile) issue(n + 1, buf ^ 1);
+            };
             int h, q0;
             bwd_tile_of<BR>(a, hk, it0, nqt, n0 + n, h, q0);
             const T *cQ = sQ + buf * BR * D, *cG = sG + buf * BR * D;
             const float *cL = sL + buf * BR, *cD = sD + buf * BR;
-            if (!a.causal || q0 + BR - 1 >= kw) { // else this warpgroup's keys all > queries
+            if constexpr (NWG == 2) ahead(); // (after the MMAs' issue it spilled more)
+            /* one warpgroup: its keys start at the walk's first query (q0 >= k0) */
+            if (NWG == 1 || !a.causal || q0 + BR - 1 >= kw) { // else its keys all > queries
                 float p[BR / 8][4], ds[BR / 8][4];
                 wg_fence();
 #pragma unroll
@@ -816,6 +821,7 @@ static __global__ void __launch_bounds__(NWG * 128, 3 - NWG)
                         ds, wg_desc(sV + (kk >> 2) * BC * 64 + wg * 64 * 64 + (kk & 3) * 16, 16),
                         wg_desc(cG + (kk >> 2) * BR * 64 + (kk & 3) * 16, 16), kk > 0);
                 wg_commit();
+                if constexpr (NWG == 1) ahead(); // why: its latencies hide under the MMAs
                 wg_wait0();
                 wg_pin(p);
                 wg_pin(ds);
@@ -851,8 +857,10 @@ static __global__ void __launch_bounds__(NWG * 128, 3 - NWG)
                 }
                 wg_commit();
             }
-            fence_async_smem();
-            __syncthreads(); // dS^T is in; sDQ[buf] is free
+            if constexpr (NWG == 2) { // (one warpgroup: its barrier after dS^T's stores did this)
+                fence_async_smem();
+                __syncthreads(); // dS^T is in; sDQ[buf] is free
+            }
             /* dQ rows q0 + wl*16..: key steps past the causal edge are zero (there is at least
              * one: query tiles start at the key tile's first key) */
             const int lim = a.causal ? q0 + BR - k0 : BC;
