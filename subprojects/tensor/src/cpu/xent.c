@@ -9,19 +9,29 @@ static int64_t ld_id(const mt_tensor *t, int64_t i) {
     return t->dtype == MT_I64 ? ((const int64_t *)t->data)[i] : ((const int32_t *)t->data)[i];
 }
 
+/* *count = the targets that are not ignore_index; with V > 0 each must lie in [0, V). */
+static mt_status count_targets(const mt_tensor *targets, int64_t ignore_index, int64_t V,
+                               int64_t *count) {
+    int64_t N = mt_tensor_numel(targets);
+    *count = 0;
+    for (int64_t n = 0; n < N; n++) {
+        int64_t t = ld_id(targets, n);
+        if (t == ignore_index) continue;
+        MT_REQUIRE(V <= 0 || (t >= 0 && t < V), MT_ERR_INVALID_ARG,
+                   "targets[%lld] = %lld is outside [0, %lld)", (long long)n, (long long)t,
+                   (long long)V);
+        (*count)++;
+    }
+    return MT_OK;
+}
+
 mt_status xent_cpu(mt_tensor *dlogits, mt_tensor *losses, mt_tensor *stats, const mt_tensor *logits,
                    const mt_tensor *targets, const mt_tensor *dloss, float dmean, int64_t V,
                    int64_t ignore_index) {
     int64_t N = logits->shape[0], Vp = logits->shape[1];
     float *loss = losses->data;
-    int64_t count = 0;
-    for (int64_t n = 0; n < N; n++) {
-        int64_t t = ld_id(targets, n);
-        if (t == ignore_index) continue;
-        MT_REQUIRE(t >= 0 && t < V, MT_ERR_INVALID_ARG, "targets[%lld] = %lld is outside [0, %lld)",
-                   (long long)n, (long long)t, (long long)V);
-        count++;
-    }
+    int64_t count;
+    MT_TRY(count_targets(targets, ignore_index, V, &count));
     double total = 0.0;
     for (int64_t n = 0; n < N; n++) {
         int64_t t = ld_id(targets, n), o = n * Vp;
@@ -60,13 +70,11 @@ mt_status xent_cpu(mt_tensor *dlogits, mt_tensor *losses, mt_tensor *stats, cons
 
 mt_status xent_stats_cpu(mt_tensor *stats, mt_tensor *dloss, const mt_tensor *losses,
                          const mt_tensor *targets, float dmean, int64_t ignore_index) {
-    int64_t N = mt_tensor_numel(targets), count = 0;
+    int64_t N = mt_tensor_numel(targets), count;
+    MT_TRY(count_targets(targets, ignore_index, 0, &count));
     double total = 0.0;
-    for (int64_t n = 0; n < N; n++)
-        if (ld_id(targets, n) != ignore_index) {
-            count++;
-            if (losses) total += ((const float *)losses->data)[n];
-        }
+    for (int64_t n = 0; losses && n < N; n++)
+        if (ld_id(targets, n) != ignore_index) total += ((const float *)losses->data)[n];
     for (int64_t n = 0; dloss && n < N; n++) /* as the mean mode's g, rounded to f32 */
         ((float *)dloss->data)[n] =
             ld_id(targets, n) == ignore_index ? 0.0f : (float)((double)dmean / (double)count);
