@@ -40,6 +40,7 @@ struct attn_args {
      * (attn_impl.h) */
     int split_tiles, split_pieces, split_cap;
     float *split_acc;
+    int lse_bulk; /* the wgmma backward: lse and Di tiles by bulk copies (attn_sm90.cu) */
     float scale;
     int64_t st[A_NT][3];
 };
@@ -49,7 +50,7 @@ static inline attn_args attn_make_args(const attn_shape *s, const mt_tensor *con
     a.B = (int)s->B, a.T = (int)s->T, a.H = (int)s->H, a.Hkv = (int)s->Hkv, a.D = (int)s->D;
     a.group = (int)(s->H / s->Hkv), a.causal = s->causal, a.scale = s->scale;
     a.ds_split = s->ds_split, a.tail_heads = 0;
-    a.split_tiles = a.split_pieces = a.split_cap = 0, a.split_acc = NULL;
+    a.split_tiles = a.split_pieces = a.split_cap = 0, a.split_acc = NULL, a.lse_bulk = 0;
     for (int i = 0; i < A_NT; i++)
         for (int j = 0; j < 3; j++)
             a.st[i][j] = t[i] ? t[i]->stride[j] : 0;

@@ -179,12 +179,22 @@ __device__ __forceinline__ void tma_box(void *dst, const CUtensorMap *map, int c
                  : "memory");
 }
 
+/* A bulk copy of `bytes` (a multiple of 16, both ends 16-byte aligned) from global memory into
+ * shared memory, on bar's transaction. */
+__device__ __forceinline__ void bulk_load(void *dst, const void *src, uint32_t bytes,
+                                          uint64_t *bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes"
+                 " [%0], [%1], %2, [%3];\n" ::"r"(smem_u32(dst)),
+                 "l"(src), "r"(bytes), "r"(smem_u32(bar))
+                 : "memory");
+}
+
 /* The 64-row tiles (rows from t, head h, batch b) of two tile_maps into the panel layouts sa and
  * sb, one transaction on bar (one thread issues). */
 template <typename T, int D>
 __device__ __forceinline__ void tma_pair(T *sa, T *sb, const CUtensorMap *ma, const CUtensorMap *mb,
-                                         int h, int t, int b, uint64_t *bar) {
-    mbar_expect(bar, 2 * 64 * D * sizeof(T));
+                                         int h, int t, int b, uint64_t *bar, uint32_t extra = 0) {
+    mbar_expect(bar, 2 * 64 * D * sizeof(T) + extra); /* extra: more bytes on the transaction */
 #pragma unroll
     for (int c = 0; c < D; c += 64) { /* 64-column panels */
         tma_box(sa + c * 64, ma, c, h, t, b, bar);
@@ -798,10 +808,26 @@ static __global__ void __launch_bounds__(NWG * 128, 3 - NWG)
         if (pass) __syncthreads(); // every warp is done with the previous key tile
         bwd_load_kv<T, BC, D, NT, true>(a, sK, sV, k, v, b, hk, k0);
         /* tile n's Q, dO by TMA (one thread; rows past T are zeros) into buffer buf, lse and Di by
-         * cp.async (one group) */
+         * bulk copies on the same mbarrier when T % 4 == 0 (lse_bulk), else by cp.async (one
+         * group) */
         auto issue = [&](int n, int buf) {
             int h, q0;
             bwd_tile_of<BR>(a, hk, it0, nqt, n0 + n, h, q0);
+            if (a.lse_bulk) { /* lse and Di on the same transaction */
+                const int qn = min(BR, a.T - q0);
+                /* rows past T: zeros, as cp.async's (the copies stop at T; buffer buf is free) */
+                for (int i = qn + threadIdx.x; i < BR; i += NT)
+                    sL[buf * BR + i] = sD[buf * BR + i] = 0.0f;
+                if (threadIdx.x == 0) {
+                    const uint32_t by = qn * 4;
+                    const int64_t ro = ((int64_t)b * a.H + h) * a.T + q0;
+                    tma_pair<T, D>(sQ + buf * BR * D, sG + buf * BR * D, &tq, &tg, h, q0, b,
+                                   &bar[buf], 2 * by);
+                    bulk_load(sL + buf * BR, lse + ro, by, &bar[buf]);
+                    bulk_load(sD + buf * BR, Dv + ro, by, &bar[buf]);
+                }
+                return;
+            }
             if (threadIdx.x == 0)
                 tma_pair<T, D>(sQ + buf * BR * D, sG + buf * BR * D, &tq, &tg, h, q0, b, &bar[buf]);
             bwd_issue_ld<BR, NT>(a, sL, sD, lse, Dv, b, h, q0, buf);
@@ -945,6 +971,14 @@ static __global__ void __launch_bounds__(NWG * 128, 3 - NWG)
 #endif
 }
 
+/* Whether the backward may load lse and Di by bulk copies (MT_ATTN_LSE_BULK=0: by cp.async, for
+ * comparisons; read once). */
+static bool lse_bulk_on() {
+    static std::once_flag once;
+    static int env;
+    return env_int("MT_ATTN_LSE_BULK", &env, &once) != 0;
+}
+
 /* TWO: dS as bf16 hi + lo (2) or rounded once (1). */
 template <typename T, int D, int TWO>
 static mt_status bwd_sm90_launch(const attn_args &a, T *dk, T *dv, float *dqa, const T *k,
@@ -955,6 +989,8 @@ static mt_status bwd_sm90_launch(const attn_args &a, T *dk, T *dv, float *dqa, c
         (2 * BC * D + 4 * BR * D + TWO * BC * BR) * (int)sizeof(T) + 4 * BR * 4 + 2 * BR * D * 4;
     MT_TRY(attn_smem_attr(attn_bwd_sm90_kernel<T, D, NWG, TWO>, smem));
     attn_args g = a;
+    // why: lse and Di rows then start 16-byte aligned, as bulk copies need
+    g.lse_bulk = lse_bulk_on() && a.T % 4 == 0 && ((uintptr_t)lse | (uintptr_t)Dv) % 16 == 0;
     const int nkt = (a.T + BC - 1) / BC, tiles = a.B * a.Hkv * nkt;
     dim3 grid =
         plan_grid(g, attn_bwd_sm90_kernel<T, D, NWG, TWO>, NWG * 128, smem, a.B * a.Hkv, nkt);
