@@ -8,9 +8,11 @@
  *
  * Backward: the fused scheme of attn_bwd.cu (dK, dV per key tile, dQ added into an f32
  * accumulator) on wgmma; each tile's dQ part goes through shared memory in the accumulator's
- * fragment order and is added by one bulk (TMA) reduce, so dqa is tiled (attn_impl.h). Warpgroup g of a block owns keys 64g..64g+63 of kv head
- * hk and keeps their dK, dV (64 x D) in registers. The block walks the 64-row query tiles of
- * every query head of the group (Q, dO by TMA, lse, Di by cp.async, double-buffered):
+ * fragment order and is added by one bulk (TMA) reduce, so dqa is tiled (attn_impl.h).
+ * Warpgroup g of a block owns keys 64g..64g+63 of kv head hk and keeps their dK, dV (64 x D) in
+ * registers. The block walks the 64-row query tiles of
+ * every query head of the group (Q, dO by TMA, lse, Di by bulk copies on the same mbarrier when
+ * T % 4 == 0, else by cp.async; double-buffered):
  *   S^T = K Q^T, dP^T = V dO^T     wgmma, both operands in shared memory
  *   P^T, dS^T                       registers (f32), as in attn_bwd.cu
  *   dV += P^T dO                    wgmma, A (P^T) from registers
@@ -19,6 +21,7 @@
  *                                   serialized every wgmma: warning C7512)
  *   dQ += dS K                      the same dS^T, wgmma on transposed operands,
  *                                   staged in shared memory, bulk-added to dqa
+ * and at a key tile's end dK, dV go out through shared memory (16-byte stores).
  * D 64: one warpgroup per block and two blocks per SM (one block's softmax and atomics overlap
  * the other's GEMMs). D 128: two warpgroups per block that split dQ's columns over all 128 keys
  * (one warpgroup per block needs 64 more registers and spills; measured slower on an H200).
