@@ -143,7 +143,7 @@ template <typename T, typename I>
 static __global__ void __launch_bounds__(1024)
     xent_smem_kernel(T *dlogits, float *losses, const T *logits, const I *targets,
                      const float *dloss, const float *stats, float dmean, int V, int Vp,
-                     int64_t ignore_index) {
+                     int64_t ignore_index, int bulk) {
     const int N = 16 / sizeof(T);
     typedef vec_t<T, N> VT;
     extern __shared__ uint4 sbuf[];
@@ -161,11 +161,35 @@ static __global__ void __launch_bounds__(1024)
         return;
     }
     const uint4 *x = (const uint4 *)(logits + row * Vp);
-    for (int i = threadIdx.x; i < nv; i += blockDim.x)
-        __pipeline_memcpy_async(&sbuf[i], &x[i], 16);
-    __pipeline_commit();
-    __pipeline_wait_prior(0);
-    __syncthreads();
+#if __CUDA_ARCH__ >= 900
+    if (bulk) { // why: one bulk copy instead of ~12 cp.async a thread (fewer requests, less power)
+        __shared__ uint64_t bar;
+        uint32_t b = (uint32_t)__cvta_generic_to_shared(&bar), bytes = (uint32_t)nv * 16;
+        if (threadIdx.x == 0) {
+            asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(b) : "memory");
+            asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+            asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(b),
+                         "r"(bytes)
+                         : "memory");
+            asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], "
+                         "[%1], %2, [%3];" ::"r"((uint32_t)__cvta_generic_to_shared(sbuf)),
+                         "l"(x), "r"(bytes), "r"(b)
+                         : "memory");
+        }
+        __syncthreads(); /* the barrier's init before anyone waits on it */
+        asm volatile("{\n.reg .pred p;\nXENT_WAIT:\n"
+                     "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], 0;\n"
+                     "@!p bra XENT_WAIT;\n}" ::"r"(b)
+                     : "memory");
+    } else
+#endif
+    {
+        for (int i = threadIdx.x; i < nv; i += blockDim.x)
+            __pipeline_memcpy_async(&sbuf[i], &x[i], 16);
+        __pipeline_commit();
+        __pipeline_wait_prior(0);
+        __syncthreads();
+    }
     float g = !dx ? 0.0f : dloss ? dloss[row] : dmean / stats[1];
     xent_row<T, N>(dx, losses + row, (const VT *)sbuf, g, t, V, Vp);
 }
@@ -218,6 +242,9 @@ static mt_status launch(mt_tensor *dlogits, mt_tensor *losses, mt_tensor *stats,
             threads *= 2;
         MT_TRY(mt_cuda_occupancy(xent_smem_kernel<T, I>, threads, smem, &per_sm));
     }
+    /* MT_XENT_BULK=0: per-thread cp.async instead of one bulk copy a row (sm_90 and later) */
+    static int bulk = -1;
+    if (bulk < 0) bulk = !getenv("MT_XENT_BULK") || atoi(getenv("MT_XENT_BULK")) != 0;
     const I *tg = (const I *)targets->data;
     float *st = stats ? (float *)stats->data : nullptr;
     if (dlogits && !dloss) { /* the mean's gradient needs the count first */
@@ -232,8 +259,9 @@ static mt_status launch(mt_tensor *dlogits, mt_tensor *losses, mt_tensor *stats,
         float *l = (float *)losses->data + r0;
         const T *x = (const T *)logits->data + r0 * Vp;
         if (use_smem)
-            xent_smem_kernel<T, I><<<g, threads, smem, stream>>>(
-                d, l, x, tg + r0, dl ? dl + r0 : dl, st, dmean, (int)V, (int)Vp, ignore_index);
+            xent_smem_kernel<T, I>
+                <<<g, threads, smem, stream>>>(d, l, x, tg + r0, dl ? dl + r0 : dl, st, dmean,
+                                               (int)V, (int)Vp, ignore_index, bulk);
         else if (vec)
             xent_kernel<T, I, N><<<g, threads, 0, stream>>>(d, l, x, tg + r0, dl ? dl + r0 : dl, st,
                                                             dmean, V, Vp, ignore_index);
