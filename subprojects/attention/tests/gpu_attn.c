@@ -525,6 +525,9 @@ int main(void) {
         { 1, 64, 2, 2, 40, 1, MT_F32, 0, 0, 0, 0 },
         { 1, 191, 4, 2, 64, 1, MT_F16, 1, 0, 0.2f, 0 },
         { 1, 257, 2, 2, 128, 0, MT_BF16, 0, 1, 0, 0 },
+        /* D64 with T % 4 == 0 and a partial last tile (the wgmma backward's bulk lse, Di) */
+        { 2, 100, 4, 2, 64, 1, MT_BF16, 0, 0, 0, 0 },
+        { 1, 300, 4, 4, 64, 0, MT_BF16, 0, 0, 0, 0 },
         /* causal rows with few keys: |dS| ~ 1 and dQ cancels (bf16 dS alone failed the plain
          * tolerance here); with ds_split (hi + lo) the plain tolerance holds */
         { 1, 283, 16, 2, 64, 1, MT_BF16, 1, 1, 0, 0 },
