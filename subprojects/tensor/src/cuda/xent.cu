@@ -136,9 +136,10 @@ static __device__ void xent_row(T *dlogits, float *loss, const vec_t<T, N> *sv, 
 }
 
 /* The shared-memory path, one row per block: the row's Vp values (16-byte aligned,
- * Vp * sizeof(T) % 16 == 0) are copied into dynamic shared memory (cp.async), read once from
- * global memory. (A persistent grid that copied the next row during this row's math, one block
- * per SM, ran slower: the copy's issue stalled the math.) */
+ * Vp * sizeof(T) % 16 == 0) are copied into dynamic shared memory (one bulk copy on sm_90+, else
+ * cp.async), read once from global memory. (A persistent grid that copied the next row during
+ * this row's math, one block per SM, ran slower, with cp.async and again with bulk copies into two
+ * buffers: 2.23 against 3.26 TiB/s, nvidia-h200; two blocks of 512 threads overlap better.) */
 template <typename T, typename I>
 static __global__ void __launch_bounds__(1024)
     xent_smem_kernel(T *dlogits, float *losses, const T *logits, const I *targets,
