@@ -1,5 +1,5 @@
 /* Fused softmax cross-entropy CUDA kernels (llm.c's fused classifier), one row per block. Main
- * path: the row is copied once into shared memory (cp.async, 16 bytes), max and sum come from
+ * path: the row is copied once into shared memory (a bulk copy, or cp.async), max and sum come from
  * there (fp32) and the gradient is written from there, possibly over the logits: one read and one
  * write of the row. Fallback (odd widths, rows over the shared-memory limit): two passes over
  * global memory, the second from L2. Stats by one block in fixed order. */
