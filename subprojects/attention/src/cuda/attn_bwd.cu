@@ -94,8 +94,7 @@ static __global__ void attn_bwd_dkdv_generic_kernel(attn_args a, T *dk, T *dv, c
     for (int h = hk * a.group; h < (hk + 1) * a.group; h++) {
         const T *qb = q + b * a.st[AQ][0] + h * a.st[AQ][2];
         const T *gb = dout + b * a.st[ADO][0] + h * a.st[ADO][2];
-        const float *Lb = lse + ((int64_t)b * a.H + h) * a.T,
-                    *Db = Dv + ((int64_t)b * a.H + h) * a.T;
+        const float *Lb = lse + lse_row(a, b, h, 0), *Db = Dv + lse_row(a, b, h, 0);
         for (int i0 = a.causal ? j : 0; i0 < a.T; i0 += 32) {
             int i = i0 + lane;
             float p = 0.0f, ds = 0.0f;
@@ -161,7 +160,7 @@ static __global__ void __launch_bounds__(NW * 32)
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         int row = row0 + 8 * r;
-        int64_t off = ((int64_t)b * a.H + h) * a.T + row;
+        int64_t off = lse_row(a, b, h, row);
         L[r] = row < a.T ? lse[off] * ATTN_LOG2E : INFINITY;
         Di[r] = row < a.T ? Dv[off] : 0.0f;
     }

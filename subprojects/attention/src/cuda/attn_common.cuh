@@ -45,6 +45,11 @@ struct attn_args {
     int64_t st[A_NT][3];
 };
 
+/* Index of row q0 of head h, batch b in lse and Di ((B, H, T) floats). */
+__device__ __forceinline__ int64_t lse_row(const attn_args &a, int b, int h, int q0) {
+    return ((int64_t)b * a.H + h) * a.T + q0;
+}
+
 static inline attn_args attn_make_args(const attn_shape *s, const mt_tensor *const *t) {
     attn_args a;
     a.B = (int)s->B, a.T = (int)s->T, a.H = (int)s->H, a.Hkv = (int)s->Hkv, a.D = (int)s->D;
@@ -354,7 +359,7 @@ fwd_store_out(const attn_args &a, T *out, float *lse, const float (&o)[D / 8][4]
                 *(uint32_t *)(orow + dt * 8 + 2 * (lane & 3)) =
                     attn_t<T>::pack(o[dt][2 * r] * inv, o[dt][2 * r + 1] * inv);
         if ((lane & 3) == 0 && row < a.T)
-            lse[((int64_t)b * a.H + h) * a.T + row] = (m[r] + log2f(lt)) * ATTN_LN2;
+            lse[lse_row(a, b, h, row)] = (m[r] + log2f(lt)) * ATTN_LN2;
     }
 }
 
@@ -387,7 +392,7 @@ __device__ __forceinline__ void bwd_issue_ld(const attn_args &a, float *sL, floa
                                              const float *lse, const float *Dv, int b, int h,
                                              int q0, int buf) {
     const int qn = min(BR, a.T - q0);
-    const int64_t ro = ((int64_t)b * a.H + h) * a.T + q0;
+    const int64_t ro = lse_row(a, b, h, q0);
     for (int i = threadIdx.x; i < 2 * BR; i += NT) {
         const int r = i % BR;
         const bool ok = r < qn;

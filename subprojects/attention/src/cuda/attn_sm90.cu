@@ -823,7 +823,7 @@ static __global__ void __launch_bounds__(NWG * 128, 3 - NWG)
                     sL[buf * BR + i] = sD[buf * BR + i] = 0.0f;
                 if (threadIdx.x == 0) {
                     const uint32_t by = qn * 4;
-                    const int64_t ro = ((int64_t)b * a.H + h) * a.T + q0;
+                    const int64_t ro = lse_row(a, b, h, q0);
                     tma_pair<T, D>(sQ + buf * BR * D, sG + buf * BR * D, &tq, &tg, h, q0, b,
                                    &bar[buf], 2 * by);
                     bulk_load(sL + buf * BR, lse + ro, by, &bar[buf]);
