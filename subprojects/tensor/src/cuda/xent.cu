@@ -165,23 +165,13 @@ static __global__ void __launch_bounds__(1024)
 #if __CUDA_ARCH__ >= 900
     if (bulk) { // why: one bulk copy instead of ~12 cp.async a thread (fewer requests, less power)
         __shared__ uint64_t bar;
-        uint32_t b = (uint32_t)__cvta_generic_to_shared(&bar), bytes = (uint32_t)nv * 16;
         if (threadIdx.x == 0) {
-            asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(b) : "memory");
-            asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-            asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(b),
-                         "r"(bytes)
-                         : "memory");
-            asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], "
-                         "[%1], %2, [%3];" ::"r"((uint32_t)__cvta_generic_to_shared(sbuf)),
-                         "l"(x), "r"(bytes), "r"(b)
-                         : "memory");
+            mt_mbar_init(&bar);
+            mt_mbar_expect(&bar, (uint32_t)nv * 16);
+            mt_bulk_load(sbuf, x, (uint32_t)nv * 16, &bar);
         }
         __syncthreads(); /* the barrier's init before anyone waits on it */
-        asm volatile("{\n.reg .pred p;\nXENT_WAIT:\n"
-                     "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], 0;\n"
-                     "@!p bra XENT_WAIT;\n}" ::"r"(b)
-                     : "memory");
+        mt_mbar_wait(&bar, 0);
     } else
 #endif
     {
