@@ -79,6 +79,12 @@ void mt_blas_set_autotune(mt_blas *blas, int on) {
 #endif
 }
 
+#if !MT_HAVE_CUDA
+long long mt_gemm_sm90_count(void) {
+    return -1;
+}
+#endif
+
 void mt_blas_destroy(mt_blas *blas) {
     if (!blas) return;
 #if MT_HAVE_CUDA

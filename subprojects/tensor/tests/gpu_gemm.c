@@ -2,6 +2,7 @@
  * bf16 and f16: nn.Linear forward with bias and GELU epilogues (fused, and the fallback when the
  * pre-GELU row stride is not a multiple of 8), the backward with fp32 accumulation and the bias
  * gradient, batched transposes with beta; repeated calls hit the plan cache; PyTorch goldens. */
+#define _POSIX_C_SOURCE 200809L /* setenv */
 #include <mt/tensor.h>
 #include <mt/testkit.h>
 
@@ -132,6 +133,25 @@ static void linear(mt_dtype dt, int64_t M, int64_t I, int64_t O) {
         free(all[i]->data);
 }
 
+/* The Hopper GEMMs with GELU epilogues (gemm_sm90.cu, opt-in by MT_GEMM_SM90=1: bf16, M a
+ * multiple of 256, N of 256, K of 64) through linear(), against the CPU: fc1's forward and fc2's
+ * dX through GELU'. With the grid capped at one cluster, each CTA walks several tiles and the
+ * rings' phases wrap. Elsewhere (no sm_90a build or device) the same cases run on cuBLASLt. */
+static void sm90(void) {
+    const long long n0 = mt_gemm_sm90_count();
+    if (n0 < 0) printf("gemm_sm90: not built for sm_90a or no sm_90 device; cuBLASLt runs these\n");
+    setenv("MT_GEMM_SM90", "1", 1); /* opt-in */
+    linear(MT_BF16, 512, 256, 512); /* a tile pair per cluster */
+    setenv("MT_GEMM_SM90_CTAS", "2", 1);
+    /* one cluster: 6 (fwd) and 4 (dX) tile pairs of 8 and 12 K steps */
+    linear(MT_BF16, 512, 512, 768);
+    unsetenv("MT_GEMM_SM90_CTAS");
+    unsetenv("MT_GEMM_SM90");
+    const long long n1 = mt_gemm_sm90_count();
+    /* each linear(): the GELU forward with pre-GELU (with bias) and the dX through GELU' */
+    if (n0 >= 0) MT_EXPECT(n1 == n0 + 4, "gemm_sm90 ran %lld GEMMs, want 4", n1 - n0);
+}
+
 /* dbias alone (no GEMM) over many rows: f32 accumulated twice, and in the input dtype. */
 static void bias_grad(mt_dtype dt, int64_t rows, int64_t N) {
     char what[96];
@@ -217,6 +237,7 @@ int main(void) {
         bias_grad(dt, 4099, 20);  /* 20 columns: the unvectorised kernel */
         batched(dt, 3, 17, 24, 40);
     }
+    sm90();
     golden();
     mt_blas_destroy(blas);
     mt_arena_destroy(ar);

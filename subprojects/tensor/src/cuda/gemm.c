@@ -317,6 +317,10 @@ static int unfused(void) {
 mt_status gemm_cuda(blas_lt *lt, const gemm_args *g, mt_stream stream) {
     int64_t base = g->bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
     lt_plan *p;
+    if ((g->dgelu || (g->gelu && g->pre_gelu)) &&
+        gemm_sm90_cuda(g, lt->workspace, lt->workspace_bytes, stream) == MT_OK)
+        return MT_OK;
+    mt_error_clear();
     if (g->dgelu) {
         /* cuBLASLt's DGELU epilogue reads pre_gelu as aux (ld a multiple of 8); f32 keeps our
          * kernel, as for the forward's GELU */

@@ -44,6 +44,10 @@ MT_API void mt_blas_destroy(mt_blas *blas);
  * (the choice depends on timing: two processes may round differently); 0 (the default) takes the
  * heuristic's first. MT_GEMM_AUTOTUNE=0/1 in the environment overrides it. A no-op on the CPU. */
 MT_API void mt_blas_set_autotune(mt_blas *blas, int on);
+/* How many GEMMs this process ran on the Hopper kernels with GELU epilogues (opt-in by
+ * MT_GEMM_SM90=1; built for sm_90a and run on an sm_90 device); -1 when not built for sm_90a or
+ * without such a device. For tests and benchmarks. */
+MT_API long long mt_gemm_sm90_count(void);
 
 enum {
     MT_GEMM_TRANS_A = 1, /* a is stored (K,M): use its transpose */
