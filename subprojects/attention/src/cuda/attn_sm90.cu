@@ -34,10 +34,7 @@
  * pair of tiles, the longest and the shortest left (pair_blocks_per_head): every block then has
  * the same work, and no long tile starts last; the last few heads' tiles, a tile per block and
  * longest first, fill the last wave (pick_tail_heads). */
-#if defined(MT_ATTN_SM90A) /* a 90a build: CUDA 12 or newer */
-#include <cuda.h>          /* CUtensorMap (the type only: the encoder comes through the runtime) */
-#include <cudaTypedefs.h>
-#endif
+#include <mt/sm90.cuh> /* CUtensorMap, its encoder, mbarriers, bulk copies, wgmma helpers */
 #include <stdlib.h>
 #include <string.h>
 
@@ -62,22 +59,6 @@ __device__ __forceinline__ void load_panels(T *sm, const T *g, int64_t rs, int n
     load_tile<T, R, D, NT, true>(sm, g, rs, nvalid);
 }
 
-/* wgmma shared-memory descriptor, 128-byte swizzle, 8-row groups 1024 bytes apart; lbo: bytes
- * between 64-column panels (read for transposed operands wider than one panel). */
-__device__ __forceinline__ uint64_t wg_desc(const void *p, uint32_t lbo) {
-    const uint64_t a = smem_u32(p);
-    return ((a & 0x3FFFF) >> 4) | (uint64_t)(lbo >> 4) << 16 | (uint64_t)(1024 >> 4) << 32 |
-           1ull << 62;
-}
-__device__ __forceinline__ void wg_fence() {
-    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-}
-__device__ __forceinline__ void wg_commit() {
-    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-}
-__device__ __forceinline__ void wg_wait0() {
-    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-}
 /* After a wait: reads of d come after it (the compiler cannot hoist them above). */
 template <int N> __device__ __forceinline__ void wg_pin(float (&d)[N][4]) {
 #pragma unroll
@@ -126,29 +107,6 @@ __device__ __forceinline__ void bulk_wait_all() {
 }
 
 #if defined(MT_ATTN_SM90A)
-/* mbarrier (one arrival, transaction bytes) and TMA tile loads into it. */
-__device__ __forceinline__ void mbar_init(uint64_t *bar) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(smem_u32(bar)) : "memory");
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-}
-__device__ __forceinline__ void mbar_expect(uint64_t *bar, uint32_t bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(bar)),
-                 "r"(bytes)
-                 : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint64_t *bar, uint32_t parity) {
-    asm volatile("{\n.reg .pred p;\nWAIT:\n"
-                 "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
-                 "@!p bra WAIT;\n}\n" ::"r"(smem_u32(bar)),
-                 "r"(parity)
-                 : "memory");
-}
-/* An mbarrier that completes a phase after n plain arrivals, and one such arrival. */
-__device__ __forceinline__ void mbar_init_n(uint64_t *bar, int n) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(n)
-                 : "memory");
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-}
 /* (predicated, not a branch: ptxas serializes wgmmas in flight across a divergent branch) */
 __device__ __forceinline__ void mbar_arrive_if(uint64_t *bar, bool p) {
     asm volatile("{\n.reg .pred p;\nsetp.ne.u32 p, %1, 0;\n"
@@ -163,10 +121,6 @@ __device__ __forceinline__ void named_bar_sync(int id, int n) {
 __device__ __forceinline__ void named_bar_arrive(int id, int n) {
     asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory");
 }
-template <int N> __device__ __forceinline__ void wg_wait() {
-    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
-}
-
 /* TMA box rows of the wg2 forward's BC-key tiles: 64, or two boxes of 88 for 176. (160 and 192
  * measured the same as 176 on an H100.) */
 __host__ __device__ constexpr int wg2_box_rows(int bc) {
@@ -182,22 +136,12 @@ __device__ __forceinline__ void tma_box(void *dst, const CUtensorMap *map, int c
                  : "memory");
 }
 
-/* A bulk copy of `bytes` (a multiple of 16, both ends 16-byte aligned) from global memory into
- * shared memory, on bar's transaction. */
-__device__ __forceinline__ void bulk_load(void *dst, const void *src, uint32_t bytes,
-                                          uint64_t *bar) {
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes"
-                 " [%0], [%1], %2, [%3];\n" ::"r"(smem_u32(dst)),
-                 "l"(src), "r"(bytes), "r"(smem_u32(bar))
-                 : "memory");
-}
-
 /* The 64-row tiles (rows from t, head h, batch b) of two tile_maps into the panel layouts sa and
  * sb, one transaction on bar (one thread issues). */
 template <typename T, int D>
 __device__ __forceinline__ void tma_pair(T *sa, T *sb, const CUtensorMap *ma, const CUtensorMap *mb,
                                          int h, int t, int b, uint64_t *bar, uint32_t extra = 0) {
-    mbar_expect(bar, 2 * 64 * D * sizeof(T) + extra); /* extra: more bytes on the transaction */
+    mt_mbar_expect(bar, 2 * 64 * D * sizeof(T) + extra); /* extra: more bytes on the transaction */
 #pragma unroll
     for (int c = 0; c < D; c += 64) { /* 64-column panels */
         tma_box(sa + c * 64, ma, c, h, t, b, bar);
@@ -210,21 +154,8 @@ __device__ __forceinline__ void tma_pair(T *sa, T *sb, const CUtensorMap *ma, co
 template <typename T>
 static mt_status tile_map(CUtensorMap *m, const T *base, const int64_t *st, const attn_args &a,
                           int heads, int rows = 64) {
-    static PFN_cuTensorMapEncodeTiled_v12000 encode;
-    if (!encode) {
-        void *fn = NULL;
-        cudaDriverEntryPointQueryResult got;
-#if CUDART_VERSION >= 12050
-        cudaError_t e = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000,
-                                                         cudaEnableDefault, &got);
-#else
-        cudaError_t e =
-            cudaGetDriverEntryPoint("cuTensorMapEncodeTiled", &fn, cudaEnableDefault, &got);
-#endif
-        if (e != cudaSuccess || got != cudaDriverEntryPointSuccess || !fn)
-            return MT_ERROR(MT_ERR_CUDA, "attention: the driver has no cuTensorMapEncodeTiled");
-        encode = (PFN_cuTensorMapEncodeTiled_v12000)fn;
-    }
+    PFN_cuTensorMapEncodeTiled_v12000 encode = NULL;
+    MT_TRY(mt_tensor_map_encoder(&encode));
     const int es = (int)sizeof(T);
     cuuint64_t dim[4] = { (cuuint64_t)a.D, (cuuint64_t)heads, (cuuint64_t)a.T, (cuuint64_t)a.B };
     cuuint64_t stride[3] = { (cuuint64_t)(st[2] * es), (cuuint64_t)(st[1] * es),
@@ -292,7 +223,7 @@ static __global__ void __launch_bounds__(128, 2)
     block_work(a, a.B * a.H, nq, pt, bh, npass);
     const int b = bh / a.H, h = bh % a.H, hk = h / a.group;
     __shared__ uint64_t bar[2]; /* K and V of buffer 0, 1 (TMA) */
-    if (threadIdx.x == 0) mbar_init(&bar[0]), mbar_init(&bar[1]);
+    if (threadIdx.x == 0) mt_mbar_init(&bar[0], 1), mt_mbar_init(&bar[1], 1);
     const float sl2 = a.scale * ATTN_LOG2E;
     int j0 = 0; /* key tiles visited by earlier passes */
 #pragma unroll
@@ -323,28 +254,28 @@ static __global__ void __launch_bounds__(128, 2)
         for (int j = 0; j < nk; j++) {
             if (j + 1 < nk) issue(j + 1); // the previous tile's closing barrier freed its buffer
             const int buf = (j0 + j) & 1;
-            mbar_wait(&bar[buf], ((j0 + j) >> 1) & 1);
+            mt_mbar_wait(&bar[buf], ((j0 + j) >> 1) & 1);
             const T *cK = sK + buf * BC * D, *cV = sV + buf * BC * D;
             float s[BC / 8][4];
-            wg_fence();
+            mt_wgmma_fence();
 #pragma unroll
             for (int kk = 0; kk < D / 16; kk++) /* panel kk/4, 16-column step kk%4 */
-                wg_ss<T, BC, 0, 0>::mma(s, wg_desc(sQ + (kk >> 2) * BR * 64 + (kk & 3) * 16, 16),
-                                        wg_desc(cK + (kk >> 2) * BC * 64 + (kk & 3) * 16, 16),
-                                        kk > 0);
-            wg_commit();
-            wg_wait0();
+                wg_ss<T, BC, 0, 0>::mma(
+                    s, mt_wgmma_desc(sQ + (kk >> 2) * BR * 64 + (kk & 3) * 16, 16),
+                    mt_wgmma_desc(cK + (kk >> 2) * BC * 64 + (kk & 3) * 16, 16), kk > 0);
+            mt_wgmma_commit();
+            mt_wgmma_wait<0>();
             wg_pin(s);
             online_softmax_tile<BC, D>(a, s, o, m, l, sl2, j * BC, q0, row0, lane);
 #pragma unroll
             for (int kk = 0; kk < BC / 16; kk++)
                 acc_pack<T>(s, kk, pa[kk]);
-            wg_fence();
+            mt_wgmma_fence();
 #pragma unroll
             for (int kk = 0; kk < BC / 16; kk++)
-                wg_rs<T, D, 1>::mma(o, pa[kk], wg_desc(cV + kk * 16 * 64, BC * 128), 1);
-            wg_commit();
-            wg_wait0();
+                wg_rs<T, D, 1>::mma(o, pa[kk], mt_wgmma_desc(cV + kk * 16 * 64, BC * 128), 1);
+            mt_wgmma_commit();
+            mt_wgmma_wait<0>();
             wg_keep(pa);
             wg_pin(o);
             __syncthreads(); // every warp is done with this tile's buffers before they are refilled
@@ -387,8 +318,8 @@ static __global__ void __launch_bounds__(256, 1)
     __shared__ uint64_t qfull;                   /* QS: Q of the pass */
     if (threadIdx.x == 0) {
         for (int i = 0; i < 4; i++)
-            mbar_init(&full[i >> 1][i & 1]), mbar_init_n(&empty[i >> 1][i & 1], 8);
-        if (QS) mbar_init(&qfull);
+            mt_mbar_init(&full[i >> 1][i & 1], 1), mt_mbar_init(&empty[i >> 1][i & 1], 8);
+        if (QS) mt_mbar_init(&qfull, 1);
     }
     const float sl2 = a.scale * ATTN_LOG2E;
     int j0 = 0;      /* key tiles visited by earlier passes */
@@ -405,9 +336,9 @@ static __global__ void __launch_bounds__(256, 1)
          * there is done with (by the producer thread) */
         auto load = [&](int x, int j) {
             const int g = j0 + j, st = g & 1;
-            if (g >= 2) mbar_wait(&empty[x][st], ((g >> 1) + 1) & 1);
+            if (g >= 2) mt_mbar_wait(&empty[x][st], ((g >> 1) + 1) & 1);
             T *dst = (x ? sV : sK) + st * BC * D;
-            mbar_expect(&full[x][st], BC * D * sizeof(T));
+            mt_mbar_expect(&full[x][st], BC * D * sizeof(T));
 #pragma unroll
             for (int c = 0; c < D; c += 64)
 #pragma unroll
@@ -419,7 +350,7 @@ static __global__ void __launch_bounds__(256, 1)
         auto release = [&](int x, int j) { mbar_arrive_if(&empty[x][(j0 + j) & 1], lane == 0); };
         if (producer) {
             if constexpr (QS) { /* (the previous pass ended with every warp done with sQ) */
-                mbar_expect(&qfull, BR * D * sizeof(T));
+                mt_mbar_expect(&qfull, BR * D * sizeof(T));
 #pragma unroll
                 for (int c = 0; c < D; c += 64)
 #pragma unroll
@@ -433,7 +364,7 @@ static __global__ void __launch_bounds__(256, 1)
         const int row0 = q0 + wg * 64 + wl * 16 + (lane >> 2);
         uint32_t qa[QS ? 1 : D / 16][4];
         if constexpr (QS)
-            mbar_wait(&qfull, pass & 1);
+            mt_mbar_wait(&qfull, pass & 1);
         else
             fwd_load_qa<T, D>(qa, a, q, b, h, row0, lane);
         float o[D / 8][4], m[2] = { -INFINITY, -INFINITY }, l[2] = { 0.0f, 0.0f };
@@ -445,26 +376,27 @@ static __global__ void __launch_bounds__(256, 1)
             const T *cK = sK + ((j0 + j) & 1) * BC * D;
 #pragma unroll
             for (int kk = 0; kk < D / 16; kk++) { /* panel kk/4, 16-column step kk%4 */
-                const uint64_t dk = wg_desc(cK + (kk >> 2) * BC * 64 + (kk & 3) * 16, 16);
+                const uint64_t dk = mt_wgmma_desc(cK + (kk >> 2) * BC * 64 + (kk & 3) * 16, 16);
                 if constexpr (QS) /* this warpgroup's 64 rows of the panel */
                     wg_ss<T, BC, 0, 0>::mma(
-                        s, wg_desc(sQ + (kk >> 2) * BR * 64 + wg * 64 * 64 + (kk & 3) * 16, 16), dk,
-                        kk > 0);
+                        s,
+                        mt_wgmma_desc(sQ + (kk >> 2) * BR * 64 + wg * 64 * 64 + (kk & 3) * 16, 16),
+                        dk, kk > 0);
                 else
                     wg_rs<T, BC, 0>::mma(s, qa[kk], dk, kk > 0);
             }
-            wg_commit();
+            mt_wgmma_commit();
         };
         /* O += P_j V_j */
         auto issue_pv = [&](int j) {
             const T *cV = sV + ((j0 + j) & 1) * BC * D;
 #pragma unroll
             for (int kk = 0; kk < BC / 16; kk++)
-                wg_rs<T, D, 1>::mma(o, pa[kk], wg_desc(cV + kk * 16 * 64, BC * 128), 1);
-            wg_commit();
+                wg_rs<T, D, 1>::mma(o, pa[kk], mt_wgmma_desc(cV + kk * 16 * 64, BC * 128), 1);
+            mt_wgmma_commit();
         };
         auto wait_full = [&](int x, int j) {
-            mbar_wait(&full[x][(j0 + j) & 1], ((j0 + j) >> 1) & 1);
+            mt_mbar_wait(&full[x][(j0 + j) & 1], ((j0 + j) >> 1) & 1);
         };
         auto pack_p = [&]() {
 #pragma unroll
@@ -473,10 +405,10 @@ static __global__ void __launch_bounds__(256, 1)
         };
         wait_full(0, 0);
         named_bar_sync(1 + wg, 256);
-        wg_fence();
+        mt_wgmma_fence();
         issue_s(0);
         named_bar_arrive(2 - wg, 256);
-        wg_wait<0>();
+        mt_wgmma_wait<0>();
         wg_pin(s);
         release(0, 0);
         if (producer && 2 < nk) load(0, 2);
@@ -488,15 +420,15 @@ static __global__ void __launch_bounds__(256, 1)
             wait_full(0, j);
             wait_full(1, j - 1);
             named_bar_sync(1 + wg, 256);
-            wg_fence();
+            mt_wgmma_fence();
             issue_s(j);
             issue_pv(j - 1);
             named_bar_arrive(2 - wg, 256);
-            wg_wait<1>(); // S_j
+            mt_wgmma_wait<1>(); // S_j
             wg_pin(s);
             release(0, j);
             softmax_scores<BC>(a, s, m, l, alpha, sl2, j * BC, q0, row0, lane);
-            wg_wait<0>(); // P_{j-1} V_{j-1}
+            mt_wgmma_wait<0>(); // P_{j-1} V_{j-1}
             wg_keep(pa);
             wg_pin(o);
             release(1, j - 1);
@@ -507,10 +439,10 @@ static __global__ void __launch_bounds__(256, 1)
         }
         wait_full(1, nk - 1);
         named_bar_sync(1 + wg, 256);
-        wg_fence();
+        mt_wgmma_fence();
         issue_pv(nk - 1);
         named_bar_arrive(2 - wg, 256);
-        wg_wait<0>();
+        mt_wgmma_wait<0>();
         wg_keep(pa);
         wg_pin(o);
         release(1, nk - 1);
@@ -797,7 +729,7 @@ static __global__ void __launch_bounds__(NWG * 128, 3 - NWG)
      * one tile, or a split run's part of one or two */
     const int nkt = (a.T + BC - 1) / BC, nq = (a.T + BR - 1) / BR;
     __shared__ uint64_t bar[2]; /* Q and dO of buffer 0, 1 (TMA) */
-    if (threadIdx.x == 0) mbar_init(&bar[0]), mbar_init(&bar[1]);
+    if (threadIdx.x == 0) mt_mbar_init(&bar[0], 1), mt_mbar_init(&bar[1], 1);
     const float sl2 = a.scale * ATTN_LOG2E;
     int g0 = 0;  /* tiles walked by earlier passes */
 #pragma unroll 1 // why: unrolled, the second pass's tile loop reloaded spilled addresses (220 B)
@@ -826,8 +758,8 @@ static __global__ void __launch_bounds__(NWG * 128, 3 - NWG)
                     const int64_t ro = lse_row(a, b, h, q0);
                     tma_pair<T, D>(sQ + buf * BR * D, sG + buf * BR * D, &tq, &tg, h, q0, b,
                                    &bar[buf], 2 * by);
-                    bulk_load(sL + buf * BR, lse + ro, by, &bar[buf]);
-                    bulk_load(sD + buf * BR, Dv + ro, by, &bar[buf]);
+                    mt_bulk_load(sL + buf * BR, lse + ro, by, &bar[buf]);
+                    mt_bulk_load(sD + buf * BR, Dv + ro, by, &bar[buf]);
                 }
                 return;
             }
@@ -858,7 +790,7 @@ static __global__ void __launch_bounds__(NWG * 128, 3 - NWG)
         for (int n = 0; n < ntile; n++) {
             cp_async_wait<0>();
             const int buf = (g0 + n) & 1;
-            mbar_wait(&bar[buf], ((g0 + n) >> 1) & 1);
+            mt_mbar_wait(&bar[buf], ((g0 + n) >> 1) & 1);
             fence_async_smem(); // (K, V by cp.async; the staged dQ)
             __syncthreads();    // tile n is in; every warp is done with tile n-1's buffers and dS^T
             /* tile n-1's dQ out, tile n+1's loads in (buffer buf ^ 1 is free past the barrier) */
@@ -874,20 +806,22 @@ static __global__ void __launch_bounds__(NWG * 128, 3 - NWG)
             /* one warpgroup: its keys start at the walk's first query (q0 >= k0) */
             if (NWG == 1 || !a.causal || q0 + BR - 1 >= kw) { // else its keys all > queries
                 float p[BR / 8][4], ds[BR / 8][4];
-                wg_fence();
+                mt_wgmma_fence();
 #pragma unroll
                 for (int kk = 0; kk < D / 16; kk++) /* panel kk/4, 16-column step kk%4 */
                     wg_ss<T, BR, 0, 0>::mma(
-                        p, wg_desc(sK + (kk >> 2) * BC * 64 + wg * 64 * 64 + (kk & 3) * 16, 16),
-                        wg_desc(cQ + (kk >> 2) * BR * 64 + (kk & 3) * 16, 16), kk > 0);
+                        p,
+                        mt_wgmma_desc(sK + (kk >> 2) * BC * 64 + wg * 64 * 64 + (kk & 3) * 16, 16),
+                        mt_wgmma_desc(cQ + (kk >> 2) * BR * 64 + (kk & 3) * 16, 16), kk > 0);
 #pragma unroll
                 for (int kk = 0; kk < D / 16; kk++)
                     wg_ss<T, BR, 0, 0>::mma(
-                        ds, wg_desc(sV + (kk >> 2) * BC * 64 + wg * 64 * 64 + (kk & 3) * 16, 16),
-                        wg_desc(cG + (kk >> 2) * BR * 64 + (kk & 3) * 16, 16), kk > 0);
-                wg_commit();
+                        ds,
+                        mt_wgmma_desc(sV + (kk >> 2) * BC * 64 + wg * 64 * 64 + (kk & 3) * 16, 16),
+                        mt_wgmma_desc(cG + (kk >> 2) * BR * 64 + (kk & 3) * 16, 16), kk > 0);
+                mt_wgmma_commit();
                 if constexpr (NWG == 1) ahead(); // why: its latencies hide under the MMAs
-                wg_wait0();
+                mt_wgmma_wait<0>();
                 wg_pin(p);
                 wg_pin(ds);
                 const bool mask = k0 + BC > a.T || q0 + BR > a.T || (a.causal && kw + 63 > q0);
@@ -909,18 +843,19 @@ static __global__ void __launch_bounds__(NWG * 128, 3 - NWG)
                 // why: dK reads dS^T from shared memory, so its registers are free during the MMAs
                 fence_async_smem();
                 wg_bar_sync(wg, NWG);
-                wg_fence();
+                mt_wgmma_fence();
 #pragma unroll
                 for (int kk = 0; kk < BR / 16; kk++) {
-                    const uint64_t dg = wg_desc(cG + kk * 16 * 64, BR * 128),
-                                   dqd = wg_desc(cQ + kk * 16 * 64, BR * 128);
+                    const uint64_t dg = mt_wgmma_desc(cG + kk * 16 * 64, BR * 128),
+                                   dqd = mt_wgmma_desc(cQ + kk * 16 * 64, BR * 128);
                     wg_rs<T, D, 1>::mma(gv, pa[kk], dg, 1);
 #pragma unroll
                     for (int t2 = 0; t2 < TWO; t2++)
                         wg_ss<T, D, 0, 1>::mma(
-                            gk, wg_desc(sS + t2 * BC * BR + wg * 64 * 64 + kk * 16, 16), dqd, 1);
+                            gk, mt_wgmma_desc(sS + t2 * BC * BR + wg * 64 * 64 + kk * 16, 16), dqd,
+                            1);
                 }
-                wg_commit();
+                mt_wgmma_commit();
             }
             if constexpr (NWG == 2) { // (one warpgroup: its barrier after dS^T's stores did this)
                 fence_async_smem();
@@ -935,16 +870,17 @@ static __global__ void __launch_bounds__(NWG * 128, 3 - NWG)
             /* one warpgroup: all columns, 64 at a time (32 registers); two: 64 columns each */
             for (int c0 = NWG == 2 ? wg * 64 : 0; c0 < (NWG == 2 ? wg * 64 + 64 : D); c0 += 64) {
                 float dq[8][4];
-                wg_fence();
+                mt_wgmma_fence();
                 for (int kk = 0; kk < kend; kk++) {
-                    const uint64_t db = wg_desc(sK + c0 * BC + kk * 16 * 64, BC * 128);
-                    wg_ss<T, 64, 1, 1>::mma(dq, wg_desc(sS + kk * 16 * 64, BC * 128), db, kk > 0);
+                    const uint64_t db = mt_wgmma_desc(sK + c0 * BC + kk * 16 * 64, BC * 128);
+                    wg_ss<T, 64, 1, 1>::mma(dq, mt_wgmma_desc(sS + kk * 16 * 64, BC * 128), db,
+                                            kk > 0);
                     if constexpr (TWO == 2)
-                        wg_ss<T, 64, 1, 1>::mma(dq, wg_desc(sS + BC * BR + kk * 16 * 64, BC * 128),
-                                                db, 1);
+                        wg_ss<T, 64, 1, 1>::mma(
+                            dq, mt_wgmma_desc(sS + BC * BR + kk * 16 * 64, BC * 128), db, 1);
                 }
-                wg_commit();
-                wg_wait0();
+                mt_wgmma_commit();
+                mt_wgmma_wait<0>();
                 wg_pin(dq);
                 // why: a bulk add of a staged tile, not per-thread atomics (they stalled the issue)
 #pragma unroll
@@ -952,14 +888,14 @@ static __global__ void __launch_bounds__(NWG * 128, 3 - NWG)
                     stage[((c0 >> 6) * 8 + nt) * 128] =
                         make_float4(dq[nt][0], dq[nt][1], dq[nt][2], dq[nt][3]);
             }
-            wg_wait0();
+            mt_wgmma_wait<0>();
             wg_keep(pa);
         }
         fence_async_smem();
         __syncthreads(); // the last tile's dQ is staged
         flush_dq(ntile - 1);
         if (threadIdx.x == 0) bulk_wait_all(); // why: shared memory must outlive the bulk reads
-        wg_wait0();
+        mt_wgmma_wait<0>();
         wg_pin(gk);
         wg_pin(gv);
         if (w.split >= 0) {

@@ -6,6 +6,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <mt/core_cuda.h>
+#include <mt/sm90.cuh> /* mbarriers and bulk copies (sm_90+) */
 
 #include <map>
 #include <mutex>
@@ -120,51 +121,6 @@ static inline unsigned mt_grid_1d(int64_t n, int block) {
     return (unsigned)(g < 1 ? 1 : (g > 65535 * 32 ? 65535 * 32 : g));
 }
 
-/* Bulk copies into shared memory on an mbarrier (sm_90+; callers check the architecture): init
- * with one arrival, arm it for `bytes` and start copies whose sizes add up to it (sizes and both
- * ends 16-byte multiples), wait for a phase. Built for older SMs they trap. */
-static __device__ __forceinline__ void mt_mbar_init(uint64_t *bar) {
-#if __CUDA_ARCH__ >= 900
-    asm volatile(
-        "mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"((uint32_t)__cvta_generic_to_shared(bar))
-        : "memory");
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-#else
-    __trap();
-#endif
-}
-static __device__ __forceinline__ void mt_mbar_expect(uint64_t *bar, uint32_t bytes) {
-#if __CUDA_ARCH__ >= 900
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(
-                     (uint32_t)__cvta_generic_to_shared(bar)),
-                 "r"(bytes)
-                 : "memory");
-#else
-    __trap();
-#endif
-}
-static __device__ __forceinline__ void mt_bulk_load(void *dst, const void *src, uint32_t bytes,
-                                                    uint64_t *bar) {
-#if __CUDA_ARCH__ >= 900
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], "
-                 "%2, [%3];" ::"r"((uint32_t)__cvta_generic_to_shared(dst)),
-                 "l"(src), "r"(bytes), "r"((uint32_t)__cvta_generic_to_shared(bar))
-                 : "memory");
-#else
-    __trap();
-#endif
-}
-static __device__ __forceinline__ void mt_mbar_wait(uint64_t *bar, uint32_t parity) {
-#if __CUDA_ARCH__ >= 900
-    asm volatile("{\n.reg .pred p;\nMT_MBAR_WAIT:\n"
-                 "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
-                 "@!p bra MT_MBAR_WAIT;\n}" ::"r"((uint32_t)__cvta_generic_to_shared(bar)),
-                 "r"(parity)
-                 : "memory");
-#else
-    __trap();
-#endif
-}
 /* Block-wide merge of per-thread (max, sum of exp(x - max)) pairs; every thread gets the total.
  * Fixed order (bitwise reproducible). Any block size that is a multiple of 32, up to 1024. */
 static __device__ __forceinline__ float exp_scale(float m, float M) {

@@ -32,11 +32,6 @@
 #include "../ops_impl.h"
 #include "common.cuh"
 
-#if defined(MT_GEMM_SM90A) /* a 90a build: CUDA 12 or newer */
-#include <cuda.h>          /* CUtensorMap (the type only: the encoder comes through the runtime) */
-#include <cudaTypedefs.h>
-#endif
-
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define GEMM_SM90_BODY 1
 #else
@@ -64,45 +59,6 @@ struct epi_args {
     int M, N, K;
 };
 
-__device__ __forceinline__ uint32_t su32(const void *p) {
-    return (uint32_t)__cvta_generic_to_shared(p);
-}
-/* wgmma descriptor of a K-major tile of 128-byte rows in the 128-byte swizzle (TMA's layout):
- * 8-row groups 1024 bytes apart. */
-__device__ __forceinline__ uint64_t desc_sw128(const void *p) {
-    const uint64_t a = su32(p);
-    return ((a & 0x3FFFF) >> 4) | (uint64_t)1 << 16 | (uint64_t)(1024 >> 4) << 32 | 1ull << 62;
-}
-__device__ __forceinline__ void bar_init(uint64_t *b, int n) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(su32(b)), "r"(n) : "memory");
-}
-__device__ __forceinline__ void bar_expect(uint64_t *b, uint32_t bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(su32(b)),
-                 "r"(bytes)
-                 : "memory");
-}
-__device__ __forceinline__ void bar_arrive(uint64_t *b) {
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(su32(b)) : "memory");
-}
-/* An arrival on the barrier at b's offset in the shared memory of cluster CTA `rank`.
- * The default .release.cta semantics, as CUTLASS's ClusterBarrier: the arrival follows a wgmma
- * wait, so the stage's reads are done. */
-// why: with .release.cluster here and .acquire.cluster in the producer's wait, the ring ran at
-// half the rate (321 against 708 TFLOP/s without epilogue, nvidia-h100-x1)
-__device__ __forceinline__ void bar_arrive_cluster(uint64_t *b, uint32_t rank) {
-    asm volatile("{\n.reg .b32 ra;\n"
-                 "mapa.shared::cluster.u32 ra, %0, %1;\n"
-                 "mbarrier.arrive.shared::cluster.b64 _, [ra];\n}\n" ::"r"(su32(b)),
-                 "r"(rank)
-                 : "memory");
-}
-__device__ __forceinline__ void bar_wait(uint64_t *b, uint32_t parity) {
-    asm volatile("{\n.reg .pred p;\nW_%=:\n"
-                 "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
-                 "@!p bra W_%=;\n}\n" ::"r"(su32(b)),
-                 "r"(parity)
-                 : "memory");
-}
 __device__ __forceinline__ void cluster_sync() {
     asm volatile("barrier.cluster.arrive.release.aligned;\n"
                  "barrier.cluster.wait.acquire.aligned;\n" ::
@@ -118,28 +74,19 @@ __device__ __forceinline__ uint32_t cluster_rank() {
 __device__ __forceinline__ void tma_2d(void *dst, const CUtensorMap *map, int c0, int c1,
                                        uint64_t *bar) {
     asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
-                 " [%0], [%1, {%2, %3}], [%4];\n" ::"r"(su32(dst)),
-                 "l"(map), "r"(c0), "r"(c1), "r"(su32(bar))
+                 " [%0], [%1, {%2, %3}], [%4];\n" ::"r"(mt_smem_u32(dst)),
+                 "l"(map), "r"(c0), "r"(c1), "r"(mt_smem_u32(bar))
                  : "memory");
 }
 __device__ __forceinline__ void tma_2d_mc(void *dst, const CUtensorMap *map, int c0, int c1,
                                           uint64_t *bar, uint16_t mask) {
     asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
-                 ".multicast::cluster [%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(su32(dst)),
-                 "l"(map), "r"(c0), "r"(c1), "r"(su32(bar)), "h"(mask)
+                 ".multicast::cluster [%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(mt_smem_u32(dst)),
+                 "l"(map), "r"(c0), "r"(c1), "r"(mt_smem_u32(bar)), "h"(mask)
                  : "memory");
 }
 __device__ __forceinline__ void prefetch_l2(const void *p, uint32_t bytes) {
     asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(p), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void wg_fence() {
-    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-}
-__device__ __forceinline__ void wg_commit() {
-    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-}
-template <int N> __device__ __forceinline__ void wg_wait() {
-    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 }
 /* After a wait: reads of d come after it. */
 __device__ __forceinline__ void wg_pin(float (&d)[32][4]) {
@@ -256,8 +203,8 @@ __global__ void __launch_bounds__(THREADS, 1)
     const int cid = blockIdx.x / CM, ncl = gridDim.x / CM;
     if (tid == 0) {
         for (int s = 0; s < ST; s++)
-            bar_init(&full[s], 1), bar_init(&empty[s], 8 * CM); /* every consumer warp */
-        bar_init(efull, 256), bar_init(eempty, EPI_THREADS);
+            mt_mbar_init(&full[s], 1), mt_mbar_init(&empty[s], 8 * CM); /* every consumer warp */
+        mt_mbar_init(efull, 256), mt_mbar_init(eempty, EPI_THREADS);
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     cluster_sync();
@@ -270,8 +217,8 @@ __global__ void __launch_bounds__(THREADS, 1)
                     const tile_at t = tile_of(p, nt, rank);
                     for (int kt = 0; kt < KT; kt++, it++) {
                         const int s = it % ST;
-                        bar_wait(&empty[s], ((it / ST) & 1) ^ 1);
-                        bar_expect(&full[s], A_BYTES + B_BYTES);
+                        mt_mbar_wait(&empty[s], ((it / ST) & 1) ^ 1);
+                        mt_mbar_expect(&full[s], A_BYTES + B_BYTES);
                         tma_2d(sA + s * BM * BK, &tmA, kt * BK, t.m0, &full[s]);
                         if (CM == 1)
                             tma_2d(sB + s * BN * BK, &tmB, kt * BK, t.n0, &full[s]);
@@ -291,7 +238,7 @@ __global__ void __launch_bounds__(THREADS, 1)
                     for (int r = et; r < BM; r += EPI_THREADS)
                         prefetch_l2(e.pre + (u.m0 + r) * e.ldpre + u.n0, BN * 2);
                 }
-                bar_wait(efull, tc & 1);
+                mt_mbar_wait(efull, tc & 1);
                 constexpr int CH = BN / 8;                  /* 16-byte chunks of a row */
                 constexpr int U = EPI == EPI_DGELU ? 4 : 2; /* chunks in flight (pre from L2) */
                 for (int i0 = et; i0 < BM * CH; i0 += U * EPI_THREADS) {
@@ -327,7 +274,7 @@ __global__ void __launch_bounds__(THREADS, 1)
                         *(uint4 *)(e.c + gm * e.ldc + gn) = pack8(f);
                     }
                 }
-                bar_arrive(eempty);
+                mt_mbar_arrive(eempty);
             }
         }
     } else { /* consumers: rows 64 (wg - 1) .. of the tile */
@@ -338,26 +285,26 @@ __global__ void __launch_bounds__(THREADS, 1)
             const tile_at t = tile_of(p, nt, rank);
             for (int kt = 0; kt < KT; kt++, it++) {
                 const int s = it % ST;
-                bar_wait(&full[s], (it / ST) & 1);
-                wg_fence();
+                mt_mbar_wait(&full[s], (it / ST) & 1);
+                mt_wgmma_fence();
                 const __nv_bfloat16 *a = sA + s * BM * BK + cw * 64 * BK, *b = sB + s * BN * BK;
 #pragma unroll
                 for (int kk = 0; kk < BK / 16; kk++)
-                    wgmma_256(acc, desc_sw128(a + kk * 16), desc_sw128(b + kk * 16),
+                    wgmma_256(acc, mt_wgmma_desc(a + kk * 16, 16), mt_wgmma_desc(b + kk * 16, 16),
                               kt > 0 || kk > 0);
-                wg_commit();
-                wg_wait<1>(); /* the previous step's wgmma is done with its stage */
+                mt_wgmma_commit();
+                mt_wgmma_wait<1>(); /* the previous step's wgmma is done with its stage */
                 if (kt > 0 && lane == 0)
                     for (uint32_t r = 0; r < CM; r++)
-                        bar_arrive_cluster(&empty[(it - 1) % ST], r);
+                        mt_mbar_arrive_cluster(&empty[(it - 1) % ST], r);
             }
-            wg_wait<0>();
+            mt_wgmma_wait<0>();
             wg_pin(acc);
             if (lane == 0)
                 for (uint32_t r = 0; r < CM; r++)
-                    bar_arrive_cluster(&empty[(it - 1) % ST], r);
+                    mt_mbar_arrive_cluster(&empty[(it - 1) % ST], r);
             /* the staging tile, once the epilogue warps are done with the last one */
-            bar_wait(eempty, (tc & 1) ^ 1);
+            mt_mbar_wait(eempty, (tc & 1) ^ 1);
             const int row = cw * 64 + (warp % 4) * 16 + lane / 4, q = lane % 4;
             __nv_bfloat16 *e0 = sE + row * EPAD + 2 * q, *e1 = e0 + 8 * EPAD;
 #pragma unroll
@@ -371,7 +318,7 @@ __global__ void __launch_bounds__(THREADS, 1)
                 *(__nv_bfloat162 *)(e1 + 8 * j) =
                     __floats2bfloat162_rn(acc[j][2] + bb.x, acc[j][3] + bb.y);
             }
-            bar_arrive(efull);
+            mt_mbar_arrive(efull);
         }
     }
     __syncwarp();
@@ -421,21 +368,8 @@ static int sm90_on(void) {
  * (64 columns x box_rows) boxes in the 128-byte swizzle. */
 static mt_status kmajor_map(CUtensorMap *m, const void *base, long long rows, long long K,
                             long long ld, int box_rows) {
-    static PFN_cuTensorMapEncodeTiled_v12000 encode;
-    if (!encode) {
-        void *fn = NULL;
-        cudaDriverEntryPointQueryResult got;
-#if CUDART_VERSION >= 12050
-        cudaError_t e = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000,
-                                                         cudaEnableDefault, &got);
-#else
-        cudaError_t e =
-            cudaGetDriverEntryPoint("cuTensorMapEncodeTiled", &fn, cudaEnableDefault, &got);
-#endif
-        if (e != cudaSuccess || got != cudaDriverEntryPointSuccess || !fn)
-            return MT_ERROR(MT_ERR_CUDA, "gemm: the driver has no cuTensorMapEncodeTiled");
-        encode = (PFN_cuTensorMapEncodeTiled_v12000)fn;
-    }
+    PFN_cuTensorMapEncodeTiled_v12000 encode = NULL;
+    MT_TRY(mt_tensor_map_encoder(&encode));
     cuuint64_t dim[2] = { (cuuint64_t)K, (cuuint64_t)rows }, stride[1] = { (cuuint64_t)ld * 2 };
     cuuint32_t box[2] = { BK, (cuuint32_t)box_rows }, step[2] = { 1, 1 };
     CUresult r = encode(m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)base, dim, stride, box,

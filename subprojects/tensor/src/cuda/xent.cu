@@ -166,7 +166,7 @@ static __global__ void __launch_bounds__(1024)
     if (bulk) { // why: one bulk copy instead of ~12 cp.async a thread (fewer requests, less power)
         __shared__ uint64_t bar;
         if (threadIdx.x == 0) {
-            mt_mbar_init(&bar);
+            mt_mbar_init(&bar, 1);
             mt_mbar_expect(&bar, (uint32_t)nv * 16);
             mt_bulk_load(sbuf, x, (uint32_t)nv * 16, &bar);
         }
