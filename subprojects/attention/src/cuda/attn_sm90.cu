@@ -34,7 +34,8 @@
  * pair of tiles, the longest and the shortest left (pair_blocks_per_head): every block then has
  * the same work, and no long tile starts last; the last few heads' tiles, a tile per block and
  * longest first, fill the last wave (pick_tail_heads). */
-#include <mt/sm90.cuh> /* CUtensorMap, its encoder, mbarriers, bulk copies, wgmma helpers */
+#include <mt/sm90.cuh>  /* CUtensorMap, its encoder, mbarriers, bulk copies, wgmma helpers */
+#include <mt/wgmma.cuh> /* wg_ss, wg_rs: the wgmma instructions */
 #include <stdlib.h>
 #include <string.h>
 
@@ -45,7 +46,6 @@
 #include <vector>
 
 #include "attn_common.cuh"
-#include "wgmma.cuh"
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define ATTN_SM90_BODY 1
