@@ -50,7 +50,8 @@ void blas_lt_destroy(blas_lt *lt);
 mt_status gemm_cuda(blas_lt *lt, const gemm_args *g, mt_stream stream);
 /* g on the sm_90a kernels with GELU epilogues (gemm_sm90.cu): fc1's bf16 forward with pre_gelu
  * (and bias), fc2's bf16 dX through GELU' (W transposed into ws first). MT_ERR_UNSUPPORTED, with
- * nothing done, for every other case, device or build. */
+ * nothing done, for every other case, device or build (without an error message when switched
+ * off, the default, or not built for sm_90a). */
 mt_status gemm_sm90_cuda(const gemm_args *g, void *ws, size_t ws_bytes, mt_stream stream);
 /* Overrides MT_GEMM_AUTOTUNE for this handle (see mt_blas_set_autotune). */
 void blas_lt_set_autotune(blas_lt *lt, int on);
