@@ -31,6 +31,23 @@ llmc_mib() {
     f32 = 4 * L * BT + L * B * NH * T + 2 * BT + BT
     printf "%.1f", (16 * P + 2 * bf + 4 * f32) / 1048576 }'
 }
+# The GPU's SM clock and power draw while a case runs (nvidia-smi every 200 ms; the mean of the
+# samples in the run's second half, past start-up and autotuning): machines of one kind differ by
+# several percent in the step's rate (the board runs at its power limit), and this tells why.
+smi_start() {
+  command -v nvidia-smi > /dev/null || return 0
+  nvidia-smi --query-gpu=clocks.sm,power.draw --format=csv,noheader,nounits -lms 200 > "$1" 2>&1 &
+  smi_pid=$!
+}
+smi_stop() {
+  [ -n "${smi_pid:-}" ] || return 0
+  kill "$smi_pid" 2> /dev/null; wait "$smi_pid" 2> /dev/null; smi_pid=""
+  awk -F', *' '$1 ~ /^[0-9.]+$/ { c[n] = $1; w[n] = $2; n++ }
+    END { if (n < 4) exit; for (i = int(n / 2); i < n; i++) { sc += c[i]; sw += w[i]; k++ }
+          printf " | GPU %.0f MHz %.0f W", sc / k, sw / k }' "$1"
+}
+[ -x "$(command -v nvidia-smi)" ] && nvidia-smi --query-gpu=name,power.limit,clocks.max.sm \
+  --format=csv,noheader | sed 's/^/GPU (name, power limit, max SM clock): /'
 echo '{"benchmarks": [' > "$out/pretrain.json"
 sep=""
 peer_cases=""
@@ -43,14 +60,16 @@ for c in $cases; do
   if [ -n "${lc:-}" ]; then extra+=(--logits-chunks "$lc"); tag=${tag}_lc$lc; fi
   [ -n "$tag" ] || peer_cases="$peer_cases $name:$L:$H:$NH:$MB"
   log="$out/pretrain_${name}_B$MB$tag.log"
+  smi_start "$log.smi"
   "$b/apps/pretrain/mt-pretrain" --num-layers "$L" --hidden-size "$H" --num-attention-heads "$NH" \
     --seq-length 1024 --max-position-embeddings 1024 --micro-batch-size "$MB" \
     --global-batch-size "$MB" --mock-data --tokenizer-type GPT2BPETokenizer --bf16 \
     --train-iters "$iters" --lr 6e-4 --lr-warmup-iters 2 --log-interval 10 --log-throughput \
     --device cuda "${extra[@]}" > "$log" 2>&1
+  gpu=$(smi_stop "$log.smi")
   s=$(grep '^\[summary\]' "$log")
   llmc=$(llmc_mib "$L" "$H" "$NH" "$MB")
-  echo "${name}_B$MB$tag: ${s:-FAILED (see $log)} | llm.c allocates $llmc MB"
+  echo "${name}_B$MB$tag: ${s:-FAILED (see $log)} | llm.c allocates $llmc MB$gpu"
   [ -n "$s" ] || { tail -5 "$log"; continue; }
   ms=$(echo "$s" | sed -n 's/.*| \([0-9.]*\) ms\/iteration.*/\1/p')
   tf=$(echo "$s" | sed -n 's/.*| \([0-9.]*\) TFLOP\/s\/GPU.*/\1/p')
