@@ -71,6 +71,13 @@ for c in $cases; do
   llmc=$(llmc_mib "$L" "$H" "$NH" "$MB")
   echo "${name}_B$MB$tag: ${s:-FAILED (see $log)} | llm.c allocates $llmc MB$gpu"
   [ -n "$s" ] || { tail -5 "$log"; continue; }
+  # a bf16 step skipped for Inf/NaN gradients is a bug, and a rate of skipped steps means nothing
+  sk=$(grep -o 'number of skipped iterations: *[0-9]*' "$log" | awk '{ n += $NF } END { print n + 0 }')
+  if [ "$sk" != 0 ]; then
+    echo "${name}_B$MB$tag: INVALID, $sk iterations skipped (Inf/NaN gradients); not recorded"
+    grep -m1 'skipped:' "$log"
+    continue
+  fi
   ms=$(echo "$s" | sed -n 's/.*| \([0-9.]*\) ms\/iteration.*/\1/p')
   tf=$(echo "$s" | sed -n 's/.*| \([0-9.]*\) TFLOP\/s\/GPU.*/\1/p')
   tok=$(echo "$s" | sed -n 's/.*| \([0-9.]*\) tokens\/s |.*/\1/p')

@@ -873,6 +873,35 @@ static mt_status param_wait(void *ctx, int level, mt_stream s) {
     return MT_OK;
 }
 
+/* A step skipped without loss scaling (bf16, fp32) had Inf/NaN gradients: a bug or a diverged
+ * run, never routine as with fp16's scaler. The first one is reported with the parameters whose
+ * gradients hold them (this rank's copies, read back once). */
+static void report_nonfinite(run *r, int64_t iteration, double loss) {
+    char names[400] = "";
+    int found = 0, off = 0;
+    for (int i = 0; i < mt_model_num_params(r->model); i++) {
+        const mt_model_param *p = mt_model_param_at(r->model, i);
+        const int64_t n = mt_tensor_numel(&p->grad);
+        float *h = malloc((size_t)n * sizeof *h);
+        if (!h || mt_memcpy(h, MT_DEVICE_CPU, p->grad.data, p->grad.device, (size_t)n * 4, NULL)) {
+            free(h);
+            mt_error_clear();
+            return;
+        }
+        int64_t bad = 0;
+        for (int64_t j = 0; j < n; j++)
+            bad += !isfinite(h[j]);
+        free(h);
+        if (bad && found++ < 4 && off < (int)sizeof names)
+            off += snprintf(names + off, sizeof names - (size_t)off, " %s (%lld of %lld)", p->name,
+                            (long long)bad, (long long)n);
+    }
+    MT_LOG_WARN("iteration %lld skipped: Inf/NaN gradients without loss scaling (lm loss %g); "
+                "%d parameter(s) hold them:%s%s",
+                (long long)iteration, loss, found, found ? names : " none (so in a reduction)",
+                found > 4 ? " ..." : "");
+}
+
 static mt_status params_final(run *r) {
     return r->pgather ? param_wait(r, INT32_MAX, NULL) : MT_OK;
 }
@@ -936,6 +965,7 @@ static mt_status train(run *r) {
     double flops_iter = mt_model_flops_per_iteration(&r->mc, r->gbs);
     double interval_t = 0, interval_loss = 0, total_t = 0;
     int64_t interval_n = 0, advanced = 0, timed = 0, skipped = 0, nan_iters = 0, profiled = 0;
+    int skip_reported = 0;
     int64_t first_iter = r->iteration;
     int64_t end = a->exit_interval ? a->exit_interval : a->train_iters;
     if (end > a->train_iters) end = a->train_iters;
@@ -989,6 +1019,8 @@ static mt_status train(run *r) {
         double loss;
         MT_TRY(mt_model_take_loss(r->model, &loss, NULL));
         MT_TRY(allreduce_avg(r, &loss));
+        if (info.skipped && !r->scale_p && !skip_reported++)
+            report_nonfinite(r, r->iteration + 1, loss);
         MT_TRY(mt_prof_collect(pr));
         if (pr) profiled++;
         r->iteration++;

@@ -535,6 +535,10 @@ int main(void) {
         { 2, 237, 4, 2, 64, 1, MT_BF16, 0, 1, 0, 1 },
         { 1, 200, 8, 2, 128, 1, MT_BF16, 0, 0, 0, 1 },
         { 1, 2500, 4, 1, 128, 1, MT_BF16, 0, 0, 0, 1 },
+        /* GPT-2 124M's and 1.5B's attention at B16 and B8 (q, k, v slices of one buffer, as the
+         * model's): many heads and tiles per block of the wgmma grids */
+        { 16, 1024, 12, 12, 64, 1, MT_BF16, 0, 1, 0, 0 },
+        { 8, 1024, 25, 25, 64, 1, MT_BF16, 0, 1, 0, 0 },
         /* long sequences: sampled rows */
         { 1, 4096, 2, 1, 128, 1, MT_BF16, 0, 0, 0, 0 },
         { 1, 2048, 4, 2, 64, 0, MT_F16, 1, 0, 0, 0 },

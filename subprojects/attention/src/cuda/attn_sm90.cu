@@ -11,8 +11,8 @@
  * fragment order and is added by one bulk (TMA) reduce, so dqa is tiled (attn_impl.h).
  * Warpgroup g of a block owns keys 64g..64g+63 of kv head hk and keeps their dK, dV (64 x D) in
  * registers. The block walks the 64-row query tiles of
- * every query head of the group (Q, dO by TMA, lse, Di by bulk copies on the same mbarrier when
- * T % 4 == 0, else by cp.async; double-buffered):
+ * every query head of the group (Q, dO by TMA, lse, Di by cp.async, or with MT_ATTN_LSE_BULK=1
+ * and T % 4 == 0 by bulk copies on the same mbarrier; double-buffered):
  *   S^T = K Q^T, dP^T = V dO^T     wgmma, both operands in shared memory
  *   P^T, dS^T                       registers (f32), as in attn_bwd.cu
  *   dV += P^T dO                    wgmma, A (P^T) from registers
@@ -742,9 +742,9 @@ static __global__ void __launch_bounds__(NWG * 128, 3 - NWG)
         const int n0 = w.n0, ntile = w.n1 < 0 ? a.group * nqt : w.n1 - n0;
         if (pass) __syncthreads(); // every warp is done with the previous key tile
         bwd_load_kv<T, BC, D, NT, true>(a, sK, sV, k, v, b, hk, k0);
+        cp_async_commit(); // why: cp_async_wait skips uncommitted copies (lse_bulk commits none)
         /* tile n's Q, dO by TMA (one thread; rows past T are zeros) into buffer buf, lse and Di by
-         * bulk copies on the same mbarrier when T % 4 == 0 (lse_bulk), else by cp.async (one
-         * group) */
+         * cp.async (one group), or with a.lse_bulk by bulk copies on the same mbarrier */
         auto issue = [&](int n, int buf) {
             int h, q0;
             bwd_tile_of<BR>(a, hk, it0, nqt, n0 + n, h, q0);
@@ -910,12 +910,14 @@ static __global__ void __launch_bounds__(NWG * 128, 3 - NWG)
 #endif
 }
 
-/* Whether the backward may load lse and Di by bulk copies (MT_ATTN_LSE_BULK=0: by cp.async, for
- * comparisons; read once). */
+/* Whether the backward may load lse and Di by bulk copies: opt-in (MT_ATTN_LSE_BULK=1; read
+ * once) until it is timed again. Its session-17 gain was measured while the K/V loads of a pass
+ * were never waited for (uncommitted cp.async; fixed in the kernel): wrong gradients, every bf16
+ * step skipped, and the board's clocks up on NaN data. */
 static bool lse_bulk_on() {
     static std::once_flag once;
     static int env;
-    return env_int("MT_ATTN_LSE_BULK", &env, &once) != 0;
+    return env_int("MT_ATTN_LSE_BULK", &env, &once) > 0;
 }
 
 /* TWO: dS as bf16 hi + lo (2) or rounded once (1). */
