@@ -132,6 +132,8 @@ static const flag flags[] = {
     { "--log-throughput", F_TRUE, O(log_throughput), "TFLOP/s/GPU in the training line" },
     { "--log-num-zeros-in-grad", F_TRUE, O(log_num_zeros_in_grad), "count zero grads" },
     { "--log-params-norm", F_TRUE, O(log_params_norm), "the parameters' L2 norm in the log line" },
+    { "--no-check-for-nan-in-loss-and-grad", F_TRUE, O(no_check_for_nan_in_loss_and_grad),
+      "skip a bf16/fp32 step with Inf/NaN gradients instead of stopping" },
     { "--golden-values-out", F_STR, O(golden_values_out), "Megatron golden-values JSON" },
     { "--metrics-jsonl", F_STR, O(metrics_jsonl), "one JSON object per iteration" },
     { "--save", F_STR, O(save), "checkpoint directory" },

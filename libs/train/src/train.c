@@ -873,10 +873,14 @@ static mt_status param_wait(void *ctx, int level, mt_stream s) {
     return MT_OK;
 }
 
-/* A step skipped without loss scaling (bf16, fp32) had Inf/NaN gradients: a bug or a diverged
- * run, never routine as with fp16's scaler. The first one is reported with the parameters whose
- * gradients hold them (this rank's copies, read back once). */
-static void report_nonfinite(run *r, int64_t iteration, double loss) {
+/* A step without loss scaling (bf16, fp32) with Inf/NaN gradients: a bug or a diverged run, never
+ * routine as fp16's overflows are. Megatron stops (--check-for-nan-in-loss-and-grad, its
+ * default); --no-check-for-nan-in-loss-and-grad skips the step instead, reported once. Either
+ * way the message names the parameters whose gradients hold them (this rank's copies, read
+ * back). */
+static mt_status nonfinite_step(run *r, int64_t iteration, double loss, int *reported) {
+    const int stop = !r->a->no_check_for_nan_in_loss_and_grad;
+    if (!stop && (*reported)++) return MT_OK;
     char names[400] = "";
     int found = 0, off = 0;
     for (int i = 0; i < mt_model_num_params(r->model); i++) {
@@ -886,7 +890,9 @@ static void report_nonfinite(run *r, int64_t iteration, double loss) {
         if (!h || mt_memcpy(h, MT_DEVICE_CPU, p->grad.data, p->grad.device, (size_t)n * 4, NULL)) {
             free(h);
             mt_error_clear();
-            return;
+            snprintf(names, sizeof names, " (not read back)");
+            found = -1;
+            break;
         }
         int64_t bad = 0;
         for (int64_t j = 0; j < n; j++)
@@ -896,10 +902,21 @@ static void report_nonfinite(run *r, int64_t iteration, double loss) {
             off += snprintf(names + off, sizeof names - (size_t)off, " %s (%lld of %lld)", p->name,
                             (long long)bad, (long long)n);
     }
-    MT_LOG_WARN("iteration %lld skipped: Inf/NaN gradients without loss scaling (lm loss %g); "
-                "%d parameter(s) hold them:%s%s",
-                (long long)iteration, loss, found, found ? names : " none (so in a reduction)",
-                found > 4 ? " ..." : "");
+    char what[600];
+    snprintf(what, sizeof what,
+             "iteration %lld: Inf/NaN in the gradients without loss scaling (lm loss %g); %s%s%s",
+             (long long)iteration, loss,
+             found > 0    ? "parameters holding them:"
+             : found == 0 ? "none in this rank's"
+                          : "",
+             found == 0 ? " parameters (so in a reduction)" : names, found > 4 ? " and more" : "");
+    if (stop)
+        return MT_ERROR(MT_ERR_NUMERIC,
+                        "%s. Stopping, as Megatron's --check-for-nan-in-loss-and-grad does "
+                        "(--no-check-for-nan-in-loss-and-grad skips such steps instead)",
+                        what);
+    MT_LOG_WARN("%s; the step is skipped (--no-check-for-nan-in-loss-and-grad)", what);
+    return MT_OK;
 }
 
 static mt_status params_final(run *r) {
@@ -1019,8 +1036,8 @@ static mt_status train(run *r) {
         double loss;
         MT_TRY(mt_model_take_loss(r->model, &loss, NULL));
         MT_TRY(allreduce_avg(r, &loss));
-        if (info.skipped && !r->scale_p && !skip_reported++)
-            report_nonfinite(r, r->iteration + 1, loss);
+        if (info.skipped && !r->scale_p)
+            MT_TRY(nonfinite_step(r, r->iteration + 1, loss, &skip_reported));
         MT_TRY(mt_prof_collect(pr));
         if (pr) profiled++;
         r->iteration++;

@@ -32,6 +32,8 @@ const char *mt_status_str(mt_status s) {
         return "MT_ERR_TIMEOUT";
     case MT_ERR_INTERNAL:
         return "MT_ERR_INTERNAL";
+    case MT_ERR_NUMERIC:
+        return "MT_ERR_NUMERIC";
     }
     return "MT_ERR_UNKNOWN";
 }

@@ -58,6 +58,7 @@ typedef struct mt_train_args {
     /* evaluation and logging */
     int64_t eval_interval, eval_iters, log_interval;
     int log_throughput, log_num_zeros_in_grad, log_params_norm;
+    int no_check_for_nan_in_loss_and_grad; /* skip (not stop at) a bf16/fp32 step with Inf/NaN */
     char *golden_values_out, *metrics_jsonl;
     /* checkpoints */
     char *save, *load;

@@ -37,6 +37,7 @@ typedef enum mt_status {
     MT_ERR_UNSUPPORTED, /* not built with CUDA/NCCL/MPI, or dtype not implemented */
     MT_ERR_TIMEOUT,     /* a collective or peer that did not finish in time */
     MT_ERR_INTERNAL,
+    MT_ERR_NUMERIC, /* Inf/NaN where a finite value must be (a diverged run, a kernel bug) */
 } mt_status;
 
 /* Name of a status ("MT_ERR_FORMAT"). Never NULL. */
