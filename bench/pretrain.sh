@@ -75,7 +75,7 @@ for c in $cases; do
   sk=$(grep -o 'number of skipped iterations: *[0-9]*' "$log" | awk '{ n += $NF } END { print n + 0 }')
   if [ "$sk" != 0 ]; then
     echo "${name}_B$MB$tag: INVALID, $sk iterations skipped (Inf/NaN gradients); not recorded"
-    grep -m1 'skipped:' "$log"
+    grep -m1 'Inf/NaN' "$log"
     continue
   fi
   ms=$(echo "$s" | sed -n 's/.*| \([0-9.]*\) ms\/iteration.*/\1/p')

@@ -19,8 +19,8 @@ run() {
 run "$d/log"
 run "$d/det" --deterministic-mode
 grep " iteration " "$d/log" | sed 's/.*\(iteration *[0-9]*\/\).*\(lm loss: [^|]*\).*\(number of skipped iterations: *[0-9]*\).*/\1 \2 \3/'
-if grep -q "skipped:" "$d/log" || grep " iteration " "$d/log" | grep -qv "number of skipped iterations:   0"; then
-  grep -E "WARN|skipped" "$d/log" | head -3; echo "FAIL: iterations skipped"; exit 1
+if grep " iteration " "$d/log" | grep -qv "number of skipped iterations:   0"; then
+  grep -E "Inf/NaN" "$d/log" | head -3; echo "FAIL: iterations skipped"; exit 1
 fi
 first=$(jq -r '.["lm loss"].values["1"]' "$d/log.json"); last=$(jq -r '.["lm loss"].values["8"]' "$d/log.json")
 awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a - 0.5) }' \
