@@ -82,6 +82,16 @@ static __device__ __forceinline__ void row_vals(float (&f)[N], const vec_t<T, N>
         f[k] = MASK && c0 + k >= V ? -INFINITY : ldf(p.v[k]);
 }
 
+/* Vector i of a row in shared memory as floats; only vectors from nfull on reach past V. */
+template <typename T, int N>
+static __device__ __forceinline__ void row_at(float (&f)[N], const vec_t<T, N> *sv, int i,
+                                              int nfull, int V) {
+    if (i < nfull)
+        row_vals<false>(f, sv[i], i * N, V);
+    else
+        row_vals<true>(f, sv[i], i * N, V);
+}
+
 /* One row from shared memory (sv: its Vp values): per-thread max, per-thread sum (ONLINE: both in
  * one pass, the sum rescaled when the max grows), one block merge, the loss and the gradient.
  * Vector i belongs to thread i % blockDim.x in every loop. */
@@ -94,10 +104,7 @@ static __device__ void xent_row(T *dlogits, float *loss, const vec_t<T, N> *sv, 
     float m = -INFINITY, s = 0.0f, f[N];
     if constexpr (ONLINE) {
         for (int i = threadIdx.x; i < nv; i += blockDim.x) {
-            if (i < nfull)
-                row_vals<false>(f, sv[i], i * N, V);
-            else
-                row_vals<true>(f, sv[i], i * N, V);
+            row_at(f, sv, i, nfull, V);
             float M = m;
 #pragma unroll
             for (int k = 0; k < N; k++)
@@ -113,10 +120,7 @@ static __device__ void xent_row(T *dlogits, float *loss, const vec_t<T, N> *sv, 
         }
     } else
         for (int i = threadIdx.x; i < nv; i += blockDim.x) {
-            if (i < nfull)
-                row_vals<false>(f, sv[i], i * N, V);
-            else
-                row_vals<true>(f, sv[i], i * N, V);
+            row_at(f, sv, i, nfull, V);
 #pragma unroll
             for (int k = 0; k < N; k++)
                 m = fmaxf(m, f[k]);
@@ -124,10 +128,7 @@ static __device__ void xent_row(T *dlogits, float *loss, const vec_t<T, N> *sv, 
     if (!ONLINE && m != -INFINITY) {
         float mb = m * L2E;
         for (int i = threadIdx.x; i < nv; i += blockDim.x) {
-            if (i < nfull)
-                row_vals<false>(f, sv[i], i * N, V);
-            else
-                row_vals<true>(f, sv[i], i * N, V);
+            row_at(f, sv, i, nfull, V);
 #pragma unroll
             for (int k = 0; k < N; k++)
                 s += ex2(fmaf(f[k], L2E, -mb));
@@ -141,10 +142,7 @@ static __device__ void xent_row(T *dlogits, float *loss, const vec_t<T, N> *sv, 
     float g = valid ? g0 : NAN, gs = g / s, mb = m * L2E;
     VT *dx = (VT *)dlogits;
     for (int i = threadIdx.x; i < nv; i += blockDim.x) {
-        if (i < nfull)
-            row_vals<false>(f, sv[i], i * N, V);
-        else
-            row_vals<true>(f, sv[i], i * N, V);
+        row_at(f, sv, i, nfull, V);
         VT p;
 #pragma unroll
         for (int k = 0; k < N; k++)
