@@ -244,13 +244,13 @@ static __global__ void __launch_bounds__(256, 4) norm_fwd_grp_kernel(norm_args n
  * ((8 / G) x S x C floats, dynamic, S = norm_sums(n); float4 q of pack p at index
  * q * npk + p, so accesses are contiguous); at the end the block adds its groups' sums in group
  * order and writes partial blockIdx.x. */
-template <bool RMS, typename T, int G, int NV>
-static __global__ void __launch_bounds__(256) norm_bwd_grp_kernel(norm_args n) {
+template <bool RMS, typename T, int G, int NV, int RP>
+static __global__ void __launch_bounds__(256, RP == 2 ? 2 : 0) norm_bwd_grp_kernel(norm_args n) {
     extern __shared__ float4 acc4[];
     __shared__ float2 red[2][8];
     const int W = 16 / sizeof(T), Q = W / 4, u = threadIdx.x % (32 * G), npk = (int)(n.C / W);
     const int grp = threadIdx.x / (32 * G), ng = 8 / G, S = norm_sums(n);
-    const int64_t C = n.C;
+    const int64_t C = n.C, step = (int64_t)gridDim.x * ng;
     int slot = 0;
     float4 *dw4 = acc4 + (int64_t)grp * S * npk * Q, *db4 = dw4 + npk * Q, *ds4 = db4 + npk * Q;
 #pragma unroll
@@ -261,70 +261,107 @@ static __global__ void __launch_bounds__(256) norm_bwd_grp_kernel(norm_args n) {
                 for (int k = 0; k < S; k++)
                     dw4[k * npk * Q + q * npk + u + 32 * G * i] =
                         make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    for (int64_t r = (int64_t)blockIdx.x * ng + grp; r < n.rows; r += (int64_t)gridDim.x * ng) {
-        const int64_t off = r * C;
-        float mean = RMS ? 0.0f : n.mean[r], rstd = n.rstd[r];
-        norm_pack<T, W> px[NV], pd[NV], pr[NV];
-        // why: every load of the row is issued before the first use
+    /* RP rows a round (r, r + step, ...): their column-sum terms are added in registers, then
+     * into the group's shared-memory sums once */
+    for (int64_t r0 = (int64_t)blockIdx.x * ng + grp; r0 < n.rows; r0 += step * RP) {
+        float mean[RP], rstd[RP];
+        int64_t off[RP];
+        bool ok[RP];
+        norm_pack<T, W> px[RP][NV], pd[RP][NV], pr[RP][NV];
+        // why: every load of the rows is issued before the first use
 #pragma unroll
-        for (int i = 0; i < NV; i++) {
-            int p = u + 32 * G * i;
-            if (p < npk) {
-                px[i] = ld_pack<T, W>(n.x, off + p * W);
-                pd[i] = ld_pack<T, W>(n.dout, off + p * W);
-                if (n.dresid) pr[i] = ld_pack<T, W>(n.dresid, off + p * W);
+        for (int k = 0; k < RP; k++) {
+            const int64_t r = r0 + k * step;
+            ok[k] = k == 0 || r < n.rows;
+            off[k] = (ok[k] ? r : r0) * C;
+            mean[k] = RMS ? 0.0f : n.mean[ok[k] ? r : r0];
+            rstd[k] = n.rstd[ok[k] ? r : r0];
+#pragma unroll
+            for (int i = 0; i < NV; i++) {
+                int p = u + 32 * G * i;
+                if (p < npk) {
+                    px[k][i] = ld_pack<T, W>(n.x, off[k] + p * W);
+                    pd[k][i] = ld_pack<T, W>(n.dout, off[k] + p * W);
+                    if (n.dresid) pr[k][i] = ld_pack<T, W>(n.dresid, off[k] + p * W);
+                }
             }
         }
-        float sg = 0.0f, sgx = 0.0f;
+        float sg[RP], sgx[RP];
+#pragma unroll
+        for (int k = 0; k < RP; k++)
+            sg[k] = sgx[k] = 0.0f;
 #pragma unroll
         for (int i = 0; i < NV; i++) {
             int p = u + 32 * G * i;
             if (p < npk) {
-                float x[W], d[W], w[W];
-                unpack<T, W>(x, px[i]);
-                unpack<T, W>(d, pd[i]);
+                float w[W], aw[W], ab[W];
                 ld_row<T, W>(w, n.weight, p * W);
+#pragma unroll
+                for (int j = 0; j < W; j++)
+                    aw[j] = ab[j] = 0.0f;
+#pragma unroll
+                for (int k = 0; k < RP; k++) {
+                    if (!ok[k]) continue;
+                    float x[W], d[W];
+                    unpack<T, W>(x, px[k][i]);
+                    unpack<T, W>(d, pd[k][i]);
+#pragma unroll
+                    for (int j = 0; j < W; j++) {
+                        float xh = (x[j] - mean[k]) * rstd[k], g = d[j] * w[j];
+                        sg[k] += g;
+                        sgx[k] += g * xh;
+                        aw[j] += d[j] * xh;
+                        ab[j] += d[j];
+                    }
+                }
 #pragma unroll
                 for (int q = 0; q < Q; q++) {
                     float4 a = dw4[q * npk + p], b = db4[q * npk + p];
-                    float *af = &a.x, *bf = &b.x;
-#pragma unroll
-                    for (int e = 0; e < 4; e++) {
-                        int j = q * 4 + e;
-                        float xh = (x[j] - mean) * rstd, g = d[j] * w[j];
-                        sg += g;
-                        sgx += g * xh;
-                        af[e] += d[j] * xh;
-                        bf[e] += d[j];
-                    }
+                    a.x += aw[q * 4], a.y += aw[q * 4 + 1], a.z += aw[q * 4 + 2];
+                    a.w += aw[q * 4 + 3];
+                    b.x += ab[q * 4], b.y += ab[q * 4 + 1], b.z += ab[q * 4 + 2];
+                    b.w += ab[q * 4 + 3];
                     dw4[q * npk + p] = a;
                     db4[q * npk + p] = b;
                 }
             }
         }
-        float2 sums = group_sum2<G>(sg, sgx, red, slot);
-        float mg = RMS ? 0.0f : sums.x / (float)C, mgx = sums.y / (float)C;
+        float mg[RP], mgx[RP];
+#pragma unroll
+        for (int k = 0; k < RP; k++) {
+            float2 sums = group_sum2<G>(sg[k], sgx[k], red, slot);
+            mg[k] = RMS ? 0.0f : sums.x / (float)C, mgx[k] = sums.y / (float)C;
+        }
 #pragma unroll
         for (int i = 0; i < NV; i++) {
             int p = u + 32 * G * i;
             if (p < npk) {
-                float x[W], d[W], w[W], dx[W];
-                unpack<T, W>(x, px[i]);
-                unpack<T, W>(d, pd[i]);
+                float w[W], as[W];
                 ld_row<T, W>(w, n.weight, p * W);
 #pragma unroll
-                for (int j = 0; j < W; j++) {
-                    float xh = (x[j] - mean) * rstd;
-                    dx[j] = rstd * (d[j] * w[j] - mg - xh * mgx);
-                    if (n.dresid) dx[j] += ldf(pr[i].v[j]);
+                for (int j = 0; j < W; j++)
+                    as[j] = 0.0f;
+#pragma unroll
+                for (int k = 0; k < RP; k++) {
+                    if (!ok[k]) continue;
+                    float x[W], d[W], dx[W];
+                    unpack<T, W>(x, px[k][i]);
+                    unpack<T, W>(d, pd[k][i]);
+#pragma unroll
+                    for (int j = 0; j < W; j++) {
+                        float xh = (x[j] - mean[k]) * rstd[k];
+                        dx[j] = rstd[k] * (d[j] * w[j] - mg[k] - xh * mgx[k]);
+                        if (n.dresid) dx[j] += ldf(pr[k][i].v[j]);
+                        as[j] += ldf(stf<T>(dx[j]));
+                    }
+                    st_row<T, W>(n.dx, off[k] + p * W, dx);
                 }
-                st_row<T, W>(n.dx, off + p * W, dx);
                 if (n.dx_sum) {
 #pragma unroll
                     for (int q = 0; q < Q; q++) {
                         float4 c = ds4[q * npk + p];
-                        c.x += ldf(stf<T>(dx[q * 4])), c.y += ldf(stf<T>(dx[q * 4 + 1]));
-                        c.z += ldf(stf<T>(dx[q * 4 + 2])), c.w += ldf(stf<T>(dx[q * 4 + 3]));
+                        c.x += as[q * 4], c.y += as[q * 4 + 1], c.z += as[q * 4 + 2];
+                        c.w += as[q * 4 + 3];
                         ds4[q * npk + p] = c;
                     }
                 }
@@ -641,6 +678,17 @@ static mt_status bwd_grp_grid(K kernel, size_t smem, int64_t rows, int G, int64_
     return MT_OK;
 }
 
+/* The group-per-row backward with RP rows a round; *grid: its blocks. */
+template <bool RMS, typename T, int RP>
+static mt_status bwd_grp_launch(const norm_args *n, int G, int NV, size_t smem, int64_t *grid,
+                                mt_stream stream) {
+    NORM_GRP_SWITCH(G, NV, {
+        MT_TRY(bwd_grp_grid(norm_bwd_grp_kernel<RMS, T, GC, NVC, RP>, smem, n->rows, G, grid));
+        norm_bwd_grp_kernel<RMS, T, GC, NVC, RP><<<(unsigned)*grid, 256, smem, stream>>>(*n);
+    });
+    return MT_OK;
+}
+
 template <bool RMS, typename T> static mt_status bwd_launch(const norm_args *n, mt_stream stream) {
     int64_t grid = 0; /* 0 rows: no partials; the finish kernel writes zeros (or leaves sums) */
     const int WV = 16 / sizeof(T);
@@ -648,10 +696,16 @@ template <bool RMS, typename T> static mt_status bwd_launch(const norm_args *n, 
     grp_shape(n, sizeof(T), &G, &NV);
     if (G && n->rows > 0) {
         size_t smem = (size_t)(8 / G) * norm_sums(*n) * n->C * sizeof(float); /* groups' sums */
-        NORM_GRP_SWITCH(G, NV, {
-            MT_TRY(bwd_grp_grid(norm_bwd_grp_kernel<RMS, T, GC, NVC>, smem, n->rows, G, &grid));
-            norm_bwd_grp_kernel<RMS, T, GC, NVC><<<(unsigned)grid, 256, smem, stream>>>(*n);
-        });
+        /* two rows a round, their column-sum terms added in registers before the one shared-
+         * memory read-modify-write (bench_norm layernorm_bwd_sum bf16 N16384 C768 56.6 -> 52.8
+         * us, nvidia-h100-x1); MT_NORM_BWD_ROWS=1: one row a round, for comparisons */
+        static int rp = -1;
+        if (rp < 0)
+            rp = getenv("MT_NORM_BWD_ROWS") && atoi(getenv("MT_NORM_BWD_ROWS")) == 1 ? 1 : 2;
+        if (rp == 2)
+            MT_TRY((bwd_grp_launch<RMS, T, 2>(n, G, NV, smem, &grid, stream)));
+        else
+            MT_TRY((bwd_grp_launch<RMS, T, 1>(n, G, NV, smem, &grid, stream)));
         MT_CUDA_CHECK_LAUNCH();
     } else if (!G && n->rows > 0) {
         norm_shape s;
