@@ -352,7 +352,7 @@ static __global__ void __launch_bounds__(256, RP == 2 ? 2 : 0) norm_bwd_grp_kern
                         float xh = (x[j] - mean[k]) * rstd[k];
                         dx[j] = rstd[k] * (d[j] * w[j] - mg[k] - xh * mgx[k]);
                         if (n.dresid) dx[j] += ldf(pr[k][i].v[j]);
-                        as[j] += ldf(stf<T>(dx[j]));
+                        if (n.dx_sum) as[j] += ldf(stf<T>(dx[j]));
                     }
                     st_row<T, W>(n.dx, off[k] + p * W, dx);
                 }
