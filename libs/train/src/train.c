@@ -885,9 +885,10 @@ static mt_status nonfinite_step(run *r, int64_t iteration, double loss, int *rep
     int found = 0, off = 0;
     for (int i = 0; i < mt_model_num_params(r->model); i++) {
         const mt_model_param *p = mt_model_param_at(r->model, i);
-        const int64_t n = mt_tensor_numel(&p->grad);
-        float *h = malloc((size_t)n * sizeof *h);
-        if (!h || mt_memcpy(h, MT_DEVICE_CPU, p->grad.data, p->grad.device, (size_t)n * 4, NULL)) {
+        const int64_t n = mt_tensor_numel(&p->grad); /* f32: the model's grads always are */
+        float *h = malloc(mt_tensor_nbytes(&p->grad));
+        if (!h || mt_memcpy(h, MT_DEVICE_CPU, p->grad.data, p->grad.device,
+                            mt_tensor_nbytes(&p->grad), NULL)) {
             free(h);
             mt_error_clear();
             snprintf(names, sizeof names, " (not read back)");

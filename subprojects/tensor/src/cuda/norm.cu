@@ -273,9 +273,10 @@ static __global__ void __launch_bounds__(256, RP == 2 ? 2 : 0) norm_bwd_grp_kern
         for (int k = 0; k < RP; k++) {
             const int64_t r = r0 + k * step;
             ok[k] = k == 0 || r < n.rows;
-            off[k] = (ok[k] ? r : r0) * C;
-            mean[k] = RMS ? 0.0f : n.mean[ok[k] ? r : r0];
-            rstd[k] = n.rstd[ok[k] ? r : r0];
+            const int64_t rr = ok[k] ? r : r0; /* a row past the end reads row r0, unused */
+            off[k] = rr * C;
+            mean[k] = RMS ? 0.0f : n.mean[rr];
+            rstd[k] = n.rstd[rr];
 #pragma unroll
             for (int i = 0; i < NV; i++) {
                 int p = u + 32 * G * i;
