@@ -8,12 +8,13 @@
 #if MT_HAVE_CUDA
 
 typedef struct {
-    int op; /* 0 fwd, 1 fwd + bias + GELU (pre-GELU saved), 2 dx, 3 dw, 4 dx through GELU */
+    int op; /* 0 fwd, 1 fwd + bias + GELU (pre-GELU saved), 2 dx, 3 dw, 4 dx through GELU, 5 dw
+             * into f32 (the model's gradients) */
     int64_t M, N, K; /* tokens, out features, in features */
 } gemm_case;
 
 static mt_status run_case(mt_blas *blas, const gemm_case *c, mt_tensor *x, mt_tensor *w,
-                          mt_tensor *b, mt_tensor *y, mt_tensor *pre) {
+                          mt_tensor *b, mt_tensor *y, mt_tensor *pre, mt_tensor *g) {
     switch (c->op) {
     case 0:
         return mt_linear_fwd(blas, y, NULL, x, w, NULL, 0, NULL);
@@ -23,6 +24,8 @@ static mt_status run_case(mt_blas *blas, const gemm_case *c, mt_tensor *x, mt_te
         return mt_linear_bwd(blas, x, NULL, NULL, y, NULL, w, 0, NULL);
     case 3: /* dW(N,K) = dY^T @ X */
         return mt_linear_bwd(blas, NULL, w, NULL, y, x, NULL, 0, NULL);
+    case 5: /* the same into f32, as the model's gradients (written, not added) */
+        return mt_linear_bwd(blas, NULL, g, NULL, y, x, NULL, 0, NULL);
     default: /* fc2's dX(M,K) = (dY(M,N) @ W(N,K)) * GELU'(pre(M,K)) */
         return mt_linear_bwd_dgelu(blas, x, pre, NULL, NULL, y, NULL, w, 0, NULL);
     }
@@ -35,8 +38,8 @@ static void bench_gemm(mt_bench_state *st, void *arg) {
     /* x, w, b, y and pre (M x N, or M x K for op 4) in bf16, and room for alignment */
     size_t bytes = (size_t)2 * (c->M * c->K + c->N * c->K + c->M * c->N + c->N +
                                 c->M * (c->op == 4 ? c->K : c->N)) +
-                   (8u << 20);
-    mt_tensor x, w, b, y, pre;
+                   (size_t)4 * c->N * c->K + (8u << 20);
+    mt_tensor x, w, b, y, pre, g;
     int64_t sx[2] = { c->M, c->K }, sw[2] = { c->N, c->K }, sy[2] = { c->M, c->N };
     if (mt_arena_create(mt_device_cuda(0), bytes, &ar) != MT_OK ||
         mt_blas_create(mt_device_cuda(0), &blas) != MT_OK ||
@@ -45,16 +48,17 @@ static void bench_gemm(mt_bench_state *st, void *arg) {
         mt_tensor_alloc(ar, MT_BF16, 1, &c->N, &b) != MT_OK ||
         mt_tensor_alloc(ar, MT_BF16, 2, sy, &y) != MT_OK ||
         mt_tensor_alloc(ar, MT_BF16, 2, c->op == 4 ? sx : sy, &pre) != MT_OK ||
+        mt_tensor_alloc(ar, MT_F32, 2, sw, &g) != MT_OK ||
         bench_fill_uniform(&x, -1, 1, 42, 1) != MT_OK ||
         bench_fill_uniform(&w, -1, 1, 42, 1) != MT_OK ||
         bench_fill_uniform(&b, -1, 1, 42, 1) != MT_OK ||
         bench_fill_uniform(&y, -1, 1, 42, 1) != MT_OK ||
         bench_fill_uniform(&pre, -1, 1, 43, 1) != MT_OK ||
-        run_case(blas, c, &x, &w, &b, &y, &pre) != MT_OK || mt_stream_sync(NULL) != MT_OK) {
+        run_case(blas, c, &x, &w, &b, &y, &pre, &g) != MT_OK || mt_stream_sync(NULL) != MT_OK) {
         mt_bench_error(st, mt_last_error());
         goto done;
     }
-    BENCH_LOOP(st, run_case(blas, c, &x, &w, &b, &y, &pre));
+    BENCH_LOOP(st, run_case(blas, c, &x, &w, &b, &y, &pre, &g));
     mt_bench_rate(st, "FLOPS", 2.0 * (double)c->M * (double)c->N * (double)c->K);
 done:
     mt_blas_destroy(blas);
@@ -113,26 +117,34 @@ int main(int argc, char **argv) {
     }
 #if MT_HAVE_CUDA
     if (bench_cuda_init()) {
-        static const char *ops[] = { "gemm_fwd", "gemm_fwd_bias_gelu", "gemm_dx", "gemm_dw",
-                                     "gemm_dx_dgelu" };
-        static const int64_t outs[] = { 2304, 3072, 50304 };
-        static gemm_case cases[13];
-        static char names[13][96];
+        static const char *ops[] = { "gemm_fwd", "gemm_fwd_bias_gelu", "gemm_dx",
+                                     "gemm_dw",  "gemm_dx_dgelu",      "gemm_dw_f32" };
+        static gemm_case cases[40];
+        static char names[40][96];
         int n = 0;
-        for (int o = 0; o < 3; o++) {
-            for (int op = 0; op < 4; op++) {
-                if (op == 1 && outs[o] != 3072) continue; /* GELU only on the MLP's fc1 */
-                cases[n] = (gemm_case){ op, 16384, outs[o], 768 };
-                snprintf(names[n], sizeof names[n], "%s/cuda/bf16_M16384_N%lld_K768", ops[op],
-                         (long long)outs[o]);
-                mt_bench_register(names[n], bench_gemm, &cases[n], MT_BENCH_MANUAL_TIME);
-                n++;
-            }
-        }
+#define GEMM_CASE(OP, M_, N_, K_)                                                             \
+    do {                                                                                      \
+        cases[n] = (gemm_case){ OP, M_, N_, K_ };                                             \
+        snprintf(names[n], sizeof names[n], "%s/cuda/bf16_M%d_N%d_K%d", ops[OP], M_, N_, K_); \
+        mt_bench_register(names[n], bench_gemm, &cases[n], MT_BENCH_MANUAL_TIME);             \
+        n++;                                                                                  \
+    } while (0)
+        /* GPT-2 124M (16 sequences): qkv, fc1 and the LM head; GELU only on fc1 */
+        static const int outs[] = { 2304, 3072, 50304 };
+        for (int o = 0; o < 3; o++)
+            for (int op = 0; op < 6; op++)
+                if (op != 4 && (op != 1 || outs[o] == 3072)) GEMM_CASE(op, 16384, outs[o], 768);
         /* fc2's dX through the GELU backward: dY (M, 768) @ W (768, 3072) */
-        cases[n] = (gemm_case){ 4, 16384, 768, 3072 };
-        snprintf(names[n], sizeof names[n], "%s/cuda/bf16_M16384_N768_K3072", ops[4]);
-        mt_bench_register(names[n], bench_gemm, &cases[n], MT_BENCH_MANUAL_TIME);
+        GEMM_CASE(4, 16384, 768, 3072);
+        /* GPT-2 1.5B's four linears at 32 sequences (its benchmark's batch): where the forward's
+         * and the backward's rates differ */
+        static const int big[4][2] = {
+            { 4800, 1600 }, { 1600, 1600 }, { 6400, 1600 }, { 1600, 6400 }
+        };
+        for (int l = 0; l < 4; l++)
+            for (int op = 0; op < 6; op++)
+                if (op != 1 && op != 4) GEMM_CASE(op, 32768, big[l][0], big[l][1]);
+#undef GEMM_CASE
     }
 #endif
     return mt_bench_main(argc, argv);
