@@ -72,7 +72,7 @@ for c in $cases; do
   echo "${name}_B$MB$tag: ${s:-FAILED (see $log)} | llm.c allocates $llmc MB$gpu"
   [ -n "$s" ] || { tail -5 "$log"; continue; }
   # a bf16 step skipped for Inf/NaN gradients is a bug, and a rate of skipped steps means nothing
-  sk=$(grep -o 'number of skipped iterations: *[0-9]*' "$log" | awk '{ n += $NF } END { print n + 0 }')
+  sk=$("$top/ci/skipped-iterations" "$log")
   if [ "$sk" != 0 ]; then
     echo "${name}_B$MB$tag: INVALID, $sk iterations skipped (Inf/NaN gradients); not recorded"
     grep -m1 'Inf/NaN' "$log"

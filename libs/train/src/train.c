@@ -277,8 +277,7 @@ static mt_status setup_model(run *r) {
     MT_TRY(mt_model_create(c, a->micro_batch_size, r->dev, register_param, r, &r->model));
     /* the forward and backward as one CUDA graph from the second micro-batch on (MT_CUDA_GRAPHS=0:
      * off, for comparison); the profiler runs without it */
-    const char *graphs = getenv("MT_CUDA_GRAPHS");
-    mt_model_set_cuda_graphs(r->model, !graphs || atoi(graphs) != 0);
+    mt_model_set_cuda_graphs(r->model, mt_env_int("MT_CUDA_GRAPHS", 1) != 0);
 
     mt_optim_config oc = MT_OPTIM_CONFIG_INIT;
     oc.kind = strcmp(a->optimizer, "sgd") == 0 ? MT_OPTIM_SGD : MT_OPTIM_ADAMW;
@@ -309,8 +308,7 @@ static mt_status setup_model(run *r) {
     }
     MT_TRY(setup_overlap(r));
     if (r->pgather) mt_model_set_param_wait(r->model, param_wait, r);
-    const char *prof = getenv("MT_PROFILE");
-    if ((prof && *prof && strcmp(prof, "0") != 0) || a->timing_log_level > 0)
+    if (mt_env_int("MT_PROFILE", 0) != 0 || a->timing_log_level > 0)
         MT_TRY(mt_prof_create(&r->prof, mt_device_is_cuda(r->dev), 4096));
 
     mt_optim_sched *s = &r->sched;

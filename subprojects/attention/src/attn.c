@@ -43,12 +43,9 @@ static mt_status resolve(attn_shape *s, const mt_tensor *q, const mt_tensor *k,
     s->scale = cfg->scale != 0.0f ? cfg->scale : (float)(1.0 / sqrt((double)s->D));
     s->causal = cfg->causal != 0;
     s->deterministic = cfg->deterministic != 0;
-    static int env_split = -2; /* MT_ATTN_DS_SPLIT=0/1 overrides cfg, for comparisons; read once */
-    if (env_split == -2) {
-        const char *e = getenv("MT_ATTN_DS_SPLIT");
-        env_split = e && *e ? atoi(e) != 0 : -1;
-    }
-    s->ds_split = env_split >= 0 ? env_split : cfg->ds_split != 0;
+    static int env_split = MT_ENV_UNREAD; /* MT_ATTN_DS_SPLIT=0/1 overrides cfg (comparisons) */
+    const int split = mt_env_int_once("MT_ATTN_DS_SPLIT", -1, &env_split);
+    s->ds_split = split >= 0 ? split != 0 : cfg->ds_split != 0;
     s->esize = (int)mt_dtype_size(q->dtype);
     return MT_OK;
 }

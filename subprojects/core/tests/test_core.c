@@ -1,6 +1,9 @@
-/* unit: status names, the error record, TRY/GOTO propagation, arenas and logging. */
+/* unit: status names, the error record, TRY/GOTO propagation, arenas, logging, the profiler and
+ * environment switches. */
+#define _POSIX_C_SOURCE 200809L /* setenv */
 #include <mt/testkit.h>
 
+#include <stdlib.h>
 #include <string.h>
 
 static mt_status fails_with_format(void) {
@@ -92,5 +95,20 @@ int main(void) {
     mt_prof_print(pr, stdout, 1);
     mt_prof_destroy(pr);
     MT_CHECK(mt_prof_begin(NULL, "x", NULL)); /* a NULL profiler ignores everything */
+
+    /* environment switches: unset and empty give the default; the cached read keeps its first */
+    unsetenv("MT_TEST_SWITCH");
+    MT_EXPECT(mt_env_int("MT_TEST_SWITCH", 7) == 7, "unset switch");
+    setenv("MT_TEST_SWITCH", "", 1);
+    MT_EXPECT(mt_env_int("MT_TEST_SWITCH", 7) == 7, "empty switch");
+    setenv("MT_TEST_SWITCH", "0", 1);
+    MT_EXPECT(mt_env_int("MT_TEST_SWITCH", 7) == 0, "switch 0");
+    int cache = MT_ENV_UNREAD;
+    setenv("MT_TEST_SWITCH", "-3", 1);
+    MT_EXPECT(mt_env_int_once("MT_TEST_SWITCH", 7, &cache) == -3, "first cached read");
+    setenv("MT_TEST_SWITCH", "5", 1);
+    MT_EXPECT(mt_env_int_once("MT_TEST_SWITCH", 7, &cache) == -3, "cached read kept");
+    MT_EXPECT(mt_env_int("MT_TEST_SWITCH", 7) == 5, "uncached read sees the change");
+    unsetenv("MT_TEST_SWITCH");
     return mt_test_result();
 }

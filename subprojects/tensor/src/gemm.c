@@ -36,8 +36,7 @@ mt_status gemm_dgelu_apply(const gemm_args *g, int cuda, mt_stream stream) {
 
 /* Inputs take the fast path unless MT_CPU_REFERENCE=1 asks for the reference. */
 static mt_status gemm_host(const gemm_args *g) {
-    const char *ref = getenv("MT_CPU_REFERENCE");
-    if (!(ref && atoi(ref) != 0))
+    if (mt_env_int("MT_CPU_REFERENCE", 0) == 0)
         MT_TRY(gemm_fast_cpu(g));
     else
         MT_TRY(gemm_cpu(g));

@@ -523,21 +523,11 @@ static int grid_slots(const void *kernel, int threads, int smem) {
     return sms * per_sm;
 }
 
-/* An integer environment switch, read once into *v (-1 when unset). */
-static int env_int(const char *name, int *v, std::once_flag *once) {
-    std::call_once(*once, [&] {
-        const char *e = getenv(name);
-        *v = e && *e ? atoi(e) : -1;
-    });
-    return *v;
-}
-
 /* attn_args.tail_heads for a causal grid on `slots` slots: pick_tail_heads, cached per slots and
  * shape. MT_ATTN_TAIL=k sets it instead (for comparisons and tests; clamped to the heads). */
 static int tail_heads_for(int slots, int heads_all, int ntiles) {
-    static std::once_flag once;
-    static int env;
-    if (env_int("MT_ATTN_TAIL", &env, &once) >= 0) return std::min(env, heads_all);
+    static int env = MT_ENV_UNREAD;
+    if (mt_env_int_once("MT_ATTN_TAIL", -1, &env) >= 0) return std::min(env, heads_all);
     if (slots <= 0) return 0; /* no slots known: no tail */
     static std::mutex mu;
     static struct { int slots, heads, ntiles, tail; } cache[16];
@@ -558,11 +548,10 @@ static int tail_heads_for(int slots, int heads_all, int ntiles) {
  * B4 H16 T4096 D128's model). MT_ATTN_SPLIT=0 turns it off; MT_ATTN_SPLIT=k splits the last k
  * tiles into runs of one query tile or more (tests, comparisons). */
 static void plan_split(attn_args &a, int slots, int tiles, int ntile) {
-    static std::once_flag once;
-    static int env;
+    static int env = MT_ENV_UNREAD;
     a.split_tiles = a.split_pieces = 0;
     if (a.causal || slots <= 0) return;
-    const int force = env_int("MT_ATTN_SPLIT", &env, &once);
+    const int force = mt_env_int_once("MT_ATTN_SPLIT", -1, &env);
     int r = tiles % slots;
     if (force >= 0) r = std::min(std::min(force, tiles), slots);
     if (r == 0 || r > a.split_cap) return;
@@ -585,9 +574,8 @@ static dim3 plan_grid(attn_args &a, K kernel, int threads, int smem, int heads_a
 /* Whether non-causal D128 forwards take 176-key tiles (MT_ATTN_WIDE=0: 128, for comparisons and
  * tests; read once). */
 static bool wide_fwd_tiles() {
-    static std::once_flag once;
-    static int env;
-    return env_int("MT_ATTN_WIDE", &env, &once) != 0;
+    static int env = MT_ENV_UNREAD;
+    return mt_env_int_once("MT_ATTN_WIDE", -1, &env) != 0;
 }
 
 template <typename T, int BC>
@@ -915,9 +903,8 @@ static __global__ void __launch_bounds__(NWG * 128, 3 - NWG)
  * were never waited for (uncommitted cp.async; fixed in the kernel): wrong gradients, every bf16
  * step skipped, and the board's clocks up on NaN data. */
 static bool lse_bulk_on() {
-    static std::once_flag once;
-    static int env;
-    return env_int("MT_ATTN_LSE_BULK", &env, &once) > 0;
+    static int env = MT_ENV_UNREAD;
+    return mt_env_int_once("MT_ATTN_LSE_BULK", -1, &env) > 0;
 }
 
 /* TWO: dS as bf16 hi + lo (2) or rounded once (1). */
@@ -992,8 +979,7 @@ INST(__half, 128)
 int attn_sm90_enabled(void) {
 #if defined(MT_ATTN_SM90A)
     static int cached[64]; /* per device: 0 unknown, 1 yes, 2 no */
-    const char *env = getenv("MT_ATTN_SM90");
-    if (env && env[0] == '0') return 0;
+    if (mt_env_int("MT_ATTN_SM90", 1) == 0) return 0;
     int dev = 0, major = 0, minor = 0;
     if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return 0;
     if (!cached[dev]) {

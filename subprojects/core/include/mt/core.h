@@ -251,6 +251,15 @@ MT_API mt_device mt_arena_device(const mt_arena *a);
 
 #define MT_ARENA_ALIGN 256
 
+/* ---- environment switches ---- */
+
+/* An integer setting from the environment: atoi of its value when set and not empty, else
+ * `unset`. mt_env_int reads it on every call (for switches a test changes between calls);
+ * mt_env_int_once reads it once into *cache, which starts at MT_ENV_UNREAD (hot paths). */
+#define MT_ENV_UNREAD (-2147483647 - 1)
+MT_API int mt_env_int(const char *name, int unset);
+MT_API int mt_env_int_once(const char *name, int unset, int *cache);
+
 /* ---- time ---- */
 
 /* Monotonic wall time in seconds. */

@@ -195,8 +195,8 @@ static void *run_part(void *arg) {
 
 /* MT_CPU_THREADS, else the online CPUs; at most MAX_THREADS. */
 static int cpu_threads(void) {
-    const char *e = getenv("MT_CPU_THREADS");
-    long n = e && *e ? strtol(e, NULL, 10) : sysconf(_SC_NPROCESSORS_ONLN);
+    long n = mt_env_int("MT_CPU_THREADS", 0);
+    if (n <= 0) n = sysconf(_SC_NPROCESSORS_ONLN);
     return n < 1 ? 1 : n > MAX_THREADS ? MAX_THREADS : (int)n;
 }
 

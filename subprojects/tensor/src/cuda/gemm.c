@@ -221,14 +221,11 @@ static mt_status plan_get(blas_lt *lt, const gemm_args *g, int64_t epi, lt_plan 
     return MT_OK;
 }
 
-/* An on/off switch from the environment, read once into *cache (-2: not read yet): 1 or 0 when
- * set, `unset` otherwise. */
+/* An on/off switch from the environment, read once into *cache (MT_ENV_UNREAD at first): 1 or 0
+ * when set, `unset` otherwise (a negative value counts as unset). */
 static int env_switch(const char *name, int *cache, int unset) {
-    if (*cache == -2) {
-        const char *e = getenv(name);
-        *cache = e ? atoi(e) != 0 : -1;
-    }
-    return *cache < 0 ? unset : *cache;
+    const int v = mt_env_int_once(name, -1, cache);
+    return v < 0 ? unset : v != 0;
 }
 
 /* Whether the first run of a plan times the heuristic's candidates on the real operands and keeps
@@ -236,7 +233,7 @@ static int env_switch(const char *name, int *cache, int unset) {
  * default: the choice depends on timing, so two processes may pick different algorithms and round
  * differently). */
 static int autotune_on(const blas_lt *lt) {
-    static int v = -2;
+    static int v = MT_ENV_UNREAD;
     return env_switch("MT_GEMM_AUTOTUNE", &v, lt->autotune > 0);
 }
 
@@ -310,7 +307,7 @@ static mt_status run_plan(blas_lt *lt, lt_plan *p, const gemm_args *g, mt_stream
 
 /* MT_GEMM_UNFUSED=1 turns the GELU epilogues (GELU_AUX, DGELU) and BGRADB off, for comparisons. */
 static int unfused(void) {
-    static int v = -2;
+    static int v = MT_ENV_UNREAD;
     return env_switch("MT_GEMM_UNFUSED", &v, 0);
 }
 
@@ -383,7 +380,7 @@ mt_status bias_grad_cuda(blas_lt *lt, mt_tensor *dbias, const mt_tensor *dy, int
 /* MT_GEMM_BGRADB=1: the bias gradient from cuBLASLt's BGRADB epilogue. Off by default: on Hopper
  * it runs as a separate cuBLASLt kernel, slower than ours (H200, GPT-2 124M: see bench/README.md). */
 static int bgradb(void) {
-    static int v = -2;
+    static int v = MT_ENV_UNREAD;
     return env_switch("MT_GEMM_BGRADB", &v, 0);
 }
 

@@ -317,8 +317,7 @@ extern "C" long long mt_gemm_sm90_count(void) {
 /* Off unless MT_GEMM_SM90=1 (read on every call): slower than cuBLASLt's epilogues here (see the
  * comment at the top). */
 static int sm90_on(void) {
-    const char *s = getenv("MT_GEMM_SM90");
-    return s && strcmp(s, "1") == 0;
+    return mt_env_int("MT_GEMM_SM90", 0) == 1;
 }
 
 /* The K-major (rows x K, row stride ld elements) bf16 operand at base as a TMA map of
@@ -411,8 +410,8 @@ extern "C" mt_status gemm_sm90_cuda(const gemm_args *g, void *ws, size_t ws_byte
     e.M = (int)g->M, e.N = (int)g->N, e.K = (int)g->K;
     /* MT_GEMM_SM90_CTAS caps the grid (tests: several tiles per CTA at small shapes) */
     int grid = CM * clusters;
-    const char *cap = getenv("MT_GEMM_SM90_CTAS");
-    if (cap && atoi(cap) >= CM && atoi(cap) < grid) grid = atoi(cap) / CM * CM;
+    const int cap = mt_env_int("MT_GEMM_SM90_CTAS", 0);
+    if (cap >= CM && cap < grid) grid = cap / CM * CM;
     cudaLaunchConfig_t cfg = {};
     cudaLaunchAttribute at;
     at.id = cudaLaunchAttributeClusterDimension;

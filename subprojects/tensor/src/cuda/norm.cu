@@ -700,10 +700,8 @@ template <bool RMS, typename T> static mt_status bwd_launch(const norm_args *n, 
         /* two rows a round, their column-sum terms added in registers before the one shared-
          * memory read-modify-write (bench_norm layernorm_bwd_sum bf16 N16384 C768 56.6 -> 52.8
          * us, nvidia-h100-x1); MT_NORM_BWD_ROWS=1: one row a round, for comparisons */
-        static int rp = -1;
-        if (rp < 0)
-            rp = getenv("MT_NORM_BWD_ROWS") && atoi(getenv("MT_NORM_BWD_ROWS")) == 1 ? 1 : 2;
-        if (rp == 2)
+        static int rows_env = MT_ENV_UNREAD;
+        if (mt_env_int_once("MT_NORM_BWD_ROWS", 2, &rows_env) != 1)
             MT_TRY((bwd_grp_launch<RMS, T, 2>(n, G, NV, smem, &grid, stream)));
         else
             MT_TRY((bwd_grp_launch<RMS, T, 1>(n, G, NV, smem, &grid, stream)));

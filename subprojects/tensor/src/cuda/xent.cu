@@ -258,8 +258,8 @@ static mt_status launch(mt_tensor *dlogits, mt_tensor *losses, mt_tensor *stats,
      * difference (2.55 -> 2.56), so that path keeps the cheaper max pass */
     const int online = !dlogits;
     /* MT_XENT_BULK=0: per-thread cp.async instead of one bulk copy a row (sm_90 and later) */
-    static int bulk = -1;
-    if (bulk < 0) bulk = !getenv("MT_XENT_BULK") || atoi(getenv("MT_XENT_BULK")) != 0;
+    static int bulk_env = MT_ENV_UNREAD;
+    const int bulk = mt_env_int_once("MT_XENT_BULK", 1, &bulk_env) != 0;
     const I *tg = (const I *)targets->data;
     float *st = stats ? (float *)stats->data : nullptr;
     if (dlogits && !dloss) { /* the mean's gradient needs the count first */
