@@ -9,7 +9,7 @@
 
 typedef struct {
     int op; /* 0 fwd, 1 fwd + bias + GELU (pre-GELU saved), 2 dx, 3 dw, 4 dx through GELU, 5 dw
-             * into f32 (the model's gradients) */
+             * into f32 (the model's gradients), 6 fwd + bias + GELU alone */
     int64_t M, N, K; /* tokens, out features, in features */
 } gemm_case;
 
@@ -26,6 +26,8 @@ static mt_status run_case(mt_blas *blas, const gemm_case *c, mt_tensor *x, mt_te
         return mt_linear_bwd(blas, NULL, w, NULL, y, x, NULL, 0, NULL);
     case 5: /* the same into f32, as the model's gradients (written, not added) */
         return mt_linear_bwd(blas, NULL, g, NULL, y, x, NULL, 0, NULL);
+    case 6: /* fwd + bias + GELU without saving the pre-GELU values (one output) */
+        return mt_linear_fwd(blas, y, NULL, x, w, b, MT_GEMM_GELU, NULL);
     default: /* fc2's dX(M,K) = (dY(M,N) @ W(N,K)) * GELU'(pre(M,K)) */
         return mt_linear_bwd_dgelu(blas, x, pre, NULL, NULL, y, NULL, w, 0, NULL);
     }
@@ -117,8 +119,10 @@ int main(int argc, char **argv) {
     }
 #if MT_HAVE_CUDA
     if (bench_cuda_init()) {
-        static const char *ops[] = { "gemm_fwd", "gemm_fwd_bias_gelu", "gemm_dx",
-                                     "gemm_dw",  "gemm_dx_dgelu",      "gemm_dw_f32" };
+        static const char *ops[] = {
+            "gemm_fwd",    "gemm_fwd_bias_gelu",      "gemm_dx", "gemm_dw", "gemm_dx_dgelu",
+            "gemm_dw_f32", "gemm_fwd_bias_gelu_noaux"
+        };
         static gemm_case cases[40];
         static char names[40][96];
         int n = 0;
@@ -134,6 +138,7 @@ int main(int argc, char **argv) {
         for (int o = 0; o < 3; o++)
             for (int op = 0; op < 6; op++)
                 if (op != 4 && (op != 1 || outs[o] == 3072)) GEMM_CASE(op, 16384, outs[o], 768);
+        GEMM_CASE(6, 16384, 3072, 768);
         /* fc2's dX through the GELU backward: dY (M, 768) @ W (768, 3072) */
         GEMM_CASE(4, 16384, 768, 3072);
         /* GPT-2 1.5B's four linears at 32 sequences (its benchmark's batch): where the forward's
