@@ -87,11 +87,15 @@ int main(int argc, char **argv) {
         /* B, H, Hkv, T, D, causal: the same list as peers/peer_attn.py */
         static const int shapes[][6] = { { 16, 12, 12, 1024, 64, 1 }, { 8, 16, 16, 2048, 128, 1 },
                                          { 4, 16, 16, 4096, 128, 1 }, { 4, 16, 16, 4096, 128, 0 },
-                                         { 2, 32, 32, 8192, 128, 1 }, { 2, 32, 8, 4096, 128, 1 } };
-        static attn_case cases[6 * 3];
-        static char names[6 * 3][96];
+                                         { 2, 32, 32, 8192, 128, 1 }, { 2, 32, 8, 4096, 128, 1 },
+                                         { 64, 12, 12, 1024, 64, 1 } }; /* GPT-2 124M's B64 step */
+        enum {
+            NS = sizeof shapes / sizeof shapes[0]
+        };
+        static attn_case cases[NS * 3];
+        static char names[NS * 3][96];
         int n = 0;
-        for (int i = 0; i < 6; i++)
+        for (int i = 0; i < NS; i++)
             for (int mode = 0; mode < 3; mode++) { /* fwd, fwd+bwd, fwd+bwd deterministic */
                 const int *s = shapes[i];
                 cases[n] = (attn_case){ s[0], s[1], s[2], s[3], s[4], s[5], mode > 0, mode == 2 };

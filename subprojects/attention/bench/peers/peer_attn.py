@@ -16,6 +16,7 @@ from common import Results, time_cuda  # noqa: E402
 SHAPES = [  # B, H, Hkv, T, D, causal: the same list as bench_attn.c
     (16, 12, 12, 1024, 64, 1), (8, 16, 16, 2048, 128, 1), (4, 16, 16, 4096, 128, 1),
     (4, 16, 16, 4096, 128, 0), (2, 32, 32, 8192, 128, 1), (2, 32, 8, 4096, 128, 1),
+    (64, 12, 12, 1024, 64, 1),  # GPT-2 124M's B64 step
 ]
 BACKENDS = [("torch_flash", SDPBackend.FLASH_ATTENTION), ("torch_cudnn", SDPBackend.CUDNN_ATTENTION)]
 
