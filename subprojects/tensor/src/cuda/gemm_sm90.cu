@@ -26,8 +26,6 @@
  * outputs stored by bulk copies of the staging rows). Not a bandwidth limit: under ncu (session
  * 23) this kernel runs at 44% of L2 and 35% of DRAM throughput, cuBLASLt's GELU_AUX kernel at 53%
  * and 44%, so the epilogues are latency-bound. bench/README.md has the numbers. */
-#include <stdlib.h>
-#include <string.h>
 
 #include "../ops_impl.h"
 #include "common.cuh"

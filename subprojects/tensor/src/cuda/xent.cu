@@ -242,6 +242,10 @@ static mt_status launch(mt_tensor *dlogits, mt_tensor *losses, mt_tensor *stats,
     while (threads < nv && threads < 1024)
         threads *= 2;
     size_t smem = (size_t)Vp * sizeof(T);
+    /* forward only: the row's max and sum in one pass over shared memory (bench_xent xent_fwd
+     * 2.42 -> 2.58 TiB/s, nvidia-h100-x1); with the gradient's pass beside them it made no
+     * difference (2.55 -> 2.56), so that path keeps the cheaper max pass */
+    auto smem_kernel = dlogits ? xent_smem_kernel<T, I, false> : xent_smem_kernel<T, I, true>;
     int smem_max = 0, per_sm = 0;
     MT_TRY(mt_cuda_attr(cudaDevAttrMaxSharedMemoryPerBlockOptin, &smem_max));
     int use_smem = vec && smem + 1024 <= (size_t)smem_max; /* 1 KiB: the block merge's arrays */
@@ -250,13 +254,8 @@ static mt_status launch(mt_tensor *dlogits, mt_tensor *losses, mt_tensor *stats,
         threads = 32;
         while (threads < (nv + 15) / 16 && threads < 1024)
             threads *= 2;
-        MT_TRY(mt_cuda_occupancy(xent_smem_kernel<T, I, false>, threads, smem, &per_sm));
-        MT_TRY(mt_cuda_occupancy(xent_smem_kernel<T, I, true>, threads, smem, &per_sm));
+        MT_TRY(mt_cuda_occupancy(smem_kernel, threads, smem, &per_sm));
     }
-    /* forward only: the row's max and sum in one pass over shared memory (bench_xent xent_fwd
-     * 2.42 -> 2.58 TiB/s, nvidia-h100-x1); with the gradient's pass beside them it made no
-     * difference (2.55 -> 2.56), so that path keeps the cheaper max pass */
-    const int online = !dlogits;
     /* MT_XENT_BULK=0: per-thread cp.async instead of one bulk copy a row (sm_90 and later) */
     static int bulk_env = MT_ENV_UNREAD;
     const int bulk = mt_env_int_once("MT_XENT_BULK", 1, &bulk_env) != 0;
@@ -273,14 +272,9 @@ static mt_status launch(mt_tensor *dlogits, mt_tensor *losses, mt_tensor *stats,
         T *d = dx ? dx + r0 * Vp : nullptr;
         float *l = (float *)losses->data + r0;
         const T *x = (const T *)logits->data + r0 * Vp;
-        if (use_smem && online)
-            xent_smem_kernel<T, I, true>
-                <<<g, threads, smem, stream>>>(d, l, x, tg + r0, dl ? dl + r0 : dl, st, dmean,
-                                               (int)V, (int)Vp, ignore_index, bulk);
-        else if (use_smem)
-            xent_smem_kernel<T, I, false>
-                <<<g, threads, smem, stream>>>(d, l, x, tg + r0, dl ? dl + r0 : dl, st, dmean,
-                                               (int)V, (int)Vp, ignore_index, bulk);
+        if (use_smem)
+            smem_kernel<<<g, threads, smem, stream>>>(d, l, x, tg + r0, dl ? dl + r0 : dl, st,
+                                                      dmean, (int)V, (int)Vp, ignore_index, bulk);
         else if (vec)
             xent_kernel<T, I, N><<<g, threads, 0, stream>>>(d, l, x, tg + r0, dl ? dl + r0 : dl, st,
                                                             dmean, V, Vp, ignore_index);
