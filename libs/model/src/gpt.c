@@ -266,16 +266,17 @@ static mt_status backward(mt_model *m, int lm_head, mt_stream s) {
                                              &la->fc1_act, W(lp->fc2_w), acc, s));
             OP("bwd.swiglu",
                mt_swiglu_bwd(&a->dfc1_pre, NULL, &a->dfc1_act, &la->fc1_pre, NULL, s));
-        } else { /* the GELU backward rides on fc2's dx GEMM */
+        } else { /* the GELU backward (and fc1's bias gradient) ride on fc2's dx GEMM */
             OP("bwd.gemm.fc2+dgelu",
-               mt_linear_bwd_dgelu(m->blas, &a->dfc1_pre, &la->fc1_pre, G(lp->fc2_w), NULL,
-                                   &a->dres, &la->fc1_act, W(lp->fc2_w), acc, s));
+               mt_linear_bwd_dgelu(m->blas, &a->dfc1_pre, G(lp->fc1_b), &la->fc1_pre, G(lp->fc2_w),
+                                   NULL, &a->dres, &la->fc1_act, W(lp->fc2_w), acc, s));
         }
         if (c->recompute_layernorm)
             OP("bwd.recompute.norm", norm_fwd(m, &la->ln2, NULL, NULL, NULL, &la->resid_mid, NULL,
                                               lp->ln2_w, lp->ln2_b, s));
-        OP("bwd.gemm.fc1", mt_linear_bwd(m->blas, &a->dln, G(lp->fc1_w), G(lp->fc1_b), &a->dfc1_pre,
-                                         &la->ln2, W(lp->fc1_w), acc, s));
+        OP("bwd.gemm.fc1",
+           mt_linear_bwd(m->blas, &a->dln, G(lp->fc1_w), c->swiglu ? G(lp->fc1_b) : NULL,
+                         &a->dfc1_pre, &la->ln2, W(lp->fc1_w), acc, s));
         OP("bwd.norm", norm_bwd(m, &a->dres, lp->ln2_w, lp->ln2_b, lp->proj_b, &a->dln,
                                 &la->resid_mid, &la->ln2_mean, &la->ln2_rstd, &a->dres, s));
         /* a->dres is now the gradient of resid_mid = resid_in + proj(attention) */

@@ -9,7 +9,8 @@
 
 typedef struct {
     int op; /* 0 fwd, 1 fwd + bias + GELU (pre-GELU saved), 2 dx, 3 dw, 4 dx through GELU, 5 dw
-             * into f32 (the model's gradients), 6 fwd + bias + GELU alone */
+             * into f32 (the model's gradients), 6 fwd + bias + GELU alone, 7 dx through GELU with
+             * its column sums (fc1's bias gradient, f32) */
     int64_t M, N, K; /* tokens, out features, in features */
 } gemm_case;
 
@@ -28,8 +29,15 @@ static mt_status run_case(mt_blas *blas, const gemm_case *c, mt_tensor *x, mt_te
         return mt_linear_bwd(blas, NULL, g, NULL, y, x, NULL, 0, NULL);
     case 6: /* fwd + bias + GELU without saving the pre-GELU values (one output) */
         return mt_linear_fwd(blas, y, NULL, x, w, b, MT_GEMM_GELU, NULL);
+    case 7: { /* the same and dX's column sums, as the model calls it */
+        mt_tensor sums;
+        mt_status st = mt_tensor_reshape(g, 1, (int64_t[]){ c->N * c->K }, &sums);
+        if (st == MT_OK) st = mt_tensor_slice(&sums, 0, 0, c->K, &sums);
+        if (st != MT_OK) return st;
+        return mt_linear_bwd_dgelu(blas, x, &sums, pre, NULL, NULL, y, NULL, w, 0, NULL);
+    }
     default: /* fc2's dX(M,K) = (dY(M,N) @ W(N,K)) * GELU'(pre(M,K)) */
-        return mt_linear_bwd_dgelu(blas, x, pre, NULL, NULL, y, NULL, w, 0, NULL);
+        return mt_linear_bwd_dgelu(blas, x, NULL, pre, NULL, NULL, y, NULL, w, 0, NULL);
     }
 }
 
@@ -39,7 +47,7 @@ static void bench_gemm(mt_bench_state *st, void *arg) {
     mt_blas *blas = NULL;
     /* x, w, b, y and pre (M x N, or M x K for op 4) in bf16, and room for alignment */
     size_t bytes = (size_t)2 * (c->M * c->K + c->N * c->K + c->M * c->N + c->N +
-                                c->M * (c->op == 4 ? c->K : c->N)) +
+                                c->M * (c->op == 4 || c->op == 7 ? c->K : c->N)) +
                    (size_t)4 * c->N * c->K + (8u << 20);
     mt_tensor x, w, b, y, pre, g;
     int64_t sx[2] = { c->M, c->K }, sw[2] = { c->N, c->K }, sy[2] = { c->M, c->N };
@@ -49,7 +57,7 @@ static void bench_gemm(mt_bench_state *st, void *arg) {
         mt_tensor_alloc(ar, MT_BF16, 2, sw, &w) != MT_OK ||
         mt_tensor_alloc(ar, MT_BF16, 1, &c->N, &b) != MT_OK ||
         mt_tensor_alloc(ar, MT_BF16, 2, sy, &y) != MT_OK ||
-        mt_tensor_alloc(ar, MT_BF16, 2, c->op == 4 ? sx : sy, &pre) != MT_OK ||
+        mt_tensor_alloc(ar, MT_BF16, 2, c->op == 4 || c->op == 7 ? sx : sy, &pre) != MT_OK ||
         mt_tensor_alloc(ar, MT_F32, 2, sw, &g) != MT_OK ||
         bench_fill_uniform(&x, -1, 1, 42, 1) != MT_OK ||
         bench_fill_uniform(&w, -1, 1, 42, 1) != MT_OK ||
@@ -119,10 +127,14 @@ int main(int argc, char **argv) {
     }
 #if MT_HAVE_CUDA
     if (bench_cuda_init()) {
-        static const char *ops[] = {
-            "gemm_fwd",    "gemm_fwd_bias_gelu",      "gemm_dx", "gemm_dw", "gemm_dx_dgelu",
-            "gemm_dw_f32", "gemm_fwd_bias_gelu_noaux"
-        };
+        static const char *ops[] = { "gemm_fwd",
+                                     "gemm_fwd_bias_gelu",
+                                     "gemm_dx",
+                                     "gemm_dw",
+                                     "gemm_dx_dgelu",
+                                     "gemm_dw_f32",
+                                     "gemm_fwd_bias_gelu_noaux",
+                                     "gemm_dx_dgelu_sum" };
         static gemm_case cases[40];
         static char names[40][96];
         int n = 0;
@@ -139,8 +151,14 @@ int main(int argc, char **argv) {
             for (int op = 0; op < 6; op++)
                 if (op != 4 && (op != 1 || outs[o] == 3072)) GEMM_CASE(op, 16384, outs[o], 768);
         GEMM_CASE(6, 16384, 3072, 768);
-        /* fc2's dX through the GELU backward: dY (M, 768) @ W (768, 3072) */
+        /* fc2's dX through the GELU backward: dY (M, 768) @ W (768, 3072), also with fc1's bias
+         * gradient; and both GELU GEMMs at the 124M step's 64 sequences and 1.5B's 32 */
         GEMM_CASE(4, 16384, 768, 3072);
+        GEMM_CASE(7, 16384, 768, 3072);
+        GEMM_CASE(1, 65536, 3072, 768);
+        GEMM_CASE(7, 65536, 768, 3072);
+        GEMM_CASE(1, 32768, 6400, 1600);
+        GEMM_CASE(7, 32768, 1600, 6400);
         /* GPT-2 1.5B's four linears at 32 sequences (its benchmark's batch): where the forward's
          * and the backward's rates differ */
         static const int big[4][2] = {

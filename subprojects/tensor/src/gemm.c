@@ -261,12 +261,35 @@ mt_status mt_linear_bwd(mt_blas *blas, mt_tensor *dx, mt_tensor *dw, mt_tensor *
                        bias_grad_cuda(blas->lt, dbias, dy, accumulate, stream));
 }
 
-mt_status mt_linear_bwd_dgelu(mt_blas *blas, mt_tensor *dx, const mt_tensor *pre_gelu,
-                              mt_tensor *dw, mt_tensor *dbias, const mt_tensor *dy,
-                              const mt_tensor *x, const mt_tensor *w, int accumulate,
-                              mt_stream stream) {
+mt_status mt_linear_bwd_dgelu(mt_blas *blas, mt_tensor *dx, mt_tensor *dx_sum,
+                              const mt_tensor *pre_gelu, mt_tensor *dw, mt_tensor *dbias,
+                              const mt_tensor *dy, const mt_tensor *x, const mt_tensor *w,
+                              int accumulate, mt_stream stream) {
     MT_REQUIRE(dx && pre_gelu && dy && w, MT_ERR_INVALID_ARG, "NULL dx, pre_gelu, dy or w");
-    MT_TRY(mt_gemm(blas, dx, (mt_tensor *)pre_gelu, dy, w, NULL, MT_GEMM_DGELU, 1.0f, 0.0f,
-                   stream)); /* (dy @ w) * GELU'(pre_gelu) */
+    int summed = 0;
+#if MT_HAVE_CUDA
+    /* on sm_90: dx's column sums from the GEMM's epilogue */
+    if (dx_sum && mt_device_is_cuda(dx->device) && mt_tensor_check(dx_sum, "dx_sum", -1) == MT_OK &&
+        mt_device_eq(dx_sum->device, dx->device) && dx->ndim == 2 &&
+        mt_tensor_numel(dx_sum) == dx->shape[1] &&
+        (dx_sum->dtype == MT_F32 || dx_sum->dtype == dx->dtype)) {
+        gemm_args g;
+        int empty;
+        MT_TRY(gemm_setup(&g, &empty, blas, dx, (mt_tensor *)pre_gelu, dy, w, NULL, MT_GEMM_DGELU,
+                          1.0f, 0.0f));
+        if (!empty) {
+            mt_status st = gemm_dgelu_colsum_cuda(blas->lt, &g, dx_sum, accumulate, stream);
+            if (st != MT_OK && st != MT_ERR_UNSUPPORTED) return st;
+            summed = st == MT_OK;
+            mt_error_clear();
+        }
+    }
+#endif
+    if (!summed) {
+        MT_TRY(mt_gemm(blas, dx, (mt_tensor *)pre_gelu, dy, w, NULL, MT_GEMM_DGELU, 1.0f, 0.0f,
+                       stream)); /* (dy @ w) * GELU'(pre_gelu) */
+        if (dx_sum)              /* dx's column sums, as a bias gradient */
+            MT_TRY(mt_linear_bwd(blas, NULL, NULL, dx_sum, dx, NULL, NULL, accumulate, stream));
+    }
     return mt_linear_bwd(blas, NULL, dw, dbias, dy, x, w, accumulate, stream);
 }

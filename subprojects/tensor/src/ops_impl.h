@@ -36,6 +36,7 @@ typedef struct gemm_args {
     int64_t batch, M, N, K;
     const void *a, *b, *bias;
     void *c, *pre_gelu;
+    float *colsum; /* sm_90a DGELU only: partial column sums of c, (M / 32, N), or NULL */
     int64_t lda, ldb, ldc, ldpre, sa, sb, sc, spre;
     float alpha, beta;
 } gemm_args;
@@ -49,10 +50,16 @@ mt_status blas_lt_create(blas_lt **out);
 void blas_lt_destroy(blas_lt *lt);
 mt_status gemm_cuda(blas_lt *lt, const gemm_args *g, mt_stream stream);
 /* g on the sm_90a kernels with GELU epilogues (gemm_sm90.cu): fc1's bf16 forward with pre_gelu
- * (and bias), fc2's bf16 dX through GELU' (W transposed into ws first). MT_ERR_UNSUPPORTED, with
- * nothing done, for every other case, device or build (without an error message when switched
- * off, the default, or not built for sm_90a). */
-mt_status gemm_sm90_cuda(const gemm_args *g, void *ws, size_t ws_bytes, mt_stream stream);
+ * (and bias), fc2's bf16 dX through GELU' (with g->colsum: also its partial column sums).
+ * MT_ERR_UNSUPPORTED, with nothing done, for every other case, device or build (without an error
+ * message when switched off by MT_GEMM_SM90=0 or not built for sm_90a). */
+mt_status gemm_sm90_cuda(const gemm_args *g, mt_stream stream);
+/* The DGELU GEMM g that also leaves dx_sum (+)= the column sums of c (fp32 sums of the values
+ * before rounding): gemm_sm90_cuda's partial sums in the handle's workspace, then their column
+ * sums. MT_ERR_UNSUPPORTED (nothing done) where that kernel does not take g or the partial sums do
+ * not fit the workspace. */
+mt_status gemm_dgelu_colsum_cuda(blas_lt *lt, const gemm_args *g, mt_tensor *dx_sum, int accumulate,
+                                 mt_stream stream);
 /* Overrides MT_GEMM_AUTOTUNE for this handle (see mt_blas_set_autotune). */
 void blas_lt_set_autotune(blas_lt *lt, int on);
 /* The weight-gradient GEMM g (c = dw, a = dy transposed) that also writes dbias (+)= the sum of

@@ -66,6 +66,40 @@ static void cmp(const char *what, const char *k, const mt_tensor *d, const mt_te
     cmp_at(what, k, d, h, tol, tol);
 }
 
+/* A device tensor's values as floats (malloc'd). */
+static float *to_host_f32(const mt_tensor *d) {
+    int64_t n = mt_tensor_numel(d);
+    float *f = malloc((size_t)n * 4);
+    void *tmp = malloc((size_t)n * mt_dtype_size(d->dtype));
+    mt_tensor th = mt_tensor_1d(tmp, d->dtype, n, MT_DEVICE_CPU), src = *d;
+    MT_CHECK(mt_tensor_reshape(&src, 1, &n, &src));
+    MT_CHECK(mt_tensor_copy(&th, &src, NULL));
+    mt_tensor g = mt_tensor_1d(f, MT_F32, n, MT_DEVICE_CPU);
+    MT_CHECK(mt_cast(&g, &th, NULL));
+    free(tmp);
+    return f;
+}
+
+/* sums (N, f32, on the device) against scale * the column sums of x (rows, N, on the device) in
+ * double, within rel * sum |x| + 1e-5 * sum |x| + 1e-6 per column. */
+static void colsum_check(const char *what, const mt_tensor *sums, const mt_tensor *x, double scale,
+                         double rel) {
+    const int64_t rows = x->shape[0], N = x->shape[1];
+    float *got = to_host_f32(sums), *xv = to_host_f32(x);
+    int bad = 0;
+    for (int64_t n = 0; n < N; n++) {
+        double s = 0.0, a = 0.0;
+        for (int64_t r = 0; r < rows; r++)
+            s += xv[r * N + n], a += fabs(xv[r * N + n]);
+        const double want = scale * s, bound = scale * ((rel + 1e-5) * a + 1e-6);
+        if (!(fabs(got[n] - want) <= bound) && bad++ < 3)
+            MT_EXPECT(0, "%s dx_sum column %lld: %g, want %g (bound %g)", what, (long long)n,
+                      got[n], want, bound);
+    }
+    MT_EXPECT(bad == 0, "%s dx_sum: %d of %lld columns off", what, bad, (long long)N);
+    free(got), free(xv);
+}
+
 /* y(M,O) = x(M,I) @ w(O,I)^T + b, with and without GELU; then the backward. */
 static void linear(mt_dtype dt, int64_t M, int64_t I, int64_t O) {
     char what[96];
@@ -123,8 +157,16 @@ static void linear(mt_dtype dt, int64_t M, int64_t I, int64_t O) {
     MT_CHECK(mt_linear_bwd(NULL, &hdpre, NULL, NULL, &hdy, &hx, &hw, 0, NULL));
     MT_CHECK(mt_gelu_bwd(&hdpre, &hdpre, &hpre, NULL));
     MT_CHECK(mt_fill(&ddw, 0.0f, NULL));
-    MT_CHECK(mt_linear_bwd_dgelu(blas, &ddpre, &dpre, &ddw, NULL, &ddy, &dx, &dw, 0, NULL));
+    MT_CHECK(mt_linear_bwd_dgelu(blas, &ddpre, NULL, &dpre, &ddw, NULL, &ddy, &dx, &dw, 0, NULL));
     cmp(what, "dx through GELU", &ddpre, &hdpre, tol);
+    /* and its column sums (fc1's bias gradient), written then added: against the sums of the dx
+     * this call stored, in double; the GPU may add the values before their rounding to dt, so
+     * the bound is that rounding (2^-8 or 2^-11 of the column's sum of |dx|, 0 in f32) plus
+     * fp32 summation error. A lost row block or column is off by far more. */
+    mt_tensor ddxs = dev(NULL, MT_F32, 1, sx + 1);
+    MT_CHECK(mt_linear_bwd_dgelu(blas, &ddpre, &ddxs, &dpre, NULL, NULL, &ddy, NULL, &dw, 0, NULL));
+    MT_CHECK(mt_linear_bwd_dgelu(blas, &ddpre, &ddxs, &dpre, NULL, NULL, &ddy, NULL, &dw, 1, NULL));
+    colsum_check(what, &ddxs, &ddpre, 2.0, dt == MT_BF16 ? 0x1p-8 : dt == MT_F16 ? 0x1p-11 : 0.0);
     MT_CHECK(mt_linear_bwd(NULL, NULL, &hdw, NULL, &hdy, &hx, NULL, 0, NULL));
     cmp_at(what, "dw beside the GELU backward", &ddw, &hdw, fmax(wtol, sum_atol), wtol);
     mt_tensor *all[] = { &hx,  &hw,  &hb,   &hdy,  &hy,   &hp,   &hdx,
@@ -133,23 +175,29 @@ static void linear(mt_dtype dt, int64_t M, int64_t I, int64_t O) {
         free(all[i]->data);
 }
 
-/* The Hopper GEMMs with GELU epilogues (gemm_sm90.cu, opt-in by MT_GEMM_SM90=1: bf16, M a
- * multiple of 256, N of 256, K of 64) through linear(), against the CPU: fc1's forward and fc2's
- * dX through GELU'. With the grid capped at one cluster, each CTA walks several tiles and the
- * rings' phases wrap. Elsewhere (no sm_90a build or device) the same cases run on cuBLASLt. */
+/* The Hopper GEMMs with GELU epilogues (gemm_sm90.cu, on by default on sm_90a builds and devices:
+ * bf16, M a multiple of 256, N of 128, K of 64) through linear(), against the CPU: fc1's forward
+ * and fc2's dX through GELU', with and without its column sums. With the grid capped at one
+ * cluster, each CTA walks several tiles (both warpgroups several each) and the rings' phases
+ * wrap. MT_GEMM_SM90=0 hands the same cases to cuBLASLt. Elsewhere (no sm_90a build or device)
+ * everything runs on cuBLASLt. */
 static void sm90(void) {
     const long long n0 = mt_gemm_sm90_count();
     if (n0 < 0) printf("gemm_sm90: not built for sm_90a or no sm_90 device; cuBLASLt runs these\n");
-    setenv("MT_GEMM_SM90", "1", 1); /* opt-in */
-    linear(MT_BF16, 512, 256, 512); /* a tile pair per cluster */
+    linear(MT_BF16, 512, 256, 512); /* a tile per CTA */
     setenv("MT_GEMM_SM90_CTAS", "2", 1);
-    /* one cluster: 6 (fwd) and 4 (dX) tile pairs of 8 and 12 K steps */
+    /* one cluster: 12 (fwd) and 8 (dX) tiles of 8 and 12 K steps */
     linear(MT_BF16, 512, 512, 768);
+    linear(MT_BF16, 1024, 256, 640); /* 20 and 8 tiles, 4 and 10 K steps */
     unsetenv("MT_GEMM_SM90_CTAS");
-    unsetenv("MT_GEMM_SM90");
     const long long n1 = mt_gemm_sm90_count();
-    /* each linear(): the GELU forward with pre-GELU (with bias) and the dX through GELU' */
-    if (n0 >= 0) MT_EXPECT(n1 == n0 + 4, "gemm_sm90 ran %lld GEMMs, want 4", n1 - n0);
+    /* each linear(): the GELU forward with pre-GELU (with bias), the dX through GELU' alone and
+     * twice with its column sums */
+    if (n0 >= 0) MT_EXPECT(n1 == n0 + 12, "gemm_sm90 ran %lld GEMMs, want 12", n1 - n0);
+    setenv("MT_GEMM_SM90", "0", 1); /* off: the same through cuBLASLt */
+    linear(MT_BF16, 512, 256, 512);
+    unsetenv("MT_GEMM_SM90");
+    if (n0 >= 0) MT_EXPECT(mt_gemm_sm90_count() == n1, "gemm_sm90 ran with MT_GEMM_SM90=0");
 }
 
 /* dbias alone (no GEMM) over many rows: f32 accumulated twice, and in the input dtype. */

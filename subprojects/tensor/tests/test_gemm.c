@@ -85,6 +85,26 @@ static void dgelu(void) {
     for (int i = 0; i < M * N; i++)
         w32[i] = (float)want[i];
     mt_test_close_f32("gemm DGELU vs fp64", c, w32, M * N, 1e-5, 1e-5);
+
+    /* the linear backward through GELU' (dx = dy @ w with w = b^T) and dx's column sums (the
+     * previous linear's bias gradient), written then added */
+    float wt[K * N], dx[M * N], sums[N], want_sums[N];
+    for (int k = 0; k < K; k++)
+        for (int j = 0; j < N; j++)
+            wt[k * N + j] = b[j * K + k];
+    mt_tensor tw = mt_tensor_2d(wt, MT_F32, K, N, MT_DEVICE_CPU),
+              tdx = mt_tensor_2d(dx, MT_F32, M, N, MT_DEVICE_CPU),
+              ts = mt_tensor_1d(sums, MT_F32, N, MT_DEVICE_CPU);
+    for (int acc = 0; acc < 2; acc++)
+        MT_CHECK(mt_linear_bwd_dgelu(NULL, &tdx, &ts, &tp, NULL, NULL, &ta, NULL, &tw, acc, NULL));
+    mt_test_close_f32("linear DGELU dx vs fp64", dx, w32, M * N, 1e-5, 1e-5);
+    for (int j = 0; j < N; j++) {
+        double t = 0;
+        for (int i = 0; i < M; i++)
+            t += want[i * N + j];
+        want_sums[j] = (float)(2 * t);
+    }
+    mt_test_close_f32("linear DGELU dx column sums, accumulated", sums, want_sums, N, 1e-5, 1e-5);
 }
 
 int main(void) {

@@ -314,9 +314,7 @@ static int unfused(void) {
 mt_status gemm_cuda(blas_lt *lt, const gemm_args *g, mt_stream stream) {
     int64_t base = g->bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
     lt_plan *p;
-    if ((g->dgelu || (g->gelu && g->pre_gelu)) &&
-        gemm_sm90_cuda(g, lt->workspace, lt->workspace_bytes, stream) == MT_OK)
-        return MT_OK;
+    if ((g->dgelu || (g->gelu && g->pre_gelu)) && gemm_sm90_cuda(g, stream) == MT_OK) return MT_OK;
     mt_error_clear();
     if (g->dgelu) {
         /* cuBLASLt's DGELU epilogue reads pre_gelu as aux (ld a multiple of 8); f32 keeps our
@@ -375,6 +373,25 @@ mt_status bias_grad_cuda(blas_lt *lt, mt_tensor *dbias, const mt_tensor *dy, int
                "bias gradient: %zu bytes of partial sums exceed the %zu-byte workspace", need,
                lt->workspace_bytes);
     return colsum_cuda(dbias, dy, accumulate, lt->workspace, stream);
+}
+
+mt_status gemm_dgelu_colsum_cuda(blas_lt *lt, const gemm_args *g, mt_tensor *dx_sum, int accumulate,
+                                 mt_stream stream) {
+    if (g->M % 32 != 0)
+        return MT_ERROR(MT_ERR_UNSUPPORTED, "DGELU column sums: M = %lld", (long long)g->M);
+    /* the partial sums at the workspace's start, colsum's own partials after them */
+    mt_tensor parts =
+        mt_tensor_make(lt->workspace, MT_F32, 2, (int64_t[]){ g->M / 32, g->N }, dx_sum->device);
+    const size_t off = ((size_t)(g->M / 32) * (size_t)g->N * 4 + 255) / 256 * 256;
+    size_t need;
+    MT_TRY(mt_colsum_workspace(&parts, &need));
+    if (off + need > lt->workspace_bytes)
+        return MT_ERROR(MT_ERR_UNSUPPORTED, "DGELU column sums: %zu bytes exceed the workspace",
+                        off + need);
+    gemm_args h = *g;
+    h.colsum = (float *)lt->workspace;
+    MT_TRY(gemm_sm90_cuda(&h, stream)); /* MT_ERR_UNSUPPORTED: nothing done */
+    return colsum_cuda(dx_sum, &parts, accumulate, (char *)lt->workspace + off, stream);
 }
 
 /* MT_GEMM_BGRADB=1: the bias gradient from cuBLASLt's BGRADB epilogue. Off by default: on Hopper

@@ -86,11 +86,14 @@ MT_API mt_status mt_linear_bwd(mt_blas *blas, mt_tensor *dx, mt_tensor *dw, mt_t
                                const mt_tensor *dy, const mt_tensor *x, const mt_tensor *w,
                                int accumulate, mt_stream stream);
 /* mt_linear_bwd for a linear whose input x = GELU(pre_gelu): dx becomes the gradient of pre_gelu,
- * (dy @ w) * GELU'(pre_gelu) (MT_GEMM_DGELU). dx and pre_gelu are required. */
-MT_API mt_status mt_linear_bwd_dgelu(mt_blas *blas, mt_tensor *dx, const mt_tensor *pre_gelu,
-                                     mt_tensor *dw, mt_tensor *dbias, const mt_tensor *dy,
-                                     const mt_tensor *x, const mt_tensor *w, int accumulate,
-                                     mt_stream stream);
+ * (dy @ w) * GELU'(pre_gelu) (MT_GEMM_DGELU). dx and pre_gelu are required. dx_sum (NULL to skip;
+ * f32 or dx's dtype) receives the column sums of dx, written or added to (accumulate) as dbias: the
+ * bias gradient of the linear that produced pre_gelu. On sm_90 they come from the GEMM's epilogue
+ * as fp32 sums of dx before its rounding (fixed order), elsewhere from a column sum of dx. */
+MT_API mt_status mt_linear_bwd_dgelu(mt_blas *blas, mt_tensor *dx, mt_tensor *dx_sum,
+                                     const mt_tensor *pre_gelu, mt_tensor *dw, mt_tensor *dbias,
+                                     const mt_tensor *dy, const mt_tensor *x, const mt_tensor *w,
+                                     int accumulate, mt_stream stream);
 
 /* LayerNorm over the last dim of x (rows = numel / C) with the residual add fused in:
  * h = x + residual (residual may be NULL: h = x), resid_out = h (when not NULL),
