@@ -42,31 +42,7 @@ static mt_tensor dev(const mt_tensor *h, mt_dtype dt, int ndim, const int64_t *s
     return d;
 }
 
-static void cmp_at(const char *what, const char *k, const mt_tensor *d, const mt_tensor *h,
-                   double atol, double rtol) {
-    int64_t n = mt_tensor_numel(h);
-    float *got = malloc((size_t)n * 4), *want = malloc((size_t)n * 4);
-    void *tmp = malloc((size_t)n * mt_dtype_size(d->dtype));
-    mt_tensor th = mt_tensor_1d(tmp, d->dtype, n, MT_DEVICE_CPU), src = *d, hs = *h;
-    MT_CHECK(mt_tensor_reshape(&src, 1, &n, &src));
-    MT_CHECK(mt_tensor_reshape(&hs, 1, &n, &hs));
-    MT_CHECK(mt_tensor_copy(&th, &src, NULL));
-    mt_tensor g = mt_tensor_1d(got, MT_F32, n, MT_DEVICE_CPU),
-              w = mt_tensor_1d(want, MT_F32, n, MT_DEVICE_CPU);
-    MT_CHECK(mt_cast(&g, &th, NULL));
-    MT_CHECK(mt_cast(&w, &hs, NULL));
-    char buf[128];
-    snprintf(buf, sizeof buf, "%s %s", what, k);
-    mt_test_close_f32(buf, got, want, (size_t)n, atol, rtol);
-    free(got), free(want), free(tmp);
-}
-
-static void cmp(const char *what, const char *k, const mt_tensor *d, const mt_tensor *h,
-                double tol) {
-    cmp_at(what, k, d, h, tol, tol);
-}
-
-/* A device tensor's values as floats (malloc'd). */
+/* A tensor's values (host or device, any float dtype) as malloc'd floats. */
 static float *to_host_f32(const mt_tensor *d) {
     int64_t n = mt_tensor_numel(d);
     float *f = malloc((size_t)n * 4);
@@ -78,6 +54,20 @@ static float *to_host_f32(const mt_tensor *d) {
     MT_CHECK(mt_cast(&g, &th, NULL));
     free(tmp);
     return f;
+}
+
+static void cmp_at(const char *what, const char *k, const mt_tensor *d, const mt_tensor *h,
+                   double atol, double rtol) {
+    float *got = to_host_f32(d), *want = to_host_f32(h);
+    char buf[128];
+    snprintf(buf, sizeof buf, "%s %s", what, k);
+    mt_test_close_f32(buf, got, want, (size_t)mt_tensor_numel(h), atol, rtol);
+    free(got), free(want);
+}
+
+static void cmp(const char *what, const char *k, const mt_tensor *d, const mt_tensor *h,
+                double tol) {
+    cmp_at(what, k, d, h, tol, tol);
 }
 
 /* sums (N, f32, on the device) against scale * the column sums of x (rows, N, on the device) in

@@ -17,24 +17,10 @@ static mt_tensor host_rand(mt_dtype dt, int64_t rows, int64_t cols, float lo, fl
     return t;
 }
 
-/* Copies device tensor d to freshly malloc'd floats. */
-static float *to_host(const mt_tensor *d) {
-    int64_t n = mt_tensor_numel(d);
-    float *got = malloc((size_t)n * 4);
-    void *tmp = malloc((size_t)n * mt_dtype_size(d->dtype));
-    mt_tensor th = mt_tensor_1d(tmp, d->dtype, n, MT_DEVICE_CPU), src = *d;
-    MT_CHECK(mt_tensor_reshape(&src, 1, &n, &src));
-    MT_CHECK(mt_tensor_copy(&th, &src, NULL));
-    mt_tensor g = mt_tensor_1d(got, MT_F32, n, MT_DEVICE_CPU);
-    MT_CHECK(mt_cast(&g, &th, NULL));
-    free(tmp);
-    return got;
-}
-
 static void cmp(const char *what, const char *k, const mt_tensor *d, const mt_tensor *h,
                 double tol) {
     int64_t n = mt_tensor_numel(h);
-    float *got = to_host(d), *want = malloc((size_t)n * 4);
+    float *got = as_f32(d), *want = malloc((size_t)n * 4);
     mt_tensor w = mt_tensor_1d(want, MT_F32, n, MT_DEVICE_CPU), hs = *h;
     MT_CHECK(mt_tensor_reshape(&hs, 1, &n, &hs));
     MT_CHECK(mt_cast(&w, &hs, NULL));
@@ -101,7 +87,7 @@ static void run(int rms, mt_dtype dt, int64_t R, int64_t C) {
     cmp(what, "dx", &ddx, &hdx, tol);
     cmp(what, "dweight", &ddw, &hdw, 1e-4);
     { /* dx_sum: the column sums of the GPU's own dx as stored (the CPU's dx may round apart) */
-        float *gx = to_host(&ddx), *gs = to_host(&dsum), *want = calloc((size_t)C, 4);
+        float *gx = as_f32(&ddx), *gs = as_f32(&dsum), *want = calloc((size_t)C, 4);
         for (int64_t r = 0; r < R; r++)
             for (int64_t c = 0; c < C; c++)
                 want[c] += gx[r * C + c];
@@ -112,20 +98,20 @@ static void run(int rms, mt_dtype dt, int64_t R, int64_t C) {
     }
 
     /* deterministic: a second run (accumulate = 0) gives the same bits; accumulate = 1 doubles */
-    float *first = to_host(&ddw);
+    float *first = as_f32(&ddw);
     if (rms)
         MT_CHECK(mt_rmsnorm_bwd(&ddx, &ddw, NULL, &scratch, &ddo, &dh, &dw, &ds, NULL, 0, NULL));
     else
         MT_CHECK(mt_layernorm_bwd(&ddx, &ddw, &ddb, NULL, &scratch, &ddo, &dh, &dw, &dm, &ds, NULL,
                                   0, NULL));
-    float *second = to_host(&ddw);
+    float *second = as_f32(&ddw);
     MT_EXPECT(memcmp(first, second, (size_t)C * 4) == 0, "%s: dweight differs between runs", what);
     if (rms)
         MT_CHECK(mt_rmsnorm_bwd(&ddx, &ddw, NULL, &scratch, &ddo, &dh, &dw, &ds, NULL, 1, NULL));
     else
         MT_CHECK(mt_layernorm_bwd(&ddx, &ddw, &ddb, NULL, &scratch, &ddo, &dh, &dw, &dm, &ds, NULL,
                                   1, NULL));
-    float *twice = to_host(&ddw);
+    float *twice = as_f32(&ddw);
     for (int64_t c = 0; c < C; c++)
         first[c] *= 2.0f;
     char buf[128];
