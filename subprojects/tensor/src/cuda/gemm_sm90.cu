@@ -251,13 +251,14 @@ __global__ void __launch_bounds__(THREADS, 1)
                     for (uint32_t r = 0; r < CM; r++)
                         mt_mbar_arrive_cluster(&empty[(it - 1) % ST], r);
             }
+            /* the other's turn, while this tile's last MMAs drain (its waits are all done) */
+            if (p + ncl < pairs) bar_arrive(3 + (1 - c), 256);
             mt_wgmma_wait<0>();
             pin(acc[0]);
             pin(acc[1]);
             if (lane == 0)
                 for (uint32_t r = 0; r < CM; r++)
                     mt_mbar_arrive_cluster(&empty[(it - 1) % ST], r);
-            if (p + ncl < pairs) bar_arrive(3 + (1 - c), 256); /* the other's turn */
 
             /* epilogue: E is two 64-row halves (E0, E1), each two 64-column panels of 64
              * 128-byte rows in the 128-byte swizzle, stored by TMA as soon as written */
