@@ -118,7 +118,7 @@ static mt_status gemm_setup(gemm_args *gp, int *empty, mt_blas *blas, mt_tensor 
                             mt_tensor *pre_gelu, const mt_tensor *a, const mt_tensor *b,
                             const mt_tensor *bias, int flags, float alpha, float beta) {
     gemm_args g = { 0 };
-    int64_t ba, bb, bc, ar, ac, br, bcol, cr, cc;
+    int64_t ba = 0, bb = 0, bc = 0, ar = 0, ac = 0, br = 0, bcol = 0, cr = 0, cc = 0;
     MT_TRY(mat_view(a, "a", &ba, &ar, &ac, &g.lda, &g.sa));
     MT_TRY(mat_view(b, "b", &bb, &br, &bcol, &g.ldb, &g.sb));
     MT_TRY(mat_view(c, "c", &bc, &cr, &cc, &g.ldc, &g.sc));
@@ -266,13 +266,22 @@ mt_status mt_linear_bwd_dgelu(mt_blas *blas, mt_tensor *dx, mt_tensor *dx_sum,
                               const mt_tensor *dy, const mt_tensor *x, const mt_tensor *w,
                               int accumulate, mt_stream stream) {
     MT_REQUIRE(dx && pre_gelu && dy && w, MT_ERR_INVALID_ARG, "NULL dx, pre_gelu, dy or w");
+    if (dx_sum) {
+        MT_TRY(mt_tensor_check(dx, "dx", 2));
+        MT_TRY(mt_tensor_check(dx_sum, "dx_sum", -1));
+        MT_REQUIRE(mt_tensor_numel(dx_sum) == dx->shape[1], MT_ERR_INVALID_ARG,
+                   "dx_sum has %lld elements, dx %lld columns", (long long)mt_tensor_numel(dx_sum),
+                   (long long)dx->shape[1]);
+        MT_REQUIRE(dx_sum->dtype == MT_F32 || dx_sum->dtype == dx->dtype, MT_ERR_INVALID_ARG,
+                   "dx_sum is %s (want f32 or dx's %s)", mt_dtype_name(dx_sum->dtype),
+                   mt_dtype_name(dx->dtype));
+        MT_REQUIRE(mt_device_eq(dx_sum->device, dx->device), MT_ERR_INVALID_ARG,
+                   "dx_sum and dx are on different devices");
+    }
     int summed = 0;
 #if MT_HAVE_CUDA
     /* on sm_90: dx's column sums from the GEMM's epilogue */
-    if (dx_sum && mt_device_is_cuda(dx->device) && mt_tensor_check(dx_sum, "dx_sum", -1) == MT_OK &&
-        mt_device_eq(dx_sum->device, dx->device) && dx->ndim == 2 &&
-        mt_tensor_numel(dx_sum) == dx->shape[1] &&
-        (dx_sum->dtype == MT_F32 || dx_sum->dtype == dx->dtype)) {
+    if (dx_sum && mt_device_is_cuda(dx->device)) {
         gemm_args g;
         int empty;
         MT_TRY(gemm_setup(&g, &empty, blas, dx, (mt_tensor *)pre_gelu, dy, w, NULL, MT_GEMM_DGELU,

@@ -105,6 +105,17 @@ static void dgelu(void) {
         want_sums[j] = (float)(2 * t);
     }
     mt_test_close_f32("linear DGELU dx column sums, accumulated", sums, want_sums, N, 1e-5, 1e-5);
+
+    /* a dx_sum that does not fit dx is refused before anything is written */
+    float before[M * N];
+    memcpy(before, dx, sizeof before);
+    mt_tensor short_sum = mt_tensor_1d(sums, MT_F32, N - 1, MT_DEVICE_CPU);
+    MT_EXPECT_STATUS(
+        mt_linear_bwd_dgelu(NULL, &tdx, &short_sum, &tp, NULL, NULL, &ta, NULL, &tw, 0, NULL),
+        MT_ERR_INVALID_ARG);
+    MT_EXPECT(strstr(mt_last_error(), "dx_sum has 5 elements, dx 6 columns") != NULL,
+              "the error names dx_sum: %s", mt_last_error());
+    MT_EXPECT(memcmp(before, dx, sizeof before) == 0, "dx written despite the refused dx_sum");
 }
 
 int main(void) {
