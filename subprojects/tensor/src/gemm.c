@@ -209,10 +209,30 @@ mt_status mt_linear_fwd(mt_blas *blas, mt_tensor *y, mt_tensor *pre_gelu, const 
     return mt_gemm(blas, y, pre_gelu, x, w, bias, flags | MT_GEMM_TRANS_B, 1.0f, 0.0f, stream);
 }
 
+/* A bias gradient `sum` (the column sums of x, 2-D): as many elements as x has columns, f32 or
+ * x's dtype, on x's device. */
+static mt_status sums_check(const mt_tensor *sum, const char *sname, const mt_tensor *x,
+                            const char *xname) {
+    MT_TRY(mt_tensor_check(x, xname, 2));
+    MT_TRY(mt_tensor_check(sum, sname, -1));
+    MT_REQUIRE(mt_tensor_numel(sum) == x->shape[1], MT_ERR_INVALID_ARG,
+               "%s has %lld elements, %s %lld columns", sname, (long long)mt_tensor_numel(sum),
+               xname, (long long)x->shape[1]);
+    MT_REQUIRE(sum->dtype == x->dtype || sum->dtype == MT_F32, MT_ERR_INVALID_ARG,
+               "%s is %s (want %s or f32)", sname, mt_dtype_name(sum->dtype),
+               mt_dtype_name(x->dtype));
+    MT_REQUIRE(x->dtype == MT_F32 || x->dtype == MT_BF16 || x->dtype == MT_F16, MT_ERR_UNSUPPORTED,
+               "%s: dtype %s (f32, bf16 or f16)", xname, mt_dtype_name(x->dtype));
+    MT_REQUIRE(mt_device_eq(sum->device, x->device), MT_ERR_INVALID_ARG,
+               "%s and %s are on different devices", sname, xname);
+    return MT_OK;
+}
+
 mt_status mt_linear_bwd(mt_blas *blas, mt_tensor *dx, mt_tensor *dw, mt_tensor *dbias,
                         const mt_tensor *dy, const mt_tensor *x, const mt_tensor *w, int accumulate,
                         mt_stream stream) {
     MT_REQUIRE(dy, MT_ERR_INVALID_ARG, "dy is NULL");
+    if (dbias) MT_TRY(sums_check(dbias, "dbias", dy, "dy")); /* before anything is written */
     if (dx) {
         MT_REQUIRE(w, MT_ERR_INVALID_ARG, "dx needs w");
         MT_TRY(mt_gemm(blas, dx, NULL, dy, w, NULL, 0, 1.0f, 0.0f, stream)); /* dy @ w */
@@ -226,10 +246,7 @@ mt_status mt_linear_bwd(mt_blas *blas, mt_tensor *dx, mt_tensor *dw, mt_tensor *
         if (!empty) {
 #if MT_HAVE_CUDA
             /* dbias from the same GEMM (cuBLASLt's BGRADB epilogue) when it offers one */
-            if (dbias && mt_device_is_cuda(dw->device) &&
-                mt_tensor_check(dbias, "dbias", -1) == MT_OK && mt_tensor_numel(dbias) == g.M &&
-                mt_device_eq(dbias->device, dw->device) &&
-                (dbias->dtype == MT_F32 || dbias->dtype == dy->dtype)) {
+            if (dbias && mt_device_is_cuda(dw->device)) {
                 mt_status st = gemm_dw_bgrad_cuda(blas->lt, &g, dbias, accumulate, stream);
                 if (st == MT_OK) return MT_OK;
                 if (st != MT_ERR_UNSUPPORTED) return st;
@@ -240,19 +257,6 @@ mt_status mt_linear_bwd(mt_blas *blas, mt_tensor *dx, mt_tensor *dw, mt_tensor *
         }
     }
     if (!dbias) return MT_OK;
-    MT_TRY(mt_tensor_check(dy, "dy", 2));
-    MT_TRY(mt_tensor_check(dbias, "dbias", -1));
-    int64_t N = dy->shape[1];
-    MT_REQUIRE(mt_tensor_numel(dbias) == N, MT_ERR_INVALID_ARG,
-               "dbias has %lld elements, dy %lld columns", (long long)mt_tensor_numel(dbias),
-               (long long)N);
-    MT_REQUIRE(dbias->dtype == dy->dtype || dbias->dtype == MT_F32, MT_ERR_INVALID_ARG,
-               "dbias is %s (want %s or f32)", mt_dtype_name(dbias->dtype),
-               mt_dtype_name(dy->dtype));
-    MT_REQUIRE(dy->dtype == MT_F32 || dy->dtype == MT_BF16 || dy->dtype == MT_F16,
-               MT_ERR_UNSUPPORTED, "dy: dtype %s (f32, bf16 or f16)", mt_dtype_name(dy->dtype));
-    MT_REQUIRE(mt_device_eq(dbias->device, dy->device), MT_ERR_INVALID_ARG,
-               "dbias and dy are on different devices");
 #if MT_HAVE_CUDA
     if (mt_device_is_cuda(dy->device))
         MT_REQUIRE(blas && blas->lt, MT_ERR_INVALID_ARG, "CUDA dbias needs a CUDA mt_blas handle");
@@ -266,18 +270,7 @@ mt_status mt_linear_bwd_dgelu(mt_blas *blas, mt_tensor *dx, mt_tensor *dx_sum,
                               const mt_tensor *dy, const mt_tensor *x, const mt_tensor *w,
                               int accumulate, mt_stream stream) {
     MT_REQUIRE(dx && pre_gelu && dy && w, MT_ERR_INVALID_ARG, "NULL dx, pre_gelu, dy or w");
-    if (dx_sum) {
-        MT_TRY(mt_tensor_check(dx, "dx", 2));
-        MT_TRY(mt_tensor_check(dx_sum, "dx_sum", -1));
-        MT_REQUIRE(mt_tensor_numel(dx_sum) == dx->shape[1], MT_ERR_INVALID_ARG,
-                   "dx_sum has %lld elements, dx %lld columns", (long long)mt_tensor_numel(dx_sum),
-                   (long long)dx->shape[1]);
-        MT_REQUIRE(dx_sum->dtype == MT_F32 || dx_sum->dtype == dx->dtype, MT_ERR_INVALID_ARG,
-                   "dx_sum is %s (want f32 or dx's %s)", mt_dtype_name(dx_sum->dtype),
-                   mt_dtype_name(dx->dtype));
-        MT_REQUIRE(mt_device_eq(dx_sum->device, dx->device), MT_ERR_INVALID_ARG,
-                   "dx_sum and dx are on different devices");
-    }
+    if (dx_sum) MT_TRY(sums_check(dx_sum, "dx_sum", dx, "dx")); /* before anything is written */
     int summed = 0;
 #if MT_HAVE_CUDA
     /* on sm_90: dx's column sums from the GEMM's epilogue */

@@ -260,8 +260,8 @@ __global__ void __launch_bounds__(THREADS, 1)
                 for (uint32_t r = 0; r < CM; r++)
                     mt_mbar_arrive_cluster(&empty[(it - 1) % ST], r);
 
-            /* epilogue: E is two 64-row halves (E0, E1), each two 64-column panels of 64
-             * 128-byte rows in the 128-byte swizzle, stored by TMA as soon as written */
+            /* epilogue: E holds 64-row halves (DGELU two, GELU one), each two 64-column panels of
+             * 64 128-byte rows in the 128-byte swizzle, stored by TMA as soon as written */
             const int lr = lane / 4, q = lane % 4;
             /* this thread's (row 16w + lane/4, columns 2q, 2q+1) in a half, with the row's
              * swizzle (row % 8 = lane / 4) folded in: chunk jj % 8 is an XOR away */
@@ -270,16 +270,15 @@ __global__ void __launch_bounds__(THREADS, 1)
             auto at = [&](int b, int jj, int hr) {
                 return (eb ^ ((jj & 7) << 4)) + b * 16384 + (jj >> 3) * 8192 + hr * 1024;
             };
-            auto store_half = [&](const CUtensorMap *m, int b,
-                                  int h) { /* one thread */
-                                           tma_store_2d(m, t.n0, t.m0 + 64 * h, E + b * 16384);
-                                           tma_store_2d(m, t.n0 + 64, t.m0 + 64 * h,
-                                                        E + b * 16384 + 8192);
-                                           bulk_commit();
+            /* one thread: half b of E as rows 64 h.. of the tile */
+            auto store_half = [&](const CUtensorMap *m, int b, int h) {
+                tma_store_2d(m, t.n0, t.m0 + 64 * h, E + b * 16384);
+                tma_store_2d(m, t.n0 + 64, t.m0 + 64 * h, E + b * 16384 + 8192);
+                bulk_commit();
             };
             if (EPI == EPI_GELU) {
-                /* four steps a tile: pre, GELU(pre) of rows 0-63, then of rows 64-127, through
-                 * E0, E1, E0, E1; a step waits only for the store two steps back */
+                /* four steps a tile (pre, GELU(pre) of rows 0-63, then of rows 64-127) through one
+                 * 64-row staging half (E is 16 KB here), each once the last store has read it */
                 float2 bb[16];
 #pragma unroll
                 for (int jj = 0; jj < 16; jj++)
@@ -352,25 +351,22 @@ __global__ void __launch_bounds__(THREADS, 1)
 #pragma unroll
                     for (int jj = 0; jj < 16; jj++)
                         v[2 * jj] = cs[jj].x, v[2 * jj + 1] = cs[jj].y;
-                    auto fold =
-                        [&](auto nc) { /* 2n values -> n, partner lane ^ (n) */
-                                       constexpr int n = decltype(nc)::value;
-                                       const bool up =
-                                           lane & n; /* keeps the upper n of the 2n values */
+                    /* 2n values -> n with the partner lane ^ n; `up` keeps the upper n */
+                    auto fold = [&](auto nc) {
+                        constexpr int n = decltype(nc)::value;
+                        const bool up = lane & n;
 #pragma unroll
-                                       for (int i = 0; i < n; i++) {
-                                           const float mine = up ? v[n + i] : v[i],
-                                                       give = up ? v[i] : v[n + i];
-                                           v[i] = mine + __shfl_xor_sync(0xffffffffu, give, n);
-                                       }
-                        };
+                        for (int i = 0; i < n; i++) {
+                            const float mine = up ? v[n + i] : v[i], give = up ? v[i] : v[n + i];
+                            v[i] = mine + __shfl_xor_sync(0xffffffffu, give, n);
+                        }
+                    };
                     fold(std::integral_constant<int, 16>());
                     fold(std::integral_constant<int, 8>());
                     fold(std::integral_constant<int, 4>());
-                    /* v[0..3] = values 16 b4 + 8 b3 + 4 b2 + 0..3 (b: lane bits), i.e. columns
-                     * 8 jj + 2 q + (0, 1) of jj = 8 b4 + 4 b3 + 2 b2 and jj + 1 */
-                    const int jj0 =
-                        8 * ((lane >> 4) & 1) + 4 * ((lane >> 3) & 1) + 2 * ((lane >> 2) & 1);
+                    /* v[0..3] = values 16 b4 + 8 b3 + 4 b2 + 0..3 (b: lane bits, so 4 lr + 0..3):
+                     * columns 8 jj + 2 q + (0, 1) of jj = 2 lr and 2 lr + 1 */
+                    const int jj0 = 2 * lr;
                     float *dst = e.colsum + (size_t)(t.m0 / 32 + w) * e.N + t.n0 + 8 * jj0 + 2 * q;
                     *(float2 *)dst = make_float2(v[0], v[1]);
                     *(float2 *)(dst + 8) = make_float2(v[2], v[3]);
