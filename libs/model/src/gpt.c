@@ -108,13 +108,10 @@ static mt_status layer_fwd(mt_model *m, int l, const mt_tensor *x, const mt_tens
         OP("fwd.gemm.fc1",
            mt_linear_fwd(m->blas, &la->fc1_pre, NULL, &la->ln2, W(lp->fc1_w), W(lp->fc1_b), 0, s));
         OP("fwd.swiglu", mt_swiglu_fwd(&la->fc1_act, &la->fc1_pre, NULL, s));
-    } else if (c->recompute_mlp_act) { /* the kernel that the backward repeats */
-        OP("fwd.gemm.fc1",
-           mt_linear_fwd(m->blas, &la->fc1_pre, NULL, &la->ln2, W(lp->fc1_w), W(lp->fc1_b), 0, s));
-        OP("fwd.gelu", mt_gelu_fwd(&la->fc1_act, &la->fc1_pre, s));
-    } else {
+    } else { /* under mlp_act: the GELU that the backward's dx GEMM repeats bitwise */
+        const int fl = MT_GEMM_GELU | (c->recompute_mlp_act ? MT_GEMM_GELU_RECOMPUTE : 0);
         OP("fwd.gemm.fc1+gelu", mt_linear_fwd(m->blas, &la->fc1_act, &la->fc1_pre, &la->ln2,
-                                              W(lp->fc1_w), W(lp->fc1_b), MT_GEMM_GELU, s));
+                                              W(lp->fc1_w), W(lp->fc1_b), fl, s));
     }
     if (skip_fc2) return MT_OK;
     OP("fwd.gemm.fc2",
@@ -258,14 +255,18 @@ static mt_status backward(mt_model *m, int lm_head, mt_stream s) {
         int g0, g1;
         if (recompute_group(c, l, &g0, &g1) && l == g1) MT_TRY(recompute(m, g0, g1, s));
         /* a->dres is the gradient of resid_in[l+1] = resid_mid + mlp(ln2) */
-        if (c->recompute_mlp_act)
-            OP("bwd.recompute.act", c->swiglu ? mt_swiglu_fwd(&la->fc1_act, &la->fc1_pre, NULL, s)
-                                              : mt_gelu_fwd(&la->fc1_act, &la->fc1_pre, s));
+        if (c->recompute_mlp_act && c->swiglu)
+            OP("bwd.recompute.act", mt_swiglu_fwd(&la->fc1_act, &la->fc1_pre, NULL, s));
         if (c->swiglu) {
             OP("bwd.gemm.fc2", mt_linear_bwd(m->blas, &a->dfc1_act, G(lp->fc2_w), NULL, &a->dres,
                                              &la->fc1_act, W(lp->fc2_w), acc, s));
             OP("bwd.swiglu",
                mt_swiglu_bwd(&a->dfc1_pre, NULL, &a->dfc1_act, &la->fc1_pre, NULL, s));
+        } else if (c->recompute_mlp_act) { /* the GELU recomputed by fc2's dx GEMM too */
+            OP("bwd.gemm.fc2+dgelu",
+               mt_linear_bwd_dgelu_recompute(m->blas, &a->dfc1_pre, G(lp->fc1_b), &la->fc1_pre,
+                                             G(lp->fc2_w), NULL, &a->dres, &la->fc1_act,
+                                             W(lp->fc2_w), acc, s));
         } else { /* the GELU backward (and fc1's bias gradient) ride on fc2's dx GEMM */
             OP("bwd.gemm.fc2+dgelu",
                mt_linear_bwd_dgelu(m->blas, &a->dfc1_pre, G(lp->fc1_b), &la->fc1_pre, G(lp->fc2_w),

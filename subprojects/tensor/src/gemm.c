@@ -34,8 +34,43 @@ mt_status gemm_dgelu_apply(const gemm_args *g, int cuda, mt_stream stream) {
     return MT_OK;
 }
 
+/* c = GELU(src), src of c's shape (row stride ld, batch stride sb), batch by batch: the GELU step
+ * of MT_GEMM_GELU after a plain GEMM. */
+mt_status gemm_gelu_apply(const gemm_args *g, const void *src, int64_t ld, int64_t sb, int cuda,
+                          mt_stream stream) {
+    size_t es = mt_dtype_size(g->c_dtype);
+    for (int64_t bt = 0; bt < g->batch; bt++) {
+        act_args a = { 0 };
+        a.op = ACT_GELU_FWD;
+        a.dtype = g->c_dtype;
+        a.rows = g->M, a.cols = g->N;
+        a.out0 = (char *)g->c + (size_t)(bt * g->sc) * es;
+        a.in0 = a.in1 = (const char *)src + (size_t)(bt * sb) * es;
+        a.ld_out0 = g->ldc;
+        a.ld_in0 = a.ld_in1 = ld;
+#if MT_HAVE_CUDA
+        if (cuda) {
+            MT_TRY(act_cuda(&a, stream));
+            continue;
+        }
+#else
+        (void)cuda;
+        (void)stream;
+#endif
+        MT_TRY(act_cpu(&a));
+    }
+    return MT_OK;
+}
+
 /* Inputs take the fast path unless MT_CPU_REFERENCE=1 asks for the reference. */
 static mt_status gemm_host(const gemm_args *g) {
+    if (g->gelu_split) { /* the GEMM into pre_gelu, then mt_gelu_fwd's GELU from there */
+        gemm_args h = *g;
+        h.c = g->pre_gelu, h.ldc = g->ldpre, h.sc = g->spre, h.pre_gelu = NULL;
+        h.gelu = h.gelu_split = 0;
+        MT_TRY(gemm_host(&h));
+        return gemm_gelu_apply(g, g->pre_gelu, g->ldpre, g->spre, 0, NULL);
+    }
     if (mt_env_int("MT_CPU_REFERENCE", 0) == 0)
         MT_TRY(gemm_fast_cpu(g));
     else
@@ -122,8 +157,12 @@ static mt_status gemm_setup(gemm_args *gp, int *empty, mt_blas *blas, mt_tensor 
     MT_TRY(mat_view(a, "a", &ba, &ar, &ac, &g.lda, &g.sa));
     MT_TRY(mat_view(b, "b", &bb, &br, &bcol, &g.ldb, &g.sb));
     MT_TRY(mat_view(c, "c", &bc, &cr, &cc, &g.ldc, &g.sc));
-    MT_REQUIRE((flags & ~(MT_GEMM_TRANS_A | MT_GEMM_TRANS_B | MT_GEMM_GELU | MT_GEMM_DGELU)) == 0,
+    MT_REQUIRE((flags & ~(MT_GEMM_TRANS_A | MT_GEMM_TRANS_B | MT_GEMM_GELU | MT_GEMM_DGELU |
+                          MT_GEMM_GELU_RECOMPUTE)) == 0,
                MT_ERR_INVALID_ARG, "unknown gemm flags 0x%x", flags);
+    MT_REQUIRE(!(flags & MT_GEMM_GELU_RECOMPUTE) || ((flags & MT_GEMM_GELU) && pre_gelu),
+               MT_ERR_INVALID_ARG, "MT_GEMM_GELU_RECOMPUTE needs MT_GEMM_GELU and pre_gelu");
+    g.gelu_split = (flags & MT_GEMM_GELU_RECOMPUTE) != 0;
     g.dgelu = (flags & MT_GEMM_DGELU) != 0;
     MT_REQUIRE(!g.dgelu || (!(flags & MT_GEMM_GELU) && !bias && beta == 0.0f && pre_gelu),
                MT_ERR_INVALID_ARG, "MT_GEMM_DGELU needs pre_gelu and excludes GELU, bias and beta");
@@ -204,8 +243,8 @@ mt_status mt_gemm(mt_blas *blas, mt_tensor *c, mt_tensor *pre_gelu, const mt_ten
 
 mt_status mt_linear_fwd(mt_blas *blas, mt_tensor *y, mt_tensor *pre_gelu, const mt_tensor *x,
                         const mt_tensor *w, const mt_tensor *bias, int flags, mt_stream stream) {
-    MT_REQUIRE((flags & ~MT_GEMM_GELU) == 0, MT_ERR_INVALID_ARG,
-               "linear: flags may only hold MT_GEMM_GELU");
+    MT_REQUIRE((flags & ~(MT_GEMM_GELU | MT_GEMM_GELU_RECOMPUTE)) == 0, MT_ERR_INVALID_ARG,
+               "linear: flags may only hold MT_GEMM_GELU and MT_GEMM_GELU_RECOMPUTE");
     return mt_gemm(blas, y, pre_gelu, x, w, bias, flags | MT_GEMM_TRANS_B, 1.0f, 0.0f, stream);
 }
 
@@ -265,33 +304,69 @@ mt_status mt_linear_bwd(mt_blas *blas, mt_tensor *dx, mt_tensor *dw, mt_tensor *
                        bias_grad_cuda(blas->lt, dbias, dy, accumulate, stream));
 }
 
-mt_status mt_linear_bwd_dgelu(mt_blas *blas, mt_tensor *dx, mt_tensor *dx_sum,
-                              const mt_tensor *pre_gelu, mt_tensor *dw, mt_tensor *dbias,
-                              const mt_tensor *dy, const mt_tensor *x, const mt_tensor *w,
-                              int accumulate, mt_stream stream) {
+/* mt_linear_bwd_dgelu, and with x_out (mt_linear_bwd_dgelu_recompute) x = GELU(pre_gelu) written
+ * first (x = x_out). */
+static mt_status linear_bwd_dgelu(mt_blas *blas, mt_tensor *dx, mt_tensor *dx_sum,
+                                  const mt_tensor *pre_gelu, mt_tensor *dw, mt_tensor *dbias,
+                                  const mt_tensor *dy, const mt_tensor *x, mt_tensor *x_out,
+                                  const mt_tensor *w, int accumulate, mt_stream stream) {
     MT_REQUIRE(dx && pre_gelu && dy && w, MT_ERR_INVALID_ARG, "NULL dx, pre_gelu, dy or w");
-    if (dx_sum) MT_TRY(sums_check(dx_sum, "dx_sum", dx, "dx")); /* before anything is written */
-    int summed = 0;
+    /* checks before anything is written */
+    if (dx_sum) MT_TRY(sums_check(dx_sum, "dx_sum", dx, "dx"));
+    if (x_out) {
+        MT_TRY(mt_tensor_check(x_out, "x", 2));
+        MT_TRY(mt_tensor_check(pre_gelu, "pre_gelu", 2));
+        MT_REQUIRE(x_out->shape[0] == pre_gelu->shape[0] && x_out->shape[1] == pre_gelu->shape[1] &&
+                       x_out->dtype == pre_gelu->dtype &&
+                       mt_device_eq(x_out->device, pre_gelu->device),
+                   MT_ERR_INVALID_ARG, "x (%lldx%lld %s) must match pre_gelu (%lldx%lld %s)",
+                   (long long)x_out->shape[0], (long long)x_out->shape[1],
+                   mt_dtype_name(x_out->dtype), (long long)pre_gelu->shape[0],
+                   (long long)pre_gelu->shape[1], mt_dtype_name(pre_gelu->dtype));
+        MT_REQUIRE(x_out->data != pre_gelu->data && x_out->data != dx->data, MT_ERR_INVALID_ARG,
+                   "x must not alias pre_gelu or dx");
+    }
+    int done = 0;
 #if MT_HAVE_CUDA
-    /* on sm_90: dx's column sums from the GEMM's epilogue */
-    if (dx_sum && mt_device_is_cuda(dx->device)) {
+    /* on sm_90: dx's column sums and the recomputed x from the GEMM's epilogue */
+    if ((dx_sum || x_out) && mt_device_is_cuda(dx->device)) {
         gemm_args g;
         int empty;
         MT_TRY(gemm_setup(&g, &empty, blas, dx, (mt_tensor *)pre_gelu, dy, w, NULL, MT_GEMM_DGELU,
                           1.0f, 0.0f));
+        if (x_out) g.gelu_out = x_out->data, g.ldgo = x_out->stride[0];
         if (!empty) {
-            mt_status st = gemm_dgelu_colsum_cuda(blas->lt, &g, dx_sum, accumulate, stream);
+            mt_status st = dx_sum ? gemm_dgelu_colsum_cuda(blas->lt, &g, dx_sum, accumulate, stream)
+                                  : gemm_sm90_cuda(&g, stream);
             if (st != MT_OK && st != MT_ERR_UNSUPPORTED) return st;
-            summed = st == MT_OK;
+            done = st == MT_OK;
             mt_error_clear();
         }
     }
 #endif
-    if (!summed) {
+    if (!done) {
+        if (x_out) MT_TRY(mt_gelu_fwd(x_out, pre_gelu, stream));
         MT_TRY(mt_gemm(blas, dx, (mt_tensor *)pre_gelu, dy, w, NULL, MT_GEMM_DGELU, 1.0f, 0.0f,
                        stream)); /* (dy @ w) * GELU'(pre_gelu) */
         if (dx_sum)              /* dx's column sums, as a bias gradient */
             MT_TRY(mt_linear_bwd(blas, NULL, NULL, dx_sum, dx, NULL, NULL, accumulate, stream));
     }
-    return mt_linear_bwd(blas, NULL, dw, dbias, dy, x, w, accumulate, stream);
+    return mt_linear_bwd(blas, NULL, dw, dbias, dy, x_out ? x_out : x, w, accumulate, stream);
+}
+
+mt_status mt_linear_bwd_dgelu(mt_blas *blas, mt_tensor *dx, mt_tensor *dx_sum,
+                              const mt_tensor *pre_gelu, mt_tensor *dw, mt_tensor *dbias,
+                              const mt_tensor *dy, const mt_tensor *x, const mt_tensor *w,
+                              int accumulate, mt_stream stream) {
+    return linear_bwd_dgelu(blas, dx, dx_sum, pre_gelu, dw, dbias, dy, x, NULL, w, accumulate,
+                            stream);
+}
+
+mt_status mt_linear_bwd_dgelu_recompute(mt_blas *blas, mt_tensor *dx, mt_tensor *dx_sum,
+                                        const mt_tensor *pre_gelu, mt_tensor *dw, mt_tensor *dbias,
+                                        const mt_tensor *dy, mt_tensor *x, const mt_tensor *w,
+                                        int accumulate, mt_stream stream) {
+    MT_REQUIRE(x, MT_ERR_INVALID_ARG, "NULL x (the activation to recompute)");
+    return linear_bwd_dgelu(blas, dx, dx_sum, pre_gelu, dw, dbias, dy, NULL, x, w, accumulate,
+                            stream);
 }

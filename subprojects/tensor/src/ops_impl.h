@@ -33,24 +33,31 @@ mt_status fill_normal_cuda(mt_tensor *x, float mean, float std, uint64_t seed, u
 typedef struct gemm_args {
     mt_dtype ab_dtype, c_dtype;
     int trans_a, trans_b, gelu, dgelu; /* dgelu: c *= GELU'(pre_gelu), an input */
+    int gelu_split; /* MT_GEMM_GELU_RECOMPUTE: GELU as gelu_out's recompute repeats it */
     int64_t batch, M, N, K;
     const void *a, *b, *bias;
     void *c, *pre_gelu;
-    float *colsum; /* sm_90a DGELU only: partial column sums of c, (M / 32, N), or NULL */
-    int64_t lda, ldb, ldc, ldpre, sa, sb, sc, spre;
+    float *colsum;  /* sm_90a DGELU only: partial column sums of c, (M / 32, N), or NULL */
+    void *gelu_out; /* sm_90a DGELU only: GELU(pre_gelu) stored here too (ld ldgo), or NULL */
+    int64_t lda, ldb, ldc, ldpre, ldgo, sa, sb, sc, spre;
     float alpha, beta;
 } gemm_args;
 mt_status gemm_cpu(const gemm_args *g);
 /* c *= GELU'(pre_gelu) in place (the MT_GEMM_DGELU step after a plain GEMM), on the CPU or on
  * `stream` (cuda = 1). */
 mt_status gemm_dgelu_apply(const gemm_args *g, int cuda, mt_stream stream);
+/* c = GELU(src), src of c's shape (row stride ld, batch stride sb): the MT_GEMM_GELU step after a
+ * plain GEMM, on the CPU or on `stream` (cuda = 1). */
+mt_status gemm_gelu_apply(const gemm_args *g, const void *src, int64_t ld, int64_t sb, int cuda,
+                          mt_stream stream);
 /* cuBLASLt state of an mt_blas: handle, workspace, plan cache (src/cuda/gemm.c). */
 typedef struct blas_lt blas_lt;
 mt_status blas_lt_create(blas_lt **out);
 void blas_lt_destroy(blas_lt *lt);
 mt_status gemm_cuda(blas_lt *lt, const gemm_args *g, mt_stream stream);
 /* g on the sm_90a kernels with GELU epilogues (gemm_sm90.cu): fc1's bf16 forward with pre_gelu
- * (and bias), fc2's bf16 dX through GELU' (with g->colsum: also its partial column sums).
+ * (and bias), fc2's bf16 dX through GELU' (with g->colsum: also its partial column sums; with
+ * g->gelu_out: also GELU(pre_gelu), bitwise the forward kernel's).
  * MT_ERR_UNSUPPORTED, with nothing done, for every other case, device or build (without an error
  * message when switched off by MT_GEMM_SM90=0 or not built for sm_90a). */
 mt_status gemm_sm90_cuda(const gemm_args *g, mt_stream stream);

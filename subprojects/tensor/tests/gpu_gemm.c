@@ -90,6 +90,51 @@ static void colsum_check(const char *what, const mt_tensor *sums, const mt_tenso
     free(got), free(xv);
 }
 
+/* Bitwise equality of two device tensors of one shape and dtype. */
+static void same_bits(const char *what, const char *k, const mt_tensor *got,
+                      const mt_tensor *want) {
+    const size_t n = mt_tensor_nbytes(want);
+    void *g = malloc(n), *w = malloc(n);
+    MT_CHECK(mt_memcpy(g, MT_DEVICE_CPU, got->data, got->device, n, NULL));
+    MT_CHECK(mt_memcpy(w, MT_DEVICE_CPU, want->data, want->device, n, NULL));
+    MT_EXPECT(memcmp(g, w, n) == 0, "%s: %s differs from the reference bitwise", what, k);
+    free(g), free(w);
+}
+
+/* Activation recompute (mlp_act): fc1's forward with MT_GEMM_GELU_RECOMPUTE, then fc2's backward
+ * with mt_linear_bwd_dgelu_recompute into a poisoned x, against the forward's own activation
+ * (bitwise) and the backward that reads that activation (dx, its column sums and dw bitwise); the
+ * forward against the CPU. x (M,I), w (O,I), b: fc1; the activation is (M,O), fc2's weight
+ * (I,O) and its output gradient (M,I). */
+static void recompute(const char *what, double tol, const mt_tensor *hx, const mt_tensor *hw,
+                      const mt_tensor *hb, const mt_tensor *x, const mt_tensor *w,
+                      const mt_tensor *b) {
+    const mt_dtype dt = x->dtype;
+    const int64_t M = x->shape[0], I = x->shape[1], O = w->shape[0];
+    int64_t sy[2] = { M, O }, s2[2] = { I, O }, so[1] = { O };
+    mt_tensor hy = host_empty(dt, 2, sy), hp = host_empty(dt, 2, sy), hw2 = host_rand(dt, 2, s2);
+    mt_tensor act = dev(NULL, dt, 2, sy), pre = dev(NULL, dt, 2, sy), w2 = dev(&hw2, dt, 2, s2);
+    MT_CHECK(mt_linear_fwd(NULL, &hy, &hp, hx, hw, hb, MT_GEMM_GELU, NULL));
+    MT_CHECK(mt_linear_fwd(blas, &act, &pre, x, w, b, MT_GEMM_GELU | MT_GEMM_GELU_RECOMPUTE, NULL));
+    cmp(what, "gelu(y) to recompute", &act, &hy, tol);
+    cmp(what, "pre_gelu to recompute", &pre, &hp, tol);
+    mt_tensor xr = dev(NULL, dt, 2, sy), dpre = dev(NULL, dt, 2, sy), dpre0 = dev(NULL, dt, 2, sy);
+    mt_tensor dw2 = dev(NULL, MT_F32, 2, s2), dw20 = dev(NULL, MT_F32, 2, s2);
+    mt_tensor sums = dev(NULL, MT_F32, 1, so), sums0 = dev(NULL, MT_F32, 1, so);
+    for (int with_sums = 0; with_sums < 2; with_sums++) {
+        MT_CHECK(mt_fill(&xr, NAN, NULL)); /* every element must be written */
+        MT_CHECK(mt_linear_bwd_dgelu_recompute(blas, &dpre, with_sums ? &sums : NULL, &pre, &dw2,
+                                               NULL, x, &xr, &w2, 0, NULL));
+        MT_CHECK(mt_linear_bwd_dgelu(blas, &dpre0, with_sums ? &sums0 : NULL, &pre, &dw20, NULL, x,
+                                     &act, &w2, 0, NULL));
+        same_bits(what, with_sums ? "recomputed x (with dx_sum)" : "recomputed x", &xr, &act);
+        same_bits(what, "dx after the recompute", &dpre, &dpre0);
+        same_bits(what, "dw from the recomputed x", &dw2, &dw20);
+        if (with_sums) same_bits(what, "dx_sum beside the recompute", &sums, &sums0);
+    }
+    free(hy.data), free(hp.data), free(hw2.data);
+}
+
 /* y(M,O) = x(M,I) @ w(O,I)^T + b, with and without GELU; then the backward. */
 static void linear(mt_dtype dt, int64_t M, int64_t I, int64_t O) {
     char what[96];
@@ -159,6 +204,7 @@ static void linear(mt_dtype dt, int64_t M, int64_t I, int64_t O) {
     colsum_check(what, &ddxs, &ddpre, 2.0, dt == MT_BF16 ? 0x1p-8 : dt == MT_F16 ? 0x1p-11 : 0.0);
     MT_CHECK(mt_linear_bwd(NULL, NULL, &hdw, NULL, &hdy, &hx, NULL, 0, NULL));
     cmp_at(what, "dw beside the GELU backward", &ddw, &hdw, fmax(wtol, sum_atol), wtol);
+    recompute(what, tol, &hx, &hw, &hb, &dx, &dw, &db);
     mt_tensor *all[] = { &hx,  &hw,  &hb,   &hdy,  &hy,   &hp,   &hdx,
                          &hdw, &hdb, &hdw2, &hdb2, &hpre, &hdpre };
     for (size_t i = 0; i < sizeof all / sizeof *all; i++)
@@ -167,7 +213,8 @@ static void linear(mt_dtype dt, int64_t M, int64_t I, int64_t O) {
 
 /* The Hopper GEMMs with GELU epilogues (gemm_sm90.cu, on by default on sm_90a builds and devices:
  * bf16, M a multiple of 256, N of 128, K of 64) through linear(), against the CPU: fc1's forward
- * and fc2's dX through GELU', with and without its column sums. With the grid capped at one
+ * and fc2's dX through GELU', with and without its column sums, and both as an activation
+ * recompute (bitwise: the dX kernel's GELU(pre) against the forward's). With the grid capped at one
  * cluster, each CTA walks several tiles (both warpgroups several each) and the rings' phases
  * wrap. MT_GEMM_SM90=0 hands the same cases to cuBLASLt. Elsewhere (no sm_90a build or device)
  * everything runs on cuBLASLt. */
@@ -182,8 +229,9 @@ static void sm90(void) {
     unsetenv("MT_GEMM_SM90_CTAS");
     const long long n1 = mt_gemm_sm90_count();
     /* each linear(): the GELU forward with pre-GELU (with bias), the dX through GELU' alone and
-     * twice with its column sums */
-    if (n0 >= 0) MT_EXPECT(n1 == n0 + 12, "gemm_sm90 ran %lld GEMMs, want 12", n1 - n0);
+     * twice with its column sums; recompute(): the forward, then the recompute and the dX that
+     * reads the forward's activation, without and with column sums */
+    if (n0 >= 0) MT_EXPECT(n1 == n0 + 27, "gemm_sm90 ran %lld GEMMs, want 27", n1 - n0);
     setenv("MT_GEMM_SM90", "0", 1); /* off: the same through cuBLASLt */
     linear(MT_BF16, 512, 256, 512);
     unsetenv("MT_GEMM_SM90");

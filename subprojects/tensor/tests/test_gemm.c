@@ -13,6 +13,57 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Activation recompute: the forward with MT_GEMM_GELU_RECOMPUTE (against PyTorch), then
+ * mt_linear_bwd_dgelu_recompute into a poisoned x (bitwise the forward's activation; dx, dx_sum
+ * and dw bitwise those of mt_linear_bwd_dgelu reading that activation). The next linear's weight
+ * is w's values as (40, 24), its output gradient x's (13, 40). */
+static void recompute(mt_dtype dt, double tol, const mt_tensor *x, const mt_tensor *w,
+                      const mt_tensor *b) {
+    const int64_t sy[2] = { 13, 24 }, s2[2] = { 40, 24 }, so[1] = { 24 };
+    mt_tensor act = poison_tensor(dt, 2, sy), pre = poison_tensor(dt, 2, sy), w2 = *w;
+    MT_CHECK(mt_tensor_reshape(&w2, 2, s2, &w2));
+    MT_CHECK(mt_linear_fwd(NULL, &act, &pre, x, w, b, MT_GEMM_GELU | MT_GEMM_GELU_RECOMPUTE, NULL));
+    expect_gemm("linear gelu to recompute", &act, "gemm_linear_gelu.npy", tol, 1.0f);
+    expect_gemm("linear pre_gelu to recompute", &pre, "gemm_linear.npy", tol, 1.0f);
+    mt_tensor xr = poison_tensor(dt, 2, sy), dx = poison_tensor(dt, 2, sy),
+              dx0 = poison_tensor(dt, 2, sy), dw = poison_tensor(MT_F32, 2, s2),
+              dw0 = poison_tensor(MT_F32, 2, s2), sum = poison_tensor(MT_F32, 1, so),
+              sum0 = poison_tensor(MT_F32, 1, so);
+    MT_CHECK(mt_linear_bwd_dgelu_recompute(NULL, &dx, &sum, &pre, &dw, NULL, x, &xr, &w2, 0, NULL));
+    MT_CHECK(mt_linear_bwd_dgelu(NULL, &dx0, &sum0, &pre, &dw0, NULL, x, &act, &w2, 0, NULL));
+    const struct {
+        const char *k;
+        const mt_tensor *got, *want;
+    } same[] = {
+        { "x", &xr, &act }, { "dx", &dx, &dx0 }, { "dw", &dw, &dw0 }, { "dx_sum", &sum, &sum0 }
+    };
+    for (size_t i = 0; i < sizeof same / sizeof *same; i++)
+        MT_EXPECT(memcmp(same[i].got->data, same[i].want->data, mt_tensor_nbytes(same[i].want)) ==
+                      0,
+                  "recompute %s: %s differs from the backward that read the activation",
+                  mt_dtype_name(dt), same[i].k);
+    /* an x that does not fit pre_gelu, or aliases it, is refused before anything is written */
+    memcpy(dx0.data, dx.data, mt_tensor_nbytes(&dx));
+    mt_tensor narrow = xr;
+    MT_CHECK(mt_tensor_reshape(&narrow, 2, (int64_t[]){ 24, 13 }, &narrow));
+    MT_EXPECT_STATUS(
+        mt_linear_bwd_dgelu_recompute(NULL, &dx, NULL, &pre, NULL, NULL, x, &narrow, &w2, 0, NULL),
+        MT_ERR_INVALID_ARG);
+    MT_EXPECT(strstr(mt_last_error(), "x (24x13") != NULL, "the error names x: %s",
+              mt_last_error());
+    MT_EXPECT_STATUS(mt_linear_bwd_dgelu_recompute(NULL, &dx, NULL, &pre, NULL, NULL, x,
+                                                   (mt_tensor *)&pre, &w2, 0, NULL),
+                     MT_ERR_INVALID_ARG);
+    MT_EXPECT(memcmp(dx0.data, dx.data, mt_tensor_nbytes(&dx)) == 0,
+              "dx written despite the refused x");
+    MT_EXPECT_STATUS(
+        mt_linear_fwd(NULL, &act, NULL, x, w, b, MT_GEMM_GELU | MT_GEMM_GELU_RECOMPUTE, NULL),
+        MT_ERR_INVALID_ARG); /* nothing to recompute from */
+    mt_tensor *all[] = { &act, &pre, &xr, &dx, &dx0, &dw, &dw0, &sum, &sum0 };
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+        free(all[i]->data);
+}
+
 static void run(mt_dtype dt) {
     const int64_t sx[2] = { 13, 40 }, sw[2] = { 24, 40 }, sb[1] = { 24 }, sy[2] = { 13, 24 };
     double tol = dt == MT_F32 ? 2e-5 : dt == MT_F16 ? 6e-2 / 8 : 6e-2; /* f16: unit roundoff / 8 */
@@ -26,6 +77,7 @@ static void run(mt_dtype dt) {
     MT_CHECK(mt_linear_fwd(NULL, &y, &pre, &x, &w, &b, MT_GEMM_GELU, NULL));
     expect_gemm("linear gelu", &y, "gemm_linear_gelu.npy", tol, 1.0f);
     expect_gemm("linear pre_gelu", &pre, "gemm_linear.npy", tol, 1.0f);
+    recompute(dt, tol, &x, &w, &b);
 
     mt_tensor dx = poison_tensor(dt, 2, sx), dw = poison_tensor(dt, 2, sw),
               db = poison_tensor(dt, 1, sb);

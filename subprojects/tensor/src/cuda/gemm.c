@@ -339,7 +339,7 @@ mt_status gemm_cuda(blas_lt *lt, const gemm_args *g, mt_stream stream) {
     int aux_ok = !g->pre_gelu || (g->ldpre % 8 == 0 && (g->batch == 1 || g->spre % 8 == 0));
     // why: f32 is the tight-comparison mode; our GELU kernel matches the CPU's tanhf exactly
     // enough, while the accuracy of cuBLASLt's GELU epilogue is not documented
-    aux_ok = aux_ok && g->c_dtype != MT_F32;
+    aux_ok = aux_ok && g->c_dtype != MT_F32 && !g->gelu_split;
     if (aux_ok && !unfused() && plan_get(lt, g, epi, &p) == MT_OK)
         return run_plan(lt, p, g, stream);
     mt_error_clear();
@@ -349,20 +349,7 @@ mt_status gemm_cuda(blas_lt *lt, const gemm_args *g, mt_stream stream) {
     h.gelu = 0;
     MT_TRY(plan_get(lt, &h, base, &p));
     MT_TRY(run_plan(lt, p, &h, stream));
-    size_t es = mt_dtype_size((mt_dtype)g->c_dtype);
-    for (int64_t bt = 0; bt < g->batch; bt++) {
-        act_args a;
-        memset(&a, 0, sizeof a);
-        a.op = ACT_GELU_FWD;
-        a.dtype = (mt_dtype)g->c_dtype;
-        a.rows = g->M, a.cols = g->N;
-        a.out0 = (char *)g->c + (size_t)(bt * g->sc) * es;
-        a.in0 = a.in1 = (char *)h.c + (size_t)(bt * h.sc) * es;
-        a.ld_out0 = g->ldc;
-        a.ld_in0 = a.ld_in1 = h.ldc;
-        MT_TRY(act_cuda(&a, stream));
-    }
-    return MT_OK;
+    return gemm_gelu_apply(g, h.c, h.ldc, h.sc, 1, stream);
 }
 
 mt_status bias_grad_cuda(blas_lt *lt, mt_tensor *dbias, const mt_tensor *dy, int accumulate,

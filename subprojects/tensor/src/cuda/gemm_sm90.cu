@@ -43,7 +43,8 @@ namespace {
 
 enum {
     EPI_GELU = 0,
-    EPI_DGELU = 1
+    EPI_DGELU = 1,
+    EPI_DGELU_ACT = 2 /* DGELU that also stores GELU(pre): an activation recomputed */
 };
 constexpr int BM = 128, BN = 128, BK = 64, CM = 2; /* CM: CTAs per cluster (along M) */
 constexpr int THREADS = 384;
@@ -132,8 +133,10 @@ __device__ __forceinline__ float gelu_epi(float x) {
     const float h = 0.5f * x;
     return fmaf(h, tanh_hw(x * fmaf(K1, x * x, K0)), h);
 }
-__device__ __forceinline__ float gelu_grad_epi(float x) {
-    const float x2 = x * x, t = tanh_hw(x * fmaf(K1, x2, K0));
+/* GELU'(x), and GELU(x) in *act, bitwise as gelu_epi (the same tanh) */
+__device__ __forceinline__ float gelu_grad_epi(float x, float *act) {
+    const float x2 = x * x, t = tanh_hw(x * fmaf(K1, x2, K0)), h = 0.5f * x;
+    *act = fmaf(h, t, h);
     /* 0.5 (1 + t) + 0.5 x (1 - t^2) (K0 + 3 K1 x^2) */
     return fmaf(0.5f, fmaf(x * fmaf(-t, t, 1.0f), fmaf(3.0f * K1, x2, K0), t), 0.5f);
 }
@@ -167,7 +170,8 @@ __global__ void __launch_bounds__(THREADS, 1)
     gemm_sm90_kernel(const __grid_constant__ CUtensorMap tmA,
                      const __grid_constant__ CUtensorMap tmB,
                      const __grid_constant__ CUtensorMap tmC,
-                     const __grid_constant__ CUtensorMap tmP, const epi_args e) {
+                     const __grid_constant__ CUtensorMap tmP,
+                     const __grid_constant__ CUtensorMap tmX, const epi_args e) {
 #if GEMM_SM90_BODY
     constexpr int ST = cfg<EPI>::ST, E_BYTES = cfg<EPI>::E_BYTES, E_OFF = cfg<EPI>::E_OFF,
                   BAR_OFF = cfg<EPI>::BAR_OFF;
@@ -201,7 +205,7 @@ __global__ void __launch_bounds__(THREADS, 1)
                     mt_mbar_wait(&empty[s], ((it / ST) & 1) ^ 1);
                     mt_mbar_expect(&full[s], A_BYTES + B_BYTES);
                     tma_2d(sA + s * BM * BK, &tmA, kt * BK, t.m0, &full[s]);
-                    if (EPI == EPI_DGELU) /* B = W (K x N): its N-major panel rank */
+                    if (EPI != EPI_GELU) /* B = W (K x N): its N-major panel rank */
                         tma_2d_mc(sB + s * BN * BK + rank * 64 * 64, &tmB, t.n0 + 64 * (int)rank,
                                   kt * BK, &full[s], (1 << CM) - 1);
                     else /* B (N x K), K-major: rows rank * 64.. of the tile */
@@ -216,12 +220,12 @@ __global__ void __launch_bounds__(THREADS, 1)
         uint8_t *E = sE + c * E_BYTES;
         float acc[2][16][4];
         /* B N-major (DGELU): two 64-column panels of 64 k-rows, 8 KB apart; 16 k-rows = 2 KB */
-        constexpr int TB = EPI == EPI_DGELU, DB_K = TB ? 128 : 2;
+        constexpr int TB = EPI != EPI_GELU, DB_K = TB ? 128 : 2;
         const uint64_t da0 = mt_wgmma_desc(sA, 16), db0 = mt_wgmma_desc(sB, TB ? 8192 : 16);
         int j = c;
         for (int p = cid + c * ncl; p < pairs; p += 2 * ncl, j += 2) {
             const tile_at t = tile_of(p, nt, rank);
-            if (EPI == EPI_DGELU && ct == 0) { /* pre's tile into E once its last store read it */
+            if (EPI != EPI_GELU && ct == 0) { /* pre's tile into E once its last store read it */
                 bulk_wait_read0();
                 mt_mbar_expect(&pbar[c], E_BYTES);
                 for (int b = 0; b < 4; b++) /* E0 = rows 0-63, E1 = rows 64-127; two panels each */
@@ -335,14 +339,29 @@ __global__ void __launch_bounds__(THREADS, 1)
 #pragma unroll
                         for (int hr = 0; hr < 2; hr++) {
                             const float2 x = unpack2(g[jj][hr]);
-                            const float y0 = acc[h][jj][2 * hr] * gelu_grad_epi(x.x),
-                                        y1 = acc[h][jj][2 * hr + 1] * gelu_grad_epi(x.y);
+                            float a0, a1;
+                            const float y0 = acc[h][jj][2 * hr] * gelu_grad_epi(x.x, &a0),
+                                        y1 = acc[h][jj][2 * hr + 1] * gelu_grad_epi(x.y, &a1);
                             st_b32(at(h, jj, hr), pack2(y0, y1));
                             cs[jj].x += y0, cs[jj].y += y1;
+                            if (EPI == EPI_DGELU_ACT) g[jj][hr] = pack2(a0, a1);
                         }
                     fence_async_smem();
                     bar_sync(1 + c, 128);
                     if (ct == 0) store_half(&tmC, h, h);
+                    if (EPI ==
+                        EPI_DGELU_ACT) { /* GELU(pre) through half h once C's store read it */
+                        if (ct == 0) bulk_wait_read0();
+                        bar_sync(1 + c, 128);
+#pragma unroll
+                        for (int jj = 0; jj < 16; jj++)
+#pragma unroll
+                            for (int hr = 0; hr < 2; hr++)
+                                st_b32(at(h, jj, hr), g[jj][hr]);
+                        fence_async_smem();
+                        bar_sync(1 + c, 128);
+                        if (ct == 0) store_half(&tmX, h, h);
+                    }
                 }
                 if (e.colsum) {
                     /* the warp's 32 rows' column sums, as a reduce-scatter over the 8 lanes of a
@@ -430,14 +449,14 @@ static int sm90_clusters(void) {
         cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess ||
         major != 9 || minor != 0)
         return n;
-    auto k0 = gemm_sm90_kernel<EPI_GELU>, k1 = gemm_sm90_kernel<EPI_DGELU>;
-    if (cudaFuncSetAttribute(k0, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES) !=
-            cudaSuccess ||
-        cudaFuncSetAttribute(k1, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES) !=
+    auto k0 = gemm_sm90_kernel<EPI_GELU>, k1 = gemm_sm90_kernel<EPI_DGELU>,
+         k2 = gemm_sm90_kernel<EPI_DGELU_ACT>;
+    for (auto k : { k0, k1, k2 })
+        if (cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES) !=
             cudaSuccess) {
-        (void)cudaGetLastError();
-        return n;
-    }
+            (void)cudaGetLastError();
+            return n;
+        }
     cudaLaunchConfig_t cfg = {};
     cudaLaunchAttribute at;
     at.id = cudaLaunchAttributeClusterDimension;
@@ -458,21 +477,22 @@ extern "C" mt_status gemm_sm90_cuda(const gemm_args *g, mt_stream stream) {
     return MT_ERR_UNSUPPORTED; /* not built for sm_90a: no message to format on every GEMM */
 #else
     if (!sm90_on()) return MT_ERR_UNSUPPORTED; /* switched off: the same, cheaply */
-    const int epi = g->dgelu ? EPI_DGELU : EPI_GELU;
+    const int epi = !g->dgelu ? EPI_GELU : g->gelu_out ? EPI_DGELU_ACT : EPI_DGELU;
     /* the layouts, shapes and epilogues these kernels take; cuBLASLt does the rest */
     int ok = g->ab_dtype == MT_BF16 && g->c_dtype == MT_BF16 && g->batch == 1 && g->alpha == 1.0f &&
              g->beta == 0.0f && g->pre_gelu && !g->trans_a &&
-             (g->dgelu ? !g->trans_b && !g->bias : g->gelu && g->trans_b && !g->colsum) &&
+             (g->dgelu ? !g->trans_b && !g->bias
+                       : g->gelu && g->trans_b && !g->colsum && !g->gelu_out) &&
              g->M % (BM * CM) == 0 && g->N % BN == 0 && g->K % BK == 0 && g->K > 0 &&
              g->M <= INT32_MAX && g->N <= INT32_MAX && g->lda % 8 == 0 && g->ldb % 8 == 0 &&
              g->ldc % 8 == 0 && g->ldpre % 8 == 0 && (uintptr_t)g->a % 16 == 0 &&
              (uintptr_t)g->b % 16 == 0 && (uintptr_t)g->c % 16 == 0 &&
              (uintptr_t)g->pre_gelu % 16 == 0 && (uintptr_t)g->bias % 4 == 0 &&
-             (uintptr_t)g->colsum % 8 == 0;
+             (uintptr_t)g->colsum % 8 == 0 && g->ldgo % 8 == 0 && (uintptr_t)g->gelu_out % 16 == 0;
     if (!ok) return MT_ERROR(MT_ERR_UNSUPPORTED, "gemm: not a case of the sm_90a GELU kernels");
     const int clusters = sm90_clusters();
     if (clusters <= 0) return MT_ERROR(MT_ERR_UNSUPPORTED, "gemm: no sm_90 device");
-    CUtensorMap ma, mb, mc, mp;
+    CUtensorMap ma, mb, mc, mp, mx;
     MT_TRY(tile_map(&ma, g->a, g->M, g->K, g->lda, BM));
     if (g->dgelu)
         MT_TRY(tile_map(&mb, g->b, g->K, g->N, g->ldb, 64)); /* W (K, N): 64 x 64 boxes */
@@ -480,6 +500,10 @@ extern "C" mt_status gemm_sm90_cuda(const gemm_args *g, mt_stream stream) {
         MT_TRY(tile_map(&mb, g->b, g->N, g->K, g->ldb, BN / CM)); /* W (N, K) */
     MT_TRY(tile_map(&mc, g->c, g->M, g->N, g->ldc, 64));
     MT_TRY(tile_map(&mp, g->pre_gelu, g->M, g->N, g->ldpre, 64));
+    if (g->gelu_out)
+        MT_TRY(tile_map(&mx, g->gelu_out, g->M, g->N, g->ldgo, 64));
+    else
+        mx = mc; /* unused */
     epi_args e;
     e.bias = (const __nv_bfloat16 *)g->bias;
     e.colsum = g->colsum;
@@ -497,9 +521,12 @@ extern "C" mt_status gemm_sm90_cuda(const gemm_args *g, mt_stream stream) {
     cfg.dynamicSmemBytes = SMEM_BYTES, cfg.stream = (cudaStream_t)stream, cfg.attrs = &at;
     cfg.numAttrs = 1;
     if (epi == EPI_GELU)
-        MT_CUDA_TRY(cudaLaunchKernelEx(&cfg, gemm_sm90_kernel<EPI_GELU>, ma, mb, mc, mp, e));
+        MT_CUDA_TRY(cudaLaunchKernelEx(&cfg, gemm_sm90_kernel<EPI_GELU>, ma, mb, mc, mp, mx, e));
+    else if (epi == EPI_DGELU)
+        MT_CUDA_TRY(cudaLaunchKernelEx(&cfg, gemm_sm90_kernel<EPI_DGELU>, ma, mb, mc, mp, mx, e));
     else
-        MT_CUDA_TRY(cudaLaunchKernelEx(&cfg, gemm_sm90_kernel<EPI_DGELU>, ma, mb, mc, mp, e));
+        MT_CUDA_TRY(
+            cudaLaunchKernelEx(&cfg, gemm_sm90_kernel<EPI_DGELU_ACT>, ma, mb, mc, mp, mx, e));
     sm90_calls++;
     return MT_OK;
 #endif

@@ -44,9 +44,9 @@ MT_API void mt_blas_destroy(mt_blas *blas);
  * (the choice depends on timing: two processes may round differently); 0 (the default) takes the
  * heuristic's first. MT_GEMM_AUTOTUNE=0/1 in the environment overrides it. A no-op on the CPU. */
 MT_API void mt_blas_set_autotune(mt_blas *blas, int on);
-/* How many GEMMs this process ran on the Hopper kernels with GELU epilogues (opt-in by
- * MT_GEMM_SM90=1; built for sm_90a and run on an sm_90 device); -1 when not built for sm_90a or
- * without such a device. For tests and benchmarks. */
+/* How many GEMMs this process ran on the Hopper kernels with GELU epilogues (built for sm_90a and
+ * run on an sm_90 device; on unless MT_GEMM_SM90=0); -1 when not built for sm_90a or without such
+ * a device. For tests and benchmarks. */
 MT_API long long mt_gemm_sm90_count(void);
 
 enum {
@@ -54,6 +54,11 @@ enum {
     MT_GEMM_TRANS_B = 2, /* b is stored (N,K): use its transpose (nn.Linear's weight) */
     MT_GEMM_GELU = 4,    /* apply GELU (tanh approximation) after alpha, beta and bias */
     MT_GEMM_DGELU = 8,   /* backward through GELU: multiply by GELU'(pre_gelu), an input */
+    /* with MT_GEMM_GELU and pre_gelu: c is bitwise what mt_linear_bwd_dgelu_recompute computes
+     * again from pre_gelu (an activation dropped after the forward). On sm_90a both come from our
+     * GELU epilogues; elsewhere c = mt_gelu_fwd(pre_gelu) after a plain GEMM (no cuBLASLt GELU
+     * epilogue, whose GELU no other kernel repeats). */
+    MT_GEMM_GELU_RECOMPUTE = 16,
 };
 
 /* Row-major c(M,N) = epilogue(alpha * op(a) op(b) + beta * c + bias), fp32 accumulation. a and b
@@ -72,7 +77,8 @@ MT_API mt_status mt_gemm(mt_blas *blas, mt_tensor *c, mt_tensor *pre_gelu, const
                          float beta, mt_stream stream);
 
 /* nn.Linear forward: y(N,out) = x(N,in) @ w(out,in)^T [+ bias(out)], optionally through GELU
- * (flags 0 or MT_GEMM_GELU; pre_gelu as in mt_gemm). Enqueued on `stream`. */
+ * (flags 0, MT_GEMM_GELU or MT_GEMM_GELU | MT_GEMM_GELU_RECOMPUTE; pre_gelu as in mt_gemm).
+ * Enqueued on `stream`. */
 MT_API mt_status mt_linear_fwd(mt_blas *blas, mt_tensor *y, mt_tensor *pre_gelu, const mt_tensor *x,
                                const mt_tensor *w, const mt_tensor *bias, int flags,
                                mt_stream stream);
@@ -94,6 +100,16 @@ MT_API mt_status mt_linear_bwd_dgelu(mt_blas *blas, mt_tensor *dx, mt_tensor *dx
                                      const mt_tensor *pre_gelu, mt_tensor *dw, mt_tensor *dbias,
                                      const mt_tensor *dy, const mt_tensor *x, const mt_tensor *w,
                                      int accumulate, mt_stream stream);
+/* mt_linear_bwd_dgelu for a linear whose input x = GELU(pre_gelu) was not kept after the forward
+ * (Megatron's --recompute-modules mlp_act): x (contiguous, pre_gelu's shape and dtype; its
+ * contents are not read) first receives GELU(pre_gelu), bitwise as mt_linear_fwd with
+ * MT_GEMM_GELU | MT_GEMM_GELU_RECOMPUTE wrote it, then serves dw. On sm_90a x comes from the dx
+ * GEMM's epilogue (no pass of its own), elsewhere from mt_gelu_fwd. */
+MT_API mt_status mt_linear_bwd_dgelu_recompute(mt_blas *blas, mt_tensor *dx, mt_tensor *dx_sum,
+                                               const mt_tensor *pre_gelu, mt_tensor *dw,
+                                               mt_tensor *dbias, const mt_tensor *dy, mt_tensor *x,
+                                               const mt_tensor *w, int accumulate,
+                                               mt_stream stream);
 
 /* LayerNorm over the last dim of x (rows = numel / C) with the residual add fused in:
  * h = x + residual (residual may be NULL: h = x), resid_out = h (when not NULL),
