@@ -78,18 +78,19 @@ static mt_status check_ids(const mt_model *m, const mt_tensor *t, const char *wh
     return MT_OK;
 }
 
-/* One layer's forward from x (+ residual, NULL: none) into layer l's activations; resid_out
- * receives x + residual (NULL: not stored). The MLP output goes to a->tmp_c unless skip_fc2 (a
- * recomputation needs only what the backward reads, and fc2's output is not among it). */
-static mt_status layer_fwd(mt_model *m, int l, const mt_tensor *x, const mt_tensor *res,
-                           mt_tensor *resid_out, int skip_fc2, mt_stream s) {
+/* One layer's forward from its resid_in into layer l's activations. The projections add the
+ * residual stream in their GEMMs: resid_mid = resid_in + proj(attention), and next = resid_mid +
+ * fc2(MLP), the next layer's resid_in (or resid_final), skipped when next is NULL (a
+ * recomputation needs only what the backward reads, and the next layer's input is not among
+ * it). */
+static mt_status layer_fwd(mt_model *m, int l, mt_tensor *next, mt_stream s) {
     const mt_model_config *c = &m->cfg;
     acts *a = &m->a;
     layer_acts *la = &a->layer[l];
     layer_params *lp = &m->lp[l];
     mt_attn_config ac = attn_cfg(m);
-    OP("fwd.norm", norm_fwd(m, &la->ln1, resid_out, &la->ln1_mean, &la->ln1_rstd, x, res, lp->ln1_w,
-                            lp->ln1_b, s));
+    OP("fwd.norm", norm_fwd(m, &la->ln1, NULL, &la->ln1_mean, &la->ln1_rstd, &la->resid_in, NULL,
+                            lp->ln1_w, lp->ln1_b, s));
     OP("fwd.gemm.qkv",
        mt_linear_fwd(m->blas, &la->qkv, NULL, &la->ln1, W(lp->qkv_w), W(lp->qkv_b), 0, s));
     mt_tensor q, k, v, y;
@@ -100,10 +101,10 @@ static mt_status layer_fwd(mt_model *m, int l, const mt_tensor *x, const mt_tens
     }
     MT_TRY(as_bthd(m, &la->atty, c->num_attention_heads, &y));
     OP("fwd.attn", mt_attn_fwd(&y, &la->lse, &q, &k, &v, &ac, s));
-    OP("fwd.gemm.proj",
-       mt_linear_fwd(m->blas, &a->tmp_c, NULL, &la->atty, W(lp->proj_w), W(lp->proj_b), 0, s));
-    OP("fwd.norm", norm_fwd(m, &la->ln2, &la->resid_mid, &la->ln2_mean, &la->ln2_rstd, &a->tmp_c,
-                            &la->resid_in, lp->ln2_w, lp->ln2_b, s));
+    OP("fwd.gemm.proj", mt_linear_fwd_add(m->blas, &la->resid_mid, &la->atty, W(lp->proj_w),
+                                          W(lp->proj_b), &la->resid_in, s));
+    OP("fwd.norm", norm_fwd(m, &la->ln2, NULL, &la->ln2_mean, &la->ln2_rstd, &la->resid_mid, NULL,
+                            lp->ln2_w, lp->ln2_b, s));
     if (c->swiglu) {
         OP("fwd.gemm.fc1",
            mt_linear_fwd(m->blas, &la->fc1_pre, NULL, &la->ln2, W(lp->fc1_w), W(lp->fc1_b), 0, s));
@@ -113,9 +114,9 @@ static mt_status layer_fwd(mt_model *m, int l, const mt_tensor *x, const mt_tens
         OP("fwd.gemm.fc1+gelu", mt_linear_fwd(m->blas, &la->fc1_act, &la->fc1_pre, &la->ln2,
                                               W(lp->fc1_w), W(lp->fc1_b), fl, s));
     }
-    if (skip_fc2) return MT_OK;
-    OP("fwd.gemm.fc2",
-       mt_linear_fwd(m->blas, &a->tmp_c, NULL, &la->fc1_act, W(lp->fc2_w), W(lp->fc2_b), 0, s));
+    if (!next) return MT_OK;
+    OP("fwd.gemm.fc2", mt_linear_fwd_add(m->blas, next, &la->fc1_act, W(lp->fc2_w), W(lp->fc2_b),
+                                         &la->resid_mid, s));
     return MT_OK;
 }
 
@@ -131,20 +132,20 @@ static mt_status forward(mt_model *m, const mt_tensor *tokens, int lm_head, mt_s
     acts *a = &m->a;
     MT_TRY(check_ids(m, tokens, "tokens"));
     m->tokens = *tokens;
-    mt_tensor emb3;
-    MT_TRY(
-        mt_tensor_reshape(&a->emb, 3, (int64_t[]){ m->B, c->seq_length, c->hidden_size }, &emb3));
+    mt_tensor emb3; /* the embedding is the first layer's resid_in */
+    MT_TRY(mt_tensor_reshape(&a->layer[0].resid_in, 3,
+                             (int64_t[]){ m->B, c->seq_length, c->hidden_size }, &emb3));
     MT_TRY(params_needed(m, -1, s));
     OP("fwd.embedding", mt_embedding_fwd(&emb3, tokens, W(m->wte), W(m->wpe), s));
     /* recomputed layers write into shared scratch sets: only their resid_in survives */
-    for (int l = 0; l < c->num_layers; l++) {
+    const int L = c->num_layers;
+    for (int l = 0; l < L; l++) {
         MT_TRY(params_needed(m, l, s));
-        MT_TRY(layer_fwd(m, l, l == 0 ? &a->emb : &a->tmp_c,
-                         l == 0 ? NULL : &a->layer[l - 1].resid_mid, &a->layer[l].resid_in, 0, s));
+        MT_TRY(layer_fwd(m, l, l + 1 < L ? &a->layer[l + 1].resid_in : &a->resid_final, s));
     }
-    MT_TRY(params_needed(m, c->num_layers, s));
-    OP("fwd.norm", norm_fwd(m, &a->lnf, &a->resid_final, &a->lnf_mean, &a->lnf_rstd, &a->tmp_c,
-                            &a->layer[c->num_layers - 1].resid_mid, m->lnf_w, m->lnf_b, s));
+    MT_TRY(params_needed(m, L, s));
+    OP("fwd.norm", norm_fwd(m, &a->lnf, NULL, &a->lnf_mean, &a->lnf_rstd, &a->resid_final, NULL,
+                            m->lnf_w, m->lnf_b, s));
     if (lm_head)
         OP("fwd.gemm.lmhead",
            mt_linear_fwd(m->blas, &a->logits, NULL, &a->lnf, W(m->out_w), NULL, 0, s));
@@ -156,13 +157,8 @@ static mt_status forward(mt_model *m, const mt_tensor *tokens, int lm_head, mt_s
  * fused add normalises the sum rounded to the storage dtype, which is what resid_in holds. */
 static mt_status recompute(mt_model *m, int g0, int g1, mt_stream s) {
     acts *a = &m->a;
-    for (int j = g0; j <= g1; j++) {
-        if (j == g0)
-            MT_TRY(layer_fwd(m, j, &a->layer[g0].resid_in, NULL, NULL, g0 == g1, s));
-        else
-            MT_TRY(layer_fwd(m, j, &a->tmp_c, &a->layer[j - 1].resid_mid, &a->layer[j].resid_in,
-                             j == g1, s));
-    }
+    for (int j = g0; j <= g1; j++)
+        MT_TRY(layer_fwd(m, j, j < g1 ? &a->layer[j + 1].resid_in : NULL, s));
     return MT_OK;
 }
 

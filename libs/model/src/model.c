@@ -224,7 +224,6 @@ static void plan_acts(mt_model *m, planner *p) {
     int64_t F1 = (c->swiglu ? 2 : 1) * F, Vp = c->padded_vocab_size, QKV = (H + 2 * G) * D;
     mt_dtype dt = c->dtype;
     acts *a = &m->a;
-    TAKE(p, &a->emb, dt, N, C);
     if (c->recompute_mlp_act) TAKE(p, &a->mlp_act, dt, N, F);
     if (c->recompute_layernorm) TAKE(p, &a->ln_out, dt, N, C);
     for (int s = 0; s < a->n_rc; s++)
@@ -249,7 +248,6 @@ static void plan_acts(mt_model *m, planner *p) {
     TAKE(p, &a->stats, MT_F32, 2);
     TAKE(p, &a->loss_acc, MT_F32, 1);
     /* scratch shared by forward and backward */
-    TAKE(p, &a->tmp_c, dt, N, C);
     TAKE(p, &a->dres, dt, N, C);
     TAKE(p, &a->dln, dt, N, C);
     TAKE(p, &a->datty, dt, N, H * D);

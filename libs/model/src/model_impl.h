@@ -30,13 +30,12 @@ typedef struct layer_acts {
 } layer_acts;
 
 typedef struct acts {
-    mt_tensor emb;     /* (N,C) */
     layer_acts *layer; /* views; recomputed layers share the rc sets (resid_in of a group's first
                           layer excepted: that is the kept input) */
     layer_acts *rc;    /* n_rc scratch sets reused by the recomputed layers */
     int n_rc;
     mt_tensor resid_final, lnf, lnf_mean, lnf_rstd, logits, losses, stats, loss_acc;
-    mt_tensor tmp_c, dres, dln, datty, dqkv, dfc1_act, dfc1_pre, norm_scratch, ws;
+    mt_tensor dres, dln, datty, dqkv, dfc1_act, dfc1_pre, norm_scratch, ws;
     mt_tensor mlp_act; /* recompute_mlp_act: every layer's fc1_act (N,F) */
     mt_tensor ln_out;  /* recompute_layernorm: every layer's ln1 and ln2 (N,C) */
     mt_tensor dloss;   /* logits_chunks > 1: each token's loss gradient (N) f32 */

@@ -27,7 +27,7 @@ static mt_status rows_view(const mt_tensor *t, const char *what, int64_t *rows, 
 
 static mt_status same_view(const mt_tensor *t, const char *what, const mt_tensor *ref, int64_t rows,
                            int64_t cols, int64_t *ld) {
-    int64_t r, c;
+    int64_t r = 0, c = 0;
     MT_TRY(rows_view(t, what, &r, &c, ld));
     MT_REQUIRE(r == rows && c == cols, MT_ERR_INVALID_ARG,
                "%s is %lld x %lld, expected %lld x %lld", what, (long long)r, (long long)c,
@@ -80,7 +80,7 @@ mt_status mt_silu_bwd(mt_tensor *dx, const mt_tensor *dout, const mt_tensor *x, 
 
 /* Gate/up views of SwiGLU's input: the two halves of a fused (..., 2F) tensor, or two tensors. */
 static mt_status glu_inputs(act_args *a, const mt_tensor *gate, const mt_tensor *up) {
-    int64_t rows, cols, ld;
+    int64_t rows = 0, cols = 0, ld = 0;
     MT_TRY(rows_view(gate, "gate", &rows, &cols, &ld));
     a->dtype = gate->dtype;
     a->rows = rows;

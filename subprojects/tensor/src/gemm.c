@@ -1,6 +1,7 @@
 /* GEMM and nn.Linear forward/backward: validation, the mt_blas handle and device dispatch
  * (cuBLASLt on CUDA; on the CPU the fast path, or the reference with MT_CPU_REFERENCE=1). */
 #include <stdlib.h>
+#include <string.h>
 
 #include "ops_impl.h"
 
@@ -64,6 +65,17 @@ mt_status gemm_gelu_apply(const gemm_args *g, const void *src, int64_t ld, int64
 
 /* Inputs take the fast path unless MT_CPU_REFERENCE=1 asks for the reference. */
 static mt_status gemm_host(const gemm_args *g) {
+    if (g->cin) { /* beta's c from cin: copied into c first */
+        const size_t es = mt_dtype_size(g->c_dtype);
+        for (int64_t bt = 0; bt < g->batch; bt++)
+            for (int64_t i = 0; i < g->M; i++) {
+                const size_t o = (size_t)(bt * g->sc + i * g->ldc) * es;
+                memmove((char *)g->c + o, (const char *)g->cin + o, (size_t)g->N * es);
+            }
+        gemm_args h = *g;
+        h.cin = NULL;
+        return gemm_host(&h);
+    }
     if (g->gelu_split) { /* the GEMM into pre_gelu, then mt_gelu_fwd's GELU from there */
         gemm_args h = *g;
         h.c = g->pre_gelu, h.ldc = g->ldpre, h.sc = g->spre, h.pre_gelu = NULL;
@@ -246,6 +258,24 @@ mt_status mt_linear_fwd(mt_blas *blas, mt_tensor *y, mt_tensor *pre_gelu, const 
     MT_REQUIRE((flags & ~(MT_GEMM_GELU | MT_GEMM_GELU_RECOMPUTE)) == 0, MT_ERR_INVALID_ARG,
                "linear: flags may only hold MT_GEMM_GELU and MT_GEMM_GELU_RECOMPUTE");
     return mt_gemm(blas, y, pre_gelu, x, w, bias, flags | MT_GEMM_TRANS_B, 1.0f, 0.0f, stream);
+}
+
+mt_status mt_linear_fwd_add(mt_blas *blas, mt_tensor *y, const mt_tensor *x, const mt_tensor *w,
+                            const mt_tensor *bias, const mt_tensor *residual, mt_stream stream) {
+    MT_REQUIRE(y && residual, MT_ERR_INVALID_ARG, "NULL y or residual");
+    MT_REQUIRE(residual->ndim == y->ndim && residual->dtype == y->dtype &&
+                   mt_device_eq(residual->device, y->device) &&
+                   memcmp(residual->shape, y->shape, (size_t)y->ndim * sizeof y->shape[0]) == 0 &&
+                   memcmp(residual->stride, y->stride, (size_t)y->ndim * sizeof y->stride[0]) == 0,
+               MT_ERR_INVALID_ARG, "residual must match y in shape, strides, dtype and device");
+    MT_REQUIRE(residual->data || mt_tensor_numel(residual) == 0, MT_ERR_INVALID_ARG,
+               "residual has no data");
+    gemm_args g;
+    int empty;
+    MT_TRY(gemm_setup(&g, &empty, blas, y, NULL, x, w, bias, MT_GEMM_TRANS_B, 1.0f, 1.0f));
+    if (empty) return MT_OK;
+    if (residual->data != y->data) g.cin = residual->data;
+    return MT_DISPATCH(y->device, gemm_host(&g), gemm_cuda(blas->lt, &g, stream));
 }
 
 /* A bias gradient `sum` (the column sums of x, 2-D): as many elements as x has columns, f32 or

@@ -37,8 +37,9 @@ typedef struct gemm_args {
     int64_t batch, M, N, K;
     const void *a, *b, *bias;
     void *c, *pre_gelu;
-    float *colsum;  /* sm_90a DGELU only: partial column sums of c, (M / 32, N), or NULL */
-    void *gelu_out; /* sm_90a DGELU only: GELU(pre_gelu) stored here too (ld ldgo), or NULL */
+    float *colsum;   /* sm_90a DGELU only: partial column sums of c, (M / 32, N), or NULL */
+    void *gelu_out;  /* sm_90a DGELU only: GELU(pre_gelu) stored here too (ld ldgo), or NULL */
+    const void *cin; /* beta's c read from here instead of c (c's ld and stride), or NULL */
     int64_t lda, ldb, ldc, ldpre, ldgo, sa, sb, sc, spre;
     float alpha, beta;
 } gemm_args;

@@ -64,6 +64,38 @@ static void recompute(mt_dtype dt, double tol, const mt_tensor *x, const mt_tens
         free(all[i]->data);
 }
 
+/* The linear with the residual add fused in: y = x w^T + b + r against PyTorch's linear plus r
+ * (in double), into another tensor and in place; a residual of another shape is refused. */
+static void residual(mt_dtype dt, double tol, const mt_tensor *x, const mt_tensor *w,
+                     const mt_tensor *b) {
+    const int64_t sy[2] = { 13, 24 };
+    float *lin = mt_test_golden_f32("gemm_linear.npy", NULL, NULL), r32[13 * 24], want[13 * 24];
+    mt_test_fill_uniform(r32, 13 * 24, 7, 0, -4.0f, 4.0f);
+    mt_tensor r = poison_tensor(dt, 2, sy), y = poison_tensor(dt, 2, sy);
+    mt_tensor rf = mt_tensor_2d(r32, MT_F32, 13, 24, MT_DEVICE_CPU);
+    MT_CHECK(mt_cast(&r, &rf, NULL));
+    MT_CHECK(mt_cast(&rf, &r, NULL)); /* the residual as rounded to dt */
+    for (int i = 0; i < 13 * 24; i++)
+        want[i] = (float)((double)lin[i] + (double)r32[i]);
+    float got[13 * 24];
+    mt_tensor g = mt_tensor_2d(got, MT_F32, 13, 24, MT_DEVICE_CPU);
+    char what[64];
+    for (int inplace = 0; inplace < 2; inplace++) {
+        if (inplace) memcpy(y.data, r.data, mt_tensor_nbytes(&r));
+        MT_CHECK(mt_linear_fwd_add(NULL, &y, x, w, b, inplace ? &y : &r, NULL));
+        MT_CHECK(mt_cast(&g, &y, NULL));
+        snprintf(what, sizeof what, "linear + residual%s %s", inplace ? " in place" : "",
+                 mt_dtype_name(dt));
+        mt_test_close_f32(what, got, want, 13 * 24, tol, tol);
+    }
+    mt_tensor narrow = r;
+    MT_CHECK(mt_tensor_reshape(&narrow, 2, (int64_t[]){ 24, 13 }, &narrow));
+    MT_EXPECT_STATUS(mt_linear_fwd_add(NULL, &y, x, w, b, &narrow, NULL), MT_ERR_INVALID_ARG);
+    MT_EXPECT(strstr(mt_last_error(), "residual must match y") != NULL,
+              "the error names residual: %s", mt_last_error());
+    free(lin), free(r.data), free(y.data);
+}
+
 static void run(mt_dtype dt) {
     const int64_t sx[2] = { 13, 40 }, sw[2] = { 24, 40 }, sb[1] = { 24 }, sy[2] = { 13, 24 };
     double tol = dt == MT_F32 ? 2e-5 : dt == MT_F16 ? 6e-2 / 8 : 6e-2; /* f16: unit roundoff / 8 */
@@ -78,6 +110,7 @@ static void run(mt_dtype dt) {
     expect_gemm("linear gelu", &y, "gemm_linear_gelu.npy", tol, 1.0f);
     expect_gemm("linear pre_gelu", &pre, "gemm_linear.npy", tol, 1.0f);
     recompute(dt, tol, &x, &w, &b);
+    residual(dt, tol, &x, &w, &b);
 
     mt_tensor dx = poison_tensor(dt, 2, sx), dw = poison_tensor(dt, 2, sw),
               db = poison_tensor(dt, 1, sb);

@@ -198,6 +198,7 @@ static mt_status plan_get(blas_lt *lt, const gemm_args *g, int64_t epi, lt_plan 
     k.trans_b = g->trans_b, k.epi = epi, k.batch = g->batch, k.M = g->M, k.N = g->N, k.K = g->K;
     k.lda = g->lda, k.ldb = g->ldb, k.ldc = g->ldc, k.sa = g->sa, k.sb = g->sb, k.sc = g->sc;
     k.align_a = align_of(g->a), k.align_b = align_of(g->b), k.align_c = align_of(g->c);
+    if (g->cin && align_of(g->cin) < k.align_c) k.align_c = align_of(g->cin);
     if (g->bias) k.align_bias = align_of(g->bias);
     if (epi == CUBLASLT_EPILOGUE_GELU_AUX || epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS ||
         epi == CUBLASLT_EPILOGUE_DGELU) {
@@ -240,20 +241,21 @@ static int autotune_on(const blas_lt *lt) {
 static mt_status matmul(blas_lt *lt, lt_plan *p, const cublasLtMatmulAlgo_t *algo,
                         const gemm_args *g, mt_stream stream) {
     MT_CUBLAS_TRY(cublasLtMatmul(lt->handle, p->op, &g->alpha, g->b, p->la, g->a, p->lb, &g->beta,
-                                 g->c, p->lc, g->c, p->lc, algo, lt->workspace, lt->workspace_bytes,
-                                 (cudaStream_t)stream));
+                                 g->cin ? g->cin : g->c, p->lc, g->c, p->lc, algo, lt->workspace,
+                                 lt->workspace_bytes, (cudaStream_t)stream));
     return MT_OK;
 }
 
 /* Times every candidate (1 warm-up + 3 runs) and keeps the fastest; c is saved and restored when
- * beta reads it. Any failure keeps the heuristic's first choice. */
+ * beta reads it (not g->cin: runs from another input repeat). Any failure keeps the heuristic's
+ * first choice. */
 static void autotune(blas_lt *lt, lt_plan *p, const gemm_args *g, mt_stream stream) {
     p->tuned = 1;
     cudaStream_t s = (cudaStream_t)stream;
     size_t es = mt_dtype_size((mt_dtype)g->c_dtype);
     size_t bytes = (size_t)(((g->batch - 1) * g->sc + (g->M - 1) * g->ldc + g->N)) * es;
     void *saved = NULL;
-    if (g->beta != 0.0f &&
+    if (g->beta != 0.0f && !g->cin &&
         (cudaMalloc(&saved, bytes) != cudaSuccess ||
          cudaMemcpyAsync(saved, g->c, bytes, cudaMemcpyDeviceToDevice, s) != cudaSuccess)) {
         (void)cudaGetLastError();

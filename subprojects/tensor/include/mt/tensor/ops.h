@@ -83,6 +83,14 @@ MT_API mt_status mt_linear_fwd(mt_blas *blas, mt_tensor *y, mt_tensor *pre_gelu,
                                const mt_tensor *w, const mt_tensor *bias, int flags,
                                mt_stream stream);
 
+/* A linear with the residual add fused in: y(N,out) = x @ w^T [+ bias] + residual, residual of y's
+ * shape, strides and dtype (it may be y itself: added in place). The sum is rounded once (the
+ * GEMM's epilogue reads residual on CUDA), so a transformer's residual stream costs no pass of its
+ * own. Enqueued on `stream`. */
+MT_API mt_status mt_linear_fwd_add(mt_blas *blas, mt_tensor *y, const mt_tensor *x,
+                                   const mt_tensor *w, const mt_tensor *bias,
+                                   const mt_tensor *residual, mt_stream stream);
+
 /* nn.Linear backward for y = x @ w^T + bias: dx(N,in) = dy(N,out) @ w(out,in);
  * dw(out,in) (+)= dy^T @ x; dbias(out) (+)= sum over rows of dy. Any of dx, dw, dbias may be NULL
  * (skipped). accumulate = 1 adds into dw and dbias (gradient accumulation), 0 overwrites; dx is
