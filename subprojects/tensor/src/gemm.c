@@ -270,11 +270,14 @@ mt_status mt_linear_fwd_add(mt_blas *blas, mt_tensor *y, const mt_tensor *x, con
                MT_ERR_INVALID_ARG, "residual must match y in shape, strides, dtype and device");
     MT_REQUIRE(residual->data || mt_tensor_numel(residual) == 0, MT_ERR_INVALID_ARG,
                "residual has no data");
+    // why: cuBLASLt reading C from D itself (beta 1, bf16) rounded some sums twice (gpu_gemm)
+    MT_REQUIRE(residual->data != y->data || mt_tensor_numel(y) == 0, MT_ERR_INVALID_ARG,
+               "residual must not be y (no in-place add)");
     gemm_args g;
     int empty;
     MT_TRY(gemm_setup(&g, &empty, blas, y, NULL, x, w, bias, MT_GEMM_TRANS_B, 1.0f, 1.0f));
     if (empty) return MT_OK;
-    if (residual->data != y->data) g.cin = residual->data;
+    g.cin = residual->data;
     return MT_DISPATCH(y->device, gemm_host(&g), gemm_cuda(blas->lt, &g, stream));
 }
 

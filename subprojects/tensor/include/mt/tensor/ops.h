@@ -84,9 +84,9 @@ MT_API mt_status mt_linear_fwd(mt_blas *blas, mt_tensor *y, mt_tensor *pre_gelu,
                                mt_stream stream);
 
 /* A linear with the residual add fused in: y(N,out) = x @ w^T [+ bias] + residual, residual of y's
- * shape, strides and dtype (it may be y itself: added in place). The sum is rounded once (the
- * GEMM's epilogue reads residual on CUDA), so a transformer's residual stream costs no pass of its
- * own. Enqueued on `stream`. */
+ * shape, strides and dtype, another tensor than y. The sum is rounded once (the GEMM's epilogue
+ * reads residual on CUDA), so a transformer's residual stream costs no pass of its own. Enqueued
+ * on `stream`. */
 MT_API mt_status mt_linear_fwd_add(mt_blas *blas, mt_tensor *y, const mt_tensor *x,
                                    const mt_tensor *w, const mt_tensor *bias,
                                    const mt_tensor *residual, mt_stream stream);
