@@ -8,19 +8,22 @@
 /* The fast CPU path (cpu/gemm_fast.c): fp32 accumulation, packed panels, threads. */
 mt_status gemm_fast_cpu(const gemm_args *g);
 
-/* c *= GELU'(pre_gelu), batch by batch (MT_GEMM_DGELU after a plain GEMM). */
-mt_status gemm_dgelu_apply(const gemm_args *g, int cuda, mt_stream stream) {
+/* c = GELU(src) (ACT_GELU_FWD) or c *= GELU'(src) (ACT_GELU_BWD), batch by batch; src of c's
+ * shape, row stride ld, batch stride sb. */
+static mt_status gelu_batches(const gemm_args *g, act_op op, const void *src, int64_t ld,
+                              int64_t sb, int cuda, mt_stream stream) {
     size_t es = mt_dtype_size(g->c_dtype);
     for (int64_t bt = 0; bt < g->batch; bt++) {
         act_args a = { 0 };
-        a.op = ACT_GELU_BWD;
+        a.op = op;
         a.dtype = g->c_dtype;
         a.rows = g->M, a.cols = g->N;
         a.out0 = (char *)g->c + (size_t)(bt * g->sc) * es;
-        a.in0 = a.out0;
-        a.in1 = (const char *)g->pre_gelu + (size_t)(bt * g->spre) * es;
-        a.ld_out0 = a.ld_in0 = g->ldc;
-        a.ld_in1 = g->ldpre;
+        a.ld_out0 = g->ldc;
+        a.in1 = (const char *)src + (size_t)(bt * sb) * es;
+        a.ld_in1 = ld;
+        a.in0 = op == ACT_GELU_BWD ? a.out0 : a.in1; /* GELU': dout is c itself */
+        a.ld_in0 = op == ACT_GELU_BWD ? g->ldc : ld;
 #if MT_HAVE_CUDA
         if (cuda) {
             MT_TRY(act_cuda(&a, stream));
@@ -35,32 +38,13 @@ mt_status gemm_dgelu_apply(const gemm_args *g, int cuda, mt_stream stream) {
     return MT_OK;
 }
 
-/* c = GELU(src), src of c's shape (row stride ld, batch stride sb), batch by batch: the GELU step
- * of MT_GEMM_GELU after a plain GEMM. */
+mt_status gemm_dgelu_apply(const gemm_args *g, int cuda, mt_stream stream) {
+    return gelu_batches(g, ACT_GELU_BWD, g->pre_gelu, g->ldpre, g->spre, cuda, stream);
+}
+
 mt_status gemm_gelu_apply(const gemm_args *g, const void *src, int64_t ld, int64_t sb, int cuda,
                           mt_stream stream) {
-    size_t es = mt_dtype_size(g->c_dtype);
-    for (int64_t bt = 0; bt < g->batch; bt++) {
-        act_args a = { 0 };
-        a.op = ACT_GELU_FWD;
-        a.dtype = g->c_dtype;
-        a.rows = g->M, a.cols = g->N;
-        a.out0 = (char *)g->c + (size_t)(bt * g->sc) * es;
-        a.in0 = a.in1 = (const char *)src + (size_t)(bt * sb) * es;
-        a.ld_out0 = g->ldc;
-        a.ld_in0 = a.ld_in1 = ld;
-#if MT_HAVE_CUDA
-        if (cuda) {
-            MT_TRY(act_cuda(&a, stream));
-            continue;
-        }
-#else
-        (void)cuda;
-        (void)stream;
-#endif
-        MT_TRY(act_cpu(&a));
-    }
-    return MT_OK;
+    return gelu_batches(g, ACT_GELU_FWD, src, ld, sb, cuda, stream);
 }
 
 /* Inputs take the fast path unless MT_CPU_REFERENCE=1 asks for the reference. */

@@ -280,6 +280,19 @@ __global__ void __launch_bounds__(THREADS, 1)
                 tma_store_2d(m, t.n0 + 64, t.m0 + 64 * h, E + b * 16384 + 8192);
                 bulk_commit();
             };
+            /* v through half b of E once its last store has read it, stored as rows 64 h.. */
+            auto stage = [&](const uint32_t(&v)[16][2], const CUtensorMap *m, int b, int h) {
+                if (ct == 0) bulk_wait_read0();
+                bar_sync(1 + c, 128);
+#pragma unroll
+                for (int jj = 0; jj < 16; jj++)
+#pragma unroll
+                    for (int hr = 0; hr < 2; hr++)
+                        st_b32(at(b, jj, hr), v[jj][hr]);
+                fence_async_smem();
+                bar_sync(1 + c, 128);
+                if (ct == 0) store_half(m, b, h);
+            };
             if (EPI == EPI_GELU) {
                 /* four steps a tile (pre, GELU(pre) of rows 0-63, then of rows 64-127) through one
                  * 64-row staging half (E is 16 KB here), each once the last store has read it */
@@ -308,16 +321,7 @@ __global__ void __launch_bounds__(THREADS, 1)
                                     const float2 x = unpack2(v[jj][hr]);
                                     v[jj][hr] = pack2(gelu_epi(x.x), gelu_epi(x.y));
                                 }
-                        if (ct == 0) bulk_wait_read0();
-                        bar_sync(1 + c, 128);
-#pragma unroll
-                        for (int jj = 0; jj < 16; jj++)
-#pragma unroll
-                            for (int hr = 0; hr < 2; hr++)
-                                st_b32(at(0, jj, hr), v[jj][hr]);
-                        fence_async_smem();
-                        bar_sync(1 + c, 128);
-                        if (ct == 0) store_half(b ? &tmC : &tmP, 0, h);
+                        stage(v, b ? &tmC : &tmP, 0, h);
                     }
                 }
             } else {
@@ -349,19 +353,7 @@ __global__ void __launch_bounds__(THREADS, 1)
                     fence_async_smem();
                     bar_sync(1 + c, 128);
                     if (ct == 0) store_half(&tmC, h, h);
-                    if (EPI ==
-                        EPI_DGELU_ACT) { /* GELU(pre) through half h once C's store read it */
-                        if (ct == 0) bulk_wait_read0();
-                        bar_sync(1 + c, 128);
-#pragma unroll
-                        for (int jj = 0; jj < 16; jj++)
-#pragma unroll
-                            for (int hr = 0; hr < 2; hr++)
-                                st_b32(at(h, jj, hr), g[jj][hr]);
-                        fence_async_smem();
-                        bar_sync(1 + c, 128);
-                        if (ct == 0) store_half(&tmX, h, h);
-                    }
+                    if (EPI == EPI_DGELU_ACT) stage(g, &tmX, h, h); /* GELU(pre), after C */
                 }
                 if (e.colsum) {
                     /* the warp's 32 rows' column sums, as a reduce-scatter over the 8 lanes of a
