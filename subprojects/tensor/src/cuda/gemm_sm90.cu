@@ -441,9 +441,8 @@ static int sm90_clusters(void) {
         cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess ||
         major != 9 || minor != 0)
         return n;
-    auto k0 = gemm_sm90_kernel<EPI_GELU>, k1 = gemm_sm90_kernel<EPI_DGELU>,
-         k2 = gemm_sm90_kernel<EPI_DGELU_ACT>;
-    for (auto k : { k0, k1, k2 })
+    auto k0 = gemm_sm90_kernel<EPI_GELU>; /* the occupancy below is k0's: all take SMEM_BYTES */
+    for (auto k : { k0, gemm_sm90_kernel<EPI_DGELU>, gemm_sm90_kernel<EPI_DGELU_ACT> })
         if (cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES) !=
             cudaSuccess) {
             (void)cudaGetLastError();
@@ -512,13 +511,10 @@ extern "C" mt_status gemm_sm90_cuda(const gemm_args *g, mt_stream stream) {
     cfg.gridDim = dim3((unsigned)grid), cfg.blockDim = dim3(THREADS);
     cfg.dynamicSmemBytes = SMEM_BYTES, cfg.stream = (cudaStream_t)stream, cfg.attrs = &at;
     cfg.numAttrs = 1;
-    if (epi == EPI_GELU)
-        MT_CUDA_TRY(cudaLaunchKernelEx(&cfg, gemm_sm90_kernel<EPI_GELU>, ma, mb, mc, mp, mx, e));
-    else if (epi == EPI_DGELU)
-        MT_CUDA_TRY(cudaLaunchKernelEx(&cfg, gemm_sm90_kernel<EPI_DGELU>, ma, mb, mc, mp, mx, e));
-    else
-        MT_CUDA_TRY(
-            cudaLaunchKernelEx(&cfg, gemm_sm90_kernel<EPI_DGELU_ACT>, ma, mb, mc, mp, mx, e));
+    auto kernel = epi == EPI_GELU    ? gemm_sm90_kernel<EPI_GELU>
+                  : epi == EPI_DGELU ? gemm_sm90_kernel<EPI_DGELU>
+                                     : gemm_sm90_kernel<EPI_DGELU_ACT>;
+    MT_CUDA_TRY(cudaLaunchKernelEx(&cfg, kernel, ma, mb, mc, mp, mx, e));
     sm90_calls++;
     return MT_OK;
 #endif
