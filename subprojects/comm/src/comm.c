@@ -213,7 +213,7 @@ static mt_status check_op(mt_comm *c, mt_redop op) {
 
 mt_status mt_comm_allreduce(mt_comm *comm, mt_tensor *dst, const mt_tensor *src, mt_redop op,
                             mt_stream stream) {
-    int cuda;
+    int cuda = 0;
     MT_TRY(op_begin(comm, "allreduce", src, dst, &cuda));
     MT_TRY(check_op(comm, op));
     if (!mt_tensor_same_shape(dst, src) && mt_tensor_numel(dst) != mt_tensor_numel(src))
@@ -229,7 +229,7 @@ mt_status mt_comm_allreduce(mt_comm *comm, mt_tensor *dst, const mt_tensor *src,
 }
 
 mt_status mt_comm_allgather(mt_comm *comm, mt_tensor *dst, const mt_tensor *src, mt_stream stream) {
-    int cuda;
+    int cuda = 0;
     MT_TRY(op_begin(comm, "allgather", src, dst, &cuda));
     if (mt_tensor_numel(dst) != mt_tensor_numel(src) * comm->size)
         return COMM_ERROR(comm, MT_ERR_INVALID_ARG, "dst has %lld elements, want %d x %lld",
@@ -245,7 +245,7 @@ mt_status mt_comm_allgather(mt_comm *comm, mt_tensor *dst, const mt_tensor *src,
 
 mt_status mt_comm_reduce_scatter(mt_comm *comm, mt_tensor *dst, const mt_tensor *src, mt_redop op,
                                  mt_stream stream) {
-    int cuda;
+    int cuda = 0;
     MT_TRY(op_begin(comm, "reduce_scatter", src, dst, &cuda));
     MT_TRY(check_op(comm, op));
     if (mt_tensor_numel(src) != mt_tensor_numel(dst) * comm->size)
@@ -262,7 +262,7 @@ mt_status mt_comm_reduce_scatter(mt_comm *comm, mt_tensor *dst, const mt_tensor 
 
 mt_status mt_comm_broadcast(mt_comm *comm, mt_tensor *dst, const mt_tensor *src, int root,
                             mt_stream stream) {
-    int cuda;
+    int cuda = 0;
     if (!src) src = dst;
     MT_TRY(op_begin(comm, "broadcast", dst, src, &cuda));
     if (root < 0 || root >= comm->size)
@@ -280,7 +280,7 @@ mt_status mt_comm_broadcast(mt_comm *comm, mt_tensor *dst, const mt_tensor *src,
 static mt_status alltoallv_checked(mt_comm *comm, const char *op, mt_tensor *dst,
                                    const int64_t *recv_counts, const mt_tensor *src,
                                    const int64_t *send_counts, mt_stream stream) {
-    int cuda;
+    int cuda = 0;
     MT_TRY(op_begin(comm, op, src, dst, &cuda));
     if (comm_same(dst, src) && mt_tensor_numel(src) > 0)
         return COMM_ERROR(comm, MT_ERR_INVALID_ARG, "dst and src alias (not in place)");
@@ -332,7 +332,7 @@ mt_status mt_comm_alltoallv(mt_comm *comm, mt_tensor *dst, const int64_t *recv_c
 }
 
 mt_status mt_comm_barrier(mt_comm *comm) {
-    int cuda;
+    int cuda = 0;
     MT_TRY(op_begin(comm, "barrier", NULL, NULL, &cuda));
     if (comm->has_mpi) return barrier_mpi(comm);
     if (comm->has_nccl) return barrier_nccl(comm);

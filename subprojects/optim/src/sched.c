@@ -118,7 +118,7 @@ static mt_status parse(const char *s, const char *const *names, int n, int *out,
 mt_status mt_lr_decay_style_parse(const char *s, mt_lr_decay_style *out) {
     static const char *const names[] = { "constant", "linear", "cosine", "inverse-square-root",
                                          "WSD" };
-    int v;
+    int v = 0;
     MT_TRY(parse(s, names, 5, &v, "--lr-decay-style"));
     *out = (mt_lr_decay_style)v;
     return MT_OK;
@@ -126,7 +126,7 @@ mt_status mt_lr_decay_style_parse(const char *s, mt_lr_decay_style *out) {
 
 mt_status mt_lr_wsd_style_parse(const char *s, mt_lr_wsd_style *out) {
     static const char *const names[] = { "exponential", "linear", "cosine", "minus_sqrt" };
-    int v;
+    int v = 0;
     MT_TRY(parse(s, names, 4, &v, "--lr-wsd-decay-style"));
     *out = (mt_lr_wsd_style)v;
     return MT_OK;
@@ -134,7 +134,7 @@ mt_status mt_lr_wsd_style_parse(const char *s, mt_lr_wsd_style *out) {
 
 mt_status mt_wd_incr_style_parse(const char *s, mt_wd_incr_style *out) {
     static const char *const names[] = { "constant", "linear", "cosine" };
-    int v;
+    int v = 0;
     MT_TRY(parse(s, names, 3, &v, "--weight-decay-incr-style"));
     *out = (mt_wd_incr_style)v;
     return MT_OK;

@@ -247,8 +247,8 @@ static mt_status check_int_count(mt_comm *c, int64_t n, const char *what) {
 mt_status allreduce_mpi(mt_comm *c, mt_tensor *dst, const mt_tensor *src, mt_redop op) {
     int64_t n = mt_tensor_numel(src);
     MT_TRY(check_int_count(c, n, "count"));
-    MPI_Datatype type;
-    MPI_Op mop;
+    MPI_Datatype type = MPI_DATATYPE_NULL;
+    MPI_Op mop = MPI_OP_NULL;
     MT_TRY(mpi_type_op(c, src->dtype, op, &type, &mop));
     MPI_Request req;
     MPI_TRY(c, MPI_Iallreduce(comm_same(dst, src) ? MPI_IN_PLACE : src->data, dst->data, (int)n,
@@ -273,8 +273,8 @@ mt_status reduce_scatter_mpi(mt_comm *c, mt_tensor *dst, const mt_tensor *src, m
     int64_t n = mt_tensor_numel(dst);
     size_t bytes = mt_tensor_nbytes(dst);
     MT_TRY(check_int_count(c, n, "count"));
-    MPI_Datatype type;
-    MPI_Op mop;
+    MPI_Datatype type = MPI_DATATYPE_NULL;
+    MPI_Op mop = MPI_OP_NULL;
     MT_TRY(mpi_type_op(c, src->dtype, op, &type, &mop));
     /* in place (dst inside src): MPI's in-place form puts the result at the start of the buffer,
      * not at this rank's chunk, so reduce into a temporary instead */
