@@ -1,5 +1,5 @@
 /* LayerNorm/RMSNorm with the fused residual add on the GPU (bf16): forward (x + residual -> resid_out,
- * out, mean, rstd) and backward (dx with the residual gradient, dweight, dbias; layernorm_bwd_sum
+ * out, mean, rstd; layernorm_fwd_nores: x -> out, mean, rstd, as the model runs it) and backward (dx with the residual gradient, dweight, dbias; layernorm_bwd_sum
  * also dx's column sums, as the model asks for a linear's bias gradient); GB/s counting the bytes
  * of the row tensors read and written once. */
 #include "bench_common.h"
@@ -7,7 +7,8 @@
 #if MT_HAVE_CUDA
 
 typedef struct {
-    int op; /* 0 layernorm_fwd, 1 layernorm_bwd, 2 rmsnorm_fwd, 3 rmsnorm_bwd, 4 layernorm_bwd_sum */
+    int op; /* 0 layernorm_fwd, 1 layernorm_bwd, 2 rmsnorm_fwd, 3 rmsnorm_bwd, 4 layernorm_bwd_sum,
+             * 5 layernorm_fwd_nores */
     int64_t N, C;
 } norm_case;
 
@@ -26,6 +27,9 @@ static mt_status run_case(const norm_case *c, norm_bufs *t) {
     case 4:
         return mt_layernorm_bwd(&t->dx, &t->dw, &t->db, &t->ds, &t->scratch, &t->dout, &t->h, &t->w,
                                 &t->mean, &t->rstd, &t->dx, 0, NULL);
+    case 5:
+        return mt_layernorm_fwd(&t->out, NULL, &t->mean, &t->rstd, &t->x, NULL, &t->w, &t->b, 1e-5f,
+                                NULL);
     case 2:
         return mt_rmsnorm_fwd(&t->out, &t->h, &t->rstd, &t->x, &t->r, &t->w, 1e-5f, NULL);
     default:
@@ -67,8 +71,9 @@ static void bench_norm(mt_bench_state *st, void *arg) {
         return;
     }
     BENCH_LOOP(st, run_case(c, &t));
-    /* fwd: x, residual read; resid_out, out written. bwd: dout, h, dresid read; dx written */
-    mt_bench_set_bytes(st, 4 * c->N * c->C * 2);
+    /* fwd: x, residual read; resid_out, out written (nores: x read, out written). bwd: dout, h,
+     * dresid read; dx written */
+    mt_bench_set_bytes(st, (c->op == 5 ? 2 : 4) * c->N * c->C * 2);
     mt_arena_destroy(ar);
 }
 #endif
@@ -76,13 +81,13 @@ static void bench_norm(mt_bench_state *st, void *arg) {
 int main(int argc, char **argv) {
 #if MT_HAVE_CUDA
     if (bench_cuda_init()) {
-        static const char *ops[] = { "layernorm_fwd", "layernorm_bwd", "rmsnorm_fwd", "rmsnorm_bwd",
-                                     "layernorm_bwd_sum" };
+        static const char *ops[] = { "layernorm_fwd", "layernorm_bwd",     "rmsnorm_fwd",
+                                     "rmsnorm_bwd",   "layernorm_bwd_sum", "layernorm_fwd_nores" };
         static const int64_t Cs[] = { 768, 1600, 4096 };
-        static norm_case cases[15];
-        static char names[15][96];
+        static norm_case cases[18];
+        static char names[18][96];
         int n = 0;
-        for (int op = 0; op < 5; op++) {
+        for (int op = 0; op < 6; op++) {
             for (int i = 0; i < 3; i++) {
                 cases[n] = (norm_case){ op, 16384, Cs[i] };
                 snprintf(names[n], sizeof names[n], "%s/cuda/bf16_N16384_C%lld", ops[op],
