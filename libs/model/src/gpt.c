@@ -33,13 +33,13 @@ static mt_status as_bthd(const mt_model *m, const mt_tensor *x, int64_t heads, m
         x, 4, (int64_t[]){ m->B, m->cfg.seq_length, heads, m->cfg.kv_channels }, out);
 }
 
-static mt_status norm_fwd(const mt_model *m, mt_tensor *out, mt_tensor *resid_out, mt_tensor *mean,
-                          mt_tensor *rstd, const mt_tensor *x, const mt_tensor *residual,
-                          const mt_model_param *w, const mt_model_param *b, mt_stream s) {
+/* The norm of x (the residual stream: the projections' GEMMs add it, so no fused residual here). */
+static mt_status norm_fwd(const mt_model *m, mt_tensor *out, mt_tensor *mean, mt_tensor *rstd,
+                          const mt_tensor *x, const mt_model_param *w, const mt_model_param *b,
+                          mt_stream s) {
     if (m->cfg.normalization == MT_NORM_LAYERNORM)
-        return mt_layernorm_fwd(out, resid_out, mean, rstd, x, residual, W(w), W(b),
-                                m->cfg.norm_epsilon, s);
-    return mt_rmsnorm_fwd(out, resid_out, rstd, x, residual, W(w), m->cfg.norm_epsilon, s);
+        return mt_layernorm_fwd(out, NULL, mean, rstd, x, NULL, W(w), W(b), m->cfg.norm_epsilon, s);
+    return mt_rmsnorm_fwd(out, NULL, rstd, x, NULL, W(w), m->cfg.norm_epsilon, s);
 }
 
 /* The norm's backward; the column sums of its dx also give sum_b's gradient (NULL: none): the
@@ -89,8 +89,8 @@ static mt_status layer_fwd(mt_model *m, int l, mt_tensor *next, mt_stream s) {
     layer_acts *la = &a->layer[l];
     layer_params *lp = &m->lp[l];
     mt_attn_config ac = attn_cfg(m);
-    OP("fwd.norm", norm_fwd(m, &la->ln1, NULL, &la->ln1_mean, &la->ln1_rstd, &la->resid_in, NULL,
-                            lp->ln1_w, lp->ln1_b, s));
+    OP("fwd.norm",
+       norm_fwd(m, &la->ln1, &la->ln1_mean, &la->ln1_rstd, &la->resid_in, lp->ln1_w, lp->ln1_b, s));
     OP("fwd.gemm.qkv",
        mt_linear_fwd(m->blas, &la->qkv, NULL, &la->ln1, W(lp->qkv_w), W(lp->qkv_b), 0, s));
     mt_tensor q, k, v, y;
@@ -103,8 +103,8 @@ static mt_status layer_fwd(mt_model *m, int l, mt_tensor *next, mt_stream s) {
     OP("fwd.attn", mt_attn_fwd(&y, &la->lse, &q, &k, &v, &ac, s));
     OP("fwd.gemm.proj", mt_linear_fwd_add(m->blas, &la->resid_mid, &la->atty, W(lp->proj_w),
                                           W(lp->proj_b), &la->resid_in, s));
-    OP("fwd.norm", norm_fwd(m, &la->ln2, NULL, &la->ln2_mean, &la->ln2_rstd, &la->resid_mid, NULL,
-                            lp->ln2_w, lp->ln2_b, s));
+    OP("fwd.norm", norm_fwd(m, &la->ln2, &la->ln2_mean, &la->ln2_rstd, &la->resid_mid, lp->ln2_w,
+                            lp->ln2_b, s));
     if (c->swiglu) {
         OP("fwd.gemm.fc1",
            mt_linear_fwd(m->blas, &la->fc1_pre, NULL, &la->ln2, W(lp->fc1_w), W(lp->fc1_b), 0, s));
@@ -144,8 +144,8 @@ static mt_status forward(mt_model *m, const mt_tensor *tokens, int lm_head, mt_s
         MT_TRY(layer_fwd(m, l, l + 1 < L ? &a->layer[l + 1].resid_in : &a->resid_final, s));
     }
     MT_TRY(params_needed(m, L, s));
-    OP("fwd.norm", norm_fwd(m, &a->lnf, NULL, &a->lnf_mean, &a->lnf_rstd, &a->resid_final, NULL,
-                            m->lnf_w, m->lnf_b, s));
+    OP("fwd.norm",
+       norm_fwd(m, &a->lnf, &a->lnf_mean, &a->lnf_rstd, &a->resid_final, m->lnf_w, m->lnf_b, s));
     if (lm_head)
         OP("fwd.gemm.lmhead",
            mt_linear_fwd(m->blas, &a->logits, NULL, &a->lnf, W(m->out_w), NULL, 0, s));
@@ -154,7 +154,8 @@ static mt_status forward(mt_model *m, const mt_tensor *tokens, int lm_head, mt_s
 
 /* Full recompute: before the backward of group [g0, g1] (reached at g1), runs its layers' forward
  * again from the kept resid_in of g0. The norm of the kept sum is bitwise the forward's: the
- * fused add normalises the sum rounded to the storage dtype, which is what resid_in holds. */
+ * projections' GEMMs store the residual stream rounded to the storage dtype, and the norms read
+ * that stored value in both passes. */
 static mt_status recompute(mt_model *m, int g0, int g1, mt_stream s) {
     acts *a = &m->a;
     for (int j = g0; j <= g1; j++)
@@ -269,8 +270,8 @@ static mt_status backward(mt_model *m, int lm_head, mt_stream s) {
                                    NULL, &a->dres, &la->fc1_act, W(lp->fc2_w), acc, s));
         }
         if (c->recompute_layernorm)
-            OP("bwd.recompute.norm", norm_fwd(m, &la->ln2, NULL, NULL, NULL, &la->resid_mid, NULL,
-                                              lp->ln2_w, lp->ln2_b, s));
+            OP("bwd.recompute.norm",
+               norm_fwd(m, &la->ln2, NULL, NULL, &la->resid_mid, lp->ln2_w, lp->ln2_b, s));
         OP("bwd.gemm.fc1",
            mt_linear_bwd(m->blas, &a->dln, G(lp->fc1_w), c->swiglu ? G(lp->fc1_b) : NULL,
                          &a->dfc1_pre, &la->ln2, W(lp->fc1_w), acc, s));
@@ -304,8 +305,8 @@ static mt_status backward(mt_model *m, int lm_head, mt_stream s) {
             OP("bwd.rope", rope(m, &dk, 1, s));
         }
         if (c->recompute_layernorm)
-            OP("bwd.recompute.norm", norm_fwd(m, &la->ln1, NULL, NULL, NULL, &la->resid_in, NULL,
-                                              lp->ln1_w, lp->ln1_b, s));
+            OP("bwd.recompute.norm",
+               norm_fwd(m, &la->ln1, NULL, NULL, &la->resid_in, lp->ln1_w, lp->ln1_b, s));
         OP("bwd.gemm.qkv",
            mt_linear_bwd(m->blas, &a->dln, G(lp->qkv_w), bias_here ? NULL : G(lp->qkv_b), &a->dqkv,
                          &la->ln1, W(lp->qkv_w), acc, s));
