@@ -514,9 +514,7 @@ mt_status mt_model_discard_grads(mt_model *m, mt_stream stream) {
 
 mt_status mt_model_take_loss(mt_model *m, double *mean_loss, mt_stream stream) {
     float acc = 0;
-    /* (NULL: the copy itself waits for the default stream's work, and no more: a trainer's own
-     * streams, such as an optimizer update beside the next forward, go on) */
-    if (stream) MT_TRY(mt_stream_sync(stream));
+    MT_TRY(mt_stream_sync(stream));
     MT_TRY(mt_memcpy(&acc, MT_DEVICE_CPU, m->a.loss_acc.data, m->dev, sizeof acc, NULL));
     *mean_loss = m->n_loss > 0 ? (double)acc / m->n_loss : NAN;
     m->n_loss = 0;

@@ -51,17 +51,11 @@ typedef struct run {
     mt_stream comm_stream; /* CUDA: reductions run here beside the backward */
     mt_event *bucket_ev, done_ev;
     /* --overlap-param-gather: after a step, each bucket's all-gather (order: ascending level)
-     * runs on the comm stream, ready_ev[k] marking its end, which the forward waits for at the
+     * runs on the comm stream, gather_ev[k] marking its end, which the forward waits for at the
      * bucket's level (CUDA); on the host the gather is pending until the forward reaches that
      * level and runs there */
     int pgather, *order, *pending;
-    mt_event *ready_ev, step_ev; /* ready_ev[k]: bucket k's params are final (gathered/updated) */
-    /* The update beside the next forward (CUDA, params not sharded; MT_STEP_OVERLAP=0 turns it
-     * off): after the statistics, each bucket's update runs on opt_stream in the forward's order,
-     * ready_ev[k] marking its end, which the next forward waits for at the bucket's level as it
-     * waits for gathers */
-    int step_overlap, step_delay_ms; /* MT_STEP_OVERLAP_DELAY_MS: the update starts that late */
-    mt_stream opt_stream;
+    mt_event *gather_ev, step_ev;
     mt_prof *prof; /* MT_PROFILE=1: per-operation times at the end */
     /* --log-params-norm: the reduction's output and workspace */
     mt_arena *pn_arena;
@@ -312,10 +306,10 @@ static mt_status setup_model(run *r) {
                                        (int)a->hysteresis));
         r->scale_p = &r->scaler;
     }
+    MT_TRY(setup_overlap(r));
+    if (r->pgather) mt_model_set_param_wait(r->model, param_wait, r);
     if (mt_env_int("MT_PROFILE", 0) != 0 || a->timing_log_level > 0)
         MT_TRY(mt_prof_create(&r->prof, mt_device_is_cuda(r->dev), 4096));
-    MT_TRY(setup_overlap(r));
-    if (r->pgather || r->step_overlap) mt_model_set_param_wait(r->model, param_wait, r);
 
     mt_optim_sched *s = &r->sched;
     *s = (mt_optim_sched)MT_OPTIM_SCHED_INIT;
@@ -769,11 +763,7 @@ static void events_free(mt_event *ev, int n) {
 /* Each bucket's level: the lowest grad-ready level of its parameters (mt_model_grad_ready_fn). */
 static mt_status setup_overlap(run *r) {
     r->overlap = r->a->overlap_grad_reduce && r->nranks > 1;
-    /* (not under MT_PROFILE, whose optimizer_step region then times the whole update) */
-    r->step_overlap = mt_device_is_cuda(r->dev) && !r->prof &&
-                      !(r->a->use_distributed_optimizer && r->nranks > 1) &&
-                      mt_env_int("MT_STEP_OVERLAP", 1) != 0;
-    if (!r->overlap && !r->step_overlap) return MT_OK;
+    if (!r->overlap) return MT_OK;
     int nb = r->n_buckets = mt_optim_buffer_num_buckets(r->buf);
     r->bucket_level = malloc((size_t)nb * sizeof(int));
     r->launched = calloc((size_t)nb, sizeof(int));
@@ -787,12 +777,12 @@ static mt_status setup_overlap(run *r) {
         MT_TRY(mt_model_param_ready_level(&r->mc, info.name, &level));
         if (level < r->bucket_level[info.bucket]) r->bucket_level[info.bucket] = level;
     }
-    if (r->overlap && mt_device_is_cuda(r->dev)) {
+    if (mt_device_is_cuda(r->dev)) {
         MT_TRY(mt_stream_create(&r->comm_stream));
         MT_TRY(events_new(&r->bucket_ev, nb));
         MT_TRY(mt_event_create(&r->done_ev, 0));
     }
-    if (!r->pgather && !r->step_overlap) return MT_OK;
+    if (!r->pgather) return MT_OK;
     r->order = malloc((size_t)nb * sizeof(int));
     r->pending = calloc((size_t)nb, sizeof(int));
     MT_REQUIRE(r->order && r->pending, MT_ERR_OOM, "bucket table");
@@ -803,11 +793,9 @@ static mt_status setup_overlap(run *r) {
         r->order[j] = k;
     }
     if (mt_device_is_cuda(r->dev)) {
-        MT_TRY(events_new(&r->ready_ev, nb));
+        MT_TRY(events_new(&r->gather_ev, nb));
         MT_TRY(mt_event_create(&r->step_ev, 0));
     }
-    if (r->step_overlap) MT_TRY(mt_stream_create(&r->opt_stream));
-    r->step_delay_ms = mt_env_int("MT_STEP_OVERLAP_DELAY_MS", 0);
     return MT_OK;
 }
 
@@ -853,46 +841,23 @@ static mt_status launch_param_gather(run *r) {
             continue;
         }
         MT_TRY(mt_optim_gather_bucket(r->opt, k, r->comm_stream));
-        MT_TRY(mt_event_record(r->ready_ev[k], r->comm_stream));
-    }
-    return MT_OK;
-}
-
-static void sleep_ms(void *arg) {
-    int ms = *(const int *)arg;
-    struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
-    nanosleep(&ts, NULL);
-}
-
-/* The update of a prepared step (mt_optim_step_prepare) on the optimizer's stream after the
- * backward and the statistics: bucket by bucket in the forward's order, each one's end in
- * ready_ev for the next forward (param_wait). The result is mt_optim_step's, bit for bit. */
-static mt_status launch_step(run *r) {
-    MT_TRY(mt_event_record(r->step_ev, NULL));
-    MT_TRY(mt_stream_wait_event(r->opt_stream, r->step_ev));
-    if (r->step_delay_ms > 0) /* a test of the forward's waits: they must hold it back */
-        MT_TRY(mt_stream_host_fn(r->opt_stream, sleep_ms, &r->step_delay_ms));
-    for (int i = 0; i < r->n_buckets; i++) {
-        int k = r->order[i];
-        MT_TRY(mt_optim_step_bucket(r->opt, k, r->opt_stream));
-        MT_TRY(mt_event_record(r->ready_ev[k], r->opt_stream));
+        MT_TRY(mt_event_record(r->gather_ev[k], r->comm_stream));
     }
     return MT_OK;
 }
 
 /* The forward is about to read `level`'s params (mt_model_param_wait_fn): stream s waits for
- * the all-gathers or the updates (launch_step) of the buckets up to that level (host: runs the
- * gathers). INT32_MAX: all of them,
+ * the all-gathers of the buckets up to that level (host: runs them). INT32_MAX: all of them,
  * before anything else reads the params (checkpoint, params norm, the next step). On CUDA the
  * stream waits for the buckets of that level whether or not their gather is new (the events of
  * gathers done complete at once): the same work at every call, which a CUDA graph of the
  * forward keeps as waits for the events' latest records (mt_stream_wait_event_external). */
 static mt_status param_wait(void *ctx, int level, mt_stream s) {
     run *r = ctx;
-    if (r->ready_ev) {
+    if (r->comm_stream) {
         for (int k = 0; k < r->n_buckets; k++) {
             if (level != INT32_MAX && r->bucket_level[k] != level) continue;
-            MT_TRY(mt_stream_wait_event_external(s, r->ready_ev[k]));
+            MT_TRY(mt_stream_wait_event_external(s, r->gather_ev[k]));
         }
         return MT_OK;
     }
@@ -954,7 +919,7 @@ static mt_status nonfinite_step(run *r, int64_t iteration, double loss, int *rep
 }
 
 static mt_status params_final(run *r) {
-    return r->pgather || r->step_overlap ? param_wait(r, INT32_MAX, NULL) : MT_OK;
+    return r->pgather ? param_wait(r, INT32_MAX, NULL) : MT_OK;
 }
 
 /* The L2 norm of every parameter (Megatron's params norm), from the parameter buffer (padding is
@@ -1035,9 +1000,7 @@ static mt_status train(run *r) {
             mt_model_set_profiler(r->model, r->prof);
         mt_prof *pr = r->iteration - first_iter >= 2 ? r->prof : NULL;
         MT_TRY(mt_prof_begin(pr, "zero_grad", NULL));
-        /* the first micro-batch's backward writes the grads: no pass over all of them (the
-         * embeddings' are zeroed, once the last update has read them) */
-        if (r->step_overlap) MT_TRY(param_wait(r, -1, NULL));
+        /* the first micro-batch's backward writes the grads: no pass over all of them */
         MT_TRY(mt_model_discard_grads(r->model, NULL));
         MT_TRY(mt_prof_end(pr, NULL));
         /* the loss (averaged over the micro-batches) times the loss scale: the grads come scaled */
@@ -1064,12 +1027,7 @@ static mt_status train(run *r) {
         /* unscales, skips on Inf/NaN (found across the data-parallel ranks: the grads are reduced),
          * updates the scaler */
         MT_TRY(params_final(r)); /* the update writes this rank's shards */
-        if (r->step_overlap) {   /* the update runs beside the next forward */
-            MT_TRY(mt_optim_step_prepare(r->opt, lr, wd, r->scale_p, &info, NULL));
-            if (!info.skipped) MT_TRY(launch_step(r));
-        } else {
-            MT_TRY(mt_optim_step(r->opt, lr, wd, r->scale_p, &info, NULL));
-        }
+        MT_TRY(mt_optim_step(r->opt, lr, wd, r->scale_p, &info, NULL));
         if (r->pgather && !info.skipped) MT_TRY(launch_param_gather(r));
         MT_TRY(mt_prof_end(pr, NULL));
         if (!info.skipped)
@@ -1212,14 +1170,12 @@ static void teardown(run *r) {
     free(r->gv_zeros);
     free(r->gv_time);
     events_free(r->bucket_ev, r->n_buckets);
-    if (r->opt_stream) (void)mt_stream_sync(r->opt_stream);
-    events_free(r->ready_ev, r->n_buckets);
+    events_free(r->gather_ev, r->n_buckets);
     mt_event_destroy(r->done_ev);
     mt_event_destroy(r->step_ev);
     free(r->order);
     free(r->pending);
     mt_stream_destroy(r->comm_stream);
-    mt_stream_destroy(r->opt_stream);
     free(r->bucket_level);
     free(r->launched);
     mt_prof_destroy(r->prof);

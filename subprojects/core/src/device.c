@@ -138,18 +138,6 @@ mt_status mt_event_sync(mt_event e) {
     return MT_OK;
 }
 
-mt_status mt_stream_host_fn(mt_stream s, void (*fn)(void *arg), void *arg) {
-    MT_REQUIRE(fn, MT_ERR_INVALID_ARG, "fn is NULL");
-    int n = 0;
-    MT_TRY(mt_device_count(&n));
-    if (n == 0) {
-        fn(arg);
-        return MT_OK;
-    }
-    MT_CUDA_TRY(cudaLaunchHostFunc(s, fn, arg));
-    return MT_OK;
-}
-
 mt_status mt_event_elapsed_ms(float *ms, mt_event start, mt_event end) {
     MT_CUDA_TRY(cudaEventElapsedTime(ms, start, end));
     return MT_OK;
@@ -293,13 +281,6 @@ mt_status mt_stream_wait_event_external(mt_stream s, mt_event e) {
 mt_status mt_event_sync(mt_event e) {
     (void)e;
     return NO_CUDA();
-}
-
-mt_status mt_stream_host_fn(mt_stream s, void (*fn)(void *arg), void *arg) {
-    (void)s;
-    MT_REQUIRE(fn, MT_ERR_INVALID_ARG, "fn is NULL");
-    fn(arg);
-    return MT_OK;
 }
 
 mt_status mt_event_elapsed_ms(float *ms, mt_event start, mt_event end) {

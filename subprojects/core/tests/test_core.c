@@ -25,10 +25,6 @@ fail:
     return st;
 }
 
-static void bump(void *arg) {
-    ++*(int *)arg;
-}
-
 int main(void) {
     MT_EXPECT(strcmp(mt_status_str(MT_OK), "MT_OK") == 0, "MT_OK name");
     MT_EXPECT(strcmp(mt_status_str(MT_ERR_TIMEOUT), "MT_ERR_TIMEOUT") == 0, "timeout name");
@@ -42,14 +38,6 @@ int main(void) {
     MT_EXPECT(strstr(e, "test_core.c:") == e, "error starts with file:line: %s", e);
     MT_EXPECT(strstr(e, "MT_ERR_FORMAT: field magic is 7") != NULL, "error detail: %s", e);
     MT_EXPECT(cleans_up(&cleaned) == MT_ERR_FORMAT && cleaned, "MT_TRY_GOTO reaches cleanup");
-
-    /* a host function on the default stream: run once the stream's work before it is done (at
-     * once without a GPU) */
-    int called = 0;
-    MT_CHECK(mt_stream_host_fn(NULL, bump, &called));
-    MT_CHECK(mt_stream_sync(NULL));
-    MT_EXPECT(called == 1, "host function ran %d times", called);
-    MT_EXPECT_STATUS(mt_stream_host_fn(NULL, NULL, NULL), MT_ERR_INVALID_ARG);
 
     /* arenas: alignment, capacity, reset, OOM message */
     mt_arena *a = NULL;

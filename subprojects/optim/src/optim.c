@@ -25,8 +25,6 @@ struct mt_optim {
     optim_range *ranges;
     int n_ranges;
     int64_t steps, skipped;
-    optim_step_args next; /* the prepared step's arguments, less the range's pointers */
-    int prepared;         /* a step was prepared and not skipped: its buckets may be updated */
 };
 
 static size_t round_bytes(size_t x) {
@@ -179,7 +177,6 @@ int64_t mt_optim_num_steps(const mt_optim *o) {
 mt_status mt_optim_set_num_steps(mt_optim *o, int64_t steps) {
     MT_REQUIRE(o && steps >= 0, MT_ERR_INVALID_ARG, "NULL optimizer or negative step count");
     o->steps = steps;
-    o->prepared = 0;
     return MT_OK;
 }
 
@@ -292,13 +289,10 @@ static mt_status grad_stats(mt_optim *o, optim_stats *s, mt_stream stream) {
     return MT_OK;
 }
 
-/* The part of a step before the update: statistics, the skip decision and the scaler, the clip
- * factor, the step count, and the update's arguments in o->next (o->prepared unless skipped). */
-static mt_status step_prepare(mt_optim *o, double lr, double wd, mt_optim_scaler *scaler,
-                              mt_optim_step_info *info, mt_stream stream) {
+mt_status mt_optim_step(mt_optim *o, double lr, double wd, mt_optim_scaler *scaler,
+                        mt_optim_step_info *info, mt_stream stream) {
     MT_REQUIRE(o, MT_ERR_INVALID_ARG, "optimizer is NULL");
     MT_REQUIRE(lr >= 0.0 && wd >= 0.0, MT_ERR_INVALID_ARG, "lr %g, wd %g", lr, wd);
-    o->prepared = 0;
     const mt_optim_buffer *b = o->b;
     mt_optim_step_info inf = { 0, NAN, -1, scaler ? scaler->scale : 1.0f, 0 };
     optim_stats s = { 0.0, 0.0, 0.0 };
@@ -324,73 +318,37 @@ static mt_status step_prepare(mt_optim *o, double lr, double wd, mt_optim_scaler
     }
     o->steps++;
     double t = (double)o->steps;
-    optim_step_args *a = &o->next;
-    memset(a, 0, sizeof *a);
-    a->kind = o->cfg.kind;
-    a->wd_mask = b->wd_mask;
-    a->param_dtype = b->cfg.param_dtype;
-    a->lr = (float)lr;
-    a->wd = (float)wd;
-    a->beta1 = o->cfg.adam_beta1;
-    a->beta2 = o->cfg.adam_beta2;
-    a->eps = o->cfg.adam_eps;
-    a->momentum = o->cfg.sgd_momentum;
-    a->step_size = (float)(lr / (1.0 - pow(o->cfg.adam_beta1, t)));
-    a->bc2_sqrt = (float)sqrt(1.0 - pow(o->cfg.adam_beta2, t));
-    a->inv_scale = (float)inv_scale;
-    a->clip = (float)clip;
-    o->prepared = 1;
-    inf.num_skipped = o->skipped;
-    if (info) *info = inf;
-    return MT_OK;
-}
-
-/* The prepared update of elements [lo, hi) of the buffer: its part of every range. */
-static mt_status step_span(mt_optim *o, int64_t lo, int64_t hi, mt_stream stream) {
-    const mt_optim_buffer *b = o->b;
+    optim_step_args a;
+    memset(&a, 0, sizeof a);
+    a.kind = o->cfg.kind;
+    a.wd_mask = b->wd_mask;
+    a.param_dtype = b->cfg.param_dtype;
+    a.lr = (float)lr;
+    a.wd = (float)wd;
+    a.beta1 = o->cfg.adam_beta1;
+    a.beta2 = o->cfg.adam_beta2;
+    a.eps = o->cfg.adam_eps;
+    a.momentum = o->cfg.sgd_momentum;
+    a.step_size = (float)(lr / (1.0 - pow(o->cfg.adam_beta1, t)));
+    a.bc2_sqrt = (float)sqrt(1.0 - pow(o->cfg.adam_beta2, t));
+    a.inv_scale = (float)inv_scale;
+    a.clip = (float)clip;
     size_t es = mt_dtype_size(b->cfg.param_dtype);
     for (int k = 0; k < o->n_ranges; k++) {
         const optim_range *r = &o->ranges[k];
-        int64_t s = r->start > lo ? r->start : lo, e = r->start + r->n < hi ? r->start + r->n : hi;
-        if (e <= s) continue;
-        optim_step_args a = o->next;
-        int64_t local = r->local + (s - r->start);
-        a.n = e - s;
-        a.start = s;
-        a.param = (char *)b->param_data + s * es;
-        a.master = o->master ? o->master + local : NULL;
-        a.grad = b->grad_data + s;
-        a.exp_avg = o->exp_avg + local;
-        a.exp_avg_sq = o->exp_avg_sq ? o->exp_avg_sq + local : NULL;
+        a.n = r->n;
+        a.start = r->start;
+        a.param = (char *)b->param_data + r->start * es;
+        a.master = o->master ? o->master + r->local : NULL;
+        a.grad = b->grad_data + r->start;
+        a.exp_avg = o->exp_avg + r->local;
+        a.exp_avg_sq = o->exp_avg_sq ? o->exp_avg_sq + r->local : NULL;
         MT_TRY(MT_DISPATCH(b->cfg.device, optim_step_cpu(&a), optim_step_cuda(&a, stream)));
     }
-    return MT_OK;
-}
-
-mt_status mt_optim_step(mt_optim *o, double lr, double wd, mt_optim_scaler *scaler,
-                        mt_optim_step_info *info, mt_stream stream) {
-    MT_TRY(step_prepare(o, lr, wd, scaler, info, stream));
-    if (!o->prepared) return MT_OK;
-    o->prepared = 0;
-    MT_TRY(step_span(o, 0, o->b->numel, stream));
     if (o->sharded && !o->cfg.overlap_param_gather) /* every rank gets every shard's update */
-        for (int k = 0; k < o->b->n_buckets; k++)
+        for (int k = 0; k < b->n_buckets; k++)
             MT_TRY(mt_optim_gather_bucket(o, k, stream));
+    inf.num_skipped = o->skipped;
+    if (info) *info = inf;
     return MT_OK;
-}
-
-mt_status mt_optim_step_prepare(mt_optim *o, double lr, double wd, mt_optim_scaler *scaler,
-                                mt_optim_step_info *info, mt_stream stream) {
-    return step_prepare(o, lr, wd, scaler, info, stream);
-}
-
-mt_status mt_optim_step_bucket(mt_optim *o, int k, mt_stream stream) {
-    MT_REQUIRE(o, MT_ERR_INVALID_ARG, "optimizer is NULL");
-    MT_REQUIRE(o->prepared, MT_ERR_INVALID_ARG,
-               "no prepared step to update bucket %d with (mt_optim_step_prepare first; a "
-               "skipped step updates nothing)",
-               k);
-    MT_REQUIRE(k >= 0 && k < o->b->n_buckets, MT_ERR_INVALID_ARG, "bucket %d of %d", k,
-               o->b->n_buckets);
-    return step_span(o, o->b->bucket_off[k], o->b->bucket_off[k + 1], stream);
 }

@@ -168,10 +168,6 @@ MT_API mt_status mt_stream_wait_event(mt_stream s, mt_event e);
  * graph keeps it as a wait for the event's latest record at each replay (cudaEventWaitExternal). */
 MT_API mt_status mt_stream_wait_event_external(mt_stream s, mt_event e);
 MT_API mt_status mt_event_sync(mt_event e);
-/* Runs fn(arg) on a host thread once the work enqueued on `s` before it is done; work enqueued on
- * `s` after it waits for fn to return (cudaLaunchHostFunc; fn must not call CUDA). Without a GPU
- * (a CPU-only build, or no device) fn runs now. */
-MT_API mt_status mt_stream_host_fn(mt_stream s, void (*fn)(void *arg), void *arg);
 /* Milliseconds between two recorded, completed timing events. */
 MT_API mt_status mt_event_elapsed_ms(float *ms, mt_event start, mt_event end);
 

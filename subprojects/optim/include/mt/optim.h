@@ -197,16 +197,6 @@ MT_API mt_status mt_optim_reduce_grads(mt_optim *o, mt_stream stream);
  * factor on the host), else enqueued on `stream`. */
 MT_API mt_status mt_optim_step(mt_optim *o, double lr, double wd, mt_optim_scaler *scaler,
                                mt_optim_step_info *info, mt_stream stream);
-/* mt_optim_step in parts, for a caller that overlaps the update with other work (mt-pretrain runs
- * it beside the next forward): mt_optim_step_prepare does everything before the update (the
- * statistics, blocking as mt_optim_step's; the skip and the scaler; the clip factor; the step
- * count) and fills `info`; then, unless info->skipped, mt_optim_step_bucket updates bucket k's
- * elements (this rank's shard of them with use_distributed_optimizer: gather them after, as with
- * overlap_param_gather). Each bucket once, in any order, on any streams, before anything reads
- * its params and before the next step; the result is mt_optim_step's, bit for bit. */
-MT_API mt_status mt_optim_step_prepare(mt_optim *o, double lr, double wd, mt_optim_scaler *scaler,
-                                       mt_optim_step_info *info, mt_stream stream);
-MT_API mt_status mt_optim_step_bucket(mt_optim *o, int k, mt_stream stream);
 /* With use_distributed_optimizer: all-gathers bucket k's params from every rank's updated shard
  * (mt_optim_step does it for every bucket unless overlap_param_gather is set; then call it for
  * every bucket after a step that was not skipped, before anything reads the bucket's params).
