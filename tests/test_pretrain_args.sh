@@ -36,6 +36,12 @@ expect "--transformer-impl transformer_engine: only 'local'" --transformer-impl 
 expect "--no-position-embedding without rotary embeddings" --no-position-embedding
 expect "argument --timing-log-level: invalid choice: 3" --timing-log-level 3
 expect "--logits-chunks 0: want 1 to the micro-batch's tokens" --logits-chunks 0
+expect "--ffn-hidden-size must be positive, got -5" --ffn-hidden-size -5
+expect "--kv-channels must be positive, got -4" --kv-channels -4
+expect "--adam-beta1: Invalid beta parameter at index 0: 1.5" --adam-beta1 1.5
+expect "--adam-beta2: Invalid beta parameter at index 1: -0.1" --adam-beta2 -0.1
+expect "--adam-eps: Invalid epsilon value: -1" --adam-eps -1
+expect "--sgd-momentum: Invalid momentum value: -0.5" --optimizer sgd --sgd-momentum -0.5
 "$MT_PRETRAIN" --num-layers 2 > "$d/out" 2>&1; rc=$?
 { [ $rc = 2 ] && grep -q "hidden-size is required" "$d/out"; } || { echo "FAIL: missing required flag"; cat "$d/out"; fail=1; }
 # an inconsistent batch is found once the world size is known, still before training

@@ -529,6 +529,17 @@ static mt_status validate(mt_train_args *a) {
     if (!a->kv_channels && a->hidden_size % a->num_attention_heads != 0)
         return BAD("hidden size (%d) must be divisible by the number of attention heads (%d)",
                    a->hidden_size, a->num_attention_heads);
+    if (a->ffn_hidden_size < 0)
+        return BAD("--ffn-hidden-size must be positive, got %d", a->ffn_hidden_size);
+    if (a->kv_channels < 0) return BAD("--kv-channels must be positive, got %d", a->kv_channels);
+    /* torch.optim's checks (Megatron's optimizers pass these through unchecked) */
+    if (!(a->adam_beta1 >= 0.0 && a->adam_beta1 < 1.0))
+        return BAD("--adam-beta1: Invalid beta parameter at index 0: %g", a->adam_beta1);
+    if (!(a->adam_beta2 >= 0.0 && a->adam_beta2 < 1.0))
+        return BAD("--adam-beta2: Invalid beta parameter at index 1: %g", a->adam_beta2);
+    if (!(a->adam_eps >= 0.0)) return BAD("--adam-eps: Invalid epsilon value: %g", a->adam_eps);
+    if (!(a->sgd_momentum >= 0.0))
+        return BAD("--sgd-momentum: Invalid momentum value: %g", a->sgd_momentum);
     if (!a->max_position_embeddings) a->max_position_embeddings = a->seq_length;
     if (strcmp(a->position_embedding_type, "learned_absolute") == 0 &&
         a->max_position_embeddings < a->seq_length)

@@ -38,6 +38,15 @@ static mt_status check_config(const mt_optim_config *cfg, const mt_optim_buffer 
     MT_REQUIRE(cfg->kind == MT_OPTIM_ADAMW || cfg->kind == MT_OPTIM_SGD, MT_ERR_INVALID_ARG,
                "optimizer kind %d", (int)cfg->kind);
     MT_REQUIRE(b->finalized, MT_ERR_INVALID_ARG, "buffer not finalized");
+    /* torch.optim's checks */
+    MT_REQUIRE(cfg->adam_beta1 >= 0.0f && cfg->adam_beta1 < 1.0f, MT_ERR_INVALID_ARG,
+               "Invalid beta parameter at index 0: %g", (double)cfg->adam_beta1);
+    MT_REQUIRE(cfg->adam_beta2 >= 0.0f && cfg->adam_beta2 < 1.0f, MT_ERR_INVALID_ARG,
+               "Invalid beta parameter at index 1: %g", (double)cfg->adam_beta2);
+    MT_REQUIRE(cfg->adam_eps >= 0.0f, MT_ERR_INVALID_ARG, "Invalid epsilon value: %g",
+               (double)cfg->adam_eps);
+    MT_REQUIRE(cfg->sgd_momentum >= 0.0f, MT_ERR_INVALID_ARG, "Invalid momentum value: %g",
+               (double)cfg->sgd_momentum);
     *dp_size = cfg->dp ? mt_comm_size(cfg->dp) : 1;
     if (cfg->use_distributed_optimizer)
         MT_REQUIRE(b->cfg.dp_size == *dp_size, MT_ERR_INVALID_ARG,

@@ -1,6 +1,7 @@
 /* unit: AdamW and SGD (CPU reference) over 20 steps against torch.optim in float64
  * (golden/gen_adamw.py): f32 params, bf16/f16 params with fp32 master weights, clipping, loss
- * scales, the grad norm and zero count, and a NaN step that is skipped and counted. */
+ * scales, the grad norm and zero count, a NaN step that is skipped and counted, and the
+ * hyperparameters torch.optim refuses refused at creation. */
 #include <mt/optim.h>
 #include <mt/testkit.h>
 
@@ -206,6 +207,38 @@ static void nan_skip(void) {
     free(grads), free(ref);
 }
 
+/* Hyperparameters torch.optim refuses are refused at creation, by torch's messages. */
+static void bad_config(void) {
+    mt_optim_buffer_config bc = MT_OPTIM_BUFFER_CONFIG_INIT;
+    mt_optim_buffer *b;
+    mt_arena *ar;
+    size_t bytes;
+    MT_CHECK(mt_optim_buffer_create(&bc, &b));
+    MT_CHECK(mt_optim_buffer_add(b, names[0], ndims[0], shapes[0], 0, NULL));
+    MT_CHECK(mt_optim_buffer_finalize(b, &bytes));
+    MT_CHECK(mt_arena_create(MT_DEVICE_CPU, bytes + (1 << 16), &ar));
+    MT_CHECK(mt_optim_buffer_bind(b, ar));
+    struct {
+        float beta1, beta2, eps, momentum;
+        const char *msg;
+    } bad[] = { { 1.0f, 0.999f, 1e-8f, 0.9f, "Invalid beta parameter at index 0: 1" },
+                { 0.9f, -0.5f, 1e-8f, 0.9f, "Invalid beta parameter at index 1: -0.5" },
+                { 0.9f, 0.999f, -1e-8f, 0.9f, "Invalid epsilon value: -1e-08" },
+                { 0.9f, 0.999f, 1e-8f, -0.25f, "Invalid momentum value: -0.25" } };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        mt_optim_config oc = MT_OPTIM_CONFIG_INIT;
+        oc.adam_beta1 = bad[i].beta1, oc.adam_beta2 = bad[i].beta2;
+        oc.adam_eps = bad[i].eps, oc.sgd_momentum = bad[i].momentum;
+        mt_optim *o = NULL;
+        MT_EXPECT_STATUS(mt_optim_create(&oc, b, ar, &o), MT_ERR_INVALID_ARG);
+        MT_EXPECT(!o && strstr(mt_last_error(), bad[i].msg), "want '%s', got '%s'", bad[i].msg,
+                  mt_last_error());
+        mt_error_clear();
+    }
+    mt_optim_buffer_destroy(b);
+    mt_arena_destroy(ar);
+}
+
 int main(void) {
     const opt_case cases[] = {
         { "adamw", MT_OPTIM_ADAMW, MT_F32, 1.0f, 0.0f, 0.1f, 0, 0 },
@@ -219,5 +252,6 @@ int main(void) {
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
         run(&cases[i]);
     nan_skip();
+    bad_config();
     return mt_test_result();
 }
