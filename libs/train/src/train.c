@@ -594,7 +594,36 @@ static mt_status save_checkpoint(run *r) {
     return s;
 }
 
+static void shape_str(char *buf, size_t n, int ndim, const int64_t *shape) {
+    int k = snprintf(buf, n, "[");
+    for (int d = 0; d < ndim && k > 0 && (size_t)k < n; d++)
+        k += snprintf(buf + k, n - (size_t)k, "%s%lld", d ? ", " : "", (long long)shape[d]);
+    if (k > 0 && (size_t)k < n) snprintf(buf + k, n - (size_t)k, "]");
+}
+
 static mt_status load_into(mt_ckpt *c, const char *name, mt_tensor *dst) {
+    mt_dtype dt;
+    int nd = 0;
+    int64_t shape[MT_MAX_DIMS];
+    if (mt_ckpt_info(c, name, &dt, &nd, shape) != MT_OK) {
+        mt_error_clear();
+        return MT_ERROR(MT_ERR_FORMAT,
+                        "Missing key(s) in state_dict: \"%s\" (not in the checkpoint of "
+                        "iteration %lld: a different model?)",
+                        name, (long long)mt_ckpt_iteration(c));
+    }
+    int same = nd == dst->ndim;
+    for (int d = 0; same && d < nd; d++)
+        same = shape[d] == dst->shape[d];
+    if (!same) { /* torch's load_state_dict message */
+        char saved[96], want[96];
+        shape_str(saved, sizeof saved, nd, shape);
+        shape_str(want, sizeof want, dst->ndim, dst->shape);
+        return MT_ERROR(MT_ERR_FORMAT,
+                        "size mismatch for %s: copying a param with shape %s from checkpoint, the "
+                        "shape in current model is %s",
+                        name, saved, want);
+    }
     void *h = malloc(mt_tensor_nbytes(dst) + 1);
     MT_REQUIRE(h, MT_ERR_OOM, "load buffer for %s", name);
     mt_tensor ht = mt_tensor_make(h, dst->dtype, dst->ndim, dst->shape, MT_DEVICE_CPU);
