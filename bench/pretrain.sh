@@ -3,7 +3,9 @@
 # embeddings, V=50257 padded to 50304) on one GPU, and PyTorch's GPT-2 (transformers, bf16,
 # fused AdamW) on the same shapes as the peer. Writes Google-Benchmark-style JSON for
 # bench/compare.py: FLOPS by Megatron's formula, so the ratio is the tokens/s ratio.
-#   bench/pretrain.sh BUILD_DIR OUT_DIR          (env: MT_PRETRAIN_ITERS=30, MT_PRETRAIN_CASES)
+#   bench/pretrain.sh BUILD_DIR OUT_DIR          (env: MT_PRETRAIN_ITERS=30, MT_PRETRAIN_CASES,
+#                                                 MT_PRETRAIN_PEER=0: no PyTorch peer,
+#                                                 MT_PRETRAIN_DEVICE=cpu: a dry run of the script)
 # A case is name:layers:hidden:heads:micro-batch[:m1+m2[:chunks]]; m1+m2 (- for none) adds
 # --recompute-granularity selective --recompute-modules m1 m2, chunks --logits-chunks. Each case
 # also reports what llm.c (train_gpt2.cu, its defaults) allocates at the same shape and batch
@@ -65,7 +67,7 @@ for c in $cases; do
     --seq-length 1024 --max-position-embeddings 1024 --micro-batch-size "$MB" \
     --global-batch-size "$MB" --mock-data --tokenizer-type GPT2BPETokenizer --bf16 \
     --train-iters "$iters" --lr 6e-4 --lr-warmup-iters 2 --log-interval 10 --log-throughput \
-    --device cuda "${extra[@]}" > "$log" 2>&1
+    --device "${MT_PRETRAIN_DEVICE:-cuda}" "${extra[@]}" > "$log" 2>&1
   gpu=$(smi_stop "$log.smi")
   s=$(grep '^\[summary\]' "$log")
   llmc=$(llmc_mib "$L" "$H" "$NH" "$MB")
@@ -87,4 +89,5 @@ for c in $cases; do
   sep=","
 done
 echo ']}' >> "$out/pretrain.json"
-python3 "$top/bench/peers/peer_pretrain.py" "$out/peer_pretrain.json" $peer_cases 2>&1 | tail -5
+[ "${MT_PRETRAIN_PEER:-1}" = 0 ] || \
+  python3 "$top/bench/peers/peer_pretrain.py" "$out/peer_pretrain.json" $peer_cases 2>&1 | tail -5
