@@ -42,13 +42,27 @@ expect "--adam-beta1: Invalid beta parameter at index 0: 1.5" --adam-beta1 1.5
 expect "--adam-beta2: Invalid beta parameter at index 1: -0.1" --adam-beta2 -0.1
 expect "--adam-eps: Invalid epsilon value: -1" --adam-eps -1
 expect "--sgd-momentum: Invalid momentum value: -0.5" --optimizer sgd --sgd-momentum -0.5
+expect "argument --distributed-backend: invalid choice: 'mpi' (choose from 'nccl', 'gloo')" --distributed-backend mpi
+expect "argument --attention-backend: invalid choice: 'cudnn'" --attention-backend cudnn
+expect "--dataloader-type cyclic is not supported: only 'single'" --dataloader-type cyclic
+expect "argument --ckpt-format: invalid choice: 'pickle'" --ckpt-format pickle
+expect "--rotary-percent 0.5 is not supported" --position-embedding-type rope --rotary-percent 0.5
+expect "--reset-position-ids and --reset-attention-mask are not supported yet" --reset-attention-mask
+expect "--qk-layernorm is not supported yet" --qk-layernorm
+expect "--num-layers-per-virtual-pipeline-stage: pipeline parallelism is not supported yet" --num-layers-per-virtual-pipeline-stage 1
 "$MT_PRETRAIN" --num-layers 2 > "$d/out" 2>&1; rc=$?
 { [ $rc = 2 ] && grep -q "hidden-size is required" "$d/out"; } || { echo "FAIL: missing required flag"; cat "$d/out"; fail=1; }
+# --exit-on-missing-checkpoint: a --load directory without a checkpoint is an error (Megatron's
+# message), not a fresh start
+"$MT_PRETRAIN" "${tiny_args[@]}" --load "$d/none" --exit-on-missing-checkpoint > "$d/out" 2>&1; rc=$?
+{ [ $rc != 0 ] && grep -qF ">> '--exit-on-missing-checkpoint' set ... exiting. <<" "$d/out" \
+  && ! grep -qE " iteration +[0-9]+/" "$d/out"; } || { echo "FAIL: --exit-on-missing-checkpoint"; cat "$d/out"; fail=1; }
 # an inconsistent batch is found once the world size is known, still before training
 "$MT_PRETRAIN" "${tiny_args[@]}" --global-batch-size 7 > "$d/out" 2>&1; rc=$?
 { [ $rc != 0 ] && grep -q "global batch size (7) is not divisible by micro batch size (2) times data parallel size (1)" "$d/out"; } \
   || { echo "FAIL: global batch check"; cat "$d/out"; fail=1; }
-# Megatron's implementation switches that are always on here are accepted, dropout 0 too, and
+# Megatron's implementation switches that are always on here (and its TensorBoard switches and
+# backend choices that name what runs here) are accepted, dropout 0 too, and
 # sample-based training (--train-samples/--lr-warmup-samples) equals the iteration-based run.
 set -e
 tiny_run "$d/iters.json" > "$d/iters.log"
@@ -64,7 +78,12 @@ done
   --use-mcore-models --transformer-impl local --attention-dropout 0 --hidden-dropout 0.0 \
   --no-masked-softmax-fusion --no-bias-gelu-fusion --no-bias-dropout-fusion \
   --no-gradient-accumulation-fusion --attention-softmax-in-fp32 --sequence-parallel \
-  --timing-log-level 1 --tensorboard-dir "$d/tb" \
+  --timing-log-level 1 --tensorboard-dir "$d/tb" --log-timers-to-tensorboard \
+  --log-validation-ppl-to-tensorboard --log-memory-to-tensorboard --log-world-size-to-tensorboard \
+  --log-loss-scale-to-tensorboard --distributed-backend nccl --attention-backend auto \
+  --dataloader-type single --ckpt-format torch_dist --rotary-percent 1.0 \
+  --cross-entropy-loss-fusion --apply-query-key-layer-scaling --manual-gc \
+  --no-async-tensor-model-parallel-allreduce \
   > "$d/samples.log" 2>&1 || { echo "FAIL: sample-based run"; cat "$d/samples.log"; exit 1; }
 grep -q "^\[profile\] per iteration" "$d/samples.log" && grep -q "WARNING: --tensorboard-dir" "$d/samples.log" \
   || { echo "FAIL: --timing-log-level 1 gave no profile or --tensorboard-dir no warning"; cat "$d/samples.log"; fail=1; }

@@ -75,6 +75,33 @@ static const flag flags[] = {
     { "--attention-softmax-in-fp32", F_TRUE, O(noop), "accepted: softmax is always fp32" },
     { "--accumulate-allreduce-grads-in-fp32", F_TRUE, O(noop), "accepted: grads are fp32" },
     { "--sequence-parallel", F_TRUE, O(noop), "accepted (a no-op without tensor parallelism)" },
+    { "--no-async-tensor-model-parallel-allreduce", F_TRUE, O(noop),
+      "accepted (a no-op without tensor parallelism)" },
+    { "--cross-entropy-loss-fusion", F_TRUE, O(noop),
+      "accepted: the output layer and cross-entropy are always fused" },
+    { "--apply-query-key-layer-scaling", F_TRUE, O(noop),
+      "accepted: the same scores in exact arithmetic, softmax in fp32" },
+    { "--manual-gc", F_TRUE, O(noop), "accepted (no garbage collector here)" },
+    { "--log-timers-to-tensorboard", F_TRUE, O(noop), "accepted, not written: --metrics-jsonl" },
+    { "--log-validation-ppl-to-tensorboard", F_TRUE, O(noop),
+      "accepted, not written: --metrics-jsonl" },
+    { "--log-memory-to-tensorboard", F_TRUE, O(noop), "accepted, not written" },
+    { "--log-world-size-to-tensorboard", F_TRUE, O(noop), "accepted, not written" },
+    { "--log-loss-scale-to-tensorboard", F_TRUE, O(noop),
+      "accepted, not written: --metrics-jsonl" },
+    { "--distributed-backend", F_STR, O(distributed_backend),
+      "nccl | gloo: accepted (NCCL on GPUs, MPI or a socket ring on the host)" },
+    { "--attention-backend", F_STR, O(attention_backend),
+      "auto | flash | fused | unfused | local: accepted (one flash-style attention)" },
+    { "--dataloader-type", F_STR, O(dataloader_type), "single (the only one)" },
+    { "--ckpt-format", F_STR, O(ckpt_format),
+      "accepted: checkpoints are this project's sharded safetensors (mt-convert exports HF)" },
+    { "--rotary-percent", F_DBL, O(rotary_percent), "1.0 (the only one)" },
+    { "--reset-position-ids", F_TRUE, O(reset_position_ids), "not supported yet" },
+    { "--reset-attention-mask", F_TRUE, O(reset_attention_mask), "not supported yet" },
+    { "--qk-layernorm", F_TRUE, O(qk_layernorm), "not supported yet" },
+    { "--num-layers-per-virtual-pipeline-stage", F_INT, O(num_layers_per_virtual_pipeline_stage),
+      "not supported (no pipeline parallelism yet)" },
     { "--use-rotary-position-embeddings", F_TRUE, O(use_rotary_position_embeddings),
       "= --position-embedding-type rope" },
     { "--no-position-embedding", F_TRUE, O(no_position_embedding),
@@ -144,6 +171,8 @@ static const flag flags[] = {
     { "--no-load-optim", F_TRUE, O(no_load_optim), "" },
     { "--no-load-rng", F_TRUE, O(no_load_rng), "" },
     { "--finetune", F_TRUE, O(finetune), "load weights only, start at iteration 0" },
+    { "--exit-on-missing-checkpoint", F_TRUE, O(exit_on_missing_checkpoint),
+      "--load without a checkpoint there is an error (default: start from random)" },
     { "--tensor-model-parallel-size", F_INT, O(tensor_model_parallel_size), "1" },
     { "--pipeline-model-parallel-size", F_INT, O(pipeline_model_parallel_size), "1" },
     { "--context-parallel-size", F_INT, O(context_parallel_size), "1" },
@@ -213,6 +242,7 @@ void mt_train_args_init(mt_train_args *a) {
     a->context_parallel_size = 1;
     a->distributed_timeout_minutes = 10;
     set_str(&a->device, "auto");
+    a->rotary_percent = 1.0;
     a->logits_chunks = 1;
 }
 
@@ -447,6 +477,18 @@ static mt_status read_data_args(mt_train_args *a) {
     return st;
 }
 
+/* argparse's choices: NULL (not given) or one of `ok` (NULL-terminated). */
+static mt_status choice(const char *flag, const char *v, const char *const *ok) {
+    if (!v) return MT_OK;
+    char list[160] = "";
+    for (int i = 0; ok[i]; i++) {
+        if (!strcmp(v, ok[i])) return MT_OK;
+        size_t k = strlen(list);
+        snprintf(list + k, sizeof list - k, "%s'%s'", i ? ", " : "", ok[i]);
+    }
+    return BAD("argument %s: invalid choice: '%s' (choose from %s)", flag, v, list);
+}
+
 static mt_status validate(mt_train_args *a) {
     MT_TRY(read_data_args(a));
     if (a->num_layers <= 0) return BAD("--num-layers is required (a positive integer)");
@@ -478,6 +520,35 @@ static mt_status validate(mt_train_args *a) {
         return MT_ERROR(MT_ERR_UNSUPPORTED,
                         "--transformer-impl %s: only 'local' (this project's own kernels)",
                         a->transformer_impl);
+    static const char *const backends[] = { "nccl", "gloo", NULL };
+    static const char *const attn[] = { "auto", "flash", "fused", "unfused", "local", NULL };
+    static const char *const loaders[] = { "single", NULL };
+    static const char *const ckpts[] = { "torch",     "torch_dist",   "zarr",
+                                         "torch_dcp", "fsdp_dtensor", NULL };
+    MT_TRY(choice("--distributed-backend", a->distributed_backend, backends));
+    MT_TRY(choice("--attention-backend", a->attention_backend, attn));
+    if (a->dataloader_type && strcmp(a->dataloader_type, "single") != 0 &&
+        (!strcmp(a->dataloader_type, "cyclic") || !strcmp(a->dataloader_type, "external")))
+        return MT_ERROR(MT_ERR_UNSUPPORTED,
+                        "--dataloader-type %s is not supported: only 'single' (Megatron's "
+                        "pretraining sampler, the default)",
+                        a->dataloader_type);
+    MT_TRY(choice("--dataloader-type", a->dataloader_type, loaders));
+    MT_TRY(choice("--ckpt-format", a->ckpt_format, ckpts));
+    if (a->rotary_percent != 1.0)
+        return MT_ERROR(MT_ERR_UNSUPPORTED,
+                        "--rotary-percent %g is not supported: rotary embeddings cover the whole "
+                        "head (1.0)",
+                        a->rotary_percent);
+    if (a->reset_position_ids || a->reset_attention_mask)
+        return MT_ERROR(MT_ERR_UNSUPPORTED,
+                        "--reset-position-ids and --reset-attention-mask are not supported yet "
+                        "(documents in a sequence attend across their boundaries)");
+    if (a->qk_layernorm) return MT_ERROR(MT_ERR_UNSUPPORTED, "--qk-layernorm is not supported yet");
+    if (a->num_layers_per_virtual_pipeline_stage)
+        return MT_ERROR(MT_ERR_UNSUPPORTED,
+                        "--num-layers-per-virtual-pipeline-stage: pipeline parallelism is not "
+                        "supported yet");
     if (a->timing_log_level < 0 || a->timing_log_level > 2)
         return BAD("argument --timing-log-level: invalid choice: %d (choose from 0, 1, 2)",
                    a->timing_log_level);

@@ -642,6 +642,11 @@ static mt_status load_checkpoint(run *r) {
                    "\n    will not load any checkpoints and will start from random\n",
                    a->load);
         mt_error_clear();
+        if (a->exit_on_missing_checkpoint)
+            return MT_ERROR(MT_ERR_IO,
+                            ">> '--exit-on-missing-checkpoint' set ... exiting. << (no "
+                            "checkpoint in %s)",
+                            a->load);
         return MT_OK;
     }
     mt_ckpt *c;
@@ -1245,6 +1250,12 @@ mt_status mt_train_run(const mt_train_args *a) {
     if (st == MT_OK && last_rank(&r) && (a->tensorboard_dir || a->wandb_project))
         fprintf(stderr, "WARNING: --tensorboard-dir/--wandb-project are accepted but nothing is "
                         "written there; use --metrics-jsonl FILE\n");
+    if (st == MT_OK && last_rank(&r) && a->ckpt_format && a->save)
+        fprintf(stderr,
+                "WARNING: --ckpt-format %s is accepted, but checkpoints are written in this "
+                "project's format (sharded safetensors and an index.json; mt-convert exports "
+                "Hugging Face)\n",
+                a->ckpt_format);
     if (st == MT_OK && last_rank(&r)) {
         int64_t params = 0;
         for (int i = 0; i < mt_model_num_params(r.model); i++)

@@ -31,9 +31,18 @@ typedef struct mt_train_args {
     int noop;                                 /* flags accepted and ignored (always on here) */
     int timing_log_level;                     /* >= 1: per-operation times at the end */
     char *tensorboard_dir, *wandb_project;    /* accepted, with a warning: not written */
-    double exit_duration_in_mins;             /* 0: none */
-    int exit_signal_handler; /* SIGTERM: save and exit after the current iteration */
-    int skip_train;          /* --skip-train: only the final validation and test passes */
+    /* Megatron's implementation choices, accepted when this project has the one asked for (or
+     * none to choose from): --distributed-backend, --attention-backend, --dataloader-type,
+     * --ckpt-format (noted: checkpoints are this project's format); --rotary-percent (1 only) */
+    char *distributed_backend, *attention_backend, *dataloader_type, *ckpt_format;
+    double rotary_percent;
+    /* refused with a clear message (not supported yet) rather than as unknown flags */
+    int reset_position_ids, reset_attention_mask, qk_layernorm;
+    int num_layers_per_virtual_pipeline_stage;
+    int exit_on_missing_checkpoint; /* --load finds no checkpoint: an error, not a fresh start */
+    double exit_duration_in_mins;   /* 0: none */
+    int exit_signal_handler;        /* SIGTERM: save and exit after the current iteration */
+    int skip_train;                 /* --skip-train: only the final validation and test passes */
     double lr, min_lr, lr_warmup_fraction, lr_warmup_init, weight_decay, start_weight_decay;
     double end_weight_decay, clip_grad, adam_beta1, adam_beta2, adam_eps, sgd_momentum;
     char *lr_decay_style, *lr_wsd_decay_style, *weight_decay_incr_style, *optimizer;
