@@ -49,6 +49,7 @@ expect "argument --ckpt-format: invalid choice: 'pickle'" --ckpt-format pickle
 expect "--rotary-percent 0.5 is not supported" --position-embedding-type rope --rotary-percent 0.5
 expect "--reset-position-ids and --reset-attention-mask are not supported yet" --reset-attention-mask
 expect "--qk-layernorm is not supported yet" --qk-layernorm
+expect "--eod-mask-loss and --calculate-per-token-loss are not supported yet" --eod-mask-loss
 expect "--num-layers-per-virtual-pipeline-stage: pipeline parallelism is not supported yet" --num-layers-per-virtual-pipeline-stage 1
 "$MT_PRETRAIN" --num-layers 2 > "$d/out" 2>&1; rc=$?
 { [ $rc = 2 ] && grep -q "hidden-size is required" "$d/out"; } || { echo "FAIL: missing required flag"; cat "$d/out"; fail=1; }

@@ -100,6 +100,8 @@ static const flag flags[] = {
     { "--reset-position-ids", F_TRUE, O(reset_position_ids), "not supported yet" },
     { "--reset-attention-mask", F_TRUE, O(reset_attention_mask), "not supported yet" },
     { "--qk-layernorm", F_TRUE, O(qk_layernorm), "not supported yet" },
+    { "--eod-mask-loss", F_TRUE, O(eod_mask_loss), "not supported yet" },
+    { "--calculate-per-token-loss", F_TRUE, O(calculate_per_token_loss), "not supported yet" },
     { "--num-layers-per-virtual-pipeline-stage", F_INT, O(num_layers_per_virtual_pipeline_stage),
       "not supported (no pipeline parallelism yet)" },
     { "--use-rotary-position-embeddings", F_TRUE, O(use_rotary_position_embeddings),
@@ -545,6 +547,10 @@ static mt_status validate(mt_train_args *a) {
                         "--reset-position-ids and --reset-attention-mask are not supported yet "
                         "(documents in a sequence attend across their boundaries)");
     if (a->qk_layernorm) return MT_ERROR(MT_ERR_UNSUPPORTED, "--qk-layernorm is not supported yet");
+    if (a->eod_mask_loss || a->calculate_per_token_loss)
+        return MT_ERROR(MT_ERR_UNSUPPORTED,
+                        "--eod-mask-loss and --calculate-per-token-loss are not supported yet "
+                        "(every token's loss counts, averaged per micro-batch)");
     if (a->num_layers_per_virtual_pipeline_stage)
         return MT_ERROR(MT_ERR_UNSUPPORTED,
                         "--num-layers-per-virtual-pipeline-stage: pipeline parallelism is not "

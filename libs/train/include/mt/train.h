@@ -37,7 +37,8 @@ typedef struct mt_train_args {
     char *distributed_backend, *attention_backend, *dataloader_type, *ckpt_format;
     double rotary_percent;
     /* refused with a clear message (not supported yet) rather than as unknown flags */
-    int reset_position_ids, reset_attention_mask, qk_layernorm;
+    int reset_position_ids, reset_attention_mask, qk_layernorm, eod_mask_loss;
+    int calculate_per_token_loss;
     int num_layers_per_virtual_pipeline_stage;
     int exit_on_missing_checkpoint; /* --load finds no checkpoint: an error, not a fresh start */
     double exit_duration_in_mins;   /* 0: none */
