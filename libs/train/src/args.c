@@ -173,6 +173,10 @@ static const flag flags[] = {
     { "--no-load-optim", F_TRUE, O(no_load_optim), "" },
     { "--no-load-rng", F_TRUE, O(no_load_rng), "" },
     { "--finetune", F_TRUE, O(finetune), "load weights only, start at iteration 0" },
+    { "--override-opt_param-scheduler", F_TRUE, O(override_opt_param_scheduler),
+      "on resume, the schedule's settings given here, not the checkpoint's" },
+    { "--use-checkpoint-opt_param-scheduler", F_TRUE, O(use_checkpoint_opt_param_scheduler),
+      "on resume, the checkpoint's schedule settings (default: both, which must agree)" },
     { "--exit-on-missing-checkpoint", F_TRUE, O(exit_on_missing_checkpoint),
       "--load without a checkpoint there is an error (default: start from random)" },
     { "--tensor-model-parallel-size", F_INT, O(tensor_model_parallel_size), "1" },
@@ -564,6 +568,8 @@ static mt_status validate(mt_train_args *a) {
                         "--no-position-embedding without rotary embeddings (no positions at all) "
                         "is not supported: add --position-embedding-type rope");
     if (isnan(a->lr)) return BAD("--lr is required");
+    if (a->override_opt_param_scheduler && a->use_checkpoint_opt_param_scheduler)
+        return BAD("both override and use-checkpoint are set.");
     if (a->bf16 && a->fp16) return BAD("cannot specify both fp16 and bf16");
     /* the asserts of ConstantGradScaler and DynamicGradScaler (megatron/core/optimizer) */
     if (a->loss_scale < 0) return BAD("--loss-scale must be positive, got %g", a->loss_scale);

@@ -569,18 +569,26 @@ static mt_status save_checkpoint(run *r) {
     for (int i = 0; i < npiece; i++) /* distributed shards are unique: every rank writes its own */
         items[n++] = (mt_ckpt_item){ pieces[i].name, &pieces[i].view, &pieces[i].total,
                                      &pieces[i].off, dist ? 0 : r->rank };
-    char *args = args_json(r), sampler[512], scaler[160] = "", rng[64];
+    char *args = args_json(r), sampler[1024], scaler[160] = "", sched[512], rng[64];
     const mt_optim_scaler *sc = &r->scaler;
     if (sc->dynamic) /* DynamicGradScaler.state_dict (a constant scaler has no state) */
         snprintf(scaler, sizeof scaler,
                  ",\"grad_scaler\":{\"scale\":%.17g,\"growth_tracker\":%d,"
                  "\"hysteresis_tracker\":%d}",
                  (double)sc->scale, sc->growth_tracker, sc->hysteresis_tracker);
+    const mt_optim_sched *q = &r->sched; /* OptimizerParamScheduler.state_dict's settings */
+    snprintf(sched, sizeof sched,
+             ",\"opt_param_scheduler\":{\"max_lr\":%.17g,\"min_lr\":%.17g,"
+             "\"lr_warmup_steps\":%.17g,\"lr_decay_steps\":%.17g,\"lr_decay_style\":\"%s\","
+             "\"start_wd\":%.17g,\"end_wd\":%.17g,\"wd_incr_steps\":%.17g,"
+             "\"wd_incr_style\":\"%s\"}",
+             q->max_lr, q->min_lr, q->lr_warmup_steps, q->lr_decay_steps, a->lr_decay_style,
+             q->start_wd, q->end_wd, q->wd_incr_steps, a->weight_decay_incr_style);
     snprintf(sampler, sizeof sampler,
              "{\"consumed_train_samples\":%lld,\"consumed_valid_samples\":%lld,"
-             "\"optimizer_steps\":%lld,\"scheduler_steps\":%lld%s}",
+             "\"optimizer_steps\":%lld,\"scheduler_steps\":%lld%s%s}",
              (long long)r->consumed_train, (long long)r->consumed_valid,
-             (long long)mt_optim_num_steps(r->opt), (long long)r->sched_steps, scaler);
+             (long long)mt_optim_num_steps(r->opt), (long long)r->sched_steps, scaler, sched);
     snprintf(rng, sizeof rng, "{\"seed\":%d}", a->seed);
     mt_ckpt_state cs = { args, sampler, rng };
     double t0 = mt_time_now();
@@ -631,6 +639,76 @@ static mt_status load_into(mt_ckpt *c, const char *name, mt_tensor *dst) {
     if (st == MT_OK) st = mt_tensor_copy(dst, &ht, NULL);
     free(h);
     return st;
+}
+
+/* The shortest %g that reads back as v (Python's repr of a float). */
+static const char *num_str(char *buf, size_t n, double v) {
+    for (int p = 6; p <= 17; p++) {
+        snprintf(buf, n, "%.*g", p, v);
+        if (strtod(buf, NULL) == v) break;
+    }
+    return buf;
+}
+
+/* OptimizerParamScheduler._check_and_set for one setting: the value given here (with
+ * --override-opt_param-scheduler), the checkpoint's (--use-checkpoint-opt_param-scheduler), or by
+ * default both, which must agree. Numbers in *cls, or the style names cls_s/sd_s. */
+static mt_status sched_setting(const mt_train_args *a, const char *name, double *cls, double sd,
+                               const char *cls_s, const char *sd_s, int *use_sd) {
+    *use_sd = 0;
+    int same = cls_s ? !strcmp(cls_s, sd_s) : *cls == sd;
+    if (same || a->override_opt_param_scheduler) return MT_OK;
+    *use_sd = 1;
+    if (a->use_checkpoint_opt_param_scheduler) {
+        if (cls) *cls = sd;
+        return MT_OK;
+    }
+    if (cls_s)
+        return MT_ERROR(MT_ERR_INVALID_ARG,
+                        "OptimizerParamScheduler: class input value %s and checkpoint value %s for "
+                        "%s do not match (--override-opt_param-scheduler keeps this run's, "
+                        "--use-checkpoint-opt_param-scheduler the checkpoint's)",
+                        cls_s, sd_s, name);
+    char c[32], k[32];
+    return MT_ERROR(MT_ERR_INVALID_ARG,
+                    "OptimizerParamScheduler: class input value %s and checkpoint value %s for %s "
+                    "do not match (--override-opt_param-scheduler keeps this run's, "
+                    "--use-checkpoint-opt_param-scheduler the checkpoint's)",
+                    num_str(c, sizeof c, *cls), num_str(k, sizeof k, sd), name);
+}
+
+/* The schedule's settings saved with the checkpoint against this run's (sched_setting). */
+static mt_status check_sched(run *r, json_t *ps) {
+    const mt_train_args *a = r->a;
+    mt_optim_sched *q = &r->sched;
+    struct {
+        const char *key, *name;
+        double *v;
+    } num[] = { { "max_lr", "learning rate", &q->max_lr },
+                { "min_lr", "minimum learning rate", &q->min_lr },
+                { "lr_warmup_steps", "warmup iterations", &q->lr_warmup_steps },
+                { "lr_decay_steps", "total number of iterations", &q->lr_decay_steps },
+                { "start_wd", "start weight decay", &q->start_wd },
+                { "end_wd", "end weight decay", &q->end_wd },
+                { "wd_incr_steps", "total number of weight decay iterations", &q->wd_incr_steps } };
+    int use;
+    for (size_t i = 0; i < sizeof num / sizeof *num; i++) {
+        json_t *v = json_object_get(ps, num[i].key);
+        if (!json_is_number(v)) continue;
+        MT_TRY(sched_setting(a, num[i].name, num[i].v, json_number_value(v), NULL, NULL, &use));
+    }
+    const char *ds = json_string_value(json_object_get(ps, "lr_decay_style"));
+    if (ds) {
+        MT_TRY(sched_setting(a, "learning rate decay style", NULL, 0, a->lr_decay_style, ds, &use));
+        if (use) MT_TRY(mt_lr_decay_style_parse(ds, &q->lr_decay_style));
+    }
+    const char *ws = json_string_value(json_object_get(ps, "wd_incr_style"));
+    if (ws) {
+        MT_TRY(sched_setting(a, "weight decay incr style", NULL, 0, a->weight_decay_incr_style, ws,
+                             &use));
+        if (use) MT_TRY(mt_wd_incr_style_parse(ws, &q->wd_incr_style));
+    }
+    return mt_optim_sched_check(q);
 }
 
 static mt_status load_checkpoint(run *r) {
@@ -685,6 +763,8 @@ static mt_status load_checkpoint(run *r) {
         json_t *ss = json_object_get(sj, "scheduler_steps"),
                *gs = json_object_get(sj, "grad_scaler");
         if (json_is_integer(ss)) r->sched_steps = json_integer_value(ss);
+        json_t *ps = json_object_get(sj, "opt_param_scheduler");
+        if (st == MT_OK && json_is_object(ps)) st = check_sched(r, ps);
         if (r->scaler.dynamic && json_is_object(gs)) {
             r->scaler.scale = (float)json_number_value(json_object_get(gs, "scale"));
             r->scaler.growth_tracker =

@@ -41,9 +41,12 @@ typedef struct mt_train_args {
     int calculate_per_token_loss;
     int num_layers_per_virtual_pipeline_stage;
     int exit_on_missing_checkpoint; /* --load finds no checkpoint: an error, not a fresh start */
-    double exit_duration_in_mins;   /* 0: none */
-    int exit_signal_handler;        /* SIGTERM: save and exit after the current iteration */
-    int skip_train;                 /* --skip-train: only the final validation and test passes */
+    /* on resume, the LR/WD schedule's settings: those given (override), the checkpoint's
+     * (use-checkpoint), or by default both, which must then agree (Megatron's assert) */
+    int override_opt_param_scheduler, use_checkpoint_opt_param_scheduler;
+    double exit_duration_in_mins; /* 0: none */
+    int exit_signal_handler;      /* SIGTERM: save and exit after the current iteration */
+    int skip_train;               /* --skip-train: only the final validation and test passes */
     double lr, min_lr, lr_warmup_fraction, lr_warmup_init, weight_decay, start_weight_decay;
     double end_weight_decay, clip_grad, adam_beta1, adam_beta2, adam_eps, sgd_momentum;
     char *lr_decay_style, *lr_wsd_decay_style, *weight_decay_incr_style, *optimizer;
