@@ -4,7 +4,8 @@
 # parameter the checkpoint lacks is a missing key), and the checkpoint is left as it was. A
 # schedule that differs from the checkpoint's fails as Megatron's OptimizerParamScheduler does,
 # unless --override-opt_param-scheduler (this run's) or --use-checkpoint-opt_param-scheduler
-# (the checkpoint's: the learning rates of the run that saved it).
+# (the checkpoint's: the learning rates of the run that saved it). --use-checkpoint-args takes the
+# model's shape from the checkpoint.
 source "$(dirname "$0")/pretrain_common.sh"
 d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
 tiny_run "$d/a.json" --exit-interval 4 --save "$d/ckpt" > "$d/save.log" 2>&1 \
@@ -38,4 +39,15 @@ tiny_run "$d/over.json" --load "$d/ckpt" --lr 1e-3 --override-opt_param-schedule
   || { echo "FAIL: override run"; tail -5 "$d/over.log"; exit 1; }
 [ "$(lrs "$d/full.log")" != "$(lrs "$d/over.log")" ] || { echo "FAIL: --override-opt_param-scheduler kept the checkpoint's"; fail=1; }
 [ $fail = 0 ] && echo "ok: the schedule's settings: refused when they differ, overridden, or the checkpoint's"
+# --use-checkpoint-args: the saved model shape wins over the flags given (Megatron's force=True),
+# so a run given another shape resumes the saved model: iterations 5..12 as the full run's
+tiny_run "$d/uca.json" --num-layers 3 --hidden-size 128 --ffn-hidden-size 100 --swiglu \
+  --load "$d/ckpt" --use-checkpoint-args > "$d/uca.log" 2>&1 \
+  || { echo "FAIL: --use-checkpoint-args run"; tail -5 "$d/uca.log"; exit 1; }
+want=$(losses "$d/full.json" 5 12); got=$(losses "$d/uca.json" 5 12)
+[ "$(echo "$want" | wc -l)" = 8 ] && [ "$want" = "$got" ] \
+  || { echo "FAIL: --use-checkpoint-args losses"; paste <(echo "$want") <(echo "$got"); fail=1; }
+"$MT_PRETRAIN" "${tiny_args[@]}" --use-checkpoint-args > "$d/out" 2>&1
+grep -q "use-checkpoint-args requires --load argument" "$d/out" || { echo "FAIL: --use-checkpoint-args without --load"; fail=1; }
+[ $fail = 0 ] && echo "ok: --use-checkpoint-args resumed the saved shape"
 exit $fail

@@ -1,6 +1,9 @@
 /* Megatron's command line: the flag table (names and defaults as in megatron/training/arguments.py
  * and its config dataclasses), parsing and the consistency checks made before anything starts. */
 #define _POSIX_C_SOURCE 200809L
+#include "train_impl.h"
+
+#include <mt/ckpt.h>
 #include <mt/train.h>
 
 #include <errno.h>
@@ -177,6 +180,8 @@ static const flag flags[] = {
       "on resume, the schedule's settings given here, not the checkpoint's" },
     { "--use-checkpoint-opt_param-scheduler", F_TRUE, O(use_checkpoint_opt_param_scheduler),
       "on resume, the checkpoint's schedule settings (default: both, which must agree)" },
+    { "--use-checkpoint-args", F_TRUE, O(use_checkpoint_args),
+      "the model's shape from the --load checkpoint (over the flags given)" },
     { "--exit-on-missing-checkpoint", F_TRUE, O(exit_on_missing_checkpoint),
       "--load without a checkpoint there is an error (default: start from random)" },
     { "--tensor-model-parallel-size", F_INT, O(tensor_model_parallel_size), "1" },
@@ -326,6 +331,100 @@ static int is_number(const char *s) {
 
 static mt_status validate(mt_train_args *a);
 
+/* The model's shape, as load_args_from_checkpoint sets it (force=True: over the flags given). */
+static const char *const model_args[] = { "num_layers",
+                                          "hidden_size",
+                                          "ffn_hidden_size",
+                                          "num_attention_heads",
+                                          "group_query_attention",
+                                          "num_query_groups",
+                                          "kv_channels",
+                                          "seq_length",
+                                          "max_position_embeddings",
+                                          "position_embedding_type",
+                                          "no_position_embedding",
+                                          "rotary_base",
+                                          "rotary_interleaved",
+                                          "swiglu",
+                                          "untie_embeddings_and_output_weights",
+                                          "disable_bias_linear",
+                                          "normalization",
+                                          "norm_epsilon",
+                                          "make_vocab_size_divisible_by",
+                                          "vocab_size",
+                                          "tokenizer_type" };
+#define N_MODEL_ARGS ((int)(sizeof model_args / sizeof *model_args))
+
+static const flag *flag_of_arg(const char *arg) { /* num_layers -> --num-layers */
+    char name[80] = "--";
+    for (size_t i = 0; arg[i] && i + 3 < sizeof name; i++)
+        name[i + 2] = arg[i] == '_' ? '-' : arg[i];
+    for (int k = 0; k < NFLAGS; k++)
+        if (!strcmp(flags[k].name, name)) return &flags[k];
+    return NULL;
+}
+
+mt_status train_args_model_json(const mt_train_args *a, json_t *obj) {
+    for (int i = 0; i < N_MODEL_ARGS; i++) {
+        const flag *f = flag_of_arg(model_args[i]);
+        MT_ASSERT(f);
+        const void *p = (const char *)a + f->off;
+        json_t *v = f->type == F_TRUE   ? json_boolean(*(const int *)p)
+                    : f->type == F_INT  ? json_integer(*(const int *)p)
+                    : f->type == F_I64  ? json_integer(*(const int64_t *)p)
+                    : f->type == F_DBL  ? json_real(*(const double *)p)
+                    : *(char *const *)p ? json_string(*(char *const *)p)
+                                        : json_null();
+        MT_REQUIRE(v && !json_object_set_new(obj, model_args[i], v), MT_ERR_OOM, "args JSON");
+    }
+    return MT_OK;
+}
+
+/* --use-checkpoint-args: the model's shape from the args saved with the --load checkpoint (none
+ * there: the flags given, as Megatron does). */
+static mt_status args_from_checkpoint(mt_train_args *a) {
+    if (!a->use_checkpoint_args) return MT_OK;
+    if (!a->load) return BAD("--use-checkpoint-args requires --load argument");
+    int64_t it;
+    if (mt_ckpt_latest(a->load, &it) != MT_OK) {
+        mt_error_clear();
+        printf("Checkpoint not found to provide arguments, using provided arguments.\n");
+        return MT_OK;
+    }
+    mt_ckpt *c;
+    MT_TRY(mt_ckpt_open(a->load, it, 0, &c));
+    const char *saved = mt_ckpt_args(c);
+    json_t *j = saved ? json_loads(saved, 0, NULL) : NULL;
+    mt_status st = MT_OK;
+    for (int i = 0; i < N_MODEL_ARGS && st == MT_OK && j; i++) {
+        json_t *v = json_object_get(j, model_args[i]);
+        const flag *f = flag_of_arg(model_args[i]);
+        if (!v || json_is_null(v)) {
+            printf("Checkpoint did not provide arguments %s\n", model_args[i]);
+            continue;
+        }
+        char buf[64];
+        const char *str = buf;
+        if (f->type == F_TRUE)
+            *(int *)((char *)a + f->off) = json_is_true(v);
+        else if (json_is_string(v))
+            str = json_string_value(v);
+        else if (json_is_integer(v))
+            snprintf(buf, sizeof buf, "%lld", (long long)json_integer_value(v));
+        else
+            snprintf(buf, sizeof buf, "%.17g", json_number_value(v));
+        if (f->type != F_TRUE) st = parse_value(f, str, a);
+    }
+    if (!j && st == MT_OK)
+        st = MT_ERROR(MT_ERR_FORMAT,
+                      "--use-checkpoint-args: the checkpoint of iteration %lld in %s "
+                      "has no readable args",
+                      (long long)it, a->load);
+    json_decref(j);
+    mt_ckpt_close(c);
+    return st;
+}
+
 mt_status mt_train_args_parse(mt_train_args *a, int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i];
@@ -364,6 +463,7 @@ mt_status mt_train_args_parse(mt_train_args *a, int argc, char **argv) {
             return BAD("argument %s: expected one argument", f->name);
         MT_TRY(parse_value(f, v, a));
     }
+    MT_TRY(args_from_checkpoint(a));
     return validate(a);
 }
 

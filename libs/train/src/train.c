@@ -2,6 +2,8 @@
  * the iteration loop (gradient accumulation, data-parallel reduction, schedule, clipping),
  * evaluation, Megatron's log lines, metrics, golden values and checkpoints with resume. */
 #define _POSIX_C_SOURCE 200809L
+#include "train_impl.h"
+
 #include <mt/ckpt.h>
 #include <mt/comm.h>
 #include <mt/data.h>
@@ -476,6 +478,7 @@ static char *args_json(const run *r) {
         (json_int_t)r->mc.padded_vocab_size, "lr", a->lr, "seed", a->seed, "normalization",
         a->normalization, "bf16", a->bf16, "world_size", r->nranks);
     json_object_set_new(j, "fp16", json_boolean(a->fp16));
+    if (train_args_model_json(a, j) != MT_OK) mt_error_clear(); /* (out of memory: without) */
     json_t *hf = hf_config(r);
     if (hf)
         json_object_set_new(j, "hf",
