@@ -49,6 +49,7 @@ expect "argument --ckpt-format: invalid choice: 'pickle'" --ckpt-format pickle
 expect "--rotary-percent 0.5 is not supported" --position-embedding-type rope --rotary-percent 0.5
 expect "--reset-position-ids and --reset-attention-mask are not supported yet" --reset-attention-mask
 expect "--qk-layernorm is not supported yet" --qk-layernorm
+expect "argument --empty-unused-memory-level: invalid choice: 3" --empty-unused-memory-level 3
 expect "--eod-mask-loss and --calculate-per-token-loss are not supported yet" --eod-mask-loss
 expect "--num-layers-per-virtual-pipeline-stage: pipeline parallelism is not supported yet" --num-layers-per-virtual-pipeline-stage 1
 "$MT_PRETRAIN" --num-layers 2 > "$d/out" 2>&1; rc=$?
@@ -84,7 +85,8 @@ done
   --log-loss-scale-to-tensorboard --distributed-backend nccl --attention-backend auto \
   --dataloader-type single --ckpt-format torch_dist --rotary-percent 1.0 \
   --cross-entropy-loss-fusion --apply-query-key-layer-scaling --manual-gc \
-  --no-async-tensor-model-parallel-allreduce \
+  --no-async-tensor-model-parallel-allreduce --no-create-attention-mask-in-dataloader \
+  --no-persist-layer-norm --empty-unused-memory-level 1 \
   > "$d/samples.log" 2>&1 || { echo "FAIL: sample-based run"; cat "$d/samples.log"; exit 1; }
 grep -q "^\[profile\] per iteration" "$d/samples.log" && grep -q "WARNING: --tensorboard-dir" "$d/samples.log" \
   || { echo "FAIL: --timing-log-level 1 gave no profile or --tensorboard-dir no warning"; cat "$d/samples.log"; fail=1; }

@@ -85,6 +85,11 @@ static const flag flags[] = {
     { "--apply-query-key-layer-scaling", F_TRUE, O(noop),
       "accepted: the same scores in exact arithmetic, softmax in fp32" },
     { "--manual-gc", F_TRUE, O(noop), "accepted (no garbage collector here)" },
+    { "--no-create-attention-mask-in-dataloader", F_TRUE, O(noop),
+      "accepted: no attention masks are built (causal attention needs none)" },
+    { "--no-persist-layer-norm", F_TRUE, O(noop), "accepted" },
+    { "--empty-unused-memory-level", F_INT, O(empty_unused_memory_level),
+      "0 | 1 | 2: accepted (activation memory is planned once)" },
     { "--log-timers-to-tensorboard", F_TRUE, O(noop), "accepted, not written: --metrics-jsonl" },
     { "--log-validation-ppl-to-tensorboard", F_TRUE, O(noop),
       "accepted, not written: --metrics-jsonl" },
@@ -641,6 +646,9 @@ static mt_status validate(mt_train_args *a) {
                         a->dataloader_type);
     MT_TRY(choice("--dataloader-type", a->dataloader_type, loaders));
     MT_TRY(choice("--ckpt-format", a->ckpt_format, ckpts));
+    if (a->empty_unused_memory_level < 0 || a->empty_unused_memory_level > 2)
+        return BAD("argument --empty-unused-memory-level: invalid choice: %d (choose from 0, 1, 2)",
+                   a->empty_unused_memory_level);
     if (a->rotary_percent != 1.0)
         return MT_ERROR(MT_ERR_UNSUPPORTED,
                         "--rotary-percent %g is not supported: rotary embeddings cover the whole "

@@ -36,6 +36,7 @@ typedef struct mt_train_args {
      * --ckpt-format (noted: checkpoints are this project's format); --rotary-percent (1 only) */
     char *distributed_backend, *attention_backend, *dataloader_type, *ckpt_format;
     double rotary_percent;
+    int empty_unused_memory_level; /* accepted (0, 1 or 2): memory is planned once here */
     /* refused with a clear message (not supported yet) rather than as unknown flags */
     int reset_position_ids, reset_attention_mask, qk_layernorm, eod_mask_loss;
     int calculate_per_token_loss;
