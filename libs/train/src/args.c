@@ -451,6 +451,12 @@ mt_status mt_train_args_parse(mt_train_args *a, int argc, char **argv) {
             if (*n == 0) return BAD("argument %s: expected at least one argument", arg);
             continue;
         }
+        if (strcmp(arg, "--rampup-batch-size") == 0) { /* nargs='*'; refused in validate */
+            a->rampup_batch_size = 1;
+            while (i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0)
+                i++;
+            continue;
+        }
         const char *eq = strchr(arg, '=');
         size_t len = eq ? (size_t)(eq - arg) : strlen(arg);
         const flag *f = NULL;
@@ -614,6 +620,8 @@ static mt_status validate(mt_train_args *a) {
         if (a->train_samples > 0) return BAD("expected iteration-based training");
         if (a->lr_decay_samples > 0) return BAD("expected iteration-based learning rate decay");
         if (a->lr_warmup_samples > 0) return BAD("expected iteration-based learning rate warmup");
+        if (a->rampup_batch_size)
+            return BAD("expected no batch-size rampup for iteration-based training");
     } else if (a->train_samples > 0) {
         if (a->lr_decay_iters > 0) return BAD("expected sample-based learning rate decay");
         if (a->lr_warmup_iters > 0) return BAD("expected sample-based learnig rate warmup");
@@ -659,6 +667,9 @@ static mt_status validate(mt_train_args *a) {
                         "--reset-position-ids and --reset-attention-mask are not supported yet "
                         "(documents in a sequence attend across their boundaries)");
     if (a->qk_layernorm) return MT_ERROR(MT_ERR_UNSUPPORTED, "--qk-layernorm is not supported yet");
+    if (a->rampup_batch_size)
+        return MT_ERROR(MT_ERR_UNSUPPORTED, "--rampup-batch-size is not supported yet (the global "
+                                            "batch size is constant)");
     if (a->eod_mask_loss || a->calculate_per_token_loss)
         return MT_ERROR(MT_ERR_UNSUPPORTED,
                         "--eod-mask-loss and --calculate-per-token-loss are not supported yet "

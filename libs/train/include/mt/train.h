@@ -43,6 +43,7 @@ typedef struct mt_train_args {
     int num_layers_per_virtual_pipeline_stage;
     int exit_on_missing_checkpoint; /* --load finds no checkpoint: an error, not a fresh start */
     int use_checkpoint_args;        /* the model's shape from the --load checkpoint's saved args */
+    int rampup_batch_size;          /* --rampup-batch-size given (its values unused: refused) */
     /* on resume, the LR/WD schedule's settings: those given (override), the checkpoint's
      * (use-checkpoint), or by default both, which must then agree (Megatron's assert) */
     int override_opt_param_scheduler, use_checkpoint_opt_param_scheduler;
