@@ -19,7 +19,9 @@ typedef enum {
     F_I64,
     F_DBL,
     F_STR,
-    F_TRUE
+    F_TRUE,
+    F_NO,    /* refused (not supported yet): the message is the help text */
+    F_NO_VAL /* the same, for a flag that takes one value */
 } ftype;
 
 typedef struct flag {
@@ -29,6 +31,13 @@ typedef struct flag {
     const char *help;
 } flag;
 
+/* messages of flags refused by name (F_NO), shared by the flags they name */
+#define NO_RESET                                                                             \
+    "--reset-position-ids and --reset-attention-mask are not supported yet (documents in a " \
+    "sequence attend across their boundaries)"
+#define NO_EOD_MASK                                                                        \
+    "--eod-mask-loss and --calculate-per-token-loss are not supported yet (every token's " \
+    "loss counts, averaged per micro-batch)"
 #define O(f) offsetof(mt_train_args, f)
 static const flag flags[] = {
     { "--num-layers", F_INT, O(num_layers), "transformer layers (required)" },
@@ -105,13 +114,13 @@ static const flag flags[] = {
     { "--ckpt-format", F_STR, O(ckpt_format),
       "accepted: checkpoints are this project's sharded safetensors (mt-convert exports HF)" },
     { "--rotary-percent", F_DBL, O(rotary_percent), "1.0 (the only one)" },
-    { "--reset-position-ids", F_TRUE, O(reset_position_ids), "not supported yet" },
-    { "--reset-attention-mask", F_TRUE, O(reset_attention_mask), "not supported yet" },
-    { "--qk-layernorm", F_TRUE, O(qk_layernorm), "not supported yet" },
-    { "--eod-mask-loss", F_TRUE, O(eod_mask_loss), "not supported yet" },
-    { "--calculate-per-token-loss", F_TRUE, O(calculate_per_token_loss), "not supported yet" },
-    { "--num-layers-per-virtual-pipeline-stage", F_INT, O(num_layers_per_virtual_pipeline_stage),
-      "not supported (no pipeline parallelism yet)" },
+    { "--reset-position-ids", F_NO, 0, NO_RESET },
+    { "--reset-attention-mask", F_NO, 0, NO_RESET },
+    { "--qk-layernorm", F_NO, 0, "--qk-layernorm is not supported yet" },
+    { "--eod-mask-loss", F_NO, 0, NO_EOD_MASK },
+    { "--calculate-per-token-loss", F_NO, 0, NO_EOD_MASK },
+    { "--num-layers-per-virtual-pipeline-stage", F_NO_VAL, 0,
+      "--num-layers-per-virtual-pipeline-stage: pipeline parallelism is not supported yet" },
     { "--use-rotary-position-embeddings", F_TRUE, O(use_rotary_position_embeddings),
       "= --position-embedding-type rope" },
     { "--no-position-embedding", F_TRUE, O(no_position_embedding),
@@ -360,13 +369,19 @@ static const char *const model_args[] = { "num_layers",
                                           "tokenizer_type" };
 #define N_MODEL_ARGS ((int)(sizeof model_args / sizeof *model_args))
 
+/* The flag named by the first len characters of name (NULL: none). */
+static const flag *find_flag(const char *name, size_t len) {
+    for (int k = 0; k < NFLAGS; k++)
+        if (strlen(flags[k].name) == len && strncmp(flags[k].name, name, len) == 0)
+            return &flags[k];
+    return NULL;
+}
+
 static const flag *flag_of_arg(const char *arg) { /* num_layers -> --num-layers */
     char name[80] = "--";
     for (size_t i = 0; arg[i] && i + 3 < sizeof name; i++)
         name[i + 2] = arg[i] == '_' ? '-' : arg[i];
-    for (int k = 0; k < NFLAGS; k++)
-        if (!strcmp(flags[k].name, name)) return &flags[k];
-    return NULL;
+    return find_flag(name, strlen(name));
 }
 
 mt_status train_args_model_json(const mt_train_args *a, json_t *obj) {
@@ -459,11 +474,10 @@ mt_status mt_train_args_parse(mt_train_args *a, int argc, char **argv) {
         }
         const char *eq = strchr(arg, '=');
         size_t len = eq ? (size_t)(eq - arg) : strlen(arg);
-        const flag *f = NULL;
-        for (int k = 0; k < NFLAGS; k++)
-            if (strlen(flags[k].name) == len && strncmp(flags[k].name, arg, len) == 0)
-                f = &flags[k];
+        const flag *f = find_flag(arg, len);
         if (!f) return BAD("unrecognized arguments: %s", arg);
+        if (f->type == F_NO || f->type == F_NO_VAL)
+            return MT_ERROR(MT_ERR_UNSUPPORTED, "%s", f->help);
         if (f->type == F_TRUE) {
             if (eq) return BAD("argument %s: ignored explicit argument '%s'", f->name, eq + 1);
             *(int *)((char *)a + f->off) = 1;
@@ -606,6 +620,12 @@ static mt_status choice(const char *flag, const char *v, const char *const *ok) 
     return BAD("argument %s: invalid choice: '%s' (choose from %s)", flag, v, list);
 }
 
+/* argparse's choices=[0, 1, 2] */
+static mt_status level_choice(const char *flag, int v) {
+    if (v >= 0 && v <= 2) return MT_OK;
+    return BAD("argument %s: invalid choice: %d (choose from 0, 1, 2)", flag, v);
+}
+
 static mt_status validate(mt_train_args *a) {
     MT_TRY(read_data_args(a));
     if (a->num_layers <= 0) return BAD("--num-layers is required (a positive integer)");
@@ -646,7 +666,7 @@ static mt_status validate(mt_train_args *a) {
                                          "torch_dcp", "fsdp_dtensor", NULL };
     MT_TRY(choice("--distributed-backend", a->distributed_backend, backends));
     MT_TRY(choice("--attention-backend", a->attention_backend, attn));
-    if (a->dataloader_type && strcmp(a->dataloader_type, "single") != 0 &&
+    if (a->dataloader_type &&
         (!strcmp(a->dataloader_type, "cyclic") || !strcmp(a->dataloader_type, "external")))
         return MT_ERROR(MT_ERR_UNSUPPORTED,
                         "--dataloader-type %s is not supported: only 'single' (Megatron's "
@@ -654,33 +674,16 @@ static mt_status validate(mt_train_args *a) {
                         a->dataloader_type);
     MT_TRY(choice("--dataloader-type", a->dataloader_type, loaders));
     MT_TRY(choice("--ckpt-format", a->ckpt_format, ckpts));
-    if (a->empty_unused_memory_level < 0 || a->empty_unused_memory_level > 2)
-        return BAD("argument --empty-unused-memory-level: invalid choice: %d (choose from 0, 1, 2)",
-                   a->empty_unused_memory_level);
+    MT_TRY(level_choice("--empty-unused-memory-level", a->empty_unused_memory_level));
     if (a->rotary_percent != 1.0)
         return MT_ERROR(MT_ERR_UNSUPPORTED,
                         "--rotary-percent %g is not supported: rotary embeddings cover the whole "
                         "head (1.0)",
                         a->rotary_percent);
-    if (a->reset_position_ids || a->reset_attention_mask)
-        return MT_ERROR(MT_ERR_UNSUPPORTED,
-                        "--reset-position-ids and --reset-attention-mask are not supported yet "
-                        "(documents in a sequence attend across their boundaries)");
-    if (a->qk_layernorm) return MT_ERROR(MT_ERR_UNSUPPORTED, "--qk-layernorm is not supported yet");
     if (a->rampup_batch_size)
         return MT_ERROR(MT_ERR_UNSUPPORTED, "--rampup-batch-size is not supported yet (the global "
                                             "batch size is constant)");
-    if (a->eod_mask_loss || a->calculate_per_token_loss)
-        return MT_ERROR(MT_ERR_UNSUPPORTED,
-                        "--eod-mask-loss and --calculate-per-token-loss are not supported yet "
-                        "(every token's loss counts, averaged per micro-batch)");
-    if (a->num_layers_per_virtual_pipeline_stage)
-        return MT_ERROR(MT_ERR_UNSUPPORTED,
-                        "--num-layers-per-virtual-pipeline-stage: pipeline parallelism is not "
-                        "supported yet");
-    if (a->timing_log_level < 0 || a->timing_log_level > 2)
-        return BAD("argument --timing-log-level: invalid choice: %d (choose from 0, 1, 2)",
-                   a->timing_log_level);
+    MT_TRY(level_choice("--timing-log-level", a->timing_log_level));
     if (a->use_rotary_position_embeddings) set_str(&a->position_embedding_type, "rope");
     if (a->no_position_embedding && strcmp(a->position_embedding_type, "rope") != 0)
         return MT_ERROR(MT_ERR_UNSUPPORTED,

@@ -470,14 +470,12 @@ static json_t *hf_config(const run *r) {
 
 static char *args_json(const run *r) {
     const mt_train_args *a = r->a;
-    json_t *j = json_pack(
-        "{s:i,s:i,s:i,s:i,s:i,s:i,s:I,s:I,s:f,s:i,s:s,s:b,s:i}", "num_layers", a->num_layers,
-        "hidden_size", a->hidden_size, "num_attention_heads", a->num_attention_heads, "seq_length",
-        a->seq_length, "micro_batch_size", a->micro_batch_size, "global_batch_size", (int)r->gbs,
-        "train_iters", (json_int_t)a->train_iters, "padded_vocab_size",
-        (json_int_t)r->mc.padded_vocab_size, "lr", a->lr, "seed", a->seed, "normalization",
-        a->normalization, "bf16", a->bf16, "world_size", r->nranks);
-    json_object_set_new(j, "fp16", json_boolean(a->fp16));
+    json_t *j =
+        json_pack("{s:i,s:i,s:I,s:I,s:f,s:i,s:b,s:b,s:i}", "micro_batch_size", a->micro_batch_size,
+                  "global_batch_size", (int)r->gbs, "train_iters", (json_int_t)a->train_iters,
+                  "padded_vocab_size", (json_int_t)r->mc.padded_vocab_size, "lr", a->lr, "seed",
+                  a->seed, "bf16", a->bf16, "fp16", a->fp16, "world_size", r->nranks);
+    /* the model's shape (num_layers, hidden_size, ...) for --use-checkpoint-args */
     if (train_args_model_json(a, j) != MT_OK) mt_error_clear(); /* (out of memory: without) */
     json_t *hf = hf_config(r);
     if (hf)
@@ -666,18 +664,13 @@ static mt_status sched_setting(const mt_train_args *a, const char *name, double 
         if (cls) *cls = sd;
         return MT_OK;
     }
-    if (cls_s)
-        return MT_ERROR(MT_ERR_INVALID_ARG,
-                        "OptimizerParamScheduler: class input value %s and checkpoint value %s for "
-                        "%s do not match (--override-opt_param-scheduler keeps this run's, "
-                        "--use-checkpoint-opt_param-scheduler the checkpoint's)",
-                        cls_s, sd_s, name);
     char c[32], k[32];
     return MT_ERROR(MT_ERR_INVALID_ARG,
                     "OptimizerParamScheduler: class input value %s and checkpoint value %s for %s "
                     "do not match (--override-opt_param-scheduler keeps this run's, "
                     "--use-checkpoint-opt_param-scheduler the checkpoint's)",
-                    num_str(c, sizeof c, *cls), num_str(k, sizeof k, sd), name);
+                    cls_s ? cls_s : num_str(c, sizeof c, *cls),
+                    cls_s ? sd_s : num_str(k, sizeof k, sd), name);
 }
 
 /* The schedule's settings saved with the checkpoint against this run's (sched_setting). */

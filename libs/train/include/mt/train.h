@@ -36,11 +36,7 @@ typedef struct mt_train_args {
      * --ckpt-format (noted: checkpoints are this project's format); --rotary-percent (1 only) */
     char *distributed_backend, *attention_backend, *dataloader_type, *ckpt_format;
     double rotary_percent;
-    int empty_unused_memory_level; /* accepted (0, 1 or 2): memory is planned once here */
-    /* refused with a clear message (not supported yet) rather than as unknown flags */
-    int reset_position_ids, reset_attention_mask, qk_layernorm, eod_mask_loss;
-    int calculate_per_token_loss;
-    int num_layers_per_virtual_pipeline_stage;
+    int empty_unused_memory_level;  /* accepted (0, 1 or 2): memory is planned once here */
     int exit_on_missing_checkpoint; /* --load finds no checkpoint: an error, not a fresh start */
     int use_checkpoint_args;        /* the model's shape from the --load checkpoint's saved args */
     int rampup_batch_size;          /* --rampup-batch-size given (its values unused: refused) */
