@@ -15,3 +15,27 @@ losses() {
   jq -r --argjson a "$2" --argjson b "$3" '.["lm loss"].values | to_entries[] |
     select((.key|tonumber) >= $a and (.key|tonumber) <= $b) | "\(.key) \(.value)"' "$1" | sort -n
 }
+# eod_corpus DIR: DIR/k_text_document, one-token documents k < 100 each followed by EOD (token
+# 300 of NullTokenizer --vocab-size 300): "k EOD k EOD ...", where every k predicts EOD and every
+# EOD a random k (ln 100 nats); DIR/v_text_document, documents of 1-40 random tokens (mostly short), so the
+# count of EOD inputs varies from micro-batch to micro-batch. Needs $MT_PREPROCESS.
+eod_corpus() {
+  awk 'BEGIN { srand(3); for (i = 0; i < 6000; i++) printf "{\"text\": \"%d\"}\n", int(rand() * 100) }' > "$1/k.jsonl"
+  awk 'BEGIN { srand(4); for (i = 0; i < 3000; i++) { n = 1 + int(rand() ^ 3 * 40); s = "";
+         for (j = 0; j < n; j++) s = s (j ? " " : "") int(rand() * 100);
+         printf "{\"text\": \"%s\"}\n", s } }' > "$1/v.jsonl"
+  for c in k v; do
+    "$MT_PREPROCESS" --input "$1/$c.jsonl" --output-prefix "$1/$c" --tokenizer-type NullTokenizer \
+      --vocab-size 300 --append-eod --workers 1 > /dev/null
+  done
+}
+eod_args=(--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32
+          --micro-batch-size 2 --global-batch-size 8 --tokenizer-type NullTokenizer --vocab-size 300
+          --lr 3e-3 --lr-warmup-iters 2 --seed 5 --log-interval 4 --split 100,0,0
+          --device "${MT_TEST_DEVICE:-cpu}" --distributed-timeout-minutes 1 ${MT_TEST_FLAGS:-})
+# rel_close A.json B.json FROM TO TOL: each step's losses within relative TOL (prints the worst)
+rel_close() {
+  paste <(losses "$1" "$3" "$4") <(losses "$2" "$3" "$4") | awk -v tol="$5" '
+    { n++; d = $2 - $4; if (d < 0) d = -d; r = d / ($2 < 0 ? -$2 : $2); if (r > w) w = r }
+    END { printf "%d losses, largest relative difference %.2e\n", n, w; exit !(n > 0 && w <= tol) }'
+}

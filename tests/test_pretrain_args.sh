@@ -52,7 +52,6 @@ expect "--qk-layernorm is not supported yet" --qk-layernorm
 expect "expected no batch-size rampup for iteration-based training" --rampup-batch-size 2 2 16
 expect "--rampup-batch-size is not supported yet" --train-iters 0 --train-samples 96 --lr-warmup-iters 0 --rampup-batch-size 2 2 16
 expect "argument --empty-unused-memory-level: invalid choice: 3" --empty-unused-memory-level 3
-expect "--eod-mask-loss and --calculate-per-token-loss are not supported yet" --eod-mask-loss
 expect "--num-layers-per-virtual-pipeline-stage: pipeline parallelism is not supported yet" --num-layers-per-virtual-pipeline-stage 1
 "$MT_PRETRAIN" --num-layers 2 > "$d/out" 2>&1; rc=$?
 { [ $rc = 2 ] && grep -q "hidden-size is required" "$d/out"; } || { echo "FAIL: missing required flag"; cat "$d/out"; fail=1; }

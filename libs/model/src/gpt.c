@@ -163,10 +163,14 @@ static mt_status recompute(mt_model *m, int g0, int g1, mt_stream s) {
     return MT_OK;
 }
 
+/* The micro-batch's per-token losses (0 for ignored tokens) and its count into the accumulators
+ * that mt_model_take_loss_sum reads: the mean over several micro-batches is then over all their
+ * counted tokens (Megatron's reported loss: the sum over the global batch / its token count). */
 static mt_status add_loss(mt_model *m, mt_stream s) {
-    mt_tensor mean;
-    MT_TRY(mt_tensor_slice(&m->a.stats, 0, 0, 1, &mean));
-    MT_TRY(mt_axpy(&m->a.loss_acc, 1.0f, &mean, s));
+    mt_tensor count;
+    MT_TRY(mt_tensor_slice(&m->a.stats, 0, 1, 1, &count));
+    MT_TRY(mt_axpy(&m->a.loss_sum, 1.0f, &m->a.losses, s));
+    MT_TRY(mt_axpy(&m->a.loss_count, 1.0f, &count, s));
     m->n_loss++;
     return MT_OK;
 }
@@ -176,16 +180,23 @@ static mt_status targets_flat(const mt_model *m, const mt_tensor *targets, mt_te
     return mt_tensor_reshape(targets, 1, (int64_t[]){ (int64_t)m->B * m->cfg.seq_length }, flat);
 }
 
+/* Each token's loss gradient into a->dloss (ignored tokens get none from the cross-entropy):
+ * loss_scale / the micro-batch's count of counted tokens (the mean's), or loss_scale itself with
+ * per_token_loss (the sum's). */
+static mt_status loss_grad(mt_model *m, const mt_tensor *t, float loss_scale, mt_stream s) {
+    if (m->cfg.per_token_loss) return mt_fill(&m->a.dloss, loss_scale, s);
+    return mt_xent_stats(&m->a.stats, &m->a.dloss, NULL, t, loss_scale, MT_XENT_IGNORE_INDEX, s);
+}
+
 /* logits_chunks > 1: the output layer and the cross-entropy on row slices of the tokens, one
- * slice's logits at a time; with train, also the loss gradient (the whole batch's count first,
- * then each token's share of loss_scale, as the one-call mean) and the output layer's backward:
+ * slice's logits at a time; with train, also the loss gradient (loss_grad, over the whole batch
+ * before the first slice, as the one-call mean) and the output layer's backward:
  * dln receives each slice's rows, the weight gradient adds up over the slices. */
 static mt_status lm_head_slices(mt_model *m, const mt_tensor *t, int train, float loss_scale,
                                 mt_stream s) {
     acts *a = &m->a;
     const int64_t N = t->shape[0], R = a->logits.shape[0], V = m->cfg.vocab_size;
-    if (train)
-        MT_TRY(mt_xent_stats(&a->stats, &a->dloss, NULL, t, loss_scale, MT_XENT_IGNORE_INDEX, s));
+    if (train) MT_TRY(loss_grad(m, t, loss_scale, s));
     for (int64_t r0 = 0; r0 < N; r0 += R) {
         const int64_t n = N - r0 < R ? N - r0 : R;
         mt_tensor x, lg, tc, lo, g, dx;
@@ -328,11 +339,15 @@ static mt_status fwd_bwd(mt_model *m, const mt_tensor *tokens, const mt_tensor *
     MT_TRY(forward(m, tokens, !sliced, s));
     mt_tensor t;
     MT_TRY(targets_flat(m, targets, &t));
+    const int per_token = m->cfg.per_token_loss;
     if (sliced)
         MT_TRY(lm_head_slices(m, &t, 1, loss_scale, s));
-    else
-        OP("xent", mt_xent_fwd_bwd(&m->a.logits, &m->a.losses, &m->a.stats, &m->a.logits, &t, NULL,
-                                   loss_scale, m->cfg.vocab_size, MT_XENT_IGNORE_INDEX, s));
+    else if (per_token)
+        MT_TRY(loss_grad(m, &t, loss_scale, s));
+    if (!sliced)
+        OP("xent", mt_xent_fwd_bwd(&m->a.logits, &m->a.losses, &m->a.stats, &m->a.logits, &t,
+                                   per_token ? &m->a.dloss : NULL, loss_scale, m->cfg.vocab_size,
+                                   MT_XENT_IGNORE_INDEX, s));
     MT_TRY(add_loss(m, s));
     MT_TRY(backward(m, !sliced, s));
     m->grads_discarded = 0;

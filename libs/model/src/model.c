@@ -243,10 +243,11 @@ static void plan_acts(mt_model *m, planner *p) {
     TAKE(p, &a->lnf_rstd, MT_F32, N);
     const int64_t chunks = c->logits_chunks;                /* >= 1 once finalized */
     TAKE(p, &a->logits, dt, (N + chunks - 1) / chunks, Vp); /* one slice's logits */
-    if (chunks > 1) TAKE(p, &a->dloss, MT_F32, N);
+    if (chunks > 1 || c->per_token_loss) TAKE(p, &a->dloss, MT_F32, N);
     TAKE(p, &a->losses, MT_F32, N);
     TAKE(p, &a->stats, MT_F32, 2);
-    TAKE(p, &a->loss_acc, MT_F32, 1);
+    TAKE(p, &a->loss_sum, MT_F32, N);
+    TAKE(p, &a->loss_count, MT_F32, 1);
     /* scratch shared by forward and backward */
     TAKE(p, &a->dres, dt, N, C);
     TAKE(p, &a->dln, dt, N, C);
@@ -415,7 +416,10 @@ mt_status mt_model_create(const mt_model_config *cfg, int micro_batch_size, mt_d
 
     MT_TRY_GOTO(init_weights(m), st, fail);
     MT_TRY_GOTO(mt_model_zero_grad(m, NULL), st, fail);
-    MT_TRY_GOTO(mt_memset_zero(m->a.loss_acc.data, device, 4, NULL), st, fail);
+    MT_TRY_GOTO(
+        mt_memset_zero(m->a.loss_sum.data, device, (size_t)m->B * m->cfg.seq_length * 4, NULL), st,
+        fail);
+    MT_TRY_GOTO(mt_memset_zero(m->a.loss_count.data, device, 4, NULL), st, fail);
     MT_TRY_GOTO(mt_stream_sync(NULL), st, fail);
     *out = m;
     return MT_OK;
@@ -512,13 +516,29 @@ mt_status mt_model_discard_grads(mt_model *m, mt_stream stream) {
     return MT_OK;
 }
 
-mt_status mt_model_take_loss(mt_model *m, double *mean_loss, mt_stream stream) {
-    float acc = 0;
+mt_status mt_model_take_loss_sum(mt_model *m, double *sum, double *count, mt_stream stream) {
+    acts *a = &m->a;
+    float v[2] = { 0, 0 };
+    mt_tensor out;
+    MT_TRY(mt_tensor_slice(&a->stats, 0, 0, 1, &out));
+    MT_TRY(mt_reduce(&out, &a->loss_sum, MT_REDUCE_SUM, a->ws.data, m->ws_bytes, stream));
     MT_TRY(mt_stream_sync(stream));
-    MT_TRY(mt_memcpy(&acc, MT_DEVICE_CPU, m->a.loss_acc.data, m->dev, sizeof acc, NULL));
-    *mean_loss = m->n_loss > 0 ? (double)acc / m->n_loss : NAN;
+    MT_TRY(mt_memcpy(&v[0], MT_DEVICE_CPU, out.data, m->dev, 4, NULL));
+    MT_TRY(mt_memcpy(&v[1], MT_DEVICE_CPU, a->loss_count.data, m->dev, 4, NULL));
+    *sum = v[0];
+    *count = v[1];
     m->n_loss = 0;
-    return mt_memset_zero(m->a.loss_acc.data, m->dev, sizeof acc, NULL);
+    MT_TRY(
+        mt_memset_zero(a->loss_sum.data, m->dev, (size_t)mt_tensor_numel(&a->loss_sum) * 4, NULL));
+    return mt_memset_zero(a->loss_count.data, m->dev, 4, NULL);
+}
+
+mt_status mt_model_take_loss(mt_model *m, double *mean_loss, mt_stream stream) {
+    double sum, count;
+    int n = m->n_loss;
+    MT_TRY(mt_model_take_loss_sum(m, &sum, &count, stream));
+    *mean_loss = n > 0 ? sum / count : NAN; /* no counted token: 0/0, NaN as torch */
+    return MT_OK;
 }
 
 void mt_model_set_profiler(mt_model *m, mt_prof *p) {

@@ -34,11 +34,14 @@ typedef struct acts {
                           layer excepted: that is the kept input) */
     layer_acts *rc;    /* n_rc scratch sets reused by the recomputed layers */
     int n_rc;
-    mt_tensor resid_final, lnf, lnf_mean, lnf_rstd, logits, losses, stats, loss_acc;
+    mt_tensor resid_final, lnf, lnf_mean, lnf_rstd, logits, losses, stats;
+    /* since the last mt_model_take_loss: each token's loss summed over the micro-batches (N) and
+     * the count of counted tokens (1), both f32 */
+    mt_tensor loss_sum, loss_count;
     mt_tensor dres, dln, datty, dqkv, dfc1_act, dfc1_pre, norm_scratch, ws;
     mt_tensor mlp_act; /* recompute_mlp_act: every layer's fc1_act (N,F) */
     mt_tensor ln_out;  /* recompute_layernorm: every layer's ln1 and ln2 (N,C) */
-    mt_tensor dloss;   /* logits_chunks > 1: each token's loss gradient (N) f32 */
+    mt_tensor dloss;   /* logits_chunks > 1 or per_token_loss: each token's loss gradient (N) f32 */
 } acts;
 
 typedef struct layer_params {
@@ -80,7 +83,7 @@ struct mt_model {
     acts a;
     layer_params *lp;
     mt_model_param *wte, *wpe, *lnf_w, *lnf_b, *out_w;
-    int n_loss; /* micro-batch losses in loss_acc */
+    int n_loss; /* micro-batches in loss_sum */
     int have_tokens;
     mt_tensor tokens; /* the last forward's tokens (for the embedding backward) */
     mt_prof *prof;    /* not owned; NULL: no timing */

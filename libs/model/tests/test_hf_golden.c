@@ -20,6 +20,21 @@ static float *to_host_f32(const mt_tensor *t) {
     return f;
 }
 
+/* The parameter's gradient against the golden one (host f32 copy returned). */
+static float *check_grad(mt_model_param *p, mt_safetensors *gf, double rtol) {
+    float *got = to_host_f32(&p->grad);
+    float *ref = golden_padded(gf, p->name, &p->grad);
+    double mx = 0;
+    int64_t n = mt_tensor_numel(&p->grad);
+    for (int64_t j = 0; j < n; j++)
+        mx = fmax(mx, fabs(ref[j]));
+    /* atol: rtol of the tensor's largest gradient (elements near zero carry only the rounding of
+     * the sums that formed them) */
+    mt_test_close_f32(p->name, got, ref, (size_t)n, rtol * mx, rtol);
+    free(ref);
+    return got;
+}
+
 int main(int argc, char **argv) {
     if (argc != 4)
         mt_die(__FILE__, __LINE__, "usage: %s gpt2|llama cpu|cuda f32|bf16|f16", argv[0]);
@@ -92,20 +107,8 @@ int main(int argc, char **argv) {
         MT_EXPECT(fabs(loss - want) <= rtol * fabs(want), "fused loss %.8f want %.8f", loss, want);
         int np = mt_model_num_params(m);
         float **first = calloc((size_t)np, sizeof *first);
-        for (int i = 0; i < np; i++) {
-            mt_model_param *p = mt_model_param_at(m, i);
-            float *got = to_host_f32(&p->grad);
-            float *ref = golden_padded(gf, p->name, &p->grad);
-            double mx = 0;
-            int64_t n = mt_tensor_numel(&p->grad);
-            for (int64_t j = 0; j < n; j++)
-                mx = fmax(mx, fabs(ref[j]));
-            /* atol: rtol of the tensor's largest gradient (elements near zero carry only the
-             * rounding of the sums that formed them) */
-            mt_test_close_f32(p->name, got, ref, (size_t)n, rtol * mx, rtol);
-            first[i] = got;
-            free(ref);
-        }
+        for (int i = 0; i < np; i++)
+            first[i] = check_grad(mt_model_param_at(m, i), gf, rtol);
 
         /* the same step over stale grads after mt_model_discard_grads: every grad is written
          * (the first backward GEMMs with beta = 0; the embeddings' scatter targets zeroed), so
@@ -135,6 +138,29 @@ int main(int argc, char **argv) {
             free(first[i]);
         }
         free(first);
+
+        /* per_token_loss (--calculate-per-token-loss): the backward of the SUM of token losses
+         * times loss_scale; with loss_scale = 1 / the counted tokens (the golden batch ignores
+         * one) that is transformers' mean again, on the one-call and the sliced output layer */
+        int64_t counted = 0;
+        for (int64_t j = 0; j < mt_tensor_numel(&hg); j++)
+            counted += ((const int32_t *)hg.data)[j] != MT_XENT_IGNORE_INDEX;
+        MT_EXPECT(counted < mt_tensor_numel(&hg), "the golden batch ignores no token");
+        for (int chunks = 1; chunks <= 3; chunks += 2) {
+            mt_model_config pc = cfg;
+            pc.per_token_loss = 1;
+            pc.logits_chunks = chunks;
+            mt_model *pm;
+            MT_CHECK(mt_model_create(&pc, B, dev, NULL, NULL, &pm));
+            hf_tiny_load_weights(pm, wf, dev, dt);
+            MT_CHECK(mt_model_forward_backward(pm, &tok, &tgt, 1.0f / (float)counted, NULL));
+            MT_CHECK(mt_model_take_loss(pm, &loss, NULL));
+            MT_EXPECT(fabs(loss - want) <= rtol * fabs(want), "per-token loss %.8f want %.8f", loss,
+                      want);
+            for (int i = 0; i < np; i++)
+                free(check_grad(mt_model_param_at(pm, i), gf, rtol));
+            mt_model_destroy(pm);
+        }
     }
     mt_arena_destroy(ar);
     mt_safetensors_close(wf);

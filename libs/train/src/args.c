@@ -35,9 +35,6 @@ typedef struct flag {
 #define NO_RESET                                                                             \
     "--reset-position-ids and --reset-attention-mask are not supported yet (documents in a " \
     "sequence attend across their boundaries)"
-#define NO_EOD_MASK                                                                        \
-    "--eod-mask-loss and --calculate-per-token-loss are not supported yet (every token's " \
-    "loss counts, averaged per micro-batch)"
 #define O(f) offsetof(mt_train_args, f)
 static const flag flags[] = {
     { "--num-layers", F_INT, O(num_layers), "transformer layers (required)" },
@@ -117,8 +114,10 @@ static const flag flags[] = {
     { "--reset-position-ids", F_NO, 0, NO_RESET },
     { "--reset-attention-mask", F_NO, 0, NO_RESET },
     { "--qk-layernorm", F_NO, 0, "--qk-layernorm is not supported yet" },
-    { "--eod-mask-loss", F_NO, 0, NO_EOD_MASK },
-    { "--calculate-per-token-loss", F_NO, 0, NO_EOD_MASK },
+    { "--eod-mask-loss", F_TRUE, O(eod_mask_loss),
+      "no loss where the input token is EOD (the next document's first token)" },
+    { "--calculate-per-token-loss", F_TRUE, O(calculate_per_token_loss),
+      "the loss is the global batch's sum over its token count (not a mean of micro-batch means)" },
     { "--num-layers-per-virtual-pipeline-stage", F_NO_VAL, 0,
       "--num-layers-per-virtual-pipeline-stage: pipeline parallelism is not supported yet" },
     { "--use-rotary-position-embeddings", F_TRUE, O(use_rotary_position_embeddings),

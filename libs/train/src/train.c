@@ -41,6 +41,7 @@ typedef struct run {
     int64_t last_eval; /* iteration of the last validation line in the JSONL metrics */
     int64_t *ids, *text;
     int32_t *htok, *htgt;    /* [0]: evaluation's batch; [1]: the next training micro-batch */
+    int64_t hcount[2];       /* the counted targets (not ignored) of each host batch */
     mt_tensor tok, tgt, red; /* red: one float for device all-reduces of scalars */
     double t_start;          /* --exit-duration-in-mins counts from here */
     int exited;              /* --exit-signal-handler / --exit-duration-in-mins stopped training */
@@ -86,21 +87,34 @@ static void stamp(char *buf, size_t n) {
     snprintf(buf + k, n - k, ".%06ld", ts.tv_nsec / 1000);
 }
 
-/* Averages x over the ranks (host MPI, or a one-element device all-reduce). */
-static mt_status allreduce_avg(run *r, double *x) {
+/* Sums (op MT_REDOP_SUM) or averages (MT_REDOP_AVG) x[0..n) over the ranks, n <= 2 (host MPI,
+ * or a device all-reduce), in f32. */
+static mt_status allreduce_host(run *r, double *x, int n, mt_redop op) {
     if (r->nranks == 1) return MT_OK;
-    float v = (float)*x;
+    float v[2] = { (float)x[0], n > 1 ? (float)x[1] : 0.0f };
     if (mt_comm_has_host(r->world)) {
-        mt_tensor t = mt_tensor_1d(&v, MT_F32, 1, MT_DEVICE_CPU);
-        MT_TRY(mt_comm_allreduce(r->world, &t, &t, MT_REDOP_AVG, NULL));
+        mt_tensor t = mt_tensor_1d(v, MT_F32, n, MT_DEVICE_CPU);
+        MT_TRY(mt_comm_allreduce(r->world, &t, &t, op, NULL));
     } else {
-        mt_tensor d = r->red;
-        MT_TRY(mt_memcpy(d.data, r->dev, &v, MT_DEVICE_CPU, 4, NULL));
-        MT_TRY(mt_comm_allreduce(r->world, &d, &d, MT_REDOP_AVG, NULL));
+        mt_tensor d;
+        MT_TRY(mt_tensor_slice(&r->red, 0, 0, n, &d));
+        MT_TRY(mt_memcpy(d.data, r->dev, v, MT_DEVICE_CPU, (size_t)n * 4, NULL));
+        MT_TRY(mt_comm_allreduce(r->world, &d, &d, op, NULL));
         MT_TRY(mt_comm_wait(r->world, NULL));
-        MT_TRY(mt_memcpy(&v, MT_DEVICE_CPU, d.data, r->dev, 4, NULL));
+        MT_TRY(mt_memcpy(v, MT_DEVICE_CPU, d.data, r->dev, (size_t)n * 4, NULL));
     }
-    *x = v;
+    for (int i = 0; i < n; i++)
+        x[i] = v[i];
+    return MT_OK;
+}
+
+/* The mean loss over the counted tokens of every rank's micro-batches since the last call
+ * (Megatron's reported 'lm loss': the sums' sum over the counts' sum). */
+static mt_status take_loss(run *r, double *loss) {
+    double sc[2];
+    MT_TRY(mt_model_take_loss_sum(r->model, &sc[0], &sc[1], NULL));
+    MT_TRY(allreduce_host(r, sc, 2, MT_REDOP_SUM));
+    *loss = sc[0] / sc[1]; /* no counted token: 0/0, NaN as torch */
     return MT_OK;
 }
 
@@ -248,6 +262,7 @@ static mt_status setup_model(run *r) {
     c->dtype = a->bf16 ? MT_BF16 : a->fp16 ? MT_F16 : MT_F32;
     c->deterministic = a->deterministic_mode;
     c->logits_chunks = a->logits_chunks;
+    c->per_token_loss = a->calculate_per_token_loss;
     if (a->recompute_granularity) {
         int full = strcmp(a->recompute_granularity, "full") == 0;
         c->recompute_granularity = full ? MT_RECOMPUTE_FULL : MT_RECOMPUTE_SELECTIVE;
@@ -352,7 +367,7 @@ static mt_status setup_io(run *r) {
         mt_arena_create(r->dev, (size_t)(2 * B * T * 4) + 4 * MT_ARENA_ALIGN + 64, &r->io_arena));
     MT_TRY(mt_tensor_alloc(r->io_arena, MT_I32, 2, (int64_t[]){ B, T }, &r->tok));
     MT_TRY(mt_tensor_alloc(r->io_arena, MT_I32, 2, (int64_t[]){ B, T }, &r->tgt));
-    MT_TRY(mt_tensor_alloc(r->io_arena, MT_F32, 1, (int64_t[]){ 1 }, &r->red));
+    MT_TRY(mt_tensor_alloc(r->io_arena, MT_F32, 1, (int64_t[]){ 2 }, &r->red));
     int64_t n = a->train_iters + 1;
     r->gv_loss = calloc((size_t)n, sizeof(double));
     r->gv_zeros = calloc((size_t)n, sizeof(double));
@@ -377,11 +392,16 @@ static mt_status read_batch(run *r, mt_data_dataset *ds, mt_data_sampler *s, int
     int64_t got = mt_data_sampler_next(s, r->ids);
     MT_REQUIRE(got == B, MT_ERR_INTERNAL, "data sampler exhausted (%lld of %lld samples)",
                (long long)got, (long long)B);
+    r->hcount[slot] = 0;
     for (int64_t b = 0; b < B; b++) {
         MT_TRY(mt_data_dataset_get(ds, r->ids[b], r->text + b * (T + 1), NULL));
         for (int64_t t = 0; t < T; t++) {
-            tok[b * T + t] = (int32_t)r->text[b * (T + 1) + t];
-            tgt[b * T + t] = (int32_t)r->text[b * (T + 1) + t + 1];
+            int64_t i = b * T + t;
+            tok[i] = (int32_t)r->text[b * (T + 1) + t];
+            tgt[i] = (int32_t)r->text[b * (T + 1) + t + 1];
+            /* --eod-mask-loss: Megatron's loss_mask is 0 where the input token is EOD */
+            if (a->eod_mask_loss && tok[i] == r->eod) tgt[i] = MT_XENT_IGNORE_INDEX;
+            r->hcount[slot] += tgt[i] != MT_XENT_IGNORE_INDEX;
         }
     }
     return MT_OK;
@@ -823,8 +843,7 @@ static mt_status evaluate_on(run *r, mt_data_dataset *ds, int64_t *consumed, con
         *consumed += r->gbs;
     }
     double loss;
-    MT_TRY(mt_model_take_loss(r->model, &loss, NULL));
-    MT_TRY(allreduce_avg(r, &loss));
+    MT_TRY(take_loss(r, &loss));
     if (last_rank(r)) {
         char line[256];
         int n = snprintf(line, sizeof line,
@@ -1069,8 +1088,8 @@ static mt_status check_exit(run *r, int *stop) {
     double mins = (mt_time_now() - r->t_start) / 60.0;
     double sig = got_sigterm ? 1.0 : 0.0;
     double dur = a->exit_duration_in_mins > 0 && mins > a->exit_duration_in_mins ? 1.0 : 0.0;
-    MT_TRY(allreduce_avg(r, &sig));
-    MT_TRY(allreduce_avg(r, &dur));
+    MT_TRY(allreduce_host(r, &sig, 1, MT_REDOP_AVG));
+    MT_TRY(allreduce_host(r, &dur, 1, MT_REDOP_AVG));
     *stop = sig > 0 || dur > 0;
     if (*stop && r->rank == 0) {
         if (sig > 0)
@@ -1113,9 +1132,17 @@ static mt_status train(run *r) {
         /* the first micro-batch's backward writes the grads: no pass over all of them */
         MT_TRY(mt_model_discard_grads(r->model, NULL));
         MT_TRY(mt_prof_end(pr, NULL));
-        /* the loss (averaged over the micro-batches) times the loss scale: the grads come scaled */
-        float grad_scale = (r->scale_p ? r->scale_p->scale : 1.0f) / (float)r->num_micro;
+        /* the loss (averaged over the micro-batches) times the loss scale: the grads come scaled.
+         * --calculate-per-token-loss: each token's loss times loss scale / this rank's tokens of
+         * the iteration, a constant (a CUDA graph replays it), whose sum the step rescales by
+         * (every rank's tokens / the counted ones): Megatron's sum over the global batch's counted
+         * tokens (its all-reduce sums where ours averages: the ranks' factor is in the first) */
+        const int64_t rank_tokens = (int64_t)r->num_micro * a->micro_batch_size * a->seq_length;
+        float grad_scale = (r->scale_p ? r->scale_p->scale : 1.0f) /
+                           (a->calculate_per_token_loss ? (float)rank_tokens : (float)r->num_micro);
+        int64_t counted = 0;
         for (int m = 0; m < r->num_micro; m++) {
+            counted += r->hcount[1];
             MT_TRY(upload_batch(r, 1));
             mt_model_set_grad_ready(r->model,
                                     r->overlap && m == r->num_micro - 1 ? grad_ready : NULL, r);
@@ -1130,6 +1157,11 @@ static mt_status train(run *r) {
             MT_TRY(mt_optim_reduce_grads(r->opt, NULL));
             MT_TRY(mt_prof_end(pr, NULL));
         }
+        if (a->calculate_per_token_loss) {
+            double c = (double)counted;
+            MT_TRY(allreduce_host(r, &c, 1, MT_REDOP_SUM));
+            mt_optim_set_grad_multiplier(r->opt, (double)rank_tokens * r->nranks / c);
+        }
         double lr = mt_optim_sched_lr(&r->sched, (double)r->sched_steps);
         double wd = mt_optim_sched_wd(&r->sched, (double)r->sched_steps);
         mt_optim_step_info info;
@@ -1143,8 +1175,7 @@ static mt_status train(run *r) {
         if (!info.skipped)
             r->sched_steps += r->gbs; /* train_step: the scheduler steps on success */
         double loss;
-        MT_TRY(mt_model_take_loss(r->model, &loss, NULL));
-        MT_TRY(allreduce_avg(r, &loss));
+        MT_TRY(take_loss(r, &loss));
         if (info.skipped && !r->scale_p)
             MT_TRY(nonfinite_step(r, r->iteration + 1, loss, &skip_reported));
         MT_TRY(mt_prof_collect(pr));

@@ -25,6 +25,7 @@ struct mt_optim {
     optim_range *ranges;
     int n_ranges;
     int64_t steps, skipped;
+    double grad_mult; /* mt_optim_set_grad_multiplier (1: none) */
 };
 
 static size_t round_bytes(size_t x) {
@@ -130,6 +131,7 @@ mt_status mt_optim_create(const mt_optim_config *cfg, mt_optim_buffer *b, mt_are
     MT_REQUIRE(o, MT_ERR_OOM, "optimizer header");
     o->cfg = *cfg;
     o->b = b;
+    o->grad_mult = 1.0;
     o->dp_size = dp;
     o->dp_rank = cfg->dp ? mt_comm_rank(cfg->dp) : 0;
     o->sharded = cfg->use_distributed_optimizer && dp > 1;
@@ -177,6 +179,10 @@ void mt_optim_destroy(mt_optim *o) {
     if (!o) return;
     free(o->ranges);
     free(o);
+}
+
+void mt_optim_set_grad_multiplier(mt_optim *o, double mult) {
+    if (o) o->grad_mult = mult;
 }
 
 int64_t mt_optim_num_steps(const mt_optim *o) {
@@ -317,7 +323,7 @@ mt_status mt_optim_step(mt_optim *o, double lr, double wd, mt_optim_scaler *scal
         if (info) *info = inf;
         return MT_OK;
     }
-    double inv_scale = 1.0 / (double)inf.loss_scale;
+    double inv_scale = o->grad_mult / (double)inf.loss_scale;
     if (need_stats) inf.grad_norm = sqrt(s.sumsq) * inv_scale;
     if (o->cfg.log_num_zeros_in_grad) inf.num_zeros = (int64_t)s.zeros;
     double clip = 1.0;

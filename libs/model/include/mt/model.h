@@ -84,13 +84,17 @@ typedef struct mt_model_config {
      * largest activation of a GPT-2 step: tokens x padded vocab). mt_model_logits then holds the
      * last slice's, and mt_model_forward needs targets. 0 or 1: all logits at once. */
     int logits_chunks;
+    /* 1: mt_model_forward_backward's loss is the micro-batch's SUM of token losses times
+     * loss_scale, not their mean (Megatron's --calculate-per-token-loss: the trainer divides the
+     * gradients by the global batch's token count once they are summed) */
+    int per_token_loss;
 } mt_model_config;
 
 #define MT_MODEL_CONFIG_INIT                                                               \
     {                                                                                      \
         sizeof(mt_model_config), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, MT_NORM_LAYERNORM, 0.0f, \
             MT_POS_LEARNED, 0.0, 0, 0, 1, 0, 0.0f, 1234, MT_F32, 0, MT_RECOMPUTE_NONE,     \
-            MT_RECOMPUTE_METHOD_NONE, 0, 0, 0, 0                                           \
+            MT_RECOMPUTE_METHOD_NONE, 0, 0, 0, 0, 0                                        \
     }
 
 /* Fills the derived fields (zeros) of cfg in place and checks it; MT_ERR_INVALID_ARG with
@@ -141,7 +145,8 @@ MT_API mt_status mt_model_activation_bytes(const mt_model_config *cfg, int micro
                                            mt_device device, size_t *bytes);
 
 /* Forward over tokens (B,T) i32 on the model's device. With targets (B,T) i32 (ignore index
- * -100) the micro-batch's mean loss is added to the model's loss accumulator (mt_model_take_loss).
+ * -100) the micro-batch's token losses and their count are added to the model's loss
+ * accumulator (mt_model_take_loss).
  * The logits stay readable through mt_model_logits. Enqueued on `stream`. */
 MT_API mt_status mt_model_forward(mt_model *m, const mt_tensor *tokens, const mt_tensor *targets,
                                   mt_stream stream);
@@ -149,16 +154,19 @@ MT_API mt_status mt_model_forward(mt_model *m, const mt_tensor *tokens, const mt
  * slice's rows, at the start of a (ceil(B*T / logits_chunks), padded V) buffer). */
 MT_API mt_tensor mt_model_logits(mt_model *m);
 /* Training: forward, the fused cross-entropy and its gradient (in place over the logits), and the
- * backward for loss = loss_scale * (mean loss over the micro-batch's non-ignored tokens). Gradients
- * are ADDED to the fp32 grads (gradient accumulation: loss_scale = 1 / micro-batches), or written
- * over them after mt_model_discard_grads; the mean loss goes to the accumulator as in
- * mt_model_forward. Enqueued on `stream`. */
+ * backward for loss = loss_scale * (mean loss over the micro-batch's non-ignored tokens; their
+ * sum with cfg.per_token_loss). Gradients are ADDED to the fp32 grads (gradient accumulation:
+ * loss_scale = 1 / micro-batches), or written over them after mt_model_discard_grads; the losses
+ * go to the accumulator as in mt_model_forward. Enqueued on `stream`. */
 MT_API mt_status mt_model_forward_backward(mt_model *m, const mt_tensor *tokens,
                                            const mt_tensor *targets, float loss_scale,
                                            mt_stream stream);
-/* Mean of the micro-batch losses accumulated since the last call (NaN if none), then resets the
- * accumulator. Synchronises `stream`. */
+/* The mean loss over every counted (non-ignored) token of the micro-batches since the last call
+ * (NaN if none), then resets the accumulator. Synchronises `stream`. */
 MT_API mt_status mt_model_take_loss(mt_model *m, double *mean_loss, mt_stream stream);
+/* As mt_model_take_loss, but the sum of those tokens' losses and their count (to combine across
+ * data-parallel ranks: the mean is the sums' sum over the counts' sum). */
+MT_API mt_status mt_model_take_loss_sum(mt_model *m, double *sum, double *count, mt_stream stream);
 /* Sets every gradient to zero. Enqueued. */
 MT_API mt_status mt_model_zero_grad(mt_model *m, mt_stream stream);
 /* Drops the gradients: the next mt_model_forward_backward writes every gradient instead of adding

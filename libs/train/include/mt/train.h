@@ -67,6 +67,9 @@ typedef struct mt_train_args {
     char *data_args_path, *per_split_data_args_path;
     char *split, *tokenizer_type, *vocab_file, *merge_file, *data_cache_path;
     int mock_data, num_workers;
+    /* --eod-mask-loss: no loss where the input token is EOD; --calculate-per-token-loss: the loss
+     * and its gradient are the global batch's sum over its counted tokens */
+    int eod_mask_loss, calculate_per_token_loss;
     /* evaluation and logging */
     int64_t eval_interval, eval_iters, log_interval;
     int log_throughput, log_num_zeros_in_grad, log_params_norm;

@@ -202,6 +202,11 @@ MT_API mt_status mt_optim_step(mt_optim *o, double lr, double wd, mt_optim_scale
  * every bucket after a step that was not skipped, before anything reads the bucket's params).
  * Device: enqueued on `stream`; host: blocking. No-op when not sharded. */
 MT_API mt_status mt_optim_gather_bucket(mt_optim *o, int k, mt_stream stream);
+/* The steps from now on use the grads times `mult` (with the scaler's unscaling; the grad norm,
+ * the clipping and the update all see the product): Megatron's --calculate-per-token-loss, whose
+ * grads are sums over tokens divided by the global batch's token count after the reduction.
+ * 1 (the default) is none. */
+MT_API void mt_optim_set_grad_multiplier(mt_optim *o, double mult);
 /* Steps taken so far (not counting skipped ones): AdamW's bias-correction step. */
 MT_API int64_t mt_optim_num_steps(const mt_optim *o);
 /* Sets the step count (restoring a checkpoint together with the state from mt_optim_state). */

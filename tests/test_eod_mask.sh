@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# functional: --eod-mask-loss and --calculate-per-token-loss (Megatron's loss_mask and its
+# per-token loss reduction).
+# 1. On "k EOD k EOD ..." (pretrain_common.sh's eod_corpus) each k predicts EOD exactly and each
+#    EOD predicts a random k (ln 100 nats): unmasked, the loss cannot fall below ln(100)/2 = 2.30;
+#    with the EOD inputs masked only the predictable half counts and it goes to ~0 (a mask on EOD
+#    *targets* instead would leave the unpredictable half: >= 4.6).
+# 2. Without masked tokens the per-token reduction is the mean's: bitwise the same 12 losses.
+# 3. The per-token loss is one sum over the global batch's counted tokens: splitting the batch
+#    into 4 micro-batches of 2 or 1 of 8 gives the same losses (relative 1e-5), where the default
+#    (a mean of micro-batch means) does not, since the counts differ between micro-batches.
+#    "cuda" as the argument: the same on a GPU (fp32, deterministic kernels; CUDA graphs replay the
+#    per-token loss's constant gradient).
+if [ "${1:-}" = cuda ]; then
+  n=$(nvidia-smi -L 2>/dev/null | wc -l)
+  [ "$n" -ge 1 ] || { echo "SKIP: needs 1 GPU, found 0"; exit 77; }
+  export MT_TEST_DEVICE=cuda MT_TEST_FLAGS="--deterministic-mode"
+fi
+source "$(dirname "$0")/pretrain_common.sh"
+: "${MT_PREPROCESS:?}"
+d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
+eod_corpus "$d"
+run() { # NAME DATA ITERS [flags]
+  local n=$1 data=$2 it=$3; shift 3
+  "$MT_PRETRAIN" "${eod_args[@]}" --data-path "$d/${data}_text_document" --data-cache-path "$d/cache" \
+    --train-iters "$it" --golden-values-out "$d/$n.json" "$@" > "$d/$n.log" 2>&1 \
+    || { echo "FAIL: run $n"; cat "$d/$n.log"; exit 1; }
+}
+last() { losses "$1" "$2" "$2" | awk '{ print $2 }'; }
+run k_plain k 40
+run k_mask k 40 --eod-mask-loss
+run k_mask_pt k 40 --eod-mask-loss --calculate-per-token-loss
+p=$(last "$d/k_plain.json" 40) m=$(last "$d/k_mask.json" 40) t=$(last "$d/k_mask_pt.json" 40)
+echo "iteration 40: unmasked $p, --eod-mask-loss $m, with --calculate-per-token-loss $t"
+awk -v p="$p" -v m="$m" -v t="$t" 'BEGIN { exit !(p > 2.0 && m < 0.5 && t < 0.5) }' \
+  || { echo "FAIL: want unmasked > 2.0 (floor ln(100)/2) and masked < 0.5"; exit 1; }
+echo "ok: masking EOD inputs leaves the predictable half"
+
+run v_mean v 12
+run v_pt v 12 --calculate-per-token-loss
+[ "$(losses "$d/v_pt.json" 1 12)" = "$(losses "$d/v_mean.json" 1 12)" ] \
+  || { echo "FAIL: per-token loss without masked tokens differs"; paste <(losses "$d/v_mean.json" 1 12) <(losses "$d/v_pt.json" 1 12); exit 1; }
+echo "ok: --calculate-per-token-loss without masked tokens: 12 losses identical"
+
+for mode in mean pt; do
+  extra=(--eod-mask-loss); [ $mode = pt ] && extra+=(--calculate-per-token-loss)
+  run "v_${mode}_mb2" v 12 "${extra[@]}"
+  run "v_${mode}_mb8" v 12 "${extra[@]}" --micro-batch-size 8
+done
+[ "$(losses "$d/v_mean_mb2.json" 1 1)" != "$(losses "$d/v_mean.json" 1 1)" ] \
+  || { echo "FAIL: --eod-mask-loss did not change the loss"; exit 1; }
+rel_close "$d/v_pt_mb2.json" "$d/v_pt_mb8.json" 1 12 1e-5 \
+  || { echo "FAIL: per-token loss depends on the micro-batch split"; exit 1; }
+echo "ok: --calculate-per-token-loss: micro-batches of 2 and of 8 give the same losses"
+! rel_close "$d/v_mean_mb2.json" "$d/v_mean_mb8.json" 2 12 3e-5 \
+  || { echo "FAIL: the mean of micro-batch means should depend on the split"; exit 1; }
+echo "ok: the default (mean of micro-batch means) depends on the split, as Megatron's"
