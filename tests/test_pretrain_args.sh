@@ -50,7 +50,22 @@ expect "--rotary-percent 0.5 is not supported" --position-embedding-type rope --
 expect "--reset-position-ids and --reset-attention-mask are not supported yet" --reset-attention-mask
 expect "--qk-layernorm is not supported yet" --qk-layernorm
 expect "expected no batch-size rampup for iteration-based training" --rampup-batch-size 2 2 16
-expect "--rampup-batch-size is not supported yet" --train-iters 0 --train-samples 96 --lr-warmup-iters 0 --rampup-batch-size 2 2 16
+S=(--train-iters 0 --train-samples 96 --lr-warmup-iters 0) # sample-based, as a ramp needs
+expect "expected the following format: --rampup-batch-size <start batch size> <batch size incerement> <ramp-up samples>" "${S[@]}" --rampup-batch-size 2 2
+expect "start batch size should be positive, got 0." "${S[@]}" --rampup-batch-size 0 2 16
+expect "batch size increment should be positive, got -2." "${S[@]}" --rampup-batch-size 2 -2 16
+expect "ramp-up samples should be non-negative, got -1." "${S[@]}" --rampup-batch-size 2 2 -1
+expect "invalid literal for int() with base 10: '2.5'" "${S[@]}" --rampup-batch-size 2.5 2 16
+# the ramp against the global batch (8) and micro-batch x data-parallel size (2): once the world
+# size is known, still before training
+for c in "10 2 16|expected global batch size to be greater than or equal to start batch size, got 8 and 10" \
+         "2 4 16|expected global batch size interval (6) to be divisible by global batch size increment (4)" \
+         "3 5 16|current global batch size (3) is not divisible by micro-batch-size (2) times data parallel size (1)" \
+         "8 2 16|nothing to ramp up to global batch size 8"; do
+  "$MT_PRETRAIN" "${tiny_args[@]}" "${S[@]}" --save "$d/ckpt" --rampup-batch-size ${c%%|*} > "$d/out" 2>&1; rc=$?
+  { [ $rc != 0 ] && grep -qF -- "${c#*|}" "$d/out" && ! grep -qE " iteration +[0-9]+/" "$d/out" && [ ! -e "$d/ckpt" ]; } \
+    || { echo "FAIL: --rampup-batch-size ${c%%|*}"; cat "$d/out"; fail=1; }
+done
 expect "argument --empty-unused-memory-level: invalid choice: 3" --empty-unused-memory-level 3
 expect "--num-layers-per-virtual-pipeline-stage: pipeline parallelism is not supported yet" --num-layers-per-virtual-pipeline-stage 1
 "$MT_PRETRAIN" --num-layers 2 > "$d/out" 2>&1; rc=$?

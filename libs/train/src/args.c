@@ -465,10 +465,17 @@ mt_status mt_train_args_parse(mt_train_args *a, int argc, char **argv) {
             if (*n == 0) return BAD("argument %s: expected at least one argument", arg);
             continue;
         }
-        if (strcmp(arg, "--rampup-batch-size") == 0) { /* nargs='*'; refused in validate */
-            a->rampup_batch_size = 1;
-            while (i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0)
-                i++;
+        if (strcmp(arg, "--rampup-batch-size") == 0) { /* nargs='*': the count checked later */
+            a->n_rampup = 0;
+            while (i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0) {
+                const char *v = argv[++i];
+                char *e;
+                long long x = strtoll(v, &e, 10);
+                if (e == v || *e) return BAD("invalid literal for int() with base 10: '%s'", v);
+                if (a->n_rampup < 3) a->rampup_batch_size[a->n_rampup] = x;
+                a->n_rampup++;
+            }
+            if (a->n_rampup == 0) a->n_rampup = -1; /* given without values */
             continue;
         }
         const char *eq = strchr(arg, '=');
@@ -639,8 +646,7 @@ static mt_status validate(mt_train_args *a) {
         if (a->train_samples > 0) return BAD("expected iteration-based training");
         if (a->lr_decay_samples > 0) return BAD("expected iteration-based learning rate decay");
         if (a->lr_warmup_samples > 0) return BAD("expected iteration-based learning rate warmup");
-        if (a->rampup_batch_size)
-            return BAD("expected no batch-size rampup for iteration-based training");
+        if (a->n_rampup) return BAD("expected no batch-size rampup for iteration-based training");
     } else if (a->train_samples > 0) {
         if (a->lr_decay_iters > 0) return BAD("expected sample-based learning rate decay");
         if (a->lr_warmup_iters > 0) return BAD("expected sample-based learnig rate warmup");
@@ -679,9 +685,18 @@ static mt_status validate(mt_train_args *a) {
                         "--rotary-percent %g is not supported: rotary embeddings cover the whole "
                         "head (1.0)",
                         a->rotary_percent);
-    if (a->rampup_batch_size)
-        return MT_ERROR(MT_ERR_UNSUPPORTED, "--rampup-batch-size is not supported yet (the global "
-                                            "batch size is constant)");
+    if (a->n_rampup) { /* megatron-core's RampupBatchsizeNumMicroBatchesCalculator asserts */
+        const int64_t *rb = a->rampup_batch_size;
+        if (a->n_rampup != 3)
+            return BAD("expected the following format: --rampup-batch-size <start batch size> "
+                       "<batch size incerement> <ramp-up samples>");
+        if (rb[0] <= 0)
+            return BAD("start batch size should be positive, got %lld.", (long long)rb[0]);
+        if (rb[1] <= 0)
+            return BAD("batch size increment should be positive, got %lld.", (long long)rb[1]);
+        if (rb[2] < 0)
+            return BAD("ramp-up samples should be non-negative, got %lld.", (long long)rb[2]);
+    }
     MT_TRY(level_choice("--timing-log-level", a->timing_log_level));
     if (a->use_rotary_position_embeddings) set_str(&a->position_embedding_type, "rope");
     if (a->no_position_embedding && strcmp(a->position_embedding_type, "rope") != 0)

@@ -118,6 +118,43 @@ static mt_status take_loss(run *r, double *loss) {
     return MT_OK;
 }
 
+/* The global batch size after `consumed` samples: `gbs`, or with --rampup-batch-size megatron-core's
+ * RampupBatchsizeNumMicroBatchesCalculator.update (START + INCREMENT x the increments whose share
+ * of the ramp-up samples has been consumed, then gbs once they all have). */
+static int64_t batch_at(const mt_train_args *a, int64_t gbs, int64_t consumed) {
+    const int64_t *rb = a->rampup_batch_size;
+    if (!a->n_rampup || consumed > rb[2]) return gbs;
+    double per_increment = (double)rb[2] / (double)((gbs - rb[0]) / rb[1]);
+    return rb[0] + (int64_t)((double)consumed / per_increment) * rb[1];
+}
+
+/* --rampup-batch-size against the global batch: megatron-core's asserts, then every batch size of
+ * the ramp a multiple of micro-batch x data-parallel size (Megatron finds a wrong one only when
+ * the ramp reaches it). */
+static mt_status check_rampup(const mt_train_args *a, int64_t gbs, int dp) {
+    const int64_t *rb = a->rampup_batch_size, unit = (int64_t)a->micro_batch_size * dp;
+    if (!a->n_rampup) return MT_OK;
+    int64_t diff = gbs - rb[0];
+    MT_REQUIRE(diff >= 0, MT_ERR_INVALID_ARG,
+               "expected global batch size to be greater than or equal to start batch size, got "
+               "%lld and %lld",
+               (long long)gbs, (long long)rb[0]);
+    MT_REQUIRE(diff % rb[1] == 0, MT_ERR_INVALID_ARG,
+               "expected global batch size interval (%lld) to be divisible by global batch size "
+               "increment (%lld)",
+               (long long)diff, (long long)rb[1]);
+    MT_REQUIRE(diff > 0 && rb[2] > 0, MT_ERR_INVALID_ARG,
+               "--rampup-batch-size %lld %lld %lld: nothing to ramp up to global batch size %lld "
+               "(megatron-core divides by zero here)",
+               (long long)rb[0], (long long)rb[1], (long long)rb[2], (long long)gbs);
+    for (int64_t b = rb[0]; b <= gbs; b += rb[1])
+        MT_REQUIRE(b % unit == 0, MT_ERR_INVALID_ARG,
+                   "current global batch size (%lld) is not divisible by micro-batch-size (%d) "
+                   "times data parallel size (%d)",
+                   (long long)b, a->micro_batch_size, dp);
+    return MT_OK;
+}
+
 /* ---- setup ---- */
 
 static mt_status setup_world(run *r) {
@@ -1107,8 +1144,7 @@ static mt_status train(run *r) {
     const mt_train_args *a = r->a;
     MT_TRY(mt_data_sampler_init(&r->train_s, mt_data_dataset_len(r->train_ds), r->consumed_train,
                                 a->micro_batch_size, r->rank, r->nranks, 1));
-    double flops_iter = mt_model_flops_per_iteration(&r->mc, r->gbs);
-    double interval_t = 0, interval_loss = 0, total_t = 0;
+    double interval_t = 0, interval_loss = 0, total_t = 0, total_samples = 0, total_flops = 0;
     int64_t interval_n = 0, advanced = 0, timed = 0, skipped = 0, nan_iters = 0, profiled = 0;
     int skip_reported = 0;
     int64_t first_iter = r->iteration;
@@ -1123,7 +1159,18 @@ static mt_status train(run *r) {
     }
     /* slot 1 holds the next training micro-batch, read while the GPU runs the one before */
     if (r->iteration < end) MT_TRY(read_batch(r, r->train_ds, &r->train_s, 1));
+    int prev_micro = 0;
     while (r->iteration < end) {
+        /* this iteration's global batch (--rampup-batch-size: from the consumed samples) */
+        const int64_t gbs = batch_at(a, r->gbs, r->consumed_train);
+        const int num_micro = (int)(gbs / ((int64_t)a->micro_batch_size * r->nranks));
+        /* megatron's train(): a checkpoint when the number of micro-batches changes (unless the
+         * save interval has just written this iteration's) */
+        if (prev_micro && num_micro != prev_micro && a->save &&
+            !(a->save_interval && r->iteration % a->save_interval == 0))
+            MT_TRY(save_checkpoint(r));
+        prev_micro = num_micro;
+        const double flops_iter = mt_model_flops_per_iteration(&r->mc, gbs);
         double t0 = mt_time_now();
         if (r->prof && r->iteration - first_iter == 2) /* after warm-up */
             mt_model_set_profiler(r->model, r->prof);
@@ -1137,19 +1184,19 @@ static mt_status train(run *r) {
          * the iteration, a constant (a CUDA graph replays it), whose sum the step rescales by
          * (every rank's tokens / the counted ones): Megatron's sum over the global batch's counted
          * tokens (its all-reduce sums where ours averages: the ranks' factor is in the first) */
-        const int64_t rank_tokens = (int64_t)r->num_micro * a->micro_batch_size * a->seq_length;
+        const int64_t rank_tokens = (int64_t)num_micro * a->micro_batch_size * a->seq_length;
         float grad_scale = (r->scale_p ? r->scale_p->scale : 1.0f) /
-                           (a->calculate_per_token_loss ? (float)rank_tokens : (float)r->num_micro);
+                           (a->calculate_per_token_loss ? (float)rank_tokens : (float)num_micro);
         int64_t counted = 0;
-        for (int m = 0; m < r->num_micro; m++) {
+        for (int m = 0; m < num_micro; m++) {
             counted += r->hcount[1];
             MT_TRY(upload_batch(r, 1));
-            mt_model_set_grad_ready(r->model,
-                                    r->overlap && m == r->num_micro - 1 ? grad_ready : NULL, r);
+            mt_model_set_grad_ready(r->model, r->overlap && m == num_micro - 1 ? grad_ready : NULL,
+                                    r);
             MT_TRY(mt_model_forward_backward(r->model, &r->tok, &r->tgt, grad_scale, NULL));
             /* the next micro-batch's reading while the GPU runs this one (the checkpoint keeps
              * consumed samples, not the sampler, so a staged batch is read again on resume) */
-            if (m + 1 < r->num_micro || r->iteration + 1 < end)
+            if (m + 1 < num_micro || r->iteration + 1 < end)
                 MT_TRY(read_batch(r, r->train_ds, &r->train_s, 1));
         }
         if (!r->overlap) { /* (else inside the backward, which its profile regions time) */
@@ -1172,8 +1219,7 @@ static mt_status train(run *r) {
         MT_TRY(mt_optim_step(r->opt, lr, wd, r->scale_p, &info, NULL));
         if (r->pgather && !info.skipped) MT_TRY(launch_param_gather(r));
         MT_TRY(mt_prof_end(pr, NULL));
-        if (!info.skipped)
-            r->sched_steps += r->gbs; /* train_step: the scheduler steps on success */
+        if (!info.skipped) r->sched_steps += gbs; /* train_step: the scheduler steps on success */
         double loss;
         MT_TRY(take_loss(r, &loss));
         if (info.skipped && !r->scale_p)
@@ -1181,10 +1227,12 @@ static mt_status train(run *r) {
         MT_TRY(mt_prof_collect(pr));
         if (pr) profiled++;
         r->iteration++;
-        r->consumed_train += r->gbs;
+        r->consumed_train += gbs;
         double dt = mt_time_now() - t0;
         if (r->iteration > 1 || a->train_iters == 1) { /* iteration 1 includes warm-up */
             total_t += dt;
+            total_samples += (double)gbs;
+            total_flops += flops_iter;
             timed++;
         }
         /* training_log: a skipped iteration's loss is left out of the average; it counts as a nan
@@ -1212,7 +1260,7 @@ static mt_status train(run *r) {
                 "\"grad norm\":%s,\"num zeros\":%lld,\"elapsed ms\":%.3f,\"tokens per s\":%.1f,"
                 "\"TFLOP/s/GPU\":%.3f,\"skipped\":%d}\n",
                 (long long)r->iteration, loss, lr_after, loss_scale, gn, (long long)info.num_zeros,
-                dt * 1e3, (double)r->gbs * a->seq_length / dt, tflops, info.skipped);
+                dt * 1e3, (double)gbs * a->seq_length / dt, tflops, info.skipped);
         }
         if (r->iteration % a->log_interval == 0 || r->iteration == 1) {
             if (last_rank(r)) {
@@ -1237,7 +1285,7 @@ static mt_status train(run *r) {
                        "lm loss: %.6E | loss scale: %.1f |%s%s number of skipped iterations: %3lld "
                        "| number of nan iterations: %3lld |\n",
                        ts, (long long)r->iteration, (long long)a->train_iters,
-                       (long long)r->consumed_train, per * 1e3, tp, lr_after, (long long)r->gbs,
+                       (long long)r->consumed_train, per * 1e3, tp, lr_after, (long long)gbs,
                        interval_loss / (double)(advanced > 1 ? advanced : 1), loss_scale, gn, nz,
                        (long long)skipped, (long long)nan_iters);
                 fflush(stdout);
@@ -1267,8 +1315,8 @@ static mt_status train(run *r) {
     if (r->writer) MT_TRY(mt_ckpt_wait(r->writer));
     if (last_rank(r) && timed > 0) {
         double per = total_t / (double)timed;
-        double tokens = (double)r->gbs * a->seq_length / per;
-        double tflops = flops_iter / (per * 1e12 * r->nranks);
+        double tokens = total_samples * a->seq_length / total_t;
+        double tflops = total_flops / (total_t * 1e12 * r->nranks);
         char name[128] = "cpu";
         if (mt_device_is_cuda(r->dev)) mt_device_name(r->dev.index, name, sizeof name);
         double peak = 989.0; /* dense bf16 peak of an H100/H200 (Megatron's MFU convention) */
@@ -1342,8 +1390,16 @@ mt_status mt_train_run(const mt_train_args *a) {
     mt_train_args sample_based; /* --train-samples: megatron's update_train_iters */
     if (st == MT_OK && a->train_samples > 0) {
         sample_based = *a;
-        sample_based.train_iters = a->train_samples / r.gbs;
-        if (sample_based.train_iters <= 0)
+        st = check_rampup(a, r.gbs, r.nranks);
+        /* megatron's update_train_iters: the ramp's iterations, then whole global batches */
+        int64_t it = 0, c = 0;
+        while (a->n_rampup && c <= a->rampup_batch_size[2] && c <= a->train_samples) {
+            c += batch_at(a, r.gbs, c);
+            it++;
+        }
+        if (a->train_samples > c) it += (a->train_samples - c) / r.gbs;
+        sample_based.train_iters = it;
+        if (st == MT_OK && sample_based.train_iters <= 0)
             st = MT_ERROR(MT_ERR_INVALID_ARG,
                           "--train-samples (%lld) is smaller than the global batch size (%lld)",
                           (long long)a->train_samples, (long long)r.gbs);
@@ -1375,6 +1431,15 @@ mt_status mt_train_run(const mt_train_args *a) {
                : a->fp16 ? "fp16"
                          : "fp32",
                r.num_micro);
+        fflush(stdout);
+    }
+    if (st == MT_OK && r.rank == 0 && a->n_rampup) {
+        printf("will use batch size rampup starting from global batch size %lld to global batch "
+               "size %lld with batch size increments %lld over %lld samples.\n"
+               "setting training iterations to %lld\n",
+               (long long)a->rampup_batch_size[0], (long long)r.gbs,
+               (long long)a->rampup_batch_size[1], (long long)a->rampup_batch_size[2],
+               (long long)a->train_iters);
         fflush(stdout);
     }
     r.last_eval = -1;

@@ -39,7 +39,10 @@ typedef struct mt_train_args {
     int empty_unused_memory_level;  /* accepted (0, 1 or 2): memory is planned once here */
     int exit_on_missing_checkpoint; /* --load finds no checkpoint: an error, not a fresh start */
     int use_checkpoint_args;        /* the model's shape from the --load checkpoint's saved args */
-    int rampup_batch_size;          /* --rampup-batch-size given (its values unused: refused) */
+    /* --rampup-batch-size START INCREMENT SAMPLES (n_rampup values given; 0: none): the global
+     * batch grows from START by INCREMENT over SAMPLES consumed samples (sample-based training) */
+    int64_t rampup_batch_size[3];
+    int n_rampup;
     /* on resume, the LR/WD schedule's settings: those given (override), the checkpoint's
      * (use-checkpoint), or by default both, which must then agree (Megatron's assert) */
     int override_opt_param_scheduler, use_checkpoint_opt_param_scheduler;
