@@ -5,10 +5,15 @@ Llama q|k|v and gate|up concatenated, HF's half-split RoPE kept):
   <m>_weights.safetensors  the f32 weights the test loads
   <m>_grads.safetensors    d(mean loss)/d(weight), f32
   <m>_io.safetensors       tokens, targets (i32), logits (f32, B*T x V), loss (f32)
+  <m>_pos.safetensors      with position ids that restart inside the sequences (Megatron's
+                           --reset-position-ids): position_ids (i32), logits, loss and, as
+                           "grad.<name>", every gradient
   <m>_adamw.safetensors    losses of 10 AdamW steps (lr 1e-3, betas .9/.95, eps 1e-8, wd 0.1 on
                            2-D weights only, as Megatron), one fixed batch per step
 Versions: torch 2.15, transformers 5.23 (pip). Seeds: torch.manual_seed(0) for weights, 1 for data.
-Rerun: /opt/gv/bin/python gen_hf.py (from this directory)."""
+Rerun: python gen_hf.py (from this directory; a venv with pip's torch, transformers,
+safetensors). The position-id records were added with torch 2.x and transformers 5.x of
+2026-11 (pip), whose weights, io, grads and AdamW losses reproduce the earlier files."""
 import torch
 from safetensors.torch import save_file
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
@@ -20,6 +25,9 @@ targets = torch.roll(tokens, -1, dims=1)
 targets[0, -1] = -100          # an ignored token
 targets[1, 3] = -100
 steps_tokens = torch.randint(0, V, (10, B, T))
+# positions restarting after "document ends" at 5 and 11 (row 0) and 8 (row 1)
+position_ids = torch.stack([torch.cat([torch.arange(6), torch.arange(6), torch.arange(4)]),
+                            torch.cat([torch.arange(9), torch.arange(7)])])
 
 
 def gpt2_names(model):
@@ -63,20 +71,14 @@ def llama_names(model):
     return out
 
 
-def loss_of(model, toks, tgts):
-    logits = model(toks).logits
+def loss_of(model, toks, tgts, pos=None):
+    logits = model(toks, position_ids=pos).logits
     return logits, torch.nn.functional.cross_entropy(logits.reshape(-1, V), tgts.reshape(-1),
                                                      ignore_index=-100)
 
 
-def record(tag, model, names):
-    model = model.double().eval()
-    with torch.no_grad():
-        weights = {k: v.float().contiguous() for k, v in names(model).items()}
-    save_file(weights, f"{tag}_weights.safetensors")
-    logits, loss = loss_of(model, tokens, targets)
-    loss.backward()
-    # gradients in our names: run the same renaming over a state dict of .grad tensors
+def grads_named(model, names, tag):
+    """d(loss)/d(weight) in our names: the same renaming over a state dict of .grad tensors."""
     grads = {n: p.grad for n, p in model.named_parameters()}
     gmodel = {k: grads.get(k, torch.zeros_like(v)) for k, v in model.state_dict().items()}
 
@@ -88,10 +90,28 @@ def record(tag, model, names):
             return gmodel
     if tag == "gpt2":  # tied: the embedding's grad already includes the output layer's
         gmodel["transformer.wte.weight"] = model.transformer.wte.weight.grad
-    save_file({k: v.float().contiguous() for k, v in names(Wrap).items()}, f"{tag}_grads.safetensors")
+    return {k: v.float().contiguous() for k, v in names(Wrap).items()}
+
+
+def record(tag, model, names):
+    model = model.double().eval()
+    with torch.no_grad():
+        weights = {k: v.float().contiguous() for k, v in names(model).items()}
+    save_file(weights, f"{tag}_weights.safetensors")
+    logits, loss = loss_of(model, tokens, targets)
+    loss.backward()
+    save_file(grads_named(model, names, tag), f"{tag}_grads.safetensors")
     save_file({"tokens": tokens.int().contiguous(), "targets": targets.int().contiguous(),
                "logits": logits.detach().reshape(B * T, V).float().contiguous(),
                "loss": loss.detach().float().reshape(1)}, f"{tag}_io.safetensors")
+    model.zero_grad()
+    plogits, ploss = loss_of(model, tokens, targets, position_ids)
+    ploss.backward()
+    pos = {"grad." + k: v for k, v in grads_named(model, names, tag).items()}
+    pos.update({"position_ids": position_ids.int().contiguous(),
+                "logits": plogits.detach().reshape(B * T, V).float().contiguous(),
+                "loss": ploss.detach().float().reshape(1)})
+    save_file(pos, f"{tag}_pos.safetensors")
     # 10 AdamW steps, weight decay only on 2-D weights (Megatron's rule)
     model.zero_grad()
     decay = [p for p in model.parameters() if p.dim() >= 2]

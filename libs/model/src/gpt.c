@@ -55,11 +55,17 @@ static mt_status norm_bwd(mt_model *m, mt_tensor *dx, mt_model_param *w, mt_mode
                           !m->grads_discarded, s);
 }
 
+/* The position ids (mt_model_set_positions), or NULL for 0..T-1. */
+static const mt_tensor *positions(const mt_model *m) {
+    return m->pos.data ? &m->pos : NULL;
+}
+
 static mt_status rope(mt_model *m, mt_tensor *x, int backward, mt_stream s) {
     const mt_model_config *c = &m->cfg;
+    const mt_tensor *p = positions(m);
     if (backward)
-        return mt_rope_bwd(x, x, NULL, c->kv_channels, c->rotary_base, c->rotary_interleaved, s);
-    return mt_rope_fwd(x, x, NULL, c->kv_channels, c->rotary_base, c->rotary_interleaved, s);
+        return mt_rope_bwd(x, x, p, c->kv_channels, c->rotary_base, c->rotary_interleaved, s);
+    return mt_rope_fwd(x, x, p, c->kv_channels, c->rotary_base, c->rotary_interleaved, s);
 }
 
 static mt_attn_config attn_cfg(const mt_model *m) {
@@ -136,7 +142,8 @@ static mt_status forward(mt_model *m, const mt_tensor *tokens, int lm_head, mt_s
     MT_TRY(mt_tensor_reshape(&a->layer[0].resid_in, 3,
                              (int64_t[]){ m->B, c->seq_length, c->hidden_size }, &emb3));
     MT_TRY(params_needed(m, -1, s));
-    OP("fwd.embedding", mt_embedding_fwd(&emb3, tokens, W(m->wte), W(m->wpe), s));
+    OP("fwd.embedding",
+       mt_embedding_fwd_pos(&emb3, tokens, W(m->wte), W(m->wpe), m->wpe ? positions(m) : NULL, s));
     /* recomputed layers write into shared scratch sets: only their resid_in survives */
     const int L = c->num_layers;
     for (int l = 0; l < L; l++) {
@@ -329,7 +336,8 @@ static mt_status backward(mt_model *m, int lm_head, mt_stream s) {
     mt_tensor d3;
     MT_TRY(mt_tensor_reshape(&a->dres, 3, (int64_t[]){ m->B, c->seq_length, c->hidden_size }, &d3));
     OP("bwd.embedding",
-       mt_embedding_bwd(G(m->wte), G(m->wpe), &d3, &m->tokens, a->ws.data, m->ws_bytes, s));
+       mt_embedding_bwd_pos(G(m->wte), G(m->wpe), &d3, &m->tokens, m->wpe ? positions(m) : NULL,
+                            a->ws.data, m->ws_bytes, s));
     return grads_ready(m, -1, s);
 }
 
@@ -380,6 +388,7 @@ static mt_status fwd_bwd_graph(mt_model *m, const mt_tensor *tokens, const mt_te
     graph_key k;
     memset(&k, 0, sizeof k);
     k.tokens = tokens->data, k.targets = targets->data, k.stream = s, k.loss_scale = loss_scale;
+    k.positions = m->pos.data;
     k.ready_fn = m->ready_fn, k.ready_ctx = m->ready_ctx;
     k.wait_fn = m->wait_fn, k.wait_ctx = m->wait_ctx;
     const int same = g->seen && memcmp(&k, &g->key, sizeof k) == 0;

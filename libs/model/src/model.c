@@ -276,7 +276,10 @@ static mt_status workspace_sizes(mt_model *m) {
     ac.deterministic = c->deterministic;
     size_t wa = 0, we = 0;
     MT_TRY(mt_attn_bwd_workspace(&q, &k, &ac, &wa));
-    MT_TRY(mt_embedding_bwd_workspace(&ids, c->padded_vocab_size, m->dev, &we));
+    /* (with position ids the position table is sorted too: the larger table's bits) */
+    int64_t rows = c->padded_vocab_size > c->max_position_embeddings ? c->padded_vocab_size
+                                                                     : c->max_position_embeddings;
+    MT_TRY(mt_embedding_bwd_workspace(&ids, rows, m->dev, &we));
     mt_tensor big = mt_tensor_1d(shape_only, MT_F32, N * c->padded_vocab_size, m->dev);
     size_t wr = 0;
     MT_TRY(mt_reduce_workspace(&big, &wr));
@@ -538,6 +541,21 @@ mt_status mt_model_take_loss(mt_model *m, double *mean_loss, mt_stream stream) {
     int n = m->n_loss;
     MT_TRY(mt_model_take_loss_sum(m, &sum, &count, stream));
     *mean_loss = n > 0 ? sum / count : NAN; /* no counted token: 0/0, NaN as torch */
+    return MT_OK;
+}
+
+mt_status mt_model_set_positions(mt_model *m, const mt_tensor *pos) {
+    MT_REQUIRE(m, MT_ERR_INVALID_ARG, "NULL model");
+    if (!pos) {
+        memset(&m->pos, 0, sizeof m->pos);
+        return MT_OK;
+    }
+    MT_TRY(mt_tensor_check(pos, "positions", 2));
+    MT_REQUIRE(pos->dtype == MT_I32 && pos->shape[0] == m->B &&
+                   pos->shape[1] == m->cfg.seq_length && mt_device_eq(pos->device, m->dev),
+               MT_ERR_INVALID_ARG, "positions must be i32 (%d,%d) on the model's device", m->B,
+               m->cfg.seq_length);
+    m->pos = *pos;
     return MT_OK;
 }
 

@@ -51,7 +51,7 @@ typedef struct layer_params {
 
 /* What a captured forward_backward depends on besides the model's own buffers. */
 typedef struct graph_key {
-    const void *tokens, *targets;
+    const void *tokens, *targets, *positions;
     mt_stream stream;
     float loss_scale;
     mt_model_grad_ready_fn ready_fn; /* what the capture recorded of the callbacks' work */
@@ -86,6 +86,7 @@ struct mt_model {
     int n_loss; /* micro-batches in loss_sum */
     int have_tokens;
     mt_tensor tokens; /* the last forward's tokens (for the embedding backward) */
+    mt_tensor pos;    /* mt_model_set_positions (data NULL: 0..T-1 in every sequence) */
     mt_prof *prof;    /* not owned; NULL: no timing */
     mt_model_grad_ready_fn ready_fn;
     void *ready_ctx;

@@ -20,17 +20,20 @@ static float *to_host_f32(const mt_tensor *t) {
     return f;
 }
 
-/* The parameter's gradient against the golden one (host f32 copy returned). */
-static float *check_grad(mt_model_param *p, mt_safetensors *gf, double rtol) {
+/* The parameter's gradient against the golden one, named prefix + its name (host f32 copy
+ * returned). */
+static float *check_grad(mt_model_param *p, mt_safetensors *gf, const char *prefix, double rtol) {
+    char name[256];
+    snprintf(name, sizeof name, "%s%s", prefix, p->name);
     float *got = to_host_f32(&p->grad);
-    float *ref = golden_padded(gf, p->name, &p->grad);
+    float *ref = golden_padded(gf, name, &p->grad);
     double mx = 0;
     int64_t n = mt_tensor_numel(&p->grad);
     for (int64_t j = 0; j < n; j++)
         mx = fmax(mx, fabs(ref[j]));
     /* atol: rtol of the tensor's largest gradient (elements near zero carry only the rounding of
      * the sums that formed them) */
-    mt_test_close_f32(p->name, got, ref, (size_t)n, rtol * mx, rtol);
+    mt_test_close_f32(name, got, ref, (size_t)n, rtol * mx, rtol);
     free(ref);
     return got;
 }
@@ -98,7 +101,6 @@ int main(int argc, char **argv) {
             memcpy(lv + r * V, l + r * Vp, V * 4);
         mt_test_close_f32("logits", lv, gl.data, (size_t)B * T * V, rtol * 0.1, rtol);
         free(l);
-        free(lv);
 
         /* backward: every gradient */
         MT_CHECK(mt_model_zero_grad(m, NULL));
@@ -108,7 +110,7 @@ int main(int argc, char **argv) {
         int np = mt_model_num_params(m);
         float **first = calloc((size_t)np, sizeof *first);
         for (int i = 0; i < np; i++)
-            first[i] = check_grad(mt_model_param_at(m, i), gf, rtol);
+            first[i] = check_grad(mt_model_param_at(m, i), gf, "", rtol);
 
         /* the same step over stale grads after mt_model_discard_grads: every grad is written
          * (the first backward GEMMs with beta = 0; the embeddings' scatter targets zeroed), so
@@ -158,9 +160,44 @@ int main(int argc, char **argv) {
             MT_EXPECT(fabs(loss - want) <= rtol * fabs(want), "per-token loss %.8f want %.8f", loss,
                       want);
             for (int i = 0; i < np; i++)
-                free(check_grad(mt_model_param_at(pm, i), gf, rtol));
+                free(check_grad(mt_model_param_at(pm, i), gf, "", rtol));
             mt_model_destroy(pm);
         }
+
+        /* position ids that restart inside the sequences (--reset-position-ids): transformers
+         * with position_ids; learned positions (GPT-2) and RoPE angles (Llama) */
+        mt_safetensors *pf;
+        snprintf(path, sizeof path, "%s_pos.safetensors", tag);
+        MT_CHECK(mt_safetensors_open(mt_test_golden_path(path), &pf));
+        mt_tensor hp, pl, plo, pos;
+        MT_CHECK(mt_safetensors_get(pf, "position_ids", &hp));
+        MT_CHECK(mt_safetensors_get(pf, "logits", &pl));
+        MT_CHECK(mt_safetensors_get(pf, "loss", &plo));
+        MT_CHECK(mt_tensor_alloc(ar, MT_I32, 2, hp.shape, &pos));
+        MT_CHECK(mt_tensor_copy(&pos, &hp, NULL));
+        MT_CHECK(mt_model_set_positions(m, &pos));
+        MT_CHECK(mt_model_zero_grad(m, NULL));
+        MT_CHECK(mt_model_forward_backward(m, &tok, &tgt, 1.0f, NULL));
+        MT_CHECK(mt_model_take_loss(m, &loss, NULL));
+        want = ((float *)plo.data)[0];
+        MT_EXPECT(fabs(loss - want) <= rtol * fabs(want), "positions: loss %.8f want %.8f", loss,
+                  want);
+        MT_EXPECT(fabs(want - ((float *)gloss.data)[0]) > 1e-4, "the positions change no loss");
+        for (int i = 0; i < np; i++)
+            free(check_grad(mt_model_param_at(m, i), pf, "grad.", rtol));
+        MT_CHECK(
+            mt_model_forward(m, &tok, &tgt, NULL)); /* the logits (the fused step's are dlogits) */
+        MT_CHECK(mt_model_take_loss(m, &loss, NULL));
+        lg = mt_model_logits(m);
+        l = to_host_f32(&lg);
+        for (int64_t r = 0; r < B * T; r++)
+            memcpy(lv + r * V, l + r * Vp, V * 4);
+        mt_test_close_f32("logits with positions", lv, pl.data, (size_t)B * T * V, rtol * 0.1,
+                          rtol);
+        free(l);
+        free(lv);
+        MT_CHECK(mt_model_set_positions(m, NULL));
+        mt_safetensors_close(pf);
     }
     mt_arena_destroy(ar);
     mt_safetensors_close(wf);

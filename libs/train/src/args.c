@@ -32,9 +32,6 @@ typedef struct flag {
 } flag;
 
 /* messages of flags refused by name (F_NO), shared by the flags they name */
-#define NO_RESET                                                                             \
-    "--reset-position-ids and --reset-attention-mask are not supported yet (documents in a " \
-    "sequence attend across their boundaries)"
 #define O(f) offsetof(mt_train_args, f)
 static const flag flags[] = {
     { "--num-layers", F_INT, O(num_layers), "transformer layers (required)" },
@@ -111,8 +108,11 @@ static const flag flags[] = {
     { "--ckpt-format", F_STR, O(ckpt_format),
       "accepted: checkpoints are this project's sharded safetensors (mt-convert exports HF)" },
     { "--rotary-percent", F_DBL, O(rotary_percent), "1.0 (the only one)" },
-    { "--reset-position-ids", F_NO, 0, NO_RESET },
-    { "--reset-attention-mask", F_NO, 0, NO_RESET },
+    { "--reset-position-ids", F_TRUE, O(reset_position_ids),
+      "positions restart after each EOD (attention still spans the documents)" },
+    { "--reset-attention-mask", F_NO, 0,
+      "--reset-attention-mask is not supported yet (documents in a sequence attend across their "
+      "boundaries; --reset-position-ids alone restarts their positions)" },
     { "--qk-layernorm", F_NO, 0, "--qk-layernorm is not supported yet" },
     { "--eod-mask-loss", F_TRUE, O(eod_mask_loss),
       "no loss where the input token is EOD (the next document's first token)" },

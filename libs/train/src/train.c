@@ -41,8 +41,10 @@ typedef struct run {
     int64_t last_eval; /* iteration of the last validation line in the JSONL metrics */
     int64_t *ids, *text;
     int32_t *htok, *htgt;    /* [0]: evaluation's batch; [1]: the next training micro-batch */
+    int32_t *hpos;           /* --reset-position-ids: their position ids (else NULL) */
     int64_t hcount[2];       /* the counted targets (not ignored) of each host batch */
-    mt_tensor tok, tgt, red; /* red: one float for device all-reduces of scalars */
+    mt_tensor tok, tgt, red; /* red: two floats for device all-reduces of scalars */
+    mt_tensor pos;           /* --reset-position-ids: the model's position ids */
     double t_start;          /* --exit-duration-in-mins counts from here */
     int exited;              /* --exit-signal-handler / --exit-duration-in-mins stopped training */
     FILE *jsonl;
@@ -399,11 +401,17 @@ static mt_status setup_io(run *r) {
     r->text = calloc((size_t)(B * (T + 1)), sizeof *r->text);
     r->htok = calloc((size_t)(2 * B * T), sizeof *r->htok);
     r->htgt = calloc((size_t)(2 * B * T), sizeof *r->htgt);
-    MT_REQUIRE(r->ids && r->text && r->htok && r->htgt, MT_ERR_OOM, "batch buffers");
+    if (a->reset_position_ids) r->hpos = calloc((size_t)(2 * B * T), sizeof *r->hpos);
+    MT_REQUIRE(r->ids && r->text && r->htok && r->htgt && (r->hpos || !a->reset_position_ids),
+               MT_ERR_OOM, "batch buffers");
     MT_TRY(
-        mt_arena_create(r->dev, (size_t)(2 * B * T * 4) + 4 * MT_ARENA_ALIGN + 64, &r->io_arena));
+        mt_arena_create(r->dev, (size_t)(3 * B * T * 4) + 5 * MT_ARENA_ALIGN + 64, &r->io_arena));
     MT_TRY(mt_tensor_alloc(r->io_arena, MT_I32, 2, (int64_t[]){ B, T }, &r->tok));
     MT_TRY(mt_tensor_alloc(r->io_arena, MT_I32, 2, (int64_t[]){ B, T }, &r->tgt));
+    if (a->reset_position_ids) {
+        MT_TRY(mt_tensor_alloc(r->io_arena, MT_I32, 2, (int64_t[]){ B, T }, &r->pos));
+        MT_TRY(mt_model_set_positions(r->model, &r->pos));
+    }
     MT_TRY(mt_tensor_alloc(r->io_arena, MT_F32, 1, (int64_t[]){ 2 }, &r->red));
     int64_t n = a->train_iters + 1;
     r->gv_loss = calloc((size_t)n, sizeof(double));
@@ -440,6 +448,12 @@ static mt_status read_batch(run *r, mt_data_dataset *ds, mt_data_sampler *s, int
             if (a->eod_mask_loss && tok[i] == r->eod) tgt[i] = MT_XENT_IGNORE_INDEX;
             r->hcount[slot] += tgt[i] != MT_XENT_IGNORE_INDEX;
         }
+        /* --reset-position-ids (megatron's _get_ltor_masks_and_position_ids): the position after
+         * an EOD token is 0 again; the EOD keeps its document's count */
+        for (int64_t t = 0, start = 0; r->hpos && t < T; t++) {
+            r->hpos[slot * B * T + b * T + t] = (int32_t)(t - start);
+            if (tok[b * T + t] == r->eod) start = t + 1;
+        }
     }
     return MT_OK;
 }
@@ -448,6 +462,8 @@ static mt_status read_batch(run *r, mt_data_dataset *ds, mt_data_sampler *s, int
 static mt_status upload_batch(run *r, int slot) {
     size_t n = (size_t)(r->a->micro_batch_size * r->a->seq_length);
     MT_TRY(mt_memcpy(r->tok.data, r->dev, r->htok + slot * n, MT_DEVICE_CPU, n * 4, NULL));
+    if (r->hpos)
+        MT_TRY(mt_memcpy(r->pos.data, r->dev, r->hpos + slot * n, MT_DEVICE_CPU, n * 4, NULL));
     return mt_memcpy(r->tgt.data, r->dev, r->htgt + slot * n, MT_DEVICE_CPU, n * 4, NULL);
 }
 
@@ -1355,6 +1371,7 @@ static void teardown(run *r) {
     free(r->text);
     free(r->htok);
     free(r->htgt);
+    free(r->hpos);
     free(r->gv_loss);
     free(r->gv_zeros);
     free(r->gv_time);

@@ -39,15 +39,35 @@ static mt_status check_table(const mt_tensor *w, const mt_tensor *x, int64_t min
     return MT_OK;
 }
 
-mt_status mt_embedding_fwd(mt_tensor *out, const mt_tensor *ids, const mt_tensor *wte,
-                           const mt_tensor *wpe, mt_stream stream) {
+/* pos: ids' shape and dtype, with a position table. */
+static mt_status check_pos(const mt_tensor *pos, const mt_tensor *ids, const mt_tensor *table) {
+    MT_REQUIRE(table, MT_ERR_INVALID_ARG, "position ids without a position table");
+    MT_TRY(mt_tensor_check(pos, "pos", ids->ndim));
+    MT_REQUIRE(pos->dtype == ids->dtype && mt_device_eq(pos->device, ids->device),
+               MT_ERR_INVALID_ARG, "pos must have ids' dtype (%s) and device",
+               mt_dtype_name(ids->dtype));
+    for (int d = 0; d < ids->ndim; d++)
+        MT_REQUIRE(pos->shape[d] == ids->shape[d], MT_ERR_INVALID_ARG,
+                   "pos dim %d is %lld, ids %lld", d, (long long)pos->shape[d],
+                   (long long)ids->shape[d]);
+    return MT_OK;
+}
+
+mt_status mt_embedding_fwd_pos(mt_tensor *out, const mt_tensor *ids, const mt_tensor *wte,
+                               const mt_tensor *wpe, const mt_tensor *pos, mt_stream stream) {
     MT_REQUIRE(out && ids && wte, MT_ERR_INVALID_ARG, "NULL argument");
     MT_TRY(check_ids(ids, out->device));
     MT_TRY(check_act(out, ids, "out"));
     MT_TRY(check_table(wte, out, 1, 0, "wte"));
-    if (wpe) MT_TRY(check_table(wpe, out, ids->shape[ids->ndim - 1], 0, "wpe"));
-    return MT_DISPATCH(out->device, embedding_fwd_cpu(out, ids, wte, wpe),
-                       embedding_fwd_cuda(out, ids, wte, wpe, stream));
+    if (wpe) MT_TRY(check_table(wpe, out, pos ? 1 : ids->shape[ids->ndim - 1], 0, "wpe"));
+    if (pos) MT_TRY(check_pos(pos, ids, wpe));
+    return MT_DISPATCH(out->device, embedding_fwd_cpu(out, ids, wte, wpe, pos),
+                       embedding_fwd_cuda(out, ids, wte, wpe, pos, stream));
+}
+
+mt_status mt_embedding_fwd(mt_tensor *out, const mt_tensor *ids, const mt_tensor *wte,
+                           const mt_tensor *wpe, mt_stream stream) {
+    return mt_embedding_fwd_pos(out, ids, wte, wpe, NULL, stream);
 }
 
 mt_status mt_embedding_bwd_workspace(const mt_tensor *ids, int64_t V, mt_device dev,
@@ -58,23 +78,32 @@ mt_status mt_embedding_bwd_workspace(const mt_tensor *ids, int64_t V, mt_device 
     return MT_DISPATCH(dev, MT_OK, embedding_bwd_cuda_workspace(mt_tensor_numel(ids), V, bytes));
 }
 
-mt_status mt_embedding_bwd(mt_tensor *dwte, mt_tensor *dwpe, const mt_tensor *dout,
-                           const mt_tensor *ids, void *ws, size_t ws_bytes, mt_stream stream) {
+mt_status mt_embedding_bwd_pos(mt_tensor *dwte, mt_tensor *dwpe, const mt_tensor *dout,
+                               const mt_tensor *ids, const mt_tensor *pos, void *ws,
+                               size_t ws_bytes, mt_stream stream) {
     MT_REQUIRE(dwte && dout && ids, MT_ERR_INVALID_ARG, "NULL argument");
     MT_TRY(check_ids(ids, dout->device));
     MT_TRY(check_act(dout, ids, "dout"));
     MT_TRY(check_table(dwte, dout, 1, 1, "dwte"));
     if (dwpe) {
-        MT_TRY(check_table(dwpe, dout, ids->shape[ids->ndim - 1], 1, "dwpe"));
+        MT_TRY(check_table(dwpe, dout, pos ? 1 : ids->shape[ids->ndim - 1], 1, "dwpe"));
         MT_REQUIRE(dwpe->dtype == dwte->dtype, MT_ERR_INVALID_ARG, "dwpe is %s, dwte %s",
                    mt_dtype_name(dwpe->dtype), mt_dtype_name(dwte->dtype));
     }
+    if (pos) MT_TRY(check_pos(pos, ids, dwpe));
     if (mt_device_is_cuda(dout->device)) {
         size_t need = 0;
-        MT_TRY(mt_embedding_bwd_workspace(ids, dwte->shape[0], dout->device, &need));
+        int64_t V = dwte->shape[0];
+        if (pos && dwpe->shape[0] > V) V = dwpe->shape[0];
+        MT_TRY(mt_embedding_bwd_workspace(ids, V, dout->device, &need));
         MT_REQUIRE(ws_bytes >= need && (ws || need == 0), MT_ERR_INVALID_ARG,
                    "workspace of %zu bytes, need %zu (mt_embedding_bwd_workspace)", ws_bytes, need);
     }
-    return MT_DISPATCH(dout->device, embedding_bwd_cpu(dwte, dwpe, dout, ids),
-                       embedding_bwd_cuda(dwte, dwpe, dout, ids, ws, ws_bytes, stream));
+    return MT_DISPATCH(dout->device, embedding_bwd_cpu(dwte, dwpe, dout, ids, pos),
+                       embedding_bwd_cuda(dwte, dwpe, dout, ids, pos, ws, ws_bytes, stream));
+}
+
+mt_status mt_embedding_bwd(mt_tensor *dwte, mt_tensor *dwpe, const mt_tensor *dout,
+                           const mt_tensor *ids, void *ws, size_t ws_bytes, mt_stream stream) {
+    return mt_embedding_bwd_pos(dwte, dwpe, dout, ids, NULL, ws, ws_bytes, stream);
 }

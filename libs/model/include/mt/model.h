@@ -167,6 +167,12 @@ MT_API mt_status mt_model_take_loss(mt_model *m, double *mean_loss, mt_stream st
 /* As mt_model_take_loss, but the sum of those tokens' losses and their count (to combine across
  * data-parallel ranks: the mean is the sums' sum over the counts' sum). */
 MT_API mt_status mt_model_take_loss_sum(mt_model *m, double *sum, double *count, mt_stream stream);
+/* Position ids (B,T) i32 on the model's device for the forwards and backwards from now on, read
+ * when they run (a caller may rewrite the buffer between micro-batches; a CUDA graph replays
+ * it): the learned position table's rows, or the RoPE angles, of each token (e.g. restarting
+ * after each document's end: Megatron's --reset-position-ids). Each < max_position_embeddings
+ * for learned positions (CPU: an error; CUDA: no position row). NULL: 0..T-1 (the default). */
+MT_API mt_status mt_model_set_positions(mt_model *m, const mt_tensor *pos);
 /* Sets every gradient to zero. Enqueued. */
 MT_API mt_status mt_model_zero_grad(mt_model *m, mt_stream stream);
 /* Drops the gradients: the next mt_model_forward_backward writes every gradient instead of adding

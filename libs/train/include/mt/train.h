@@ -73,6 +73,7 @@ typedef struct mt_train_args {
     /* --eod-mask-loss: no loss where the input token is EOD; --calculate-per-token-loss: the loss
      * and its gradient are the global batch's sum over its counted tokens */
     int eod_mask_loss, calculate_per_token_loss;
+    int reset_position_ids; /* positions restart after each EOD (Megatron's position_ids) */
     /* evaluation and logging */
     int64_t eval_interval, eval_iters, log_interval;
     int log_throughput, log_num_zeros_in_grad, log_params_norm;

@@ -8,7 +8,8 @@
 
 template <typename T, typename I, int N>
 static __global__ void embedding_fwd_kernel(T *out, const I *ids, const T *wte, const T *wpe,
-                                            int64_t ntok, int64_t T_, int64_t C, int64_t V) {
+                                            const I *pos, int64_t ntok, int64_t T_, int64_t C,
+                                            int64_t V, int64_t P) {
     typedef vec_t<T, N> VT;
     int64_t cv = C / N, total = ntok * cv;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
@@ -22,8 +23,9 @@ static __global__ void embedding_fwd_kernel(T *out, const I *ids, const T *wte, 
             for (int k = 0; k < N; k++)
                 e.v[k] = stf<T>(0.0f);
         }
-        if (wpe) {
-            VT p = ((const VT *)(wpe + (n % T_) * C))[j];
+        int64_t t = pos ? (int64_t)pos[n] : n % T_;
+        if (wpe && t >= 0 && t < P) {
+            VT p = ((const VT *)(wpe + t * C))[j];
 #pragma unroll
             for (int k = 0; k < N; k++)
                 e.v[k] = stf<T>(ldf(e.v[k]) + ldf(p.v[k]));
@@ -211,7 +213,7 @@ static int aligned16(const void *p) {
 
 template <typename T, typename I>
 static mt_status fwd(mt_tensor *out, const mt_tensor *ids, const mt_tensor *wte,
-                     const mt_tensor *wpe, mt_stream stream) {
+                     const mt_tensor *wpe, const mt_tensor *pos, mt_stream stream) {
     int64_t ntok = mt_tensor_numel(ids), T_ = ids->shape[ids->ndim - 1], C = wte->shape[1];
     const int N = 16 / sizeof(T);
     int vec = C % N == 0 && aligned16(out->data) && aligned16(wte->data) &&
@@ -219,25 +221,28 @@ static mt_status fwd(mt_tensor *out, const mt_tensor *ids, const mt_tensor *wte,
     int64_t total = ntok * (vec ? C / N : C);
     unsigned grid = mt_grid_1d(total, 256);
     const T *pe = wpe ? (const T *)wpe->data : nullptr;
+    const I *ps = pos ? (const I *)pos->data : nullptr;
+    int64_t P = wpe ? wpe->shape[0] : 0;
     if (vec)
         embedding_fwd_kernel<T, I, N>
             <<<grid, 256, 0, stream>>>((T *)out->data, (const I *)ids->data, (const T *)wte->data,
-                                       pe, ntok, T_, C, wte->shape[0]);
+                                       pe, ps, ntok, T_, C, wte->shape[0], P);
     else
         embedding_fwd_kernel<T, I, 1>
             <<<grid, 256, 0, stream>>>((T *)out->data, (const I *)ids->data, (const T *)wte->data,
-                                       pe, ntok, T_, C, wte->shape[0]);
+                                       pe, ps, ntok, T_, C, wte->shape[0], P);
     MT_CUDA_CHECK_LAUNCH();
     return MT_OK;
 }
 
 extern "C" mt_status embedding_fwd_cuda(mt_tensor *out, const mt_tensor *ids, const mt_tensor *wte,
-                                        const mt_tensor *wpe, mt_stream stream) {
+                                        const mt_tensor *wpe, const mt_tensor *pos,
+                                        mt_stream stream) {
     if (mt_tensor_numel(ids) == 0 || wte->shape[1] == 0) return MT_OK;
     if (ids->dtype == MT_I64)
-        MT_DISPATCH_FLOAT(out->dtype, T, return fwd<T, int64_t>(out, ids, wte, wpe, stream));
+        MT_DISPATCH_FLOAT(out->dtype, T, return fwd<T, int64_t>(out, ids, wte, wpe, pos, stream));
     else
-        MT_DISPATCH_FLOAT(out->dtype, T, return fwd<T, int32_t>(out, ids, wte, wpe, stream));
+        MT_DISPATCH_FLOAT(out->dtype, T, return fwd<T, int32_t>(out, ids, wte, wpe, pos, stream));
     return MT_OK;
 }
 
@@ -340,9 +345,13 @@ static mt_status bwd_ids(mt_tensor *dwte, mt_tensor *dwpe, const mt_tensor *dout
 }
 
 extern "C" mt_status embedding_bwd_cuda(mt_tensor *dwte, mt_tensor *dwpe, const mt_tensor *dout,
-                                        const mt_tensor *ids, void *ws, size_t ws_bytes,
-                                        mt_stream stream) {
+                                        const mt_tensor *ids, const mt_tensor *pos, void *ws,
+                                        size_t ws_bytes, mt_stream stream) {
     if (mt_tensor_numel(ids) == 0 || dwte->shape[1] == 0) return MT_OK;
+    if (pos && dwpe) { /* the position table by the same sorted scatter as the token table */
+        MT_TRY(embedding_bwd_cuda(dwte, NULL, dout, ids, NULL, ws, ws_bytes, stream));
+        return embedding_bwd_cuda(dwpe, NULL, dout, pos, NULL, ws, ws_bytes, stream);
+    }
     if (dwte->dtype == MT_F32)
         MT_DISPATCH_FLOAT(dout->dtype, TD,
                           return bwd_ids<TD, float>(dwte, dwpe, dout, ids, ws, ws_bytes, stream));

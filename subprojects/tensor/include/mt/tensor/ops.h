@@ -235,6 +235,17 @@ MT_API mt_status mt_embedding_bwd_workspace(const mt_tensor *ids, int64_t V, mt_
 MT_API mt_status mt_embedding_bwd(mt_tensor *dwte, mt_tensor *dwpe, const mt_tensor *dout,
                                   const mt_tensor *ids, void *ws, size_t ws_bytes,
                                   mt_stream stream);
+/* As mt_embedding_fwd and mt_embedding_bwd with position ids: wpe's row for the token at
+ * ids[..., t] is pos[..., t] (pos: ids' shape and dtype; NULL: t itself), e.g. Megatron's
+ * --reset-position-ids. Each pos in [0, wpe rows) (CPU: MT_ERR_INVALID_ARG otherwise; CUDA: no
+ * position row added, no gradient). dwpe[p] += the dout rows of the tokens at position p, in
+ * token order (the backward then sorts pos as it sorts ids: its workspace is
+ * mt_embedding_bwd_workspace with V = max(wte rows, wpe rows)). */
+MT_API mt_status mt_embedding_fwd_pos(mt_tensor *out, const mt_tensor *ids, const mt_tensor *wte,
+                                      const mt_tensor *wpe, const mt_tensor *pos, mt_stream stream);
+MT_API mt_status mt_embedding_bwd_pos(mt_tensor *dwte, mt_tensor *dwpe, const mt_tensor *dout,
+                                      const mt_tensor *ids, const mt_tensor *pos, void *ws,
+                                      size_t ws_bytes, mt_stream stream);
 
 /* Rotary position embedding on x (B,T,H,D) into out (same shape and dtype). Strides: D must be
  * innermost (stride 1); the B, T and H strides are free and may differ between out and x, so q and
