@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # functional: --load of a checkpoint saved by a different model fails before training with
 # torch's load_state_dict messages (a size mismatch names the parameter and both shapes; a
-# parameter the checkpoint lacks is a missing key), and the checkpoint is left as it was. A
+# parameter the checkpoint lacks is a missing key, a tensor the model lacks an unexpected one), and the checkpoint is left as it was. A
 # schedule that differs from the checkpoint's fails as Megatron's OptimizerParamScheduler does,
 # unless --override-opt_param-scheduler (this run's) or --use-checkpoint-opt_param-scheduler
 # (the checkpoint's: the learning rates of the run that saved it). --use-checkpoint-args takes the
@@ -28,6 +28,7 @@ expect "OptimizerParamScheduler: class input value 0.001 and checkpoint value 0.
 expect "class input value linear and checkpoint value cosine for learning rate decay style do not match" --lr-decay-style linear
 expect "size mismatch for embedding.word_embeddings.weight: copying a param with shape [384, 64] from checkpoint, the shape in current model is [384, 128]" --hidden-size 128
 expect 'Missing key(s) in state_dict: "decoder.layers.2.input_layernorm.weight"' --num-layers 3
+expect 'Unexpected key(s) in state_dict: "decoder.layers.1.' --num-layers 1
 # the checkpoint's schedule: iterations 5..12 log the learning rates of a run with its settings
 tiny_run "$d/full.json" > "$d/full.log" 2>&1 || { echo "FAIL: the full run"; exit 1; }
 lrs() { grep -E " iteration +([5-9]|1[0-2])/" "$1" | grep -o "iteration *[0-9]*\|learning rate: [^|]*" | tr '\n' ' '; }

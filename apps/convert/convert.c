@@ -269,7 +269,7 @@ static mt_status build_map(const cv_cfg *c, json_t *wmap, cv_map *m) {
         snprintf(n, sizeof n, "decoder.final_layernorm.%s", fw[b]);
         MT_TRY(same(m, n, h, 0, C));
     }
-    if (!c->tied || has(wmap, "lm_head.weight")) {
+    if (!c->tied) { /* (a tied model's lm_head.weight, if saved, is the embedding: skipped) */
         MT_TRY(same(m, "output_layer.weight", "lm_head.weight", 0, c->V));
         MT_TRY(pad(m, c->Vp - c->V));
     }
@@ -419,6 +419,7 @@ mt_status cv_hf_to_mt(const char *hf_dir, const char *mt_dir, int make_vocab_siz
     json_object_foreach(s.wmap, k, v) {
         size_t kl = strlen(k); /* GPT-2's causal-mask buffers are not weights */
         int buffer = (kl > 10 && !strcmp(k + kl - 10, ".attn.bias")) || strstr(k, "masked_bias");
+        buffer |= c.tied && !strcmp(k, "lm_head.weight"); /* the embedding's tied copy */
         int used = 0;
         for (int i = 0; i < m.nhf && !used; i++)
             used = !strcmp(m.hf[i], k);

@@ -148,6 +148,34 @@ int main(void) {
                   "divisor 0 is refused");
         mt_error_clear();
     }
+    { /* a tied model whose files also hold lm_head.weight (some writers save the tied copy):
+       * no output_layer.weight in our checkpoint, which mt-pretrain --load would refuse as an
+       * unexpected key of a tied model */
+        char cmd[1024], ix[600];
+        snprintf(cmd, sizeof cmd, "cp -r '%s' '%s'", mt_test_golden_path("gpt2"), sub("gpt2_lm"));
+        MT_ASSERT(system(cmd) == 0);
+        hf g;
+        hf_load(&g, mt_test_golden_path("gpt2"));
+        mt_tensor wte = hf_get(&g, "transformer.wte.weight");
+        mt_safetensors_item it = { "lm_head.weight", &wte };
+        snprintf(cmd, sizeof cmd, "%s/lm.safetensors", sub("gpt2_lm"));
+        MT_CHECK(mt_safetensors_save(cmd, &it, 1, NULL, 0));
+        snprintf(ix, sizeof ix, "%s/model.safetensors.index.json", sub("gpt2_lm"));
+        json_t *j = json_load_file(ix, 0, NULL);
+        MT_ASSERT(j);
+        json_object_set_new(json_object_get(j, "weight_map"), "lm_head.weight",
+                            json_string("lm.safetensors"));
+        MT_ASSERT(json_dump_file(j, ix, 0) == 0);
+        json_decref(j);
+        hf_free(&g);
+        mt_ckpt *c;
+        MT_CHECK(cv_hf_to_mt(sub("gpt2_lm"), sub("gpt2_lm_mt"), 128));
+        MT_CHECK(mt_ckpt_open(sub("gpt2_lm_mt"), MT_CKPT_ITER_LATEST, 0, &c));
+        MT_EXPECT(mt_ckpt_info(c, "output_layer.weight", NULL, NULL, NULL) != MT_OK,
+                  "tied gpt2 with lm_head.weight: no output_layer.weight");
+        mt_error_clear();
+        mt_ckpt_close(c);
+    }
 
     static float x[1 << 14], y[1 << 14];
     int64_t s[MT_MAX_DIMS], s2[MT_MAX_DIMS];

@@ -715,6 +715,25 @@ static mt_status load_into(mt_ckpt *c, const char *name, mt_tensor *dst) {
     return st;
 }
 
+/* torch's strict load_state_dict: a checkpoint tensor that is neither a parameter of this model
+ * nor optimizer state ("optimizer." names) is an error that names them. */
+static mt_status unexpected_keys(run *r, mt_ckpt *c) {
+    char list[512] = "";
+    int n = 0;
+    size_t k = 0;
+    for (int i = 0; i < mt_ckpt_count(c); i++) {
+        const char *name = mt_ckpt_name(c, i);
+        if (strncmp(name, "optimizer.", 10) == 0 || mt_model_param_find(r->model, name)) continue;
+        if (n++ < 4 && k < sizeof list)
+            k += (size_t)snprintf(list + k, sizeof list - k, "%s\"%s\"", n > 1 ? ", " : "", name);
+    }
+    if (n == 0) return MT_OK;
+    return MT_ERROR(MT_ERR_FORMAT,
+                    "Unexpected key(s) in state_dict: %s%s (%d tensor(s) of the checkpoint of "
+                    "iteration %lld that this model does not have: a different model?)",
+                    list, n > 4 ? ", ..." : "", n, (long long)mt_ckpt_iteration(c));
+}
+
 /* The shortest %g that reads back as v (Python's repr of a float). */
 static const char *num_str(char *buf, size_t n, double v) {
     for (int p = 6; p <= 17; p++) {
@@ -803,6 +822,7 @@ static mt_status load_checkpoint(run *r) {
         mt_model_param *p = mt_model_param_at(r->model, i);
         st = load_into(c, p->name, &p->weight);
     }
+    if (st == MT_OK) st = unexpected_keys(r, c);
     const char *sampler = mt_ckpt_sampler(c);
     json_t *sj = sampler ? json_loads(sampler, 0, NULL) : NULL;
     if (st == MT_OK && !a->finetune) {
