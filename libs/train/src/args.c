@@ -165,7 +165,10 @@ static const flag flags[] = {
     { "--data-args-path", F_STR, O(data_args_path), "a file holding the --data-path list" },
     { "--per-split-data-args-path", F_STR, O(per_split_data_args_path),
       "JSON {\"train\": [...], \"valid\": [...], \"test\": [...]}" },
-    { "--tokenizer-type", F_STR, O(tokenizer_type), "GPT2BPETokenizer | NullTokenizer" },
+    { "--tokenizer-type", F_STR, O(tokenizer_type),
+      "GPT2BPETokenizer | NullTokenizer | HuggingFaceTokenizer" },
+    { "--tokenizer-model", F_STR, O(tokenizer_model),
+      "HuggingFaceTokenizer: a directory with tokenizer.json (or that file)" },
     { "--vocab-file", F_STR, O(vocab_file), "GPT-2 encoder.json" },
     { "--merge-file", F_STR, O(merge_file), "GPT-2 vocab.bpe" },
     { "--data-cache-path", F_STR, O(data_cache_path), "where index files are cached" },
@@ -785,11 +788,15 @@ static mt_status validate(mt_train_args *a) {
             return BAD("%s with several prefixes needs weight prefix pairs", list_flags[k]);
     }
     if (strcmp(a->tokenizer_type, "GPT2BPETokenizer") != 0 &&
-        strcmp(a->tokenizer_type, "NullTokenizer") != 0)
+        strcmp(a->tokenizer_type, "NullTokenizer") != 0 &&
+        strcmp(a->tokenizer_type, "HuggingFaceTokenizer") != 0)
         return MT_ERROR(MT_ERR_UNSUPPORTED,
-                        "--tokenizer-type %s (choose GPT2BPETokenizer or "
-                        "NullTokenizer)",
+                        "--tokenizer-type %s (choose GPT2BPETokenizer, NullTokenizer or "
+                        "HuggingFaceTokenizer)",
                         a->tokenizer_type);
+    if (strcmp(a->tokenizer_type, "HuggingFaceTokenizer") == 0 && !a->tokenizer_model)
+        return BAD("HuggingFaceTokenizer needs --tokenizer-model (a directory with "
+                   "tokenizer.json)");
     if (strcmp(a->tokenizer_type, "NullTokenizer") == 0 && a->vocab_size <= 0)
         return BAD("NullTokenizer needs --vocab-size");
     if (a->global_batch_size < 0 ||

@@ -181,11 +181,17 @@ static mt_status setup_world(run *r) {
 
 static mt_status setup_tokenizer(run *r) {
     const mt_train_args *a = r->a;
+    if (r->rank == 0) {
+        printf("> building %s tokenizer ...\n", a->tokenizer_type);
+        fflush(stdout);
+    }
     if (strcmp(a->tokenizer_type, "NullTokenizer") == 0) {
         r->vocab = a->vocab_size + 1; /* megatron's _NullTokenizer: eod = vocab_size */
         r->eod = a->vocab_size;
         return MT_OK;
     }
+    if (strcmp(a->tokenizer_type, "HuggingFaceTokenizer") == 0)
+        return mt_data_hf_tokenizer_info(a->tokenizer_model, &r->vocab, &r->eod);
     char vb[1024], mb[1024];
     const char *vf =
         a->vocab_file ? a->vocab_file : mt_data_gpt2_file("encoder.json", vb, sizeof vb);
@@ -1456,6 +1462,12 @@ mt_status mt_train_run(const mt_train_args *a) {
                 "project's format (sharded safetensors and an index.json; mt-convert exports "
                 "Hugging Face)\n",
                 a->ckpt_format);
+    if (st == MT_OK && r.rank == 0) { /* megatron's _vocab_size_with_padding */
+        printf(" > padded vocab (size: %lld) with %lld dummy tokens (new size: %d)\n",
+               (long long)r.vocab, (long long)(r.mc.padded_vocab_size - r.vocab),
+               r.mc.padded_vocab_size);
+        fflush(stdout);
+    }
     if (st == MT_OK && last_rank(&r)) {
         int64_t params = 0;
         for (int i = 0; i < mt_model_num_params(r.model); i++)

@@ -69,6 +69,7 @@ typedef struct mt_train_args {
      * {"train": [...] or "...", "valid": ..., "test": ...}): read into the lists above */
     char *data_args_path, *per_split_data_args_path;
     char *split, *tokenizer_type, *vocab_file, *merge_file, *data_cache_path;
+    char *tokenizer_model; /* --tokenizer-model (HuggingFaceTokenizer) */
     int mock_data, num_workers;
     /* --eod-mask-loss: no loss where the input token is EOD; --calculate-per-token-loss: the loss
      * and its gradient are the global batch's sum over its counted tokens */

@@ -21,6 +21,12 @@ MT_API mt_status mt_data_tokenizer_null_create(int64_t vocab_size, mt_data_token
 MT_API const char *mt_data_gpt2_file(const char *name, char *buf, size_t len);
 MT_API void mt_data_tokenizer_destroy(mt_data_tokenizer *t); /* NULL is a no-op */
 
+/* Megatron's HuggingFaceTokenizer (--tokenizer-model PATH: a directory with tokenizer.json, or
+ * that file) as training on preprocessed data needs it: *vocab_size = len(AutoTokenizer) (the
+ * vocabulary's tokens and the added tokens it does not hold), *eod = eos_token_id (the
+ * eos_token of tokenizer_config.json, else of special_tokens_map.json). Errors name the file. */
+MT_API mt_status mt_data_hf_tokenizer_info(const char *path, int64_t *vocab_size, int64_t *eod);
+
 MT_API int64_t mt_data_tokenizer_vocab_size(const mt_data_tokenizer *t);
 MT_API int64_t mt_data_tokenizer_eod(const mt_data_tokenizer *t);
 
