@@ -49,7 +49,6 @@ expect "argument --ckpt-format: invalid choice: 'pickle'" --ckpt-format pickle
 expect "--rotary-percent 0.5 is not supported" --position-embedding-type rope --rotary-percent 0.5
 expect "--reset-attention-mask is not supported yet" --reset-attention-mask
 expect "HuggingFaceTokenizer needs --tokenizer-model" --tokenizer-type HuggingFaceTokenizer
-expect "--qk-layernorm is not supported yet" --qk-layernorm
 expect "expected no batch-size rampup for iteration-based training" --rampup-batch-size 2 2 16
 S=(--train-iters 0 --train-samples 96 --lr-warmup-iters 0) # sample-based, as a ramp needs
 expect "expected the following format: --rampup-batch-size <start batch size> <batch size incerement> <ramp-up samples>" "${S[@]}" --rampup-batch-size 2 2

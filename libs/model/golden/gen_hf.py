@@ -1,5 +1,5 @@
 """Golden values for libs/model from Hugging Face transformers (independent reference).
-Builds tiny random GPT2LMHeadModel and LlamaForCausalLM models, runs them in float64 on the CPU
+Builds tiny random GPT2LMHeadModel, LlamaForCausalLM and Qwen3ForCausalLM models, runs them in float64 on the CPU
 and records, in our parameter names and layouts (nn.Linear (out, in); GPT-2's Conv1D transposed;
 Llama q|k|v and gate|up concatenated, HF's half-split RoPE kept):
   <m>_weights.safetensors  the f32 weights the test loads
@@ -16,7 +16,8 @@ safetensors). The position-id records were added with torch 2.x and transformers
 2026-11 (pip), whose weights, io, grads and AdamW losses reproduce the earlier files."""
 import torch
 from safetensors.torch import save_file
-from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+from transformers import (GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, Qwen3Config,
+                          Qwen3ForCausalLM)
 
 B, T, V, VP = 2, 16, 500, 512
 torch.manual_seed(1)
@@ -68,6 +69,9 @@ def llama_names(model):
         out[q + "mlp.linear_fc1.weight"] = torch.cat(
             [sd[p + "mlp.gate_proj.weight"], sd[p + "mlp.up_proj.weight"]])
         out[q + "mlp.linear_fc2.weight"] = sd[p + "mlp.down_proj.weight"]
+        for x in "qk":  # Qwen3's per-head norms (Megatron's --qk-layernorm)
+            if p + f"self_attn.{x}_norm.weight" in sd:
+                out[q + f"self_attention.{x}_layernorm.weight"] = sd[p + f"self_attn.{x}_norm.weight"]
     return out
 
 
@@ -144,3 +148,17 @@ lc = LlamaConfig(vocab_size=V, hidden_size=64, intermediate_size=128, num_hidden
                  rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=False,
                  attention_bias=False, mlp_bias=False)
 record("llama", LlamaForCausalLM(lc), llama_names)
+
+# Qwen3: Llama's choices plus RMSNorm on each query and key head before RoPE; the norms' weights
+# (ones at init) drawn around 1 so that their use and gradients are visible
+torch.manual_seed(0)
+qc = Qwen3Config(vocab_size=V, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                 num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                 max_position_embeddings=32, rms_norm_eps=1e-5, rope_theta=10000.0,
+                 tie_word_embeddings=False, attention_bias=False, use_sliding_window=False)
+qwen3 = Qwen3ForCausalLM(qc)
+with torch.no_grad():
+    for layer in qwen3.model.layers:
+        for norm in (layer.self_attn.q_norm, layer.self_attn.k_norm):
+            norm.weight.copy_(1 + 0.3 * torch.randn_like(norm.weight))
+record("qwen3", qwen3, llama_names)

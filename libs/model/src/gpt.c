@@ -89,6 +89,53 @@ static mt_status check_ids(const mt_model *m, const mt_tensor *t, const char *wh
  * fc2(MLP), the next layer's resid_in (or resid_final), skipped when next is NULL (a
  * recomputation needs only what the backward reads, and the next layer's input is not among
  * it). */
+/* qk_layernorm: the rows of a->qk_a or qk_b that hold `heads` heads of every token, as (N*heads,
+ * D) and as (B,T,heads,D). */
+static mt_status head_rows(const mt_model *m, const mt_tensor *buf, int64_t heads, mt_tensor *rows,
+                           mt_tensor *bthd) {
+    const mt_model_config *c = &m->cfg;
+    const int64_t n = (int64_t)m->B * c->seq_length * heads;
+    MT_TRY(mt_tensor_slice(buf, 0, 0, n, rows));
+    return as_bthd(m, rows, heads, bthd);
+}
+
+/* qk_layernorm, forward: each q and k head (views into qkv) normalised in place; the inputs kept
+ * in q_raw and k_raw with the norms' statistics for the backward. */
+static mt_status qk_norm_fwd(mt_model *m, layer_acts *la, const layer_params *lp, mt_tensor *q,
+                             mt_tensor *k, mt_stream s) {
+    const mt_model_config *c = &m->cfg;
+    for (int i = 0; i < 2; i++) {
+        const int64_t heads = i ? c->num_query_groups : c->num_attention_heads;
+        mt_tensor *view = i ? k : q, *raw = i ? &la->k_raw : &la->q_raw, raw4, out, out4;
+        MT_TRY(as_bthd(m, raw, heads, &raw4));
+        MT_TRY(mt_copy(&raw4, view, s));
+        MT_TRY(head_rows(m, &m->a.qk_a, heads, &out, &out4));
+        MT_TRY(norm_fwd(m, &out, i ? &la->k_mean : &la->q_mean, i ? &la->k_rstd : &la->q_rstd, raw,
+                        i ? lp->kn_w : lp->qn_w, i ? lp->kn_b : lp->qn_b, s));
+        MT_TRY(mt_copy(view, &out4, s));
+    }
+    return MT_OK;
+}
+
+/* qk_layernorm, backward: dq and dk (views into dqkv) from the normalised heads' gradients to
+ * the raw heads', and the norms' weight (and bias) gradients. */
+static mt_status qk_norm_bwd(mt_model *m, layer_acts *la, const layer_params *lp, mt_tensor *dq,
+                             mt_tensor *dk, mt_stream s) {
+    const mt_model_config *c = &m->cfg;
+    for (int i = 0; i < 2; i++) {
+        const int64_t heads = i ? c->num_query_groups : c->num_attention_heads;
+        mt_tensor *view = i ? dk : dq, dout, dout4, dx, dx4;
+        MT_TRY(head_rows(m, &m->a.qk_a, heads, &dout, &dout4));
+        MT_TRY(head_rows(m, &m->a.qk_b, heads, &dx, &dx4));
+        MT_TRY(mt_copy(&dout4, view, s));
+        MT_TRY(norm_bwd(m, &dx, i ? lp->kn_w : lp->qn_w, i ? lp->kn_b : lp->qn_b, NULL, &dout,
+                        i ? &la->k_raw : &la->q_raw, i ? &la->k_mean : &la->q_mean,
+                        i ? &la->k_rstd : &la->q_rstd, NULL, s));
+        MT_TRY(mt_copy(view, &dx4, s));
+    }
+    return MT_OK;
+}
+
 static mt_status layer_fwd(mt_model *m, int l, mt_tensor *next, mt_stream s) {
     const mt_model_config *c = &m->cfg;
     acts *a = &m->a;
@@ -101,6 +148,7 @@ static mt_status layer_fwd(mt_model *m, int l, mt_tensor *next, mt_stream s) {
        mt_linear_fwd(m->blas, &la->qkv, NULL, &la->ln1, W(lp->qkv_w), W(lp->qkv_b), 0, s));
     mt_tensor q, k, v, y;
     MT_TRY(qkv_views(m, &la->qkv, &q, &k, &v));
+    if (c->qk_layernorm) OP("fwd.qk_norm", qk_norm_fwd(m, la, lp, &q, &k, s));
     if (c->position_embedding_type == MT_POS_ROPE) {
         OP("fwd.rope", rope(m, &q, 0, s));
         OP("fwd.rope", rope(m, &k, 0, s));
@@ -306,7 +354,8 @@ static mt_status backward(mt_model *m, int lm_head, mt_stream s) {
         /* qkv's bias gradient from the attention backward, which needs no pass over dqkv for
          * it; with rotary embeddings between, the column sums of dqkv (qkv's linear backward) */
         mt_tensor db[3];
-        const int bias_here = lp->qkv_b && c->position_embedding_type != MT_POS_ROPE;
+        const int bias_here =
+            lp->qkv_b && c->position_embedding_type != MT_POS_ROPE && !c->qk_layernorm;
         if (bias_here) {
             const int64_t nh = c->num_attention_heads, ng = c->num_query_groups,
                           hd = c->kv_channels;
@@ -322,6 +371,7 @@ static mt_status backward(mt_model *m, int lm_head, mt_stream s) {
             OP("bwd.rope", rope(m, &dq, 1, s));
             OP("bwd.rope", rope(m, &dk, 1, s));
         }
+        if (c->qk_layernorm) OP("bwd.qk_norm", qk_norm_bwd(m, la, lp, &dq, &dk, s));
         if (c->recompute_layernorm)
             OP("bwd.recompute.norm",
                norm_fwd(m, &la->ln1, NULL, NULL, &la->resid_in, lp->ln1_w, lp->ln1_b, s));

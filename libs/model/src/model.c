@@ -135,6 +135,12 @@ static void build_table(const mt_model_config *c, table *m) {
         if (ln) P("input_layernorm.bias", 1, C, 0, 0, 0, 1);
         P("self_attention.linear_qkv.weight", 2, (H + 2 * G) * D, C, std, 0, 0);
         if (bias) P("self_attention.linear_qkv.bias", 1, (H + 2 * G) * D, 0, 0, 0, 1);
+        if (c->qk_layernorm) {
+            P("self_attention.q_layernorm.weight", 1, D, 0, 0, 1, 1);
+            if (ln) P("self_attention.q_layernorm.bias", 1, D, 0, 0, 0, 1);
+            P("self_attention.k_layernorm.weight", 1, D, 0, 0, 1, 1);
+            if (ln) P("self_attention.k_layernorm.bias", 1, D, 0, 0, 0, 1);
+        }
         P("self_attention.linear_proj.weight", 2, C, H * D, out_std, 0, 0);
         if (bias) P("self_attention.linear_proj.bias", 1, C, 0, 0, 0, 1);
         P("pre_mlp_layernorm.weight", 1, C, 0, 0, 1, 1);
@@ -197,6 +203,14 @@ static void plan_layer(const mt_model *m, planner *p, layer_acts *la) {
     TAKE(p, &la->ln1_mean, MT_F32, N);
     TAKE(p, &la->ln1_rstd, MT_F32, N);
     TAKE(p, &la->qkv, dt, N, QKV);
+    if (c->qk_layernorm) {
+        TAKE(p, &la->q_raw, dt, N * H, D);
+        TAKE(p, &la->k_raw, dt, N * G, D);
+        TAKE(p, &la->q_mean, MT_F32, N * H);
+        TAKE(p, &la->q_rstd, MT_F32, N * H);
+        TAKE(p, &la->k_mean, MT_F32, N * G);
+        TAKE(p, &la->k_rstd, MT_F32, N * G);
+    }
     TAKE(p, &la->atty, dt, N, H * D);
     TAKE(p, &la->lse, MT_F32, B, H, T);
     TAKE(p, &la->resid_mid, dt, N, C);
@@ -255,7 +269,14 @@ static void plan_acts(mt_model *m, planner *p) {
     TAKE(p, &a->dqkv, dt, N, QKV);
     if (c->swiglu) TAKE(p, &a->dfc1_act, dt, N, F); /* GELU's backward rides on fc2's GEMM */
     TAKE(p, &a->dfc1_pre, dt, N, F1);
-    TAKE(p, &a->norm_scratch, MT_F32, mt_norm_bwd_scratch_numel(N, C > F1 ? C : F1) + 1);
+    int64_t ns = mt_norm_bwd_scratch_numel(N, C > F1 ? C : F1);
+    if (c->qk_layernorm) {
+        TAKE(p, &a->qk_a, dt, N * H, D);
+        TAKE(p, &a->qk_b, dt, N * H, D);
+        int64_t nq = mt_norm_bwd_scratch_numel(N * H, D);
+        if (nq > ns) ns = nq;
+    }
+    TAKE(p, &a->norm_scratch, MT_F32, ns + 1);
     TAKE(p, &a->ws, MT_U8, (int64_t)m->ws_bytes + 1);
 }
 
@@ -398,6 +419,10 @@ mt_status mt_model_create(const mt_model_config *cfg, int micro_batch_size, mt_d
         FIND(fc1_b, "mlp.linear_fc1.bias");
         FIND(fc2_w, "mlp.linear_fc2.weight");
         FIND(fc2_b, "mlp.linear_fc2.bias");
+        FIND(qn_w, "self_attention.q_layernorm.weight");
+        FIND(qn_b, "self_attention.q_layernorm.bias");
+        FIND(kn_w, "self_attention.k_layernorm.weight");
+        FIND(kn_b, "self_attention.k_layernorm.bias");
     }
 #undef FIND
     m->wte = mt_model_param_find(m, "embedding.word_embeddings.weight");

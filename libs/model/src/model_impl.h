@@ -20,7 +20,10 @@ typedef struct param_spec {
 typedef struct layer_acts {
     mt_tensor resid_in; /* (N,C) residual stream entering the layer */
     mt_tensor ln1, ln1_mean, ln1_rstd;
-    mt_tensor qkv;       /* (N,(H+2G)D): q heads | k heads | v heads, RoPE applied */
+    mt_tensor qkv; /* (N,(H+2G)D): q heads | k heads | v heads, RoPE applied */
+    /* qk_layernorm: the q and k heads before their norms, (N*H, D) and (N*G, D), and the norms'
+     * statistics per head row */
+    mt_tensor q_raw, k_raw, q_mean, q_rstd, k_mean, k_rstd;
     mt_tensor atty;      /* (N,HD) attention output before linear_proj */
     mt_tensor lse;       /* (B,H,T) */
     mt_tensor resid_mid; /* (N,C) resid_in + attention */
@@ -42,11 +45,13 @@ typedef struct acts {
     mt_tensor mlp_act; /* recompute_mlp_act: every layer's fc1_act (N,F) */
     mt_tensor ln_out;  /* recompute_layernorm: every layer's ln1 and ln2 (N,C) */
     mt_tensor dloss;   /* logits_chunks > 1 or per_token_loss: each token's loss gradient (N) f32 */
+    mt_tensor qk_a, qk_b; /* qk_layernorm: two (N*H, D) scratch buffers of head rows */
 } acts;
 
 typedef struct layer_params {
     mt_model_param *ln1_w, *ln1_b, *qkv_w, *qkv_b, *proj_w, *proj_b;
     mt_model_param *ln2_w, *ln2_b, *fc1_w, *fc1_b, *fc2_w, *fc2_b;
+    mt_model_param *qn_w, *qn_b, *kn_w, *kn_b; /* qk_layernorm */
 } layer_params;
 
 /* What a captured forward_backward depends on besides the model's own buffers. */

@@ -1,7 +1,7 @@
 /* functional (CPU) / gpu (test_recompute cuda): full activation recomputation, and selective
  * recomputation of the MLP activation (mlp_act) and the norms' outputs (layernorm), change nothing
  * but memory; the output layer in slices (logits_chunks) changes only the order of its sums. Losses, logits and
- * every gradient of tiny GPT-2 and Llama models (Philox init) are bitwise those of the model that
+ * every gradient of tiny GPT-2 and Llama models, also with per-head q/k norms (Philox init) are bitwise those of the model that
  * keeps all activations, for uniform and block methods; the activation arena shrinks by exactly
  * the per-layer sets that the scratch sets replace; Megatron's invalid combinations are refused.
  * Prints the plan for GPT-2 124M at B=16, T=1024. */
@@ -25,7 +25,8 @@ static mt_model_config config_for(const char *tag) {
     c.vocab_size = V;
     c.seed = 99;
     c.deterministic = 1; /* bitwise comparisons: no attention atomics, no timed GEMM choice */
-    if (strcmp(tag, "llama") == 0) tiny_llama_layers(&c);
+    if (strcmp(tag, "llama") == 0 || strcmp(tag, "llama_qk") == 0) tiny_llama_layers(&c);
+    c.qk_layernorm = strstr(tag, "_qk") != NULL; /* per-head q/k norms: RMSNorm, or LayerNorm */
     return c;
 }
 
@@ -296,6 +297,8 @@ int main(int argc, char **argv) {
     }
     test_model("gpt2");
     test_model("llama");
+    test_model("gpt2_qk");
+    test_model("llama_qk");
     test_logits_chunks("gpt2");
     test_logits_chunks("llama");
     test_invalid();

@@ -308,6 +308,7 @@ static mt_status setup_model(run *r) {
     c->deterministic = a->deterministic_mode;
     c->logits_chunks = a->logits_chunks;
     c->per_token_loss = a->calculate_per_token_loss;
+    c->qk_layernorm = a->qk_layernorm;
     if (a->recompute_granularity) {
         int full = strcmp(a->recompute_granularity, "full") == 0;
         c->recompute_granularity = full ? MT_RECOMPUTE_FULL : MT_RECOMPUTE_SELECTIVE;

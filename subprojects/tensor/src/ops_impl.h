@@ -18,6 +18,10 @@ typedef enum ew_op {
     EW_CAST,
     EW_FILL
 } ew_op;
+/* copy: shape and strides padded to 4 dims; the CUDA kernel */
+void copy_dims4(const mt_tensor *t, int64_t shape[4], int64_t stride[4]);
+mt_status copy_cuda(mt_tensor *dst, const mt_tensor *src, mt_stream stream);
+
 mt_status elementwise_cpu(ew_op op, mt_tensor *out, const mt_tensor *a, const mt_tensor *b,
                           float alpha);
 mt_status elementwise_cuda(ew_op op, mt_tensor *out, const mt_tensor *a, const mt_tensor *b,

@@ -1,5 +1,6 @@
 /* gpu: elementwise ops and casts on CUDA equal the CPU reference on seeded random input, in f32,
- * bf16 and f16 (same fp32 math, one rounding: bit-exact except fused multiply-add differences). */
+ * bf16 and f16 (same fp32 math, one rounding: bit-exact except fused multiply-add differences);
+ * mt_copy between strided views bitwise. */
 #include <mt/tensor.h>
 #include <mt/testkit.h>
 
@@ -73,8 +74,57 @@ static void run(mt_dtype dt, int64_t n) {
     free(x), free(y), free(hx), free(hy), free(ho), free(got), free(want);
 }
 
+/* mt_copy on CUDA equals the CPU's: the k heads of a (B,T,H+2G,D) qkv buffer into contiguous
+ * rows, and back into a zeroed buffer's k heads (bitwise: a copy). */
+static void run_copy(mt_dtype dt, int64_t Bn, int64_t Tn, int64_t H, int64_t G, int64_t D) {
+    int64_t n = Bn * Tn * (H + 2 * G) * D, nk = Bn * Tn * G * D;
+    size_t es = mt_dtype_size(dt);
+    float *x = malloc((size_t)n * 4);
+    mt_test_fill_uniform(x, (size_t)n, 3, 1, -4, 4);
+    void *hq = malloc((size_t)n * es), *hr = malloc((size_t)nk * es), *hb = calloc((size_t)n, es);
+    mt_tensor x32 = mt_tensor_1d(x, MT_F32, n, MT_DEVICE_CPU),
+              t1 = mt_tensor_1d(hq, dt, n, MT_DEVICE_CPU);
+    MT_CHECK(mt_cast(&t1, &x32, NULL));
+    int64_t sq[4] = { Bn, Tn, H + 2 * G, D }, sr[4] = { Bn, Tn, G, D };
+    mt_tensor hall = mt_tensor_make(hq, dt, 4, sq, MT_DEVICE_CPU), hk, hrow, hball, hbk;
+    MT_CHECK(mt_tensor_slice(&hall, 2, H, G, &hk));
+    hrow = mt_tensor_make(hr, dt, 4, sr, MT_DEVICE_CPU);
+    MT_CHECK(mt_copy(&hrow, &hk, NULL));
+    hball = mt_tensor_make(hb, dt, 4, sq, MT_DEVICE_CPU);
+    MT_CHECK(mt_tensor_slice(&hball, 2, H, G, &hbk));
+    MT_CHECK(mt_copy(&hbk, &hrow, NULL));
+    mt_arena *ar;
+    MT_CHECK(mt_arena_create(mt_device_cuda(0), (size_t)(2 * n + nk) * es + 4096, &ar));
+    mt_tensor dall, drow, dball, dk, dbk;
+    MT_CHECK(mt_tensor_alloc(ar, dt, 4, sq, &dall));
+    MT_CHECK(mt_tensor_alloc(ar, dt, 4, sr, &drow));
+    MT_CHECK(mt_tensor_alloc(ar, dt, 4, sq, &dball));
+    mt_tensor hall_c = mt_tensor_make(hq, dt, 4, sq, MT_DEVICE_CPU);
+    MT_CHECK(mt_tensor_copy(&dall, &hall_c, NULL));
+    MT_CHECK(mt_fill(&dball, 0.0f, NULL));
+    MT_CHECK(mt_tensor_slice(&dall, 2, H, G, &dk));
+    MT_CHECK(mt_tensor_slice(&dball, 2, H, G, &dbk));
+    MT_CHECK(mt_copy(&drow, &dk, NULL));
+    MT_CHECK(mt_copy(&dbk, &drow, NULL));
+    void *gr = malloc((size_t)nk * es), *gb = malloc((size_t)n * es);
+    mt_tensor tgr = mt_tensor_make(gr, dt, 4, sr, MT_DEVICE_CPU),
+              tgb = mt_tensor_make(gb, dt, 4, sq, MT_DEVICE_CPU);
+    MT_CHECK(mt_tensor_copy(&tgr, &drow, NULL));
+    MT_CHECK(mt_tensor_copy(&tgb, &dball, NULL));
+    MT_EXPECT(memcmp(gr, hr, (size_t)nk * es) == 0 && memcmp(gb, hb, (size_t)n * es) == 0,
+              "mt_copy %s B%lld T%lld H%lld G%lld D%lld: CUDA differs from the CPU",
+              mt_dtype_name(dt), (long long)Bn, (long long)Tn, (long long)H, (long long)G,
+              (long long)D);
+    printf("ok copy %s (%lld,%lld,%lld,%lld) k heads\n", mt_dtype_name(dt), (long long)Bn,
+           (long long)Tn, (long long)(H + 2 * G), (long long)D);
+    mt_arena_destroy(ar);
+    free(x), free(hq), free(hr), free(hb), free(gr), free(gb);
+}
+
 int main(void) {
     mt_test_require_gpus(1);
+    run_copy(MT_BF16, 2, 16, 4, 2, 16);
+    run_copy(MT_F32, 3, 100, 25, 25, 64);
     const int64_t sizes[] = { 1, 1000, 1 << 20, (1 << 22) + 3 };
     const mt_dtype dts[] = { MT_F32, MT_BF16, MT_F16 };
     for (int d = 0; d < 3; d++)

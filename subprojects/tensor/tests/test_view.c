@@ -58,5 +58,32 @@ int main(void) {
     MT_EXPECT(mt_tensor_same_shape(&r, &t) && memcmp(r.data, buf, sizeof buf) == 0, "npy view");
     mt_npy_free(&n);
     remove("test_view.npy");
+    { /* mt_copy: the middle heads of a (2,3,4,5) "qkv" buffer into contiguous rows and back */
+        float qkv[2 * 3 * 4 * 5], rows[2 * 3 * 2 * 5], back[2 * 3 * 4 * 5];
+        for (int i = 0; i < 120; i++)
+            qkv[i] = (float)i, back[i] = -1.0f;
+        mt_tensor all = mt_tensor_4d(qkv, MT_F32, 2, 3, 4, 5, MT_DEVICE_CPU), mid, r, ball, bmid;
+        MT_CHECK(mt_tensor_slice(&all, 2, 1, 2, &mid)); /* heads 1 and 2: strided */
+        r = mt_tensor_4d(rows, MT_F32, 2, 3, 2, 5, MT_DEVICE_CPU);
+        MT_CHECK(mt_copy(&r, &mid, NULL));
+        int bad = 0;
+        for (int a = 0; a < 2; a++)
+            for (int b = 0; b < 3; b++)
+                for (int h = 0; h < 2; h++)
+                    for (int d = 0; d < 5; d++)
+                        bad += rows[((a * 3 + b) * 2 + h) * 5 + d] !=
+                               qkv[((a * 3 + b) * 4 + h + 1) * 5 + d];
+        ball = mt_tensor_4d(back, MT_F32, 2, 3, 4, 5, MT_DEVICE_CPU);
+        MT_CHECK(mt_tensor_slice(&ball, 2, 1, 2, &bmid));
+        MT_CHECK(mt_copy(&bmid, &r, NULL));
+        for (int i = 0; i < 120; i++) {
+            int h = i / 5 % 4;
+            bad += back[i] != (h == 1 || h == 2 ? qkv[i] : -1.0f);
+        }
+        MT_EXPECT(bad == 0, "mt_copy: %d elements wrong", bad);
+        mt_tensor r3 = mt_tensor_3d(rows, MT_F32, 6, 2, 5, MT_DEVICE_CPU);
+        MT_EXPECT_STATUS(mt_copy(&r3, &mid, NULL), MT_ERR_INVALID_ARG); /* other shape */
+        mt_error_clear();
+    }
     return mt_test_result();
 }

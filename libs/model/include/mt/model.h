@@ -88,13 +88,17 @@ typedef struct mt_model_config {
      * loss_scale, not their mean (Megatron's --calculate-per-token-loss: the trainer divides the
      * gradients by the global batch's token count once they are summed) */
     int per_token_loss;
+    /* 1: the query and key heads are normalised (the model's normalization over each head's
+     * kv_channels, one weight (and bias) shared by the heads) after linear_qkv and before RoPE:
+     * Megatron's --qk-layernorm (q_layernorm, k_layernorm), Qwen3's q_norm and k_norm */
+    int qk_layernorm;
 } mt_model_config;
 
 #define MT_MODEL_CONFIG_INIT                                                               \
     {                                                                                      \
         sizeof(mt_model_config), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, MT_NORM_LAYERNORM, 0.0f, \
             MT_POS_LEARNED, 0.0, 0, 0, 1, 0, 0.0f, 1234, MT_F32, 0, MT_RECOMPUTE_NONE,     \
-            MT_RECOMPUTE_METHOD_NONE, 0, 0, 0, 0, 0                                        \
+            MT_RECOMPUTE_METHOD_NONE, 0, 0, 0, 0, 0, 0                                     \
     }
 
 /* Fills the derived fields (zeros) of cfg in place and checks it; MT_ERR_INVALID_ARG with

@@ -21,6 +21,9 @@ MT_API mt_status mt_scale(mt_tensor *out, const mt_tensor *x, float alpha, mt_st
 MT_API mt_status mt_axpy(mt_tensor *y, float alpha, const mt_tensor *x, mt_stream stream);
 /* out = x converted to out's dtype (f32, bf16, f16 in any direction; round to nearest even) */
 MT_API mt_status mt_cast(mt_tensor *out, const mt_tensor *x, mt_stream stream);
+/* dst = src for two views of one dtype and shape (at most 4 dims) with any strides, e.g. the q
+ * heads of a fused qkv buffer into contiguous rows and back; they must not overlap. */
+MT_API mt_status mt_copy(mt_tensor *dst, const mt_tensor *src, mt_stream stream);
 /* x = 0 .. fills with a constant (any float dtype) */
 MT_API mt_status mt_fill(mt_tensor *x, float value, mt_stream stream);
 /* x[i] = mean + std * N(0,1) drawn by Philox from (seed, stream_id, i), i the element's index in

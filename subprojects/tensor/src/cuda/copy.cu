@@ -1,0 +1,38 @@
+/* Strided copy on CUDA: one element a thread (views like the q heads of a fused qkv buffer are
+ * small next to the GEMMs around them; no vectorised path). */
+#include "common.cuh"
+
+template <typename E>
+static __global__ void copy_kernel(E *dst, const E *src, int64_t n, int64_t s1, int64_t s2,
+                                   int64_t s3, int64_t d0, int64_t d1, int64_t d2, int64_t d3,
+                                   int64_t r0, int64_t r1, int64_t r2, int64_t r3) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t d = i % s3, c = i / s3 % s2, b = i / (s3 * s2) % s1, a = i / (s3 * s2 * s1);
+        dst[a * d0 + b * d1 + c * d2 + d * d3] = src[a * r0 + b * r1 + c * r2 + d * r3];
+    }
+}
+
+extern "C" mt_status copy_cuda(mt_tensor *dst, const mt_tensor *src, mt_stream stream) {
+    int64_t sh[4], ds[4], ss[4], n = mt_tensor_numel(dst);
+    copy_dims4(dst, sh, ds);
+    copy_dims4(src, sh, ss);
+    unsigned g = mt_grid_1d(n, 256);
+    switch (mt_dtype_size(dst->dtype)) {
+#define CASE(BYTES, E)                                                                         \
+    case BYTES:                                                                                \
+        copy_kernel<E><<<g, 256, 0, stream>>>((E *)dst->data, (const E *)src->data, n, sh[1],  \
+                                              sh[2], sh[3], ds[0], ds[1], ds[2], ds[3], ss[0], \
+                                              ss[1], ss[2], ss[3]);                            \
+        break;
+        CASE(1, uint8_t)
+        CASE(2, uint16_t)
+        CASE(4, uint32_t)
+        CASE(8, uint64_t)
+#undef CASE
+    default:
+        return MT_ERROR(MT_ERR_UNSUPPORTED, "copy of %zu-byte elements", mt_dtype_size(dst->dtype));
+    }
+    MT_CUDA_CHECK_LAUNCH();
+    return MT_OK;
+}
