@@ -125,6 +125,7 @@ int main(void) {
     mt_test_require_gpus(1);
     run_copy(MT_BF16, 2, 16, 4, 2, 16);
     run_copy(MT_F32, 3, 100, 25, 25, 64);
+    run_copy(MT_F32, 2, 7, 3, 1, 5); /* 20-byte heads: one element a thread */
     const int64_t sizes[] = { 1, 1000, 1 << 20, (1 << 22) + 3 };
     const mt_dtype dts[] = { MT_F32, MT_BF16, MT_F16 };
     for (int d = 0; d < 3; d++)

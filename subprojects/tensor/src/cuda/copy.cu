@@ -1,5 +1,5 @@
-/* Strided copy on CUDA: one element a thread (views like the q heads of a fused qkv buffer are
- * small next to the GEMMs around them; no vectorised path). */
+/* Strided copy on CUDA: one element (or one 16-byte pack of a contiguous innermost dim) a
+ * thread. */
 #include "common.cuh"
 
 template <typename E>
@@ -17,8 +17,22 @@ extern "C" mt_status copy_cuda(mt_tensor *dst, const mt_tensor *src, mt_stream s
     int64_t sh[4], ds[4], ss[4], n = mt_tensor_numel(dst);
     copy_dims4(dst, sh, ds);
     copy_dims4(src, sh, ss);
+    size_t es = mt_dtype_size(dst->dtype);
+    /* 16-byte elements when the innermost dim is contiguous on both sides and every row starts
+     * 16-byte aligned (a head of 64 bf16 values: 8 loads instead of 64) */
+    int wide = ds[3] == 1 && ss[3] == 1 && sh[3] * es % 16 == 0 && (uintptr_t)dst->data % 16 == 0 &&
+               (uintptr_t)src->data % 16 == 0;
+    for (int d = 0; d < 3; d++)
+        wide = wide && ds[d] * es % 16 == 0 && ss[d] * es % 16 == 0;
+    if (wide) {
+        for (int d = 0; d < 3; d++)
+            ds[d] = ds[d] * (int64_t)es / 16, ss[d] = ss[d] * (int64_t)es / 16;
+        sh[3] = sh[3] * (int64_t)es / 16;
+        n = sh[0] * sh[1] * sh[2] * sh[3];
+        es = 16;
+    }
     unsigned g = mt_grid_1d(n, 256);
-    switch (mt_dtype_size(dst->dtype)) {
+    switch (es) {
 #define CASE(BYTES, E)                                                                         \
     case BYTES:                                                                                \
         copy_kernel<E><<<g, 256, 0, stream>>>((E *)dst->data, (const E *)src->data, n, sh[1],  \
@@ -29,6 +43,7 @@ extern "C" mt_status copy_cuda(mt_tensor *dst, const mt_tensor *src, mt_stream s
         CASE(2, uint16_t)
         CASE(4, uint32_t)
         CASE(8, uint64_t)
+        CASE(16, uint4)
 #undef CASE
     default:
         return MT_ERROR(MT_ERR_UNSUPPORTED, "copy of %zu-byte elements", mt_dtype_size(dst->dtype));
