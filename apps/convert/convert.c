@@ -13,6 +13,7 @@
  *       all G key heads | all G value heads], each head D rows (libs/model's layout, not
  *       Megatron's per-group interleaving): GPT-2 c_attn transposed; q_proj, k_proj, v_proj
  *   decoder.layers.i.self_attention.linear_proj.{weight,bias} (C,Q*D)  c_proj^T / o_proj
+ *   decoder.layers.i.self_attention.{q,k}_layernorm.weight (D)  Qwen3 self_attn.{q,k}_norm
  *   decoder.layers.i.pre_mlp_layernorm.{weight,bias}  ln_2 / post_attention_layernorm
  *   decoder.layers.i.mlp.linear_fc1.{weight,bias}     GPT-2 c_fc^T (4C,C); Llama [gate; up] (2I,C)
  *   decoder.layers.i.mlp.linear_fc2.{weight,bias}     GPT-2 c_proj^T; Llama down_proj (C,I)
@@ -121,7 +122,7 @@ static mt_status same(cv_map *m, const char *internal, const char *hf, int trans
 }
 
 typedef struct cv_cfg {
-    const char *type;                      /* gpt2, llama, mixtral */
+    const char *type;                      /* gpt2, llama, qwen3, mixtral */
     int64_t L, C, V, Vp, P, Q, G, D, I, E; /* Vp: padded vocabulary */
     int tied, experts_fused;
     const char *prefix; /* GPT-2: "transformer." or "" */
@@ -136,8 +137,9 @@ static int64_t geti(json_t *cfg, const char *k, const char *alias, int64_t dflt)
 static mt_status read_cfg(json_t *cfg, cv_cfg *c) {
     const char *t = json_string_value(json_object_get(cfg, "model_type"));
     MT_REQUIRE(t, MT_ERR_FORMAT, "config.json has no model_type");
-    MT_REQUIRE(!strcmp(t, "gpt2") || !strcmp(t, "llama") || !strcmp(t, "mixtral"),
-               MT_ERR_UNSUPPORTED, "model_type '%s' (we convert gpt2, llama, mixtral)", t);
+    MT_REQUIRE(!strcmp(t, "gpt2") || !strcmp(t, "llama") || !strcmp(t, "qwen3") ||
+                   !strcmp(t, "mixtral"),
+               MT_ERR_UNSUPPORTED, "model_type '%s' (we convert gpt2, llama, qwen3, mixtral)", t);
     c->type = t;
     int gpt2 = !strcmp(t, "gpt2");
     c->L = geti(cfg, gpt2 ? "n_layer" : "num_hidden_layers", "num_hidden_layers", -1);
@@ -200,6 +202,11 @@ static mt_status build_map(const cv_cfg *c, json_t *wmap, cv_map *m) {
                 MT_TRY(piece(m, h, -1, 0, 0, (k ? G : Q) * D));
             }
         }
+        for (int k = 0; !strcmp(c->type, "qwen3") && k < 2; k++) { /* per-head q and k norms */
+            snprintf(h, sizeof h, "%sself_attn.%s_norm.weight", lp, k ? "k" : "q");
+            snprintf(n, sizeof n, "%sself_attention.%s_layernorm.weight", ip, k ? "k" : "q");
+            MT_TRY(same(m, n, h, 0, D));
+        }
         for (int b = 0; b < 2; b++) {
             const char *w = wb[b];
             int t = gpt2 && b == 0; /* Conv1D weights are (in, out) */
@@ -221,7 +228,7 @@ static mt_status build_map(const cv_cfg *c, json_t *wmap, cv_map *m) {
                 snprintf(n, sizeof n, "%smlp.linear_fc2.%s", ip, w);
                 snprintf(h, sizeof h, "%smlp.c_proj.%s", lp, w);
                 MT_TRY(same(m, n, h, t, C));
-            } else if (!strcmp(c->type, "llama") &&
+            } else if ((!strcmp(c->type, "llama") || !strcmp(c->type, "qwen3")) &&
                        (b == 0 || has(wmap, "%smlp.gate_proj.bias", lp))) {
                 MT_TRY(entry(m, "%smlp.linear_fc1.%s", ip, w));
                 snprintf(h, sizeof h, "%smlp.gate_proj.%s", lp, w);

@@ -1,5 +1,5 @@
 """Fixtures of test_convert_logits: tiny GPT-2 and Llama (GQA) models written by transformers
-(config.json + model.safetensors in logits_<m>/) and transformers' logits for fixed tokens
+(and Qwen3, with per-head q/k norms; config.json + model.safetensors in logits_<m>/) and transformers' logits for fixed tokens
 (logits_<m>/logits.safetensors: tokens (B,T) i32, logits (B*T, V) f32 computed in float64).
 The test imports them with mt-convert and runs libs/model's forward. Weights are redrawn larger
 than transformers' init (std 0.2, norms 1 +- 0.1, biases 0.1) so attention is far from uniform and
@@ -11,7 +11,8 @@ import json, os, shutil
 import torch
 import transformers
 from safetensors.torch import save_file
-from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+from transformers import (GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, Qwen3Config,
+                          Qwen3ForCausalLM)
 
 B, T, V = 2, 16, 100
 
@@ -52,4 +53,10 @@ record("llama", LlamaForCausalLM(LlamaConfig(
     num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32,
     rms_norm_eps=1e-6, rope_parameters={"rope_type": "default", "rope_theta": 500000.0},
     tie_word_embeddings=False)))
+torch.manual_seed(0)  # Qwen3: per-head q and k RMSNorms (added in session 28, transformers 5.24)
+record("qwen3", Qwen3ForCausalLM(Qwen3Config(
+    vocab_size=V, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+    num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=32,
+    rms_norm_eps=1e-6, rope_parameters={"rope_type": "default", "rope_theta": 500000.0},
+    tie_word_embeddings=False, use_sliding_window=False)))
 print("transformers", transformers.__version__, "torch", torch.__version__)

@@ -1,4 +1,4 @@
-/* unit: HF -> mt -> HF is bit-exact for tiny GPT-2, Llama (GQA) and Mixtral (split and fused
+/* unit: HF -> mt -> HF is bit-exact for tiny GPT-2, Llama (GQA), Qwen3 and Mixtral (split and fused
  * experts) written by transformers (golden/gen_hf_ckpt.py); the internal layout is what
  * convert.c's table says, libs/model's (Conv1D transposed, [all q | all k | all v] rows,
  * [gate; up], embeddings zero-padded to 128 rows); split and fused
@@ -130,6 +130,7 @@ int main(void) {
     if (!mkdtemp(tmp)) return 1;
     round_trip("gpt2", CV_EXPERTS_AUTO, NULL);
     round_trip("llama", CV_EXPERTS_AUTO, NULL);
+    round_trip("logits_qwen3", CV_EXPERTS_AUTO, NULL); /* q_norm, k_norm */
     round_trip("mixtral", CV_EXPERTS_AUTO, NULL);
     round_trip("mixtral_fused", CV_EXPERTS_AUTO, NULL);
     round_trip("mixtral", CV_EXPERTS_FUSED, "mixtral_fused"); /* split in, fused out */

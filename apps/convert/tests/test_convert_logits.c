@@ -44,7 +44,8 @@ static mt_model_config config_from_hf(json_t *hf, int T) {
         c.norm_epsilon = (float)getf(h, "layer_norm_epsilon", 1e-5);
         c.untie_embeddings_and_output_weights = tie && !json_is_true(tie);
     } else {
-        MT_ASSERT(!strcmp(type, "llama"));
+        MT_ASSERT(!strcmp(type, "llama") || !strcmp(type, "qwen3"));
+        c.qk_layernorm = !strcmp(type, "qwen3"); /* q_norm, k_norm per head */
         MT_ASSERT(!json_is_true(json_object_get(h, "attention_bias")));
         c.num_layers = geti(h, "num_hidden_layers", 0);
         c.hidden_size = geti(h, "hidden_size", 0);
@@ -66,7 +67,7 @@ static mt_model_config config_from_hf(json_t *hf, int T) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 3) mt_die(__FILE__, __LINE__, "usage: %s MT_CONVERT gpt2|llama", argv[0]);
+    if (argc != 3) mt_die(__FILE__, __LINE__, "usage: %s MT_CONVERT gpt2|llama|qwen3", argv[0]);
     char fixture[64], tmp[64] = "/tmp/mt-convert-logits-XXXXXX", cmd[2048], p[1024];
     snprintf(fixture, sizeof fixture, "logits_%s", argv[2]);
     if (!mkdtemp(tmp)) return 1;
