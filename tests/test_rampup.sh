@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # functional / multirank ("dp2" as the argument): --rampup-batch-size against megatron-core.
-# libs/train/golden/rampup.json (gen_rampup.py: megatron-core's RampupBatchsizeNumMicroBatches-
+# libs/train/golden/rampup.json (gen_rampup.py, also with --decrease-batch-size-if-needed: megatron-core's RampupBatchsizeNumMicroBatches-
 # Calculator driven as Megatron's update_train_iters and train() drive it) lists, per case, the
 # iteration count and each iteration's global batch size and consumed samples; mt-pretrain's
 # training lines must show exactly those. Functional: the one-rank cases; the losses of the
@@ -18,7 +18,8 @@ base=(--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32 --
 case_args() { # INDEX: the case's flags
   jq -r --argjson i "$1" '.cases[$i] | "--rampup-batch-size \(.rampup | map(tostring) | join(" "))
     --global-batch-size \(.global_batch_size) --micro-batch-size \(.micro_batch_size)
-    --train-samples \(.train_samples)"' "$golden" | tr -s ' \n' ' '
+    --train-samples \(.train_samples)\(if .decrease_batch_size_if_needed then
+    " --decrease-batch-size-if-needed" else "" end)"' "$golden" | tr -s ' \n' ' '
 }
 # the "train_iters gbs consumed" lines a run logged, and the golden case's
 logged() {
@@ -85,3 +86,16 @@ echo 8 > "$d/ck/latest_checkpointed_iteration.txt"
   || { echo "FAIL: resumed at 8 differs"; paste <(losses "$d/c0.json" 9 18) <(losses "$d/r.json" 9 18); exit 1; }
 [ "$(logged "$d/r.log")" = "$(want 0 | tail -n 10)" ] || { echo "FAIL: resumed ramp differs"; exit 1; }
 echo "ok: resumed at iteration 8 inside the ramp: iterations 9..18 identical"
+# --decrease-batch-size-if-needed without a ramp: global batch 7 runs as 6 (micro-batch 2), the
+# same samples and losses as --global-batch-size 6 (Megatron's iteration count still divides the
+# samples by 7)
+"$MT_PRETRAIN" "${base[@]}" --global-batch-size 7 --micro-batch-size 2 --train-samples 48 \
+  --decrease-batch-size-if-needed --golden-values-out "$d/d7.json" > "$d/d7.log" 2>&1 || { cat "$d/d7.log"; exit 1; }
+"$MT_PRETRAIN" "${base[@]}" --global-batch-size 6 --micro-batch-size 2 --train-samples 48 \
+  --train-iters 0 --golden-values-out "$d/d6.json" > "$d/d6.log" 2>&1 || { cat "$d/d6.log"; exit 1; }
+grep -q "decreasing batch size from 7 to 6 to keep divisiblity by micro_batch_size=2 \* data_parallel_size=1" "$d/d7.log" \
+  && grep -q "global batch size:     6 |" "$d/d7.log" || { echo "FAIL: no decrease"; head -5 "$d/d7.log"; exit 1; }
+n7=$(losses "$d/d7.json" 1 100 | wc -l); n6=$(losses "$d/d6.json" 1 100 | wc -l)
+[ "$n7" -gt 0 ] && [ "$n7" -lt "$n6" ] && [ "$(losses "$d/d7.json" 1 "$n7")" = "$(losses "$d/d6.json" 1 "$n7")" ] \
+  || { echo "FAIL: batch 7 decreased to 6 differs from batch 6"; paste <(losses "$d/d7.json" 1 9) <(losses "$d/d6.json" 1 9); exit 1; }
+echo "ok: --decrease-batch-size-if-needed: batch 7 runs as 6, its $n7 losses batch 6's (48 samples: $n7 iterations as Megatron counts them with 7, $n6 with 6)"

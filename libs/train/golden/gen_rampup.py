@@ -22,12 +22,14 @@ spec = importlib.util.spec_from_file_location("nmc", dist.locate_file(path))
 nmc = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(nmc)
 
-# (start, increment, ramp-up samples, global batch, micro batch, data-parallel size, train samples)
+# (start, increment, ramp-up samples, global batch, micro batch, data-parallel size, train samples,
+#  decrease_batch_size_if_needed)
 CASES = [
-    (4, 4, 60, 16, 2, 1, 200),
-    (2, 2, 50, 12, 2, 1, 150),
-    (4, 4, 37, 16, 2, 2, 131),  # ramp samples not a multiple of the increments; DP=2
-    (8, 8, 100, 16, 4, 1, 90),  # training ends inside the ramp
+    (4, 4, 60, 16, 2, 1, 200, False),
+    (2, 2, 50, 12, 2, 1, 150, False),
+    (4, 4, 37, 16, 2, 2, 131, False),  # ramp samples not a multiple of the increments; DP=2
+    (8, 8, 100, 16, 4, 1, 90, False),  # training ends inside the ramp
+    (3, 3, 30, 12, 2, 1, 100, True),  # 3, 6, 9, 12 run as 2, 6, 8, 12
 ]
 
 
@@ -46,9 +48,9 @@ def update_train_iters(rampup, gbs, train_samples):
 
 
 out = []
-for start, inc, ramp, gbs, mbs, dp, samples in CASES:
+for start, inc, ramp, gbs, mbs, dp, samples, decrease in CASES:
     nmc.unset_num_microbatches_calculator()
-    nmc.init_num_microbatches_calculator(0, [start, inc, ramp], gbs, mbs, dp)
+    nmc.init_num_microbatches_calculator(0, [start, inc, ramp], gbs, mbs, dp, decrease)
     iters = update_train_iters([start, inc, ramp], gbs, samples)
     consumed, steps = 0, []
     for _ in range(iters):  # megatron's train(): update at the consumed samples, then step
@@ -58,6 +60,7 @@ for start, inc, ramp, gbs, mbs, dp, samples in CASES:
         steps.append([b, consumed])
     out.append({"rampup": [start, inc, ramp], "global_batch_size": gbs, "micro_batch_size": mbs,
                 "data_parallel_size": dp, "train_samples": samples, "train_iters": iters,
+                "decrease_batch_size_if_needed": decrease,
                 "steps": steps})
 json.dump({"megatron_core": dist.version, "cases": out}, sys.stdout)
 print()

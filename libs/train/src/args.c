@@ -117,6 +117,8 @@ static const flag flags[] = {
       "normalise each query and key head (the --normalization) before RoPE" },
     { "--eod-mask-loss", F_TRUE, O(eod_mask_loss),
       "no loss where the input token is EOD (the next document's first token)" },
+    { "--decrease-batch-size-if-needed", F_TRUE, O(decrease_batch_size_if_needed),
+      "round the global batch down to a multiple of micro-batch x data-parallel size" },
     { "--calculate-per-token-loss", F_TRUE, O(calculate_per_token_loss),
       "the loss is the global batch's sum over its token count (not a mean of micro-batch means)" },
     { "--num-layers-per-virtual-pipeline-stage", F_NO_VAL, 0,

@@ -130,6 +130,13 @@ static int64_t batch_at(const mt_train_args *a, int64_t gbs, int64_t consumed) {
     return rb[0] + (int64_t)((double)consumed / per_increment) * rb[1];
 }
 
+/* The batch an iteration runs: `nominal`, or with --decrease-batch-size-if-needed rounded down to
+ * a multiple of micro-batch x data-parallel size (megatron-core's current_running_global_batch_size). */
+static int64_t running_batch(const mt_train_args *a, int64_t nominal, int dp) {
+    const int64_t unit = (int64_t)a->micro_batch_size * dp;
+    return a->decrease_batch_size_if_needed ? nominal / unit * unit : nominal;
+}
+
 /* --rampup-batch-size against the global batch: megatron-core's asserts, then every batch size of
  * the ramp a multiple of micro-batch x data-parallel size (Megatron finds a wrong one only when
  * the ramp reaches it). */
@@ -149,7 +156,10 @@ static mt_status check_rampup(const mt_train_args *a, int64_t gbs, int dp) {
                "--rampup-batch-size %lld %lld %lld: nothing to ramp up to global batch size %lld "
                "(megatron-core divides by zero here)",
                (long long)rb[0], (long long)rb[1], (long long)rb[2], (long long)gbs);
-    for (int64_t b = rb[0]; b <= gbs; b += rb[1])
+    MT_REQUIRE(running_batch(a, rb[0], dp) > 0, MT_ERR_INVALID_ARG,
+               "start batch size %lld is below micro-batch-size (%d) times data parallel size (%d)",
+               (long long)rb[0], a->micro_batch_size, dp);
+    for (int64_t b = rb[0]; b <= gbs && !a->decrease_batch_size_if_needed; b += rb[1])
         MT_REQUIRE(b % unit == 0, MT_ERR_INVALID_ARG,
                    "current global batch size (%lld) is not divisible by micro-batch-size (%d) "
                    "times data parallel size (%d)",
@@ -1205,7 +1215,7 @@ static mt_status train(run *r) {
     int prev_micro = 0;
     while (r->iteration < end) {
         /* this iteration's global batch (--rampup-batch-size: from the consumed samples) */
-        const int64_t gbs = batch_at(a, r->gbs, r->consumed_train);
+        const int64_t gbs = running_batch(a, batch_at(a, r->gbs, r->consumed_train), r->nranks);
         const int num_micro = (int)(gbs / ((int64_t)a->micro_batch_size * r->nranks));
         /* megatron's train(): a checkpoint when the number of micro-batches changes (unless the
          * save interval has just written this iteration's) */
@@ -1424,11 +1434,22 @@ mt_status mt_train_run(const mt_train_args *a) {
     if (st == MT_OK) {
         int dp = r.nranks;
         r.gbs = a->global_batch_size ? a->global_batch_size : (int64_t)a->micro_batch_size * dp;
-        if (r.gbs % ((int64_t)a->micro_batch_size * dp) != 0)
+        const int64_t unit = (int64_t)a->micro_batch_size * dp;
+        const int64_t running = running_batch(a, r.gbs, dp);
+        if (r.gbs % unit != 0 && !a->decrease_batch_size_if_needed)
             st = MT_ERROR(MT_ERR_INVALID_ARG,
                           "global batch size (%lld) is not divisible by micro batch size (%d) "
                           "times data parallel size (%d)",
                           (long long)r.gbs, a->micro_batch_size, dp);
+        else if (running == 0)
+            st = MT_ERROR(MT_ERR_INVALID_ARG,
+                          "global batch size (%lld) is below micro batch size (%d) times data "
+                          "parallel size (%d): --decrease-batch-size-if-needed leaves nothing",
+                          (long long)r.gbs, a->micro_batch_size, dp);
+        else if (running != r.gbs && r.rank == 0 && !a->n_rampup)
+            printf("decreasing batch size from %lld to %lld to keep divisiblity by "
+                   "micro_batch_size=%d * data_parallel_size=%d\n",
+                   (long long)r.gbs, (long long)running, a->micro_batch_size, dp);
         r.num_micro = (int)(r.gbs / ((int64_t)a->micro_batch_size * dp));
     }
     mt_train_args sample_based; /* --train-samples: megatron's update_train_iters */

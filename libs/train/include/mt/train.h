@@ -76,6 +76,7 @@ typedef struct mt_train_args {
     int eod_mask_loss, calculate_per_token_loss;
     int reset_position_ids; /* positions restart after each EOD (Megatron's position_ids) */
     int qk_layernorm;       /* --qk-layernorm: per-head q and k norms */
+    int decrease_batch_size_if_needed; /* round the global batch down to a multiple of MBS x DP */
     /* evaluation and logging */
     int64_t eval_interval, eval_iters, log_interval;
     int log_throughput, log_num_zeros_in_grad, log_params_norm;
