@@ -36,3 +36,28 @@ for t in bpe unigram; do
   awk -v l="$l" 'BEGIN { exit !(l < 0.5) }' || { echo "FAIL: $t: masked loss $l at iteration 40, want < 0.5 (eod $e)"; exit 1; }
   echo "ok $t: with eod $e masked, iteration 40's loss $l"
 done
+# Llama2Tokenizer and GPTSentencePieceTokenizer with a SentencePiece model (golden/sentencepiece:
+# sentencepiece's vocab_size() and eos_id(), 2 in unigram.model, moved to 1 in bpe.model): the
+# padded vocabulary line, and the eod masked on "k EOD" data (k from 3 up)
+s=$(cd "$(dirname "$0")/../subprojects/data/golden/sentencepiece" && pwd)
+for t in unigram:Llama2Tokenizer bpe:GPTSentencePieceTokenizer; do
+  m=${t%%:*} ty=${t#*:}
+  v=$(jq ".[\"$m.model\"].vocab_size" "$s/expected.json") e=$(jq ".[\"$m.model\"].eod" "$s/expected.json")
+  p=$(( (v + 127) / 128 * 128 ))
+  sp=("${base[@]/HuggingFaceTokenizer/$ty}")
+  "$MT_PRETRAIN" "${sp[@]}" --tokenizer-model "$s/$m.model" --mock-data --train-iters 3 > "$d/$m.log" 2>&1 \
+    || { echo "FAIL: $ty"; cat "$d/$m.log"; exit 1; }
+  want=" > padded vocab (size: $v) with $((p - v)) dummy tokens (new size: $p)"
+  grep -qxF -- "$want" "$d/$m.log" && grep -qxF "> building $ty tokenizer ..." "$d/$m.log" \
+    || { echo "FAIL: $ty $m: want '$want'"; head -3 "$d/$m.log"; exit 1; }
+  awk -v e="$e" -v n=$((v - 3)) \
+    'BEGIN { srand(3); for (i = 0; i < 6000; i++) printf "{\"text\": \"%d %d\"}\n", 3 + int(rand() * n), e }' > "$d/sp$m.jsonl"
+  "$MT_PREPROCESS" --input "$d/sp$m.jsonl" --output-prefix "$d/sp$m" --tokenizer-type NullTokenizer \
+    --vocab-size 300 --workers 1 > /dev/null
+  "$MT_PRETRAIN" "${sp[@]}" --tokenizer-model "$s/$m.model" --data-path "$d/sp${m}_text_document" --split 100,0,0 \
+    --data-cache-path "$d/cache" --train-iters 40 --eod-mask-loss --golden-values-out "$d/sp$m.json" > "$d/sp$m-k.log" 2>&1 \
+    || { echo "FAIL: $ty k EOD"; cat "$d/sp$m-k.log"; exit 1; }
+  l=$(losses "$d/sp$m.json" 40 40 | awk '{ print $2 }')
+  awk -v l="$l" 'BEGIN { exit !(l < 0.5) }' || { echo "FAIL: $ty: masked loss $l at iteration 40, want < 0.5 (eod $e)"; exit 1; }
+  echo "ok $ty ($m.model):$want; with eod $e masked, iteration 40's loss $l"
+done

@@ -169,9 +169,11 @@ static const flag flags[] = {
     { "--per-split-data-args-path", F_STR, O(per_split_data_args_path),
       "JSON {\"train\": [...], \"valid\": [...], \"test\": [...]}" },
     { "--tokenizer-type", F_STR, O(tokenizer_type),
-      "GPT2BPETokenizer | NullTokenizer | HuggingFaceTokenizer" },
+      "GPT2BPETokenizer | NullTokenizer | HuggingFaceTokenizer | Llama2Tokenizer | "
+      "GPTSentencePieceTokenizer" },
     { "--tokenizer-model", F_STR, O(tokenizer_model),
-      "HuggingFaceTokenizer: a directory with tokenizer.json (or that file)" },
+      "HuggingFaceTokenizer: a directory with tokenizer.json (or that file); the SentencePiece "
+      "ones: the .model file" },
     { "--vocab-file", F_STR, O(vocab_file), "GPT-2 encoder.json" },
     { "--merge-file", F_STR, O(merge_file), "GPT-2 vocab.bpe" },
     { "--data-cache-path", F_STR, O(data_cache_path), "where index files are cached" },
@@ -791,16 +793,23 @@ static mt_status validate(mt_train_args *a) {
         if (n > 1 && n % 2 != 0)
             return BAD("%s with several prefixes needs weight prefix pairs", list_flags[k]);
     }
-    if (strcmp(a->tokenizer_type, "GPT2BPETokenizer") != 0 &&
-        strcmp(a->tokenizer_type, "NullTokenizer") != 0 &&
-        strcmp(a->tokenizer_type, "HuggingFaceTokenizer") != 0)
+    static const char *const tokenizers[] = { "GPT2BPETokenizer",          "NullTokenizer",
+                                              "HuggingFaceTokenizer",      "Llama2Tokenizer",
+                                              "GPTSentencePieceTokenizer", NULL };
+    int known = 0;
+    for (int i = 0; tokenizers[i]; i++)
+        known |= strcmp(a->tokenizer_type, tokenizers[i]) == 0;
+    if (!known)
         return MT_ERROR(MT_ERR_UNSUPPORTED,
-                        "--tokenizer-type %s (choose GPT2BPETokenizer, NullTokenizer or "
-                        "HuggingFaceTokenizer)",
+                        "--tokenizer-type %s (choose GPT2BPETokenizer, NullTokenizer, "
+                        "HuggingFaceTokenizer, Llama2Tokenizer or GPTSentencePieceTokenizer)",
                         a->tokenizer_type);
-    if (strcmp(a->tokenizer_type, "HuggingFaceTokenizer") == 0 && !a->tokenizer_model)
-        return BAD("HuggingFaceTokenizer needs --tokenizer-model (a directory with "
-                   "tokenizer.json)");
+    if (strcmp(a->tokenizer_type, "GPT2BPETokenizer") != 0 &&
+        strcmp(a->tokenizer_type, "NullTokenizer") != 0 && !a->tokenizer_model)
+        return BAD("%s needs --tokenizer-model (%s)", a->tokenizer_type,
+                   strcmp(a->tokenizer_type, "HuggingFaceTokenizer") == 0
+                       ? "a directory with tokenizer.json"
+                       : "the SentencePiece .model file");
     if (strcmp(a->tokenizer_type, "NullTokenizer") == 0 && a->vocab_size <= 0)
         return BAD("NullTokenizer needs --vocab-size");
     if (a->global_batch_size < 0 ||

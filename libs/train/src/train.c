@@ -202,6 +202,9 @@ static mt_status setup_tokenizer(run *r) {
     }
     if (strcmp(a->tokenizer_type, "HuggingFaceTokenizer") == 0)
         return mt_data_hf_tokenizer_info(a->tokenizer_model, &r->vocab, &r->eod);
+    if (strcmp(a->tokenizer_type, "Llama2Tokenizer") == 0 ||
+        strcmp(a->tokenizer_type, "GPTSentencePieceTokenizer") == 0)
+        return mt_data_sentencepiece_info(a->tokenizer_model, &r->vocab, &r->eod);
     char vb[1024], mb[1024];
     const char *vf =
         a->vocab_file ? a->vocab_file : mt_data_gpt2_file("encoder.json", vb, sizeof vb);

@@ -26,6 +26,12 @@ MT_API void mt_data_tokenizer_destroy(mt_data_tokenizer *t); /* NULL is a no-op 
  * vocabulary's tokens and the added tokens it does not hold), *eod = eos_token_id (the
  * eos_token of tokenizer_config.json, else of special_tokens_map.json). Errors name the file. */
 MT_API mt_status mt_data_hf_tokenizer_info(const char *path, int64_t *vocab_size, int64_t *eod);
+/* Megatron's Llama2Tokenizer and GPTSentencePieceTokenizer (--tokenizer-model FILE, a
+ * SentencePiece model) as training needs them: *vocab_size = its piece count (vocab_size()),
+ * *eod = its eos_id (2 unless the model sets another). A truncated or corrupt file, or an eos
+ * outside the pieces, is MT_ERR_FORMAT naming the file. */
+MT_API mt_status mt_data_sentencepiece_info(const char *model_file, int64_t *vocab_size,
+                                            int64_t *eod);
 
 MT_API int64_t mt_data_tokenizer_vocab_size(const mt_data_tokenizer *t);
 MT_API int64_t mt_data_tokenizer_eod(const mt_data_tokenizer *t);
