@@ -41,26 +41,8 @@ static int skip(const unsigned char **p, const unsigned char *end, unsigned wt) 
     return 1;
 }
 
-mt_status mt_data_sentencepiece_info(const char *model_file, int64_t *vocab_size, int64_t *eod) {
-    MT_REQUIRE(model_file && vocab_size && eod, MT_ERR_INVALID_ARG, "NULL argument");
-    FILE *f = fopen(model_file, "rb");
-    MT_REQUIRE(f, MT_ERR_IO, "SentencePiece model %s: cannot open", model_file);
-    unsigned char *buf = NULL;
-    size_t len = 0, cap = 0, got;
-    do {
-        if (len == cap) {
-            unsigned char *nb = realloc(buf, cap = cap ? 2 * cap : 1 << 16);
-            if (!nb) {
-                free(buf);
-                fclose(f);
-                return MT_ERROR(MT_ERR_OOM, "SentencePiece model %s", model_file);
-            }
-            buf = nb;
-        }
-        got = fread(buf + len, 1, cap - len, f);
-        len += got;
-    } while (got > 0);
-    fclose(f);
+mt_status sp_model_parse(const unsigned char *buf, size_t len, const char *name,
+                         int64_t *vocab_size, int64_t *eod) {
     const unsigned char *p = buf, *end = buf + len;
     int64_t pieces = 0, eos = 2; /* TrainerSpec's default eos_id */
     int ok = 1;
@@ -88,14 +70,38 @@ mt_status mt_data_sentencepiece_info(const char *model_file, int64_t *vocab_size
             ok = skip(&p, end, wt);
         }
     }
-    free(buf);
     MT_REQUIRE(ok && pieces > 0, MT_ERR_FORMAT,
                "SentencePiece model %s: not a ModelProto (truncated or corrupt; %lld pieces read)",
-               model_file, (long long)pieces);
+               name, (long long)pieces);
     MT_REQUIRE(eos >= 0 && eos < pieces, MT_ERR_FORMAT,
                "SentencePiece model %s: eos_id %lld (Megatron's eod) is not one of its %lld pieces",
-               model_file, (long long)eos, (long long)pieces);
+               name, (long long)eos, (long long)pieces);
     *vocab_size = pieces;
     *eod = eos;
     return MT_OK;
+}
+
+mt_status mt_data_sentencepiece_info(const char *model_file, int64_t *vocab_size, int64_t *eod) {
+    MT_REQUIRE(model_file && vocab_size && eod, MT_ERR_INVALID_ARG, "NULL argument");
+    FILE *f = fopen(model_file, "rb");
+    MT_REQUIRE(f, MT_ERR_IO, "SentencePiece model %s: cannot open", model_file);
+    unsigned char *buf = NULL;
+    size_t len = 0, cap = 0, got;
+    do {
+        if (len == cap) {
+            unsigned char *nb = realloc(buf, cap = cap ? 2 * cap : 1 << 16);
+            if (!nb) {
+                free(buf);
+                fclose(f);
+                return MT_ERROR(MT_ERR_OOM, "SentencePiece model %s", model_file);
+            }
+            buf = nb;
+        }
+        got = fread(buf + len, 1, cap - len, f);
+        len += got;
+    } while (got > 0);
+    fclose(f);
+    mt_status st = sp_model_parse(buf, len, model_file, vocab_size, eod);
+    free(buf);
+    return st;
 }
