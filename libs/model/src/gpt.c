@@ -89,32 +89,16 @@ static mt_status check_ids(const mt_model *m, const mt_tensor *t, const char *wh
  * fc2(MLP), the next layer's resid_in (or resid_final), skipped when next is NULL (a
  * recomputation needs only what the backward reads, and the next layer's input is not among
  * it). */
-/* qk_layernorm: the rows of a->qk_a or qk_b that hold `heads` heads of every token, as (N*heads,
- * D) and as (B,T,heads,D). */
-static mt_status head_rows(const mt_model *m, const mt_tensor *buf, int64_t heads, mt_tensor *rows,
-                           mt_tensor *bthd) {
-    const mt_model_config *c = &m->cfg;
-    const int64_t n = (int64_t)m->B * c->seq_length * heads;
-    MT_TRY(mt_tensor_slice(buf, 0, 0, n, rows));
-    return as_bthd(m, rows, heads, bthd);
-}
-
 /* qk_layernorm, forward: each q and k head (views into qkv) normalised in place; the inputs kept
  * in q_raw and k_raw with the norms' statistics for the backward. */
 static mt_status qk_norm_fwd(mt_model *m, layer_acts *la, const layer_params *lp, mt_tensor *q,
                              mt_tensor *k, mt_stream s) {
     const mt_model_config *c = &m->cfg;
-    for (int i = 0; i < 2; i++) {
-        const int64_t heads = i ? c->num_query_groups : c->num_attention_heads;
-        mt_tensor *view = i ? k : q, *raw = i ? &la->k_raw : &la->q_raw, raw4, out, out4;
-        MT_TRY(as_bthd(m, raw, heads, &raw4));
-        MT_TRY(mt_copy(&raw4, view, s));
-        MT_TRY(head_rows(m, &m->a.qk_a, heads, &out, &out4));
-        MT_TRY(norm_fwd(m, &out, i ? &la->k_mean : &la->q_mean, i ? &la->k_rstd : &la->q_rstd, raw,
-                        i ? lp->kn_w : lp->qn_w, i ? lp->kn_b : lp->qn_b, s));
-        MT_TRY(mt_copy(view, &out4, s));
-    }
-    return MT_OK;
+    const int rms = c->normalization == MT_NORM_RMSNORM;
+    MT_TRY(mt_head_norm_fwd(q, &la->q_raw, rms ? NULL : &la->q_mean, &la->q_rstd, W(lp->qn_w),
+                            W(lp->qn_b), rms, c->norm_epsilon, s));
+    return mt_head_norm_fwd(k, &la->k_raw, rms ? NULL : &la->k_mean, &la->k_rstd, W(lp->kn_w),
+                            W(lp->kn_b), rms, c->norm_epsilon, s);
 }
 
 /* qk_layernorm, backward: dq and dk (views into dqkv) from the normalised heads' gradients to
@@ -122,18 +106,11 @@ static mt_status qk_norm_fwd(mt_model *m, layer_acts *la, const layer_params *lp
 static mt_status qk_norm_bwd(mt_model *m, layer_acts *la, const layer_params *lp, mt_tensor *dq,
                              mt_tensor *dk, mt_stream s) {
     const mt_model_config *c = &m->cfg;
-    for (int i = 0; i < 2; i++) {
-        const int64_t heads = i ? c->num_query_groups : c->num_attention_heads;
-        mt_tensor *view = i ? dk : dq, dout, dout4, dx, dx4;
-        MT_TRY(head_rows(m, &m->a.qk_a, heads, &dout, &dout4));
-        MT_TRY(head_rows(m, &m->a.qk_b, heads, &dx, &dx4));
-        MT_TRY(mt_copy(&dout4, view, s));
-        MT_TRY(norm_bwd(m, &dx, i ? lp->kn_w : lp->qn_w, i ? lp->kn_b : lp->qn_b, NULL, &dout,
-                        i ? &la->k_raw : &la->q_raw, i ? &la->k_mean : &la->q_mean,
-                        i ? &la->k_rstd : &la->q_rstd, NULL, s));
-        MT_TRY(mt_copy(view, &dx4, s));
-    }
-    return MT_OK;
+    const int rms = c->normalization == MT_NORM_RMSNORM, acc = !m->grads_discarded;
+    MT_TRY(mt_head_norm_bwd(dq, G(lp->qn_w), G(lp->qn_b), &m->a.norm_scratch, &la->q_raw,
+                            W(lp->qn_w), rms ? NULL : &la->q_mean, &la->q_rstd, rms, acc, s));
+    return mt_head_norm_bwd(dk, G(lp->kn_w), G(lp->kn_b), &m->a.norm_scratch, &la->k_raw,
+                            W(lp->kn_w), rms ? NULL : &la->k_mean, &la->k_rstd, rms, acc, s);
 }
 
 static mt_status layer_fwd(mt_model *m, int l, mt_tensor *next, mt_stream s) {

@@ -270,12 +270,8 @@ static void plan_acts(mt_model *m, planner *p) {
     if (c->swiglu) TAKE(p, &a->dfc1_act, dt, N, F); /* GELU's backward rides on fc2's GEMM */
     TAKE(p, &a->dfc1_pre, dt, N, F1);
     int64_t ns = mt_norm_bwd_scratch_numel(N, C > F1 ? C : F1);
-    if (c->qk_layernorm) {
-        TAKE(p, &a->qk_a, dt, N * H, D);
-        TAKE(p, &a->qk_b, dt, N * H, D);
-        int64_t nq = mt_norm_bwd_scratch_numel(N * H, D);
-        if (nq > ns) ns = nq;
-    }
+    if (c->qk_layernorm && mt_head_norm_bwd_scratch_numel(D) > ns)
+        ns = mt_head_norm_bwd_scratch_numel(D);
     TAKE(p, &a->norm_scratch, MT_F32, ns + 1);
     TAKE(p, &a->ws, MT_U8, (int64_t)m->ws_bytes + 1);
 }

@@ -45,7 +45,6 @@ typedef struct acts {
     mt_tensor mlp_act; /* recompute_mlp_act: every layer's fc1_act (N,F) */
     mt_tensor ln_out;  /* recompute_layernorm: every layer's ln1 and ln2 (N,C) */
     mt_tensor dloss;   /* logits_chunks > 1 or per_token_loss: each token's loss gradient (N) f32 */
-    mt_tensor qk_a, qk_b; /* qk_layernorm: two (N*H, D) scratch buffers of head rows */
 } acts;
 
 typedef struct layer_params {

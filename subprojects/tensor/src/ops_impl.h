@@ -18,6 +18,16 @@ typedef enum ew_op {
     EW_CAST,
     EW_FILL
 } ew_op;
+/* head norms: fixed block count of the backward (its partials in scratch) and the CUDA paths */
+#define HEAD_NORM_BLOCKS 264
+mt_status head_norm_fwd_cuda(mt_tensor *x, mt_tensor *raw, mt_tensor *mean, mt_tensor *rstd,
+                             const mt_tensor *weight, const mt_tensor *bias, int rms, float eps,
+                             mt_stream stream);
+mt_status head_norm_bwd_cuda(mt_tensor *dx, mt_tensor *dweight, mt_tensor *dbias,
+                             mt_tensor *scratch, const mt_tensor *raw, const mt_tensor *weight,
+                             const mt_tensor *mean, const mt_tensor *rstd, int rms, int accumulate,
+                             mt_stream stream);
+
 /* copy: shape and strides padded to 4 dims; the CUDA kernel */
 void copy_dims4(const mt_tensor *t, int64_t shape[4], int64_t stride[4]);
 mt_status copy_cuda(mt_tensor *dst, const mt_tensor *src, mt_stream stream);

@@ -1,7 +1,7 @@
 /* gpu: LayerNorm and RMSNorm (fused residual) forward and backward on CUDA equal the CPU reference
  * on fresh random input in f32, bf16 and f16 (16-byte and scalar paths, one and several rows per
  * block, more rows than partial blocks), bit-identical weight gradients across runs, and the
- * PyTorch golden values. */
+ * PyTorch golden values; per-head norms in place inside a qkv buffer (mt_head_norm_*). */
 #include "gpu_common.h"
 
 static uint64_t seed = 200;
@@ -166,6 +166,87 @@ static void golden(void) {
     free(x), free(r), free(w), free(b), free(ref);
 }
 
+/* mt_head_norm_fwd/bwd on the k heads of a (B,T,H+2G,D) qkv buffer: CUDA against the CPU path
+ * (a copy and the row norm), the rest of the buffer untouched, the weight gradients bitwise
+ * repeatable. */
+static void run_heads(int rms, mt_dtype dt, int64_t Bn, int64_t Tn, int64_t H, int64_t G,
+                      int64_t D) {
+    char what[96];
+    snprintf(what, sizeof what, "head %s %s B%lld T%lld H%lld G%lld D%lld",
+             rms ? "rmsnorm" : "layernorm", mt_dtype_name(dt), (long long)Bn, (long long)Tn,
+             (long long)H, (long long)G, (long long)D);
+    mt_arena_reset(ar);
+    double tol = dt == MT_F32 ? 2e-5 : dt == MT_F16 ? 2e-3 : 1.6e-2;
+    const int64_t rows = Bn * Tn * G, all = Bn * Tn * (H + 2 * G);
+    int64_t sq[4] = { Bn, Tn, H + 2 * G, D };
+    mt_tensor hq = host_rand(dt, all, D, -3, 5), hg = host_rand(dt, all, D, -1, 1);
+    mt_tensor hw = host_rand(dt, 1, D, 0.5f, 1.5f), hb = host_rand(dt, 1, D, -1, 1);
+    mt_tensor hw0 = host_rand(MT_F32, 1, D, -1, 1), hb0 = host_rand(MT_F32, 1, D, -1, 1);
+    mt_tensor *vecs[] = { &hw, &hb, &hw0, &hb0 };
+    for (int i = 0; i < 4; i++)
+        MT_CHECK(mt_tensor_reshape(vecs[i], 1, &vecs[i]->shape[1], vecs[i]));
+    mt_tensor dq = to_dev(&hq), dw = to_dev(&hw), db = to_dev(&hb);
+    mt_tensor hraw = host_rand(dt, rows, D, 0, 1), hm = host_rand(MT_F32, 1, rows, 0, 1),
+              hs = host_rand(MT_F32, 1, rows, 0, 1);
+    MT_CHECK(mt_tensor_reshape(&hm, 1, &hm.shape[1], &hm));
+    MT_CHECK(mt_tensor_reshape(&hs, 1, &hs.shape[1], &hs));
+    mt_tensor draw = dev_nan(dt, 2, hraw.shape), dm = dev_nan(MT_F32, 1, hm.shape),
+              ds = dev_nan(MT_F32, 1, hs.shape);
+    mt_tensor q4h = mt_tensor_make(hq.data, dt, 4, sq, MT_DEVICE_CPU), kh, q4d, kd;
+    MT_CHECK(mt_tensor_slice(&q4h, 2, H, G, &kh));
+    MT_CHECK(mt_tensor_reshape(&dq, 4, sq, &q4d));
+    MT_CHECK(mt_tensor_slice(&q4d, 2, H, G, &kd));
+    MT_CHECK(mt_head_norm_fwd(&kh, &hraw, rms ? NULL : &hm, &hs, &hw, rms ? NULL : &hb, rms, 1e-5f,
+                              NULL));
+    MT_CHECK(mt_head_norm_fwd(&kd, &draw, rms ? NULL : &dm, &ds, &dw, rms ? NULL : &db, rms, 1e-5f,
+                              NULL));
+    cmp(what, "raw", &draw, &hraw, 0.0);
+    cmp(what, "qkv", &dq, &hq, tol); /* the normalised k heads; q and v as they were */
+    cmp(what, "rstd", &ds, &hs, 2e-5);
+    if (!rms) cmp(what, "mean", &dm, &hm, 2e-5);
+    /* backward from the CPU's statistics, the weight gradients added to */
+    MT_CHECK(mt_tensor_copy(&dm, &hm, NULL));
+    MT_CHECK(mt_tensor_copy(&ds, &hs, NULL));
+    mt_tensor scratch;
+    int64_t ns = mt_head_norm_bwd_scratch_numel(D);
+    MT_CHECK(mt_tensor_alloc(ar, MT_F32, 1, &ns, &scratch));
+    float *first = NULL;
+    for (int rep = 0; rep < 2; rep++) {
+        mt_tensor g4h = mt_tensor_make(hg.data, dt, 4, sq, MT_DEVICE_CPU), gkh, g4d, gkd;
+        mt_tensor dgc = to_dev(&hg), ddw = to_dev(&hw0), ddb = to_dev(&hb0);
+        MT_CHECK(mt_tensor_reshape(&dgc, 4, sq, &g4d));
+        MT_CHECK(mt_tensor_slice(&g4d, 2, H, G, &gkd));
+        MT_CHECK(mt_head_norm_bwd(&gkd, &ddw, rms ? NULL : &ddb, &scratch, &draw, &dw,
+                                  rms ? NULL : &dm, &ds, rms, 1, NULL));
+        if (rep == 0) {
+            mt_tensor hgc = hg; /* the CPU's in place over a copy of the gradients */
+            hgc.data = malloc(mt_tensor_nbytes(&hg));
+            memcpy(hgc.data, hg.data, mt_tensor_nbytes(&hg));
+            g4h.data = hgc.data;
+            MT_CHECK(mt_tensor_slice(&g4h, 2, H, G, &gkh));
+            mt_tensor hdw = hw0, hdb = hb0;
+            hdw.data = malloc(mt_tensor_nbytes(&hw0) + 4),
+            hdb.data = malloc(mt_tensor_nbytes(&hb0) + 4);
+            memcpy(hdw.data, hw0.data, mt_tensor_nbytes(&hw0));
+            memcpy(hdb.data, hb0.data, mt_tensor_nbytes(&hb0));
+            MT_CHECK(mt_head_norm_bwd(&gkh, &hdw, rms ? NULL : &hdb, NULL, &hraw, &hw,
+                                      rms ? NULL : &hm, &hs, rms, 1, NULL));
+            cmp(what, "dqkv", &dgc, &hgc, tol);
+            cmp(what, "dweight", &ddw, &hdw, 1e-4);
+            if (!rms) cmp(what, "dbias", &ddb, &hdb, 1e-4);
+            first = as_f32(&ddw);
+            free(hgc.data), free(hdw.data), free(hdb.data);
+        } else {
+            float *again = as_f32(&ddw);
+            MT_EXPECT(memcmp(first, again, (size_t)D * 4) == 0, "%s: dweight not repeatable", what);
+            free(again);
+        }
+    }
+    free(first);
+    free(hq.data), free(hg.data), free(hw.data), free(hb.data), free(hw0.data), free(hb0.data);
+    free(hraw.data), free(hm.data), free(hs.data);
+}
+
 int main(void) {
     mt_test_require_gpus(1);
     MT_CHECK(mt_arena_create(mt_device_cuda(0), (size_t)256 << 20, &ar));
@@ -177,6 +258,12 @@ int main(void) {
             for (int s = 0; s < 7; s++)
                 run(rms, dtypes[d], shapes[s][0], shapes[s][1]);
     golden();
+    for (int rms = 0; rms < 2; rms++) { /* per-head norms (--qk-layernorm) */
+        run_heads(rms, MT_F32, 2, 16, 4, 2, 64);
+        run_heads(rms, MT_BF16, 4, 128, 12, 12, 64);
+        run_heads(rms, MT_BF16, 2, 33, 8, 2, 128);
+        run_heads(rms, MT_F16, 3, 5, 4, 1, 20); /* D not a multiple of 32 */
+    }
     mt_arena_destroy(ar);
     return mt_test_result();
 }

@@ -139,6 +139,25 @@ MT_API mt_status mt_rmsnorm_fwd(mt_tensor *out, mt_tensor *resid_out, mt_tensor 
                                 const mt_tensor *x, const mt_tensor *residual,
                                 const mt_tensor *weight, float eps, mt_stream stream);
 
+/* Per-head norms in place, for the query or key heads inside a fused qkv buffer (Megatron's
+ * qk_layernorm): x is a (B,T,heads,D) view with D contiguous (D <= 256; other strides free).
+ * raw (B*T*heads, D), contiguous, x's dtype, receives x's values; then each head of x becomes its
+ * RMSNorm (rms = 1: weight) or LayerNorm (weight, bias or NULL) over D, exactly as
+ * mt_rmsnorm_fwd/mt_layernorm_fwd of raw (mean for LayerNorm, rstd: (B*T*heads) f32). The CPU
+ * runs those ops on a copy (the spec); CUDA normalises the heads where they lie. Enqueued. */
+MT_API mt_status mt_head_norm_fwd(mt_tensor *x, mt_tensor *raw, mt_tensor *mean, mt_tensor *rstd,
+                                  const mt_tensor *weight, const mt_tensor *bias, int rms,
+                                  float eps, mt_stream stream);
+/* f32 elements of scratch that mt_head_norm_bwd needs on CUDA (none on the CPU). */
+MT_API int64_t mt_head_norm_bwd_scratch_numel(int64_t D);
+/* Its backward, in place: dx (a view as x) holds the normalised heads' gradient on entry and the
+ * raw heads' on return; dweight and dbias (D, f32; NULL to skip) are overwritten, or added to when
+ * accumulate = 1, deterministically (per-block partials in scratch, then a fixed-order sum). */
+MT_API mt_status mt_head_norm_bwd(mt_tensor *dx, mt_tensor *dweight, mt_tensor *dbias,
+                                  mt_tensor *scratch, const mt_tensor *raw, const mt_tensor *weight,
+                                  const mt_tensor *mean, const mt_tensor *rstd, int rms,
+                                  int accumulate, mt_stream stream);
+
 /* f32 elements of scratch that mt_layernorm_bwd/mt_rmsnorm_bwd need on CUDA for `rows` rows of
  * C channels (per-block partial sums of dweight, dbias and dx_sum). The CPU needs none. */
 MT_API int64_t mt_norm_bwd_scratch_numel(int64_t rows, int64_t C);
