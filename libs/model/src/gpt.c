@@ -375,14 +375,14 @@ static mt_status fwd_bwd(mt_model *m, const mt_tensor *tokens, const mt_tensor *
     mt_tensor t;
     MT_TRY(targets_flat(m, targets, &t));
     const int per_token = m->cfg.per_token_loss;
-    if (sliced)
+    if (sliced) {
         MT_TRY(lm_head_slices(m, &t, 1, loss_scale, s));
-    else if (per_token)
-        MT_TRY(loss_grad(m, &t, loss_scale, s));
-    if (!sliced)
+    } else {
+        if (per_token) MT_TRY(loss_grad(m, &t, loss_scale, s));
         OP("xent", mt_xent_fwd_bwd(&m->a.logits, &m->a.losses, &m->a.stats, &m->a.logits, &t,
                                    per_token ? &m->a.dloss : NULL, loss_scale, m->cfg.vocab_size,
                                    MT_XENT_IGNORE_INDEX, s));
+    }
     MT_TRY(add_loss(m, s));
     MT_TRY(backward(m, !sliced, s));
     m->grads_discarded = 0;

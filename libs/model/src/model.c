@@ -206,10 +206,12 @@ static void plan_layer(const mt_model *m, planner *p, layer_acts *la) {
     if (c->qk_layernorm) {
         TAKE(p, &la->q_raw, dt, N * H, D);
         TAKE(p, &la->k_raw, dt, N * G, D);
-        TAKE(p, &la->q_mean, MT_F32, N * H);
         TAKE(p, &la->q_rstd, MT_F32, N * H);
-        TAKE(p, &la->k_mean, MT_F32, N * G);
         TAKE(p, &la->k_rstd, MT_F32, N * G);
+        if (c->normalization == MT_NORM_LAYERNORM) { /* RMSNorm has no mean */
+            TAKE(p, &la->q_mean, MT_F32, N * H);
+            TAKE(p, &la->k_mean, MT_F32, N * G);
+        }
     }
     TAKE(p, &la->atty, dt, N, H * D);
     TAKE(p, &la->lse, MT_F32, B, H, T);

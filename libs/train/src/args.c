@@ -623,12 +623,18 @@ static mt_status read_data_args(mt_train_args *a) {
     return st;
 }
 
+/* Whether v is one of `ok` (NULL-terminated). */
+static int one_of(const char *v, const char *const *ok) {
+    for (int i = 0; ok[i]; i++)
+        if (!strcmp(v, ok[i])) return 1;
+    return 0;
+}
+
 /* argparse's choices: NULL (not given) or one of `ok` (NULL-terminated). */
 static mt_status choice(const char *flag, const char *v, const char *const *ok) {
-    if (!v) return MT_OK;
+    if (!v || one_of(v, ok)) return MT_OK;
     char list[160] = "";
     for (int i = 0; ok[i]; i++) {
-        if (!strcmp(v, ok[i])) return MT_OK;
         size_t k = strlen(list);
         snprintf(list + k, sizeof list - k, "%s'%s'", i ? ", " : "", ok[i]);
     }
@@ -680,8 +686,8 @@ static mt_status validate(mt_train_args *a) {
                                          "torch_dcp", "fsdp_dtensor", NULL };
     MT_TRY(choice("--distributed-backend", a->distributed_backend, backends));
     MT_TRY(choice("--attention-backend", a->attention_backend, attn));
-    if (a->dataloader_type &&
-        (!strcmp(a->dataloader_type, "cyclic") || !strcmp(a->dataloader_type, "external")))
+    static const char *const other_loaders[] = { "cyclic", "external", NULL };
+    if (a->dataloader_type && one_of(a->dataloader_type, other_loaders))
         return MT_ERROR(MT_ERR_UNSUPPORTED,
                         "--dataloader-type %s is not supported: only 'single' (Megatron's "
                         "pretraining sampler, the default)",
@@ -796,10 +802,7 @@ static mt_status validate(mt_train_args *a) {
     static const char *const tokenizers[] = { "GPT2BPETokenizer",          "NullTokenizer",
                                               "HuggingFaceTokenizer",      "Llama2Tokenizer",
                                               "GPTSentencePieceTokenizer", NULL };
-    int known = 0;
-    for (int i = 0; tokenizers[i]; i++)
-        known |= strcmp(a->tokenizer_type, tokenizers[i]) == 0;
-    if (!known)
+    if (!one_of(a->tokenizer_type, tokenizers))
         return MT_ERROR(MT_ERR_UNSUPPORTED,
                         "--tokenizer-type %s (choose GPT2BPETokenizer, NullTokenizer, "
                         "HuggingFaceTokenizer, Llama2Tokenizer or GPTSentencePieceTokenizer)",
