@@ -47,7 +47,6 @@ expect "argument --attention-backend: invalid choice: 'cudnn'" --attention-backe
 expect "--dataloader-type cyclic is not supported: only 'single'" --dataloader-type cyclic
 expect "argument --ckpt-format: invalid choice: 'pickle'" --ckpt-format pickle
 expect "--rotary-percent 0.5 is not supported" --position-embedding-type rope --rotary-percent 0.5
-expect "--reset-attention-mask is not supported yet" --reset-attention-mask
 expect "HuggingFaceTokenizer needs --tokenizer-model" --tokenizer-type HuggingFaceTokenizer
 expect "expected no batch-size rampup for iteration-based training" --rampup-batch-size 2 2 16
 S=(--train-iters 0 --train-samples 96 --lr-warmup-iters 0) # sample-based, as a ramp needs

@@ -72,6 +72,7 @@ static mt_attn_config attn_cfg(const mt_model *m) {
     mt_attn_config ac = MT_ATTN_CONFIG_INIT;
     ac.causal = 1;
     ac.deterministic = m->cfg.deterministic;
+    ac.key_start = m->ks.data ? &m->ks : NULL; /* document masks */
     return ac;
 }
 

@@ -582,6 +582,22 @@ mt_status mt_model_set_positions(mt_model *m, const mt_tensor *pos) {
     return MT_OK;
 }
 
+mt_status mt_model_set_key_starts(mt_model *m, const mt_tensor *ks) {
+    MT_REQUIRE(m, MT_ERR_INVALID_ARG, "NULL model");
+    if (!ks) {
+        memset(&m->ks, 0, sizeof m->ks);
+        return MT_OK;
+    }
+    MT_TRY(mt_tensor_check(ks, "key starts", 2));
+    MT_REQUIRE(ks->dtype == MT_I32 && ks->shape[0] == m->B && ks->shape[1] == m->cfg.seq_length &&
+                   mt_device_eq(ks->device, m->dev) && mt_tensor_is_contiguous(ks),
+               MT_ERR_INVALID_ARG,
+               "key starts must be contiguous i32 (%d,%d) on the model's device", m->B,
+               m->cfg.seq_length);
+    m->ks = *ks;
+    return MT_OK;
+}
+
 void mt_model_set_profiler(mt_model *m, mt_prof *p) {
     if (m) m->prof = p;
 }

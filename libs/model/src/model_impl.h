@@ -91,6 +91,7 @@ struct mt_model {
     int have_tokens;
     mt_tensor tokens; /* the last forward's tokens (for the embedding backward) */
     mt_tensor pos;    /* mt_model_set_positions (data NULL: 0..T-1 in every sequence) */
+    mt_tensor ks;     /* mt_model_set_key_starts (data NULL: no document masks) */
     mt_prof *prof;    /* not owned; NULL: no timing */
     mt_model_grad_ready_fn ready_fn;
     void *ready_ctx;

@@ -42,9 +42,12 @@ typedef struct run {
     int64_t *ids, *text;
     int32_t *htok, *htgt;    /* [0]: evaluation's batch; [1]: the next training micro-batch */
     int32_t *hpos;           /* --reset-position-ids: their position ids (else NULL) */
+    int32_t *hks;            /* --reset-attention-mask: their key starts (else NULL) */
+    int64_t *dstart;         /* a row's document starts (mt_data_doc_starts) */
     int64_t hcount[2];       /* the counted targets (not ignored) of each host batch */
     mt_tensor tok, tgt, red; /* red: two floats for device all-reduces of scalars */
     mt_tensor pos;           /* --reset-position-ids: the model's position ids */
+    mt_tensor ks;            /* --reset-attention-mask: the model's key starts */
     double t_start;          /* --exit-duration-in-mins counts from here */
     int exited;              /* --exit-signal-handler / --exit-duration-in-mins stopped training */
     FILE *jsonl;
@@ -414,6 +417,12 @@ static mt_status setup_model(run *r) {
     return mt_optim_sched_check(s);
 }
 
+/* --reset-attention-mask takes effect (Megatron resets the dataloader's mask, which
+ * --no-create-attention-mask-in-dataloader leaves out). */
+static int doc_masks(const mt_train_args *a) {
+    return a->reset_attention_mask && !a->no_create_attention_mask;
+}
+
 static mt_status setup_io(run *r) {
     const mt_train_args *a = r->a;
     int64_t B = a->micro_batch_size, T = a->seq_length;
@@ -421,16 +430,24 @@ static mt_status setup_io(run *r) {
     r->text = calloc((size_t)(B * (T + 1)), sizeof *r->text);
     r->htok = calloc((size_t)(2 * B * T), sizeof *r->htok);
     r->htgt = calloc((size_t)(2 * B * T), sizeof *r->htgt);
+    const int docs = doc_masks(a);
     if (a->reset_position_ids) r->hpos = calloc((size_t)(2 * B * T), sizeof *r->hpos);
-    MT_REQUIRE(r->ids && r->text && r->htok && r->htgt && (r->hpos || !a->reset_position_ids),
+    if (docs) r->hks = calloc((size_t)(2 * B * T), sizeof *r->hks);
+    r->dstart = calloc((size_t)T, sizeof *r->dstart);
+    MT_REQUIRE(r->ids && r->text && r->htok && r->htgt && (r->hpos || !a->reset_position_ids) &&
+                   (r->hks || !docs) && r->dstart,
                MT_ERR_OOM, "batch buffers");
     MT_TRY(
-        mt_arena_create(r->dev, (size_t)(3 * B * T * 4) + 5 * MT_ARENA_ALIGN + 64, &r->io_arena));
+        mt_arena_create(r->dev, (size_t)(4 * B * T * 4) + 6 * MT_ARENA_ALIGN + 64, &r->io_arena));
     MT_TRY(mt_tensor_alloc(r->io_arena, MT_I32, 2, (int64_t[]){ B, T }, &r->tok));
     MT_TRY(mt_tensor_alloc(r->io_arena, MT_I32, 2, (int64_t[]){ B, T }, &r->tgt));
     if (a->reset_position_ids) {
         MT_TRY(mt_tensor_alloc(r->io_arena, MT_I32, 2, (int64_t[]){ B, T }, &r->pos));
         MT_TRY(mt_model_set_positions(r->model, &r->pos));
+    }
+    if (docs) {
+        MT_TRY(mt_tensor_alloc(r->io_arena, MT_I32, 2, (int64_t[]){ B, T }, &r->ks));
+        MT_TRY(mt_model_set_key_starts(r->model, &r->ks));
     }
     MT_TRY(mt_tensor_alloc(r->io_arena, MT_F32, 1, (int64_t[]){ 2 }, &r->red));
     int64_t n = a->train_iters + 1;
@@ -468,11 +485,14 @@ static mt_status read_batch(run *r, mt_data_dataset *ds, mt_data_sampler *s, int
             if (a->eod_mask_loss && tok[i] == r->eod) tgt[i] = MT_XENT_IGNORE_INDEX;
             r->hcount[slot] += tgt[i] != MT_XENT_IGNORE_INDEX;
         }
-        /* --reset-position-ids (megatron's _get_ltor_masks_and_position_ids): the position after
-         * an EOD token is 0 again; the EOD keeps its document's count */
-        for (int64_t t = 0, start = 0; r->hpos && t < T; t++) {
-            r->hpos[slot * B * T + b * T + t] = (int32_t)(t - start);
-            if (tok[b * T + t] == r->eod) start = t + 1;
+        /* --reset-position-ids and --reset-attention-mask (megatron's
+         * _get_ltor_masks_and_position_ids): positions restart at each document's first token,
+         * and attention sees the tokens from there on */
+        if (!r->hpos && !r->hks) continue;
+        mt_data_doc_starts(r->text + b * (T + 1), T, r->eod, r->dstart);
+        for (int64_t t = 0; t < T; t++) {
+            if (r->hpos) r->hpos[slot * B * T + b * T + t] = (int32_t)(t - r->dstart[t]);
+            if (r->hks) r->hks[slot * B * T + b * T + t] = (int32_t)r->dstart[t];
         }
     }
     return MT_OK;
@@ -484,6 +504,8 @@ static mt_status upload_batch(run *r, int slot) {
     MT_TRY(mt_memcpy(r->tok.data, r->dev, r->htok + slot * n, MT_DEVICE_CPU, n * 4, NULL));
     if (r->hpos)
         MT_TRY(mt_memcpy(r->pos.data, r->dev, r->hpos + slot * n, MT_DEVICE_CPU, n * 4, NULL));
+    if (r->hks)
+        MT_TRY(mt_memcpy(r->ks.data, r->dev, r->hks + slot * n, MT_DEVICE_CPU, n * 4, NULL));
     return mt_memcpy(r->tgt.data, r->dev, r->htgt + slot * n, MT_DEVICE_CPU, n * 4, NULL);
 }
 
@@ -1412,6 +1434,8 @@ static void teardown(run *r) {
     free(r->htok);
     free(r->htgt);
     free(r->hpos);
+    free(r->hks);
+    free(r->dstart);
     free(r->gv_loss);
     free(r->gv_zeros);
     free(r->gv_time);
@@ -1481,6 +1505,10 @@ mt_status mt_train_run(const mt_train_args *a) {
     if (st == MT_OK && last_rank(&r) && (a->tensorboard_dir || a->wandb_project))
         fprintf(stderr, "WARNING: --tensorboard-dir/--wandb-project are accepted but nothing is "
                         "written there; use --metrics-jsonl FILE\n");
+    if (st == MT_OK && last_rank(&r) && a->reset_attention_mask && !doc_masks(a))
+        fprintf(stderr, "WARNING: --reset-attention-mask does nothing with "
+                        "--no-create-attention-mask-in-dataloader (as Megatron's: there is no "
+                        "mask to reset); documents attend across their boundaries\n");
     if (st == MT_OK && last_rank(&r) && a->ckpt_format && a->save)
         fprintf(stderr,
                 "WARNING: --ckpt-format %s is accepted, but checkpoints are written in this "

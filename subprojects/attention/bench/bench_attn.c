@@ -1,5 +1,7 @@
 /* Attention forward and forward+backward on the GPU in bf16: TFLOP/s counting 4*B*H*T*T*D for
- * the forward (halved when causal) and 2.5x that for the backward. Peer: peers/peer_attn.py. */
+ * the forward (halved when causal) and 2.5x that for the backward. Peer: peers/peer_attn.py.
+ * With document masks (docs L: every L tokens a new document, as --reset-attention-mask makes
+ * them) the count is the documents' causal work, 4*B*H*(T/L)*L*L*D/2. */
 #include <mt/attention.h>
 #include <mt/benchkit.h>
 
@@ -10,7 +12,7 @@
 #include <stdlib.h>
 
 typedef struct {
-    int B, H, Hkv, T, D, causal, bwd, det;
+    int B, H, Hkv, T, D, causal, bwd, det, docs;
 } attn_case;
 
 static void fill_random(mt_tensor *dev, uint64_t stream) {
@@ -35,7 +37,16 @@ static void bench_attn(mt_bench_state *st, void *arg) {
         mt_bench_error(st, mt_last_error());
         return;
     }
-    mt_tensor q, k, v, o, l, g, dq, dk, dv;
+    mt_tensor q, k, v, o, l, g, dq, dk, dv, ks;
+    if (c->docs) { /* key starts: each row's documents of c->docs tokens */
+        int32_t *h = malloc((size_t)c->B * c->T * 4);
+        for (int i = 0; i < c->B * c->T; i++)
+            h[i] = i % c->T / c->docs * c->docs;
+        mt_tensor_alloc(ar, MT_I32, 2, (int64_t[]){ c->B, c->T }, &ks);
+        mt_memcpy(ks.data, ks.device, h, MT_DEVICE_CPU, (size_t)c->B * c->T * 4, NULL);
+        free(h);
+        cfg.key_start = &ks;
+    }
     mt_tensor_alloc(ar, MT_BF16, 4, shq, &q), mt_tensor_alloc(ar, MT_BF16, 4, shk, &k);
     mt_tensor_alloc(ar, MT_BF16, 4, shk, &v), mt_tensor_alloc(ar, MT_BF16, 4, shq, &o);
     mt_tensor_alloc(ar, MT_F32, 3, shl, &l), mt_tensor_alloc(ar, MT_BF16, 4, shq, &g);
@@ -69,6 +80,7 @@ static void bench_attn(mt_bench_state *st, void *arg) {
         mt_bench_set_iteration_time(st, ms * 1e-3);
     }
     double flops = 4.0 * c->B * c->H * (double)c->T * c->T * c->D * (c->causal ? 0.5 : 1.0);
+    if (c->docs) flops *= (double)c->docs / c->T;
     mt_bench_rate(st, "FLOPS", c->bwd ? 3.5 * flops : flops);
     cudaEventDestroy(e0);
     cudaEventDestroy(e1);
@@ -84,11 +96,15 @@ int main(int argc, char **argv) {
         char name[256];
         mt_device_name(0, name, sizeof name);
         mt_bench_context("device", name);
-        /* B, H, Hkv, T, D, causal: the same list as peers/peer_attn.py */
-        static const int shapes[][6] = { { 16, 12, 12, 1024, 64, 1 }, { 8, 16, 16, 2048, 128, 1 },
-                                         { 4, 16, 16, 4096, 128, 1 }, { 4, 16, 16, 4096, 128, 0 },
-                                         { 2, 32, 32, 8192, 128, 1 }, { 2, 32, 8, 4096, 128, 1 },
-                                         { 64, 12, 12, 1024, 64, 1 } }; /* GPT-2 124M's B64 step */
+        /* B, H, Hkv, T, D, causal, documents: the same list as peers/peer_attn.py, then
+         * document masks (no peer) */
+        static const int shapes[][7] = {
+            { 16, 12, 12, 1024, 64, 1, 0 },   { 8, 16, 16, 2048, 128, 1, 0 },
+            { 4, 16, 16, 4096, 128, 1, 0 },   { 4, 16, 16, 4096, 128, 0, 0 },
+            { 2, 32, 32, 8192, 128, 1, 0 },   { 2, 32, 8, 4096, 128, 1, 0 },
+            { 64, 12, 12, 1024, 64, 1, 0 }, /* GPT-2 124M's B64 step */
+            { 16, 12, 12, 1024, 64, 1, 256 }, { 4, 16, 16, 4096, 128, 1, 1024 }
+        };
         enum {
             NS = sizeof shapes / sizeof shapes[0]
         };
@@ -98,12 +114,14 @@ int main(int argc, char **argv) {
         for (int i = 0; i < NS; i++)
             for (int mode = 0; mode < 3; mode++) { /* fwd, fwd+bwd, fwd+bwd deterministic */
                 const int *s = shapes[i];
-                cases[n] = (attn_case){ s[0], s[1], s[2], s[3], s[4], s[5], mode > 0, mode == 2 };
-                char kv[16] = "";
+                cases[n] =
+                    (attn_case){ s[0], s[1], s[2], s[3], s[4], s[5], mode > 0, mode == 2, s[6] };
+                char kv[16] = "", docs[24] = "";
                 if (s[2] != s[1]) snprintf(kv, sizeof kv, "_KV%d", s[2]);
-                snprintf(names[n], sizeof names[n], "%s/%s/B%d_H%d%s_T%d_D%d_%s",
+                if (s[6]) snprintf(docs, sizeof docs, "_docs%d", s[6]);
+                snprintf(names[n], sizeof names[n], "%s/%s/B%d_H%d%s_T%d_D%d_%s%s",
                          mode ? "attn_fwdbwd" : "attn_fwd", mode == 2 ? "cuda_det" : "cuda", s[0],
-                         s[1], kv, s[3], s[4], s[5] ? "causal" : "full");
+                         s[1], kv, s[3], s[4], s[5] ? "causal" : "full", docs);
                 mt_bench_register(names[n], bench_attn, &cases[n], MT_BENCH_MANUAL_TIME);
                 n++;
             }

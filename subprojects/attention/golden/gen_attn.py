@@ -1,13 +1,16 @@
 """Golden values for attention forward/backward, from torch SDPA in float64 on the CPU (autograd
 for gradients). torch >= 2.4, numpy; seed 1234. Rerun: /opt/gv/bin/python gen_attn.py (here).
-Stored as float32. Per case <name>: q (B,T,H,D), k, v (B,T,Hkv,D), dout; out, lse (B,H,T), dq, dk, dv."""
+Stored as float32. Per case <name>: q (B,T,H,D), k, v (B,T,Hkv,D), dout; out, lse (B,H,T), dq, dk, dv.
+Cases with document masks (docs > 0) also store ks (B,T): each query's first key, Megatron's
+--reset-attention-mask on rows with `docs` random EOD positions (the token after an EOD starts a
+document; the EOD ends its own), applied as SDPA's boolean attn_mask."""
 import math
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-# name, B, T, H, Hkv, D, causal, scale (0: 1/sqrt(D))
+# name, B, T, H, Hkv, D, causal, scale (0: 1/sqrt(D)), docs (EOD tokens a row; 0: no masks)
 CASES = [
     ("mha_t16_d64_causal", 2, 16, 4, 4, 64, 1, 0.0),
     ("mqa_t1_d64", 1, 1, 2, 1, 64, 0, 0.0),
@@ -15,6 +18,8 @@ CASES = [
     ("gqa8_t33_d96", 1, 33, 8, 1, 96, 0, 0.0),
     ("gqa2_t67_d64_s0.3", 1, 67, 4, 2, 64, 0, 0.3),
     ("gqa2_t67_d64_causal", 1, 67, 4, 2, 64, 1, 0.0),
+    ("gqa2_t67_d64_docs", 2, 67, 4, 2, 64, 1, 0.0, 5),
+    ("mha_t40_d40_docs", 1, 40, 2, 2, 40, 1, 0.0, 3),
 ]
 
 g = torch.Generator().manual_seed(1234)
@@ -24,20 +29,43 @@ def rnd(*shape):  # float32 values (what the tests feed), computed on in float64
     return torch.randn(*shape, generator=g).double().requires_grad_()
 
 
-for name, B, T, H, Hkv, D, causal, scale in CASES:
+def key_starts(B, T, docs):  # megatron's _get_ltor_masks_and_position_ids, as first keys
+    ks = torch.zeros(B, T, dtype=torch.int64)
+    for b in range(B):
+        eods = set(torch.randperm(T, generator=g)[:docs].tolist())
+        start = 0
+        for t in range(T):
+            ks[b, t] = start
+            if t in eods:
+                start = t + 1
+    return ks
+
+
+for name, B, T, H, Hkv, D, causal, scale, *docs in CASES:
+    docs = docs[0] if docs else 0
     q = rnd(B, T, H, D)
     k = rnd(B, T, Hkv, D)
     v = rnd(B, T, Hkv, D)
     dout = rnd(B, T, H, D).detach()
     sc = scale if scale else 1.0 / math.sqrt(D)
     qh, kh, vh = (x.transpose(1, 2) for x in (q, k, v))  # (B,heads,T,D)
-    out = F.scaled_dot_product_attention(qh, kh, vh, is_causal=bool(causal), scale=sc,
+    allowed, extra = None, []
+    if docs:
+        ks = key_starts(B, T, docs)
+        j = torch.arange(T)
+        allowed = (j[None, None, :] >= ks[:, :, None]) & (j[None, None, :] <= j[None, :, None])
+        allowed = allowed[:, None]  # (B,1,T,T)
+        extra = [("ks", ks)]
+    out = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=allowed,
+                                         is_causal=bool(causal) and allowed is None, scale=sc,
                                          enable_gqa=True).transpose(1, 2)
     out.backward(dout)
     s = torch.einsum("bhid,bhjd->bhij", qh, kh.repeat_interleave(H // Hkv, dim=1)) * sc
-    if causal:
+    if allowed is not None:
+        s = s.masked_fill(~allowed, float("-inf"))
+    elif causal:
         s = s.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
     lse = torch.logsumexp(s, dim=-1)
-    for key, t in [("q", q), ("k", k), ("v", v), ("dout", dout), ("out", out), ("lse", lse),
+    for key, t in extra + [("q", q), ("k", k), ("v", v), ("dout", dout), ("out", out), ("lse", lse),
                    ("dq", q.grad), ("dk", k.grad), ("dv", v.grad)]:
         np.save(f"attn_{name}_{key}.npy", t.detach().float().numpy())  # float32: a few KiB

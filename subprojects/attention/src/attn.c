@@ -47,6 +47,27 @@ static mt_status resolve(attn_shape *s, const mt_tensor *q, const mt_tensor *k,
     const int split = mt_env_int_once("MT_ATTN_DS_SPLIT", -1, &env_split);
     s->ds_split = split >= 0 ? split != 0 : cfg->ds_split != 0;
     s->esize = (int)mt_dtype_size(q->dtype);
+    s->ks = NULL;
+    const mt_tensor *ks = cfg->key_start;
+    if (!ks) return MT_OK;
+    MT_REQUIRE(s->causal, MT_ERR_INVALID_ARG, "key_start (document masks) needs causal = 1");
+    MT_REQUIRE(
+        ks->data && ks->dtype == MT_I32 && ks->ndim == 2 && mt_tensor_is_contiguous(ks) &&
+            ks->shape[0] == s->B && ks->shape[1] == s->T && mt_device_eq(ks->device, q->device),
+        MT_ERR_INVALID_ARG, "key_start must be contiguous i32 (B,T) = (%lld,%lld) on q's device",
+        (long long)s->B, (long long)s->T);
+    s->ks = ks->data;
+    if (mt_device_is_cuda(q->device)) return MT_OK; /* the kernels rely on it (attention.h) */
+    for (int64_t b = 0; b < s->B; b++)
+        for (int64_t i = 0, prev = 0; i < s->T; i++) {
+            const int64_t v = s->ks[b * s->T + i];
+            MT_REQUIRE(v >= prev && v <= i, MT_ERR_INVALID_ARG,
+                       "key_start[%lld][%lld] = %lld: must be in [key_start[%lld][%lld], %lld] "
+                       "(nondecreasing, at most the query's own index)",
+                       (long long)b, (long long)i, (long long)v, (long long)b,
+                       (long long)(i ? i - 1 : 0), (long long)i);
+            prev = v;
+        }
     return MT_OK;
 }
 

@@ -14,6 +14,7 @@ typedef struct attn_shape {
     float scale; /* resolved: never 0 */
     int causal, deterministic, ds_split;
     int esize; /* bytes per element of q */
+    const int32_t *ks; /* cfg.key_start's (B,T) data on q's device, or NULL */
 } attn_shape;
 
 /* Workspace of the CUDA backward: Di = rowsum(dout*out) (B,H,T) f32, 256-byte rounded; then,

@@ -1,7 +1,8 @@
 /* gpu: CUDA attention forward/backward against the torch goldens and the CPU reference on fresh
  * random inputs (f32, bf16, f16; fast and deterministic backward; contiguous and fused-QKV
- * strides; tensor-core and generic paths), whole tensors for small shapes and sampled rows
- * (fp64 on the CPU) for long sequences. Outputs are poisoned first: every element must be written. */
+ * strides; tensor-core and generic paths; with document masks), whole tensors for small shapes
+ * and sampled rows (fp64 on the CPU) for long sequences. Outputs are poisoned first: every
+ * element must be written. */
 #include <mt/attention.h>
 #include <mt/testkit.h>
 
@@ -15,7 +16,26 @@ typedef struct {
     int det, fused;
     float scale;
     int split; /* mt_attn_config.ds_split */
+    int docs;  /* document masks: about this many EOD tokens a row (0: none) */
 } shape;
+
+/* The key starts of s's document masks (B,T), or NULL: a document ends at each position where
+ * a draw falls below docs/T (Megatron's: the token after an EOD starts the next one). */
+static int32_t *key_starts(const shape *s) {
+    if (!s->docs) return NULL;
+    int32_t *ks = malloc((size_t)s->B * s->T * 4);
+    for (int b = 0; b < s->B; b++)
+        for (int t = 0, start = 0; t < s->T; t++) {
+            ks[b * s->T + t] = start;
+            if (mt_philox_u32(31, (uint64_t)b, (uint64_t)t) % (uint32_t)s->T < (uint32_t)s->docs)
+                start = t + 1;
+        }
+    return ks;
+}
+/* The first key query i of batch entry b sees. */
+static int first_key(const int32_t *ks, const shape *s, int b, int i) {
+    return ks ? ks[b * s->T + i] : 0;
+}
 
 /* The bf16 backward on sm_90a without ds_split rounds each dS once (|error| <= 2^-8 |dS|, round
  * to nearest), as flash-attention does, so dQ = dS K and dK = dS^T Q carry sum_j e_j dS_ij K_jd
@@ -127,9 +147,9 @@ static void close_rel(const char *what, const shape *s, const float *got, const 
 /* spread (see DS_ROUND_BOUND, p_round_bound) of every dq, dk (dS's rounding) and dv (P's)
  * element, in fp64 from the inputs, lse and the GPU's out (for Di, as the backward uses it); dk's
  * and dv's sums run over the group's heads. */
-static void round_spread(const shape *s, const float *q, const float *k, const float *v,
-                         const float *g, const float *o, const float *lse, float *sq, float *sk,
-                         float *sv) {
+static void round_spread(const shape *s, const int32_t *ks, const float *q, const float *k,
+                         const float *v, const float *g, const float *o, const float *lse,
+                         float *sq, float *sk, float *sv) {
     int B = s->B, T = s->T, H = s->H, Hkv = s->Hkv, D = s->D, G = H / Hkv;
     double sc = s->scale ? s->scale : 1.0 / sqrt((double)D);
     size_t nq = (size_t)B * T * H * D, nk = (size_t)B * T * Hkv * D;
@@ -145,7 +165,7 @@ static void round_spread(const shape *s, const float *q, const float *k, const f
                 for (int d = 0; d < D; d++)
                     Di += (double)gi[d] * oi[d];
                 double *ai = aq + (((size_t)b * T + i) * H + h) * D;
-                for (int j = 0; j < (s->causal ? i + 1 : T); j++) {
+                for (int j = first_key(ks, s, b, i); j < (s->causal ? i + 1 : T); j++) {
                     const float *kj = k + (((size_t)b * T + j) * Hkv + h / G) * D;
                     const float *vj = v + (((size_t)b * T + j) * Hkv + h / G) * D;
                     double x = 0.0, dp = 0.0;
@@ -172,9 +192,9 @@ static void round_spread(const shape *s, const float *q, const float *k, const f
 
 /* fp64 reference of sampled rows: out/lse/dq for query rows and dk/dv for key rows, using the
  * GPU's lse and Di = dout.out (both checked on the sampled query rows first). */
-static void sampled(const shape *s, const float *q, const float *k, const float *v, const float *g,
-                    const float *o, const float *lse, const float *dq, const float *dk,
-                    const float *dv, int nsample) {
+static void sampled(const shape *s, const int32_t *ks, const float *q, const float *k,
+                    const float *v, const float *g, const float *o, const float *lse,
+                    const float *dq, const float *dk, const float *dv, int nsample) {
     int B = s->B, T = s->T, H = s->H, Hkv = s->Hkv, D = s->D, G = H / Hkv;
     double sc = s->scale ? s->scale : 1.0 / sqrt((double)D);
     float *got = malloc((size_t)nsample * 5 * D * 4), *ref = malloc((size_t)nsample * 5 * D * 4);
@@ -187,9 +207,9 @@ static void sampled(const shape *s, const float *q, const float *k, const float 
     for (int n = 0; n < nsample; n++) {
         uint32_t r = mt_philox_u32(7, 7, (uint64_t)n);
         int b = (int)(r % B), h = (int)(r / B % H), i = n == 0 ? T - 1 : (int)(r / B / H % T);
-        int hk = h / G, nk = s->causal ? i + 1 : T;
+        int hk = h / G, nk = s->causal ? i + 1 : T, j0 = first_key(ks, s, b, i);
         double m = -INFINITY, l = 0.0, Di = 0.0;
-        for (int j = 0; j < nk; j++) {
+        for (int j = j0; j < nk; j++) {
             double x = 0.0;
             for (int d = 0; d < D; d++)
                 x += (double)q[QI(b, i, h) + d] * k[KI(b, j, hk) + d];
@@ -200,11 +220,11 @@ static void sampled(const shape *s, const float *q, const float *k, const float 
             acc[d] = 0.0;
         for (int d = 0; d < D; d++)
             a2[d] = 0.0;
-        for (int j = 0; j < nk; j++)
+        for (int j = j0; j < nk; j++)
             l += exp(p[j] - m);
         for (int d = 0; d < D; d++)
             Di += (double)g[QI(b, i, h) + d] * o[QI(b, i, h) + d];
-        for (int j = 0; j < nk; j++) {
+        for (int j = j0; j < nk; j++) {
             double pj = exp(p[j] - m) / l, dp = 0.0;
             for (int d = 0; d < D; d++)
                 dp += (double)g[QI(b, i, h) + d] * v[KI(b, j, hk) + d];
@@ -231,6 +251,7 @@ static void sampled(const shape *s, const float *q, const float *k, const float 
             a2[d] = 0.0;
         for (int hq = hk * G; hq < (hk + 1) * G; hq++)
             for (int t = s->causal ? j : 0; t < T; t++) {
+                if (first_key(ks, s, b, t) > j) continue; /* (document masks) */
                 double x = 0.0, dp = 0.0, Dt = 0.0;
                 for (int d = 0; d < D; d++) {
                     x += (double)q[QI(b, t, hq) + d] * k[KI(b, j, hk) + d];
@@ -320,8 +341,15 @@ static void run(const shape *s, const float *q, const float *k, const float *v, 
     mt_arena *ar;
     MT_CHECK(mt_arena_create(mt_device_cuda(0),
                              (4 * nq + 4 * nk) * es + 8 * (nq + nk) + (1 << 22) +
-                                 3 * (size_t)(H + Hkv) * D * 4 + 1024,
+                                 3 * (size_t)(H + Hkv) * D * 4 + (size_t)(B * T) * 4 + 1024,
                              &ar));
+    int32_t *ks = key_starts(s);
+    mt_tensor tks, hks = mt_tensor_2d(ks, MT_I32, B, T, MT_DEVICE_CPU);
+    if (ks) {
+        MT_CHECK(mt_tensor_alloc(ar, MT_I32, 2, (int64_t[]){ B, T }, &tks));
+        MT_CHECK(mt_memcpy(tks.data, tks.device, ks, MT_DEVICE_CPU, (size_t)(B * T) * 4, NULL));
+        cfg.key_start = &tks;
+    }
     mt_tensor tq, tk, tv, to, tg, tdq, tdk, tdv, tl;
     int64_t shq[4] = { B, T, H, D }, shk[4] = { B, T, Hkv, D }, shl[3] = { B, H, T };
     if (s->fused) { /* q, k, v (and dq, dk, dv) are slices of one (B,T,H+2Hkv,D) buffer */
@@ -437,10 +465,12 @@ static void run(const shape *s, const float *q, const float *k, const float *v, 
         mt_tensor cdq = mt_tensor_4d(cpu[2], MT_F32, B, T, H, D, MT_DEVICE_CPU);
         mt_tensor cdk = mt_tensor_4d(cpu[3], MT_F32, B, T, Hkv, D, MT_DEVICE_CPU);
         mt_tensor cdv = mt_tensor_4d(cpu[4], MT_F32, B, T, Hkv, D, MT_DEVICE_CPU);
-        MT_CHECK(mt_attn_fwd(&co, &cl, &cq, &ck, &cv, &cfg, NULL));
+        mt_attn_config ccfg = cfg; /* (the key starts on the host) */
+        ccfg.key_start = ks ? &hks : NULL;
+        MT_CHECK(mt_attn_fwd(&co, &cl, &cq, &ck, &cv, &ccfg, NULL));
         /* why: the GPU's rounded out feeds Di, as in its backward */
         mt_tensor go = mt_tensor_4d(o, MT_F32, B, T, H, D, MT_DEVICE_CPU);
-        MT_CHECK(mt_attn_bwd(&cdq, &cdk, &cdv, &cg, &cq, &ck, &cv, &go, &cl, &cfg, NULL, 0, NULL));
+        MT_CHECK(mt_attn_bwd(&cdq, &cdk, &cdv, &cg, &cq, &ck, &cv, &go, &cl, &ccfg, NULL, 0, NULL));
         ref_o = cpu[0], ref_l = cpu[1], ref_dq = cpu[2], ref_dk = cpu[3], ref_dv = cpu[4];
     }
     if (ref_o) {
@@ -451,17 +481,17 @@ static void run(const shape *s, const float *q, const float *k, const float *v, 
         float *sq = NULL, *sk = NULL, *sv = NULL;
         if (rounds_ds(s)) sq = malloc(nq * 4), sk = malloc(nk * 4);
         if (p_round_bound(s) > 0) sv = malloc(nk * 4);
-        if (sq || sv) round_spread(s, q, k, v, g, o, ref_l, sq, sk, sv);
+        if (sq || sv) round_spread(s, ks, q, k, v, g, o, ref_l, sq, sk, sv);
         close_rel("dq", s, dq, ref_dq, nq, sq, DS_ROUND_BOUND);
         close_rel("dk", s, dk, ref_dk, nk, sk, DS_ROUND_BOUND);
         close_rel("dv", s, dv, ref_dv, nk, sv, p_round_bound(s));
         free(sq), free(sk), free(sv);
     } else {
-        sampled(s, q, k, v, g, o, l, dq, dk, dv, 6);
+        sampled(s, ks, q, k, v, g, o, l, dq, dk, dv, 6);
     }
     for (int i = 0; i < 5; i++)
         free(cpu[i]);
-    free(o), free(dq), free(dk), free(dv), free(l);
+    free(o), free(dq), free(dk), free(dv), free(l), free(ks);
     mt_arena_destroy(ar);
 }
 
@@ -493,6 +523,7 @@ static void golden(const char *name, int causal, float scale, mt_dtype dt, int d
                 det,
                 0,
                 scale,
+                0,
                 0 };
     if (dt == MT_F32)
         run(&s, x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7], x[8]);
@@ -524,41 +555,41 @@ int main(void) {
     }
     static const shape fixed[] = {
         /* B  T    H  KV D   causal dtype  det fused scale split */
-        { 2, 128, 4, 4, 64, 1, MT_BF16, 0, 0, 0, 0 },
-        { 1, 200, 8, 2, 128, 1, MT_BF16, 1, 0, 0, 0 },
-        { 2, 77, 4, 1, 64, 0, MT_F16, 0, 0, 0, 0 },
-        { 1, 1, 2, 2, 128, 0, MT_BF16, 0, 0, 0, 0 },
-        { 1, 333, 4, 4, 128, 0, MT_F16, 1, 1, 0, 0 },
-        { 3, 65, 6, 3, 64, 1, MT_BF16, 0, 1, 0, 0 },
-        { 1, 100, 8, 1, 128, 1, MT_BF16, 0, 0, 0, 0 },
-        { 1, 129, 2, 2, 96, 1, MT_BF16, 0, 0, 0, 0 },
-        { 1, 50, 2, 1, 256, 0, MT_F16, 0, 0, 0, 0 },
-        { 1, 64, 2, 2, 40, 1, MT_F32, 0, 0, 0, 0 },
-        { 1, 191, 4, 2, 64, 1, MT_F16, 1, 0, 0.2f, 0 },
-        { 1, 257, 2, 2, 128, 0, MT_BF16, 0, 1, 0, 0 },
+        { 2, 128, 4, 4, 64, 1, MT_BF16, 0, 0, 0, 0, 0 },
+        { 1, 200, 8, 2, 128, 1, MT_BF16, 1, 0, 0, 0, 0 },
+        { 2, 77, 4, 1, 64, 0, MT_F16, 0, 0, 0, 0, 0 },
+        { 1, 1, 2, 2, 128, 0, MT_BF16, 0, 0, 0, 0, 0 },
+        { 1, 333, 4, 4, 128, 0, MT_F16, 1, 1, 0, 0, 0 },
+        { 3, 65, 6, 3, 64, 1, MT_BF16, 0, 1, 0, 0, 0 },
+        { 1, 100, 8, 1, 128, 1, MT_BF16, 0, 0, 0, 0, 0 },
+        { 1, 129, 2, 2, 96, 1, MT_BF16, 0, 0, 0, 0, 0 },
+        { 1, 50, 2, 1, 256, 0, MT_F16, 0, 0, 0, 0, 0 },
+        { 1, 64, 2, 2, 40, 1, MT_F32, 0, 0, 0, 0, 0 },
+        { 1, 191, 4, 2, 64, 1, MT_F16, 1, 0, 0.2f, 0, 0 },
+        { 1, 257, 2, 2, 128, 0, MT_BF16, 0, 1, 0, 0, 0 },
         /* D64 with T % 4 == 0 and a partial last tile (the wgmma backward's bulk lse, Di) */
-        { 2, 100, 4, 2, 64, 1, MT_BF16, 0, 0, 0, 0 },
-        { 1, 300, 4, 4, 64, 0, MT_BF16, 0, 0, 0, 0 },
+        { 2, 100, 4, 2, 64, 1, MT_BF16, 0, 0, 0, 0, 0 },
+        { 1, 300, 4, 4, 64, 0, MT_BF16, 0, 0, 0, 0, 0 },
         /* causal rows with few keys: |dS| ~ 1 and dQ cancels (bf16 dS alone failed the plain
          * tolerance here); with ds_split (hi + lo) the plain tolerance holds */
-        { 1, 283, 16, 2, 64, 1, MT_BF16, 1, 1, 0, 0 },
-        { 2, 237, 4, 2, 64, 1, MT_BF16, 0, 1, 0, 0 },
-        { 2, 237, 4, 2, 64, 1, MT_BF16, 0, 1, 0, 1 },
-        { 1, 200, 8, 2, 128, 1, MT_BF16, 0, 0, 0, 1 },
-        { 1, 2500, 4, 1, 128, 1, MT_BF16, 0, 0, 0, 1 },
+        { 1, 283, 16, 2, 64, 1, MT_BF16, 1, 1, 0, 0, 0 },
+        { 2, 237, 4, 2, 64, 1, MT_BF16, 0, 1, 0, 0, 0 },
+        { 2, 237, 4, 2, 64, 1, MT_BF16, 0, 1, 0, 1, 0 },
+        { 1, 200, 8, 2, 128, 1, MT_BF16, 0, 0, 0, 1, 0 },
+        { 1, 2500, 4, 1, 128, 1, MT_BF16, 0, 0, 0, 1, 0 },
         /* causal D64 with whole 64-row tiles: 1, 2 and 4 pairs of key tiles a head */
-        { 2, 512, 4, 4, 64, 1, MT_BF16, 0, 0, 0, 0 },
-        { 1, 256, 2, 2, 64, 1, MT_F16, 0, 0, 0, 0 },
-        { 3, 128, 2, 2, 64, 1, MT_BF16, 0, 0, 0, 1 },
+        { 2, 512, 4, 4, 64, 1, MT_BF16, 0, 0, 0, 0, 0 },
+        { 1, 256, 2, 2, 64, 1, MT_F16, 0, 0, 0, 0, 0 },
+        { 3, 128, 2, 2, 64, 1, MT_BF16, 0, 0, 0, 1, 0 },
         /* GPT-2 124M's and 1.5B's attention at B16 and B8 (q, k, v slices of one buffer, as the
          * model's): many heads and tiles per block of the wgmma grids */
-        { 16, 1024, 12, 12, 64, 1, MT_BF16, 0, 1, 0, 0 },
-        { 8, 1024, 25, 25, 64, 1, MT_BF16, 0, 1, 0, 0 },
+        { 16, 1024, 12, 12, 64, 1, MT_BF16, 0, 1, 0, 0, 0 },
+        { 8, 1024, 25, 25, 64, 1, MT_BF16, 0, 1, 0, 0, 0 },
         /* long sequences: sampled rows */
-        { 1, 4096, 2, 1, 128, 1, MT_BF16, 0, 0, 0, 0 },
-        { 1, 2048, 4, 2, 64, 0, MT_F16, 1, 0, 0, 0 },
-        { 2, 1500, 2, 2, 128, 0, MT_BF16, 1, 1, 0, 0 },
-        { 1, 3001, 8, 1, 64, 1, MT_BF16, 0, 0, 0, 0 },
+        { 1, 4096, 2, 1, 128, 1, MT_BF16, 0, 0, 0, 0, 0 },
+        { 1, 2048, 4, 2, 64, 0, MT_F16, 1, 0, 0, 0, 0 },
+        { 2, 1500, 2, 2, 128, 0, MT_BF16, 1, 1, 0, 0, 0 },
+        { 1, 3001, 8, 1, 64, 1, MT_BF16, 0, 0, 0, 0, 0 },
     };
     for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++)
         random_inputs(&fixed[i]);
@@ -576,17 +607,29 @@ int main(void) {
                     (int)((r0 >> 11) & 1),
                     (int)((r0 >> 12) & 1),
                     0,
-                    (int)((r0 >> 13) & 1) };
+                    (int)((r0 >> 13) & 1),
+                    0 };
         random_inputs(&s);
     }
     /* appended after the random shapes, so that every earlier draw keeps its seeds */
     static const shape later[] = {
         /* the D128 forward's 128-row blocks on sm_90a: causal pairs over an odd tile count (0 and
          * 2, then 1 alone), a last tile of 44 rows */
-        { 2, 300, 4, 2, 128, 1, MT_F16, 0, 1, 0, 0 },
+        { 2, 300, 4, 2, 128, 1, MT_F16, 0, 1, 0, 0, 0 },
         /* the non-causal D128 forward's 176-key tiles (boxes of 88 rows): GQA, a last tile of
          * 172 keys, Q by TMA (6 query tiles of 128 rows, the last of 60) */
-        { 2, 700, 8, 2, 128, 0, MT_BF16, 0, 1, 0, 0 },
+        { 2, 700, 8, 2, 128, 0, MT_BF16, 0, 1, 0, 0, 0 },
+        /* document masks (--reset-attention-mask): GPT-2 124M's shape (sampled rows, the wgmma
+         * kernels' skipped key tiles and shortened walks), whole tensors on the CPU at D64 and
+         * D128 (sm_90a: the two-warpgroup forward and backward), deterministic (the mma.sync dK,
+         * dV and dQ kernels), f32 (generic), many one- and two-token documents with ds_split */
+        { 16, 1024, 12, 12, 64, 1, MT_BF16, 0, 1, 0, 0, 8 },
+        { 2, 600, 4, 2, 64, 1, MT_BF16, 0, 0, 0, 0, 6 },
+        { 1, 500, 8, 2, 128, 1, MT_BF16, 0, 1, 0, 0, 5 },
+        { 2, 300, 4, 4, 64, 1, MT_F16, 1, 0, 0, 0, 10 },
+        { 1, 333, 4, 2, 128, 1, MT_BF16, 1, 0, 0, 0, 3 },
+        { 1, 200, 2, 1, 40, 1, MT_F32, 0, 0, 0, 0, 4 },
+        { 2, 256, 4, 2, 64, 1, MT_BF16, 0, 0, 0, 1, 90 },
     };
     for (size_t i = 0; i < sizeof later / sizeof later[0]; i++)
         random_inputs(&later[i]);

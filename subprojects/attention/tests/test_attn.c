@@ -1,5 +1,6 @@
-/* unit: CPU attention forward/backward against torch SDPA (float64) golden values, also through
- * strided q/k/v views of one fused QKV buffer, and argument validation. */
+/* unit: CPU attention forward/backward against torch SDPA (float64) golden values (causal, full,
+ * and with document masks: SDPA given the boolean mask), also through strided q/k/v views of one
+ * fused QKV buffer, and argument validation. */
 #include <mt/attention.h>
 #include <mt/testkit.h>
 
@@ -11,12 +12,14 @@ typedef struct {
     const char *name;
     int causal;
     float scale;
+    int docs; /* 1: document masks from the golden's ks */
 } golden_case;
 
 static const golden_case cases[] = {
-    { "mha_t16_d64_causal", 1, 0.0f },  { "mqa_t1_d64", 0, 0.0f },
-    { "gqa4_t70_d40_causal", 1, 0.0f }, { "gqa8_t33_d96", 0, 0.0f },
-    { "gqa2_t67_d64_s0.3", 0, 0.3f },   { "gqa2_t67_d64_causal", 1, 0.0f },
+    { "mha_t16_d64_causal", 1, 0.0f, 0 },  { "mqa_t1_d64", 0, 0.0f, 0 },
+    { "gqa4_t70_d40_causal", 1, 0.0f, 0 }, { "gqa8_t33_d96", 0, 0.0f, 0 },
+    { "gqa2_t67_d64_s0.3", 0, 0.3f, 0 },   { "gqa2_t67_d64_causal", 1, 0.0f, 0 },
+    { "gqa2_t67_d64_docs", 1, 0.0f, 1 },   { "mha_t40_d40_docs", 1, 0.0f, 1 },
 };
 
 static float *load(const golden_case *c, const char *key, mt_npy *shape) {
@@ -136,6 +139,17 @@ static void run(const golden_case *c, int fused) {
     mt_attn_config cfg = MT_ATTN_CONFIG_INIT;
     cfg.causal = c->causal;
     cfg.scale = c->scale;
+    int32_t *ksi = NULL;
+    mt_tensor tks;
+    if (c->docs) { /* the golden's key starts (stored as f32) */
+        float *ksf = load(c, "ks", NULL);
+        ksi = malloc((size_t)(B * T) * 4);
+        for (int64_t i = 0; i < B * T; i++)
+            ksi[i] = (int32_t)ksf[i];
+        free(ksf);
+        tks = mt_tensor_2d(ksi, MT_I32, B, T, MT_DEVICE_CPU);
+        cfg.key_start = &tks;
+    }
     size_t ws = 1;
     MT_CHECK(mt_attn_bwd_workspace(&tq, &tk, &cfg, &ws));
     MT_EXPECT(ws == 0, "CPU workspace %zu", ws);
@@ -149,7 +163,7 @@ static void run(const golden_case *c, int fused) {
     check(what, c, dv, "dv", nk);
     if (!fused) check_bias_sums(c, &tdq, &tdk, &tdv, &tdo, &tq, &tk, &tv, &tout, &tlse, &cfg);
     free(q), free(k), free(v), free(dout), free(qkv), free(out), free(lse), free(dq), free(dk),
-        free(dv);
+        free(dv), free(ksi);
 }
 
 static void check_errors(void) {
@@ -182,6 +196,26 @@ static void check_errors(void) {
     MT_EXPECT_STATUS(mt_attn_bwd_bias(&q4, &q4, &q4, NULL, NULL, &bf_sum, 0, &o4, &q4, &q4, &q4,
                                       &o4, &l4, &cfg, NULL, 0, NULL),
                      MT_ERR_INVALID_ARG);
+    /* document masks: causal only; i32 (B,T); each row's starts nondecreasing and <= the query */
+    int32_t st[2][4] = { { 0, 0, 2, 2 }, { 0, 1, 1, 3 } };
+    mt_tensor tks = mt_tensor_2d(st, MT_I32, 2, 4, MT_DEVICE_CPU);
+    static float ob[2 * 4 * 4 * 16];
+    o4 = mt_tensor_4d(ob, MT_F32, 2, 4, 4, 16, MT_DEVICE_CPU); /* (not aliasing q) */
+    cfg.key_start = &tks;
+    MT_EXPECT_STATUS(mt_attn_fwd(&o4, &l4, &q4, &q4, &q4, &cfg, NULL), MT_ERR_INVALID_ARG);
+    cfg.causal = 1;
+    MT_CHECK(mt_attn_fwd(&o4, &l4, &q4, &q4, &q4, &cfg, NULL));
+    st[1][2] = 0; /* decreasing */
+    MT_EXPECT_STATUS(mt_attn_fwd(&o4, &l4, &q4, &q4, &q4, &cfg, NULL), MT_ERR_INVALID_ARG);
+    st[1][2] = 3; /* past its query */
+    MT_EXPECT_STATUS(mt_attn_fwd(&o4, &l4, &q4, &q4, &q4, &cfg, NULL), MT_ERR_INVALID_ARG);
+    st[1][2] = 1;
+    mt_tensor short_ks = mt_tensor_2d(st, MT_I32, 2, 3, MT_DEVICE_CPU);
+    mt_tensor f32_ks = mt_tensor_2d(st, MT_F32, 2, 4, MT_DEVICE_CPU);
+    cfg.key_start = &short_ks;
+    MT_EXPECT_STATUS(mt_attn_fwd(&o4, &l4, &q4, &q4, &q4, &cfg, NULL), MT_ERR_INVALID_ARG);
+    cfg.key_start = &f32_ks;
+    MT_EXPECT_STATUS(mt_attn_fwd(&o4, &l4, &q4, &q4, &q4, &cfg, NULL), MT_ERR_INVALID_ARG);
 }
 
 int main(void) {

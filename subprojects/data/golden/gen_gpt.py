@@ -74,7 +74,7 @@ CASES = {  # name: (prefixes, weights, split, seq, seed, sizes [train, valid, te
     "mock": (None, None, None, 64, 1234, [24, 8, 8], {}),
     "masks": (["ds_e"], None, "60,40,0", 16, 21, [10, 9, 0],
               {"drop_last_partial_validation_sequence": False, "eod_mask_loss": True,
-               "reset_position_ids": True}),
+               "reset_position_ids": True, "reset_attention_mask": True}),
 }
 
 
@@ -85,7 +85,7 @@ def run_case(name, prefixes, weights, split, seq, seed, sizes, extra, cache):
     extra = {"reset_position_ids": False, **extra}
     cfg = GPTDatasetConfig(random_seed=seed, sequence_length=seq, blend=blend, split=split,
                            path_to_cache=cache, tokenizer=Tok(),
-                           reset_attention_mask=False, **{"eod_mask_loss": False, **extra})
+                           **{"eod_mask_loss": False, "reset_attention_mask": False, **extra})
     cls = MockGPTDataset if prefixes is None else GPTDataset
     dss = BlendedMegatronDatasetBuilder(cls, sizes, lambda: True, cfg).build()
     meta = {}
@@ -118,6 +118,9 @@ def run_case(name, prefixes, weights, split, seq, seed, sizes, extra, cache):
             np.save(os.path.join(HERE, base + "_items.npy"), np.stack([np.stack(
                 [it["tokens"].numpy(), it["labels"].numpy(), it["loss_mask"].numpy(),
                  it["position_ids"].numpy()]) for it in items]).astype(np.int64))
+            # and attention_mask (1, seq, seq), True where masked (reset_attention_mask)
+            np.save(os.path.join(HERE, base + "_attn.npy"), np.stack(
+                [it["attention_mask"].numpy()[0] for it in items]).astype(np.int64))
         meta[split_name] = n
     return meta
 

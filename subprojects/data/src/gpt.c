@@ -700,6 +700,13 @@ mt_status mt_data_dataset_get(const mt_data_dataset *ds, int64_t i, int64_t *tex
     return gpt_set_get(&ds->sets[d], &ds->cfg, j, text);
 }
 
+void mt_data_doc_starts(const int64_t *tokens, int64_t T, int64_t eod, int64_t *start) {
+    for (int64_t t = 0, s = 0; t < T; t++) {
+        start[t] = s;
+        if (tokens[t] == eod) s = t + 1;
+    }
+}
+
 mt_status mt_data_dataset_get_sample(const mt_data_dataset *ds, int64_t i, int64_t *tokens,
                                      int64_t *labels, float *loss_mask, int64_t *position_ids) {
     MT_REQUIRE(ds && tokens && labels && loss_mask && position_ids, MT_ERR_INVALID_ARG,
@@ -712,11 +719,10 @@ mt_status mt_data_dataset_get_sample(const mt_data_dataset *ds, int64_t i, int64
         tokens[t] = text[t];
         labels[t] = c->add_extra_token ? text[t + 1] : (t + 1 < T ? text[t + 1] : pad);
     }
-    int64_t prev = 0;
+    if (c->reset_position_ids) mt_data_doc_starts(tokens, T, c->eod, position_ids);
     for (int64_t t = 0; t < T; t++) {
         loss_mask[t] = c->eod_mask_loss && tokens[t] == c->eod ? 0.0f : 1.0f;
-        position_ids[t] = t - prev;
-        if (c->reset_position_ids && tokens[t] == c->eod) prev = t + 1;
+        position_ids[t] = c->reset_position_ids ? t - position_ids[t] : t;
     }
     for (int64_t t = 0; t < T; t++) {
         if (labels[t] == pad) {

@@ -17,7 +17,8 @@ typedef struct gpt_case { /* mirrors CASES in golden/gen_gpt.py */
     int64_t sizes[3]; /* -1: None */
     int keep_partial_valid;
     int indices; /* compare document/sample/shuffle indices too */
-    int masks;   /* eod_mask_loss + reset_position_ids; compare __getitem__ */
+    int masks;   /* eod_mask_loss + reset_position_ids (+ reset_attention_mask: the document
+                    starts); compare __getitem__ */
 } gpt_case;
 
 // clang-format off
@@ -82,6 +83,20 @@ static void compare_items(const mt_data_dataset *ds, const char *base, const int
     }
     MT_EXPECT(n == (size_t)(rows * 4 * T), "%s: %zu values", name, n);
     mt_test_equal_i64(name, got, ref, n);
+    /* reset_attention_mask's attention_mask (1 where masked) from the document starts: query t
+     * sees keys start[t] .. t */
+    snprintf(name, sizeof name, "%s_attn.npy", base);
+    int64_t *want = golden_i64(name, &n, NULL), *start = malloc((size_t)T * sizeof *start);
+    int64_t *mine = malloc((size_t)(rows * T * T) * sizeof *mine);
+    MT_EXPECT(n == (size_t)(rows * T * T), "%s: %zu values", name, n);
+    for (int64_t r = 0; r < rows; r++) {
+        mt_data_doc_starts(got + r * 4 * T, T, 50256, start);
+        for (int64_t i = 0; i < T; i++)
+            for (int64_t j = 0; j < T; j++)
+                mine[(r * T + i) * T + j] = !(start[i] <= j && j <= i);
+    }
+    mt_test_equal_i64(name, mine, want, n);
+    free(want), free(start), free(mine);
     free(ref);
     free(got);
     free(mask);

@@ -177,6 +177,12 @@ MT_API mt_status mt_model_take_loss_sum(mt_model *m, double *sum, double *count,
  * after each document's end: Megatron's --reset-position-ids). Each < max_position_embeddings
  * for learned positions (CPU: an error; CUDA: no position row). NULL: 0..T-1 (the default). */
 MT_API mt_status mt_model_set_positions(mt_model *m, const mt_tensor *pos);
+/* Document masks (Megatron's --reset-attention-mask) for the forwards and backwards from now on,
+ * read when they run as the position ids are: (B,T) i32 on the model's device, the first key
+ * each token's attention may see (its document's first token; mt_attn_config.key_start: each
+ * row nondecreasing, each value at most its own index; the CPU checks, CUDA relies on it).
+ * NULL: every token sees the whole sequence before it (the default). */
+MT_API mt_status mt_model_set_key_starts(mt_model *m, const mt_tensor *ks);
 /* Sets every gradient to zero. Enqueued. */
 MT_API mt_status mt_model_zero_grad(mt_model *m, mt_stream stream);
 /* Drops the gradients: the next mt_model_forward_backward writes every gradient instead of adding

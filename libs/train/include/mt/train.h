@@ -75,7 +75,11 @@ typedef struct mt_train_args {
      * and its gradient are the global batch's sum over its counted tokens */
     int eod_mask_loss, calculate_per_token_loss;
     int reset_position_ids; /* positions restart after each EOD (Megatron's position_ids) */
-    int qk_layernorm;       /* --qk-layernorm: per-head q and k norms */
+    /* --reset-attention-mask: a token attends only to its own document (the tokens since the
+     * last EOD before it), unless --no-create-attention-mask-in-dataloader (Megatron then has no
+     * mask to reset: documents attend across, with a warning) */
+    int reset_attention_mask, no_create_attention_mask;
+    int qk_layernorm;                  /* --qk-layernorm: per-head q and k norms */
     int decrease_batch_size_if_needed; /* round the global batch down to a multiple of MBS x DP */
     /* evaluation and logging */
     int64_t eval_interval, eval_iters, log_interval;

@@ -30,10 +30,17 @@ typedef struct mt_attn_config {
                           pair hi + lo (fp16's precision, 1.4x the MMA work); 0 (default) rounds it
                           to bf16 once, as flash-attention and cuDNN do. The other CUDA paths
                           (deterministic, sm_80) always split. */
+    /* Document masks (Megatron's --reset-attention-mask), causal only: NULL, or a contiguous
+     * (B,T) i32 tensor on q's device holding, for each query i of each batch entry, the first
+     * key it may attend to: keys key_start[b][i] <= j <= i. Each row must satisfy
+     * key_start[b][i-1] <= key_start[b][i] <= i (e.g. the first token of the row's document);
+     * the CPU path checks it, the CUDA kernels rely on it (they skip key tiles that no query of
+     * a tile may see). */
+    const mt_tensor *key_start;
 } mt_attn_config;
 
 #define MT_ATTN_CONFIG_INIT \
-    { sizeof(mt_attn_config), 0.0f, 0, 0, 0 }
+    { sizeof(mt_attn_config), 0.0f, 0, 0, 0, NULL }
 
 /* out = softmax(scale * q k^T [+ causal mask]) v per (batch, head), and lse per row (kept for
  * the backward). Enqueued on `stream` for CUDA tensors; blocking on the CPU. out must not alias

@@ -21,13 +21,14 @@ static mt_status grads(const attn_shape *s, mt_tensor *dq, mt_tensor *dk, mt_ten
         for (int64_t h = 0; h < s->H; h++)
             for (int64_t i = 0; i < s->T; i++) {
                 int64_t hk = h / group, n = s->causal ? i + 1 : s->T;
+                const int64_t j0 = s->ks ? s->ks[b * s->T + i] : 0; /* document masks */
                 int64_t qo = at(q, b, i, h), go = at(dout, b, i, h), oo = at(out, b, i, h);
                 double L = lse_f[(b * s->H + h) * s->T + i], Di = 0.0;
                 for (int64_t d = 0; d < D; d++)
                     Di += ld(dout, go + d) * ld(out, oo + d);
                 for (int64_t d = 0; d < D; d++)
                     gq[d] = 0.0;
-                for (int64_t j = 0; j < n; j++) {
+                for (int64_t j = j0; j < n; j++) {
                     int64_t ko = at(k, b, j, hk), vo = at(v, b, j, hk);
                     double p = exp(score(s, q, k, b, i, h, j, hk) - L), dp = 0.0;
                     for (int64_t d = 0; d < D; d++)

@@ -17,14 +17,15 @@ mt_status attn_fwd_cpu(const attn_shape *s, mt_tensor *out, mt_tensor *lse, cons
         for (int64_t h = 0; h < s->H; h++)
             for (int64_t i = 0; i < s->T; i++) {
                 int64_t hk = h / group, n = s->causal ? i + 1 : s->T;
+                const int64_t j0 = s->ks ? s->ks[b * s->T + i] : 0; /* document masks */
                 double m = -INFINITY, l = 0.0;
-                for (int64_t j = 0; j < n; j++) {
+                for (int64_t j = j0; j < n; j++) {
                     p[j] = score(s, q, k, b, i, h, j, hk);
                     if (p[j] > m) m = p[j];
                 }
                 for (int64_t d = 0; d < s->D; d++)
                     o[d] = 0.0;
-                for (int64_t j = 0; j < n; j++) {
+                for (int64_t j = j0; j < n; j++) {
                     double e = exp(p[j] - m);
                     int64_t vo = at(v, b, j, hk);
                     l += e;

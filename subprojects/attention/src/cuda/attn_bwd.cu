@@ -44,7 +44,7 @@ static __global__ void attn_bwd_dq_generic_kernel(attn_args a, T *dq, const T *q
     }
     __syncwarp();
     float L = lse[row], Di = Dv[row], acc[8] = { 0 };
-    for (int j0 = 0; j0 < n; j0 += 32) {
+    for (int j0 = key_start_of(a, b, i); j0 < n; j0 += 32) {
         int j = j0 + lane;
         float ds = 0.0f;
         if (j < n) {
@@ -98,7 +98,7 @@ static __global__ void attn_bwd_dkdv_generic_kernel(attn_args a, T *dk, T *dv, c
         for (int i0 = a.causal ? j : 0; i0 < a.T; i0 += 32) {
             int i = i0 + lane;
             float p = 0.0f, ds = 0.0f;
-            if (i < a.T) {
+            if (i < a.T && key_start_of(a, b, i) <= j) { /* (document masks) */
                 const T *qr = qb + i * a.st[AQ][1], *gr = gb + i * a.st[ADO][1];
                 float s = 0.0f, dp = 0.0f;
                 for (int d = 0; d < D; d++) {
@@ -133,7 +133,7 @@ static __global__ void attn_bwd_dkdv_generic_kernel(attn_args a, T *dk, T *dv, c
 
 /* Tensor-core dQ: a block of NW warps owns BR = 16*NW query rows of one
  * (b, h) and walks the key tiles (double-buffered), recomputing P and dS; dQ stays in registers. */
-template <typename T, int D, int NW>
+template <typename T, int D, int NW, bool DOCS>
 static __global__ void __launch_bounds__(NW * 32)
     attn_bwd_dq_mma_kernel(attn_args a, T *dq, const T *q, const T *k, const T *v, const T *dout,
                            const float *lse, const float *Dv) {
@@ -146,16 +146,18 @@ static __global__ void __launch_bounds__(NW * 32)
     const T *kg = k + b * a.st[AK][0] + hk * a.st[AK][2];
     const T *vg = v + b * a.st[AV][0] + hk * a.st[AV][2];
     const int64_t ks = a.st[AK][1], vs = a.st[AV][1];
+    const int row0 = q0 + warp * 16 + (lane >> 2);
+    const fwd_ks dm = fwd_ks_of<BR, BC, DOCS>(a, b, q0, row0); /* key tiles from dm.kb */
+    const int kb0 = dm.kb * BC;
     load_tile<T, BR, D, NT>(sQ, q + b * a.st[AQ][0] + h * a.st[AQ][2] + (int64_t)q0 * a.st[AQ][1],
                             a.st[AQ][1], qn);
     load_tile<T, BR, D, NT>(sG,
                             dout + b * a.st[ADO][0] + h * a.st[ADO][2] + (int64_t)q0 * a.st[ADO][1],
                             a.st[ADO][1], qn);
-    load_tile<T, BC, D, NT>(sK, kg, ks, min(BC, a.T));
-    load_tile<T, BC, D, NT>(sV, vg, vs, min(BC, a.T));
+    load_tile<T, BC, D, NT>(sK, kg + kb0 * ks, ks, min(BC, a.T - kb0));
+    load_tile<T, BC, D, NT>(sV, vg + kb0 * vs, vs, min(BC, a.T - kb0));
     cp_async_commit();
     const float sl2 = a.scale * ATTN_LOG2E;
-    const int row0 = q0 + warp * 16 + (lane >> 2);
     float L[2], Di[2];
 #pragma unroll
     for (int r = 0; r < 2; r++) {
@@ -168,9 +170,9 @@ static __global__ void __launch_bounds__(NW * 32)
 #pragma unroll
     for (int i = 0; i < D / 8; i++)
         acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
-    for (int j = 0; j < nk; j++) {
-        if (j + 1 < nk) {
-            int k1 = (j + 1) * BC, buf = (j + 1) & 1;
+    for (int j = 0; j < nk - dm.kb; j++) { /* key tile dm.kb + j, in buffer j & 1 */
+        if (j + 1 < nk - dm.kb) {
+            int k1 = kb0 + (j + 1) * BC, buf = (j + 1) & 1;
             load_tile<T, BC, D, NT>(sK + buf * BC * D, kg + k1 * ks, ks, min(BC, a.T - k1));
             load_tile<T, BC, D, NT>(sV + buf * BC * D, vg + k1 * vs, vs, min(BC, a.T - k1));
             cp_async_commit();
@@ -204,15 +206,17 @@ static __global__ void __launch_bounds__(NW * 32)
                 attn_t<T>::mma(ds[2 * np + 1], ga, bv[2], bv[3]);
             }
         }
-        const int k0 = j * BC;
-        const bool mask = k0 + BC > a.T || (a.causal && k0 + BC - 1 > q0);
+        const int k0 = kb0 + j * BC;
+        const bool mask = k0 + BC > a.T || (a.causal && k0 + BC - 1 > q0) || (DOCS && k0 < dm.lim);
 #pragma unroll
         for (int nt = 0; nt < BC / 8; nt++)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 int col = k0 + nt * 8 + 2 * (lane & 3) + (e & 1), row = row0 + (e >> 1) * 8;
                 float pe = attn_exp2(fmaf(p[nt][e], sl2, -L[e >> 1]));
-                if (mask && (col >= a.T || (a.causal && col > row))) pe = 0.0f;
+                if (mask &&
+                    (col >= a.T || (a.causal && col > row) || (DOCS && col < dm.row[e >> 1])))
+                    pe = 0.0f;
                 ds[nt][e] = pe * (ds[nt][e] - Di[e >> 1]);
             }
 #pragma unroll
@@ -509,7 +513,7 @@ __device__ __forceinline__ void red_add2(float *p, float x, float y) {
  * dV += P^T dO, dK += dS^T Q. With DQ each warp also writes its dS^T (bf16: hi and lo terms) to
  * shared memory; after a barrier the block computes the tile's dQ part dS K (warp: 16 query
  * rows x DW columns) and adds it into the f32 accumulator dqa (B,H,T,D) with atomics. */
-template <typename T, int D, int NW, int BR, bool DQ>
+template <typename T, int D, int NW, int BR, bool DQ, bool DOCS>
 static __global__ void __launch_bounds__(NW * 32)
     attn_bwd_dkdv_mma_kernel(attn_args a, T *dk, T *dv, float *dqa, const T *q, const T *k,
                              const T *v, const T *dout, const float *lse, const float *Dv) {
@@ -520,15 +524,16 @@ static __global__ void __launch_bounds__(NW * 32)
     T *sK = (T *)smem, *sV = sK + BC * D, *sQ = sV + BC * D, *sG = sQ + 2 * BR * D;
     T *sS = sG + 2 * BR * D; /* DQ: dS^T (BC, BR), hi then lo */
     float *sL = (float *)(sS + (DQ ? TWO * BC * BR : 0)), *sD = sL + 2 * BR;
+    int *sKS = (int *)(sD + 2 * BR); /* document masks: the query tiles' key starts */
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     // why: key tiles are y, heads x, and blocks start x-fastest: the longest (causal) go first
     const int b = blockIdx.x / a.Hkv, hk = blockIdx.x % a.Hkv, k0 = blockIdx.y * BC;
-    const int nq = (a.T + BR - 1) / BR, it0 = a.causal ? k0 / BR : 0, nqt = nq - it0;
-    const int ntile = a.group * nqt;
+    const int nq = (a.T + BR - 1) / BR, it0 = a.causal ? k0 / BR : 0;
+    const int nqt = kv_walk_tiles<BR, DOCS>(a, b, it0, nq, k0 + BC - 1), ntile = a.group * nqt;
     bwd_load_kv<T, BC, D, NT, false>(a, sK, sV, k, v, b, hk, k0);
     auto issue = [&](int n, int buf) {
-        bwd_issue_q<T, BR, D, NT, false>(a, sQ, sG, sL, sD, q, dout, lse, Dv, b, hk, it0, nqt, n,
-                                         buf);
+        bwd_issue_q<T, BR, D, NT, false, DOCS>(a, sQ, sG, sL, sD, sKS, q, dout, lse, Dv, b, hk, it0,
+                                               nqt, n, buf);
     };
     if (ntile > 0) issue(0, 0);
     const float sl2 = a.scale * ATTN_LOG2E;
@@ -547,6 +552,7 @@ static __global__ void __launch_bounds__(NW * 32)
         bwd_tile_of<BR>(a, hk, it0, nqt, n, h, q0);
         const T *cQ = sQ + buf * BR * D, *cG = sG + buf * BR * D;
         const float *cL = sL + buf * BR, *cD = sD + buf * BR;
+        const int *cK = sKS + buf * BR;
         if (!a.causal || q0 + BR - 1 >= k0 + warp * 16) { // else this warp's keys all > queries
             float p[BR / 8][4], ds[BR / 8][4];
 #pragma unroll
@@ -572,8 +578,9 @@ static __global__ void __launch_bounds__(NW * 32)
                     attn_t<T>::mma(ds[2 * np + 1], va, bg[2], bg[3]);
                 }
             }
-            const bool mask = k0 + BC > a.T || q0 + BR > a.T || (a.causal && k0 + BC - 1 > q0);
-            bwd_p_ds<BR>(a, p, ds, cL, cD, sl2, key0, q0, mask, lane);
+            const bool mask = k0 + BC > a.T || q0 + BR > a.T || (a.causal && k0 + BC - 1 > q0) ||
+                              bwd_ks_mask<BR, DOCS>(cK, k0);
+            bwd_p_ds<BR, DOCS>(a, p, ds, cL, cD, cK, sl2, key0, q0, mask, lane);
 #pragma unroll
             for (int kk = 0; kk < BR / 16; kk++) {
                 uint32_t pa[4], sa[4], sl[4] = { 0, 0, 0, 0 };
@@ -683,11 +690,12 @@ static mt_status launch_fused(const attn_args &a, T *dq, T *dk, T *dv, const T *
               : attn_bwd_dq_convert_kernel<T, D, true, false>)<<<blocks, 256, 0, st>>>(a, dq, dqa,
                                                                                        parts_q);
     } else {
-        const int smem = (2 * BC * D + 4 * BR * D + TWO * BC * BR) * (int)sizeof(T) + 4 * BR * 4;
-        MT_TRY(attn_smem_attr(attn_bwd_dkdv_mma_kernel<T, D, NW, BR, true>, smem));
+        const int smem = (2 * BC * D + 4 * BR * D + TWO * BC * BR) * (int)sizeof(T) + 6 * BR * 4;
+        const auto kernel = a.ks ? attn_bwd_dkdv_mma_kernel<T, D, NW, BR, true, true>
+                                 : attn_bwd_dkdv_mma_kernel<T, D, NW, BR, true, false>;
+        MT_TRY(attn_smem_attr(kernel, smem));
         dim3 grid(a.B * a.Hkv, (a.T + BC - 1) / BC);
-        attn_bwd_dkdv_mma_kernel<T, D, NW, BR, true>
-            <<<grid, NW * 32, smem, st>>>(a, dk, dv, dqa, q, k, v, dout, lse, Dv);
+        kernel<<<grid, NW * 32, smem, st>>>(a, dk, dv, dqa, q, k, v, dout, lse, Dv);
         MT_CUDA_CHECK_LAUNCH();
         (qsum ? attn_bwd_dq_convert_kernel<T, D, false, true>
               : attn_bwd_dq_convert_kernel<T, D, false, false>)<<<blocks, 256, 0, st>>>(a, dq, dqa,
@@ -707,17 +715,19 @@ template <typename T, int D, int NW_KV, int NW_Q>
 static mt_status launch_mma(const attn_args &a, T *dq, T *dk, T *dv, const T *dout, const T *q,
                             const T *k, const T *v, const float *lse, float *Dv, mt_stream stream) {
     constexpr int BC = 16 * NW_KV, BRQ = 16 * NW_Q;
-    const int smem_kv = (2 * BC * D + 4 * 64 * D) * (int)sizeof(T) + 4 * 64 * 4;
+    const int smem_kv = (2 * BC * D + 4 * 64 * D) * (int)sizeof(T) + 6 * 64 * 4;
     const int smem_q = (2 * BRQ * D + 4 * 64 * D) * (int)sizeof(T);
-    MT_TRY(attn_smem_attr(attn_bwd_dkdv_mma_kernel<T, D, NW_KV, 64, false>, smem_kv));
+    const auto kv = a.ks ? attn_bwd_dkdv_mma_kernel<T, D, NW_KV, 64, false, true>
+                         : attn_bwd_dkdv_mma_kernel<T, D, NW_KV, 64, false, false>;
+    MT_TRY(attn_smem_attr(kv, smem_kv));
     dim3 grid_kv(a.B * a.Hkv, (a.T + BC - 1) / BC);
-    attn_bwd_dkdv_mma_kernel<T, D, NW_KV, 64, false>
-        <<<grid_kv, NW_KV * 32, smem_kv, stream>>>(a, dk, dv, NULL, q, k, v, dout, lse, Dv);
+    kv<<<grid_kv, NW_KV * 32, smem_kv, stream>>>(a, dk, dv, NULL, q, k, v, dout, lse, Dv);
     MT_CUDA_CHECK_LAUNCH();
-    MT_TRY(attn_smem_attr(attn_bwd_dq_mma_kernel<T, D, NW_Q>, smem_q));
+    const auto kq =
+        a.ks ? attn_bwd_dq_mma_kernel<T, D, NW_Q, true> : attn_bwd_dq_mma_kernel<T, D, NW_Q, false>;
+    MT_TRY(attn_smem_attr(kq, smem_q));
     dim3 grid_q(a.B * a.H, (a.T + BRQ - 1) / BRQ);
-    attn_bwd_dq_mma_kernel<T, D, NW_Q>
-        <<<grid_q, NW_Q * 32, smem_q, stream>>>(a, dq, q, k, v, dout, lse, Dv);
+    kq<<<grid_q, NW_Q * 32, smem_q, stream>>>(a, dq, q, k, v, dout, lse, Dv);
     MT_CUDA_CHECK_LAUNCH();
     return MT_OK;
 }

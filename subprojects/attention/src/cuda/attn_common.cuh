@@ -43,7 +43,14 @@ struct attn_args {
     int lse_bulk; /* the wgmma backward: lse and Di tiles by bulk copies (attn_sm90.cu) */
     float scale;
     int64_t st[A_NT][3];
+    const int *ks; /* document masks: key_start (B,T), or NULL (attention.h) */
 };
+
+/* The first key that query row i of batch entry b may see (document masks; 0 without them).
+ * Rows past T take the last row's: they are masked anyway. */
+__device__ __forceinline__ int key_start_of(const attn_args &a, int b, int i) {
+    return a.ks ? a.ks[(int64_t)b * a.T + min(i, a.T - 1)] : 0;
+}
 
 /* Index of row q0 of head h, batch b in lse and Di ((B, H, T) floats). */
 __device__ __forceinline__ int64_t lse_row(const attn_args &a, int b, int h, int q0) {
@@ -56,6 +63,7 @@ static inline attn_args attn_make_args(const attn_shape *s, const mt_tensor *con
     a.group = (int)(s->H / s->Hkv), a.causal = s->causal, a.scale = s->scale;
     a.ds_split = s->ds_split, a.tail_heads = 0;
     a.split_tiles = a.split_pieces = a.split_cap = 0, a.split_acc = NULL, a.lse_bulk = 0;
+    a.ks = s->ks;
     for (int i = 0; i < A_NT; i++)
         for (int j = 0; j < 3; j++)
             a.st[i][j] = t[i] ? t[i]->stride[j] : 0;
@@ -283,21 +291,41 @@ template <int BR, int BC> __device__ __forceinline__ q_block q_block_of(const at
     return { b, h, h / a.group, q0, qn, key_tiles<BC>(a, nk_all, q0, qn) };
 }
 
+/* Document masks in the tensor-core kernels: a template flag DOCS (set exactly when a.ks is
+ * given), so that the kernels without them compile as before. */
+
+/* A query tile's document-mask bounds (fwd_ks): the first key tile of BC keys that any of its
+ * rows q0 .. q0 + BR - 1 sees (kb), the largest key start of its rows (lim: key tiles from it on
+ * need no document mask), and the key starts of a thread's rows row0 and row0 + 8. All zero
+ * without document masks. */
+struct fwd_ks {
+    int kb, lim, row[2];
+};
+template <int BR, int BC, bool DOCS>
+__device__ __forceinline__ fwd_ks fwd_ks_of(const attn_args &a, int b, int q0, int row0) {
+    if constexpr (!DOCS) return { 0, 0, { 0, 0 } };
+    return { key_start_of(a, b, q0) / BC,
+             key_start_of(a, b, q0 + BR - 1),
+             { key_start_of(a, b, row0), key_start_of(a, b, row0 + 8) } };
+}
+
 /* One key tile of the forward's online softmax (exp2 domain) for a warp's query rows row0 and
- * row0+8 in the mma accumulator order (mma.sync and wgmma alike): masks the scores s of keys k0..,
- * updates the running max m and sum l; s becomes P, and alpha[r] the factor that O's rows take. */
-template <int BC>
-__device__ __forceinline__ void softmax_scores(const attn_args &a, float (&s)[BC / 8][4],
-                                               float (&m)[2], float (&l)[2], float (&alpha)[2],
-                                               float sl2, int k0, int q0, int row0, int lane) {
-    const bool mask = k0 + BC > a.T || (a.causal && k0 + BC - 1 > q0);
+ * row0+8 in the mma accumulator order (mma.sync and wgmma alike): masks the scores s of keys k0..
+ * (past T, causal, before the row's key start), updates the running max m and sum l; s becomes
+ * P, and alpha[r] the factor that O's rows take. */
+template <int BC, bool DOCS>
+__device__ __forceinline__ void
+softmax_scores(const attn_args &a, float (&s)[BC / 8][4], float (&m)[2], float (&l)[2],
+               float (&alpha)[2], float sl2, int k0, int q0, int row0, const fwd_ks &ks, int lane) {
+    const bool mask = k0 + BC > a.T || (a.causal && k0 + BC - 1 > q0) || (DOCS && k0 < ks.lim);
     if (mask)
 #pragma unroll
         for (int nt = 0; nt < BC / 8; nt++)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 int col = k0 + nt * 8 + 2 * (lane & 3) + (e & 1), row = row0 + (e >> 1) * 8;
-                if (col >= a.T || (a.causal && col > row)) s[nt][e] = -INFINITY;
+                if (col >= a.T || (a.causal && col > row) || (DOCS && col < ks.row[e >> 1]))
+                    s[nt][e] = -INFINITY;
             }
 #pragma unroll
     for (int r = 0; r < 2; r++) {
@@ -330,12 +358,13 @@ __device__ __forceinline__ void softmax_rescale(float (&o)[D / 8][4], const floa
         o[dt][0] *= alpha[0], o[dt][1] *= alpha[0], o[dt][2] *= alpha[1], o[dt][3] *= alpha[1];
 }
 /* softmax_scores, then O rescaled. */
-template <int BC, int D>
-__device__ __forceinline__ void
-online_softmax_tile(const attn_args &a, float (&s)[BC / 8][4], float (&o)[D / 8][4], float (&m)[2],
-                    float (&l)[2], float sl2, int k0, int q0, int row0, int lane) {
+template <int BC, int D, bool DOCS>
+__device__ __forceinline__ void online_softmax_tile(const attn_args &a, float (&s)[BC / 8][4],
+                                                    float (&o)[D / 8][4], float (&m)[2],
+                                                    float (&l)[2], float sl2, int k0, int q0,
+                                                    int row0, const fwd_ks &ks, int lane) {
     float alpha[2];
-    softmax_scores<BC>(a, s, m, l, alpha, sl2, k0, q0, row0, lane);
+    softmax_scores<BC, DOCS>(a, s, m, l, alpha, sl2, k0, q0, row0, ks, lane);
     softmax_rescale<D>(o, alpha);
 }
 
@@ -386,9 +415,10 @@ __device__ __forceinline__ void bwd_tile_of(const attn_args &a, int hk, int it0,
     h = hk * a.group + g, q0 = (it0 + n - g * nqt) * BR;
 }
 
-/* cp.async of the BR lse and Di values from row q0 of head h into buffer buf (zeros past T). */
-template <int BR, int NT>
-__device__ __forceinline__ void bwd_issue_ld(const attn_args &a, float *sL, float *sD,
+/* cp.async of the BR lse and Di values from row q0 of head h into buffer buf (zeros past T), and
+ * with DOCS the rows' key starts into sK's. */
+template <int BR, int NT, bool DOCS>
+__device__ __forceinline__ void bwd_issue_ld(const attn_args &a, float *sL, float *sD, int *sK,
                                              const float *lse, const float *Dv, int b, int h,
                                              int q0, int buf) {
     const int qn = min(BR, a.T - q0);
@@ -398,14 +428,38 @@ __device__ __forceinline__ void bwd_issue_ld(const attn_args &a, float *sL, floa
         const bool ok = r < qn;
         cp_async4((i < BR ? sL : sD) + buf * BR + r, (i < BR ? lse : Dv) + ro + (ok ? r : 0), ok);
     }
+    if constexpr (DOCS)
+        for (int r = threadIdx.x; r < BR; r += NT)
+            cp_async4(sK + buf * BR + r, a.ks + (int64_t)b * a.T + q0 + (r < qn ? r : 0), r < qn);
+}
+
+/* Document masks: how many query tiles of BR rows, from tile it0 on, see some key of a key tile
+ * whose last key is klast (of nq tiles: the tiles up to the first whose first row's key start is
+ * past klast; key starts never decrease along a row). Tile it0 holds key klast's tile's first
+ * query or an earlier one, so it counts. */
+template <int BR, bool DOCS>
+__device__ __forceinline__ int kv_walk_tiles(const attn_args &a, int b, int it0, int nq,
+                                             int klast) {
+    if constexpr (!DOCS) return nq - it0;
+    const int *ks = a.ks + (int64_t)b * a.T;
+    int lo = it0 + 1, hi = nq; /* the first tile past the walk, in [it0 + 1, nq] */
+    while (lo < hi) {
+        const int mid = (lo + hi) / 2;
+        if (ks[mid * BR] > klast)
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    return lo - it0;
 }
 
 /* Starts the loads of query tile n of a key tile's walk (bwd_tile_of) into buffer buf: Q, dO,
  * lse and Di, one cp.async group. Rows past T load zeros (the caller masks them). */
-template <typename T, int BR, int D, int NT, bool PANELS>
-__device__ __forceinline__ void
-bwd_issue_q(const attn_args &a, T *sQ, T *sG, float *sL, float *sD, const T *q, const T *dout,
-            const float *lse, const float *Dv, int b, int hk, int it0, int nqt, int n, int buf) {
+template <typename T, int BR, int D, int NT, bool PANELS, bool DOCS>
+__device__ __forceinline__ void bwd_issue_q(const attn_args &a, T *sQ, T *sG, float *sL, float *sD,
+                                            int *sKS, const T *q, const T *dout, const float *lse,
+                                            const float *Dv, int b, int hk, int it0, int nqt, int n,
+                                            int buf) {
     int h, q0;
     bwd_tile_of<BR>(a, hk, it0, nqt, n, h, q0);
     const int qn = min(BR, a.T - q0);
@@ -415,37 +469,45 @@ bwd_issue_q(const attn_args &a, T *sQ, T *sG, float *sL, float *sD, const T *q, 
     load_tile<T, BR, D, NT, PANELS>(
         sG + buf * BR * D, dout + b * a.st[ADO][0] + h * a.st[ADO][2] + (int64_t)q0 * a.st[ADO][1],
         a.st[ADO][1], qn);
-    bwd_issue_ld<BR, NT>(a, sL, sD, lse, Dv, b, h, q0, buf);
+    bwd_issue_ld<BR, NT, DOCS>(a, sL, sD, sKS, lse, Dv, b, h, q0, buf);
     cp_async_commit();
 }
 
 /* P^T and dS^T = P^T (dP^T - Di) of a warp's keys key0 (+8) against query columns q0.. (mma
  * accumulator order), from the scores s (becoming P^T) and dP^T (becoming dS^T), with the tile's
- * lse and Di; masked entries (past T, causal) are zero when `mask`. */
-template <int BR, bool MASK>
+ * lse, Di and (document masks) key starts cK; masked entries (past T, causal, before the query's
+ * key start) are zero when `mask`. */
+template <int BR, bool MASK, bool DOCS>
 __device__ __forceinline__ void
 bwd_p_ds_tile(const attn_args &a, float (&p)[BR / 8][4], float (&ds)[BR / 8][4], const float *cL,
-              const float *cD, float sl2, int key0, int q0, int lane) {
+              const float *cD, const int *cK, float sl2, int key0, int q0, int lane) {
 #pragma unroll
     for (int nt = 0; nt < BR / 8; nt++)
 #pragma unroll
         for (int e = 0; e < 4; e++) {
             int cl = nt * 8 + 2 * (lane & 3) + (e & 1), key = key0 + (e >> 1) * 8;
             float pe = attn_exp2(fmaf(p[nt][e], sl2, -cL[cl] * ATTN_LOG2E));
-            if (MASK && ((key >= a.T) | (q0 + cl >= a.T) | (a.causal & (q0 + cl < key)))) pe = 0.0f;
+            if (MASK && ((key >= a.T) | (q0 + cl >= a.T) | (a.causal & (q0 + cl < key)) |
+                         (DOCS && key < cK[cl])))
+                pe = 0.0f;
             p[nt][e] = pe;
             ds[nt][e] = pe * (ds[nt][e] - cD[cl]);
         }
 }
-template <int BR>
-__device__ __forceinline__ void bwd_p_ds(const attn_args &a, float (&p)[BR / 8][4],
-                                         float (&ds)[BR / 8][4], const float *cL, const float *cD,
-                                         float sl2, int key0, int q0, bool mask, int lane) {
+/* Whether a key tile from k0 needs bwd_p_ds's document mask against a query tile whose key
+ * starts are cK (the last, of BR rows, the largest; a tile past T is masked anyway). */
+template <int BR, bool DOCS> __device__ __forceinline__ bool bwd_ks_mask(const int *cK, int k0) {
+    return DOCS && k0 < cK[BR - 1];
+}
+template <int BR, bool DOCS>
+__device__ __forceinline__ void
+bwd_p_ds(const attn_args &a, float (&p)[BR / 8][4], float (&ds)[BR / 8][4], const float *cL,
+         const float *cD, const int *cK, float sl2, int key0, int q0, bool mask, int lane) {
     // why: one branch per tile; `mask && (...)` per element compiled to a branch per element
     if (mask)
-        bwd_p_ds_tile<BR, true>(a, p, ds, cL, cD, sl2, key0, q0, lane);
+        bwd_p_ds_tile<BR, true, DOCS>(a, p, ds, cL, cD, cK, sl2, key0, q0, lane);
     else
-        bwd_p_ds_tile<BR, false>(a, p, ds, cL, cD, sl2, key0, q0, lane);
+        bwd_p_ds_tile<BR, false, DOCS>(a, p, ds, cL, cD, cK, sl2, key0, q0, lane);
 }
 
 /* Step kk (16 columns) of an f32 accumulator as an mma A fragment (acc_pack); the rounding

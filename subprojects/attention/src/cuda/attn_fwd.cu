@@ -22,7 +22,7 @@ static __global__ void attn_fwd_generic_kernel(attn_args a, T *out, float *lse, 
         qs[warp][d] = attn_t<T>::ld(qr[d]) * sl2;
     __syncwarp();
     float o[8] = { 0 }, m = -INFINITY, l = 0.0f;
-    for (int j0 = 0; j0 < n; j0 += 32) {
+    for (int j0 = key_start_of(a, b, i); j0 < n; j0 += 32) {
         int j = j0 + lane;
         float s = -INFINITY;
         if (j < n) {
@@ -31,7 +31,7 @@ static __global__ void attn_fwd_generic_kernel(attn_args a, T *out, float *lse, 
             for (int d = 0; d < D; d++)
                 s += qs[warp][d] * attn_t<T>::ld(kr[d]);
         }
-        float mn = fmaxf(m, warp_max(s)); /* finite: lane 0 always has a key */
+        float mn = fmaxf(m, warp_max(s)); /* finite: lane 0 always has a key (j0 <= i) */
         float alpha = exp2f(m - mn), p = exp2f(s - mn);
         l = l * alpha + warp_sum(p);
         m = mn;
@@ -56,7 +56,7 @@ static __global__ void attn_fwd_generic_kernel(attn_args a, T *out, float *lse, 
 
 /* Tensor-core path: a block of NW warps owns BR = 16*NW query rows of one (b, h); warp w owns
  * rows 16w..16w+15 and keeps S (16x64), O (16xD) and the running max/sum in registers. */
-template <typename T, int D, int NW>
+template <typename T, int D, int NW, bool DOCS>
 static __global__ void __launch_bounds__(NW * 32)
     attn_fwd_mma_kernel(attn_args a, T *out, float *lse, const T *q, const T *k, const T *v) {
     constexpr int BR = 16 * NW, BC = 64, NT = NW * 32;
@@ -69,19 +69,21 @@ static __global__ void __launch_bounds__(NW * 32)
     const T *kg = k + b * a.st[AK][0] + hk * a.st[AK][2];
     const T *vg = v + b * a.st[AV][0] + hk * a.st[AV][2];
     const int64_t ks = a.st[AK][1], vs = a.st[AV][1];
+    const int row0 = q0 + warp * 16 + (lane >> 2);
+    const fwd_ks dm = fwd_ks_of<BR, BC, DOCS>(a, b, q0, row0); /* key tiles from dm.kb */
+    const int kb0 = dm.kb * BC;
     load_tile<T, BR, D, NT>(sQ, qg, a.st[AQ][1], qn);
-    load_tile<T, BC, D, NT>(sK, kg, ks, min(BC, a.T));
-    load_tile<T, BC, D, NT>(sV, vg, vs, min(BC, a.T));
+    load_tile<T, BC, D, NT>(sK, kg + kb0 * ks, ks, min(BC, a.T - kb0));
+    load_tile<T, BC, D, NT>(sV, vg + kb0 * vs, vs, min(BC, a.T - kb0));
     cp_async_commit();
 
     const float sl2 = a.scale * ATTN_LOG2E;
     float o[D / 8][4], m[2] = { -INFINITY, -INFINITY }, l[2] = { 0.0f, 0.0f };
     acc_zero(o);
     uint32_t qf[D / 16][4];
-    const int row0 = q0 + warp * 16 + (lane >> 2);
-    for (int j = 0; j < nk; j++) {
-        if (j + 1 < nk) {
-            int k1 = (j + 1) * BC, buf = (j + 1) & 1;
+    for (int j = 0; j < nk - dm.kb; j++) { /* key tile dm.kb + j, in buffer j & 1 */
+        if (j + 1 < nk - dm.kb) {
+            int k1 = kb0 + (j + 1) * BC, buf = (j + 1) & 1;
             load_tile<T, BC, D, NT>(sK + buf * BC * D, kg + k1 * ks, ks, min(BC, a.T - k1));
             load_tile<T, BC, D, NT>(sV + buf * BC * D, vg + k1 * vs, vs, min(BC, a.T - k1));
             cp_async_commit();
@@ -111,7 +113,7 @@ static __global__ void __launch_bounds__(NW * 32)
                 attn_t<T>::mma(s[2 * np + 1], qf[kk], bf[2], bf[3]);
             }
         }
-        online_softmax_tile<BC, D>(a, s, o, m, l, sl2, j * BC, q0, row0, lane);
+        online_softmax_tile<BC, D, DOCS>(a, s, o, m, l, sl2, kb0 + j * BC, q0, row0, dm, lane);
 #pragma unroll
         for (int kk = 0; kk < BC / 16; kk++) {
             uint32_t pa[4];
@@ -135,11 +137,13 @@ static mt_status launch_mma(const attn_args &a, mt_tensor *out, mt_tensor *lse, 
                             const mt_tensor *k, const mt_tensor *v, mt_stream stream) {
     constexpr int BR = 16 * NW, BC = 64;
     const int smem = (BR + 4 * BC) * D * (int)sizeof(T);
-    MT_TRY(attn_smem_attr(attn_fwd_mma_kernel<T, D, NW>, smem));
+    const auto kernel =
+        a.ks ? attn_fwd_mma_kernel<T, D, NW, true> : attn_fwd_mma_kernel<T, D, NW, false>;
+    MT_TRY(attn_smem_attr(kernel, smem));
     dim3 grid(a.B * a.H, (a.T + BR - 1) / BR);
-    attn_fwd_mma_kernel<T, D, NW>
-        <<<grid, NW * 32, smem, stream>>>(a, (T *)out->data, (float *)lse->data, (const T *)q->data,
-                                          (const T *)k->data, (const T *)v->data);
+    kernel<<<grid, NW * 32, smem, stream>>>(a, (T *)out->data, (float *)lse->data,
+                                            (const T *)q->data, (const T *)k->data,
+                                            (const T *)v->data);
     MT_CUDA_CHECK_LAUNCH();
     return MT_OK;
 }

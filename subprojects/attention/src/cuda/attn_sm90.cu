@@ -208,7 +208,7 @@ __device__ __forceinline__ void fwd_load_qa(uint32_t (&qa)[D / 16][4], const att
     }
 }
 
-template <typename T, int D>
+template <typename T, int D, bool DOCS>
 static __global__ void __launch_bounds__(128, 2)
     attn_fwd_sm90_kernel(attn_args a, T *out, float *lse, const T *q,
                          const __grid_constant__ CUtensorMap tk,
@@ -230,14 +230,18 @@ static __global__ void __launch_bounds__(128, 2)
     for (int pass = 0; pass < 2; pass++) {
         if (pass == npass) break;
         const q_pass qp = q_pass_of<BR, BC>(a, nq, nk_all, pt, pass);
-        const int q0 = qp.q0, qn = qp.qn, nk = qp.nk;
-        /* key tile j's K, V (rows past T zero-filled) into buffer (j0 + j) & 1, by one thread */
+        const int q0 = qp.q0, qn = qp.qn;
+        const int row0 = q0 + wl * 16 + (lane >> 2);
+        const fwd_ks dm = fwd_ks_of<BR, BC, DOCS>(a, b, q0, row0);
+        const int nk = qp.nk - dm.kb; /* key tiles dm.kb + j */
+        /* key tile dm.kb + j's K, V (rows past T zero-filled) into buffer (j0 + j) & 1, by one
+         * thread */
         static_assert(BC == 64, "tma_pair moves 64-row tiles");
         auto issue = [&](int j) {
             const int buf = (j0 + j) & 1;
             if (threadIdx.x == 0)
-                tma_pair<T, D>(sK + buf * BC * D, sV + buf * BC * D, &tk, &tv, hk, j * BC, b,
-                               &bar[buf]);
+                tma_pair<T, D>(sK + buf * BC * D, sV + buf * BC * D, &tk, &tv, hk, (dm.kb + j) * BC,
+                               b, &bar[buf]);
         };
         /* (the previous pass's closing barrier: every warp is done with sQ) */
         load_panels<T, BR, D, NT>(
@@ -246,7 +250,6 @@ static __global__ void __launch_bounds__(128, 2)
         issue(0);
         float o[D / 8][4], m[2] = { -INFINITY, -INFINITY }, l[2] = { 0.0f, 0.0f };
         acc_zero(o);
-        const int row0 = q0 + wl * 16 + (lane >> 2);
         uint32_t pa[BC / 16][4];
         cp_async_wait<0>();
         fence_async_smem();
@@ -266,7 +269,8 @@ static __global__ void __launch_bounds__(128, 2)
             mt_wgmma_commit();
             mt_wgmma_wait<0>();
             wg_pin(s);
-            online_softmax_tile<BC, D>(a, s, o, m, l, sl2, j * BC, q0, row0, lane);
+            online_softmax_tile<BC, D, DOCS>(a, s, o, m, l, sl2, (dm.kb + j) * BC, q0, row0, dm,
+                                             lane);
 #pragma unroll
             for (int kk = 0; kk < BC / 16; kk++)
                 acc_pack<T>(s, kk, pa[kk]);
@@ -295,7 +299,7 @@ static __global__ void __launch_bounds__(128, 2)
  * run them and the other warpgroup's pair (named barriers hand the turn to issue over), and
  * rescales O once P_{j-1} V_{j-1} is done. Thread 128 (the second warpgroup's, which runs behind)
  * issues every load as soon as its stage is empty. */
-template <typename T, int BC>
+template <typename T, int BC, bool DOCS>
 static __global__ void __launch_bounds__(256, 1)
     attn_fwd_sm90_wg2_kernel(attn_args a, T *out, float *lse, const T *q,
                              const __grid_constant__ CUtensorMap tk,
@@ -331,9 +335,13 @@ static __global__ void __launch_bounds__(256, 1)
     for (int pass = 0; pass < 2; pass++) {
         if (pass == npass) break;
         const q_pass qp = q_pass_of<BR, BC>(a, nq, nk_all, pt, pass);
-        const int q0 = qp.q0, nk = qp.nk;
-        /* key tile j's K (x = 0) or V (x = 1) into stage (j0 + j) & 1, once the tile two before it
-         * there is done with (by the producer thread) */
+        const int q0 = qp.q0;
+        const int row0 = q0 + wg * 64 + wl * 16 + (lane >> 2);
+        /* (the block's bounds: both warpgroups visit the same tiles) */
+        const fwd_ks dm = fwd_ks_of<BR, BC, DOCS>(a, b, q0, row0);
+        const int nk = qp.nk - dm.kb, kb0 = dm.kb * BC; /* key tiles dm.kb + j */
+        /* key tile dm.kb + j's K (x = 0) or V (x = 1) into stage (j0 + j) & 1, once the tile two
+         * before it there is done with (by the producer thread) */
         auto load = [&](int x, int j) {
             const int g = j0 + j, st = g & 1;
             if (g >= 2) mt_mbar_wait(&empty[x][st], ((g >> 1) + 1) & 1);
@@ -343,7 +351,7 @@ static __global__ void __launch_bounds__(256, 1)
             for (int c = 0; c < D; c += 64)
 #pragma unroll
                 for (int r = 0; r < BC; r += RB)
-                    tma_box(dst + c * BC + r * 64, x ? &tv : &tk, c, hk, j * BC + r, b,
+                    tma_box(dst + c * BC + r * 64, x ? &tv : &tk, c, hk, kb0 + j * BC + r, b,
                             &full[x][st]);
         };
         /* this warp is done with tile j's K (x = 0) or V (x = 1) */
@@ -361,7 +369,6 @@ static __global__ void __launch_bounds__(256, 1)
             if (nk > 1) load(0, 1);
             load(1, 0);
         }
-        const int row0 = q0 + wg * 64 + wl * 16 + (lane >> 2);
         uint32_t qa[QS ? 1 : D / 16][4];
         if constexpr (QS)
             mt_mbar_wait(&qfull, pass & 1);
@@ -414,7 +421,7 @@ static __global__ void __launch_bounds__(256, 1)
         if (producer && 2 < nk) load(0, 2);
         if (producer && 1 < nk) load(1, 1);
         /* (the block's q0, not the warpgroup's, for the mask test: a uniform branch) */
-        softmax_scores<BC>(a, s, m, l, alpha, sl2, 0, q0, row0, lane);
+        softmax_scores<BC, DOCS>(a, s, m, l, alpha, sl2, kb0, q0, row0, dm, lane);
         pack_p();
         for (int j = 1; j < nk; j++) { /* S_j beside P_{j-1} V_{j-1} */
             wait_full(0, j);
@@ -427,7 +434,7 @@ static __global__ void __launch_bounds__(256, 1)
             mt_wgmma_wait<1>(); // S_j
             wg_pin(s);
             release(0, j);
-            softmax_scores<BC>(a, s, m, l, alpha, sl2, j * BC, q0, row0, lane);
+            softmax_scores<BC, DOCS>(a, s, m, l, alpha, sl2, kb0 + j * BC, q0, row0, dm, lane);
             mt_wgmma_wait<0>(); // P_{j-1} V_{j-1}
             wg_keep(pa);
             wg_pin(o);
@@ -578,7 +585,7 @@ static bool wide_fwd_tiles() {
     return mt_env_int_once("MT_ATTN_WIDE", -1, &env) != 0;
 }
 
-template <typename T, int BC>
+template <typename T, int BC, bool DOCS>
 static mt_status fwd_wg2(const attn_args &a, T *out, float *lse, const T *q, const T *k, const T *v,
                          mt_stream stream) {
     CUtensorMap tk, tv, tq;
@@ -589,12 +596,32 @@ static mt_status fwd_wg2(const attn_args &a, T *out, float *lse, const T *q, con
     else
         memset(&tq, 0, sizeof tq);
     const int smem = (4 * BC + (BC > 128 ? 128 : 0)) * 128 * (int)sizeof(T);
-    MT_TRY(attn_smem_attr(attn_fwd_sm90_wg2_kernel<T, BC>, smem));
+    MT_TRY(attn_smem_attr(attn_fwd_sm90_wg2_kernel<T, BC, DOCS>, smem));
     attn_args g = a;
-    const dim3 grid =
-        plan_grid(g, attn_fwd_sm90_wg2_kernel<T, BC>, 256, smem, a.B * a.H, (a.T + 127) / 128);
-    attn_fwd_sm90_wg2_kernel<T, BC><<<grid, 256, smem, stream>>>(g, out, lse, q, tk, tv, tq);
+    const dim3 grid = plan_grid(g, attn_fwd_sm90_wg2_kernel<T, BC, DOCS>, 256, smem, a.B * a.H,
+                                (a.T + 127) / 128);
+    attn_fwd_sm90_wg2_kernel<T, BC, DOCS><<<grid, 256, smem, stream>>>(g, out, lse, q, tk, tv, tq);
     MT_CUDA_CHECK_LAUNCH();
+    return MT_OK;
+}
+
+/* The D64 forward. */
+template <typename T, int D, bool DOCS>
+static mt_status fwd_d64(const attn_args &a, T *out, float *lse, const T *q, const T *k, const T *v,
+                         mt_stream stream) {
+    {
+        CUtensorMap tk, tv;
+        MT_TRY(tile_map<T>(&tk, k, a.st[AK], a, a.Hkv));
+        MT_TRY(tile_map<T>(&tv, v, a.st[AV], a, a.Hkv));
+        constexpr int BR = 64, BC = 64;
+        const int smem = (BR + 4 * BC) * D * (int)sizeof(T);
+        MT_TRY(attn_smem_attr(attn_fwd_sm90_kernel<T, D, DOCS>, smem));
+        attn_args g = a;
+        const dim3 grid = plan_grid(g, attn_fwd_sm90_kernel<T, D, DOCS>, 128, smem, a.B * a.H,
+                                    (a.T + BR - 1) / BR);
+        attn_fwd_sm90_kernel<T, D, DOCS><<<grid, 128, smem, stream>>>(g, out, lse, q, tk, tv);
+        MT_CUDA_CHECK_LAUNCH();
+    }
     return MT_OK;
 }
 
@@ -602,22 +629,14 @@ template <typename T, int D>
 mt_status attn_fwd_sm90(const attn_args &a, T *out, float *lse, const T *q, const T *k, const T *v,
                         mt_stream stream) {
     if constexpr (D == 128) {
-        if (!a.causal && wide_fwd_tiles()) return fwd_wg2<T, 176>(a, out, lse, q, k, v, stream);
-        return fwd_wg2<T, 128>(a, out, lse, q, k, v, stream);
+        if (!a.causal && wide_fwd_tiles()) /* (document masks are causal) */
+            return fwd_wg2<T, 176, false>(a, out, lse, q, k, v, stream);
+        if (a.ks) return fwd_wg2<T, 128, true>(a, out, lse, q, k, v, stream);
+        return fwd_wg2<T, 128, false>(a, out, lse, q, k, v, stream);
     } else {
-        CUtensorMap tk, tv;
-        MT_TRY(tile_map<T>(&tk, k, a.st[AK], a, a.Hkv));
-        MT_TRY(tile_map<T>(&tv, v, a.st[AV], a, a.Hkv));
-        constexpr int BR = 64, BC = 64;
-        const int smem = (BR + 4 * BC) * D * (int)sizeof(T);
-        MT_TRY(attn_smem_attr(attn_fwd_sm90_kernel<T, D>, smem));
-        attn_args g = a;
-        const dim3 grid =
-            plan_grid(g, attn_fwd_sm90_kernel<T, D>, 128, smem, a.B * a.H, (a.T + BR - 1) / BR);
-        attn_fwd_sm90_kernel<T, D><<<grid, 128, smem, stream>>>(g, out, lse, q, tk, tv);
-        MT_CUDA_CHECK_LAUNCH();
+        if (a.ks) return fwd_d64<T, D, true>(a, out, lse, q, k, v, stream);
+        return fwd_d64<T, D, false>(a, out, lse, q, k, v, stream);
     }
-    return MT_OK;
 }
 
 /* A split tile's f32 dK, dV parts (kv_pass_of): thread t's accumulator fragments, float4 j at
@@ -695,7 +714,7 @@ static __global__ void __launch_bounds__(NWG * 128)
 #endif
 }
 
-template <typename T, int D, int NWG, int TWO>
+template <typename T, int D, int NWG, int TWO, bool DOCS>
 static __global__ void __launch_bounds__(NWG * 128, 3 - NWG)
     attn_bwd_sm90_kernel(attn_args a, T *dk, T *dv, float *dqa,
                          const __grid_constant__ CUtensorMap tq, const T *k, const T *v,
@@ -709,7 +728,9 @@ static __global__ void __launch_bounds__(NWG * 128, 3 - NWG)
     T *sK = (T *)smem, *sV = sK + BC * D, *sQ = sV + BC * D, *sG = sQ + 2 * BR * D;
     T *sS = sG + 2 * BR * D; /* dS^T (BC, BR): hi, then lo */
     float *sL = (float *)(sS + TWO * BC * BR), *sD = sL + 2 * BR;
-    float *sDQ = sD + 2 * BR; /* two (BR, D) dQ tiles in the fragment order of dqa's tiles */
+    int *sKS = (int *)(sD + 2 * BR); /* DOCS: the query tiles' key starts */
+    /* two (BR, D) dQ tiles in the fragment order of dqa's */
+    float *sDQ = (float *)(sKS + (DOCS ? 2 * BR : 0));
     const int wg = NWG == 1 ? 0 : threadIdx.x >> 7, wl = (threadIdx.x >> 5) & 3,
               lane = threadIdx.x & 31;
     /* a pass per key tile (kv_pass_of): causal, tiles kt and nkt-1-kt, one after the other (a pair
@@ -725,7 +746,8 @@ static __global__ void __launch_bounds__(NWG * 128, 3 - NWG)
         kv_pass w;
         if (!kv_pass_of(a, a.B * a.Hkv, nkt, a.group * nq, pass, w)) break;
         const int b = w.bh / a.Hkv, hk = w.bh % a.Hkv, k0 = w.kt * BC;
-        const int it0 = a.causal ? k0 / BR : 0, nqt = nq - it0;
+        const int it0 = a.causal ? k0 / BR : 0,
+                  nqt = kv_walk_tiles<BR, DOCS>(a, b, it0, nq, k0 + BC - 1);
         /* this pass walks tiles n0 .. n0 + ntile - 1 (bwd_tile_of) */
         const int n0 = w.n0, ntile = w.n1 < 0 ? a.group * nqt : w.n1 - n0;
         if (pass) __syncthreads(); // every warp is done with the previous key tile
@@ -753,7 +775,7 @@ static __global__ void __launch_bounds__(NWG * 128, 3 - NWG)
             }
             if (threadIdx.x == 0)
                 tma_pair<T, D>(sQ + buf * BR * D, sG + buf * BR * D, &tq, &tg, h, q0, b, &bar[buf]);
-            bwd_issue_ld<BR, NT>(a, sL, sD, lse, Dv, b, h, q0, buf);
+            bwd_issue_ld<BR, NT, DOCS>(a, sL, sD, sKS, lse, Dv, b, h, q0, buf);
             cp_async_commit();
         };
         if (!pass) __syncthreads(); // the barriers are initialized
@@ -790,6 +812,7 @@ static __global__ void __launch_bounds__(NWG * 128, 3 - NWG)
             bwd_tile_of<BR>(a, hk, it0, nqt, n0 + n, h, q0);
             const T *cQ = sQ + buf * BR * D, *cG = sG + buf * BR * D;
             const float *cL = sL + buf * BR, *cD = sD + buf * BR;
+            const int *cK = sKS + buf * BR;
             if constexpr (NWG == 2) ahead(); // (after the MMAs' issue it spilled more)
             /* one warpgroup: its keys start at the walk's first query (q0 >= k0) */
             if (NWG == 1 || !a.causal || q0 + BR - 1 >= kw) { // else its keys all > queries
@@ -812,8 +835,9 @@ static __global__ void __launch_bounds__(NWG * 128, 3 - NWG)
                 mt_wgmma_wait<0>();
                 wg_pin(p);
                 wg_pin(ds);
-                const bool mask = k0 + BC > a.T || q0 + BR > a.T || (a.causal && kw + 63 > q0);
-                bwd_p_ds<BR>(a, p, ds, cL, cD, sl2, key0, q0, mask, lane);
+                const bool mask = k0 + BC > a.T || q0 + BR > a.T || (a.causal && kw + 63 > q0) ||
+                                  bwd_ks_mask<BR, DOCS>(cK, kw);
+                bwd_p_ds<BR, DOCS>(a, p, ds, cL, cD, cK, sl2, key0, q0, mask, lane);
                 const int sr = wg * 64 + wl * 16 + (lane >> 2);
 #pragma unroll
                 for (int kk = 0; kk < BR / 16; kk++) {
@@ -907,30 +931,30 @@ static bool lse_bulk_on() {
     return mt_env_int_once("MT_ATTN_LSE_BULK", -1, &env) > 0;
 }
 
-/* TWO: dS as bf16 hi + lo (2) or rounded once (1). */
-template <typename T, int D, int TWO>
+/* TWO: dS as bf16 hi + lo (2) or rounded once (1); DOCS: document masks (a.ks). */
+template <typename T, int D, int TWO, bool DOCS>
 static mt_status bwd_sm90_launch(const attn_args &a, T *dk, T *dv, float *dqa, const T *k,
                                  const T *v, const CUtensorMap &tq, const CUtensorMap &tg,
                                  const float *lse, const float *Dv, mt_stream stream) {
     constexpr int NWG = D == 128 ? 2 : 1, BC = 64 * NWG, BR = 64;
-    const int smem =
-        (2 * BC * D + 4 * BR * D + TWO * BC * BR) * (int)sizeof(T) + 4 * BR * 4 + 2 * BR * D * 4;
-    MT_TRY(attn_smem_attr(attn_bwd_sm90_kernel<T, D, NWG, TWO>, smem));
+    const int smem = (2 * BC * D + 4 * BR * D + TWO * BC * BR) * (int)sizeof(T) +
+                     (DOCS ? 6 : 4) * BR * 4 + 2 * BR * D * 4;
+    const auto kernel = attn_bwd_sm90_kernel<T, D, NWG, TWO, DOCS>;
+    MT_TRY(attn_smem_attr(kernel, smem));
     attn_args g = a;
     // why: lse and Di rows then start 16-byte aligned, as bulk copies need
-    g.lse_bulk = lse_bulk_on() && a.T % 4 == 0 && ((uintptr_t)lse | (uintptr_t)Dv) % 16 == 0;
+    g.lse_bulk = lse_bulk_on() && a.T % 4 == 0 && ((uintptr_t)lse | (uintptr_t)Dv) % 16 == 0 &&
+                 !DOCS; /* (document masks: their key starts come by cp.async) */
     const int nkt = (a.T + BC - 1) / BC, tiles = a.B * a.Hkv * nkt;
-    dim3 grid =
-        plan_grid(g, attn_bwd_sm90_kernel<T, D, NWG, TWO>, NWG * 128, smem, a.B * a.Hkv, nkt);
-    plan_split(g, grid_slots((const void *)attn_bwd_sm90_kernel<T, D, NWG, TWO>, NWG * 128, smem),
-               tiles, a.group * ((a.T + BR - 1) / BR));
+    dim3 grid = plan_grid(g, kernel, NWG * 128, smem, a.B * a.Hkv, nkt);
+    plan_split(g, grid_slots((const void *)kernel, NWG * 128, smem), tiles,
+               a.group * ((a.T + BR - 1) / BR));
     if (g.split_tiles) {
         MT_CUDA_TRY(
             cudaMemsetAsync(g.split_acc, 0, (size_t)g.split_tiles * 2 * BC * D * 4, stream));
         grid.x = (unsigned)(tiles - g.split_tiles + g.split_pieces);
     }
-    attn_bwd_sm90_kernel<T, D, NWG, TWO>
-        <<<grid, NWG * 128, smem, stream>>>(g, dk, dv, dqa, tq, k, v, tg, lse, Dv);
+    kernel<<<grid, NWG * 128, smem, stream>>>(g, dk, dv, dqa, tq, k, v, tg, lse, Dv);
     MT_CUDA_CHECK_LAUNCH();
     if (g.split_tiles) {
         attn_bwd_split_store_kernel<T, D, NWG><<<g.split_tiles, NWG * 128, 0, stream>>>(g, dk, dv);
@@ -948,8 +972,12 @@ mt_status attn_bwd_sm90(const attn_args &a, T *dk, T *dv, float *dqa, const T *q
     MT_TRY(tile_map<T>(&tg, dout, a.st[ADO], a, a.H));
     if constexpr (attn_t<T>::two_term)
         if (a.ds_split)
-            return bwd_sm90_launch<T, D, 2>(a, dk, dv, dqa, k, v, tq, tg, lse, Dv, stream);
-    return bwd_sm90_launch<T, D, 1>(a, dk, dv, dqa, k, v, tq, tg, lse, Dv, stream);
+            return a.ks ? bwd_sm90_launch<T, D, 2, true>(a, dk, dv, dqa, k, v, tq, tg, lse, Dv,
+                                                         stream)
+                        : bwd_sm90_launch<T, D, 2, false>(a, dk, dv, dqa, k, v, tq, tg, lse, Dv,
+                                                          stream);
+    if (a.ks) return bwd_sm90_launch<T, D, 1, true>(a, dk, dv, dqa, k, v, tq, tg, lse, Dv, stream);
+    return bwd_sm90_launch<T, D, 1, false>(a, dk, dv, dqa, k, v, tq, tg, lse, Dv, stream);
 }
 
 #else /* without sm_90a (attn_sm90_enabled() is 0): never called */

@@ -67,6 +67,12 @@ MT_API int64_t mt_data_dataset_sample_tokens(const mt_data_dataset *ds);
 MT_API mt_status mt_data_dataset_get(const mt_data_dataset *ds, int64_t i, int64_t *text,
                                      int *dataset_id);
 
+/* Megatron's _get_ltor_masks_and_position_ids on one sequence of T tokens: start[t], the first
+ * token of token t's document (documents end with an eod token, which belongs to its document).
+ * --reset-position-ids makes position t be t - start[t]; --reset-attention-mask lets query t
+ * attend to keys start[t] .. t (mt_attn_config.key_start). */
+MT_API void mt_data_doc_starts(const int64_t *tokens, int64_t T, int64_t eod, int64_t *start);
+
 /* GPTDataset.__getitem__ for sample i, each of T = sequence_length entries: tokens and labels
  * (text shifted by one; pad ids become 0), loss_mask (0 on pad labels, and on eod tokens with
  * eod_mask_loss) and position_ids (restarting after each eod with reset_position_ids). */
