@@ -13,7 +13,7 @@ typedef struct attn_shape {
     int64_t B, T, H, Hkv, D;
     float scale; /* resolved: never 0 */
     int causal, deterministic, ds_split;
-    int esize; /* bytes per element of q */
+    int esize;         /* bytes per element of q */
     const int32_t *ks; /* cfg.key_start's (B,T) data on q's device, or NULL */
 } attn_shape;
 
