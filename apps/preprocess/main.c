@@ -12,7 +12,7 @@
 #define MAX_KEYS 16
 
 typedef struct args {
-    const char *input, *output_prefix, *tokenizer_type, *vocab_file, *merge_file;
+    const char *input, *output_prefix, *tokenizer_type, *vocab_file, *merge_file, *tokenizer_model;
     const char *keys[MAX_KEYS];
     int n_keys, append_eod, workers, log_interval;
     int64_t vocab_size;
@@ -21,9 +21,12 @@ typedef struct args {
 static void usage(FILE *f) {
     fprintf(f, "usage: mt-preprocess-data --input FILE.jsonl --output-prefix PREFIX\n"
                "  [--json-keys KEY ...] (default: text)\n"
-               "  [--tokenizer-type GPT2BPETokenizer|NullTokenizer] (default: GPT2BPETokenizer)\n"
+               "  [--tokenizer-type GPT2BPETokenizer|NullTokenizer|Llama2Tokenizer|"
+               "GPTSentencePieceTokenizer] (default: GPT2BPETokenizer)\n"
                "  [--vocab-file encoder.json] [--merge-file vocab.bpe] (default: the shipped "
                "GPT-2 files)\n"
+               "  [--tokenizer-model FILE] (a SentencePiece model: Llama2Tokenizer, "
+               "GPTSentencePieceTokenizer)\n"
                "  [--vocab-size N] (NullTokenizer) [--append-eod] [--workers N] "
                "[--log-interval N]\n"
                "Writes PREFIX_KEY_document.bin/.idx. --workers is accepted; encoding runs on one "
@@ -68,6 +71,8 @@ static args parse(int argc, char **argv) {
             a.vocab_file = argv[++i];
         } else if (strcmp(f, "--merge-file") == 0) {
             a.merge_file = argv[++i];
+        } else if (strcmp(f, "--tokenizer-model") == 0) {
+            a.tokenizer_model = argv[++i];
         } else if (strcmp(f, "--vocab-size") == 0) {
             a.vocab_size = atoll(argv[++i]);
         } else if (strcmp(f, "--workers") == 0) {
@@ -103,6 +108,13 @@ int main(int argc, char **argv) {
     } else if (strcmp(a.tokenizer_type, "NullTokenizer") == 0) {
         if (a.vocab_size <= 0) die("NullTokenizer needs --vocab-size", NULL);
         MT_CHECK(mt_data_tokenizer_null_create(a.vocab_size, &tok));
+    } else if (strcmp(a.tokenizer_type, "Llama2Tokenizer") == 0 ||
+               strcmp(a.tokenizer_type, "GPTSentencePieceTokenizer") == 0) {
+        if (!a.tokenizer_model) die("--tokenizer-model FILE is required for", a.tokenizer_type);
+        /* Llama2Tokenizer.tokenize puts bos first; GPTSentencePieceTokenizer's does not */
+        mt_status st = mt_data_tokenizer_sentencepiece_create(a.tokenizer_model,
+                                                              a.tokenizer_type[0] == 'L', &tok);
+        if (st != MT_OK) die(mt_last_error(), NULL);
     } else {
         die("unsupported --tokenizer-type", a.tokenizer_type);
     }

@@ -1,6 +1,7 @@
 #!/bin/sh
 # functional: mt-preprocess-data on golden/input*.jsonl writes the bytes gen_preprocess.py wrote
-# with megatron-core's IndexedDatasetBuilder.   test_preprocess.sh EXE GOLDEN_DIR gpt2|null
+# with megatron-core's IndexedDatasetBuilder (the tokens: tiktoken, sentencepiece).
+#   test_preprocess.sh EXE GOLDEN_DIR gpt2|null|llama2|gptsp
 set -eu
 exe=$1 golden=$2 case=$3
 out=$(mktemp -d)
@@ -9,6 +10,22 @@ if [ "$case" = gpt2 ]; then
   "$exe" --input "$golden/input.jsonl" --json-keys text title --output-prefix "$out/gpt2" \
     --tokenizer-type GPT2BPETokenizer --append-eod --workers 2
   keys="text title"
+elif [ "$case" = llama2 ]; then
+  "$exe" --input "$golden/input.jsonl" --json-keys text title --output-prefix "$out/llama2" \
+    --tokenizer-type Llama2Tokenizer --tokenizer-model "$golden/../../../subprojects/data/golden/sentencepiece/enc_bpe_llama.model" --append-eod
+  keys="text title"
+elif [ "$case" = gptsp ]; then
+  "$exe" --input "$golden/input.jsonl" --output-prefix "$out/gptsp" \
+    --tokenizer-type GPTSentencePieceTokenizer --tokenizer-model "$golden/../../../subprojects/data/golden/sentencepiece/enc_uni_nfkc.model" --append-eod
+  keys="text"
+  if "$exe" --input "$golden/input.jsonl" --output-prefix "$out/x" --tokenizer-type Llama2Tokenizer 2> "$out/err"; then
+    echo "FAIL: Llama2Tokenizer without --tokenizer-model"; exit 1
+  fi
+  grep -q "tokenizer-model FILE is required" "$out/err" || { cat "$out/err"; exit 1; }
+  if "$exe" --input "$golden/input.jsonl" --output-prefix "$out/x" --tokenizer-type Llama2Tokenizer --tokenizer-model "$golden/input.jsonl" 2> "$out/err"; then
+    echo "FAIL: a JSONL file accepted as a SentencePiece model"; exit 1
+  fi
+  grep -q "input.jsonl" "$out/err" || { cat "$out/err"; exit 1; }
 else
   "$exe" --input "$golden/input_null.jsonl" --output-prefix "$out/null" \
     --tokenizer-type NullTokenizer --vocab-size 1000 --workers 1

@@ -1,12 +1,16 @@
 """Expected mt-preprocess-data outputs, made the way Megatron's tools/preprocess_data.py makes them
 (Encoder.encode: one document per line, sentences that tokenize to nothing dropped, --append-eod
 adds eod to the last sequence) with tiktoken's gpt2 (0.14.0) as the tokenizer and megatron-core's
-(0.16.1) IndexedDatasetBuilder as the writer; dtype = DType.optimal_dtype(vocab_size).
+(0.16.1) IndexedDatasetBuilder as the writer; dtype = DType.optimal_dtype(vocab_size). Also
+Llama2Tokenizer (tokenize: [bos] + sp.encode(text), eod = eos) and GPTSentencePieceTokenizer
+(sp.encode(text)) with sentencepiece (0.2.1) on two models of
+subprojects/data/golden/sentencepiece.
 Rerun: /opt/gv/bin/python gen_preprocess.py (from this directory)."""
 import json
 import os
 
 import numpy as np
+import sentencepiece as spm
 import tiktoken
 import tiktoken.load
 import torch
@@ -64,3 +68,10 @@ write(os.path.join(HERE, "gpt2"), DOCS, ["text", "title"], enc.encode_ordinary, 
       True)
 write(os.path.join(HERE, "null"), NULL_DOCS, ["text"],
       lambda s: [int(x) for x in s.split(" ")] if s else [], 1001, 1000, False)
+SP = os.path.join(HERE, "..", "..", "..", "subprojects", "data", "golden", "sentencepiece")
+llama = spm.SentencePieceProcessor(model_file=os.path.join(SP, "enc_bpe_llama.model"))
+write(os.path.join(HERE, "llama2"), DOCS, ["text", "title"],
+      lambda s: [llama.bos_id()] + llama.encode(s), llama.vocab_size(), llama.eos_id(), True)
+gptsp = spm.SentencePieceProcessor(model_file=os.path.join(SP, "enc_uni_nfkc.model"))
+write(os.path.join(HERE, "gptsp"), DOCS, ["text"], gptsp.encode, gptsp.vocab_size(),
+      gptsp.eos_id(), True)

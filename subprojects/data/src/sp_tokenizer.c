@@ -1,7 +1,7 @@
 /* Megatron's Llama2Tokenizer and GPTSentencePieceTokenizer as far as training on preprocessed
  * data needs them: the vocabulary size (the model's piece count) and eod (its eos_id), read from
  * the SentencePiece model file (a protobuf ModelProto: pieces are field 1, the TrainerSpec field
- * 2, whose eos_id is field 42, default 2). No encoding. */
+ * 2, whose eos_id is field 42, default 2). The encoder is sp_encode.c. */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -81,10 +81,9 @@ mt_status sp_model_parse(const unsigned char *buf, size_t len, const char *name,
     return MT_OK;
 }
 
-mt_status mt_data_sentencepiece_info(const char *model_file, int64_t *vocab_size, int64_t *eod) {
-    MT_REQUIRE(model_file && vocab_size && eod, MT_ERR_INVALID_ARG, "NULL argument");
-    FILE *f = fopen(model_file, "rb");
-    MT_REQUIRE(f, MT_ERR_IO, "SentencePiece model %s: cannot open", model_file);
+mt_status sp_read_file(const char *file, unsigned char **out, size_t *out_len) {
+    FILE *f = fopen(file, "rb");
+    MT_REQUIRE(f, MT_ERR_IO, "SentencePiece model %s: cannot open", file);
     unsigned char *buf = NULL;
     size_t len = 0, cap = 0, got;
     do {
@@ -93,7 +92,7 @@ mt_status mt_data_sentencepiece_info(const char *model_file, int64_t *vocab_size
             if (!nb) {
                 free(buf);
                 fclose(f);
-                return MT_ERROR(MT_ERR_OOM, "SentencePiece model %s", model_file);
+                return MT_ERROR(MT_ERR_OOM, "SentencePiece model %s", file);
             }
             buf = nb;
         }
@@ -101,6 +100,15 @@ mt_status mt_data_sentencepiece_info(const char *model_file, int64_t *vocab_size
         len += got;
     } while (got > 0);
     fclose(f);
+    *out = buf, *out_len = len;
+    return MT_OK;
+}
+
+mt_status mt_data_sentencepiece_info(const char *model_file, int64_t *vocab_size, int64_t *eod) {
+    MT_REQUIRE(model_file && vocab_size && eod, MT_ERR_INVALID_ARG, "NULL argument");
+    unsigned char *buf;
+    size_t len;
+    MT_TRY(sp_read_file(model_file, &buf, &len));
     mt_status st = sp_model_parse(buf, len, model_file, vocab_size, eod);
     free(buf);
     return st;

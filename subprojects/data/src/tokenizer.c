@@ -27,12 +27,15 @@ typedef struct bmap {
 
 typedef enum {
     TOK_GPT2,
-    TOK_NULL
+    TOK_NULL,
+    TOK_SP /* SentencePiece (sp_encode.c) */
 } tok_kind;
 
 struct mt_data_tokenizer {
     tok_kind kind;
     int64_t vocab_size, eod;
+    sp_model *sp;
+    int add_bos;     /* SentencePiece: bos first (Llama2Tokenizer.tokenize) */
     bmap ranks;      /* token bytes -> id (without <|endoftext|>) */
     char **id_bytes; /* id -> bytes (decode) */
     uint32_t *id_len;
@@ -429,6 +432,13 @@ mt_status mt_data_tokenizer_encode(mt_data_tokenizer *t, const char *text, size_
                                    int allow_special, int32_t **ids, size_t *n, size_t *cap) {
     MT_REQUIRE(t && (text || !len) && ids && n && cap, MT_ERR_INVALID_ARG, "NULL argument");
     if (t->kind == TOK_NULL) return encode_null(t, text, len, ids, n, cap);
+    if (t->kind == TOK_SP) {
+        if (t->add_bos) {
+            int32_t bos = sp_model_bos(t->sp);
+            MT_TRY(push_ids(ids, n, cap, &bos, 1));
+        }
+        return sp_encode(t->sp, text, len, ids, n, cap);
+    }
     size_t at = 0, sl = strlen(GPT2_EOD_TEXT);
     while (allow_special) {
         const char *hit = NULL;
@@ -449,6 +459,7 @@ mt_status mt_data_tokenizer_encode(mt_data_tokenizer *t, const char *text, size_
 mt_status mt_data_tokenizer_decode(const mt_data_tokenizer *t, const int32_t *ids, size_t n_ids,
                                    char **text, size_t *len, size_t *cap) {
     MT_REQUIRE(t && (ids || !n_ids) && text && len && cap, MT_ERR_INVALID_ARG, "NULL argument");
+    if (t->kind == TOK_SP) return sp_decode(t->sp, ids, n_ids, text, len, cap);
     for (size_t i = 0; i < n_ids; i++) {
         MT_REQUIRE(ids[i] >= 0 && ids[i] < t->vocab_size, MT_ERR_INVALID_ARG,
                    "id %d is outside the vocabulary of %lld", ids[i], (long long)t->vocab_size);
@@ -595,8 +606,36 @@ fail:
     return st;
 }
 
+mt_status mt_data_tokenizer_sentencepiece_create(const char *model_file, int add_bos,
+                                                 mt_data_tokenizer **out) {
+    MT_REQUIRE(model_file && out, MT_ERR_INVALID_ARG, "NULL argument");
+    *out = NULL;
+    mt_data_tokenizer *t = calloc(1, sizeof *t);
+    MT_REQUIRE(t, MT_ERR_OOM, "tokenizer");
+    t->kind = TOK_SP;
+    t->add_bos = add_bos != 0;
+    mt_status st = sp_model_load(model_file, &t->sp);
+    if (st == MT_OK) {
+        t->vocab_size = sp_model_size(t->sp), t->eod = sp_model_eos(t->sp);
+        if (t->eod < 0 || t->eod >= t->vocab_size ||
+            (add_bos && (sp_model_bos(t->sp) < 0 || sp_model_bos(t->sp) >= t->vocab_size)))
+            st = MT_ERROR(MT_ERR_FORMAT,
+                          "SentencePiece model %s: eos_id %lld or bos_id %d is not one of its %lld "
+                          "pieces",
+                          model_file, (long long)t->eod, sp_model_bos(t->sp),
+                          (long long)t->vocab_size);
+    }
+    if (st != MT_OK) {
+        mt_data_tokenizer_destroy(t);
+        return st;
+    }
+    *out = t;
+    return MT_OK;
+}
+
 void mt_data_tokenizer_destroy(mt_data_tokenizer *t) {
     if (!t) return;
+    sp_model_free(t->sp);
     for (int64_t i = 0; t->id_bytes && i < t->vocab_size; i++)
         free(t->id_bytes[i]);
     free(t->id_bytes);

@@ -1,5 +1,6 @@
 /* Tokenizers of tools/preprocess_data.py: GPT2BPETokenizer (byte-level BPE, identical to
- * tiktoken's gpt2, <|endoftext|> = eod as a special token) and NullTokenizer (ids as text). */
+ * tiktoken's gpt2, <|endoftext|> = eod as a special token), NullTokenizer (ids as text), and
+ * Llama2Tokenizer / GPTSentencePieceTokenizer (SentencePiece models, as sentencepiece encodes). */
 #ifndef MT_DATA_TOKENIZER_H
 #define MT_DATA_TOKENIZER_H
 
@@ -16,6 +17,13 @@ MT_API mt_status mt_data_tokenizer_gpt2_create(const char *vocab_file, const cha
                                                mt_data_tokenizer **out);
 /* NullTokenizer: text is space-separated integers; vocab_size() = vocab_size + 1, eod = vocab_size. */
 MT_API mt_status mt_data_tokenizer_null_create(int64_t vocab_size, mt_data_tokenizer **out);
+/* A SentencePiece model file (unigram or BPE): encode is sentencepiece's encode(text) (its
+ * normalizer, user-defined symbols, byte fallback), with the model's bos first when add_bos
+ * (Megatron's Llama2Tokenizer.tokenize; GPTSentencePieceTokenizer: 0); vocab_size() is the piece
+ * count, eod the eos id; decode is sentencepiece's decode of valid pieces. allow_special is
+ * ignored. */
+MT_API mt_status mt_data_tokenizer_sentencepiece_create(const char *model_file, int add_bos,
+                                                        mt_data_tokenizer **out);
 /* Path of a shipped GPT-2 tokenizer file ("encoder.json", "vocab.bpe") into buf: under
  * $MT_GPT2_DIR, else the installed copy, else this library's source tree. Returns buf. */
 MT_API const char *mt_data_gpt2_file(const char *name, char *buf, size_t len);
