@@ -1,6 +1,12 @@
 # Shared by the mt-pretrain functional and multirank tests: a tiny GPT on mock data.
 # Usage: source it, then `tiny_run OUT_JSON [extra flags]` runs mt-pretrain ($MT_PRETRAIN).
 set -euo pipefail
+# A script given "cuda" as its first argument runs on the GPU with $MT_CUDA_FLAGS (set before
+# sourcing this), or is skipped (exit 77) where there is none.
+if [ "${1:-}" = cuda ]; then
+  [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -ge 1 ] || { echo "SKIP: needs 1 GPU, found 0"; exit 77; }
+  export MT_TEST_DEVICE=cuda MT_TEST_FLAGS="${MT_CUDA_FLAGS:-}"
+fi
 tiny_args=(--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32
            --micro-batch-size 2 --global-batch-size 8 --mock-data --tokenizer-type NullTokenizer
            --vocab-size 300 --train-iters 12 --lr 3e-3 --lr-decay-style cosine
@@ -18,7 +24,8 @@ losses() {
 # eod_corpus DIR: DIR/k_text_document, one-token documents k < 100 each followed by EOD (token
 # 300 of NullTokenizer --vocab-size 300): "k EOD k EOD ...", where every k predicts EOD and every
 # EOD a random k (ln 100 nats); DIR/v_text_document, documents of 1-40 random tokens (mostly short), so the
-# count of EOD inputs varies from micro-batch to micro-batch. Needs $MT_PREPROCESS.
+# count of EOD inputs varies from micro-batch to micro-batch; DIR/n_text_document, documents of
+# 30 random tokens and no EOD token anywhere. Needs $MT_PREPROCESS.
 eod_corpus() {
   awk 'BEGIN { srand(3); for (i = 0; i < 6000; i++) printf "{\"text\": \"%d\"}\n", int(rand() * 100) }' > "$1/k.jsonl"
   awk 'BEGIN { srand(4); for (i = 0; i < 3000; i++) { n = 1 + int(rand() ^ 3 * 40); s = "";
@@ -28,6 +35,17 @@ eod_corpus() {
     "$MT_PREPROCESS" --input "$1/$c.jsonl" --output-prefix "$1/$c" --tokenizer-type NullTokenizer \
       --vocab-size 300 --append-eod --workers 1 > /dev/null
   done
+  awk 'BEGIN { srand(5); for (i = 0; i < 400; i++) { s = ""; for (j = 0; j < 30; j++) s = s (j ? " " : "") int(rand() * 300); printf "{\"text\": \"%s\"}\n", s } }' > "$1/n.jsonl"
+  "$MT_PREPROCESS" --input "$1/n.jsonl" --output-prefix "$1/n" --tokenizer-type NullTokenizer \
+    --vocab-size 300 --workers 1 > /dev/null  # no --append-eod
+}
+# eod_run DIR NAME DATA ITERS [flags]: mt-pretrain with eod_args on DIR/DATA_text_document,
+# golden values to DIR/NAME.json (the log, DIR/NAME.log, printed if it fails)
+eod_run() {
+  local d=$1 n=$2 data=$3 it=$4; shift 4
+  "$MT_PRETRAIN" "${eod_args[@]}" --data-path "$d/${data}_text_document" --data-cache-path "$d/cache" \
+    --train-iters "$it" --golden-values-out "$d/$n.json" "$@" > "$d/$n.log" 2>&1 \
+    || { echo "FAIL: run $n"; cat "$d/$n.log"; exit 1; }
 }
 eod_args=(--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32
           --micro-batch-size 2 --global-batch-size 8 --tokenizer-type NullTokenizer --vocab-size 300

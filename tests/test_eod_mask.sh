@@ -15,21 +15,12 @@
 #    without EOD tokens the losses are bitwise the default's.
 #    "cuda" as the argument: the same on a GPU (fp32, deterministic kernels; CUDA graphs replay the
 #    per-token loss's constant gradient).
-if [ "${1:-}" = cuda ]; then
-  n=$(nvidia-smi -L 2>/dev/null | wc -l)
-  [ "$n" -ge 1 ] || { echo "SKIP: needs 1 GPU, found 0"; exit 77; }
-  export MT_TEST_DEVICE=cuda MT_TEST_FLAGS="--deterministic-mode"
-fi
+MT_CUDA_FLAGS="--deterministic-mode"
 source "$(dirname "$0")/pretrain_common.sh"
 : "${MT_PREPROCESS:?}"
 d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
 eod_corpus "$d"
-run() { # NAME DATA ITERS [flags]
-  local n=$1 data=$2 it=$3; shift 3
-  "$MT_PRETRAIN" "${eod_args[@]}" --data-path "$d/${data}_text_document" --data-cache-path "$d/cache" \
-    --train-iters "$it" --golden-values-out "$d/$n.json" "$@" > "$d/$n.log" 2>&1 \
-    || { echo "FAIL: run $n"; cat "$d/$n.log"; exit 1; }
-}
+run() { eod_run "$d" "$@"; } # NAME DATA ITERS [flags]
 last() { losses "$1" "$2" "$2" | awk '{ print $2 }'; }
 run k_plain k 40
 run k_mask k 40 --eod-mask-loss
@@ -66,9 +57,6 @@ z0=$(jq '.["num-zeros"].values["1"]' "$d/k_pos0.json") z1=$(jq '.["num-zeros"].v
 [ "$(awk -v a="$z0" -v b="$z1" 'BEGIN { print b - a }')" = 1920 ] \
   || { echo "FAIL: zero grads $z0 -> $z1 with --reset-position-ids, want +1920 (30 rows x 64)"; exit 1; }
 echo "ok: --reset-position-ids: $z0 -> $z1 zero grads (position rows 2..31 unused)"
-awk 'BEGIN { srand(5); for (i = 0; i < 400; i++) { s = ""; for (j = 0; j < 30; j++) s = s (j ? " " : "") int(rand() * 300); printf "{\"text\": \"%s\"}\n", s } }' > "$d/n.jsonl"
-"$MT_PREPROCESS" --input "$d/n.jsonl" --output-prefix "$d/n" --tokenizer-type NullTokenizer \
-  --vocab-size 300 --workers 1 > /dev/null  # no --append-eod: no EOD token anywhere
 run n_plain n 8
 run n_pos n 8 --reset-position-ids
 [ "$(losses "$d/n_pos.json" 1 8)" = "$(losses "$d/n_plain.json" 1 8)" ] \

@@ -10,25 +10,13 @@
 # 3. On a corpus without EOD tokens the losses are bitwise the default's.
 # "cuda" as the argument: the same on a GPU (bf16, head dim 64: the tensor-core kernels), and the
 # CUDA graph's replays read each micro-batch's key starts (bitwise the run without graphs).
-if [ "${1:-}" = cuda ]; then
-  n=$(nvidia-smi -L 2>/dev/null | wc -l)
-  [ "$n" -ge 1 ] || { echo "SKIP: needs 1 GPU, found 0"; exit 77; }
-  export MT_TEST_DEVICE=cuda MT_TEST_FLAGS="--bf16 --deterministic-mode"
-fi
+MT_CUDA_FLAGS="--bf16 --deterministic-mode"
 source "$(dirname "$0")/pretrain_common.sh"
 : "${MT_PREPROCESS:?}"
 d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
 eod_corpus "$d"
-awk 'BEGIN { srand(5); for (i = 0; i < 400; i++) { s = ""; for (j = 0; j < 30; j++) s = s (j ? " " : "") int(rand() * 300); printf "{\"text\": \"%s\"}\n", s } }' > "$d/n.jsonl"
-"$MT_PREPROCESS" --input "$d/n.jsonl" --output-prefix "$d/n" --tokenizer-type NullTokenizer \
-  --vocab-size 300 --workers 1 > /dev/null  # no --append-eod: no EOD token anywhere
 shape=(); [ "${1:-}" = cuda ] && shape=(--hidden-size 128 --num-attention-heads 2)
-run() { # NAME DATA ITERS [flags]
-  local n=$1 data=$2 it=$3; shift 3
-  "$MT_PRETRAIN" "${eod_args[@]}" "${shape[@]}" --data-path "$d/${data}_text_document" \
-    --data-cache-path "$d/cache" --train-iters "$it" --golden-values-out "$d/$n.json" "$@" \
-    > "$d/$n.log" 2>&1 || { echo "FAIL: run $n"; cat "$d/$n.log"; exit 1; }
-}
+run() { eod_run "$d" "$@" "${shape[@]}"; } # NAME DATA ITERS [flags]
 run v_plain v 8
 run v_docs v 8 --reset-attention-mask
 run v_docs_pos v 8 --reset-attention-mask --reset-position-ids

@@ -567,35 +567,28 @@ mt_status mt_model_take_loss(mt_model *m, double *mean_loss, mt_stream stream) {
     return MT_OK;
 }
 
-mt_status mt_model_set_positions(mt_model *m, const mt_tensor *pos) {
+/* Per-token i32 ids (B,T) on the model's device, contiguous, into *dst (NULL: cleared). */
+static mt_status set_token_ids(mt_model *m, const mt_tensor *t, const char *what, mt_tensor *dst) {
     MT_REQUIRE(m, MT_ERR_INVALID_ARG, "NULL model");
-    if (!pos) {
-        memset(&m->pos, 0, sizeof m->pos);
+    if (!t) {
+        memset(dst, 0, sizeof *dst);
         return MT_OK;
     }
-    MT_TRY(mt_tensor_check(pos, "positions", 2));
-    MT_REQUIRE(pos->dtype == MT_I32 && pos->shape[0] == m->B &&
-                   pos->shape[1] == m->cfg.seq_length && mt_device_eq(pos->device, m->dev),
-               MT_ERR_INVALID_ARG, "positions must be i32 (%d,%d) on the model's device", m->B,
-               m->cfg.seq_length);
-    m->pos = *pos;
+    MT_TRY(mt_tensor_check(t, what, 2));
+    MT_REQUIRE(t->dtype == MT_I32 && t->shape[0] == m->B && t->shape[1] == m->cfg.seq_length &&
+                   mt_device_eq(t->device, m->dev) && mt_tensor_is_contiguous(t),
+               MT_ERR_INVALID_ARG, "%s must be contiguous i32 (%d,%d) on the model's device", what,
+               m->B, m->cfg.seq_length);
+    *dst = *t;
     return MT_OK;
 }
 
+mt_status mt_model_set_positions(mt_model *m, const mt_tensor *pos) {
+    return set_token_ids(m, pos, "positions", m ? &m->pos : NULL);
+}
+
 mt_status mt_model_set_key_starts(mt_model *m, const mt_tensor *ks) {
-    MT_REQUIRE(m, MT_ERR_INVALID_ARG, "NULL model");
-    if (!ks) {
-        memset(&m->ks, 0, sizeof m->ks);
-        return MT_OK;
-    }
-    MT_TRY(mt_tensor_check(ks, "key starts", 2));
-    MT_REQUIRE(ks->dtype == MT_I32 && ks->shape[0] == m->B && ks->shape[1] == m->cfg.seq_length &&
-                   mt_device_eq(ks->device, m->dev) && mt_tensor_is_contiguous(ks),
-               MT_ERR_INVALID_ARG,
-               "key starts must be contiguous i32 (%d,%d) on the model's device", m->B,
-               m->cfg.seq_length);
-    m->ks = *ks;
-    return MT_OK;
+    return set_token_ids(m, ks, "key starts", m ? &m->ks : NULL);
 }
 
 void mt_model_set_profiler(mt_model *m, mt_prof *p) {
