@@ -21,12 +21,12 @@ typedef struct args {
 static void usage(FILE *f) {
     fprintf(f, "usage: mt-preprocess-data --input FILE.jsonl --output-prefix PREFIX\n"
                "  [--json-keys KEY ...] (default: text)\n"
-               "  [--tokenizer-type GPT2BPETokenizer|NullTokenizer|Llama2Tokenizer|"
-               "GPTSentencePieceTokenizer] (default: GPT2BPETokenizer)\n"
+               "  [--tokenizer-type GPT2BPETokenizer|NullTokenizer|HuggingFaceTokenizer|"
+               "Llama2Tokenizer|GPTSentencePieceTokenizer] (default: GPT2BPETokenizer)\n"
                "  [--vocab-file encoder.json] [--merge-file vocab.bpe] (default: the shipped "
                "GPT-2 files)\n"
-               "  [--tokenizer-model FILE] (a SentencePiece model: Llama2Tokenizer, "
-               "GPTSentencePieceTokenizer)\n"
+               "  [--tokenizer-model PATH] (HuggingFaceTokenizer: a directory with tokenizer.json; "
+               "Llama2Tokenizer, GPTSentencePieceTokenizer: a SentencePiece model)\n"
                "  [--vocab-size N] (NullTokenizer) [--append-eod] [--workers N] "
                "[--log-interval N]\n"
                "Writes PREFIX_KEY_document.bin/.idx. --workers is accepted; encoding runs on one "
@@ -108,6 +108,10 @@ int main(int argc, char **argv) {
     } else if (strcmp(a.tokenizer_type, "NullTokenizer") == 0) {
         if (a.vocab_size <= 0) die("NullTokenizer needs --vocab-size", NULL);
         MT_CHECK(mt_data_tokenizer_null_create(a.vocab_size, &tok));
+    } else if (strcmp(a.tokenizer_type, "HuggingFaceTokenizer") == 0) {
+        if (!a.tokenizer_model) die("--tokenizer-model DIR is required for", a.tokenizer_type);
+        if (mt_data_tokenizer_hf_create(a.tokenizer_model, &tok) != MT_OK)
+            die(mt_last_error(), NULL);
     } else if (strcmp(a.tokenizer_type, "Llama2Tokenizer") == 0 ||
                strcmp(a.tokenizer_type, "GPTSentencePieceTokenizer") == 0) {
         if (!a.tokenizer_model) die("--tokenizer-model FILE is required for", a.tokenizer_type);

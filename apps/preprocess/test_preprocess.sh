@@ -1,7 +1,7 @@
 #!/bin/sh
 # functional: mt-preprocess-data on golden/input*.jsonl writes the bytes gen_preprocess.py wrote
 # with megatron-core's IndexedDatasetBuilder (the tokens: tiktoken, sentencepiece).
-#   test_preprocess.sh EXE GOLDEN_DIR gpt2|null|llama2|gptsp
+#   test_preprocess.sh EXE GOLDEN_DIR gpt2|null|llama2|gptsp|hf
 set -eu
 exe=$1 golden=$2 case=$3
 out=$(mktemp -d)
@@ -13,6 +13,10 @@ if [ "$case" = gpt2 ]; then
 elif [ "$case" = llama2 ]; then
   "$exe" --input "$golden/input.jsonl" --json-keys text title --output-prefix "$out/llama2" \
     --tokenizer-type Llama2Tokenizer --tokenizer-model "$golden/../../../subprojects/data/golden/sentencepiece/enc_bpe_llama.model" --append-eod
+  keys="text title"
+elif [ "$case" = hf ]; then
+  "$exe" --input "$golden/input.jsonl" --json-keys text title --output-prefix "$out/hf" \
+    --tokenizer-type HuggingFaceTokenizer --tokenizer-model "$golden/../../../subprojects/data/golden/hf_encode/llama3" --append-eod
   keys="text title"
 elif [ "$case" = gptsp ]; then
   "$exe" --input "$golden/input.jsonl" --output-prefix "$out/gptsp" \

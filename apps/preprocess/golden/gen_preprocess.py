@@ -4,7 +4,8 @@ adds eod to the last sequence) with tiktoken's gpt2 (0.14.0) as the tokenizer an
 (0.16.1) IndexedDatasetBuilder as the writer; dtype = DType.optimal_dtype(vocab_size). Also
 Llama2Tokenizer (tokenize: [bos] + sp.encode(text), eod = eos) and GPTSentencePieceTokenizer
 (sp.encode(text)) with sentencepiece (0.2.1) on two models of
-subprojects/data/golden/sentencepiece.
+subprojects/data/golden/sentencepiece, and HuggingFaceTokenizer (AutoTokenizer(text).input_ids,
+eod = eos_token_id; transformers 5.24) with subprojects/data/golden/hf_encode/llama3.
 Rerun: /opt/gv/bin/python gen_preprocess.py (from this directory)."""
 import json
 import os
@@ -72,6 +73,11 @@ SP = os.path.join(HERE, "..", "..", "..", "subprojects", "data", "golden", "sent
 llama = spm.SentencePieceProcessor(model_file=os.path.join(SP, "enc_bpe_llama.model"))
 write(os.path.join(HERE, "llama2"), DOCS, ["text", "title"],
       lambda s: [llama.bos_id()] + llama.encode(s), llama.vocab_size(), llama.eos_id(), True)
+from transformers import AutoTokenizer  # noqa: E402  (HuggingFaceTokenizer.tokenize)
+hf = AutoTokenizer.from_pretrained(os.path.join(HERE, "..", "..", "..", "subprojects", "data",
+                                                "golden", "hf_encode", "llama3"))
+write(os.path.join(HERE, "hf"), DOCS, ["text", "title"], lambda s: hf(s).input_ids, len(hf),
+      hf.eos_token_id, True)
 gptsp = spm.SentencePieceProcessor(model_file=os.path.join(SP, "enc_uni_nfkc.model"))
 write(os.path.join(HERE, "gptsp"), DOCS, ["text"], gptsp.encode, gptsp.vocab_size(),
       gptsp.eos_id(), True)

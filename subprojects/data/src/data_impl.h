@@ -29,4 +29,30 @@ int sp_model_size(const sp_model *m);
 int sp_model_bos(const sp_model *m);
 int sp_model_eos(const sp_model *m);
 
+/* Shared by the byte-level BPE tokenizers (tokenizer.c, hf_encode.c). */
+enum { /* tok_char_class: the regexes' \p{L}, \p{N}, \s and the rest */
+    CH_OTHER = 0,
+    CH_LETTER,
+    CH_NUMBER,
+    CH_SPACE
+};
+int tok_char_class(uint32_t cp);
+/* GPT-2's bytes_to_unicode inverse: code point -> byte, or -1. */
+int tok_cp_to_byte(uint32_t cp);
+/* One UTF-8 sequence at p[0..n): its length, or 0 when invalid (*bad: the bytes to replace). */
+size_t tok_utf8_next(const unsigned char *p, size_t n, uint32_t *cp, size_t *bad);
+/* Length in code points of GPT-2's pre-tokenizer match at c[i..n) (classes cls). */
+size_t tok_gpt2_match(const uint32_t *c, const unsigned char *cls, size_t n, size_t i);
+/* The same for Llama-3's (cl100k-style) pattern (hf_encode.c). */
+size_t tok_llama3_match(const uint32_t *c, const unsigned char *cls, size_t n, size_t i);
+
+/* Hugging Face byte-level BPE encoding (hf_encode.c) of a tokenizer.json. */
+typedef struct hf_model hf_model;
+mt_status hf_model_load(const char *path, hf_model **out);
+void hf_model_free(hf_model *m);
+mt_status hf_encode(hf_model *m, const char *text, size_t len, int32_t **ids, size_t *n,
+                    size_t *cap);
+mt_status hf_decode(const hf_model *m, const int32_t *ids, size_t n_ids, char **text, size_t *len,
+                    size_t *cap);
+
 #endif /* MT_DATA_IMPL_H */

@@ -28,13 +28,15 @@ typedef struct bmap {
 typedef enum {
     TOK_GPT2,
     TOK_NULL,
-    TOK_SP /* SentencePiece (sp_encode.c) */
+    TOK_SP, /* SentencePiece (sp_encode.c) */
+    TOK_HF  /* Hugging Face byte-level BPE (hf_encode.c) */
 } tok_kind;
 
 struct mt_data_tokenizer {
     tok_kind kind;
     int64_t vocab_size, eod;
     sp_model *sp;
+    hf_model *hf;
     int add_bos;     /* SentencePiece: bos first (Llama2Tokenizer.tokenize) */
     bmap ranks;      /* token bytes -> id (without <|endoftext|>) */
     char **id_bytes; /* id -> bytes (decode) */
@@ -107,7 +109,7 @@ static int byte_printable(int b) {
 }
 
 /* Code point -> byte, or -1. The 68 other bytes map in order to U+0100.. */
-static int cp_to_byte(uint32_t cp) {
+int tok_cp_to_byte(uint32_t cp) {
     if (cp < 256) return byte_printable((int)cp) ? (int)cp : -1;
     if (cp >= 256 + 68) return -1;
     int n = 0;
@@ -118,7 +120,7 @@ static int cp_to_byte(uint32_t cp) {
 
 /* Decodes one UTF-8 sequence at p[0..n); returns its length, or 0 when invalid, with *cp. The
  * length of a maximal invalid prefix (as Python's 'replace' error handler counts) goes in *bad. */
-static size_t utf8_next(const unsigned char *p, size_t n, uint32_t *cp, size_t *bad) {
+size_t tok_utf8_next(const unsigned char *p, size_t n, uint32_t *cp, size_t *bad) {
     unsigned char c = p[0];
     *bad = 1;
     if (c < 0x80) {
@@ -160,8 +162,8 @@ static mt_status utf8_to_bytes(const char *s, char *out, size_t *n) {
     size_t len = strlen(s), m = 0;
     for (size_t i = 0; i < len;) {
         uint32_t cp;
-        size_t bad, k = utf8_next(p + i, len - i, &cp, &bad);
-        int b = k ? cp_to_byte(cp) : -1;
+        size_t bad, k = tok_utf8_next(p + i, len - i, &cp, &bad);
+        int b = k ? tok_cp_to_byte(cp) : -1;
         MT_REQUIRE(b >= 0, MT_ERR_FORMAT,
                    "gpt2 vocabulary: token '%s' has a character outside "
                    "the byte alphabet",
@@ -189,14 +191,7 @@ static int in_ranges(const uint32_t (*r)[2], size_t n, uint32_t cp) {
     return 0;
 }
 
-enum {
-    CH_OTHER = 0,
-    CH_LETTER,
-    CH_NUMBER,
-    CH_SPACE
-};
-
-static int char_class(uint32_t cp) {
+int tok_char_class(uint32_t cp) {
     if (cp < 128) {
         if ((cp >= 'a' && cp <= 'z') || (cp >= 'A' && cp <= 'Z')) return CH_LETTER;
         if (cp >= '0' && cp <= '9') return CH_NUMBER;
@@ -222,7 +217,7 @@ typedef struct cpbuf {
 } cpbuf;
 
 /* Length in code points of the regex match at position i of c[0..n). */
-static size_t match_at(const uint32_t *c, const unsigned char *cls, size_t n, size_t i) {
+size_t tok_gpt2_match(const uint32_t *c, const unsigned char *cls, size_t n, size_t i) {
     if (c[i] == '\'' && i + 1 < n) {
         uint32_t a = c[i + 1], b = i + 2 < n ? c[i + 2] : 0;
         if (a == 's' || a == 't' || a == 'm' || a == 'd') return 2;
@@ -369,7 +364,7 @@ static mt_status encode_ordinary(mt_data_tokenizer *t, const char *s, size_t len
     }
     size_t m = 0, nb = 0;
     for (size_t i = 0; i < len;) {
-        size_t bad, k = utf8_next(p + i, len - i, &cp[m], &bad);
+        size_t bad, k = tok_utf8_next(p + i, len - i, &cp[m], &bad);
         off[m] = nb;
         if (k) {
             memcpy(bytes + nb, p + i, k);
@@ -381,12 +376,12 @@ static mt_status encode_ordinary(mt_data_tokenizer *t, const char *s, size_t len
             nb += 3;
             i += bad;
         }
-        cls[m] = (unsigned char)char_class(cp[m]);
+        cls[m] = (unsigned char)tok_char_class(cp[m]);
         m++;
     }
     off[m] = nb;
     for (size_t i = 0; i < m && st == MT_OK;) {
-        size_t k = match_at(cp, cls, m, i);
+        size_t k = tok_gpt2_match(cp, cls, m, i);
         st = encode_piece(t, bytes + off[i], off[i + k] - off[i], ids, n, cap);
         i += k;
     }
@@ -432,6 +427,7 @@ mt_status mt_data_tokenizer_encode(mt_data_tokenizer *t, const char *text, size_
                                    int allow_special, int32_t **ids, size_t *n, size_t *cap) {
     MT_REQUIRE(t && (text || !len) && ids && n && cap, MT_ERR_INVALID_ARG, "NULL argument");
     if (t->kind == TOK_NULL) return encode_null(t, text, len, ids, n, cap);
+    if (t->kind == TOK_HF) return hf_encode(t->hf, text, len, ids, n, cap);
     if (t->kind == TOK_SP) {
         if (t->add_bos) {
             int32_t bos = sp_model_bos(t->sp);
@@ -460,6 +456,7 @@ mt_status mt_data_tokenizer_decode(const mt_data_tokenizer *t, const int32_t *id
                                    char **text, size_t *len, size_t *cap) {
     MT_REQUIRE(t && (ids || !n_ids) && text && len && cap, MT_ERR_INVALID_ARG, "NULL argument");
     if (t->kind == TOK_SP) return sp_decode(t->sp, ids, n_ids, text, len, cap);
+    if (t->kind == TOK_HF) return hf_decode(t->hf, ids, n_ids, text, len, cap);
     for (size_t i = 0; i < n_ids; i++) {
         MT_REQUIRE(ids[i] >= 0 && ids[i] < t->vocab_size, MT_ERR_INVALID_ARG,
                    "id %d is outside the vocabulary of %lld", ids[i], (long long)t->vocab_size);
@@ -521,7 +518,7 @@ static mt_status load_merges(mt_data_tokenizer *t, const char *path) {
             break;
         }
         *sp = 0;
-        size_t na, nb;
+        size_t na = 0, nb = 0;
         if ((st = utf8_to_bytes(line, a, &na)) != MT_OK) break;
         if ((st = utf8_to_bytes(sp + 1, b, &nb)) != MT_OK) break;
         memcpy(a + na, b, nb);
@@ -575,7 +572,7 @@ mt_status mt_data_tokenizer_gpt2_create(const char *vocab_file, const char *merg
             goto fail;
         }
         char *b = malloc(strlen(key) + 1);
-        size_t n;
+        size_t n = 0;
         if (!b) {
             st = MT_ERROR(MT_ERR_OOM, "token");
             goto fail;
@@ -633,9 +630,26 @@ mt_status mt_data_tokenizer_sentencepiece_create(const char *model_file, int add
     return MT_OK;
 }
 
+mt_status mt_data_tokenizer_hf_create(const char *path, mt_data_tokenizer **out) {
+    MT_REQUIRE(path && out, MT_ERR_INVALID_ARG, "NULL argument");
+    *out = NULL;
+    mt_data_tokenizer *t = calloc(1, sizeof *t);
+    MT_REQUIRE(t, MT_ERR_OOM, "tokenizer");
+    t->kind = TOK_HF;
+    mt_status st = mt_data_hf_tokenizer_info(path, &t->vocab_size, &t->eod);
+    if (st == MT_OK) st = hf_model_load(path, &t->hf);
+    if (st != MT_OK) {
+        mt_data_tokenizer_destroy(t);
+        return st;
+    }
+    *out = t;
+    return MT_OK;
+}
+
 void mt_data_tokenizer_destroy(mt_data_tokenizer *t) {
     if (!t) return;
     sp_model_free(t->sp);
+    hf_model_free(t->hf);
     for (int64_t i = 0; t->id_bytes && i < t->vocab_size; i++)
         free(t->id_bytes[i]);
     free(t->id_bytes);

@@ -24,6 +24,13 @@ MT_API mt_status mt_data_tokenizer_null_create(int64_t vocab_size, mt_data_token
  * ignored. */
 MT_API mt_status mt_data_tokenizer_sentencepiece_create(const char *model_file, int add_bos,
                                                         mt_data_tokenizer **out);
+/* A Hugging Face byte-level BPE tokenizer (a directory with tokenizer.json and its configs, or
+ * that file): encode is transformers' AutoTokenizer(text).input_ids (Megatron's
+ * HuggingFaceTokenizer.tokenize: added tokens split out, GPT-2's or Llama-3's pre-tokenizer,
+ * the merges, the post-processor's special tokens); vocab_size() and eod as
+ * mt_data_hf_tokenizer_info. Normalizers and other pre-tokenizers or models are
+ * MT_ERR_UNSUPPORTED, named. allow_special is ignored (added tokens always match). */
+MT_API mt_status mt_data_tokenizer_hf_create(const char *path, mt_data_tokenizer **out);
 /* Path of a shipped GPT-2 tokenizer file ("encoder.json", "vocab.bpe") into buf: under
  * $MT_GPT2_DIR, else the installed copy, else this library's source tree. Returns buf. */
 MT_API const char *mt_data_gpt2_file(const char *name, char *buf, size_t len);

@@ -1,0 +1,157 @@
+/* unit: Hugging Face byte-level BPE encoding (mt_data_tokenizer_hf_create: Megatron's
+ * HuggingFaceTokenizer in mt-preprocess-data) against transformers itself
+ * (golden/hf_encode/gen.py): a tokenizer with Llama-3's pre-tokenizer (the cl100k-style regex),
+ * ignore_merges, special tokens and a template that puts <|begin_of_text|> first, and one with
+ * GPT-2's ByteLevel regex, on twenty strings (contractions in both cases, digit runs, spaces,
+ * tabs and newline runs, code, punctuation runs, Unicode letters and numbers, emoji, special
+ * tokens inside the text, empty text, a vocabulary token no merge makes): AutoTokenizer(text)
+ * .input_ids, decode, len(tok), eos; the two pre-tokenizers' pieces against the regex module's
+ * findall.
+ * Refused: a normalizer, another pre-tokenizer pattern, a WordPiece model. */
+#define _POSIX_C_SOURCE 200809L /* mkdtemp */
+#include "data_test.h"
+
+#include <jansson.h>
+#include <stdio.h>
+
+#include "../src/data_impl.h" /* the pre-tokenizers' matchers */
+
+/* The pieces of each split string by GPT-2's or Llama-3's matcher against the regex module's
+ * findall (exact pieces: a split that the trained merges happen to hide still fails here). */
+static void check_splits(json_t *strings, json_t *want, int llama3) {
+    size_t bad = 0, pieces = 0;
+    for (size_t s = 0; s < json_array_size(strings); s++) {
+        const unsigned char *p =
+            (const unsigned char *)json_string_value(json_array_get(strings, s));
+        const size_t len = json_string_length(json_array_get(strings, s));
+        uint32_t *cp = malloc((len + 1) * sizeof *cp);
+        unsigned char *cls = malloc(len + 1);
+        size_t *off = malloc((len + 2) * sizeof *off), m = 0;
+        for (size_t i = 0; i < len; m++) {
+            size_t badlen, k = tok_utf8_next(p + i, len - i, &cp[m], &badlen);
+            MT_ASSERT(k > 0);
+            off[m] = i, cls[m] = (unsigned char)tok_char_class(cp[m]), i += k;
+        }
+        off[m] = len;
+        json_t *w = json_array_get(want, s);
+        size_t k = 0;
+        for (size_t i = 0; i < m; k++) {
+            size_t n = llama3 ? tok_llama3_match(cp, cls, m, i) : tok_gpt2_match(cp, cls, m, i);
+            json_t *piece = json_array_get(w, k);
+            const size_t pl = off[i + n] - off[i];
+            if (!(piece && json_string_length(piece) == pl &&
+                  memcmp(json_string_value(piece), p + off[i], pl) == 0) &&
+                bad++ < 5)
+                fprintf(stderr, "  %s piece %zu of \"%s\": \"%.*s\", want \"%s\"\n",
+                        llama3 ? "llama3" : "gpt2", k, (const char *)p, (int)pl, p + off[i],
+                        piece ? json_string_value(piece) : "(none)");
+            i += n;
+        }
+        MT_EXPECT(k == json_array_size(w), "%zu pieces of \"%s\", want %zu", k, (const char *)p,
+                  json_array_size(w));
+        pieces += k;
+        free(cp), free(cls), free(off);
+    }
+    MT_EXPECT(bad == 0, "%s: %zu pieces differ from the regex module's", llama3 ? "llama3" : "gpt2",
+              bad);
+    printf("%s %s pre-tokenizer: %zu pieces of %zu strings as the regex module's\n",
+           bad ? "FAIL" : "ok  ", llama3 ? "llama3" : "gpt2", pieces, json_array_size(strings));
+}
+
+static void check(const char *name, json_t *want, json_t *strings) {
+    char dir[4200];
+    snprintf(dir, sizeof dir, "%s/%s", mt_test_golden_path("hf_encode"), name);
+    mt_data_tokenizer *t;
+    MT_CHECK(mt_data_tokenizer_hf_create(dir, &t));
+    MT_EXPECT(mt_data_tokenizer_vocab_size(t) ==
+                      json_integer_value(json_object_get(want, "vocab_size")) &&
+                  mt_data_tokenizer_eod(t) == json_integer_value(json_object_get(want, "eod")),
+              "%s: vocab %lld eod %lld", name, (long long)mt_data_tokenizer_vocab_size(t),
+              (long long)mt_data_tokenizer_eod(t));
+    json_t *ids = json_object_get(want, "ids"), *dec = json_object_get(want, "decoded");
+    int32_t *got = NULL;
+    char *text = NULL;
+    size_t cap = 0, tcap = 0, bad = 0, total = 0;
+    for (size_t i = 0; i < json_array_size(strings); i++) {
+        json_t *s = json_array_get(strings, i), *w = json_array_get(ids, i);
+        size_t n = 0, tl = 0;
+        MT_CHECK(mt_data_tokenizer_encode(t, json_string_value(s), json_string_length(s), 0, &got,
+                                          &n, &cap));
+        int same = n == json_array_size(w);
+        for (size_t j = 0; same && j < n; j++)
+            same = got[j] == json_integer_value(json_array_get(w, j));
+        total += n;
+        if (!same && bad++ < 5) {
+            fprintf(stderr, "  %s \"%s\": got", name, json_string_value(s));
+            for (size_t j = 0; j < n; j++)
+                fprintf(stderr, " %d", got[j]);
+            fprintf(stderr, "\n  want");
+            for (size_t j = 0; j < json_array_size(w); j++)
+                fprintf(stderr, " %lld", (long long)json_integer_value(json_array_get(w, j)));
+            fprintf(stderr, "\n");
+        }
+        if (!same) continue;
+        MT_CHECK(mt_data_tokenizer_decode(t, got, n, &text, &tl, &tcap));
+        json_t *d = json_array_get(dec, i);
+        MT_EXPECT(tl == json_string_length(d) && memcmp(text, json_string_value(d), tl) == 0,
+                  "%s: decode of \"%s\" is \"%.*s\", want \"%s\"", name, json_string_value(s),
+                  (int)tl, text, json_string_value(d));
+    }
+    MT_EXPECT(bad == 0, "%s: %zu of %zu strings encode differently", name, bad,
+              json_array_size(strings));
+    printf("%s %s: %zu strings, %zu ids as transformers'\n", bad ? "FAIL" : "ok  ", name,
+           json_array_size(strings), total);
+    free(got), free(text);
+    mt_data_tokenizer_destroy(t);
+}
+
+/* The llama3 tokenizer.json with `from` replaced by `to` (once) is refused, naming `text`. */
+static void refused(const char *tmp, const char *from, const char *to, const char *text) {
+    char src[4200], dst[4300], cmd[9000];
+    snprintf(cmd, sizeof cmd, "cp '%s/llama3/tokenizer_config.json' %s/",
+             mt_test_golden_path("hf_encode"), tmp);
+    MT_ASSERT(system(cmd) == 0);
+    snprintf(src, sizeof src, "%s/llama3/tokenizer.json", mt_test_golden_path("hf_encode"));
+    snprintf(dst, sizeof dst, "%s/tokenizer.json", tmp);
+    json_t *j = json_load_file(src, 0, NULL);
+    MT_ASSERT(j);
+    char *s = json_dumps(j, JSON_COMPACT);
+    char *at = strstr(s, from);
+    MT_ASSERT(at);
+    FILE *f = fopen(dst, "w");
+    MT_ASSERT(f);
+    fwrite(s, 1, (size_t)(at - s), f);
+    fputs(to, f);
+    fputs(at + strlen(from), f);
+    fclose(f);
+    free(s);
+    json_decref(j);
+    mt_data_tokenizer *t = NULL;
+    MT_EXPECT_STATUS(mt_data_tokenizer_hf_create(dst, &t), MT_ERR_UNSUPPORTED);
+    MT_EXPECT(t == NULL && strstr(mt_last_error(), text), "want '%s' in: %s", text,
+              mt_last_error());
+    printf("ok   refused: %s\n", mt_last_error());
+    mt_error_clear();
+}
+
+int main(void) {
+    char p[4200];
+    snprintf(p, sizeof p, "%s/encode.json", mt_test_golden_path("hf_encode"));
+    json_t *want = json_load_file(p, 0, NULL);
+    MT_ASSERT(want);
+    json_t *strings = json_object_get(want, "strings");
+    check("llama3", json_object_get(want, "llama3"), strings);
+    check("gpt2", json_object_get(want, "gpt2"), strings);
+    json_t *ss = json_object_get(want, "split_strings"), *sp = json_object_get(want, "splits");
+    check_splits(ss, json_object_get(sp, "llama3"), 1);
+    check_splits(ss, json_object_get(sp, "gpt2"), 0);
+    json_decref(want);
+    char tmp[] = "/tmp/mt-hfenc-XXXXXX", cmd[200];
+    MT_ASSERT(mkdtemp(tmp));
+    refused(tmp, "\"normalizer\":null", "\"normalizer\":{\"type\":\"NFC\"}", "normalizer NFC");
+    refused(tmp, "\\\\p{N}{1,3}", "\\\\p{N}", "pattern");
+    refused(tmp, "\"type\":\"BPE\"", "\"type\":\"WordPiece\"", "model WordPiece");
+    snprintf(cmd, sizeof cmd, "rm -rf %s", tmp);
+    MT_ASSERT(system(cmd) == 0);
+    return mt_test_result();
+}
