@@ -1,7 +1,7 @@
 /* Megatron's HuggingFaceTokenizer as far as training on preprocessed data needs it: its
  * vocab_size (len(AutoTokenizer): the distinct tokens of the model's vocabulary and the added
  * tokens) and its eod (eos_token_id), read from tokenizer.json and tokenizer_config.json or
- * special_tokens_map.json. No encoding. */
+ * special_tokens_map.json. The encoder is hf_encode.c. */
 #include <jansson.h>
 #include <string.h>
 #include <sys/stat.h>
