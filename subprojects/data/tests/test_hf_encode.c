@@ -9,10 +9,9 @@
  * findall.
  * Refused: a normalizer, another pre-tokenizer pattern, a WordPiece model. */
 #define _POSIX_C_SOURCE 200809L /* mkdtemp */
-#include "data_test.h"
-
-#include <jansson.h>
 #include <stdio.h>
+
+#include "tok_golden.h"
 
 #include "../src/data_impl.h" /* the pre-tokenizers' matchers */
 
@@ -68,40 +67,8 @@ static void check(const char *name, json_t *want, json_t *strings) {
                   mt_data_tokenizer_eod(t) == json_integer_value(json_object_get(want, "eod")),
               "%s: vocab %lld eod %lld", name, (long long)mt_data_tokenizer_vocab_size(t),
               (long long)mt_data_tokenizer_eod(t));
-    json_t *ids = json_object_get(want, "ids"), *dec = json_object_get(want, "decoded");
-    int32_t *got = NULL;
-    char *text = NULL;
-    size_t cap = 0, tcap = 0, bad = 0, total = 0;
-    for (size_t i = 0; i < json_array_size(strings); i++) {
-        json_t *s = json_array_get(strings, i), *w = json_array_get(ids, i);
-        size_t n = 0, tl = 0;
-        MT_CHECK(mt_data_tokenizer_encode(t, json_string_value(s), json_string_length(s), 0, &got,
-                                          &n, &cap));
-        int same = n == json_array_size(w);
-        for (size_t j = 0; same && j < n; j++)
-            same = got[j] == json_integer_value(json_array_get(w, j));
-        total += n;
-        if (!same && bad++ < 5) {
-            fprintf(stderr, "  %s \"%s\": got", name, json_string_value(s));
-            for (size_t j = 0; j < n; j++)
-                fprintf(stderr, " %d", got[j]);
-            fprintf(stderr, "\n  want");
-            for (size_t j = 0; j < json_array_size(w); j++)
-                fprintf(stderr, " %lld", (long long)json_integer_value(json_array_get(w, j)));
-            fprintf(stderr, "\n");
-        }
-        if (!same) continue;
-        MT_CHECK(mt_data_tokenizer_decode(t, got, n, &text, &tl, &tcap));
-        json_t *d = json_array_get(dec, i);
-        MT_EXPECT(tl == json_string_length(d) && memcmp(text, json_string_value(d), tl) == 0,
-                  "%s: decode of \"%s\" is \"%.*s\", want \"%s\"", name, json_string_value(s),
-                  (int)tl, text, json_string_value(d));
-    }
-    MT_EXPECT(bad == 0, "%s: %zu of %zu strings encode differently", name, bad,
-              json_array_size(strings));
-    printf("%s %s: %zu strings, %zu ids as transformers'\n", bad ? "FAIL" : "ok  ", name,
-           json_array_size(strings), total);
-    free(got), free(text);
+    check_encodes(t, name, strings, json_object_get(want, "ids"), json_object_get(want, "decoded"),
+                  "transformers");
     mt_data_tokenizer_destroy(t);
 }
 
