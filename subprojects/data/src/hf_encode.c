@@ -124,35 +124,83 @@ static mt_status push(int32_t **ids, size_t *n, size_t *cap, int32_t v) {
     return MT_OK;
 }
 
+/* A candidate merge of symbol `left` and the one after it (ids l, r) into `id`, at `rank`. */
+typedef struct cand {
+    int32_t rank, left, l, r, id;
+} cand;
+
+/* Heap order: the lower rank first, then the leftmost (HF's Merge ordering). */
+static int cand_before(const cand *a, const cand *b) {
+    return a->rank < b->rank || (a->rank == b->rank && a->left < b->left);
+}
+
+static void heap_push(cand *h, size_t *n, cand x) {
+    size_t i = (*n)++;
+    while (i > 0 && cand_before(&x, &h[(i - 1) / 2])) {
+        h[i] = h[(i - 1) / 2];
+        i = (i - 1) / 2;
+    }
+    h[i] = x;
+}
+
+static cand heap_pop(cand *h, size_t *n) {
+    cand top = h[0], x = h[--*n];
+    size_t i = 0;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= *n) break;
+        if (c + 1 < *n && cand_before(&h[c + 1], &h[c])) c++;
+        if (!cand_before(&h[c], &x)) break;
+        h[i] = h[c];
+        i = c;
+    }
+    if (*n) h[i] = x;
+    return top;
+}
+
+/* The merge of symbols a and b (by their ids), pushed when the merges hold it. */
+static void maybe_push(const hf_model *m, cand *h, size_t *nh, const int32_t *id, int32_t a,
+                       int32_t b) {
+    if (a < 0 || b < 0) return;
+    size_t s = merge_slot(m, ((uint64_t)id[a] << 32 | (uint32_t)id[b]) + 1);
+    if (m->mkey[s]) heap_push(h, nh, (cand){ m->mrank[s], a, id[a], id[b], m->mnew[s] });
+}
+
 /* A piece's bytes p[0..n) as tokens: each byte's token, then the lowest-ranked adjacent pair
- * merged until none is left (ties: the leftmost). */
+ * merged until none is left (ties: the leftmost), by a heap of candidate merges checked when
+ * popped (O(n log n), as tokenizers' Word::merge_all: a long run of letters stays cheap). */
 static mt_status bpe(const hf_model *m, const char *p, size_t n, int32_t **ids, size_t *nid,
                      size_t *cap) {
     int32_t whole;
     if (m->ignore_merges && (whole = vocab_id(m, p, n)) >= 0) return push(ids, nid, cap, whole);
-    int32_t small[64], *sym = n <= 64 ? small : malloc(n * sizeof *sym);
-    MT_REQUIRE(sym, MT_ERR_OOM, "piece of %zu bytes", n);
-    size_t k = 0;
+    int32_t *id = malloc(n * sizeof *id), *next = malloc(n * sizeof *next);
+    int32_t *prev = malloc(n * sizeof *prev);
+    cand *h = malloc((3 * n + 1) * sizeof *h); /* n-1 pairs, then at most 2 a merge */
+    size_t nh = 0;
     mt_status st = MT_OK;
-    for (size_t i = 0; i < n && st == MT_OK; i++)
-        if ((sym[k++] = vocab_id(m, p + i, 1)) < 0)
+    if (!id || !next || !prev || !h) st = MT_ERROR(MT_ERR_OOM, "piece of %zu bytes", n);
+    for (size_t i = 0; i < n && st == MT_OK; i++) {
+        if ((id[i] = vocab_id(m, p + i, 1)) < 0)
             st = MT_ERROR(MT_ERR_FORMAT, "tokenizer.json: byte 0x%02x has no token",
                           (unsigned char)p[i]);
-    while (st == MT_OK && k > 1) {
-        size_t best = SIZE_MAX;
-        int32_t rank = INT32_MAX, id = -1;
-        for (size_t i = 0; i + 1 < k; i++) {
-            size_t h = merge_slot(m, ((uint64_t)sym[i] << 32 | (uint32_t)sym[i + 1]) + 1);
-            if (m->mkey[h] && m->mrank[h] < rank) rank = m->mrank[h], id = m->mnew[h], best = i;
-        }
-        if (best == SIZE_MAX) break;
-        sym[best] = id;
-        memmove(sym + best + 1, sym + best + 2, (k - best - 2) * sizeof *sym);
-        k--;
+        prev[i] = (int32_t)i - 1, next[i] = i + 1 < n ? (int32_t)i + 1 : -1;
     }
-    for (size_t i = 0; i < k && st == MT_OK; i++)
-        st = push(ids, nid, cap, sym[i]);
-    if (sym != small) free(sym);
+    for (size_t i = 0; st == MT_OK && i + 1 < n; i++)
+        maybe_push(m, h, &nh, id, (int32_t)i, (int32_t)i + 1);
+    while (st == MT_OK && nh > 0) {
+        cand c = heap_pop(h, &nh);
+        const int32_t b = next[c.left];
+        /* stale: the left symbol was merged away (id -1), or either side changed */
+        if (id[c.left] != c.l || b < 0 || id[b] != c.r) continue;
+        id[c.left] = c.id, id[b] = -1; /* b merges into left */
+        next[c.left] = next[b];
+        if (next[b] >= 0) prev[next[b]] = c.left;
+        maybe_push(m, h, &nh, id, prev[c.left], c.left);
+        maybe_push(m, h, &nh, id, c.left, next[c.left]);
+    }
+    for (int32_t i = n ? 0 : -1; st == MT_OK && i >= 0; i = next[i])
+        st = push(ids, nid, cap, id[i]);
+    free(id), free(next), free(prev), free(h);
     return st;
 }
 

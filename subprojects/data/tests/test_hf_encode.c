@@ -68,7 +68,7 @@ static void check(const char *name, json_t *want, json_t *strings) {
               "%s: vocab %lld eod %lld", name, (long long)mt_data_tokenizer_vocab_size(t),
               (long long)mt_data_tokenizer_eod(t));
     check_encodes(t, name, strings, json_object_get(want, "ids"), json_object_get(want, "decoded"),
-                  "transformers");
+                  "transformers'");
     mt_data_tokenizer_destroy(t);
 }
 
@@ -113,6 +113,26 @@ int main(void) {
     check_splits(ss, json_object_get(sp, "llama3"), 1);
     check_splits(ss, json_object_get(sp, "gpt2"), 0);
     json_decref(want);
+    { /* one piece of 300,000 letters (a long run in web text): merged by a heap, not in n^2 */
+        char dir[4200];
+        snprintf(dir, sizeof dir, "%s/llama3", mt_test_golden_path("hf_encode"));
+        mt_data_tokenizer *t;
+        MT_CHECK(mt_data_tokenizer_hf_create(dir, &t));
+        const size_t len = 300000;
+        char *x = malloc(len), *back = NULL;
+        for (size_t i = 0; i < len; i++)
+            x[i] = "thequickbrownfox"[i % 16];
+        int32_t *ids = NULL;
+        size_t n = 0, cap = 0, bl = 0, bcap = 0;
+        MT_CHECK(mt_data_tokenizer_encode(t, x, len, 0, &ids, &n, &cap));
+        MT_CHECK(mt_data_tokenizer_decode(t, ids, n, &back, &bl, &bcap));
+        MT_EXPECT(bl == len + 17 && memcmp(back, "<|begin_of_text|>", 17) == 0 &&
+                      memcmp(back + 17, x, len) == 0,
+                  "a 300,000-letter piece does not decode to itself (%zu ids)", n);
+        printf("ok   a 300,000-letter piece: %zu ids, decoded back\n", n);
+        free(x), free(back), free(ids);
+        mt_data_tokenizer_destroy(t);
+    }
     char tmp[] = "/tmp/mt-hfenc-XXXXXX", cmd[200];
     MT_ASSERT(mkdtemp(tmp));
     refused(tmp, "\"normalizer\":null", "\"normalizer\":{\"type\":\"NFC\"}", "normalizer NFC");

@@ -26,7 +26,7 @@ static void check_model(const char *name, json_t *want, json_t *strings, json_t 
     MT_EXPECT(mt_data_tokenizer_eod(t) == json_integer_value(json_object_get(want, "eos")),
               "%s: eod %lld", name, (long long)mt_data_tokenizer_eod(t));
     check_encodes(t, name, strings, json_object_get(want, "ids"), json_object_get(want, "decoded"),
-                  "sentencepiece");
+                  "sentencepiece's");
     int32_t *got = NULL;
     size_t cap = 0;
     for (size_t i = 0; i < json_array_size(strings); i++) { /* add_bos: bos, then the same */

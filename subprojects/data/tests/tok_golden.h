@@ -47,7 +47,7 @@ static inline size_t check_encodes(mt_data_tokenizer *t, const char *name, json_
     }
     MT_EXPECT(bad == 0, "%s: %zu of %zu strings encode differently", name, bad,
               json_array_size(strings));
-    printf("%s %s: %zu strings, %zu ids as %s's\n", bad ? "FAIL" : "ok  ", name,
+    printf("%s %s: %zu strings, %zu ids as %s\n", bad ? "FAIL" : "ok  ", name,
            json_array_size(strings), total, reference);
     free(got), free(text);
     return bad;
