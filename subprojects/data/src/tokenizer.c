@@ -242,7 +242,52 @@ size_t tok_gpt2_match(const uint32_t *c, const unsigned char *cls, size_t n, siz
 
 /* ---- BPE ---- */
 
-/* tiktoken's byte_pair_merge over piece[0..n): appends ids. */
+/* A candidate merge: parts [a, b) and [b, c) of a piece into one, at the rank of their bytes. */
+typedef struct bpe_cand {
+    uint32_t rank;
+    uint32_t a, b, c;
+} bpe_cand;
+
+/* tiktoken's order: the lowest rank first, then the leftmost. */
+static int cand_before(const bpe_cand *x, const bpe_cand *y) {
+    return x->rank < y->rank || (x->rank == y->rank && x->a < y->a);
+}
+
+static void cand_push(bpe_cand *h, size_t *n, bpe_cand x) {
+    size_t i = (*n)++;
+    while (i > 0 && cand_before(&x, &h[(i - 1) / 2])) {
+        h[i] = h[(i - 1) / 2];
+        i = (i - 1) / 2;
+    }
+    h[i] = x;
+}
+
+static bpe_cand cand_pop(bpe_cand *h, size_t *n) {
+    bpe_cand top = h[0], x = h[--*n];
+    size_t i = 0;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= *n) break;
+        if (c + 1 < *n && cand_before(&h[c + 1], &h[c])) c++;
+        if (!cand_before(&h[c], &x)) break;
+        h[i] = h[c];
+        i = c;
+    }
+    if (*n) h[i] = x;
+    return top;
+}
+
+/* The merge of parts [a, b) and [b, c), pushed when their bytes have a rank. */
+static void cand_add(const mt_data_tokenizer *t, const char *piece, bpe_cand *h, size_t *nh,
+                     uint32_t a, uint32_t b, uint32_t c) {
+    const uint32_t *r = bmap_get(&t->ranks, piece + a, c - a);
+    if (r) cand_push(h, nh, (bpe_cand){ *r, a, b, c });
+}
+
+/* tiktoken's byte_pair_merge over piece[0..n): the adjacent pair of parts whose bytes rank
+ * lowest merges first (the leftmost on ties), until none has a rank; appends ids. By a heap of
+ * candidates checked when popped (end[a] is part a's end, or 0 once merged away): O(n log n), so
+ * a long run of letters stays cheap (the scan of every pair per merge was n^2). */
 static mt_status bpe(const mt_data_tokenizer *t, const char *piece, size_t n, int32_t *out,
                      size_t *n_out) {
     const uint32_t *whole = bmap_get(&t->ranks, piece, n);
@@ -251,48 +296,34 @@ static mt_status bpe(const mt_data_tokenizer *t, const char *piece, size_t n, in
         *n_out = 1;
         return MT_OK;
     }
-    size_t *start = malloc((n + 1) * sizeof *start);
-    uint32_t *rank = malloc((n + 1) * sizeof *rank);
-    MT_REQUIRE(start && rank, MT_ERR_OOM, "bpe of %zu bytes", n);
-    size_t parts = n + 1; /* boundaries: start[0..parts) with start[parts-1] = n */
-    for (size_t i = 0; i < parts; i++)
-        start[i] = i;
-    for (size_t i = 0; i < parts; i++) {
-        const uint32_t *r = i + 2 < parts ? bmap_get(&t->ranks, piece + i, 2) : NULL;
-        rank[i] = r ? *r : NO_RANK;
+    uint32_t *end = malloc((n + 1) * sizeof *end), *start = malloc((n + 1) * sizeof *start);
+    bpe_cand *h = malloc((3 * n + 1) * sizeof *h); /* n-1 pairs, then at most 2 a merge */
+    size_t nh = 0;
+    if (!end || !start || !h) {
+        free(end), free(start), free(h);
+        return MT_ERROR(MT_ERR_OOM, "bpe of %zu bytes", n);
     }
-    for (;;) {
-        size_t best = SIZE_MAX;
-        uint32_t min = NO_RANK;
-        for (size_t i = 0; i + 1 < parts; i++)
-            if (rank[i] < min) {
-                min = rank[i];
-                best = i;
-            }
-        if (best == SIZE_MAX) break;
-        /* merge parts best and best+1: drop boundary best+1, then re-rank around it */
-        memmove(start + best + 1, start + best + 2, (parts - best - 2) * sizeof *start);
-        memmove(rank + best + 1, rank + best + 2, (parts - best - 2) * sizeof *rank);
-        parts--;
-        for (size_t i = best > 0 ? best - 1 : 0; i <= best; i++) {
-            const uint32_t *r = i + 2 < parts
-                                    ? bmap_get(&t->ranks, piece + start[i], start[i + 2] - start[i])
-                                    : NULL;
-            rank[i] = r ? *r : NO_RANK;
-        }
+    for (uint32_t i = 0; i < n; i++)
+        end[i] = i + 1, start[i + 1] = i; /* start[e]: the part that ends at e */
+    for (uint32_t i = 0; i + 1 < n; i++)
+        cand_add(t, piece, h, &nh, i, i + 1, i + 2);
+    while (nh > 0) {
+        bpe_cand x = cand_pop(h, &nh);
+        if (end[x.a] != x.b || x.b >= n || end[x.b] != x.c) continue; /* stale */
+        end[x.a] = x.c, end[x.b] = 0, start[x.c] = x.a;               /* [b, c) joins [a, b) */
+        if (x.a > 0) cand_add(t, piece, h, &nh, start[x.a], x.a, x.c);
+        if (x.c < n) cand_add(t, piece, h, &nh, x.a, x.c, end[x.c]);
     }
     mt_status st = MT_OK;
     *n_out = 0;
-    for (size_t i = 0; i + 1 < parts; i++) {
-        const uint32_t *r = bmap_get(&t->ranks, piece + start[i], start[i + 1] - start[i]);
-        if (!r) {
+    for (uint32_t a = 0; a < n && st == MT_OK; a = end[a]) {
+        const uint32_t *r = bmap_get(&t->ranks, piece + a, end[a] - a);
+        if (!r)
             st = MT_ERROR(MT_ERR_INTERNAL, "bpe: a part has no rank");
-            break;
-        }
-        out[(*n_out)++] = (int32_t)*r;
+        else
+            out[(*n_out)++] = (int32_t)*r;
     }
-    free(start);
-    free(rank);
+    free(end), free(start), free(h);
     return st;
 }
 

@@ -95,6 +95,20 @@ int main(void) {
     size_t tl = 0;
     MT_EXPECT_STATUS(mt_data_tokenizer_decode(t, &bad_id, 1, &text, &tl, &tcap),
                      MT_ERR_INVALID_ARG);
+    { /* one pre-token of 300,000 letters (a long run in web text): merged by a heap, not in
+       * n^2; decodes back */
+        const size_t big = 300000;
+        char *x = malloc(big);
+        for (size_t i = 0; i < big; i++)
+            x[i] = "thequickbrownfox"[i % 16];
+        size_t nb = 0;
+        tl = 0;
+        MT_CHECK(mt_data_tokenizer_encode(t, x, big, 0, &ids, &nb, &cap));
+        MT_CHECK(mt_data_tokenizer_decode(t, ids, nb, &text, &tl, &tcap));
+        MT_EXPECT(tl == big && memcmp(text, x, big) == 0, "a 300,000-letter pre-token (%zu ids)",
+                  nb);
+        free(x);
+    }
     mt_data_tokenizer_destroy(t);
 
     /* NullTokenizer: "[int(x) for x in text.split(' ')]", vocab_size + 1, eod = vocab_size */
