@@ -43,8 +43,11 @@ int tok_cp_to_byte(uint32_t cp);
 size_t tok_utf8_next(const unsigned char *p, size_t n, uint32_t *cp, size_t *bad);
 /* Length in code points of GPT-2's pre-tokenizer match at c[i..n) (classes cls). */
 size_t tok_gpt2_match(const uint32_t *c, const unsigned char *cls, size_t n, size_t i);
-/* The same for Llama-3's (cl100k-style) pattern (hf_encode.c). */
-size_t tok_llama3_match(const uint32_t *c, const unsigned char *cls, size_t n, size_t i);
+/* The same for Llama-3's (digits 3) or Qwen2's (digits 1) cl100k-style pattern (hf_encode.c). */
+size_t tok_cl100k_match(const uint32_t *c, const unsigned char *cls, size_t n, size_t i,
+                        int digits);
+/* The code points (*cps)[0..*n) in Unicode normalization form C (nfc.c; may reallocate). */
+mt_status tok_nfc(uint32_t **cps, size_t *n);
 
 /* Hugging Face byte-level BPE encoding (hf_encode.c) of a tokenizer.json. */
 typedef struct hf_model hf_model;

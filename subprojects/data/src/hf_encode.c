@@ -1,11 +1,12 @@
 /* Hugging Face byte-level BPE encoding from a tokenizer.json, as transformers' AutoTokenizer(text)
  * .input_ids (Megatron's HuggingFaceTokenizer.tokenize) gives it, for mt-preprocess-data: the
- * added tokens split out of the raw text first (longest match), each other span pre-tokenized by
- * GPT-2's regex (ByteLevel with use_regex) or Llama-3's (a Split on the cl100k-style pattern,
- * isolated, before a ByteLevel without regex), each piece's bytes merged by the merges' ranks
+ * added tokens split out of the raw text first (longest match), each other span normalized (none,
+ * or NFC: nfc.c) and pre-tokenized by GPT-2's regex (ByteLevel with use_regex) or Llama-3's or
+ * Qwen2's (a Split on the cl100k-style pattern, digits in threes or one by one, isolated, before
+ * a ByteLevel without regex), each piece's bytes merged by the merges' ranks
  * (the lowest-ranked adjacent pair first, leftmost on ties; with ignore_merges a piece in the
  * vocabulary is one token), then the post-processor's template (TemplateProcessing's special
- * tokens around the sequence). What is not that family (normalizers, other pre-tokenizers or
+ * tokens around the sequence). What is not that family (other normalizers, pre-tokenizers or
  * patterns, other models, byte fallback, prefix spaces, stripped added tokens) is refused by
  * name. Golden values: transformers' own (golden/hf_encode). */
 #include <jansson.h>
@@ -22,7 +23,9 @@ typedef struct added {
 } added;
 
 struct hf_model {
-    int llama3; /* the pre-tokenizer: Llama-3's pattern (1) or GPT-2's (0) */
+    int digits; /* the pre-tokenizer: Llama-3's pattern (3: digits in threes), Qwen2's (1: one
+                   by one), or GPT-2's (0) */
+    int nfc;    /* the NFC normalizer */
     int ignore_merges;
     int32_t n_vocab; /* ids 0 .. n_vocab-1 may hold token bytes */
     char **tok;      /* id -> bytes (NULL: no such id) */
@@ -38,6 +41,9 @@ struct hf_model {
     int n_pre, n_post;
 };
 
+#define QWEN2_PATTERN                                                     \
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| " \
+    "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
 #define LLAMA3_PATTERN                                                         \
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| " \
     "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
@@ -70,9 +76,10 @@ static uint32_t lower(uint32_t c) {
     return c >= 'A' && c <= 'Z' ? c + 32 : c;
 }
 
-/* Llama-3's pattern at c[i..n): its length in code points. Alternatives in order, as the regex
- * engine tries them. */
-size_t tok_llama3_match(const uint32_t *c, const unsigned char *cls, size_t n, size_t i) {
+/* Llama-3's pattern (digits 3) or Qwen2's (digits 1) at c[i..n): its length in code points.
+ * Alternatives in order, as the regex engine tries them. */
+size_t tok_cl100k_match(const uint32_t *c, const unsigned char *cls, size_t n, size_t i,
+                        int digits) {
     if (c[i] == '\'' && i + 1 < n) { /* (?i:'s|'t|'re|'ve|'m|'ll|'d) */
         uint32_t a = lower(c[i + 1]), b = i + 2 < n ? lower(c[i + 2]) : 0;
         if (a == 's' || a == 't' || a == 'm' || a == 'd') return 2;
@@ -88,8 +95,8 @@ size_t tok_llama3_match(const uint32_t *c, const unsigned char *cls, size_t n, s
             j++;
         return j - i;
     }
-    if (cls[i] == CH_NUMBER) { /* \p{N}{1,3} */
-        for (j = i; j < n && j - i < 3 && cls[j] == CH_NUMBER;)
+    if (cls[i] == CH_NUMBER) { /* \p{N}{1,3} (Qwen2's: \p{N}) */
+        for (j = i; j < n && j - i < (size_t)digits && cls[j] == CH_NUMBER;)
             j++;
         return j - i;
     }
@@ -209,25 +216,39 @@ static mt_status encode_span(const hf_model *m, const char *s, size_t len, int32
                              size_t *cap) {
     const unsigned char *p = (const unsigned char *)s;
     uint32_t *cp = malloc((len + 1) * sizeof *cp);
-    unsigned char *cls = malloc(len + 1);
-    char *bytes = malloc(3 * len + 1); /* U+FFFD replacement may grow one byte to three */
-    size_t *off = malloc((len + 2) * sizeof *off), m_ = 0, nb = 0;
-    mt_status st = MT_OK;
-    if (!cp || !cls || !bytes || !off) st = MT_ERROR(MT_ERR_OOM, "encode of %zu bytes", len);
-    for (size_t i = 0; st == MT_OK && i < len; m_++) {
+    size_t m_ = 0;
+    MT_REQUIRE(cp, MT_ERR_OOM, "encode of %zu bytes", len);
+    for (size_t i = 0; i < len; m_++) { /* code points, invalid UTF-8 as U+FFFD */
         size_t bad, k = tok_utf8_next(p + i, len - i, &cp[m_], &bad);
-        off[m_] = nb;
-        if (k) {
-            memcpy(bytes + nb, p + i, k), nb += k, i += k;
+        if (!k) cp[m_] = 0xfffd;
+        i += k ? k : bad;
+    }
+    mt_status st = m->nfc ? tok_nfc(&cp, &m_) : MT_OK; /* (the normalizer) */
+    unsigned char *cls = malloc(m_ + 1);
+    char *bytes = malloc(4 * m_ + 1);
+    size_t *off = malloc((m_ + 1) * sizeof *off), nb = 0;
+    if (st == MT_OK && (!cls || !bytes || !off))
+        st = MT_ERROR(MT_ERR_OOM, "encode of %zu bytes", len);
+    for (size_t i = 0; st == MT_OK && i < m_; i++) { /* back to UTF-8, each code point's start */
+        const uint32_t c = cp[i];
+        off[i] = nb;
+        if (c < 0x80) {
+            bytes[nb++] = (char)c;
+        } else if (c < 0x800) {
+            bytes[nb++] = (char)(0xC0 | c >> 6), bytes[nb++] = (char)(0x80 | (c & 0x3F));
+        } else if (c < 0x10000) {
+            bytes[nb++] = (char)(0xE0 | c >> 12), bytes[nb++] = (char)(0x80 | (c >> 6 & 0x3F));
+            bytes[nb++] = (char)(0x80 | (c & 0x3F));
         } else {
-            cp[m_] = 0xfffd;
-            memcpy(bytes + nb, "\xef\xbf\xbd", 3), nb += 3, i += bad;
+            bytes[nb++] = (char)(0xF0 | c >> 18), bytes[nb++] = (char)(0x80 | (c >> 12 & 0x3F));
+            bytes[nb++] = (char)(0x80 | (c >> 6 & 0x3F)), bytes[nb++] = (char)(0x80 | (c & 0x3F));
         }
-        cls[m_] = (unsigned char)tok_char_class(cp[m_]);
+        cls[i] = (unsigned char)tok_char_class(c);
     }
     if (st == MT_OK) off[m_] = nb;
     for (size_t i = 0; st == MT_OK && i < m_;) {
-        size_t k = m->llama3 ? tok_llama3_match(cp, cls, m_, i) : tok_gpt2_match(cp, cls, m_, i);
+        size_t k = m->digits ? tok_cl100k_match(cp, cls, m_, i, m->digits)
+                             : tok_gpt2_match(cp, cls, m_, i);
         st = bpe(m, bytes + off[i], off[i + k] - off[i], ids, n, cap);
         i += k;
     }
@@ -340,16 +361,19 @@ static mt_status pre_tokenizer(hf_model *m, json_t *pt, const char *file) {
     json_t *split = json_array_get(seq, 0), *bl = json_array_get(seq, 1);
     json_t *re = json_object_get(json_object_get(split, "pattern"), "Regex");
     json_t *behavior = json_object_get(split, "behavior");
-    MT_REQUIRE(strcmp(type_of(split), "Split") == 0 && json_is_string(re) &&
-                   strcmp(json_string_value(re), LLAMA3_PATTERN) == 0 && json_is_string(behavior) &&
+    const char *pat = json_is_string(re) ? json_string_value(re) : "(none)";
+    const int digits = strcmp(pat, LLAMA3_PATTERN) == 0  ? 3
+                       : strcmp(pat, QWEN2_PATTERN) == 0 ? 1
+                                                         : 0;
+    MT_REQUIRE(strcmp(type_of(split), "Split") == 0 && digits && json_is_string(behavior) &&
                    strcmp(json_string_value(behavior), "Isolated") == 0 &&
                    !is_true(split, "invert") && strcmp(type_of(bl), "ByteLevel") == 0 &&
                    !is_true(bl, "add_prefix_space") && !is_true(bl, "use_regex"),
                MT_ERR_UNSUPPORTED,
-               "%s: a pre-tokenizer Sequence other than Llama-3's (Split on its pattern, "
-               "Isolated, then ByteLevel without regex); pattern %s",
-               file, json_is_string(re) ? json_string_value(re) : "(none)");
-    m->llama3 = 1;
+               "%s: a pre-tokenizer Sequence other than Llama-3's or Qwen2's (Split on their "
+               "pattern, Isolated, then ByteLevel without regex); pattern %s",
+               file, pat);
+    m->digits = digits;
     return MT_OK;
 }
 
@@ -413,8 +437,9 @@ static mt_status load(hf_model *m, json_t *root, const char *file) {
                "%s: BPE with byte_fallback, a continuing-subword prefix or an end-of-word suffix",
                file);
     json_t *norm = json_object_get(root, "normalizer");
-    MT_REQUIRE(!norm || json_is_null(norm), MT_ERR_UNSUPPORTED,
-               "%s: normalizer %s (only none is supported)", file, type_of(norm));
+    m->nfc = norm && strcmp(type_of(norm), "NFC") == 0;
+    MT_REQUIRE(!norm || json_is_null(norm) || m->nfc, MT_ERR_UNSUPPORTED,
+               "%s: normalizer %s (only none and NFC are supported)", file, type_of(norm));
     MT_TRY(pre_tokenizer(m, json_object_get(root, "pre_tokenizer"), file));
     MT_TRY(post_processor(m, json_object_get(root, "post_processor"), file));
     m->ignore_merges = is_true(model, "ignore_merges");

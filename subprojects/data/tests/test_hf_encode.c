@@ -17,7 +17,7 @@
 
 /* The pieces of each split string by GPT-2's or Llama-3's matcher against the regex module's
  * findall (exact pieces: a split that the trained merges happen to hide still fails here). */
-static void check_splits(json_t *strings, json_t *want, int llama3) {
+static void check_splits(json_t *strings, json_t *want, const char *name, int digits) {
     size_t bad = 0, pieces = 0;
     for (size_t s = 0; s < json_array_size(strings); s++) {
         const unsigned char *p =
@@ -35,14 +35,15 @@ static void check_splits(json_t *strings, json_t *want, int llama3) {
         json_t *w = json_array_get(want, s);
         size_t k = 0;
         for (size_t i = 0; i < m; k++) {
-            size_t n = llama3 ? tok_llama3_match(cp, cls, m, i) : tok_gpt2_match(cp, cls, m, i);
+            size_t n =
+                digits ? tok_cl100k_match(cp, cls, m, i, digits) : tok_gpt2_match(cp, cls, m, i);
             json_t *piece = json_array_get(w, k);
             const size_t pl = off[i + n] - off[i];
             if (!(piece && json_string_length(piece) == pl &&
                   memcmp(json_string_value(piece), p + off[i], pl) == 0) &&
                 bad++ < 5)
-                fprintf(stderr, "  %s piece %zu of \"%s\": \"%.*s\", want \"%s\"\n",
-                        llama3 ? "llama3" : "gpt2", k, (const char *)p, (int)pl, p + off[i],
+                fprintf(stderr, "  %s piece %zu of \"%s\": \"%.*s\", want \"%s\"\n", name, k,
+                        (const char *)p, (int)pl, p + off[i],
                         piece ? json_string_value(piece) : "(none)");
             i += n;
         }
@@ -51,10 +52,9 @@ static void check_splits(json_t *strings, json_t *want, int llama3) {
         pieces += k;
         free(cp), free(cls), free(off);
     }
-    MT_EXPECT(bad == 0, "%s: %zu pieces differ from the regex module's", llama3 ? "llama3" : "gpt2",
-              bad);
+    MT_EXPECT(bad == 0, "%s: %zu pieces differ from the regex module's", name, bad);
     printf("%s %s pre-tokenizer: %zu pieces of %zu strings as the regex module's\n",
-           bad ? "FAIL" : "ok  ", llama3 ? "llama3" : "gpt2", pieces, json_array_size(strings));
+           bad ? "FAIL" : "ok  ", name, pieces, json_array_size(strings));
 }
 
 static void check(const char *name, json_t *want, json_t *strings) {
@@ -101,6 +101,29 @@ static void refused(const char *tmp, const char *from, const char *to, const cha
     mt_error_clear();
 }
 
+/* tok_nfc against Python's unicodedata.normalize("NFC") (decomposition, Hangul, canonical order
+ * of marks, composition with blocking and exclusions). */
+static void check_nfc(json_t *in, json_t *want) {
+    size_t bad = 0;
+    for (size_t s = 0; s < json_array_size(in); s++) {
+        const char *x = json_string_value(json_array_get(in, s));
+        const char *w = json_string_value(json_array_get(want, s));
+        size_t lx = strlen(x), lw = strlen(w), n = 0, nw = 0, bl;
+        uint32_t *cp = malloc((lx + 1) * sizeof *cp), *cw = malloc((lw + 1) * sizeof *cw);
+        for (size_t i = 0; i < lx; n++)
+            i += tok_utf8_next((const unsigned char *)x + i, lx - i, &cp[n], &bl);
+        for (size_t i = 0; i < lw; nw++)
+            i += tok_utf8_next((const unsigned char *)w + i, lw - i, &cw[nw], &bl);
+        MT_CHECK(tok_nfc(&cp, &n));
+        if (!(n == nw && memcmp(cp, cw, n * sizeof *cp) == 0) && bad++ < 5)
+            fprintf(stderr, "  NFC of \"%s\": %zu code points, want %zu (\"%s\")\n", x, n, nw, w);
+        free(cp), free(cw);
+    }
+    MT_EXPECT(bad == 0, "NFC: %zu of %zu strings differ from unicodedata's", bad,
+              json_array_size(in));
+    printf("%s NFC: %zu strings as unicodedata's\n", bad ? "FAIL" : "ok  ", json_array_size(in));
+}
+
 int main(void) {
     char p[4200];
     snprintf(p, sizeof p, "%s/encode.json", mt_test_golden_path("hf_encode"));
@@ -109,9 +132,12 @@ int main(void) {
     json_t *strings = json_object_get(want, "strings");
     check("llama3", json_object_get(want, "llama3"), strings);
     check("gpt2", json_object_get(want, "gpt2"), strings);
+    check("qwen2", json_object_get(want, "qwen2"), strings);
     json_t *ss = json_object_get(want, "split_strings"), *sp = json_object_get(want, "splits");
-    check_splits(ss, json_object_get(sp, "llama3"), 1);
-    check_splits(ss, json_object_get(sp, "gpt2"), 0);
+    check_splits(ss, json_object_get(sp, "llama3"), "llama3", 3);
+    check_splits(ss, json_object_get(sp, "qwen2"), "qwen2", 1);
+    check_splits(ss, json_object_get(sp, "gpt2"), "gpt2", 0);
+    check_nfc(json_object_get(want, "nfc_strings"), json_object_get(want, "nfc"));
     json_decref(want);
     { /* one piece of 300,000 letters (a long run in web text): merged by a heap, not in n^2 */
         char dir[4200];
@@ -135,8 +161,8 @@ int main(void) {
     }
     char tmp[] = "/tmp/mt-hfenc-XXXXXX", cmd[200];
     MT_ASSERT(mkdtemp(tmp));
-    refused(tmp, "\"normalizer\":null", "\"normalizer\":{\"type\":\"NFC\"}", "normalizer NFC");
-    refused(tmp, "\\\\p{N}{1,3}", "\\\\p{N}", "pattern");
+    refused(tmp, "\"normalizer\":null", "\"normalizer\":{\"type\":\"NFKC\"}", "normalizer NFKC");
+    refused(tmp, "\\\\p{N}{1,3}", "\\\\p{N}{1,2}", "pattern");
     refused(tmp, "\"type\":\"BPE\"", "\"type\":\"WordPiece\"", "model WordPiece");
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmp);
     MT_ASSERT(system(cmd) == 0);

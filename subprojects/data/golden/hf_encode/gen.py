@@ -8,11 +8,14 @@ special tokens included).
            post-processor that puts <|begin_of_text|> first (in a Sequence with ByteLevel)
   gpt2/    GPT-2 style: ByteLevel with its own regex, no prefix space, <|endoftext|> added, no
            post-processor
+  qwen2/   Qwen2's: the NFC normalizer, the cl100k-style Split with digits one by one, ByteLevel
+           without regex, <|endoftext|> and <|im_start|> added, no template
 The llama3 vocabulary also holds "Ġsupercalifragilistic", which no merge makes: ignore_merges
 must take it whole. encode.json: {"strings": [...], "<dir>": {"ids": [[...] per string],
 "decoded": [...], "vocab_size": len(tok), "eod": tok.eos_token_id}, "splits": {"llama3"|"gpt2":
-[[pieces] per split string]}}, the splits of the two pre-tokenizer regexes by the regex module
-(the same backtracking semantics as the Oniguruma engine tokenizers uses) on "split_strings".
+[[pieces] per split string]}}, the splits of the three pre-tokenizer regexes by the regex module
+(the same backtracking semantics as the Oniguruma engine tokenizers uses) on "split_strings";
+"nfc": unicodedata.normalize("NFC", s) of "nfc_strings" (Unicode 14.0 here).
 
     pip install transformers tokenizers   (tested: transformers 5.24, tokenizers 0.23)
     python3 gen.py   (from this directory)
@@ -20,12 +23,17 @@ must take it whole. encode.json: {"strings": [...], "<dir>": {"ids": [[...] per 
 import json
 import os
 
+import unicodedata
+
 import regex
 
-from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+from tokenizers import (Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers,
+                        processors, trainers)
 from transformers import AutoTokenizer
 
 GPT2 = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+QWEN2 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"
+         r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 LLAMA3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
           r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 
@@ -60,6 +68,14 @@ strings = [
     "a\u00a0b\u2003c\u3000d",
     "mixed123abc456 and 1a2b3c",
     "a supercalifragilistic b",
+    "NFD: e\u0301te\u0301 A\u030a \u212b \u1100\u1161\u11a8 o\u0308\u0304 q\u0307\u0323",
+]
+nfc_strings = [
+    "plain ascii", "e\u0301", "A\u030a\u212b\u00c5", "\u1100\u1161\u11a8 \u1100\u1161 \uac00\u11a8",
+    "o\u0308\u0304 q\u0307\u0323 a\u0323\u0302\u0301", "\u0301leading mark", "\u0344 \u0f73 \u2126",
+    "\u1e9b\u0323 \ufb01 \u2460 \uff21", "\u0928\u093c \u0929 \u05d0\u05b8", "u\u0308\u0301\u0300",
+    "\U0001d15e \U0001d160 \U0002f800", "\u0915\u093c\u094d\u0937",
+    "z\u0308\u0301 blocked, z\u0323\u0301 not",
 ]
 split_strings = strings + [
     "it'sx don'tcha WE'REgoing I'LLx they'dX 'S 's",
@@ -86,7 +102,10 @@ def train(pre, special, post):
 
 out = {"strings": strings, "split_strings": split_strings,
        "splits": {"llama3": [regex.findall(LLAMA3, s) for s in split_strings],
-                  "gpt2": [regex.findall(GPT2, s) for s in split_strings]}}
+                  "qwen2": [regex.findall(QWEN2, s) for s in split_strings],
+                  "gpt2": [regex.findall(GPT2, s) for s in split_strings]},
+       "nfc_strings": nfc_strings,
+       "nfc": [unicodedata.normalize("NFC", s) for s in nfc_strings]}
 cases = {
     "llama3": (pre_tokenizers.Sequence([
         pre_tokenizers.Split(Regex(LLAMA3), behavior="isolated", invert=False),
@@ -94,6 +113,10 @@ cases = {
         ["<|begin_of_text|>", "<|end_of_text|>"],
         "<|end_of_text|>"),
     "gpt2": (pre_tokenizers.ByteLevel(add_prefix_space=False), ["<|endoftext|>"], "<|endoftext|>"),
+    "qwen2": (pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(QWEN2), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)]),
+        ["<|endoftext|>", "<|im_start|>"], "<|endoftext|>"),
 }
 for name, (pre, special, eos) in cases.items():
     post = None
@@ -104,6 +127,8 @@ for name, (pre, special, eos) in cases.items():
                                           pair="<|begin_of_text|> $A <|begin_of_text|> $B",
                                           special_tokens=[("<|begin_of_text|>", 0)])])
     t = train(pre, special, post)
+    if name == "qwen2":
+        t.normalizer = normalizers.NFC()
     if post is not None:  # the template's id: the trained one
         t.post_processor = processors.Sequence([
             processors.ByteLevel(trim_offsets=False),
