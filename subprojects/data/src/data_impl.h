@@ -29,6 +29,33 @@ int sp_model_size(const sp_model *m);
 int sp_model_bos(const sp_model *m);
 int sp_model_eos(const sp_model *m);
 
+/* A binary heap of `type` in an array the caller sizes, `before(a, b)` when a pops first:
+ * name##_push(h, &n, x) and name##_pop(h, &n). The BPE encoders' (tokenizer.c, hf_encode.c,
+ * sp_encode.c) candidate merges: n-1 pairs, then at most two a merge, so 3n + 1 entries. */
+#define TOK_HEAP(name, type, before)                         \
+    static void name##_push(type *h, size_t *n, type x) {    \
+        size_t i = (*n)++;                                   \
+        while (i > 0 && before(&x, &h[(i - 1) / 2])) {       \
+            h[i] = h[(i - 1) / 2];                           \
+            i = (i - 1) / 2;                                 \
+        }                                                    \
+        h[i] = x;                                            \
+    }                                                        \
+    static type name##_pop(type *h, size_t *n) {             \
+        type top = h[0], x = h[--*n];                        \
+        size_t i = 0;                                        \
+        for (;;) {                                           \
+            size_t c = 2 * i + 1;                            \
+            if (c >= *n) break;                              \
+            if (c + 1 < *n && before(&h[c + 1], &h[c])) c++; \
+            if (!before(&h[c], &x)) break;                   \
+            h[i] = h[c];                                     \
+            i = c;                                           \
+        }                                                    \
+        if (*n) h[i] = x;                                    \
+        return top;                                          \
+    }
+
 /* Shared by the byte-level BPE tokenizers (tokenizer.c, hf_encode.c). */
 enum { /* tok_char_class: the regexes' \p{L}, \p{N}, \s and the rest */
     CH_OTHER = 0,

@@ -141,36 +141,14 @@ static int cand_before(const cand *a, const cand *b) {
     return a->rank < b->rank || (a->rank == b->rank && a->left < b->left);
 }
 
-static void heap_push(cand *h, size_t *n, cand x) {
-    size_t i = (*n)++;
-    while (i > 0 && cand_before(&x, &h[(i - 1) / 2])) {
-        h[i] = h[(i - 1) / 2];
-        i = (i - 1) / 2;
-    }
-    h[i] = x;
-}
-
-static cand heap_pop(cand *h, size_t *n) {
-    cand top = h[0], x = h[--*n];
-    size_t i = 0;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= *n) break;
-        if (c + 1 < *n && cand_before(&h[c + 1], &h[c])) c++;
-        if (!cand_before(&h[c], &x)) break;
-        h[i] = h[c];
-        i = c;
-    }
-    if (*n) h[i] = x;
-    return top;
-}
+TOK_HEAP(cand, cand, cand_before)
 
 /* The merge of symbols a and b (by their ids), pushed when the merges hold it. */
 static void maybe_push(const hf_model *m, cand *h, size_t *nh, const int32_t *id, int32_t a,
                        int32_t b) {
     if (a < 0 || b < 0) return;
     size_t s = merge_slot(m, ((uint64_t)id[a] << 32 | (uint32_t)id[b]) + 1);
-    if (m->mkey[s]) heap_push(h, nh, (cand){ m->mrank[s], a, id[a], id[b], m->mnew[s] });
+    if (m->mkey[s]) cand_push(h, nh, (cand){ m->mrank[s], a, id[a], id[b], m->mnew[s] });
 }
 
 /* A piece's bytes p[0..n) as tokens: each byte's token, then the lowest-ranked adjacent pair
@@ -195,7 +173,7 @@ static mt_status bpe(const hf_model *m, const char *p, size_t n, int32_t **ids, 
     for (size_t i = 0; st == MT_OK && i + 1 < n; i++)
         maybe_push(m, h, &nh, id, (int32_t)i, (int32_t)i + 1);
     while (st == MT_OK && nh > 0) {
-        cand c = heap_pop(h, &nh);
+        cand c = cand_pop(h, &nh);
         const int32_t b = next[c.left];
         /* stale: the left symbol was merged away (id -1), or either side changed */
         if (id[c.left] != c.l || b < 0 || id[b] != c.r) continue;

@@ -296,54 +296,21 @@ static int pair_before(const pair *a, const pair *b) {
     return a->score > b->score || (a->score == b->score && a->left < b->left);
 }
 
-typedef struct heap {
-    pair *a;
-    size_t n, cap;
-} heap;
+TOK_HEAP(pair, pair, pair_before)
 
-static int heap_push(heap *h, pair x) {
-    if (h->n == h->cap) {
-        size_t c = h->cap ? 2 * h->cap : 64;
-        pair *q = realloc(h->a, c * sizeof *q);
-        if (!q) return 0;
-        h->a = q, h->cap = c;
-    }
-    size_t i = h->n++;
-    while (i > 0 && pair_before(&x, &h->a[(i - 1) / 2])) {
-        h->a[i] = h->a[(i - 1) / 2];
-        i = (i - 1) / 2;
-    }
-    h->a[i] = x;
-    return 1;
-}
-
-static pair heap_pop(heap *h) {
-    pair top = h->a[0], x = h->a[--h->n];
-    size_t i = 0;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= h->n) break;
-        if (c + 1 < h->n && pair_before(&h->a[c + 1], &h->a[c])) c++;
-        if (!pair_before(&h->a[c], &x)) break;
-        h->a[i] = h->a[c];
-        i = c;
-    }
-    if (h->n) h->a[i] = x;
-    return top;
-}
-
-static int bpe_add(const sp_model *m, const char *t, sym *sy, heap *h, int l, int r) {
-    if (l < 0 || r < 0 || sy[l].freeze || sy[r].freeze) return 1;
+static void bpe_add(const sp_model *m, const char *t, sym *sy, pair *h, size_t *nh, int l, int r) {
+    if (l < 0 || r < 0 || sy[l].freeze || sy[r].freeze) return;
     uint32_t len = sy[l].len + sy[r].len;
     int id = normal_id(m, t + sy[l].at, len);
-    if (id < 0) return 1;
-    return heap_push(h, (pair){ m->piece[id].score, l, r, len });
+    if (id >= 0) pair_push(h, nh, (pair){ m->piece[id].score, l, r, len });
 }
 
 static mt_status bpe_encode(const sp_model *m, const char *t, size_t n, seg **out, size_t *nout) {
     sym *sy = malloc((n + 1) * sizeof *sy);
-    heap h = { 0 };
-    MT_REQUIRE(sy, MT_ERR_OOM, "BPE symbols of %zu bytes", n);
+    pair *h = malloc((3 * n + 1) * sizeof *h); /* n-1 pairs, then at most two a merge */
+    size_t nh = 0;
+    if (!sy || !h) free(sy), free(h);
+    MT_REQUIRE(sy && h, MT_ERR_OOM, "BPE symbols of %zu bytes", n);
     int ns = 0;
     for (size_t at = 0; at < n; ns++) { /* characters, user-defined symbols whole and frozen */
         size_t k = user_match(m, t + at, n - at);
@@ -352,21 +319,21 @@ static mt_status bpe_encode(const sp_model *m, const char *t, size_t n, seg **ou
         sy[ns] = (sym){ ns - 1, at + k < n ? ns + 1 : -1, frozen, (uint32_t)at, (uint32_t)k };
         at += k;
     }
-    int ok = 1;
-    for (int i = 1; i < ns && ok; i++)
-        ok = bpe_add(m, t, sy, &h, i - 1, i);
-    while (ok && h.n) {
-        pair top = heap_pop(&h);
+    for (int i = 1; i < ns; i++)
+        bpe_add(m, t, sy, h, &nh, i - 1, i);
+    while (nh) {
+        pair top = pair_pop(h, &nh);
         sym *l = &sy[top.left], *r = &sy[top.right];
         if (l->len == 0 || r->len == 0 || l->len + r->len != top.len) continue; /* stale */
         l->len += r->len;
         l->next = r->next;
         if (r->next >= 0) sy[r->next].prev = top.left;
         r->len = 0;
-        ok = bpe_add(m, t, sy, &h, l->prev, top.left) && bpe_add(m, t, sy, &h, top.left, l->next);
+        bpe_add(m, t, sy, h, &nh, l->prev, top.left);
+        bpe_add(m, t, sy, h, &nh, top.left, l->next);
     }
-    free(h.a);
-    seg *s = ok ? malloc((size_t)(ns ? ns : 1) * sizeof *s) : NULL;
+    free(h);
+    seg *s = malloc((size_t)(ns ? ns : 1) * sizeof *s);
     if (!s) {
         free(sy);
         return MT_ERROR(MT_ERR_OOM, "BPE encoding");

@@ -253,29 +253,7 @@ static int cand_before(const bpe_cand *x, const bpe_cand *y) {
     return x->rank < y->rank || (x->rank == y->rank && x->a < y->a);
 }
 
-static void cand_push(bpe_cand *h, size_t *n, bpe_cand x) {
-    size_t i = (*n)++;
-    while (i > 0 && cand_before(&x, &h[(i - 1) / 2])) {
-        h[i] = h[(i - 1) / 2];
-        i = (i - 1) / 2;
-    }
-    h[i] = x;
-}
-
-static bpe_cand cand_pop(bpe_cand *h, size_t *n) {
-    bpe_cand top = h[0], x = h[--*n];
-    size_t i = 0;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= *n) break;
-        if (c + 1 < *n && cand_before(&h[c + 1], &h[c])) c++;
-        if (!cand_before(&h[c], &x)) break;
-        h[i] = h[c];
-        i = c;
-    }
-    if (*n) h[i] = x;
-    return top;
-}
+TOK_HEAP(cand, bpe_cand, cand_before)
 
 /* The merge of parts [a, b) and [b, c), pushed when their bytes have a rank. */
 static void cand_add(const mt_data_tokenizer *t, const char *piece, bpe_cand *h, size_t *nh,
