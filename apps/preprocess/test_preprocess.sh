@@ -20,7 +20,7 @@ elif [ "$case" = hf ]; then
   keys="text title"
 elif [ "$case" = gptsp ]; then
   "$exe" --input "$golden/input.jsonl" --output-prefix "$out/gptsp" \
-    --tokenizer-type GPTSentencePieceTokenizer --tokenizer-model "$golden/../../../subprojects/data/golden/sentencepiece/enc_uni_nfkc.model" --append-eod
+    --tokenizer-type GPTSentencePieceTokenizer --tokenizer-model "$golden/../../../subprojects/data/golden/sentencepiece/enc_uni_nfkc.model" --append-eod --workers 3
   keys="text"
   if "$exe" --input "$golden/input.jsonl" --output-prefix "$out/x" --tokenizer-type Llama2Tokenizer 2> "$out/err"; then
     echo "FAIL: Llama2Tokenizer without --tokenizer-model"; exit 1
@@ -30,6 +30,12 @@ elif [ "$case" = gptsp ]; then
     echo "FAIL: a JSONL file accepted as a SentencePiece model"; exit 1
   fi
   grep -q "input.jsonl" "$out/err" || { cat "$out/err"; exit 1; }
+  # threads: the first bad document in input order is the error, whichever worker met it
+  printf '{"text": "a"}\n{"text": "b"}\n{"text": 5}\n{"nope": "c"}\n{"text": "d"}\n' > "$out/bad.jsonl"
+  if "$exe" --input "$out/bad.jsonl" --output-prefix "$out/x" --tokenizer-type GPTSentencePieceTokenizer --tokenizer-model "$golden/../../../subprojects/data/golden/sentencepiece/enc_uni_nfkc.model" --workers 3 2> "$out/err"; then
+    echo "FAIL: a document whose text is a number accepted"; exit 1
+  fi
+  grep -q "bad.jsonl line 3: 'text' is not text" "$out/err" || { cat "$out/err"; exit 1; }
 else
   "$exe" --input "$golden/input_null.jsonl" --output-prefix "$out/null" \
     --tokenizer-type NullTokenizer --vocab-size 1000 --workers 1
