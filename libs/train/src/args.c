@@ -20,8 +20,7 @@ typedef enum {
     F_DBL,
     F_STR,
     F_TRUE,
-    F_NO,    /* refused (not supported yet): the message is the help text */
-    F_NO_VAL /* the same, for a flag that takes one value */
+    F_NO_VAL /* refused (not supported yet), a flag that takes one value: the help is the message */
 } ftype;
 
 typedef struct flag {
@@ -31,7 +30,7 @@ typedef struct flag {
     const char *help;
 } flag;
 
-/* messages of flags refused by name (F_NO), shared by the flags they name */
+/* Megatron's flags: name, type, field, help (a refused one's message) */
 #define O(f) offsetof(mt_train_args, f)
 static const flag flags[] = {
     { "--num-layers", F_INT, O(num_layers), "transformer layers (required)" },
@@ -490,8 +489,7 @@ mt_status mt_train_args_parse(mt_train_args *a, int argc, char **argv) {
         size_t len = eq ? (size_t)(eq - arg) : strlen(arg);
         const flag *f = find_flag(arg, len);
         if (!f) return BAD("unrecognized arguments: %s", arg);
-        if (f->type == F_NO || f->type == F_NO_VAL)
-            return MT_ERROR(MT_ERR_UNSUPPORTED, "%s", f->help);
+        if (f->type == F_NO_VAL) return MT_ERROR(MT_ERR_UNSUPPORTED, "%s", f->help);
         if (f->type == F_TRUE) {
             if (eq) return BAD("argument %s: ignored explicit argument '%s'", f->name, eq + 1);
             *(int *)((char *)a + f->off) = 1;

@@ -8,6 +8,15 @@
 void data_md5_hex(const void *data, size_t len, char out[33]);
 
 /* mt_data_sentencepiece_info's reader over a model file's bytes (`name` for the errors). */
+/* A protobuf field read by sp_pb_next from [*p, end): its number, wire type, and varint value
+ * (wire type 0) or payload (1, 2, 5); 0 when truncated or of another wire type. */
+typedef struct sp_pb_field {
+    unsigned num, wt;
+    uint64_t v;
+    const unsigned char *data;
+    size_t len;
+} sp_pb_field;
+int sp_pb_next(const unsigned char **p, const unsigned char *end, sp_pb_field *f);
 mt_status sp_model_parse(const unsigned char *buf, size_t len, const char *name,
                          int64_t *vocab_size, int64_t *eod);
 
@@ -64,6 +73,10 @@ enum { /* tok_char_class: the regexes' \p{L}, \p{N}, \s and the rest */
     CH_SPACE
 };
 int tok_char_class(uint32_t cp);
+/* FNV-1a of p[0..n): the encoders' byte-string maps. */
+uint64_t tok_hash(const char *p, size_t n);
+/* Appends v[0..k) to *ids (a malloc'd buffer of *cap entries, grown; *ids may start NULL). */
+mt_status tok_push_ids(int32_t **ids, size_t *n, size_t *cap, const int32_t *v, size_t k);
 /* GPT-2's bytes_to_unicode inverse: code point -> byte, or -1. */
 int tok_cp_to_byte(uint32_t cp);
 /* One UTF-8 sequence at p[0..n): its length, or 0 when invalid (*bad: the bytes to replace). */
@@ -76,9 +89,19 @@ size_t tok_cl100k_match(const uint32_t *c, const unsigned char *cls, size_t n, s
 /* The code points (*cps)[0..*n) in Unicode normalization form C (nfc.c; may reallocate). */
 mt_status tok_nfc(uint32_t **cps, size_t *n);
 
-/* Hugging Face byte-level BPE encoding (hf_encode.c) of a tokenizer.json. */
+/* A Hugging Face tokenizer (hf_tokenizer.c): path (a directory, or its tokenizer.json) to the
+ * tokenizer.json's name, the configs' directory and the parsed JSON (the caller's to free); what
+ * training needs of it (mt_data_hf_tokenizer_info's vocab_size and eod). */
+struct json_t;
+mt_status hf_tokenizer_open(const char *path, struct json_t **tok, char *file, size_t file_len,
+                            char *dir, size_t dir_len);
+mt_status hf_tokenizer_info_of(struct json_t *tok, const char *file, const char *dir,
+                               int64_t *vocab_size, int64_t *eod);
+
+/* Hugging Face byte-level BPE encoding (hf_encode.c) of a tokenizer.json, read once: the model,
+ * and its vocab_size and eod as mt_data_hf_tokenizer_info gives them. */
 typedef struct hf_model hf_model;
-mt_status hf_model_load(const char *path, hf_model **out);
+mt_status hf_model_load(const char *path, hf_model **out, int64_t *vocab_size, int64_t *eod);
 void hf_model_free(hf_model *m);
 mt_status hf_encode(hf_model *m, const char *text, size_t len, int32_t **ids, size_t *n,
                     size_t *cap);

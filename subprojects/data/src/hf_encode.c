@@ -12,7 +12,6 @@
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "data_impl.h"
 
@@ -48,15 +47,8 @@ struct hf_model {
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| " \
     "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
 
-static uint64_t hash(const char *p, size_t n) {
-    uint64_t h = 1469598103934665603ull; /* FNV-1a */
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ (unsigned char)p[i]) * 1099511628211ull;
-    return h;
-}
-
 static int32_t vocab_id(const hf_model *m, const char *p, size_t n) {
-    for (size_t h = hash(p, n) & m->mask;; h = (h + 1) & m->mask) {
+    for (size_t h = tok_hash(p, n) & m->mask;; h = (h + 1) & m->mask) {
         int32_t s = m->slot[h];
         if (!s) return -1;
         if (m->tok_len[s - 1] == n && memcmp(m->tok[s - 1], p, n) == 0) return s - 1;
@@ -120,17 +112,6 @@ size_t tok_cl100k_match(const uint32_t *c, const unsigned char *cls, size_t n, s
 
 /* ---- BPE ---- */
 
-static mt_status push(int32_t **ids, size_t *n, size_t *cap, int32_t v) {
-    if (*n == *cap) {
-        size_t c = *cap ? 2 * *cap : 256;
-        int32_t *q = realloc(*ids, c * sizeof *q);
-        MT_REQUIRE(q, MT_ERR_OOM, "ids buffer of %zu", c);
-        *ids = q, *cap = c;
-    }
-    (*ids)[(*n)++] = v;
-    return MT_OK;
-}
-
 /* A candidate merge of symbol `left` and the one after it (ids l, r) into `id`, at `rank`. */
 typedef struct cand {
     int32_t rank, left, l, r, id;
@@ -157,7 +138,8 @@ static void maybe_push(const hf_model *m, cand *h, size_t *nh, const int32_t *id
 static mt_status bpe(const hf_model *m, const char *p, size_t n, int32_t **ids, size_t *nid,
                      size_t *cap) {
     int32_t whole;
-    if (m->ignore_merges && (whole = vocab_id(m, p, n)) >= 0) return push(ids, nid, cap, whole);
+    if (m->ignore_merges && (whole = vocab_id(m, p, n)) >= 0)
+        return tok_push_ids(ids, nid, cap, &whole, 1);
     int32_t *id = malloc(n * sizeof *id), *next = malloc(n * sizeof *next);
     int32_t *prev = malloc(n * sizeof *prev);
     cand *h = malloc((3 * n + 1) * sizeof *h); /* n-1 pairs, then at most 2 a merge */
@@ -184,7 +166,7 @@ static mt_status bpe(const hf_model *m, const char *p, size_t n, int32_t **ids, 
         maybe_push(m, h, &nh, id, c.left, next[c.left]);
     }
     for (int32_t i = n ? 0 : -1; st == MT_OK && i >= 0; i = next[i])
-        st = push(ids, nid, cap, id[i]);
+        st = tok_push_ids(ids, nid, cap, &id[i], 1);
     free(id), free(next), free(prev), free(h);
     return st;
 }
@@ -236,8 +218,7 @@ static mt_status encode_span(const hf_model *m, const char *s, size_t len, int32
 
 mt_status hf_encode(hf_model *m, const char *text, size_t len, int32_t **ids, size_t *n,
                     size_t *cap) {
-    for (int i = 0; i < m->n_pre; i++)
-        MT_TRY(push(ids, n, cap, m->pre[i]));
+    MT_TRY(tok_push_ids(ids, n, cap, m->pre, (size_t)m->n_pre));
     size_t at = 0;
     for (size_t i = 0; i < len; i++) { /* added tokens: the longest one starting here */
         if (!m->add_first[(unsigned char)text[i]]) continue;
@@ -248,14 +229,12 @@ mt_status hf_encode(hf_model *m, const char *text, size_t len, int32_t **ids, si
                 best = a;
         if (best < 0) continue;
         MT_TRY(encode_span(m, text + at, i - at, ids, n, cap));
-        MT_TRY(push(ids, n, cap, m->add[best].id));
+        MT_TRY(tok_push_ids(ids, n, cap, &m->add[best].id, 1));
         i += m->add[best].len - 1;
         at = i + 1;
     }
     MT_TRY(encode_span(m, text + at, len - at, ids, n, cap));
-    for (int i = 0; i < m->n_post; i++)
-        MT_TRY(push(ids, n, cap, m->post[i]));
-    return MT_OK;
+    return tok_push_ids(ids, n, cap, m->post, (size_t)m->n_post);
 }
 
 mt_status hf_decode(const hf_model *m, const int32_t *ids, size_t n_ids, char **text, size_t *len,
@@ -307,7 +286,7 @@ static mt_status set_token(hf_model *m, int32_t id, char *bytes, uint32_t n, con
         return MT_ERROR(MT_ERR_FORMAT, "%s: token id %d is out of range or given twice", file, id);
     }
     m->tok[id] = bytes, m->tok_len[id] = n;
-    size_t h = hash(bytes, n) & m->mask;
+    size_t h = tok_hash(bytes, n) & m->mask;
     while (m->slot[h])
         h = (h + 1) & m->mask;
     m->slot[h] = id + 1;
@@ -506,19 +485,15 @@ static mt_status load(hf_model *m, json_t *root, const char *file) {
     return MT_OK;
 }
 
-mt_status hf_model_load(const char *path, hf_model **out) {
+mt_status hf_model_load(const char *path, hf_model **out, int64_t *vocab_size, int64_t *eod) {
     *out = NULL;
-    char file[4200];
-    struct stat sb;
-    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
-        snprintf(file, sizeof file, "%s/tokenizer.json", path);
-    else
-        snprintf(file, sizeof file, "%s", path);
-    json_error_t err;
-    json_t *root = json_load_file(file, 0, &err);
-    MT_REQUIRE(root, MT_ERR_FORMAT, "cannot read %s: %s", file, err.text);
-    hf_model *m = calloc(1, sizeof *m);
-    mt_status st = m ? load(m, root, file) : MT_ERROR(MT_ERR_OOM, "tokenizer");
+    char dir[4096], file[4200];
+    json_t *root;
+    MT_TRY(hf_tokenizer_open(path, &root, file, sizeof file, dir, sizeof dir));
+    mt_status st = hf_tokenizer_info_of(root, file, dir, vocab_size, eod);
+    hf_model *m = NULL;
+    if (st == MT_OK)
+        st = (m = calloc(1, sizeof *m)) ? load(m, root, file) : MT_ERROR(MT_ERR_OOM, "tokenizer");
     json_decref(root);
     if (st != MT_OK) {
         hf_model_free(m);

@@ -16,26 +16,40 @@ static const char *eos_text(json_t *j) {
     return json_is_string(e) ? json_string_value(e) : NULL;
 }
 
-mt_status mt_data_hf_tokenizer_info(const char *path, int64_t *vocab_size, int64_t *eod) {
-    MT_REQUIRE(path && vocab_size && eod, MT_ERR_INVALID_ARG, "NULL argument");
-    char dir[4096], file[4200];
+mt_status hf_tokenizer_open(const char *path, json_t **tok, char *file, size_t file_len, char *dir,
+                            size_t dir_len) {
     struct stat sb;
     int is_dir = stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
-    snprintf(dir, sizeof dir, "%s", path);
+    snprintf(dir, dir_len, "%s", path);
     if (is_dir) {
-        snprintf(file, sizeof file, "%s/tokenizer.json", path);
+        snprintf(file, file_len, "%s/tokenizer.json", path);
     } else { /* the tokenizer.json itself: its directory holds the configs */
-        snprintf(file, sizeof file, "%s", path);
+        snprintf(file, file_len, "%s", path);
         char *slash = strrchr(dir, '/');
         if (slash)
             *slash = 0;
         else
-            snprintf(dir, sizeof dir, ".");
+            snprintf(dir, dir_len, ".");
     }
     json_error_t err;
-    json_t *tok = json_load_file(file, 0, &err);
-    MT_REQUIRE(tok, MT_ERR_IO, "HuggingFaceTokenizer: cannot read %s: %s (line %d)", file, err.text,
-               err.line);
+    *tok = json_load_file(file, 0, &err);
+    MT_REQUIRE(*tok, MT_ERR_IO, "HuggingFaceTokenizer: cannot read %s: %s (line %d)", file,
+               err.text, err.line);
+    return MT_OK;
+}
+
+mt_status mt_data_hf_tokenizer_info(const char *path, int64_t *vocab_size, int64_t *eod) {
+    MT_REQUIRE(path && vocab_size && eod, MT_ERR_INVALID_ARG, "NULL argument");
+    char dir[4096], file[4200];
+    json_t *tok;
+    MT_TRY(hf_tokenizer_open(path, &tok, file, sizeof file, dir, sizeof dir));
+    mt_status st = hf_tokenizer_info_of(tok, file, dir, vocab_size, eod);
+    json_decref(tok);
+    return st;
+}
+
+mt_status hf_tokenizer_info_of(json_t *tok, const char *file, const char *dir, int64_t *vocab_size,
+                               int64_t *eod) {
     mt_status st = MT_OK;
     json_t *cfg = NULL, *map = NULL;
     json_t *vocab = json_object_get(json_object_get(tok, "model"), "vocab");
@@ -92,7 +106,6 @@ mt_status mt_data_hf_tokenizer_info(const char *path, int64_t *vocab_size, int64
     *vocab_size = n;
     *eod = id;
 done:
-    json_decref(tok);
     json_decref(cfg);
     json_decref(map);
     return st;

@@ -49,63 +49,10 @@ struct sp_model {
     size_t unk_surface_len;
 };
 
-/* ---- protobuf ---- */
-
-static int varint(const unsigned char **p, const unsigned char *end, uint64_t *v) {
-    *v = 0;
-    for (int shift = 0; *p < end && shift < 64; shift += 7) {
-        unsigned char c = *(*p)++;
-        *v |= (uint64_t)(c & 0x7f) << shift;
-        if (!(c & 0x80)) return 1;
-    }
-    return 0;
-}
-
-/* The next field of [*p, end): its number, wire type and (wire type 2) payload or (0) value. */
-typedef struct pb_field {
-    unsigned num, wt;
-    uint64_t v;
-    const unsigned char *data;
-    size_t len;
-} pb_field;
-
-static int pb_next(const unsigned char **p, const unsigned char *end, pb_field *f) {
-    uint64_t key;
-    if (!varint(p, end, &key)) return 0;
-    f->num = (unsigned)(key >> 3), f->wt = (unsigned)(key & 7), f->data = NULL, f->len = 0,
-    f->v = 0;
-    switch (f->wt) {
-    case 0:
-        return varint(p, end, &f->v);
-    case 1:
-    case 5: {
-        size_t n = f->wt == 1 ? 8 : 4;
-        if ((size_t)(end - *p) < n) return 0;
-        f->data = *p, f->len = n;
-        *p += n;
-        return 1;
-    }
-    case 2:
-        if (!varint(p, end, &f->v) || f->v > (uint64_t)(end - *p)) return 0;
-        f->data = *p, f->len = (size_t)f->v;
-        *p += f->len;
-        return 1;
-    default:
-        return 0;
-    }
-}
-
 /* ---- the piece maps ---- */
 
-static uint64_t hash(const char *p, size_t n) {
-    uint64_t h = 1469598103934665603ull; /* FNV-1a */
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ (unsigned char)p[i]) * 1099511628211ull;
-    return h;
-}
-
 static int map_find(const sp_model *m, const uint32_t *slot, const char *p, size_t n) {
-    for (size_t h = hash(p, n) & m->mask;; h = (h + 1) & m->mask) {
+    for (size_t h = tok_hash(p, n) & m->mask;; h = (h + 1) & m->mask) {
         uint32_t s = slot[h];
         if (!s) return -1;
         const sp_piece *q = &m->piece[s - 1];
@@ -134,27 +81,6 @@ static int normal_id(const sp_model *m, const char *p, size_t n) {
 static size_t one_char_len(const char *p) {
     static const unsigned char len[16] = { 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4 };
     return len[(unsigned char)*p >> 4];
-}
-
-/* Length of the valid UTF-8 character at p[0..n), or 0 when malformed (U+FFFD itself is valid). */
-static size_t valid_char(const unsigned char *p, size_t n) {
-    uint32_t c;
-    if (p[0] < 0x80) return 1;
-    if (n >= 2 && (p[0] & 0xE0) == 0xC0 && (p[1] & 0xC0) == 0x80) {
-        c = ((uint32_t)(p[0] & 0x1F) << 6) | (p[1] & 0x3F);
-        return c >= 0x80 ? 2 : 0;
-    }
-    if (n >= 3 && (p[0] & 0xF0) == 0xE0 && (p[1] & 0xC0) == 0x80 && (p[2] & 0xC0) == 0x80) {
-        c = ((uint32_t)(p[0] & 0x0F) << 12) | ((uint32_t)(p[1] & 0x3F) << 6) | (p[2] & 0x3F);
-        return c >= 0x800 && (c < 0xD800 || c >= 0xE000) ? 3 : 0;
-    }
-    if (n >= 4 && (p[0] & 0xF8) == 0xF0 && (p[1] & 0xC0) == 0x80 && (p[2] & 0xC0) == 0x80 &&
-        (p[3] & 0xC0) == 0x80) {
-        c = ((uint32_t)(p[0] & 0x07) << 18) | ((uint32_t)(p[1] & 0x3F) << 12) |
-            ((uint32_t)(p[2] & 0x3F) << 6) | (p[3] & 0x3F);
-        return c >= 0x10000 && c <= 0x10FFFF ? 4 : 0;
-    }
-    return 0;
 }
 
 /* The longest user-defined symbol at p[0..n) (its length), or 0. */
@@ -207,7 +133,9 @@ static size_t norm_prefix(const sp_model *m, const char *p, size_t n, const char
         *out = m->norm + v, *out_len = strlen(m->norm + v); /* (NUL-ended: checked at load) */
         return k;
     }
-    k = valid_char((const unsigned char *)p, n);
+    uint32_t cp;
+    size_t bad;
+    k = tok_utf8_next((const unsigned char *)p, n, &cp, &bad); /* (strict, as sentencepiece's) */
     if (!k) { /* malformed: U+FFFD, one byte consumed */
         *out = "\xEF\xBF\xBD", *out_len = 3;
         return 1;
@@ -396,17 +324,6 @@ static mt_status unigram_encode(const sp_model *m, const char *t, size_t n, seg 
     return MT_OK;
 }
 
-static int push_id(int32_t **ids, size_t *n, size_t *cap, int32_t v) {
-    if (*n == *cap) {
-        size_t c = *cap ? 2 * *cap : 256;
-        int32_t *q = realloc(*ids, c * sizeof *q);
-        if (!q) return 0;
-        *ids = q, *cap = c;
-    }
-    (*ids)[(*n)++] = v;
-    return 1;
-}
-
 mt_status sp_encode(const sp_model *m, const char *text, size_t len, int32_t **ids, size_t *n,
                     size_t *cap) {
     buf nb = { 0 };
@@ -415,21 +332,19 @@ mt_status sp_encode(const sp_model *m, const char *text, size_t len, int32_t **i
     size_t ns = 0;
     mt_status st =
         m->bpe ? bpe_encode(m, nb.p, nb.n, &s, &ns) : unigram_encode(m, nb.p, nb.n, &s, &ns);
-    int ok = st == MT_OK, prev_unk = 0;
-    for (size_t i = 0; ok && i < ns; i++) {
+    int prev_unk = 0;
+    for (size_t i = 0; st == MT_OK && i < ns; i++) {
         const int unk = s[i].id == m->unk;
         if (unk && m->byte_fallback) /* the unknown piece as its UTF-8 bytes */
-            for (uint32_t j = 0; ok && j < s[i].len; j++)
-                ok = push_id(ids, n, cap, m->byte_id[(unsigned char)nb.p[s[i].at + j]]);
+            for (uint32_t j = 0; st == MT_OK && j < s[i].len; j++)
+                st = tok_push_ids(ids, n, cap, &m->byte_id[(unsigned char)nb.p[s[i].at + j]], 1);
         else if (!(unk && prev_unk)) /* a run of unknown pieces is one unk */
-            ok = push_id(ids, n, cap, s[i].id);
+            st = tok_push_ids(ids, n, cap, &s[i].id, 1);
         prev_unk = unk;
     }
     free(s);
     free(nb.p);
-    if (st != MT_OK) return st;
-    MT_REQUIRE(ok, MT_ERR_OOM, "SentencePiece ids");
-    return MT_OK;
+    return st;
 }
 
 /* DecodeIds: pieces with U+2581 as spaces (the first piece's leading one dropped with the dummy
@@ -472,14 +387,14 @@ mt_status sp_decode(const sp_model *m, const int32_t *ids, size_t n_ids, char **
 
 static mt_status parse(sp_model *m, size_t len, const char *name) {
     const unsigned char *p = m->buf, *end = m->buf + len;
-    pb_field f;
+    sp_pb_field f;
     int cap = 0, model_type = 1; /* UNIGRAM */
     m->unk = -1, m->bos = 1, m->eos = 2, m->dummy_prefix = m->remove_ws = m->escape_ws = 1;
     m->unk_surface = " \xE2\x81\x87 ", m->unk_surface_len = 5;
     const unsigned char *charsmap = NULL;
     size_t charsmap_len = 0;
     while (p < end) {
-        MT_REQUIRE(pb_next(&p, end, &f), MT_ERR_FORMAT,
+        MT_REQUIRE(sp_pb_next(&p, end, &f), MT_ERR_FORMAT,
                    "SentencePiece model %s: not a ModelProto (truncated or corrupt)", name);
         if (f.num == 1 && f.wt == 2) { /* a piece */
             if (m->n == cap) {
@@ -489,9 +404,9 @@ static mt_status parse(sp_model *m, size_t len, const char *name) {
             }
             sp_piece x = { NULL, 0, 0.0f, SP_NORMAL, -1 };
             const unsigned char *q = f.data, *qe = f.data + f.len;
-            pb_field g;
+            sp_pb_field g;
             while (q < qe) {
-                MT_REQUIRE(pb_next(&q, qe, &g), MT_ERR_FORMAT,
+                MT_REQUIRE(sp_pb_next(&q, qe, &g), MT_ERR_FORMAT,
                            "SentencePiece model %s: piece %d is corrupt", name, m->n);
                 if (g.num == 1 && g.wt == 2) x.s = (const char *)g.data, x.len = (uint32_t)g.len;
                 if (g.num == 2 && g.wt == 5) memcpy(&x.score, g.data, 4); /* little-endian */
@@ -502,9 +417,9 @@ static mt_status parse(sp_model *m, size_t len, const char *name) {
             m->piece[m->n++] = x;
         } else if ((f.num == 2 || f.num == 3) && f.wt == 2) { /* TrainerSpec, NormalizerSpec */
             const unsigned char *q = f.data, *qe = f.data + f.len;
-            pb_field g;
+            sp_pb_field g;
             while (q < qe) {
-                MT_REQUIRE(pb_next(&q, qe, &g), MT_ERR_FORMAT,
+                MT_REQUIRE(sp_pb_next(&q, qe, &g), MT_ERR_FORMAT,
                            "SentencePiece model %s: its %s is corrupt", name,
                            f.num == 2 ? "TrainerSpec" : "NormalizerSpec");
                 const int v = (int)(int32_t)(uint32_t)g.v;
@@ -564,7 +479,7 @@ static mt_status index_pieces(sp_model *m, const char *name) {
         MT_REQUIRE(map_find(m, slot, p->s, p->len) < 0, MT_ERR_FORMAT,
                    "SentencePiece model %s: piece %d (%.*s) is defined twice", name, i, (int)p->len,
                    p->s);
-        size_t h = hash(p->s, p->len) & m->mask;
+        size_t h = tok_hash(p->s, p->len) & m->mask;
         while (slot[h])
             h = (h + 1) & m->mask;
         slot[h] = (uint32_t)i + 1;

@@ -18,56 +18,46 @@ static int varint(const unsigned char **p, const unsigned char *end, uint64_t *v
     return 0;
 }
 
-/* Skips one field's value of wire type `wt`; 0 when it runs past end or the type is unknown. */
-static int skip(const unsigned char **p, const unsigned char *end, unsigned wt) {
-    uint64_t n;
-    switch (wt) {
+int sp_pb_next(const unsigned char **p, const unsigned char *end, sp_pb_field *f) {
+    uint64_t key;
+    if (!varint(p, end, &key)) return 0;
+    f->num = (unsigned)(key >> 3), f->wt = (unsigned)(key & 7), f->data = NULL, f->len = 0,
+    f->v = 0;
+    switch (f->wt) {
     case 0:
-        return varint(p, end, &n);
+        return varint(p, end, &f->v);
     case 1:
-        n = 8;
-        break;
+    case 5: {
+        size_t n = f->wt == 1 ? 8 : 4;
+        if ((size_t)(end - *p) < n) return 0;
+        f->data = *p, f->len = n;
+        *p += n;
+        return 1;
+    }
     case 2:
-        if (!varint(p, end, &n)) return 0;
-        break;
-    case 5:
-        n = 4;
-        break;
+        if (!varint(p, end, &f->v) || f->v > (uint64_t)(end - *p)) return 0;
+        f->data = *p, f->len = (size_t)f->v;
+        *p += f->len;
+        return 1;
     default:
         return 0; /* groups (3, 4) are not in ModelProto */
     }
-    if (n > (uint64_t)(end - *p)) return 0;
-    *p += n;
-    return 1;
 }
 
 mt_status sp_model_parse(const unsigned char *buf, size_t len, const char *name,
                          int64_t *vocab_size, int64_t *eod) {
     const unsigned char *p = buf, *end = buf + len;
     int64_t pieces = 0, eos = 2; /* TrainerSpec's default eos_id */
+    sp_pb_field f, g;
     int ok = 1;
     while (ok && p < end) {
-        uint64_t key, n;
-        ok = varint(&p, end, &key);
-        unsigned field = (unsigned)(key >> 3), wt = (unsigned)(key & 7);
-        if (!ok) break;
-        if (field == 2 && wt == 2) { /* the TrainerSpec: look for eos_id */
-            ok = varint(&p, end, &n) && n <= (uint64_t)(end - p);
-            const unsigned char *q = p, *qend = ok ? p + n : p;
-            while (ok && q < qend) {
-                uint64_t k2, v;
-                ok = varint(&q, qend, &k2);
-                if (ok && k2 >> 3 == 42 && (k2 & 7) == 0) {
-                    ok = varint(&q, qend, &v);
-                    eos = (int64_t)(int32_t)(uint32_t)v; /* int32: negatives as 64-bit varints */
-                } else if (ok) {
-                    ok = skip(&q, qend, (unsigned)(k2 & 7));
-                }
-            }
-            p = qend;
-        } else {
-            pieces += field == 1 && wt == 2;
-            ok = skip(&p, end, wt);
+        ok = sp_pb_next(&p, end, &f);
+        pieces += ok && f.num == 1 && f.wt == 2;
+        if (!ok || f.num != 2 || f.wt != 2) continue;
+        for (const unsigned char *q = f.data; ok && q < f.data + f.len;) { /* TrainerSpec */
+            ok = sp_pb_next(&q, f.data + f.len, &g);
+            if (ok && g.num == 42 && g.wt == 0)
+                eos = (int64_t)(int32_t)(uint32_t)g.v; /* int32: negatives as 64-bit varints */
         }
     }
     MT_REQUIRE(ok && pieces > 0, MT_ERR_FORMAT,

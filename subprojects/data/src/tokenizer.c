@@ -46,7 +46,7 @@ struct mt_data_tokenizer {
     size_t cache_n, cache_cap;
 };
 
-static uint64_t hash_bytes(const char *p, size_t n) {
+uint64_t tok_hash(const char *p, size_t n) {
     uint64_t h = 1469598103934665603ull; /* FNV-1a */
     for (size_t i = 0; i < n; i++)
         h = (h ^ (unsigned char)p[i]) * 1099511628211ull;
@@ -79,7 +79,7 @@ static void bmap_free(bmap *m) {
 }
 
 static const uint32_t *bmap_get(const bmap *m, const char *p, size_t n) {
-    for (size_t h = hash_bytes(p, n) & m->mask;; h = (h + 1) & m->mask) {
+    for (size_t h = tok_hash(p, n) & m->mask;; h = (h + 1) & m->mask) {
         uint32_t s = m->slot[h];
         if (!s) return NULL;
         if (m->klen[s - 1] == n && memcmp(m->key[s - 1], p, n) == 0) return &m->val[s - 1];
@@ -92,7 +92,7 @@ static mt_status bmap_put(bmap *m, const char *p, size_t n, uint32_t v) {
     char *k = malloc(n ? n : 1);
     MT_REQUIRE(k, MT_ERR_OOM, "map key");
     memcpy(k, p, n);
-    size_t h = hash_bytes(p, n) & m->mask;
+    size_t h = tok_hash(p, n) & m->mask;
     while (m->slot[h])
         h = (h + 1) & m->mask;
     m->key[m->n] = k;
@@ -305,7 +305,8 @@ static mt_status bpe(const mt_data_tokenizer *t, const char *piece, size_t n, in
     return st;
 }
 
-static mt_status push_ids(int32_t **ids, size_t *n, size_t *cap, const int32_t *v, size_t k) {
+mt_status tok_push_ids(int32_t **ids, size_t *n, size_t *cap, const int32_t *v, size_t k) {
+    if (k == 0) return MT_OK;
     if (*n + k > *cap) {
         size_t c = *cap ? *cap : 256;
         while (c < *n + k)
@@ -323,12 +324,13 @@ static mt_status push_ids(int32_t **ids, size_t *n, size_t *cap, const int32_t *
 static mt_status encode_piece(mt_data_tokenizer *t, const char *piece, size_t n, int32_t **ids,
                               size_t *n_ids, size_t *cap) {
     const uint32_t *hit = bmap_get(&t->cache, piece, n);
-    if (hit) return push_ids(ids, n_ids, cap, t->cache_ids + *hit + 1, (size_t)t->cache_ids[*hit]);
+    if (hit)
+        return tok_push_ids(ids, n_ids, cap, t->cache_ids + *hit + 1, (size_t)t->cache_ids[*hit]);
     int32_t small[64], *tmp = n <= 64 ? small : malloc(n * sizeof *tmp);
     MT_REQUIRE(tmp, MT_ERR_OOM, "piece of %zu bytes", n);
     size_t k = 0;
     mt_status st = bpe(t, piece, n, tmp, &k);
-    if (st == MT_OK) st = push_ids(ids, n_ids, cap, tmp, k);
+    if (st == MT_OK) st = tok_push_ids(ids, n_ids, cap, tmp, k);
     if (st == MT_OK && n <= 256) {        /* why: long pieces (whitespace runs) rarely repeat */
         if (t->cache.n == t->cache.cap) { /* full: start over */
             bmap_free(&t->cache);
@@ -425,7 +427,7 @@ static mt_status encode_null(const mt_data_tokenizer *t, const char *s, size_t l
         MT_REQUIRE(*end == 0 && v >= INT32_MIN && v <= INT32_MAX, MT_ERR_INVALID_ARG,
                    "null tokenizer: '%s' is not an int32", tok);
         int32_t x = (int32_t)v;
-        MT_TRY(push_ids(ids, n, cap, &x, 1));
+        MT_TRY(tok_push_ids(ids, n, cap, &x, 1));
         if (j >= len) break;
         i = j + 1;
     }
@@ -440,7 +442,7 @@ mt_status mt_data_tokenizer_encode(mt_data_tokenizer *t, const char *text, size_
     if (t->kind == TOK_SP) {
         if (t->add_bos) {
             int32_t bos = sp_model_bos(t->sp);
-            MT_TRY(push_ids(ids, n, cap, &bos, 1));
+            MT_TRY(tok_push_ids(ids, n, cap, &bos, 1));
         }
         return sp_encode(t->sp, text, len, ids, n, cap);
     }
@@ -455,7 +457,7 @@ mt_status mt_data_tokenizer_encode(mt_data_tokenizer *t, const char *text, size_
         if (!hit) break;
         MT_TRY(encode_ordinary(t, text + at, (size_t)(hit - text) - at, ids, n, cap));
         int32_t eod = GPT2_EOD;
-        MT_TRY(push_ids(ids, n, cap, &eod, 1));
+        MT_TRY(tok_push_ids(ids, n, cap, &eod, 1));
         at = (size_t)(hit - text) + sl;
     }
     return encode_ordinary(t, text + at, len - at, ids, n, cap);
@@ -645,8 +647,7 @@ mt_status mt_data_tokenizer_hf_create(const char *path, mt_data_tokenizer **out)
     mt_data_tokenizer *t = calloc(1, sizeof *t);
     MT_REQUIRE(t, MT_ERR_OOM, "tokenizer");
     t->kind = TOK_HF;
-    mt_status st = mt_data_hf_tokenizer_info(path, &t->vocab_size, &t->eod);
-    if (st == MT_OK) st = hf_model_load(path, &t->hf);
+    mt_status st = hf_model_load(path, &t->hf, &t->vocab_size, &t->eod);
     if (st != MT_OK) {
         mt_data_tokenizer_destroy(t);
         return st;
