@@ -39,6 +39,10 @@ mt_status elementwise_cuda(ew_op op, mt_tensor *out, const mt_tensor *a, const m
 mt_status fill_normal_cpu(mt_tensor *x, float mean, float std, uint64_t seed, uint64_t stream_id);
 mt_status fill_normal_cuda(mt_tensor *x, float mean, float std, uint64_t seed, uint64_t stream_id,
                            mt_stream stream);
+mt_status dropout_cpu(mt_tensor *out, const mt_tensor *x, const mt_tensor *resid,
+                      const mt_dropout_config *cfg);
+mt_status dropout_cuda(mt_tensor *out, const mt_tensor *x, const mt_tensor *resid,
+                       const mt_dropout_config *cfg, mt_stream stream);
 
 /* ---- gemm, norm, act ---- */
 

@@ -88,4 +88,15 @@ MT_PHILOX_FN uint64_t mt_philox_stream_of(const char *name) {
     return h;
 }
 
+/* Dropout's rule (mt_dropout, mt_attn_config.dropout): an element is kept iff its draw is below
+ * mt_dropout_threshold(p) = floor((1 - p) 2^32) (p in (0, 1), computed in double from the float
+ * p), and each sample has its own stream per dropout site. */
+MT_PHILOX_FN uint32_t mt_dropout_threshold(float p) {
+    const double t = (1.0 - (double)p) * 4294967296.0;
+    return t >= 4294967295.0 ? 4294967295u : (uint32_t)t;
+}
+MT_PHILOX_FN uint64_t mt_dropout_stream(int64_t sample, uint32_t site) {
+    return (uint64_t)site << 32 | (uint32_t)sample;
+}
+
 #endif /* MT_PHILOX_H */

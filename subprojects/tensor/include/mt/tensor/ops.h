@@ -31,6 +31,27 @@ MT_API mt_status mt_fill(mt_tensor *x, float value, mt_stream stream);
 MT_API mt_status mt_fill_normal(mt_tensor *x, float mean, float std, uint64_t seed,
                                 uint64_t stream_id, mt_stream stream);
 
+/* ---- dropout (Megatron's embedding and hidden dropout) ---- */
+
+/* A dropout's mask, a pure function of these (the backward and recomputations regenerate the
+ * forward's): x is viewed as (B, E), one row per entry of `sample`, and element e of row b is
+ * kept iff mt_philox_u32(seed, mt_dropout_stream(sample[b], site), e) < mt_dropout_threshold(p)
+ * (core's philox.h); kept elements are scaled by 1/(1-p), computed in double and rounded to
+ * float. Keyed by each sample's global index, not its place in a micro-batch, so the masks do
+ * not depend on how a global batch is split over micro-batches and data-parallel ranks. */
+typedef struct mt_dropout_config {
+    float p;                 /* drop probability in [0, 1); 0: out = resid + x */
+    uint64_t seed;           /* Megatron's --seed */
+    uint32_t site;           /* which dropout of a model: each site has its own streams */
+    const mt_tensor *sample; /* (B) i64 on x's device, read when the kernel runs */
+} mt_dropout_config;
+
+/* out = resid + dropout(x) (resid NULL: out = dropout(x), which is also the backward: dx =
+ * dropout(dout) with the forward's config). x, out and resid share shape and dtype (any float);
+ * fp32 math, one rounding. out may alias x or resid. */
+MT_API mt_status mt_dropout(mt_tensor *out, const mt_tensor *x, const mt_tensor *resid,
+                            const mt_dropout_config *cfg, mt_stream stream);
+
 /* ---- GEMM (cuBLASLt on CUDA), LayerNorm/RMSNorm, GELU/SiLU/SwiGLU ---- */
 
 /* Owns what GEMMs need on one device: the cuBLASLt handle, a workspace allocated once, and a

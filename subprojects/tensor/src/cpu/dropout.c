@@ -1,0 +1,23 @@
+/* Dropout CPU reference: the mask element by element, fp32 math, one rounding. */
+#include "../ops_impl.h"
+#include "cpu_util.h"
+
+mt_status dropout_cpu(mt_tensor *out, const mt_tensor *x, const mt_tensor *resid,
+                      const mt_dropout_config *cfg) {
+    const int64_t n = mt_tensor_numel(x);
+    const int64_t B = cfg->p > 0.0f ? cfg->sample->shape[0] : 1, E = n / B;
+    const int64_t *ids = cfg->p > 0.0f ? cfg->sample->data : NULL;
+    const uint32_t thr = mt_dropout_threshold(cfg->p);
+    const float scale = (float)(1.0 / (1.0 - (double)cfg->p));
+    for (int64_t b = 0; b < B; b++) {
+        const uint64_t st = ids ? mt_dropout_stream(ids[b], cfg->site) : 0;
+        for (int64_t e = 0; e < E; e++) {
+            const int64_t i = b * E + e;
+            float v = ld_f32(x->data, x->dtype, i);
+            if (ids) v *= mt_philox_u32(cfg->seed, st, (uint64_t)e) < thr ? scale : 0.0f;
+            if (resid) v = ld_f32(resid->data, resid->dtype, i) + v;
+            st_f32(out->data, out->dtype, i, v);
+        }
+    }
+    return MT_OK;
+}

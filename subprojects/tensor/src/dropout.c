@@ -1,0 +1,38 @@
+/* Dropout: validation and device dispatch. */
+#include "ops_impl.h"
+
+mt_status mt_dropout(mt_tensor *out, const mt_tensor *x, const mt_tensor *resid,
+                     const mt_dropout_config *cfg, mt_stream stream) {
+    MT_REQUIRE(cfg, MT_ERR_INVALID_ARG, "dropout config is NULL");
+    MT_TRY(mt_tensor_check(out, "out", -1));
+    MT_TRY(mt_tensor_check(x, "x", -1));
+    MT_REQUIRE(mt_dtype_is_float(x->dtype), MT_ERR_UNSUPPORTED, "x: dtype %s is not a float type",
+               mt_dtype_name(x->dtype));
+    const mt_tensor *t[2] = { out, resid };
+    const char *names[2] = { "out", "resid" };
+    for (int i = 0; i < 2; i++) {
+        if (!t[i]) continue;
+        MT_TRY(mt_tensor_check(t[i], names[i], -1));
+        MT_REQUIRE(mt_tensor_numel(t[i]) == mt_tensor_numel(x) && t[i]->dtype == x->dtype &&
+                       mt_device_eq(t[i]->device, x->device) && mt_tensor_is_contiguous(t[i]),
+                   MT_ERR_INVALID_ARG,
+                   "%s must be contiguous with x's %lld elements, dtype %s and device", names[i],
+                   (long long)mt_tensor_numel(x), mt_dtype_name(x->dtype));
+    }
+    MT_REQUIRE(mt_tensor_is_contiguous(x), MT_ERR_INVALID_ARG, "x must be contiguous");
+    MT_REQUIRE(cfg->p >= 0.0f && cfg->p < 1.0f, MT_ERR_INVALID_ARG,
+               "dropout probability %g is outside [0, 1)", (double)cfg->p);
+    const mt_tensor *sm = cfg->sample;
+    if (cfg->p > 0.0f) {
+        MT_REQUIRE(sm && sm->data && sm->dtype == MT_I64 && sm->ndim == 1 &&
+                       mt_tensor_is_contiguous(sm) && mt_device_eq(sm->device, x->device),
+                   MT_ERR_INVALID_ARG,
+                   "dropout needs sample ids: contiguous (B) i64 on x's device");
+        MT_REQUIRE(sm->shape[0] > 0 && mt_tensor_numel(x) % sm->shape[0] == 0, MT_ERR_INVALID_ARG,
+                   "x's %lld elements are not %lld equal rows (one per sample id)",
+                   (long long)mt_tensor_numel(x), (long long)sm->shape[0]);
+    }
+    if (mt_tensor_numel(x) == 0) return MT_OK;
+    return MT_DISPATCH(x->device, dropout_cpu(out, x, resid, cfg),
+                       dropout_cuda(out, x, resid, cfg, stream));
+}
