@@ -3,7 +3,12 @@ for gradients). torch >= 2.4, numpy; seed 1234. Rerun: /opt/gv/bin/python gen_at
 Stored as float32. Per case <name>: q (B,T,H,D), k, v (B,T,Hkv,D), dout; out, lse (B,H,T), dq, dk, dv.
 Cases with document masks (docs > 0) also store ks (B,T): each query's first key, Megatron's
 --reset-attention-mask on rows with `docs` random EOD positions (the token after an EOD starts a
-document; the EOD ends its own), applied as SDPA's boolean attn_mask."""
+document; the EOD ends its own), applied as SDPA's boolean attn_mask.
+Cases with attention dropout (p > 0) also store ids (B,) i64, each row's sample id, and compute
+softmax, the mask and P V by hand: weight (b,h,i,j) is kept iff word e % 4 of Philox4x32-10
+(randomgen's, an implementation independent of ours) with key (DROP_SEED lo, hi) and counter
+(e // 4, DROP_SITE << 32 | id) is below floor((1 - p) 2^32), e = (h T + i) T + j; kept weights are
+scaled by 1/(1-p) (core's philox.h, mt_attn_config.dropout)."""
 import math
 
 import numpy as np
@@ -20,7 +25,32 @@ CASES = [
     ("gqa2_t67_d64_causal", 1, 67, 4, 2, 64, 1, 0.0),
     ("gqa2_t67_d64_docs", 2, 67, 4, 2, 64, 1, 0.0, 5),
     ("mha_t40_d40_docs", 1, 40, 2, 2, 40, 1, 0.0, 3),
+    # ..., docs, dropout p (new cases go last: the earlier ones keep their random draws)
+    ("mha_t40_d64_drop", 2, 40, 4, 4, 64, 1, 0.0, 0, 0.2),
+    ("gqa2_t33_d40_drop", 1, 33, 4, 2, 40, 0, 0.0, 0, 0.5),
+    ("gqa2_t67_d64_docs_drop", 2, 67, 4, 2, 64, 1, 0.0, 5, 0.1),
 ]
+DROP_SEED, DROP_SITE = 0x1234_5678_9ABC, 3
+
+
+def philox_words(seed, stream, nblocks):
+    """Blocks 0.. of `stream` (randomgen steps its 128-bit counter before each block)."""
+    from randomgen import Philox
+    gen = Philox(number=4, width=32)
+    st = gen.state
+    ctr = ((stream << 64) - 1) % (1 << 128)
+    st["state"]["counter"] = np.array([(ctr >> (32 * i)) & 0xFFFFFFFF for i in range(4)], np.uint32)
+    st["state"]["key"] = np.array([seed & 0xFFFFFFFF, seed >> 32], np.uint32)
+    st["buffer_pos"] = 4
+    gen.state = st
+    return np.array(gen.random_raw(4 * nblocks), dtype=np.uint64)
+
+
+def keep_mask(ids, H, T, p):  # (B,H,T,T) bool
+    thr = min(int((1.0 - float(np.float32(p))) * 2.0**32), 2**32 - 1)
+    n = H * T * T
+    rows = [philox_words(DROP_SEED, (DROP_SITE << 32) | int(i), (n + 3) // 4)[:n] < thr for i in ids]
+    return torch.from_numpy(np.array(rows).reshape(len(ids), H, T, T))
 
 g = torch.Generator().manual_seed(1234)
 
@@ -41,8 +71,9 @@ def key_starts(B, T, docs):  # megatron's _get_ltor_masks_and_position_ids, as f
     return ks
 
 
-for name, B, T, H, Hkv, D, causal, scale, *docs in CASES:
-    docs = docs[0] if docs else 0
+for name, B, T, H, Hkv, D, causal, scale, *more in CASES:
+    docs = more[0] if more else 0
+    drop = more[1] if len(more) > 1 else 0.0
     q = rnd(B, T, H, D)
     k = rnd(B, T, Hkv, D)
     v = rnd(B, T, Hkv, D)
@@ -56,16 +87,23 @@ for name, B, T, H, Hkv, D, causal, scale, *docs in CASES:
         allowed = (j[None, None, :] >= ks[:, :, None]) & (j[None, None, :] <= j[None, :, None])
         allowed = allowed[:, None]  # (B,1,T,T)
         extra = [("ks", ks)]
-    out = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=allowed,
-                                         is_causal=bool(causal) and allowed is None, scale=sc,
-                                         enable_gqa=True).transpose(1, 2)
-    out.backward(dout)
     s = torch.einsum("bhid,bhjd->bhij", qh, kh.repeat_interleave(H // Hkv, dim=1)) * sc
     if allowed is not None:
         s = s.masked_fill(~allowed, float("-inf"))
     elif causal:
         s = s.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
     lse = torch.logsumexp(s, dim=-1)
+    if drop:
+        ids = torch.tensor([11 + 1000 * b for b in range(B)], dtype=torch.int64)
+        pd = torch.softmax(s, dim=-1) * keep_mask(ids.numpy(), H, T, drop) / (1.0 - float(np.float32(drop)))
+        out = (pd @ vh.repeat_interleave(H // Hkv, dim=1)).transpose(1, 2)
+        extra.append(("ids", ids))
+    else:
+        out = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=allowed,
+                                             is_causal=bool(causal) and allowed is None, scale=sc,
+                                             enable_gqa=True).transpose(1, 2)
+    out.backward(dout)
     for key, t in extra + [("q", q), ("k", k), ("v", v), ("dout", dout), ("out", out), ("lse", lse),
                    ("dq", q.grad), ("dk", k.grad), ("dv", v.grad)]:
-        np.save(f"attn_{name}_{key}.npy", t.detach().float().numpy())  # float32: a few KiB
+        a = t.detach().numpy() if key == "ids" else t.detach().float().numpy()
+        np.save(f"attn_{name}_{key}.npy", a)  # float32: a few KiB

@@ -3,6 +3,7 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* A (B,T,heads,D) view with D innermost; heads == 0 takes it from t. */
 static mt_status check_bthd(const mt_tensor *t, const char *what, const mt_tensor *like,
@@ -48,6 +49,23 @@ static mt_status resolve(attn_shape *s, const mt_tensor *q, const mt_tensor *k,
     s->ds_split = split >= 0 ? split != 0 : cfg->ds_split != 0;
     s->esize = (int)mt_dtype_size(q->dtype);
     s->ks = NULL;
+    const mt_dropout_config *dc = &cfg->dropout;
+    memset(&s->drop, 0, sizeof s->drop);
+    MT_REQUIRE(dc->p >= 0.0f && dc->p < 1.0f, MT_ERR_INVALID_ARG,
+               "attention dropout probability %g is outside [0, 1)", (double)dc->p);
+    if (dc->p > 0.0f) {
+        const mt_tensor *id = dc->sample;
+        MT_REQUIRE(id && id->data && id->dtype == MT_I64 && id->ndim == 1 &&
+                       mt_tensor_is_contiguous(id) && id->shape[0] == s->B &&
+                       mt_device_eq(id->device, q->device),
+                   MT_ERR_INVALID_ARG,
+                   "attention dropout needs sample ids: contiguous (B) = (%lld) i64 on q's device",
+                   (long long)s->B);
+        s->drop.seed = dc->seed, s->drop.site = dc->site;
+        s->drop.thr = mt_dropout_threshold(dc->p);
+        s->drop.scale = (float)(1.0 / (1.0 - (double)dc->p));
+        s->drop.ids = id->data;
+    }
     const mt_tensor *ks = cfg->key_start;
     if (!ks) return MT_OK;
     MT_REQUIRE(s->causal, MT_ERR_INVALID_ARG, "key_start (document masks) needs causal = 1");

@@ -9,12 +9,29 @@
 extern "C" {
 #endif
 
+/* Attention dropout, resolved (mt_attn_config.dropout): ids NULL means none. */
+typedef struct attn_drop {
+    uint64_t seed;
+    uint32_t site, thr; /* thr: mt_dropout_threshold(p) */
+    float scale;        /* 1/(1-p) */
+    const int64_t *ids; /* (B) sample ids on q's device, or NULL */
+} attn_drop;
+
+/* The factor of softmax weight (h, i, j) of a row whose sample id is `id`: d->scale when kept, 0
+ * when dropped. */
+MT_PHILOX_FN float attn_drop_factor(const attn_drop *d, int64_t id, int64_t h, int64_t T, int64_t i,
+                                    int64_t j) {
+    const uint64_t e = (uint64_t)((h * T + i) * T + j);
+    return mt_philox_u32(d->seed, mt_dropout_stream(id, d->site), e) < d->thr ? d->scale : 0.0f;
+}
+
 typedef struct attn_shape {
     int64_t B, T, H, Hkv, D;
     float scale; /* resolved: never 0 */
     int causal, deterministic, ds_split;
     int esize;         /* bytes per element of q */
     const int32_t *ks; /* cfg.key_start's (B,T) data on q's device, or NULL */
+    attn_drop drop;
 } attn_shape;
 
 /* Workspace of the CUDA backward: Di = rowsum(dout*out) (B,H,T) f32, 256-byte rounded; then,
@@ -24,7 +41,7 @@ static inline size_t attn_ws_di_bytes(const attn_shape *s) {
     return ((size_t)(s->B * s->H * s->T) * 4 + 255) / 256 * 256;
 }
 static inline int attn_bwd_fused(const attn_shape *s) {
-    return !s->deterministic && s->esize == 2 && (s->D == 64 || s->D == 128);
+    return !s->deterministic && s->esize == 2 && (s->D == 64 || s->D == 128) && !s->drop.ids;
 }
 static inline size_t attn_ws_dqa_bytes(const attn_shape *s) {
     return attn_bwd_fused(s) ? (size_t)(s->B * s->H * ((s->T + 63) / 64 * 64) * s->D) * 4 : 0;

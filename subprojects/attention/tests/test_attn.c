@@ -1,6 +1,7 @@
 /* unit: CPU attention forward/backward against torch SDPA (float64) golden values (causal, full,
- * and with document masks: SDPA given the boolean mask), also through strided q/k/v views of one
- * fused QKV buffer, and argument validation. */
+ * and with document masks: SDPA given the boolean mask; with attention dropout: softmax, the mask
+ * from an independent Philox and P V by hand), also through strided q/k/v views of one fused QKV
+ * buffer, and argument validation. */
 #include <mt/attention.h>
 #include <mt/testkit.h>
 
@@ -12,14 +13,22 @@ typedef struct {
     const char *name;
     int causal;
     float scale;
-    int docs; /* 1: document masks from the golden's ks */
+    int docs;   /* 1: document masks from the golden's ks */
+    float drop; /* attention dropout p (the golden's ids, DROP_SEED, DROP_SITE) */
 } golden_case;
 
+enum {
+    DROP_SITE = 3
+};
+static const uint64_t DROP_SEED = 0x123456789ABCull;
+
 static const golden_case cases[] = {
-    { "mha_t16_d64_causal", 1, 0.0f, 0 },  { "mqa_t1_d64", 0, 0.0f, 0 },
-    { "gqa4_t70_d40_causal", 1, 0.0f, 0 }, { "gqa8_t33_d96", 0, 0.0f, 0 },
-    { "gqa2_t67_d64_s0.3", 0, 0.3f, 0 },   { "gqa2_t67_d64_causal", 1, 0.0f, 0 },
-    { "gqa2_t67_d64_docs", 1, 0.0f, 1 },   { "mha_t40_d40_docs", 1, 0.0f, 1 },
+    { "mha_t16_d64_causal", 1, 0.0f, 0, 0.0f },     { "mqa_t1_d64", 0, 0.0f, 0, 0.0f },
+    { "gqa4_t70_d40_causal", 1, 0.0f, 0, 0.0f },    { "gqa8_t33_d96", 0, 0.0f, 0, 0.0f },
+    { "gqa2_t67_d64_s0.3", 0, 0.3f, 0, 0.0f },      { "gqa2_t67_d64_causal", 1, 0.0f, 0, 0.0f },
+    { "gqa2_t67_d64_docs", 1, 0.0f, 1, 0.0f },      { "mha_t40_d40_docs", 1, 0.0f, 1, 0.0f },
+    { "mha_t40_d64_drop", 1, 0.0f, 0, 0.2f },       { "gqa2_t33_d40_drop", 0, 0.0f, 0, 0.5f },
+    { "gqa2_t67_d64_docs_drop", 1, 0.0f, 1, 0.1f },
 };
 
 static float *load(const golden_case *c, const char *key, mt_npy *shape) {
@@ -95,6 +104,12 @@ static void check_bias_sums(const golden_case *c, mt_tensor *tdq, mt_tensor *tdk
     close_sums("identity: dk's sums are zero", c, NULL, want, mag, Hkv * D, 1e-5);
     double *vs = malloc((size_t)(Hkv * D) * 8), *vm = malloc((size_t)(Hkv * D) * 8);
     colsums(vs, vm, ref[2], rows, Hkv, D, 1);
+    if (c->drop > 0.0f) { /* dropped weights: a row of P's no longer sums to 1 */
+        for (int i = 0; i < 3; i++)
+            free(got[i]), free(ref[i]);
+        free(dout), free(want), free(mag), free(vs), free(vm);
+        return;
+    }
     colsums(want, mag, dout, rows, H, D, H / Hkv);
     for (int64_t j = 0; j < Hkv * D; j++)
         want[j] -= vs[j], mag[j] += vm[j];
@@ -149,6 +164,19 @@ static void run(const golden_case *c, int fused) {
         free(ksf);
         tks = mt_tensor_2d(ksi, MT_I32, B, T, MT_DEVICE_CPU);
         cfg.key_start = &tks;
+    }
+    int64_t ids[8];
+    mt_tensor tids;
+    if (c->drop > 0.0f) { /* the golden's sample ids */
+        char name[128];
+        snprintf(name, sizeof name, "attn_%s_ids.npy", c->name);
+        size_t nid;
+        double *idd = mt_test_golden_f64(name, &nid);
+        for (size_t i = 0; i < nid && i < 8; i++)
+            ids[i] = (int64_t)idd[i];
+        free(idd);
+        tids = mt_tensor_1d(ids, MT_I64, B, MT_DEVICE_CPU);
+        cfg.dropout = (mt_dropout_config){ c->drop, DROP_SEED, DROP_SITE, &tids };
     }
     size_t ws = 1;
     MT_CHECK(mt_attn_bwd_workspace(&tq, &tk, &cfg, &ws));
@@ -216,6 +244,25 @@ static void check_errors(void) {
     MT_EXPECT_STATUS(mt_attn_fwd(&o4, &l4, &q4, &q4, &q4, &cfg, NULL), MT_ERR_INVALID_ARG);
     cfg.key_start = &f32_ks;
     MT_EXPECT_STATUS(mt_attn_fwd(&o4, &l4, &q4, &q4, &q4, &cfg, NULL), MT_ERR_INVALID_ARG);
+    /* attention dropout: p in [0, 1); (B) i64 sample ids */
+    cfg.key_start = NULL;
+    int64_t ids[2] = { 0, 1 };
+    mt_tensor tids = mt_tensor_1d(ids, MT_I64, 2, MT_DEVICE_CPU);
+    mt_tensor short_ids = mt_tensor_1d(ids, MT_I64, 1, MT_DEVICE_CPU);
+    cfg.dropout = (mt_dropout_config){ 0.1f, 1, 0, &tids };
+    MT_CHECK(mt_attn_fwd(&o4, &l4, &q4, &q4, &q4, &cfg, NULL));
+    cfg.dropout.p = 1.0f;
+    MT_EXPECT(mt_attn_fwd(&o4, &l4, &q4, &q4, &q4, &cfg, NULL) == MT_ERR_INVALID_ARG &&
+                  strstr(mt_last_error(), "outside [0, 1)"),
+              "dropout p = 1: %s", mt_last_error());
+    cfg.dropout.p = 0.1f;
+    cfg.dropout.sample = &short_ids;
+    MT_EXPECT(mt_attn_fwd(&o4, &l4, &q4, &q4, &q4, &cfg, NULL) == MT_ERR_INVALID_ARG &&
+                  strstr(mt_last_error(), "sample ids"),
+              "dropout ids of 1 row for B = 2: %s", mt_last_error());
+    cfg.dropout.sample = NULL;
+    MT_EXPECT_STATUS(mt_attn_fwd(&o4, &l4, &q4, &q4, &q4, &cfg, NULL), MT_ERR_INVALID_ARG);
+    mt_error_clear();
 }
 
 int main(void) {

@@ -37,10 +37,21 @@ typedef struct mt_attn_config {
      * the CPU path checks it, the CUDA kernels rely on it (they skip key tiles that no query of
      * a tile may see). */
     const mt_tensor *key_start;
+    /* Attention dropout (Megatron's --attention-dropout) on the softmax weights: dropout.p 0 is
+     * none. Otherwise dropout.sample is a (B) i64 tensor on q's device (each row's global sample
+     * index, read when the kernels run) and weight (h, i, j) of row b (query head h, query i, key
+     * j) is kept, times 1/(1-p), by mt_dropout_config's rule with element index (h T + i) T + j
+     * (core's philox.h); lse stays the undropped softmax's. The backward regenerates the mask.
+     * CUDA runs it on the generic kernels (not the tensor-core ones): correct, much slower. */
+    mt_dropout_config dropout;
 } mt_attn_config;
 
-#define MT_ATTN_CONFIG_INIT \
-    { sizeof(mt_attn_config), 0.0f, 0, 0, 0, NULL }
+#define MT_ATTN_CONFIG_INIT                            \
+    {                                                  \
+        sizeof(mt_attn_config), 0.0f, 0, 0, 0, NULL, { \
+            0.0f, 0, 0, NULL                           \
+        }                                              \
+    }
 
 /* out = softmax(scale * q k^T [+ causal mask]) v per (batch, head), and lse per row (kept for
  * the backward). Enqueued on `stream` for CUDA tensors; blocking on the CPU. out must not alias

@@ -1,5 +1,7 @@
 /* CPU reference of the attention backward: P recomputed from lse, Di = rowsum(dout*out),
- * dS = P (dP - Di); dk and dv summed over the query heads of their group. fp64 accumulation. */
+ * dS = P (dP - Di); dk and dv summed over the query heads of their group. fp64 accumulation.
+ * With attention dropout (factor f of each weight: 1/(1-p) or 0): dV = (P f)^T dout and
+ * dS = P (dP f - Di); Di is still rowsum(dout*out). */
 #include "cpu_util.h"
 
 #include <math.h>
@@ -30,16 +32,17 @@ static mt_status grads(const attn_shape *s, mt_tensor *dq, mt_tensor *dk, mt_ten
                     gq[d] = 0.0;
                 for (int64_t j = j0; j < n; j++) {
                     int64_t ko = at(k, b, j, hk), vo = at(v, b, j, hk);
-                    double p = exp(score(s, q, k, b, i, h, j, hk) - L), dp = 0.0;
+                    double p = exp(score(s, q, k, b, i, h, j, hk) - L), dp = 0.0, f = 1.0;
+                    if (s->drop.ids) f = attn_drop_factor(&s->drop, s->drop.ids[b], h, s->T, i, j);
                     for (int64_t d = 0; d < D; d++)
                         dp += ld(dout, go + d) * ld(v, vo + d);
-                    double ds = p * (dp - Di) * s->scale;
+                    double ds = p * (dp * f - Di) * s->scale;
                     double *gkj = gk + ((b * s->T + j) * s->Hkv + hk) * D;
                     double *gvj = gv + ((b * s->T + j) * s->Hkv + hk) * D;
                     for (int64_t d = 0; d < D; d++) {
                         gq[d] += ds * ld(k, ko + d);
                         gkj[d] += ds * ld(q, qo + d);
-                        gvj[d] += p * ld(dout, go + d);
+                        gvj[d] += p * f * ld(dout, go + d);
                     }
                 }
                 int64_t dqo = at(dq, b, i, h);

@@ -1,4 +1,5 @@
-/* CPU reference of the attention forward: plain loops, fp64 accumulation. It is the spec. */
+/* CPU reference of the attention forward: plain loops, fp64 accumulation. It is the spec. With
+ * attention dropout, out = (P * mask / (1-p)) V for the softmax P; lse is P's. */
 #include "cpu_util.h"
 
 #include <math.h>
@@ -26,11 +27,12 @@ mt_status attn_fwd_cpu(const attn_shape *s, mt_tensor *out, mt_tensor *lse, cons
                 for (int64_t d = 0; d < s->D; d++)
                     o[d] = 0.0;
                 for (int64_t j = j0; j < n; j++) {
-                    double e = exp(p[j] - m);
+                    double e = exp(p[j] - m), f = 1.0; /* f: attention dropout's factor */
+                    if (s->drop.ids) f = attn_drop_factor(&s->drop, s->drop.ids[b], h, s->T, i, j);
                     int64_t vo = at(v, b, j, hk);
-                    l += e;
+                    l += e; /* the softmax's sum is over every weight, kept or dropped */
                     for (int64_t d = 0; d < s->D; d++)
-                        o[d] += e * ld(v, vo + d);
+                        o[d] += e * f * ld(v, vo + d);
                 }
                 int64_t oo = at(out, b, i, h);
                 for (int64_t d = 0; d < s->D; d++)

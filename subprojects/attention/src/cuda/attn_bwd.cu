@@ -4,7 +4,8 @@
  * copies) and adds each tile's dQ part into an f32 accumulator with atomics (7 GEMMs with bf16's
  * hi + lo dS against 9); on sm_90a builds running on Hopper, attn_sm90.cu's wgmma version of
  * it. Deterministic mode: the same kernel without dQ, then a dQ kernel per
- * query tile (no atomics). Anything else runs generic warp-per-row kernels. */
+ * query tile (no atomics). Anything else, and attention dropout, runs generic warp-per-row
+ * kernels. */
 #include "attn_common.cuh"
 
 /* Di = sum_d dout*out for each (b, h, i): one warp per row; Dv is (B,H,T). */
@@ -54,7 +55,9 @@ static __global__ void attn_bwd_dq_generic_kernel(attn_args a, T *dq, const T *q
                 s += qs[warp][d] * attn_t<T>::ld(kr[d]);
                 dp += gs[warp][d] * attn_t<T>::ld(vr[d]);
             }
-            ds = expf(s - L) * (dp - Di);
+            const float f =
+                a.drop.ids ? attn_drop_factor(&a.drop, a.drop.ids[b], h, a.T, i, j) : 1.0f;
+            ds = expf(s - L) * (dp * f - Di);
         }
         int cnt = min(32, n - j0);
         for (int jj = 0; jj < cnt; jj++) {
@@ -106,7 +109,10 @@ static __global__ void attn_bwd_dkdv_generic_kernel(attn_args a, T *dk, T *dv, c
                     dp += vs_[warp][d] * attn_t<T>::ld(gr[d]);
                 }
                 p = expf(s - Lb[i]);
-                ds = p * (dp - Db[i]);
+                const float f =
+                    a.drop.ids ? attn_drop_factor(&a.drop, a.drop.ids[b], h, a.T, i, j) : 1.0f;
+                ds = p * (dp * f - Db[i]);
+                p *= f; /* dV takes the dropped weights */
             }
             int cnt = min(32, a.T - i0);
             for (int ii = 0; ii < cnt; ii++) {
@@ -785,7 +791,7 @@ extern "C" mt_status attn_bwd_cuda(const attn_shape *s, mt_tensor *dq, mt_tensor
                                    const attn_bias *bias, void *workspace, mt_stream stream) {
     const mt_tensor *t[A_NT] = { q, k, v, out, dout, dq, dk, dv };
     attn_args a = attn_make_args(s, t);
-    int fast = 1;
+    int fast = !s->drop.ids; /* dropout: the generic kernels */
     for (int i = 0; i < A_NT; i++)
         fast = fast && attn_aligned(t[i]);
     float *Dv = (float *)workspace;

@@ -43,7 +43,8 @@ struct attn_args {
     int lse_bulk; /* the wgmma backward: lse and Di tiles by bulk copies (attn_sm90.cu) */
     float scale;
     int64_t st[A_NT][3];
-    const int *ks; /* document masks: key_start (B,T), or NULL (attention.h) */
+    const int *ks;  /* document masks: key_start (B,T), or NULL (attention.h) */
+    attn_drop drop; /* attention dropout (drop.ids NULL: none); the generic kernels only */
 };
 
 /* The first key that query row i of batch entry b may see (document masks; 0 without them).
@@ -64,6 +65,7 @@ static inline attn_args attn_make_args(const attn_shape *s, const mt_tensor *con
     a.ds_split = s->ds_split, a.tail_heads = 0;
     a.split_tiles = a.split_pieces = a.split_cap = 0, a.split_acc = NULL, a.lse_bulk = 0;
     a.ks = s->ks;
+    a.drop = s->drop;
     for (int i = 0; i < A_NT; i++)
         for (int j = 0; j < 3; j++)
             a.st[i][j] = t[i] ? t[i]->stride[j] : 0;

@@ -1,7 +1,7 @@
 /* Attention forward on CUDA. bf16/f16 with D 64 or 128: flash-style tensor-core kernel
  * (mma.sync m16n8k16, ldmatrix, double-buffered cp.async K/V tiles, online softmax in the exp2
  * domain, causal tile skipping, GQA by indexing); on Hopper with an sm_90a build, attn_sm90.cu's wgmma
- * version. Anything else: a generic warp-per-row kernel. */
+ * version. Anything else, and attention dropout: a generic warp-per-row kernel. */
 #include "attn_common.cuh"
 
 /* Generic path: one warp per query row, 32 keys per step (lane j scores key j0+j), fp32 math. */
@@ -35,6 +35,7 @@ static __global__ void attn_fwd_generic_kernel(attn_args a, T *out, float *lse, 
         float alpha = exp2f(m - mn), p = exp2f(s - mn);
         l = l * alpha + warp_sum(p);
         m = mn;
+        if (a.drop.ids && j < n) p *= attn_drop_factor(&a.drop, a.drop.ids[b], h, a.T, i, j);
 #pragma unroll
         for (int c = 0; c < 8; c++)
             o[c] *= alpha;
@@ -176,7 +177,8 @@ extern "C" mt_status attn_fwd_cuda(const attn_shape *s, mt_tensor *out, mt_tenso
                                    mt_stream stream) {
     const mt_tensor *t[A_NT] = { q, k, v, out, NULL, NULL, NULL, NULL };
     attn_args a = attn_make_args(s, t);
-    int fast = attn_aligned(q) && attn_aligned(k) && attn_aligned(v) && attn_aligned(out);
+    int fast = attn_aligned(q) && attn_aligned(k) && attn_aligned(v) && attn_aligned(out) &&
+               !s->drop.ids; /* dropout: the generic kernel */
     switch (q->dtype) {
     case MT_F32:
         return launch<float>(a, 0, out, lse, q, k, v, stream);
