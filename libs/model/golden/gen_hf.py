@@ -8,14 +8,21 @@ Llama q|k|v and gate|up concatenated, HF's half-split RoPE kept):
   <m>_pos.safetensors      with position ids that restart inside the sequences (Megatron's
                            --reset-position-ids): position_ids (i32), logits, loss and, as
                            "grad.<name>", every gradient
+  <m>_drop.safetensors     (gpt2: hidden and attention dropout 0.1; llama: attention dropout 0.1,
+                           HF's Llama has no hidden dropout) in training mode with the masks of
+                           mt_dropout's rule (DROP_SEED, sample ids DROP_IDS) from randomgen's
+                           Philox, put in place of torch's dropout: loss and "grad.<name>"
   <m>_adamw.safetensors    losses of 10 AdamW steps (lr 1e-3, betas .9/.95, eps 1e-8, wd 0.1 on
                            2-D weights only, as Megatron), one fixed batch per step
 Versions: torch 2.15, transformers 5.23 (pip). Seeds: torch.manual_seed(0) for weights, 1 for data.
 Rerun: python gen_hf.py (from this directory; a venv with pip's torch, transformers,
-safetensors). The position-id records were added with torch 2.x and transformers 5.x of
+safetensors, randomgen); python gen_hf.py drop writes only the dropout records. The position-id records were added with torch 2.x and transformers 5.x of
 2026-11 (pip), whose weights, io, grads and AdamW losses reproduce the earlier files."""
+import sys
+
+import numpy as np
 import torch
-from safetensors.torch import save_file
+from safetensors.torch import load_file, save_file
 from transformers import (GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, Qwen3Config,
                           Qwen3ForCausalLM)
 
@@ -136,6 +143,93 @@ def record(tag, model, names):
                "step_tokens": steps_tokens.int().contiguous()}, f"{tag}_adamw.safetensors")
     print(tag, "loss", loss_of(model, tokens, targets)[1].item(), "adamw", losses[0], losses[-1])
 
+
+DROP_SEED, DROP_IDS, DROP_P = 1234, (3, 8), 0.1
+
+
+def philox_words(seed, stream, nblocks):
+    """Blocks 0.. of `stream` (randomgen steps its 128-bit counter before each block)."""
+    from randomgen import Philox
+    gen = Philox(number=4, width=32)
+    st = gen.state
+    ctr = ((stream << 64) - 1) % (1 << 128)
+    st["state"]["counter"] = np.array([(ctr >> (32 * i)) & 0xFFFFFFFF for i in range(4)], np.uint32)
+    st["state"]["key"] = np.array([seed & 0xFFFFFFFF, seed >> 32], np.uint32)
+    st["buffer_pos"] = 4
+    gen.state = st
+    return np.array(gen.random_raw(4 * nblocks), dtype=np.uint64)
+
+
+def drop_mask(shape, site, p):
+    """mt_dropout's keep mask of (B, ...) for sample ids DROP_IDS at `site`, as float64."""
+    thr = min(int((1.0 - float(np.float32(p))) * 2.0**32), 2**32 - 1)
+    n = int(np.prod(shape[1:]))
+    rows = [philox_words(DROP_SEED, (site << 32) | i, (n + 3) // 4)[:n] < thr for i in DROP_IDS]
+    return torch.from_numpy(np.array(rows).reshape(shape)).double()
+
+
+def record_drop(tag, model, names):
+    """Training-mode loss and gradients with torch's dropout replaced by our masks: the sites of
+    the calls in order (the embeddings 0; layer l: attention weights 1+3l, linear_proj 2+3l,
+    linear_fc2 3+3l; the attention weights are the 4-D calls)."""
+    model = model.double().train()
+    counts = {"attn": 0, "hidden": 0}
+    hidden_sites = []  # HF's Llama has no hidden dropout
+    if tag == "gpt2":
+        hidden_sites = [0] + [2 + 3 * l + k for l in range(model.config.num_hidden_layers)
+                              for k in (0, 1)]
+    real = torch.nn.functional.dropout
+
+    def ours(x, p=0.5, training=True, inplace=False):
+        if not training or p == 0:
+            return x
+        if x.dim() == 4:
+            site = 1 + 3 * counts["attn"]
+            counts["attn"] += 1
+        else:
+            site = hidden_sites[counts["hidden"]]
+            counts["hidden"] += 1
+        return x * drop_mask(tuple(x.shape), site, p) / (1.0 - float(np.float32(p)))
+    torch.nn.functional.dropout = ours
+    try:
+        _, loss = loss_of(model, tokens, targets)
+    finally:
+        torch.nn.functional.dropout = real
+    assert counts["attn"] == model.config.num_hidden_layers
+    assert counts["hidden"] == len(hidden_sites), counts
+    loss.backward()
+    out = {"grad." + k: v for k, v in grads_named(model, names, tag).items()}
+    out["loss"] = loss.detach().float().reshape(1)
+    out["sample_ids"] = torch.tensor(DROP_IDS, dtype=torch.int64)
+    save_file(out, f"{tag}_drop.safetensors")
+    print(tag, "dropout loss", loss.item())
+
+
+def same_weights(tag, model, names):
+    saved = load_file(f"{tag}_weights.safetensors")
+    with torch.no_grad():
+        for k, v in names(model).items():
+            assert torch.equal(v.float(), saved[k]), k
+
+
+if len(sys.argv) > 1 and sys.argv[1] == "drop":
+    torch.manual_seed(0)
+    g = GPT2Config(vocab_size=V, n_positions=32, n_embd=64, n_layer=2, n_head=4, resid_pdrop=DROP_P,
+                   embd_pdrop=DROP_P, attn_pdrop=DROP_P, activation_function="gelu_new",
+                   layer_norm_epsilon=1e-5, attn_implementation="eager")
+    gm = GPT2LMHeadModel(g)
+    same_weights("gpt2", gm, gpt2_names)
+    record_drop("gpt2", gm, gpt2_names)
+    torch.manual_seed(0)
+    lc = LlamaConfig(vocab_size=V, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                     num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32,
+                     rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=False,
+                     attention_bias=False, mlp_bias=False, attention_dropout=DROP_P,
+                     attn_implementation="eager")
+    lm = LlamaForCausalLM(lc)
+    same_weights("llama", lm, llama_names)
+    record_drop("llama", lm, llama_names)
+    sys.exit(0)
 
 torch.manual_seed(0)
 g = GPT2Config(vocab_size=V, n_positions=32, n_embd=64, n_layer=2, n_head=4, resid_pdrop=0,

@@ -68,12 +68,53 @@ static mt_status rope(mt_model *m, mt_tensor *x, int backward, mt_stream s) {
     return mt_rope_fwd(x, x, p, c->kv_channels, c->rotary_base, c->rotary_interleaved, s);
 }
 
-static mt_attn_config attn_cfg(const mt_model *m) {
+/* Dropout sites (mt_model_config.hidden_dropout): 0 the embeddings, 1 + 3l layer l's attention
+ * weights, 2 + 3l its linear_proj, 3 + 3l its linear_fc2. */
+enum {
+    SITE_EMB = 0,
+    SITE_ATTN = 1,
+    SITE_PROJ = 2,
+    SITE_FC2 = 3
+};
+
+/* The dropout at `site` with probability p: p 0 (none) outside forward_backward. */
+static mt_dropout_config drop_cfg(const mt_model *m, float p, uint32_t site) {
+    mt_dropout_config d = { m->train ? p : 0.0f, m->cfg.seed, site, m->ids.data ? &m->ids : NULL };
+    return d;
+}
+
+/* Whether the hidden dropout runs now (a forward_backward with hidden_dropout > 0). */
+static int hidden_drop(const mt_model *m) {
+    return m->train && m->cfg.hidden_dropout > 0.0f;
+}
+
+/* The attention's config for layer l (its dropout site). */
+static mt_attn_config attn_cfg(const mt_model *m, int l) {
     mt_attn_config ac = MT_ATTN_CONFIG_INIT;
     ac.causal = 1;
     ac.deterministic = m->cfg.deterministic;
     ac.key_start = m->ks.data ? &m->ks : NULL; /* document masks */
+    ac.dropout = drop_cfg(m, m->cfg.attention_dropout, (uint32_t)(SITE_ATTN + 3 * l));
     return ac;
+}
+
+/* y = resid + dropout(x @ w^T + b) at `site`: the residual add in the GEMM without hidden
+ * dropout, else the GEMM into a->drop and mt_dropout's fused add. */
+static mt_status linear_drop_add(mt_model *m, mt_tensor *y, const mt_tensor *x,
+                                 const mt_model_param *w, const mt_model_param *b,
+                                 const mt_tensor *resid, uint32_t site, mt_stream s) {
+    if (!hidden_drop(m)) return mt_linear_fwd_add(m->blas, y, x, W(w), W(b), resid, s);
+    MT_TRY(mt_linear_fwd(m->blas, &m->a.drop, NULL, x, W(w), W(b), 0, s));
+    mt_dropout_config d = drop_cfg(m, m->cfg.hidden_dropout, site);
+    return mt_dropout(y, &m->a.drop, resid, &d, s);
+}
+
+/* The gradient a projection at `site` sees under hidden dropout: dres's dropout into a->drop. */
+static mt_status drop_grad(mt_model *m, uint32_t site, const mt_tensor **dy, mt_stream s) {
+    mt_dropout_config d = drop_cfg(m, m->cfg.hidden_dropout, site);
+    MT_TRY(mt_dropout(&m->a.drop, &m->a.dres, NULL, &d, s));
+    *dy = &m->a.drop;
+    return MT_OK;
 }
 
 static mt_status check_ids(const mt_model *m, const mt_tensor *t, const char *what) {
@@ -119,7 +160,7 @@ static mt_status layer_fwd(mt_model *m, int l, mt_tensor *next, mt_stream s) {
     acts *a = &m->a;
     layer_acts *la = &a->layer[l];
     layer_params *lp = &m->lp[l];
-    mt_attn_config ac = attn_cfg(m);
+    mt_attn_config ac = attn_cfg(m, l);
     OP("fwd.norm",
        norm_fwd(m, &la->ln1, &la->ln1_mean, &la->ln1_rstd, &la->resid_in, lp->ln1_w, lp->ln1_b, s));
     OP("fwd.gemm.qkv",
@@ -133,8 +174,8 @@ static mt_status layer_fwd(mt_model *m, int l, mt_tensor *next, mt_stream s) {
     }
     MT_TRY(as_bthd(m, &la->atty, c->num_attention_heads, &y));
     OP("fwd.attn", mt_attn_fwd(&y, &la->lse, &q, &k, &v, &ac, s));
-    OP("fwd.gemm.proj", mt_linear_fwd_add(m->blas, &la->resid_mid, &la->atty, W(lp->proj_w),
-                                          W(lp->proj_b), &la->resid_in, s));
+    OP("fwd.gemm.proj", linear_drop_add(m, &la->resid_mid, &la->atty, lp->proj_w, lp->proj_b,
+                                        &la->resid_in, (uint32_t)(SITE_PROJ + 3 * l), s));
     OP("fwd.norm", norm_fwd(m, &la->ln2, &la->ln2_mean, &la->ln2_rstd, &la->resid_mid, lp->ln2_w,
                             lp->ln2_b, s));
     if (c->swiglu) {
@@ -147,8 +188,8 @@ static mt_status layer_fwd(mt_model *m, int l, mt_tensor *next, mt_stream s) {
                                               W(lp->fc1_w), W(lp->fc1_b), fl, s));
     }
     if (!next) return MT_OK;
-    OP("fwd.gemm.fc2", mt_linear_fwd_add(m->blas, next, &la->fc1_act, W(lp->fc2_w), W(lp->fc2_b),
-                                         &la->resid_mid, s));
+    OP("fwd.gemm.fc2", linear_drop_add(m, next, &la->fc1_act, lp->fc2_w, lp->fc2_b, &la->resid_mid,
+                                       (uint32_t)(SITE_FC2 + 3 * l), s));
     return MT_OK;
 }
 
@@ -170,6 +211,10 @@ static mt_status forward(mt_model *m, const mt_tensor *tokens, int lm_head, mt_s
     MT_TRY(params_needed(m, -1, s));
     OP("fwd.embedding",
        mt_embedding_fwd_pos(&emb3, tokens, W(m->wte), W(m->wpe), m->wpe ? positions(m) : NULL, s));
+    if (hidden_drop(m)) {
+        mt_dropout_config d = drop_cfg(m, c->hidden_dropout, SITE_EMB);
+        OP("fwd.dropout", mt_dropout(&emb3, &emb3, NULL, &d, s));
+    }
     /* recomputed layers write into shared scratch sets: only their resid_in survives */
     const int L = c->num_layers;
     for (int l = 0; l < L; l++) {
@@ -281,37 +326,45 @@ static mt_status grads_ready(mt_model *m, int level, mt_stream s) {
 static mt_status backward(mt_model *m, int lm_head, mt_stream s) {
     const mt_model_config *c = &m->cfg;
     acts *a = &m->a;
-    mt_attn_config ac = attn_cfg(m);
     const int acc = !m->grads_discarded; /* 0: the first write of every weight's grad */
+    /* with hidden dropout the projections' bias gradients are the dropped gradients' sums, taken
+     * by their own linear backwards, not the norm backwards' sums of dres */
+    const int hdrop = hidden_drop(m);
     if (lm_head)
         OP("bwd.gemm.lmhead", mt_linear_bwd(m->blas, &a->dln, G(m->out_w), NULL, &a->logits,
                                             &a->lnf, W(m->out_w), acc, s));
     /* fc2's and proj's bias gradients come from the norm backwards that write their dy */
-    OP("bwd.norm", norm_bwd(m, &a->dres, m->lnf_w, m->lnf_b, m->lp[c->num_layers - 1].fc2_b,
-                            &a->dln, &a->resid_final, &a->lnf_mean, &a->lnf_rstd, NULL, s));
+    OP("bwd.norm",
+       norm_bwd(m, &a->dres, m->lnf_w, m->lnf_b, hdrop ? NULL : m->lp[c->num_layers - 1].fc2_b,
+                &a->dln, &a->resid_final, &a->lnf_mean, &a->lnf_rstd, NULL, s));
     MT_TRY(grads_ready(m, c->num_layers, s));
     for (int l = c->num_layers - 1; l >= 0; l--) {
         layer_acts *la = &a->layer[l];
         layer_params *lp = &m->lp[l];
         int g0, g1;
         if (recompute_group(c, l, &g0, &g1) && l == g1) MT_TRY(recompute(m, g0, g1, s));
-        /* a->dres is the gradient of resid_in[l+1] = resid_mid + mlp(ln2) */
+        mt_attn_config ac = attn_cfg(m, l);
+        /* a->dres is the gradient of resid_in[l+1] = resid_mid + mlp(ln2); dy is fc2's output's
+         * (a->dres, or its dropout) */
+        const mt_tensor *dyp = &a->dres;
+        if (hdrop) OP("bwd.dropout", drop_grad(m, (uint32_t)(SITE_FC2 + 3 * l), &dyp, s));
+        mt_model_param *fc2_b = hdrop ? lp->fc2_b : NULL; /* (else from the norm backward's sums) */
         if (c->recompute_mlp_act && c->swiglu)
             OP("bwd.recompute.act", mt_swiglu_fwd(&la->fc1_act, &la->fc1_pre, NULL, s));
         if (c->swiglu) {
-            OP("bwd.gemm.fc2", mt_linear_bwd(m->blas, &a->dfc1_act, G(lp->fc2_w), NULL, &a->dres,
+            OP("bwd.gemm.fc2", mt_linear_bwd(m->blas, &a->dfc1_act, G(lp->fc2_w), G(fc2_b), dyp,
                                              &la->fc1_act, W(lp->fc2_w), acc, s));
             OP("bwd.swiglu",
                mt_swiglu_bwd(&a->dfc1_pre, NULL, &a->dfc1_act, &la->fc1_pre, NULL, s));
         } else if (c->recompute_mlp_act) { /* the GELU recomputed by fc2's dx GEMM too */
             OP("bwd.gemm.fc2+dgelu",
                mt_linear_bwd_dgelu_recompute(m->blas, &a->dfc1_pre, G(lp->fc1_b), &la->fc1_pre,
-                                             G(lp->fc2_w), NULL, &a->dres, &la->fc1_act,
+                                             G(lp->fc2_w), G(fc2_b), dyp, &la->fc1_act,
                                              W(lp->fc2_w), acc, s));
         } else { /* the GELU backward (and fc1's bias gradient) ride on fc2's dx GEMM */
             OP("bwd.gemm.fc2+dgelu",
                mt_linear_bwd_dgelu(m->blas, &a->dfc1_pre, G(lp->fc1_b), &la->fc1_pre, G(lp->fc2_w),
-                                   NULL, &a->dres, &la->fc1_act, W(lp->fc2_w), acc, s));
+                                   G(fc2_b), dyp, &la->fc1_act, W(lp->fc2_w), acc, s));
         }
         if (c->recompute_layernorm)
             OP("bwd.recompute.norm",
@@ -319,11 +372,14 @@ static mt_status backward(mt_model *m, int lm_head, mt_stream s) {
         OP("bwd.gemm.fc1",
            mt_linear_bwd(m->blas, &a->dln, G(lp->fc1_w), c->swiglu ? G(lp->fc1_b) : NULL,
                          &a->dfc1_pre, &la->ln2, W(lp->fc1_w), acc, s));
-        OP("bwd.norm", norm_bwd(m, &a->dres, lp->ln2_w, lp->ln2_b, lp->proj_b, &a->dln,
-                                &la->resid_mid, &la->ln2_mean, &la->ln2_rstd, &a->dres, s));
+        OP("bwd.norm",
+           norm_bwd(m, &a->dres, lp->ln2_w, lp->ln2_b, hdrop ? NULL : lp->proj_b, &a->dln,
+                    &la->resid_mid, &la->ln2_mean, &la->ln2_rstd, &a->dres, s));
         /* a->dres is now the gradient of resid_mid = resid_in + proj(attention) */
-        OP("bwd.gemm.proj", mt_linear_bwd(m->blas, &a->datty, G(lp->proj_w), NULL, &a->dres,
-                                          &la->atty, W(lp->proj_w), acc, s));
+        if (hdrop) OP("bwd.dropout", drop_grad(m, (uint32_t)(SITE_PROJ + 3 * l), &dyp, s));
+        OP("bwd.gemm.proj",
+           mt_linear_bwd(m->blas, &a->datty, G(lp->proj_w), hdrop ? G(lp->proj_b) : NULL, dyp,
+                         &la->atty, W(lp->proj_w), acc, s));
         mt_tensor q, k, v, dq, dk, dv, y, dy;
         MT_TRY(qkv_views(m, &la->qkv, &q, &k, &v));
         MT_TRY(qkv_views(m, &a->dqkv, &dq, &dk, &dv));
@@ -357,20 +413,42 @@ static mt_status backward(mt_model *m, int lm_head, mt_stream s) {
            mt_linear_bwd(m->blas, &a->dln, G(lp->qkv_w), bias_here ? NULL : G(lp->qkv_b), &a->dqkv,
                          &la->ln1, W(lp->qkv_w), acc, s));
         OP("bwd.norm",
-           norm_bwd(m, &a->dres, lp->ln1_w, lp->ln1_b, l > 0 ? m->lp[l - 1].fc2_b : NULL, &a->dln,
-                    &la->resid_in, &la->ln1_mean, &la->ln1_rstd, &a->dres, s));
+           norm_bwd(m, &a->dres, lp->ln1_w, lp->ln1_b, l > 0 && !hdrop ? m->lp[l - 1].fc2_b : NULL,
+                    &a->dln, &la->resid_in, &la->ln1_mean, &la->ln1_rstd, &a->dres, s));
         MT_TRY(grads_ready(m, l, s));
     }
     mt_tensor d3;
     MT_TRY(mt_tensor_reshape(&a->dres, 3, (int64_t[]){ m->B, c->seq_length, c->hidden_size }, &d3));
+    if (hdrop) { /* the embeddings' dropout, in place */
+        mt_dropout_config d = drop_cfg(m, c->hidden_dropout, SITE_EMB);
+        OP("bwd.dropout", mt_dropout(&d3, &d3, NULL, &d, s));
+    }
     OP("bwd.embedding",
        mt_embedding_bwd_pos(G(m->wte), G(m->wpe), &d3, &m->tokens, m->wpe ? positions(m) : NULL,
                             a->ws.data, m->ws_bytes, s));
     return grads_ready(m, -1, s);
 }
 
+static mt_status fwd_bwd_train(mt_model *m, const mt_tensor *tokens, const mt_tensor *targets,
+                               float loss_scale, mt_stream s);
+
+/* The training step: dropout on (m->train) for its forward and backward only. */
 static mt_status fwd_bwd(mt_model *m, const mt_tensor *tokens, const mt_tensor *targets,
                          float loss_scale, mt_stream s) {
+    const mt_model_config *c = &m->cfg;
+    MT_REQUIRE((c->hidden_dropout == 0.0f && c->attention_dropout == 0.0f) || m->ids.data,
+               MT_ERR_INVALID_ARG,
+               "dropout (hidden %g, attention %g) needs each row's sample id: "
+               "mt_model_set_sample_ids",
+               (double)c->hidden_dropout, (double)c->attention_dropout);
+    m->train = 1;
+    mt_status st = fwd_bwd_train(m, tokens, targets, loss_scale, s);
+    m->train = 0;
+    return st;
+}
+
+static mt_status fwd_bwd_train(mt_model *m, const mt_tensor *tokens, const mt_tensor *targets,
+                               float loss_scale, mt_stream s) {
     const int sliced = m->cfg.logits_chunks > 1;
     MT_TRY(forward(m, tokens, !sliced, s));
     mt_tensor t;
@@ -416,7 +494,7 @@ static mt_status fwd_bwd_graph(mt_model *m, const mt_tensor *tokens, const mt_te
     graph_key k;
     memset(&k, 0, sizeof k);
     k.tokens = tokens->data, k.targets = targets->data, k.stream = s, k.loss_scale = loss_scale;
-    k.positions = m->pos.data;
+    k.positions = m->pos.data, k.sample_ids = m->ids.data;
     k.ready_fn = m->ready_fn, k.ready_ctx = m->ready_ctx;
     k.wait_fn = m->wait_fn, k.wait_ctx = m->wait_ctx;
     const int same = g->seen && memcmp(&k, &g->key, sizeof k) == 0;

@@ -37,6 +37,10 @@ mt_status mt_model_config_finalize(mt_model_config *c) {
     MT_REQUIRE(c->padded_vocab_size >= c->vocab_size, MT_ERR_INVALID_ARG,
                "padded vocab size %d < vocab size %d", c->padded_vocab_size, c->vocab_size);
     if (c->norm_epsilon == 0.0f) c->norm_epsilon = 1e-5f;
+    MT_REQUIRE(c->hidden_dropout >= 0.0f && c->hidden_dropout < 1.0f, MT_ERR_INVALID_ARG,
+               "--hidden-dropout %g must be in [0, 1)", (double)c->hidden_dropout);
+    MT_REQUIRE(c->attention_dropout >= 0.0f && c->attention_dropout < 1.0f, MT_ERR_INVALID_ARG,
+               "--attention-dropout %g must be in [0, 1)", (double)c->attention_dropout);
     if (c->rotary_base == 0.0) c->rotary_base = 10000.0;
     if (c->init_method_std == 0.0f) c->init_method_std = 0.02f;
     MT_REQUIRE(c->dtype == MT_F32 || c->dtype == MT_BF16 || c->dtype == MT_F16, MT_ERR_UNSUPPORTED,
@@ -266,6 +270,7 @@ static void plan_acts(mt_model *m, planner *p) {
     TAKE(p, &a->loss_count, MT_F32, 1);
     /* scratch shared by forward and backward */
     TAKE(p, &a->dres, dt, N, C);
+    if (c->hidden_dropout > 0.0f) TAKE(p, &a->drop, dt, N, C);
     TAKE(p, &a->dln, dt, N, C);
     TAKE(p, &a->datty, dt, N, H * D);
     TAKE(p, &a->dqkv, dt, N, QKV);
@@ -589,6 +594,21 @@ mt_status mt_model_set_positions(mt_model *m, const mt_tensor *pos) {
 
 mt_status mt_model_set_key_starts(mt_model *m, const mt_tensor *ks) {
     return set_token_ids(m, ks, "key starts", m ? &m->ks : NULL);
+}
+
+mt_status mt_model_set_sample_ids(mt_model *m, const mt_tensor *ids) {
+    MT_REQUIRE(m, MT_ERR_INVALID_ARG, "NULL model");
+    if (!ids) {
+        memset(&m->ids, 0, sizeof m->ids);
+        return MT_OK;
+    }
+    MT_TRY(mt_tensor_check(ids, "sample ids", 1));
+    MT_REQUIRE(ids->dtype == MT_I64 && ids->shape[0] == m->B && mt_device_eq(ids->device, m->dev) &&
+                   mt_tensor_is_contiguous(ids),
+               MT_ERR_INVALID_ARG, "sample ids must be contiguous i64 (%d) on the model's device",
+               m->B);
+    m->ids = *ids;
+    return MT_OK;
 }
 
 void mt_model_set_profiler(mt_model *m, mt_prof *p) {

@@ -45,6 +45,8 @@ typedef struct acts {
     mt_tensor mlp_act; /* recompute_mlp_act: every layer's fc1_act (N,F) */
     mt_tensor ln_out;  /* recompute_layernorm: every layer's ln1 and ln2 (N,C) */
     mt_tensor dloss;   /* logits_chunks > 1 or per_token_loss: each token's loss gradient (N) f32 */
+    mt_tensor drop;    /* hidden_dropout: a projection's output before its dropout and residual
+                          add (forward), its gradient after the dropout (backward) (N,C) */
 } acts;
 
 typedef struct layer_params {
@@ -55,7 +57,7 @@ typedef struct layer_params {
 
 /* What a captured forward_backward depends on besides the model's own buffers. */
 typedef struct graph_key {
-    const void *tokens, *targets, *positions;
+    const void *tokens, *targets, *positions, *sample_ids;
     mt_stream stream;
     float loss_scale;
     mt_model_grad_ready_fn ready_fn; /* what the capture recorded of the callbacks' work */
@@ -92,6 +94,8 @@ struct mt_model {
     mt_tensor tokens; /* the last forward's tokens (for the embedding backward) */
     mt_tensor pos;    /* mt_model_set_positions (data NULL: 0..T-1 in every sequence) */
     mt_tensor ks;     /* mt_model_set_key_starts (data NULL: no document masks) */
+    mt_tensor ids;    /* mt_model_set_sample_ids (data NULL: none) */
+    int train;        /* the forward running now is forward_backward's (dropout on) */
     mt_prof *prof;    /* not owned; NULL: no timing */
     mt_model_grad_ready_fn ready_fn;
     void *ready_ctx;

@@ -38,6 +38,54 @@ static float *check_grad(mt_model_param *p, mt_safetensors *gf, const char *pref
     return got;
 }
 
+/* Dropout in training (golden/gen_hf.py's <tag>_drop: transformers in training mode with our
+ * masks in place of torch's dropout): GPT-2 with hidden and attention dropout, Llama with
+ * attention dropout (its HF model has no hidden dropout). The loss, and in f32 every gradient;
+ * an evaluation forward of the same model has no dropout (the golden's eval loss). */
+static void check_dropout(const char *tag, mt_model_config cfg, mt_device dev, mt_dtype dt,
+                          mt_safetensors *wf, const mt_tensor *tok, const mt_tensor *tgt,
+                          float eval_loss, double rtol, mt_arena *ar) {
+    char path[256];
+    snprintf(path, sizeof path, "%s_drop.safetensors", tag);
+    mt_safetensors *df;
+    MT_CHECK(mt_safetensors_open(mt_test_golden_path(path), &df));
+    cfg.hidden_dropout = strcmp(tag, "gpt2") == 0 ? 0.1f : 0.0f;
+    cfg.attention_dropout = 0.1f;
+    cfg.seed = 1234;
+    mt_model *m;
+    MT_CHECK(mt_model_create(&cfg, B, dev, NULL, NULL, &m));
+    hf_tiny_load_weights(m, wf, dev, dt);
+    mt_tensor hid, ids, gl;
+    MT_CHECK(mt_safetensors_get(df, "sample_ids", &hid));
+    MT_CHECK(mt_safetensors_get(df, "loss", &gl));
+    MT_CHECK(mt_tensor_alloc(ar, MT_I64, 1, hid.shape, &ids));
+    MT_CHECK(mt_tensor_copy(&ids, &hid, NULL));
+    MT_EXPECT(mt_model_forward_backward(m, tok, tgt, 1.0f, NULL) == MT_ERR_INVALID_ARG &&
+                  strstr(mt_last_error(), "mt_model_set_sample_ids"),
+              "dropout without sample ids: %s", mt_last_error());
+    mt_error_clear();
+    MT_CHECK(mt_model_set_sample_ids(m, &ids));
+    double loss;
+    MT_CHECK(mt_model_forward_backward(m, tok, tgt, 1.0f, NULL));
+    MT_CHECK(mt_model_take_loss(m, &loss, NULL));
+    const float want = ((float *)gl.data)[0];
+    MT_EXPECT(fabs(loss - want) <= rtol * fabs(want), "%s dropout: loss %.8f want %.8f", tag, loss,
+              want);
+    MT_EXPECT(fabs(want - eval_loss) > 1e-3, "the dropout changes the loss by %.2e only",
+              fabs(want - eval_loss));
+    fprintf(stderr, "dropout loss %.8f want %.8f (rel %.2e)\n", loss, want,
+            fabs(loss - want) / want);
+    if (dt == MT_F32)
+        for (int i = 0; i < mt_model_num_params(m); i++)
+            free(check_grad(mt_model_param_at(m, i), df, "grad.", rtol));
+    MT_CHECK(mt_model_forward(m, tok, tgt, NULL)); /* evaluation: no dropout */
+    MT_CHECK(mt_model_take_loss(m, &loss, NULL));
+    MT_EXPECT(fabs(loss - eval_loss) <= rtol * fabs(eval_loss),
+              "%s: evaluation with dropout configured: loss %.8f want %.8f", tag, loss, eval_loss);
+    mt_model_destroy(m);
+    mt_safetensors_close(df);
+}
+
 int main(int argc, char **argv) {
     if (argc != 4)
         mt_die(__FILE__, __LINE__, "usage: %s gpt2|llama cpu|cuda f32|bf16|f16", argv[0]);
@@ -199,6 +247,8 @@ int main(int argc, char **argv) {
         MT_CHECK(mt_model_set_positions(m, NULL));
         mt_safetensors_close(pf);
     }
+    if (strcmp(tag, "qwen3") != 0)
+        check_dropout(tag, cfg, dev, dt, wf, &tok, &tgt, ((float *)gloss.data)[0], rtol, ar);
     mt_arena_destroy(ar);
     mt_safetensors_close(wf);
     mt_safetensors_close(gf);

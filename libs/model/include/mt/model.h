@@ -92,13 +92,22 @@ typedef struct mt_model_config {
      * kv_channels, one weight (and bias) shared by the heads) after linear_qkv and before RoPE:
      * Megatron's --qk-layernorm (q_layernorm, k_layernorm), Qwen3's q_norm and k_norm */
     int qk_layernorm;
+    /* Megatron's --hidden-dropout (the embeddings' output, and linear_proj's and linear_fc2's
+     * outputs with their biases before the residual adds: bias_dropout_add) and
+     * --attention-dropout (the softmax weights), in [0, 1). Training only: mt_model_forward_backward
+     * applies them, mt_model_forward (evaluation, generation) does not. The masks are mt_dropout's
+     * pure functions of (seed, site, sample id, element): sites 0 the embeddings, 1 + 3l layer l's
+     * attention weights, 2 + 3l its linear_proj, 3 + 3l its linear_fc2; the sample ids come from
+     * mt_model_set_sample_ids. 0: none (then nothing changes). */
+    float hidden_dropout;
+    float attention_dropout;
 } mt_model_config;
 
 #define MT_MODEL_CONFIG_INIT                                                               \
     {                                                                                      \
         sizeof(mt_model_config), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, MT_NORM_LAYERNORM, 0.0f, \
             MT_POS_LEARNED, 0.0, 0, 0, 1, 0, 0.0f, 1234, MT_F32, 0, MT_RECOMPUTE_NONE,     \
-            MT_RECOMPUTE_METHOD_NONE, 0, 0, 0, 0, 0, 0                                     \
+            MT_RECOMPUTE_METHOD_NONE, 0, 0, 0, 0, 0, 0, 0.0f, 0.0f                         \
     }
 
 /* Fills the derived fields (zeros) of cfg in place and checks it; MT_ERR_INVALID_ARG with
@@ -183,6 +192,12 @@ MT_API mt_status mt_model_set_positions(mt_model *m, const mt_tensor *pos);
  * row nondecreasing, each value at most its own index; the CPU checks, CUDA relies on it).
  * NULL: every token sees the whole sequence before it (the default). */
 MT_API mt_status mt_model_set_key_starts(mt_model *m, const mt_tensor *ks);
+/* Each row's global sample index, (B) i64 on the model's device, for the dropout masks of the
+ * forward_backward calls from now on (read when they run, as the position ids are; a caller
+ * rewrites it between micro-batches). Needed when cfg.hidden_dropout or cfg.attention_dropout
+ * is set; keyed by the sample, so the masks do not depend on the micro-batch or data-parallel
+ * split of a global batch. NULL: none. */
+MT_API mt_status mt_model_set_sample_ids(mt_model *m, const mt_tensor *ids);
 /* Sets every gradient to zero. Enqueued. */
 MT_API mt_status mt_model_zero_grad(mt_model *m, mt_stream stream);
 /* Drops the gradients: the next mt_model_forward_backward writes every gradient instead of adding
