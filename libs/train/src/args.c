@@ -61,8 +61,10 @@ static const flag flags[] = {
     { "--lr-decay-samples", F_I64, O(lr_decay_samples), "default --train-samples" },
     { "--lr-warmup-samples", F_I64, O(lr_warmup_samples), "0" },
     { "--lr-wsd-decay-samples", F_I64, O(lr_wsd_decay_samples), "WSD annealing samples" },
-    { "--attention-dropout", F_DBL, O(attention_dropout), "must be 0 (no dropout here)" },
-    { "--hidden-dropout", F_DBL, O(hidden_dropout), "must be 0 (no dropout here)" },
+    { "--attention-dropout", F_DBL, O(attention_dropout),
+      "dropout on the attention weights (default 0 here, Megatron's 0.1)" },
+    { "--hidden-dropout", F_DBL, O(hidden_dropout),
+      "dropout on the embeddings and the projections' outputs (default 0 here, Megatron's 0.1)" },
     { "--transformer-impl", F_STR, O(transformer_impl), "local (the only one)" },
     /* implementation switches of Megatron that are always on (or meaningless) here */
     { "--use-flash-attn", F_TRUE, O(noop), "accepted: attention is always flash-style" },
@@ -667,11 +669,13 @@ static mt_status validate(mt_train_args *a) {
     } else {
         return BAD("--train-iters or --train-samples is required (a positive integer)");
     }
-    if (a->attention_dropout != 0.0 || a->hidden_dropout != 0.0)
-        return MT_ERROR(MT_ERR_UNSUPPORTED,
-                        "dropout is not implemented: pass --attention-dropout 0 --hidden-dropout 0 "
-                        "(got %g and %g)",
-                        a->attention_dropout, a->hidden_dropout);
+    /* torch.nn.Dropout's check (p = 1, all zeros there, is refused here: no 1/(1-p)) */
+    if (!(a->attention_dropout >= 0.0 && a->attention_dropout < 1.0))
+        return BAD("--attention-dropout %g: dropout probability has to be in [0, 1)",
+                   a->attention_dropout);
+    if (!(a->hidden_dropout >= 0.0 && a->hidden_dropout < 1.0))
+        return BAD("--hidden-dropout %g: dropout probability has to be in [0, 1)",
+                   a->hidden_dropout);
     if (a->transformer_impl && strcmp(a->transformer_impl, "local") != 0)
         return MT_ERROR(MT_ERR_UNSUPPORTED,
                         "--transformer-impl %s: only 'local' (this project's own kernels)",

@@ -43,11 +43,13 @@ typedef struct run {
     int32_t *htok, *htgt;    /* [0]: evaluation's batch; [1]: the next training micro-batch */
     int32_t *hpos;           /* --reset-position-ids: their position ids (else NULL) */
     int32_t *hks;            /* --reset-attention-mask: their key starts (else NULL) */
+    int64_t *hsid;           /* dropout: each row's sample index (the sampler's; else NULL) */
     int64_t *dstart;         /* a row's document starts (mt_data_doc_starts) */
     int64_t hcount[2];       /* the counted targets (not ignored) of each host batch */
     mt_tensor tok, tgt, red; /* red: two floats for device all-reduces of scalars */
     mt_tensor pos;           /* --reset-position-ids: the model's position ids */
     mt_tensor ks;            /* --reset-attention-mask: the model's key starts */
+    mt_tensor sid;           /* dropout: the model's sample ids (B) i64 */
     double t_start;          /* --exit-duration-in-mins counts from here */
     int exited;              /* --exit-signal-handler / --exit-duration-in-mins stopped training */
     FILE *jsonl;
@@ -325,6 +327,8 @@ static mt_status setup_model(run *r) {
     c->logits_chunks = a->logits_chunks;
     c->per_token_loss = a->calculate_per_token_loss;
     c->qk_layernorm = a->qk_layernorm;
+    c->hidden_dropout = (float)a->hidden_dropout;
+    c->attention_dropout = (float)a->attention_dropout;
     if (a->recompute_granularity) {
         int full = strcmp(a->recompute_granularity, "full") == 0;
         c->recompute_granularity = full ? MT_RECOMPUTE_FULL : MT_RECOMPUTE_SELECTIVE;
@@ -433,12 +437,14 @@ static mt_status setup_io(run *r) {
     const int docs = doc_masks(a);
     if (a->reset_position_ids) r->hpos = calloc((size_t)(2 * B * T), sizeof *r->hpos);
     if (docs) r->hks = calloc((size_t)(2 * B * T), sizeof *r->hks);
+    const int drop = a->hidden_dropout > 0.0 || a->attention_dropout > 0.0;
+    if (drop) r->hsid = calloc((size_t)(2 * B), sizeof *r->hsid);
     r->dstart = calloc((size_t)T, sizeof *r->dstart);
     MT_REQUIRE(r->ids && r->text && r->htok && r->htgt && (r->hpos || !a->reset_position_ids) &&
-                   (r->hks || !docs) && r->dstart,
+                   (r->hks || !docs) && (r->hsid || !drop) && r->dstart,
                MT_ERR_OOM, "batch buffers");
-    MT_TRY(
-        mt_arena_create(r->dev, (size_t)(4 * B * T * 4) + 6 * MT_ARENA_ALIGN + 64, &r->io_arena));
+    MT_TRY(mt_arena_create(r->dev, (size_t)(4 * B * T * 4 + 8 * B) + 7 * MT_ARENA_ALIGN + 64,
+                           &r->io_arena));
     MT_TRY(mt_tensor_alloc(r->io_arena, MT_I32, 2, (int64_t[]){ B, T }, &r->tok));
     MT_TRY(mt_tensor_alloc(r->io_arena, MT_I32, 2, (int64_t[]){ B, T }, &r->tgt));
     if (a->reset_position_ids) {
@@ -448,6 +454,10 @@ static mt_status setup_io(run *r) {
     if (docs) {
         MT_TRY(mt_tensor_alloc(r->io_arena, MT_I32, 2, (int64_t[]){ B, T }, &r->ks));
         MT_TRY(mt_model_set_key_starts(r->model, &r->ks));
+    }
+    if (drop) { /* the dropout masks are keyed by the sample (mt_model_set_sample_ids) */
+        MT_TRY(mt_tensor_alloc(r->io_arena, MT_I64, 1, (int64_t[]){ B }, &r->sid));
+        MT_TRY(mt_model_set_sample_ids(r->model, &r->sid));
     }
     MT_TRY(mt_tensor_alloc(r->io_arena, MT_F32, 1, (int64_t[]){ 2 }, &r->red));
     int64_t n = a->train_iters + 1;
@@ -475,6 +485,7 @@ static mt_status read_batch(run *r, mt_data_dataset *ds, mt_data_sampler *s, int
     MT_REQUIRE(got == B, MT_ERR_INTERNAL, "data sampler exhausted (%lld of %lld samples)",
                (long long)got, (long long)B);
     r->hcount[slot] = 0;
+    if (r->hsid) memcpy(r->hsid + slot * B, r->ids, (size_t)B * sizeof *r->ids);
     for (int64_t b = 0; b < B; b++) {
         MT_TRY(mt_data_dataset_get(ds, r->ids[b], r->text + b * (T + 1), NULL));
         for (int64_t t = 0; t < T; t++) {
@@ -506,6 +517,10 @@ static mt_status upload_batch(run *r, int slot) {
         MT_TRY(mt_memcpy(r->pos.data, r->dev, r->hpos + slot * n, MT_DEVICE_CPU, n * 4, NULL));
     if (r->hks)
         MT_TRY(mt_memcpy(r->ks.data, r->dev, r->hks + slot * n, MT_DEVICE_CPU, n * 4, NULL));
+    if (r->hsid) {
+        const size_t B = (size_t)r->a->micro_batch_size;
+        MT_TRY(mt_memcpy(r->sid.data, r->dev, r->hsid + slot * B, MT_DEVICE_CPU, B * 8, NULL));
+    }
     return mt_memcpy(r->tgt.data, r->dev, r->htgt + slot * n, MT_DEVICE_CPU, n * 4, NULL);
 }
 
@@ -1434,6 +1449,7 @@ static void teardown(run *r) {
     free(r->htok);
     free(r->htgt);
     free(r->hpos);
+    free(r->hsid);
     free(r->hks);
     free(r->dstart);
     free(r->gv_loss);
