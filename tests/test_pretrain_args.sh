@@ -31,7 +31,7 @@ expect "tensor, pipeline and context parallelism are not supported yet" --tensor
 expect "NullTokenizer needs --vocab-size" --vocab-size 0
 expect "expected iteration-based training" --train-samples 96
 expect "expected sample-based learning rate decay" --train-iters 0 --train-samples 96 --lr-decay-iters 5
-expect "dropout is not implemented: pass --attention-dropout 0 --hidden-dropout 0" --hidden-dropout 0.1
+expect "--hidden-dropout 1: dropout probability has to be in [0, 1)" --hidden-dropout 1
 expect "--transformer-impl transformer_engine: only 'local'" --transformer-impl transformer_engine
 expect "--no-position-embedding without rotary embeddings" --no-position-embedding
 expect "argument --timing-log-level: invalid choice: 3" --timing-log-level 3
