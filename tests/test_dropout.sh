@@ -5,7 +5,8 @@
 # 1. Dropout changes the training losses; each kind alone changes them too.
 # 2. The masks belong to the samples (their global indices), not to micro-batch rows: with
 #    --calculate-per-token-loss (whose loss does not depend on the micro-batch split) a global
-#    batch of 8 as 4 micro-batches of 2 or 2 of 4 gives bitwise the same losses.
+#    batch of 8 as 4 micro-batches of 2 or 2 of 4 gives bitwise the same losses (CPU only: on a
+#    GPU GEMMs of other shapes round differently).
 # 3. Full recomputation draws the forward's masks again: bitwise the same losses.
 # 4. Validation runs without dropout: --eval-iters over a model that has not trained (lr 0)
 #    gives the no-dropout validation loss, bitwise.
@@ -31,11 +32,13 @@ done
 awk '{ if ($2 != $2 + 0 || $2 > 6.5) exit 1 }' <(losses "$d/both.json" 1 12) \
   || { echo "FAIL: losses with dropout"; losses "$d/both.json" 1 12; exit 1; }
 echo "ok: dropout changes the losses (iteration 1: none $(losses "$d/none.json" 1 1 | cut -d' ' -f2), hidden + attention $(losses "$d/both.json" 1 1 | cut -d' ' -f2))"
-run tok2 "${drop[@]}" --calculate-per-token-loss --micro-batch-size 2
-run tok4 "${drop[@]}" --calculate-per-token-loss --micro-batch-size 4
-[ "$(losses "$d/tok2.json" 1 12)" = "$(losses "$d/tok4.json" 1 12)" ] \
-  || { echo "FAIL: the masks depend on the micro-batch split"; paste <(losses "$d/tok2.json" 1 12) <(losses "$d/tok4.json" 1 12); exit 1; }
-echo "ok: micro-batches of 2 and of 4: bitwise the same losses"
+if [ "${1:-}" != cuda ]; then  # (on a GPU the GEMMs of other shapes round differently)
+  run tok2 "${drop[@]}" --calculate-per-token-loss --micro-batch-size 2
+  run tok4 "${drop[@]}" --calculate-per-token-loss --micro-batch-size 4
+  [ "$(losses "$d/tok2.json" 1 12)" = "$(losses "$d/tok4.json" 1 12)" ] \
+    || { echo "FAIL: the masks depend on the micro-batch split"; paste <(losses "$d/tok2.json" 1 12) <(losses "$d/tok4.json" 1 12); exit 1; }
+  echo "ok: micro-batches of 2 and of 4: bitwise the same losses"
+fi
 run full "${drop[@]}" --recompute-granularity full --recompute-method uniform --recompute-num-layers 1
 [ "$(losses "$d/full.json" 1 12)" = "$(losses "$d/both.json" 1 12)" ] \
   || { echo "FAIL: full recomputation changes the losses with dropout"; exit 1; }

@@ -161,10 +161,22 @@ def philox_words(seed, stream, nblocks):
 
 
 def drop_mask(shape, site, p):
-    """mt_dropout's keep mask of (B, ...) for sample ids DROP_IDS at `site`, as float64."""
+    """The keep mask of (B, ...) for sample ids DROP_IDS at `site`, as float64: mt_dropout's
+    (element e of a sample: word e % 4 of block e // 4), or for the attention weights (B,H,T,T)
+    mt_attn_config.dropout's (weight (h,i,j): word 2 (i % 2) + j % 2 of block
+    (h T2 + i // 2) T2 + j // 2, T2 = ceil(T / 2))."""
     thr = min(int((1.0 - float(np.float32(p))) * 2.0**32), 2**32 - 1)
-    n = int(np.prod(shape[1:]))
-    rows = [philox_words(DROP_SEED, (site << 32) | i, (n + 3) // 4)[:n] < thr for i in DROP_IDS]
+    if len(shape) == 4:
+        H, T = shape[1], shape[2]
+        T2 = (T + 1) // 2
+        h, i, j = np.meshgrid(np.arange(H), np.arange(T), np.arange(T), indexing="ij")
+        word = 4 * ((h * T2 + i // 2) * T2 + j // 2) + 2 * (i & 1) + (j & 1)
+        rows = [philox_words(DROP_SEED, (site << 32) | b, H * T2 * T2)[word] < thr
+                for b in DROP_IDS]
+    else:
+        n = int(np.prod(shape[1:]))
+        rows = [philox_words(DROP_SEED, (site << 32) | b, (n + 3) // 4)[:n] < thr
+                for b in DROP_IDS]
     return torch.from_numpy(np.array(rows).reshape(shape)).double()
 
 

@@ -5,10 +5,10 @@ Cases with document masks (docs > 0) also store ks (B,T): each query's first key
 --reset-attention-mask on rows with `docs` random EOD positions (the token after an EOD starts a
 document; the EOD ends its own), applied as SDPA's boolean attn_mask.
 Cases with attention dropout (p > 0) also store ids (B,) i64, each row's sample id, and compute
-softmax, the mask and P V by hand: weight (b,h,i,j) is kept iff word e % 4 of Philox4x32-10
-(randomgen's, an implementation independent of ours) with key (DROP_SEED lo, hi) and counter
-(e // 4, DROP_SITE << 32 | id) is below floor((1 - p) 2^32), e = (h T + i) T + j; kept weights are
-scaled by 1/(1-p) (core's philox.h, mt_attn_config.dropout)."""
+softmax, the mask and P V by hand: weight (b,h,i,j) is kept iff word ((i & 1) << 1) | (j & 1) of
+Philox4x32-10 (randomgen's, an implementation independent of ours) with key (DROP_SEED lo, hi)
+and counter ((h T2 + i // 2) T2 + j // 2, DROP_SITE << 32 | id), T2 = ceil(T / 2), is below
+floor((1 - p) 2^32); kept weights are scaled by 1/(1-p) (mt_attn_config.dropout)."""
 import math
 
 import numpy as np
@@ -48,9 +48,12 @@ def philox_words(seed, stream, nblocks):
 
 def keep_mask(ids, H, T, p):  # (B,H,T,T) bool
     thr = min(int((1.0 - float(np.float32(p))) * 2.0**32), 2**32 - 1)
-    n = H * T * T
-    rows = [philox_words(DROP_SEED, (DROP_SITE << 32) | int(i), (n + 3) // 4)[:n] < thr for i in ids]
-    return torch.from_numpy(np.array(rows).reshape(len(ids), H, T, T))
+    T2 = (T + 1) // 2
+    h, i, j = np.meshgrid(np.arange(H), np.arange(T), np.arange(T), indexing="ij")
+    word = 4 * ((h * T2 + i // 2) * T2 + j // 2) + 2 * (i & 1) + (j & 1)
+    rows = [philox_words(DROP_SEED, (DROP_SITE << 32) | int(b), H * T2 * T2)[word] < thr
+            for b in ids]
+    return torch.from_numpy(np.array(rows))
 
 g = torch.Generator().manual_seed(1234)
 

@@ -17,12 +17,24 @@ typedef struct attn_drop {
     const int64_t *ids; /* (B) sample ids on q's device, or NULL */
 } attn_drop;
 
+/* Attention dropout's draws come in 2 x 2 squares of weights: the Philox block of the square of
+ * queries (i, i | 1) and keys (j, j | 1) of head h, word ((i & 1) << 1) | (j & 1) for (i, j), so
+ * that a tensor-core thread's pair of neighbours (two keys of one query, or two queries of one
+ * key in a transposed tile) costs one block. */
+MT_PHILOX_FN mt_philox4 attn_drop_block(const attn_drop *d, int64_t id, int64_t h, int64_t T,
+                                        int64_t i, int64_t j) {
+    const int64_t T2 = (T + 1) >> 1;
+    return mt_philox_block(d->seed, mt_dropout_stream(id, d->site),
+                           (uint64_t)((h * T2 + (i >> 1)) * T2 + (j >> 1)));
+}
+
 /* The factor of softmax weight (h, i, j) of a row whose sample id is `id`: d->scale when kept, 0
  * when dropped. */
 MT_PHILOX_FN float attn_drop_factor(const attn_drop *d, int64_t id, int64_t h, int64_t T, int64_t i,
                                     int64_t j) {
-    const uint64_t e = (uint64_t)((h * T + i) * T + j);
-    return mt_philox_u32(d->seed, mt_dropout_stream(id, d->site), e) < d->thr ? d->scale : 0.0f;
+    const mt_philox4 r = attn_drop_block(d, id, h, T, i, j); /* word ((i & 1) << 1) | (j & 1) */
+    const uint32_t u = i & 1 ? (j & 1 ? r.v[3] : r.v[2]) : (j & 1 ? r.v[1] : r.v[0]);
+    return u < d->thr ? d->scale : 0.0f;
 }
 
 typedef struct attn_shape {

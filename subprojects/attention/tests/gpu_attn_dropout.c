@@ -1,7 +1,8 @@
-/* gpu: attention dropout on CUDA (the generic kernels) against the CPU reference (which matches
- * the golden's independent Philox): out, lse, dq, dk, dv and the bias sums, f32 and bf16,
- * causal and full, GQA, document masks, q/k/v as slices of one buffer; and the tensor-core paths
- * still run without dropout (the same inputs give other outputs). */
+/* gpu: attention dropout on CUDA (the mma.sync kernels for bf16/f16 with D 64 or 128, the
+ * generic ones otherwise) against the CPU reference (which matches the golden's independent
+ * Philox): out, lse, dq, dk, dv and the bias sums; f32, bf16 and f16; causal and full, GQA,
+ * document masks, odd T, q/k/v as slices of one buffer; and without dropout the same inputs
+ * give other outputs. */
 #include <mt/attention.h>
 #include <mt/testkit.h>
 
@@ -185,9 +186,11 @@ int main(void) {
     mt_test_require_gpus(1);
     static const shape shapes[] = {
         /* B  T   H  KV  D  causal docs dtype p */
-        { 2, 64, 4, 4, 64, 1, 0, MT_F32, 0.1f },   { 2, 64, 4, 4, 64, 1, 0, MT_BF16, 0.1f },
-        { 1, 97, 4, 2, 128, 0, 0, MT_BF16, 0.5f }, { 3, 70, 4, 1, 40, 1, 0, MT_F32, 0.3f },
-        { 2, 130, 4, 2, 64, 1, 1, MT_BF16, 0.1f }, { 1, 33, 2, 2, 64, 0, 0, MT_F16, 0.2f },
+        { 2, 64, 4, 4, 64, 1, 0, MT_F32, 0.1f },      { 2, 64, 4, 4, 64, 1, 0, MT_BF16, 0.1f },
+        { 1, 97, 4, 2, 128, 0, 0, MT_BF16, 0.5f },    { 3, 70, 4, 1, 40, 1, 0, MT_F32, 0.3f },
+        { 2, 130, 4, 2, 64, 1, 1, MT_BF16, 0.1f },    { 1, 33, 2, 2, 64, 0, 0, MT_F16, 0.2f },
+        { 2, 255, 4, 4, 128, 1, 0, MT_BF16, 0.1f },   { 1, 300, 8, 2, 64, 1, 1, MT_F16, 0.1f },
+        { 2, 1024, 12, 12, 64, 1, 0, MT_BF16, 0.1f }, /* GPT-2's heads: many tiles a block */
     };
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
         run(&shapes[i]);

@@ -40,9 +40,12 @@ typedef struct mt_attn_config {
     /* Attention dropout (Megatron's --attention-dropout) on the softmax weights: dropout.p 0 is
      * none. Otherwise dropout.sample is a (B) i64 tensor on q's device (each row's global sample
      * index, read when the kernels run) and weight (h, i, j) of row b (query head h, query i, key
-     * j) is kept, times 1/(1-p), by mt_dropout_config's rule with element index (h T + i) T + j
-     * (core's philox.h); lse stays the undropped softmax's. The backward regenerates the mask.
-     * CUDA runs it on the generic kernels (not the tensor-core ones): correct, much slower. */
+     * j) is kept, times 1/(1-p), iff its draw is below mt_dropout_threshold(p): word
+     * ((i & 1) << 1) | (j & 1) of Philox block ((h T2 + i / 2) T2 + j / 2), T2 = ceil(T / 2), of
+     * stream mt_dropout_stream(sample[b], site) (core's philox.h: 2 x 2 squares of weights share
+     * a block); lse stays the undropped softmax's. The backward regenerates the mask. CUDA runs
+     * it on the mma.sync kernels (the deterministic backward's; not the wgmma ones) for bf16/f16
+     * with D 64 or 128, else on the generic ones. */
     mt_dropout_config dropout;
 } mt_attn_config;
 

@@ -4,8 +4,8 @@
  * copies) and adds each tile's dQ part into an f32 accumulator with atomics (7 GEMMs with bf16's
  * hi + lo dS against 9); on sm_90a builds running on Hopper, attn_sm90.cu's wgmma version of
  * it. Deterministic mode: the same kernel without dQ, then a dQ kernel per
- * query tile (no atomics). Anything else, and attention dropout, runs generic warp-per-row
- * kernels. */
+ * query tile (no atomics), which attention dropout also takes. Anything else runs generic
+ * warp-per-row kernels. */
 #include "attn_common.cuh"
 
 /* Di = sum_d dout*out for each (b, h, i): one warp per row; Dv is (B,H,T). */
@@ -139,7 +139,7 @@ static __global__ void attn_bwd_dkdv_generic_kernel(attn_args a, T *dk, T *dv, c
 
 /* Tensor-core dQ: a block of NW warps owns BR = 16*NW query rows of one
  * (b, h) and walks the key tiles (double-buffered), recomputing P and dS; dQ stays in registers. */
-template <typename T, int D, int NW, bool DOCS>
+template <typename T, int D, int NW, bool DOCS, bool DROP>
 static __global__ void __launch_bounds__(NW * 32)
     attn_bwd_dq_mma_kernel(attn_args a, T *dq, const T *q, const T *k, const T *v, const T *dout,
                            const float *lse, const float *Dv) {
@@ -217,13 +217,20 @@ static __global__ void __launch_bounds__(NW * 32)
 #pragma unroll
         for (int nt = 0; nt < BC / 8; nt++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                int col = k0 + nt * 8 + 2 * (lane & 3) + (e & 1), row = row0 + (e >> 1) * 8;
-                float pe = attn_exp2(fmaf(p[nt][e], sl2, -L[e >> 1]));
-                if (mask &&
-                    (col >= a.T || (a.causal && col > row) || (DOCS && col < dm.row[e >> 1])))
-                    pe = 0.0f;
-                ds[nt][e] = pe * (ds[nt][e] - Di[e >> 1]);
+            for (int r = 0; r < 2; r++) {
+                float f[2] = { 1.0f, 1.0f }; /* attention dropout's factors */
+                if constexpr (DROP)
+                    attn_drop_pair<false>(a, a.drop.ids[b], h, row0 + 8 * r,
+                                          k0 + nt * 8 + 2 * (lane & 3), f[0], f[1]);
+#pragma unroll
+                for (int e = 2 * r; e < 2 * r + 2; e++) {
+                    int col = k0 + nt * 8 + 2 * (lane & 3) + (e & 1), row = row0 + (e >> 1) * 8;
+                    float pe = attn_exp2(fmaf(p[nt][e], sl2, -L[e >> 1]));
+                    if (mask &&
+                        (col >= a.T || (a.causal && col > row) || (DOCS && col < dm.row[e >> 1])))
+                        pe = 0.0f;
+                    ds[nt][e] = pe * ((DROP ? ds[nt][e] * f[e & 1] : ds[nt][e]) - Di[e >> 1]);
+                }
             }
 #pragma unroll
         for (int kk = 0; kk < BC / 16; kk++) {
@@ -519,7 +526,7 @@ __device__ __forceinline__ void red_add2(float *p, float x, float y) {
  * dV += P^T dO, dK += dS^T Q. With DQ each warp also writes its dS^T (bf16: hi and lo terms) to
  * shared memory; after a barrier the block computes the tile's dQ part dS K (warp: 16 query
  * rows x DW columns) and adds it into the f32 accumulator dqa (B,H,T,D) with atomics. */
-template <typename T, int D, int NW, int BR, bool DQ, bool DOCS>
+template <typename T, int D, int NW, int BR, bool DQ, bool DOCS, bool DROP = false>
 static __global__ void __launch_bounds__(NW * 32)
     attn_bwd_dkdv_mma_kernel(attn_args a, T *dk, T *dv, float *dqa, const T *q, const T *k,
                              const T *v, const T *dout, const float *lse, const float *Dv) {
@@ -586,7 +593,8 @@ static __global__ void __launch_bounds__(NW * 32)
             }
             const bool mask = k0 + BC > a.T || q0 + BR > a.T || (a.causal && k0 + BC - 1 > q0) ||
                               bwd_ks_mask<BR, DOCS>(cK, k0);
-            bwd_p_ds<BR, DOCS>(a, p, ds, cL, cD, cK, sl2, key0, q0, mask, lane);
+            bwd_p_ds<BR, DOCS, DROP>(a, p, ds, cL, cD, cK, sl2, key0, q0, mask, lane,
+                                     DROP ? a.drop.ids[b] : 0, h);
 #pragma unroll
             for (int kk = 0; kk < BR / 16; kk++) {
                 uint32_t pa[4], sa[4], sl[4] = { 0, 0, 0, 0 };
@@ -723,14 +731,19 @@ static mt_status launch_mma(const attn_args &a, T *dq, T *dk, T *dv, const T *do
     constexpr int BC = 16 * NW_KV, BRQ = 16 * NW_Q;
     const int smem_kv = (2 * BC * D + 4 * 64 * D) * (int)sizeof(T) + 6 * 64 * 4;
     const int smem_q = (2 * BRQ * D + 4 * 64 * D) * (int)sizeof(T);
-    const auto kv = a.ks ? attn_bwd_dkdv_mma_kernel<T, D, NW_KV, 64, false, true>
-                         : attn_bwd_dkdv_mma_kernel<T, D, NW_KV, 64, false, false>;
+    const auto kv = a.drop.ids
+                        ? (a.ks ? attn_bwd_dkdv_mma_kernel<T, D, NW_KV, 64, false, true, true>
+                                : attn_bwd_dkdv_mma_kernel<T, D, NW_KV, 64, false, false, true>)
+                        : (a.ks ? attn_bwd_dkdv_mma_kernel<T, D, NW_KV, 64, false, true>
+                                : attn_bwd_dkdv_mma_kernel<T, D, NW_KV, 64, false, false>);
     MT_TRY(attn_smem_attr(kv, smem_kv));
     dim3 grid_kv(a.B * a.Hkv, (a.T + BC - 1) / BC);
     kv<<<grid_kv, NW_KV * 32, smem_kv, stream>>>(a, dk, dv, NULL, q, k, v, dout, lse, Dv);
     MT_CUDA_CHECK_LAUNCH();
-    const auto kq =
-        a.ks ? attn_bwd_dq_mma_kernel<T, D, NW_Q, true> : attn_bwd_dq_mma_kernel<T, D, NW_Q, false>;
+    const auto kq = a.drop.ids ? (a.ks ? attn_bwd_dq_mma_kernel<T, D, NW_Q, true, true>
+                                       : attn_bwd_dq_mma_kernel<T, D, NW_Q, false, true>)
+                               : (a.ks ? attn_bwd_dq_mma_kernel<T, D, NW_Q, true, false>
+                                       : attn_bwd_dq_mma_kernel<T, D, NW_Q, false, false>);
     MT_TRY(attn_smem_attr(kq, smem_q));
     dim3 grid_q(a.B * a.H, (a.T + BRQ - 1) / BRQ);
     kq<<<grid_q, NW_Q * 32, smem_q, stream>>>(a, dq, q, k, v, dout, lse, Dv);
@@ -791,7 +804,7 @@ extern "C" mt_status attn_bwd_cuda(const attn_shape *s, mt_tensor *dq, mt_tensor
                                    const attn_bias *bias, void *workspace, mt_stream stream) {
     const mt_tensor *t[A_NT] = { q, k, v, out, dout, dq, dk, dv };
     attn_args a = attn_make_args(s, t);
-    int fast = !s->drop.ids; /* dropout: the generic kernels */
+    int fast = 1; /* (dropout: not the fused kernels, attn_bwd_fused) */
     for (int i = 0; i < A_NT; i++)
         fast = fast && attn_aligned(t[i]);
     float *Dv = (float *)workspace;

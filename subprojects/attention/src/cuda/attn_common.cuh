@@ -475,25 +475,69 @@ __device__ __forceinline__ void bwd_issue_q(const attn_args &a, T *sQ, T *sG, fl
     cp_async_commit();
 }
 
+/* Attention dropout's factors (attn_drop_factor) of a thread's pair of weights in an mma
+ * accumulator tile: query i with keys j, j + 1 (j even), or with QT (a transposed tile, keys in
+ * rows) queries j, j + 1 (j even) with key i; one Philox block for both (attn_drop_block). */
+template <bool QT>
+__device__ __forceinline__ void attn_drop_pair(const attn_args &a, int64_t id, int h, int i, int j,
+                                               float &f0, float &f1) {
+    const mt_philox4 x = QT ? attn_drop_block(&a.drop, id, h, a.T, j, i)
+                            : attn_drop_block(&a.drop, id, h, a.T, i, j);
+    // why: selects, not x.v[w]: a run-time index puts the block in local memory
+    const bool odd = i & 1;
+    const uint32_t u0 = QT ? (odd ? x.v[1] : x.v[0]) : (odd ? x.v[2] : x.v[0]);
+    const uint32_t u1 = QT ? (odd ? x.v[3] : x.v[2]) : (odd ? x.v[3] : x.v[1]);
+    f0 = u0 < a.drop.thr ? a.drop.scale : 0.0f;
+    f1 = u1 < a.drop.thr ? a.drop.scale : 0.0f;
+}
+
+/* The forward's P (rows row0, row0 + 8 of queries; keys from c0) times the dropout factors. */
+template <int BC>
+__device__ __forceinline__ void attn_drop_rows(const attn_args &a, float (&s)[BC / 8][4],
+                                               int64_t id, int h, int row0, int c0, int lane) {
+#pragma unroll
+    for (int nt = 0; nt < BC / 8; nt++)
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            float f0, f1;
+            attn_drop_pair<false>(a, id, h, row0 + 8 * r, c0 + nt * 8 + 2 * (lane & 3), f0, f1);
+            s[nt][2 * r] *= f0, s[nt][2 * r + 1] *= f1;
+        }
+}
+
 /* P^T and dS^T = P^T (dP^T - Di) of a warp's keys key0 (+8) against query columns q0.. (mma
  * accumulator order), from the scores s (becoming P^T) and dP^T (becoming dS^T), with the tile's
  * lse, Di and (document masks) key starts cK; masked entries (past T, causal, before the query's
- * key start) are zero when `mask`. */
-template <int BR, bool MASK, bool DOCS>
-__device__ __forceinline__ void
-bwd_p_ds_tile(const attn_args &a, float (&p)[BR / 8][4], float (&ds)[BR / 8][4], const float *cL,
-              const float *cD, const int *cK, float sl2, int key0, int q0, int lane) {
+ * key start) are zero when `mask`. DROP (attention dropout, head h, sample id): dS^T = P^T
+ * (dP^T f - Di) and P^T becomes P^T f, f each weight's factor. */
+template <int BR, bool MASK, bool DOCS, bool DROP = false>
+__device__ __forceinline__ void bwd_p_ds_tile(const attn_args &a, float (&p)[BR / 8][4],
+                                              float (&ds)[BR / 8][4], const float *cL,
+                                              const float *cD, const int *cK, float sl2, int key0,
+                                              int q0, int lane, int64_t id = 0, int h = 0) {
 #pragma unroll
     for (int nt = 0; nt < BR / 8; nt++)
 #pragma unroll
-        for (int e = 0; e < 4; e++) {
-            int cl = nt * 8 + 2 * (lane & 3) + (e & 1), key = key0 + (e >> 1) * 8;
-            float pe = attn_exp2(fmaf(p[nt][e], sl2, -cL[cl] * ATTN_LOG2E));
-            if (MASK && ((key >= a.T) | (q0 + cl >= a.T) | (a.causal & (q0 + cl < key)) |
-                         (DOCS && key < cK[cl])))
-                pe = 0.0f;
-            p[nt][e] = pe;
-            ds[nt][e] = pe * (ds[nt][e] - cD[cl]);
+        for (int r = 0; r < 2; r++) {
+            float f[2] = { 1.0f, 1.0f };
+            if constexpr (DROP)
+                attn_drop_pair<true>(a, id, h, key0 + 8 * r, q0 + nt * 8 + 2 * (lane & 3), f[0],
+                                     f[1]);
+#pragma unroll
+            for (int e = 2 * r; e < 2 * r + 2; e++) {
+                int cl = nt * 8 + 2 * (lane & 3) + (e & 1), key = key0 + (e >> 1) * 8;
+                float pe = attn_exp2(fmaf(p[nt][e], sl2, -cL[cl] * ATTN_LOG2E));
+                if (MASK && ((key >= a.T) | (q0 + cl >= a.T) | (a.causal & (q0 + cl < key)) |
+                             (DOCS && key < cK[cl])))
+                    pe = 0.0f;
+                if constexpr (DROP) {
+                    p[nt][e] = pe * f[e & 1];
+                    ds[nt][e] = pe * (ds[nt][e] * f[e & 1] - cD[cl]);
+                } else {
+                    p[nt][e] = pe;
+                    ds[nt][e] = pe * (ds[nt][e] - cD[cl]);
+                }
+            }
         }
 }
 /* Whether a key tile from k0 needs bwd_p_ds's document mask against a query tile whose key
@@ -501,15 +545,16 @@ bwd_p_ds_tile(const attn_args &a, float (&p)[BR / 8][4], float (&ds)[BR / 8][4],
 template <int BR, bool DOCS> __device__ __forceinline__ bool bwd_ks_mask(const int *cK, int k0) {
     return DOCS && k0 < cK[BR - 1];
 }
-template <int BR, bool DOCS>
-__device__ __forceinline__ void
-bwd_p_ds(const attn_args &a, float (&p)[BR / 8][4], float (&ds)[BR / 8][4], const float *cL,
-         const float *cD, const int *cK, float sl2, int key0, int q0, bool mask, int lane) {
+template <int BR, bool DOCS, bool DROP = false>
+__device__ __forceinline__ void bwd_p_ds(const attn_args &a, float (&p)[BR / 8][4],
+                                         float (&ds)[BR / 8][4], const float *cL, const float *cD,
+                                         const int *cK, float sl2, int key0, int q0, bool mask,
+                                         int lane, int64_t id = 0, int h = 0) {
     // why: one branch per tile; `mask && (...)` per element compiled to a branch per element
     if (mask)
-        bwd_p_ds_tile<BR, true, DOCS>(a, p, ds, cL, cD, cK, sl2, key0, q0, lane);
+        bwd_p_ds_tile<BR, true, DOCS, DROP>(a, p, ds, cL, cD, cK, sl2, key0, q0, lane, id, h);
     else
-        bwd_p_ds_tile<BR, false, DOCS>(a, p, ds, cL, cD, cK, sl2, key0, q0, lane);
+        bwd_p_ds_tile<BR, false, DOCS, DROP>(a, p, ds, cL, cD, cK, sl2, key0, q0, lane, id, h);
 }
 
 /* Step kk (16 columns) of an f32 accumulator as an mma A fragment (acc_pack); the rounding

@@ -1,7 +1,8 @@
 /* Attention forward on CUDA. bf16/f16 with D 64 or 128: flash-style tensor-core kernel
  * (mma.sync m16n8k16, ldmatrix, double-buffered cp.async K/V tiles, online softmax in the exp2
  * domain, causal tile skipping, GQA by indexing); on Hopper with an sm_90a build, attn_sm90.cu's wgmma
- * version. Anything else, and attention dropout: a generic warp-per-row kernel. */
+ * version (without attention dropout, which the mma.sync kernel applies). Anything else: a generic
+ * warp-per-row kernel. */
 #include "attn_common.cuh"
 
 /* Generic path: one warp per query row, 32 keys per step (lane j scores key j0+j), fp32 math. */
@@ -57,7 +58,7 @@ static __global__ void attn_fwd_generic_kernel(attn_args a, T *out, float *lse, 
 
 /* Tensor-core path: a block of NW warps owns BR = 16*NW query rows of one (b, h); warp w owns
  * rows 16w..16w+15 and keeps S (16x64), O (16xD) and the running max/sum in registers. */
-template <typename T, int D, int NW, bool DOCS>
+template <typename T, int D, int NW, bool DOCS, bool DROP>
 static __global__ void __launch_bounds__(NW * 32)
     attn_fwd_mma_kernel(attn_args a, T *out, float *lse, const T *q, const T *k, const T *v) {
     constexpr int BR = 16 * NW, BC = 64, NT = NW * 32;
@@ -115,6 +116,8 @@ static __global__ void __launch_bounds__(NW * 32)
             }
         }
         online_softmax_tile<BC, D, DOCS>(a, s, o, m, l, sl2, kb0 + j * BC, q0, row0, dm, lane);
+        if constexpr (DROP) /* (l, the softmax's sums, is the undropped P's) */
+            attn_drop_rows<BC>(a, s, a.drop.ids[b], h, row0, kb0 + j * BC, lane);
 #pragma unroll
         for (int kk = 0; kk < BC / 16; kk++) {
             uint32_t pa[4];
@@ -138,8 +141,10 @@ static mt_status launch_mma(const attn_args &a, mt_tensor *out, mt_tensor *lse, 
                             const mt_tensor *k, const mt_tensor *v, mt_stream stream) {
     constexpr int BR = 16 * NW, BC = 64;
     const int smem = (BR + 4 * BC) * D * (int)sizeof(T);
-    const auto kernel =
-        a.ks ? attn_fwd_mma_kernel<T, D, NW, true> : attn_fwd_mma_kernel<T, D, NW, false>;
+    const auto kernel = a.drop.ids ? (a.ks ? attn_fwd_mma_kernel<T, D, NW, true, true>
+                                           : attn_fwd_mma_kernel<T, D, NW, false, true>)
+                                   : (a.ks ? attn_fwd_mma_kernel<T, D, NW, true, false>
+                                           : attn_fwd_mma_kernel<T, D, NW, false, false>);
     MT_TRY(attn_smem_attr(kernel, smem));
     dim3 grid(a.B * a.H, (a.T + BR - 1) / BR);
     kernel<<<grid, NW * 32, smem, stream>>>(a, (T *)out->data, (float *)lse->data,
@@ -154,7 +159,7 @@ static mt_status launch(const attn_args &a, int fast, mt_tensor *out, mt_tensor 
                         const mt_tensor *q, const mt_tensor *k, const mt_tensor *v,
                         mt_stream stream) {
     if constexpr (sizeof(T) == 2) {
-        if (fast && (a.D == 64 || a.D == 128) && attn_sm90_enabled()) {
+        if (fast && (a.D == 64 || a.D == 128) && attn_sm90_enabled() && !a.drop.ids) {
             T *o = (T *)out->data;
             float *L = (float *)lse->data;
             const T *tq = (const T *)q->data, *tk = (const T *)k->data, *tv = (const T *)v->data;
@@ -177,8 +182,7 @@ extern "C" mt_status attn_fwd_cuda(const attn_shape *s, mt_tensor *out, mt_tenso
                                    mt_stream stream) {
     const mt_tensor *t[A_NT] = { q, k, v, out, NULL, NULL, NULL, NULL };
     attn_args a = attn_make_args(s, t);
-    int fast = attn_aligned(q) && attn_aligned(k) && attn_aligned(v) && attn_aligned(out) &&
-               !s->drop.ids; /* dropout: the generic kernel */
+    int fast = attn_aligned(q) && attn_aligned(k) && attn_aligned(v) && attn_aligned(out);
     switch (q->dtype) {
     case MT_F32:
         return launch<float>(a, 0, out, lse, q, k, v, stream);

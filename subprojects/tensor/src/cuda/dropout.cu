@@ -33,7 +33,9 @@ static __global__ void dropout_vec_kernel(T *out, const T *x, const T *resid, co
         drop_vec8<T> vo;
 #pragma unroll
         for (int k = 0; k < 8; k++) {
-            float v = ldf(vx.v[k]) * keep[k];
+            // why: __fmul_rn keeps nvcc from fusing the product into resid's add (the CPU rounds
+            // twice)
+            float v = __fmul_rn(ldf(vx.v[k]), keep[k]);
             if (resid) v = ldf(vr.v[k]) + v;
             vo.v[k] = stf<T>(v);
         }
@@ -51,7 +53,7 @@ static __global__ void dropout_kernel(T *out, const T *x, const T *resid, const 
         if (ids) {
             const int64_t b = i / E, e = i - b * E;
             const uint32_t u = mt_philox_u32(seed, mt_dropout_stream(ids[b], site), (uint64_t)e);
-            v *= u < thr ? scale : 0.0f;
+            v = __fmul_rn(v, u < thr ? scale : 0.0f);
         }
         if (resid) v = ldf(resid[i]) + v;
         out[i] = stf<T>(v);
