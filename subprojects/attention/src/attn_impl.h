@@ -53,7 +53,7 @@ static inline size_t attn_ws_di_bytes(const attn_shape *s) {
     return ((size_t)(s->B * s->H * s->T) * 4 + 255) / 256 * 256;
 }
 static inline int attn_bwd_fused(const attn_shape *s) {
-    return !s->deterministic && s->esize == 2 && (s->D == 64 || s->D == 128) && !s->drop.ids;
+    return !s->deterministic && s->esize == 2 && (s->D == 64 || s->D == 128);
 }
 static inline size_t attn_ws_dqa_bytes(const attn_shape *s) {
     return attn_bwd_fused(s) ? (size_t)(s->B * s->H * ((s->T + 63) / 64 * 64) * s->D) * 4 : 0;

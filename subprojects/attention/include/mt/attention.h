@@ -44,8 +44,8 @@ typedef struct mt_attn_config {
      * ((i & 1) << 1) | (j & 1) of Philox block ((h T2 + i / 2) T2 + j / 2), T2 = ceil(T / 2), of
      * stream mt_dropout_stream(sample[b], site) (core's philox.h: 2 x 2 squares of weights share
      * a block); lse stays the undropped softmax's. The backward regenerates the mask. CUDA runs
-     * it on the mma.sync kernels (the deterministic backward's; not the wgmma ones) for bf16/f16
-     * with D 64 or 128, else on the generic ones. */
+     * it on the tensor-core kernels for bf16/f16 with D 64 or 128 (at D128 the mma.sync ones,
+     * not the wgmma ones), else on the generic ones. */
     mt_dropout_config dropout;
 } mt_attn_config;
 

@@ -686,7 +686,10 @@ static mt_status launch_fused(const attn_args &a, T *dq, T *dk, T *dv, const T *
                               mt_stream stream) {
     constexpr int BC = 16 * NW, TWO = attn_t<T>::two_term ? 2 : 1;
     const unsigned blocks = (unsigned)((int64_t)a.B * a.H * ATTN_PART_CHUNKS(a.T));
-    const bool tiled = attn_sm90_enabled(), vsum = bias && bias->dv, qsum = bias && bias->dq;
+    /* (attention dropout: wgmma at D64, else the mma.sync kernel; dv's sums from dv itself, as a
+     * row of dropped weights does not sum to 1) */
+    const bool tiled = attn_sm90_enabled() && (!a.drop.ids || D == 64);
+    const bool vsum = bias && bias->dv && !a.drop.ids, qsum = bias && bias->dq;
     float *parts_o = parts[0], *parts_q = parts[1]; /* dout's sums, dq's */
     cudaStream_t st = (cudaStream_t)stream;
     if (tiled)
@@ -705,8 +708,11 @@ static mt_status launch_fused(const attn_args &a, T *dq, T *dk, T *dv, const T *
                                                                                        parts_q);
     } else {
         const int smem = (2 * BC * D + 4 * BR * D + TWO * BC * BR) * (int)sizeof(T) + 6 * BR * 4;
-        const auto kernel = a.ks ? attn_bwd_dkdv_mma_kernel<T, D, NW, BR, true, true>
-                                 : attn_bwd_dkdv_mma_kernel<T, D, NW, BR, true, false>;
+        const auto kernel = a.drop.ids
+                                ? (a.ks ? attn_bwd_dkdv_mma_kernel<T, D, NW, BR, true, true, true>
+                                        : attn_bwd_dkdv_mma_kernel<T, D, NW, BR, true, false, true>)
+                                : (a.ks ? attn_bwd_dkdv_mma_kernel<T, D, NW, BR, true, true>
+                                        : attn_bwd_dkdv_mma_kernel<T, D, NW, BR, true, false>);
         MT_TRY(attn_smem_attr(kernel, smem));
         dim3 grid(a.B * a.Hkv, (a.T + BC - 1) / BC);
         kernel<<<grid, NW * 32, smem, st>>>(a, dk, dv, dqa, q, k, v, dout, lse, Dv);
@@ -720,9 +726,15 @@ static mt_status launch_fused(const attn_args &a, T *dq, T *dk, T *dv, const T *
     attn_sum_jobs js = {}; /* one launch: dq's, dv's (dout's, folded), dk's (zero) */
     js.accumulate = bias->accumulate;
     add_job(js, bias->dq, parts_q, a.H, 1, D);
-    add_job(js, bias->dv, parts_o, a.H, a.group, D);
+    if (vsum) add_job(js, bias->dv, parts_o, a.H, a.group, D);
     add_job(js, bias->dk, NULL, a.Hkv, 1, D);
-    return reduce_jobs(a, js, stream);
+    MT_TRY(reduce_jobs(a, js, stream));
+    if (!bias->dv || vsum) return MT_OK;
+    mt_tensor tdv = {}; /* dropout: dv's column sums from dv (bias_colsum reads these fields) */
+    tdv.data = dv, tdv.ndim = 4, tdv.shape[2] = a.Hkv;
+    for (int i = 0; i < 3; i++)
+        tdv.stride[i] = a.st[ADV][i];
+    return bias_colsum<T>(a, bias->dv, bias->accumulate, &tdv, parts_o, stream);
 }
 
 template <typename T, int D, int NW_KV, int NW_Q>

@@ -1,8 +1,8 @@
 /* Attention forward on CUDA. bf16/f16 with D 64 or 128: flash-style tensor-core kernel
  * (mma.sync m16n8k16, ldmatrix, double-buffered cp.async K/V tiles, online softmax in the exp2
  * domain, causal tile skipping, GQA by indexing); on Hopper with an sm_90a build, attn_sm90.cu's wgmma
- * version (without attention dropout, which the mma.sync kernel applies). Anything else: a generic
- * warp-per-row kernel. */
+ * version (at D128 without attention dropout, which the mma.sync kernel applies). Anything else: a
+ * generic warp-per-row kernel. */
 #include "attn_common.cuh"
 
 /* Generic path: one warp per query row, 32 keys per step (lane j scores key j0+j), fp32 math. */
@@ -159,7 +159,9 @@ static mt_status launch(const attn_args &a, int fast, mt_tensor *out, mt_tensor 
                         const mt_tensor *q, const mt_tensor *k, const mt_tensor *v,
                         mt_stream stream) {
     if constexpr (sizeof(T) == 2) {
-        if (fast && (a.D == 64 || a.D == 128) && attn_sm90_enabled() && !a.drop.ids) {
+        // why: the D128 wgmma forward has no attention dropout (the mma.sync one does)
+        if (fast && (a.D == 64 || a.D == 128) && attn_sm90_enabled() &&
+            (!a.drop.ids || a.D == 64)) {
             T *o = (T *)out->data;
             float *L = (float *)lse->data;
             const T *tq = (const T *)q->data, *tk = (const T *)k->data, *tv = (const T *)v->data;

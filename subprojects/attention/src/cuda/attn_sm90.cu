@@ -208,7 +208,7 @@ __device__ __forceinline__ void fwd_load_qa(uint32_t (&qa)[D / 16][4], const att
     }
 }
 
-template <typename T, int D, bool DOCS>
+template <typename T, int D, bool DOCS, bool DROP>
 static __global__ void __launch_bounds__(128, 2)
     attn_fwd_sm90_kernel(attn_args a, T *out, float *lse, const T *q,
                          const __grid_constant__ CUtensorMap tk,
@@ -271,6 +271,8 @@ static __global__ void __launch_bounds__(128, 2)
             wg_pin(s);
             online_softmax_tile<BC, D, DOCS>(a, s, o, m, l, sl2, (dm.kb + j) * BC, q0, row0, dm,
                                              lane);
+            if constexpr (DROP) /* (l, the softmax's sums, is the undropped P's) */
+                attn_drop_rows<BC>(a, s, a.drop.ids[b], h, row0, (dm.kb + j) * BC, lane);
 #pragma unroll
             for (int kk = 0; kk < BC / 16; kk++)
                 acc_pack<T>(s, kk, pa[kk]);
@@ -605,8 +607,8 @@ static mt_status fwd_wg2(const attn_args &a, T *out, float *lse, const T *q, con
     return MT_OK;
 }
 
-/* The D64 forward. */
-template <typename T, int D, bool DOCS>
+/* The D64 forward (DROP: attention dropout). */
+template <typename T, int D, bool DOCS, bool DROP>
 static mt_status fwd_d64(const attn_args &a, T *out, float *lse, const T *q, const T *k, const T *v,
                          mt_stream stream) {
     {
@@ -615,11 +617,11 @@ static mt_status fwd_d64(const attn_args &a, T *out, float *lse, const T *q, con
         MT_TRY(tile_map<T>(&tv, v, a.st[AV], a, a.Hkv));
         constexpr int BR = 64, BC = 64;
         const int smem = (BR + 4 * BC) * D * (int)sizeof(T);
-        MT_TRY(attn_smem_attr(attn_fwd_sm90_kernel<T, D, DOCS>, smem));
+        MT_TRY(attn_smem_attr(attn_fwd_sm90_kernel<T, D, DOCS, DROP>, smem));
         attn_args g = a;
-        const dim3 grid = plan_grid(g, attn_fwd_sm90_kernel<T, D, DOCS>, 128, smem, a.B * a.H,
+        const dim3 grid = plan_grid(g, attn_fwd_sm90_kernel<T, D, DOCS, DROP>, 128, smem, a.B * a.H,
                                     (a.T + BR - 1) / BR);
-        attn_fwd_sm90_kernel<T, D, DOCS><<<grid, 128, smem, stream>>>(g, out, lse, q, tk, tv);
+        attn_fwd_sm90_kernel<T, D, DOCS, DROP><<<grid, 128, smem, stream>>>(g, out, lse, q, tk, tv);
         MT_CUDA_CHECK_LAUNCH();
     }
     return MT_OK;
@@ -634,8 +636,11 @@ mt_status attn_fwd_sm90(const attn_args &a, T *out, float *lse, const T *q, cons
         if (a.ks) return fwd_wg2<T, 128, true>(a, out, lse, q, k, v, stream);
         return fwd_wg2<T, 128, false>(a, out, lse, q, k, v, stream);
     } else {
-        if (a.ks) return fwd_d64<T, D, true>(a, out, lse, q, k, v, stream);
-        return fwd_d64<T, D, false>(a, out, lse, q, k, v, stream);
+        if (a.drop.ids)
+            return a.ks ? fwd_d64<T, D, true, true>(a, out, lse, q, k, v, stream)
+                        : fwd_d64<T, D, false, true>(a, out, lse, q, k, v, stream);
+        if (a.ks) return fwd_d64<T, D, true, false>(a, out, lse, q, k, v, stream);
+        return fwd_d64<T, D, false, false>(a, out, lse, q, k, v, stream);
     }
 }
 
@@ -714,7 +719,7 @@ static __global__ void __launch_bounds__(NWG * 128)
 #endif
 }
 
-template <typename T, int D, int NWG, int TWO, bool DOCS>
+template <typename T, int D, int NWG, int TWO, bool DOCS, bool DROP>
 static __global__ void __launch_bounds__(NWG * 128, 3 - NWG)
     attn_bwd_sm90_kernel(attn_args a, T *dk, T *dv, float *dqa,
                          const __grid_constant__ CUtensorMap tq, const T *k, const T *v,
@@ -837,7 +842,8 @@ static __global__ void __launch_bounds__(NWG * 128, 3 - NWG)
                 wg_pin(ds);
                 const bool mask = k0 + BC > a.T || q0 + BR > a.T || (a.causal && kw + 63 > q0) ||
                                   bwd_ks_mask<BR, DOCS>(cK, kw);
-                bwd_p_ds<BR, DOCS>(a, p, ds, cL, cD, cK, sl2, key0, q0, mask, lane);
+                bwd_p_ds<BR, DOCS, DROP>(a, p, ds, cL, cD, cK, sl2, key0, q0, mask, lane,
+                                         DROP ? a.drop.ids[b] : 0, h);
                 const int sr = wg * 64 + wl * 16 + (lane >> 2);
 #pragma unroll
                 for (int kk = 0; kk < BR / 16; kk++) {
@@ -931,15 +937,16 @@ static bool lse_bulk_on() {
     return mt_env_int_once("MT_ATTN_LSE_BULK", -1, &env) > 0;
 }
 
-/* TWO: dS as bf16 hi + lo (2) or rounded once (1); DOCS: document masks (a.ks). */
-template <typename T, int D, int TWO, bool DOCS>
+/* TWO: dS as bf16 hi + lo (2) or rounded once (1); DOCS: document masks (a.ks); DROP: attention
+ * dropout. */
+template <typename T, int D, int TWO, bool DOCS, bool DROP = false>
 static mt_status bwd_sm90_launch(const attn_args &a, T *dk, T *dv, float *dqa, const T *k,
                                  const T *v, const CUtensorMap &tq, const CUtensorMap &tg,
                                  const float *lse, const float *Dv, mt_stream stream) {
     constexpr int NWG = D == 128 ? 2 : 1, BC = 64 * NWG, BR = 64;
     const int smem = (2 * BC * D + 4 * BR * D + TWO * BC * BR) * (int)sizeof(T) +
                      (DOCS ? 6 : 4) * BR * 4 + 2 * BR * D * 4;
-    const auto kernel = attn_bwd_sm90_kernel<T, D, NWG, TWO, DOCS>;
+    const auto kernel = attn_bwd_sm90_kernel<T, D, NWG, TWO, DOCS, DROP>;
     MT_TRY(attn_smem_attr(kernel, smem));
     attn_args g = a;
     // why: lse and Di rows then start 16-byte aligned, as bulk copies need
@@ -970,6 +977,19 @@ mt_status attn_bwd_sm90(const attn_args &a, T *dk, T *dv, float *dqa, const T *q
     CUtensorMap tq, tg;
     MT_TRY(tile_map<T>(&tq, q, a.st[AQ], a, a.H));
     MT_TRY(tile_map<T>(&tg, dout, a.st[ADO], a, a.H));
+    if constexpr (D == 64) /* (D128 takes attention dropout on the mma.sync kernels) */
+        if (a.drop.ids) {
+            if constexpr (attn_t<T>::two_term)
+                if (a.ds_split)
+                    return a.ks ? bwd_sm90_launch<T, D, 2, true, true>(a, dk, dv, dqa, k, v, tq, tg,
+                                                                       lse, Dv, stream)
+                                : bwd_sm90_launch<T, D, 2, false, true>(a, dk, dv, dqa, k, v, tq,
+                                                                        tg, lse, Dv, stream);
+            return a.ks ? bwd_sm90_launch<T, D, 1, true, true>(a, dk, dv, dqa, k, v, tq, tg, lse,
+                                                               Dv, stream)
+                        : bwd_sm90_launch<T, D, 1, false, true>(a, dk, dv, dqa, k, v, tq, tg, lse,
+                                                                Dv, stream);
+        }
     if constexpr (attn_t<T>::two_term)
         if (a.ds_split)
             return a.ks ? bwd_sm90_launch<T, D, 2, true>(a, dk, dv, dqa, k, v, tq, tg, lse, Dv,
