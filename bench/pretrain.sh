@@ -64,6 +64,7 @@ for c in $cases; do
   log="$out/pretrain_${name}_B$MB$tag.log"
   smi_start "$log.smi"
   "$b/apps/pretrain/mt-pretrain" --num-layers "$L" --hidden-size "$H" --num-attention-heads "$NH" \
+    --attention-dropout 0 --hidden-dropout 0 \
     --seq-length 1024 --max-position-embeddings 1024 --micro-batch-size "$MB" \
     --global-batch-size "$MB" --mock-data --tokenizer-type GPT2BPETokenizer --bf16 \
     --train-iters "$iters" --lr 6e-4 --lr-warmup-iters 2 --log-interval 10 --log-throughput \

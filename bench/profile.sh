@@ -10,6 +10,7 @@ cases=${MT_PROFILE_CASES:-"gpt2_124M:12:768:12:16 gpt2_1558M:48:1600:25:8"}
 for c in $cases; do
   IFS=: read -r name L H NH MB <<< "$c"
   MT_PROFILE=1 "$b/apps/pretrain/mt-pretrain" --num-layers "$L" --hidden-size "$H" \
+    --attention-dropout 0 --hidden-dropout 0 \
     --num-attention-heads "$NH" --seq-length 1024 --max-position-embeddings 1024 \
     --micro-batch-size "$MB" --global-batch-size "$MB" --mock-data --tokenizer-type GPT2BPETokenizer \
     --bf16 --train-iters "$iters" --lr 6e-4 --lr-warmup-iters 2 --log-interval 10 --device cuda \

@@ -62,7 +62,8 @@ else                        # small enough for two CPU cores
   iters=${MT_ITERS:-300}; eval_int=50
 fi
 rm -rf "$out/ckpt"
-"$b/apps/pretrain/mt-pretrain" $model --device "$dev" \
+# (no dropout: Megatron's default 0.1 slows a short run on a small corpus, as llm.c trains)
+"$b/apps/pretrain/mt-pretrain" $model --device "$dev" --attention-dropout 0 --hidden-dropout 0 \
   --data-path "$out/kjv_text_document" --split 949,50,1 --data-cache-path "$out/cache" \
   --tokenizer-type GPT2BPETokenizer --train-iters "$iters" --lr 1e-3 --min-lr 1e-4 \
   --lr-decay-style cosine --lr-warmup-iters $((iters / 20)) --weight-decay 0.1 --clip-grad 1.0 \

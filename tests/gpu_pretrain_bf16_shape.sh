@@ -13,7 +13,7 @@ n=$(nvidia-smi -L 2>/dev/null | wc -l)
 set -euo pipefail
 d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
 run() {
-  "$MT_PRETRAIN" --num-layers 2 --hidden-size 768 --num-attention-heads 12 --seq-length 1024 \
+  "$MT_PRETRAIN" --attention-dropout 0 --hidden-dropout 0 --num-layers 2 --hidden-size 768 --num-attention-heads 12 --seq-length 1024 \
     --max-position-embeddings 1024 --micro-batch-size 4 --global-batch-size 4 --mock-data \
     --tokenizer-type GPT2BPETokenizer --bf16 --lr 1e-3 --lr-warmup-iters 1 --train-iters 8 \
     --log-interval 1 --device cuda --golden-values-out "$1.json" "${@:2}" > "$1" 2>&1 \

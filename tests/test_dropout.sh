@@ -2,7 +2,8 @@
 # functional: --hidden-dropout and --attention-dropout (Megatron's). The masks themselves are
 # checked against independent references in the libraries (test_dropout: randomgen's Philox;
 # test_attn and hf_golden_*: torch and transformers given those masks). Here, mt-pretrain:
-# 1. Dropout changes the training losses; each kind alone changes them too.
+# 1. Dropout changes the training losses; each kind alone changes them too; without the flags
+#    both are 0.1 (Megatron's default).
 # 2. The masks belong to the samples (their global indices), not to micro-batch rows: with
 #    --calculate-per-token-loss (whose loss does not depend on the micro-batch split) a global
 #    batch of 8 as 4 micro-batches of 2 or 2 of 4 gives bitwise the same losses (CPU only: on a
@@ -32,6 +33,13 @@ done
 awk '{ if ($2 != $2 + 0 || $2 > 6.5) exit 1 }' <(losses "$d/both.json" 1 12) \
   || { echo "FAIL: losses with dropout"; losses "$d/both.json" 1 12; exit 1; }
 echo "ok: dropout changes the losses (iteration 1: none $(losses "$d/none.json" 1 1 | cut -d' ' -f2), hidden + attention $(losses "$d/both.json" 1 1 | cut -d' ' -f2))"
+# Megatron's default: both 0.1 (tiny_args starts with pretrain_common.sh's zeros, left out here)
+[ "${tiny_args[*]:0:4}" = "${nodrop[*]}" ] || { echo "FAIL: tiny_args does not start with nodrop"; exit 1; }
+"$MT_PRETRAIN" "${tiny_args[@]:4}" --golden-values-out "$d/default.json" > "$d/default.log" 2>&1 \
+  || { echo "FAIL: run default"; cat "$d/default.log"; exit 1; }
+[ "$(losses "$d/default.json" 1 12)" = "$(losses "$d/both.json" 1 12)" ] \
+  || { echo "FAIL: the default is not --hidden-dropout 0.1 --attention-dropout 0.1"; exit 1; }
+echo "ok: the default is Megatron's (hidden and attention dropout 0.1)"
 if [ "${1:-}" != cuda ]; then  # (on a GPU the GEMMs of other shapes round differently)
   run tok2 "${drop[@]}" --calculate-per-token-loss --micro-batch-size 2
   run tok4 "${drop[@]}" --calculate-per-token-loss --micro-batch-size 4

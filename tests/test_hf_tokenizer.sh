@@ -11,7 +11,7 @@ source "$(dirname "$0")/pretrain_common.sh"
 : "${MT_PREPROCESS:?}"
 g=$(cd "$(dirname "$0")/../subprojects/data/golden/hf_tokenizers" && pwd)
 d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
-base=(--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32 --micro-batch-size 2
+base=("${nodrop[@]}" --num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32 --micro-batch-size 2
       --global-batch-size 8 --lr 3e-3 --lr-warmup-iters 2 --seed 5 --log-interval 10
       --device "${MT_TEST_DEVICE:-cpu}")
 # padded TAG TYPE MODEL V: Megatron's tokenizer lines for vocabulary size V

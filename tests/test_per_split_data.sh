@@ -18,7 +18,7 @@ for c in a b; do
     --vocab-size 300 --append-eod --workers 1 > /dev/null
 done
 A=$d/a_text_document B=$d/b_text_document
-args=(--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32 --micro-batch-size 2
+args=("${nodrop[@]}" --num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32 --micro-batch-size 2
       --global-batch-size 4 --tokenizer-type NullTokenizer --vocab-size 300 --train-iters 8
       --lr 3e-3 --seed 5 --log-interval 4 --eval-interval 4 --eval-iters 2
       --data-cache-path "$d/cache" --device "${MT_TEST_DEVICE:-cpu}")

@@ -12,7 +12,7 @@ source "$(dirname "$0")/pretrain_common.sh"
 golden=$(cd "$(dirname "$0")/../libs/train/golden" && pwd)/rampup.json
 d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
 mode=${1:-functional}
-base=(--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32 --mock-data
+base=("${nodrop[@]}" --num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32 --mock-data
       --tokenizer-type NullTokenizer --vocab-size 300 --lr 3e-3 --lr-warmup-samples 8 --seed 5
       --log-interval 1 --device "${MT_TEST_DEVICE:-cpu}" --distributed-timeout-minutes 1)
 case_args() { # INDEX: the case's flags

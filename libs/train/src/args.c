@@ -62,9 +62,9 @@ static const flag flags[] = {
     { "--lr-warmup-samples", F_I64, O(lr_warmup_samples), "0" },
     { "--lr-wsd-decay-samples", F_I64, O(lr_wsd_decay_samples), "WSD annealing samples" },
     { "--attention-dropout", F_DBL, O(attention_dropout),
-      "dropout on the attention weights (default 0 here, Megatron's 0.1)" },
+      "dropout on the attention weights (0.1)" },
     { "--hidden-dropout", F_DBL, O(hidden_dropout),
-      "dropout on the embeddings and the projections' outputs (default 0 here, Megatron's 0.1)" },
+      "dropout on the embeddings and the projections' outputs (0.1)" },
     { "--transformer-impl", F_STR, O(transformer_impl), "local (the only one)" },
     /* implementation switches of Megatron that are always on (or meaningless) here */
     { "--use-flash-attn", F_TRUE, O(noop), "accepted: attention is always flash-style" },
@@ -276,6 +276,8 @@ void mt_train_args_init(mt_train_args *a) {
     set_str(&a->device, "auto");
     a->rotary_percent = 1.0;
     a->logits_chunks = 1;
+    a->attention_dropout = 0.1;
+    a->hidden_dropout = 0.1;
 }
 
 static void free_list(char ***list, int *n) {

@@ -24,7 +24,7 @@ typedef struct mt_train_args {
     int64_t train_iters, lr_decay_iters, lr_warmup_iters, lr_wsd_decay_iters, exit_interval;
     /* sample-based training (instead of --train-iters/--lr-decay-iters/...): 0 = unset */
     int64_t train_samples, lr_decay_samples, lr_warmup_samples, lr_wsd_decay_samples;
-    double attention_dropout, hidden_dropout; /* in [0, 1); default 0 (Megatron's 0.1) */
+    double attention_dropout, hidden_dropout; /* in [0, 1); default 0.1 (Megatron's) */
     char *transformer_impl;                   /* "local" (accepted) */
     int use_rotary_position_embeddings;       /* old spelling of --position-embedding-type rope */
     int no_position_embedding;                /* accepted with rope only */
