@@ -18,11 +18,16 @@ Versions: torch 2.15, transformers 5.23 (pip). Seeds: torch.manual_seed(0) for w
 Rerun: python gen_hf.py (from this directory; a venv with pip's torch, transformers,
 safetensors, randomgen); python gen_hf.py drop writes only the dropout records. The position-id records were added with torch 2.x and transformers 5.x of
 2026-11 (pip), whose weights, io, grads and AdamW losses reproduce the earlier files."""
+import os
 import sys
 
 import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "../../../subprojects/core/tools"))
+import philox_ref  # noqa: E402 (randomgen's Philox)
 from transformers import (GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, Qwen3Config,
                           Qwen3ForCausalLM)
 
@@ -147,37 +152,14 @@ def record(tag, model, names):
 DROP_SEED, DROP_IDS, DROP_P = 1234, (3, 8), 0.1
 
 
-def philox_words(seed, stream, nblocks):
-    """Blocks 0.. of `stream` (randomgen steps its 128-bit counter before each block)."""
-    from randomgen import Philox
-    gen = Philox(number=4, width=32)
-    st = gen.state
-    ctr = ((stream << 64) - 1) % (1 << 128)
-    st["state"]["counter"] = np.array([(ctr >> (32 * i)) & 0xFFFFFFFF for i in range(4)], np.uint32)
-    st["state"]["key"] = np.array([seed & 0xFFFFFFFF, seed >> 32], np.uint32)
-    st["buffer_pos"] = 4
-    gen.state = st
-    return np.array(gen.random_raw(4 * nblocks), dtype=np.uint64)
-
-
 def drop_mask(shape, site, p):
-    """The keep mask of (B, ...) for sample ids DROP_IDS at `site`, as float64: mt_dropout's
-    (element e of a sample: word e % 4 of block e // 4), or for the attention weights (B,H,T,T)
-    mt_attn_config.dropout's (weight (h,i,j): word 2 (i % 2) + j % 2 of block
-    (h T2 + i // 2) T2 + j // 2, T2 = ceil(T / 2))."""
-    thr = min(int((1.0 - float(np.float32(p))) * 2.0**32), 2**32 - 1)
+    """The keep mask of (B, ...) for sample ids DROP_IDS at `site`, as float64: mt_dropout's, or
+    for the attention weights (B,H,T,T) mt_attn_config.dropout's (core's tools/philox_ref.py)."""
     if len(shape) == 4:
-        H, T = shape[1], shape[2]
-        T2 = (T + 1) // 2
-        h, i, j = np.meshgrid(np.arange(H), np.arange(T), np.arange(T), indexing="ij")
-        word = 4 * ((h * T2 + i // 2) * T2 + j // 2) + 2 * (i & 1) + (j & 1)
-        rows = [philox_words(DROP_SEED, (site << 32) | b, H * T2 * T2)[word] < thr
-                for b in DROP_IDS]
+        m = philox_ref.attn_keep(DROP_SEED, site, DROP_IDS, shape[1], shape[2], p)
     else:
-        n = int(np.prod(shape[1:]))
-        rows = [philox_words(DROP_SEED, (site << 32) | b, (n + 3) // 4)[:n] < thr
-                for b in DROP_IDS]
-    return torch.from_numpy(np.array(rows).reshape(shape)).double()
+        m = philox_ref.keep(DROP_SEED, site, DROP_IDS, int(np.prod(shape[1:])), p)
+    return torch.from_numpy(m.reshape(shape)).double()
 
 
 def record_drop(tag, model, names):

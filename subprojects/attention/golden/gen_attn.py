@@ -10,10 +10,15 @@ Philox4x32-10 (randomgen's, an implementation independent of ours) with key (DRO
 and counter ((h T2 + i // 2) T2 + j // 2, DROP_SITE << 32 | id), T2 = ceil(T / 2), is below
 floor((1 - p) 2^32); kept weights are scaled by 1/(1-p) (mt_attn_config.dropout)."""
 import math
+import os
+import sys
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../core/tools"))
+import philox_ref  # noqa: E402 (randomgen's Philox)
 
 # name, B, T, H, Hkv, D, causal, scale (0: 1/sqrt(D)), docs (EOD tokens a row; 0: no masks)
 CASES = [
@@ -33,27 +38,9 @@ CASES = [
 DROP_SEED, DROP_SITE = 0x1234_5678_9ABC, 3
 
 
-def philox_words(seed, stream, nblocks):
-    """Blocks 0.. of `stream` (randomgen steps its 128-bit counter before each block)."""
-    from randomgen import Philox
-    gen = Philox(number=4, width=32)
-    st = gen.state
-    ctr = ((stream << 64) - 1) % (1 << 128)
-    st["state"]["counter"] = np.array([(ctr >> (32 * i)) & 0xFFFFFFFF for i in range(4)], np.uint32)
-    st["state"]["key"] = np.array([seed & 0xFFFFFFFF, seed >> 32], np.uint32)
-    st["buffer_pos"] = 4
-    gen.state = st
-    return np.array(gen.random_raw(4 * nblocks), dtype=np.uint64)
-
-
 def keep_mask(ids, H, T, p):  # (B,H,T,T) bool
-    thr = min(int((1.0 - float(np.float32(p))) * 2.0**32), 2**32 - 1)
-    T2 = (T + 1) // 2
-    h, i, j = np.meshgrid(np.arange(H), np.arange(T), np.arange(T), indexing="ij")
-    word = 4 * ((h * T2 + i // 2) * T2 + j // 2) + 2 * (i & 1) + (j & 1)
-    rows = [philox_words(DROP_SEED, (DROP_SITE << 32) | int(b), H * T2 * T2)[word] < thr
-            for b in ids]
-    return torch.from_numpy(np.array(rows))
+    return torch.from_numpy(philox_ref.attn_keep(DROP_SEED, DROP_SITE, ids, H, T, p))
+
 
 g = torch.Generator().manual_seed(1234)
 
