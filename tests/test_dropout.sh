@@ -8,7 +8,9 @@
 #    --calculate-per-token-loss (whose loss does not depend on the micro-batch split) a global
 #    batch of 8 as 4 micro-batches of 2 or 2 of 4 gives bitwise the same losses (CPU only: on a
 #    GPU GEMMs of other shapes round differently).
-# 3. Full recomputation draws the forward's masks again: bitwise the same losses.
+# 3. Full recomputation draws the forward's masks again, and selective recomputation (mlp_act,
+#    layernorm: the GEMMs with the bias gradients of the dropped outputs) changes nothing: bitwise
+#    the same losses.
 # 4. Validation runs without dropout: --eval-iters over a model that has not trained (lr 0)
 #    gives the no-dropout validation loss, bitwise.
 # 5. A probability outside [0, 1) is refused before training.
@@ -51,6 +53,10 @@ run full "${drop[@]}" --recompute-granularity full --recompute-method uniform --
 [ "$(losses "$d/full.json" 1 12)" = "$(losses "$d/both.json" 1 12)" ] \
   || { echo "FAIL: full recomputation changes the losses with dropout"; exit 1; }
 echo "ok: full recomputation: bitwise the same losses"
+run sel "${drop[@]}" --recompute-granularity selective --recompute-modules mlp_act layernorm
+[ "$(losses "$d/sel.json" 1 12)" = "$(losses "$d/both.json" 1 12)" ] \
+  || { echo "FAIL: selective recomputation (mlp_act, layernorm) changes the losses with dropout"; exit 1; }
+echo "ok: selective recomputation (mlp_act, layernorm): bitwise the same losses"
 val() { grep "validation loss at iteration 4 on validation set" "$d/$1.log" | sed 's/.*lm loss value: \([^ ]*\).*/\1/' | tr '\n' ' '; }
 run val0 --lr 0 --eval-interval 4 --eval-iters 2 --train-iters 4
 run val1 --lr 0 --eval-interval 4 --eval-iters 2 --train-iters 4 "${drop[@]}"
