@@ -53,10 +53,12 @@ run full "${drop[@]}" --recompute-granularity full --recompute-method uniform --
 [ "$(losses "$d/full.json" 1 12)" = "$(losses "$d/both.json" 1 12)" ] \
   || { echo "FAIL: full recomputation changes the losses with dropout"; exit 1; }
 echo "ok: full recomputation: bitwise the same losses"
-run sel "${drop[@]}" --recompute-granularity selective --recompute-modules mlp_act layernorm
+# (on a GPU mlp_act at this tiny shape is not bitwise even without dropout: layernorm only there)
+mods=(mlp_act layernorm); [ "${1:-}" = cuda ] && mods=(layernorm)
+run sel "${drop[@]}" --recompute-granularity selective --recompute-modules "${mods[@]}"
 [ "$(losses "$d/sel.json" 1 12)" = "$(losses "$d/both.json" 1 12)" ] \
-  || { echo "FAIL: selective recomputation (mlp_act, layernorm) changes the losses with dropout"; exit 1; }
-echo "ok: selective recomputation (mlp_act, layernorm): bitwise the same losses"
+  || { echo "FAIL: selective recomputation (${mods[*]}) changes the losses with dropout"; exit 1; }
+echo "ok: selective recomputation (${mods[*]}): bitwise the same losses"
 val() { grep "validation loss at iteration 4 on validation set" "$d/$1.log" | sed 's/.*lm loss value: \([^ ]*\).*/\1/' | tr '\n' ' '; }
 run val0 --lr 0 --eval-interval 4 --eval-iters 2 --train-iters 4
 run val1 --lr 0 --eval-interval 4 --eval-iters 2 --train-iters 4 "${drop[@]}"
