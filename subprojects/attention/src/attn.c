@@ -51,19 +51,15 @@ static mt_status resolve(attn_shape *s, const mt_tensor *q, const mt_tensor *k,
     s->ks = NULL;
     const mt_dropout_config *dc = &cfg->dropout;
     memset(&s->drop, 0, sizeof s->drop);
-    MT_REQUIRE(dc->p >= 0.0f && dc->p < 1.0f, MT_ERR_INVALID_ARG,
-               "attention dropout probability %g is outside [0, 1)", (double)dc->p);
+    MT_TRY(mt_dropout_check(dc, q->device));
     if (dc->p > 0.0f) {
         const mt_tensor *id = dc->sample;
-        MT_REQUIRE(id && id->data && id->dtype == MT_I64 && id->ndim == 1 &&
-                       mt_tensor_is_contiguous(id) && id->shape[0] == s->B &&
-                       mt_device_eq(id->device, q->device),
-                   MT_ERR_INVALID_ARG,
-                   "attention dropout needs sample ids: contiguous (B) = (%lld) i64 on q's device",
+        MT_REQUIRE(id->shape[0] == s->B, MT_ERR_INVALID_ARG,
+                   "attention dropout: %lld sample ids for B = %lld rows", (long long)id->shape[0],
                    (long long)s->B);
         s->drop.seed = dc->seed, s->drop.site = dc->site;
         s->drop.thr = mt_dropout_threshold(dc->p);
-        s->drop.scale = (float)(1.0 / (1.0 - (double)dc->p));
+        s->drop.scale = mt_dropout_scale(dc->p);
         s->drop.ids = id->data;
     }
     const mt_tensor *ks = cfg->key_start;

@@ -1,9 +1,21 @@
 /* Dropout: validation and device dispatch. */
 #include "ops_impl.h"
 
+mt_status mt_dropout_check(const mt_dropout_config *cfg, mt_device device) {
+    MT_REQUIRE(cfg, MT_ERR_INVALID_ARG, "dropout config is NULL");
+    MT_REQUIRE(cfg->p >= 0.0f && cfg->p < 1.0f, MT_ERR_INVALID_ARG,
+               "dropout probability %g is outside [0, 1)", (double)cfg->p);
+    if (cfg->p == 0.0f) return MT_OK;
+    const mt_tensor *sm = cfg->sample;
+    MT_REQUIRE(sm && sm->data && sm->dtype == MT_I64 && sm->ndim == 1 && sm->shape[0] > 0 &&
+                   mt_tensor_is_contiguous(sm) && mt_device_eq(sm->device, device),
+               MT_ERR_INVALID_ARG,
+               "dropout needs sample ids: contiguous (B) i64, B > 0, on the data's device");
+    return MT_OK;
+}
+
 mt_status mt_dropout(mt_tensor *out, const mt_tensor *x, const mt_tensor *resid,
                      const mt_dropout_config *cfg, mt_stream stream) {
-    MT_REQUIRE(cfg, MT_ERR_INVALID_ARG, "dropout config is NULL");
     MT_TRY(mt_tensor_check(out, "out", -1));
     MT_TRY(mt_tensor_check(x, "x", -1));
     MT_REQUIRE(mt_dtype_is_float(x->dtype), MT_ERR_UNSUPPORTED, "x: dtype %s is not a float type",
@@ -20,18 +32,12 @@ mt_status mt_dropout(mt_tensor *out, const mt_tensor *x, const mt_tensor *resid,
                    (long long)mt_tensor_numel(x), mt_dtype_name(x->dtype));
     }
     MT_REQUIRE(mt_tensor_is_contiguous(x), MT_ERR_INVALID_ARG, "x must be contiguous");
-    MT_REQUIRE(cfg->p >= 0.0f && cfg->p < 1.0f, MT_ERR_INVALID_ARG,
-               "dropout probability %g is outside [0, 1)", (double)cfg->p);
+    MT_TRY(mt_dropout_check(cfg, x->device));
     const mt_tensor *sm = cfg->sample;
-    if (cfg->p > 0.0f) {
-        MT_REQUIRE(sm && sm->data && sm->dtype == MT_I64 && sm->ndim == 1 &&
-                       mt_tensor_is_contiguous(sm) && mt_device_eq(sm->device, x->device),
-                   MT_ERR_INVALID_ARG,
-                   "dropout needs sample ids: contiguous (B) i64 on x's device");
-        MT_REQUIRE(sm->shape[0] > 0 && mt_tensor_numel(x) % sm->shape[0] == 0, MT_ERR_INVALID_ARG,
+    if (cfg->p > 0.0f)
+        MT_REQUIRE(mt_tensor_numel(x) % sm->shape[0] == 0, MT_ERR_INVALID_ARG,
                    "x's %lld elements are not %lld equal rows (one per sample id)",
                    (long long)mt_tensor_numel(x), (long long)sm->shape[0]);
-    }
     if (mt_tensor_numel(x) == 0) return MT_OK;
     return MT_DISPATCH(x->device, dropout_cpu(out, x, resid, cfg),
                        dropout_cuda(out, x, resid, cfg, stream));

@@ -35,6 +35,7 @@ static __global__ void attn_bwd_dq_generic_kernel(attn_args a, T *dq, const T *q
     if (row >= (int64_t)a.B * a.H * a.T) return;
     int i = (int)(row % a.T), h = (int)(row / a.T % a.H), b = (int)(row / a.T / a.H);
     int hk = h / a.group, D = a.D, n = a.causal ? i + 1 : a.T;
+    const int64_t sid = a.drop.ids ? a.drop.ids[b] : 0; /* attention dropout */
     const T *qr = q + b * a.st[AQ][0] + i * a.st[AQ][1] + h * a.st[AQ][2];
     const T *gr = dout + b * a.st[ADO][0] + i * a.st[ADO][1] + h * a.st[ADO][2];
     const T *kb = k + b * a.st[AK][0] + hk * a.st[AK][2];
@@ -55,8 +56,7 @@ static __global__ void attn_bwd_dq_generic_kernel(attn_args a, T *dq, const T *q
                 s += qs[warp][d] * attn_t<T>::ld(kr[d]);
                 dp += gs[warp][d] * attn_t<T>::ld(vr[d]);
             }
-            const float f =
-                a.drop.ids ? attn_drop_factor(&a.drop, a.drop.ids[b], h, a.T, i, j) : 1.0f;
+            const float f = a.drop.ids ? attn_drop_factor(&a.drop, sid, h, a.T, i, j) : 1.0f;
             ds = expf(s - L) * (dp * f - Di);
         }
         int cnt = min(32, n - j0);
@@ -86,6 +86,7 @@ static __global__ void attn_bwd_dkdv_generic_kernel(attn_args a, T *dk, T *dv, c
     if (row >= (int64_t)a.B * a.Hkv * a.T) return;
     int j = (int)(row % a.T), hk = (int)(row / a.T % a.Hkv), b = (int)(row / a.T / a.Hkv);
     int D = a.D;
+    const int64_t sid = a.drop.ids ? a.drop.ids[b] : 0; /* attention dropout */
     const T *kr = k + b * a.st[AK][0] + j * a.st[AK][1] + hk * a.st[AK][2];
     const T *vr = v + b * a.st[AV][0] + j * a.st[AV][1] + hk * a.st[AV][2];
     for (int d = lane; d < D; d += 32) {
@@ -109,8 +110,7 @@ static __global__ void attn_bwd_dkdv_generic_kernel(attn_args a, T *dk, T *dv, c
                     dp += vs_[warp][d] * attn_t<T>::ld(gr[d]);
                 }
                 p = expf(s - Lb[i]);
-                const float f =
-                    a.drop.ids ? attn_drop_factor(&a.drop, a.drop.ids[b], h, a.T, i, j) : 1.0f;
+                const float f = a.drop.ids ? attn_drop_factor(&a.drop, sid, h, a.T, i, j) : 1.0f;
                 ds = p * (dp * f - Db[i]);
                 p *= f; /* dV takes the dropped weights */
             }
@@ -155,6 +155,7 @@ static __global__ void __launch_bounds__(NW * 32)
     const int row0 = q0 + warp * 16 + (lane >> 2);
     const fwd_ks dm = fwd_ks_of<BR, BC, DOCS>(a, b, q0, row0); /* key tiles from dm.kb */
     const int kb0 = dm.kb * BC;
+    const int64_t sid = DROP ? a.drop.ids[b] : 0; /* attention dropout: the row's sample id */
     load_tile<T, BR, D, NT>(sQ, q + b * a.st[AQ][0] + h * a.st[AQ][2] + (int64_t)q0 * a.st[AQ][1],
                             a.st[AQ][1], qn);
     load_tile<T, BR, D, NT>(sG,
@@ -220,8 +221,8 @@ static __global__ void __launch_bounds__(NW * 32)
             for (int r = 0; r < 2; r++) {
                 float f[2] = { 1.0f, 1.0f }; /* attention dropout's factors */
                 if constexpr (DROP)
-                    attn_drop_pair<false>(a, a.drop.ids[b], h, row0 + 8 * r,
-                                          k0 + nt * 8 + 2 * (lane & 3), f[0], f[1]);
+                    attn_drop_pair<false>(a, sid, h, row0 + 8 * r, k0 + nt * 8 + 2 * (lane & 3),
+                                          f[0], f[1]);
 #pragma unroll
                 for (int e = 2 * r; e < 2 * r + 2; e++) {
                     int col = k0 + nt * 8 + 2 * (lane & 3) + (e & 1), row = row0 + (e >> 1) * 8;
@@ -543,6 +544,7 @@ static __global__ void __launch_bounds__(NW * 32)
     const int b = blockIdx.x / a.Hkv, hk = blockIdx.x % a.Hkv, k0 = blockIdx.y * BC;
     const int nq = (a.T + BR - 1) / BR, it0 = a.causal ? k0 / BR : 0;
     const int nqt = kv_walk_tiles<BR, DOCS>(a, b, it0, nq, k0 + BC - 1), ntile = a.group * nqt;
+    const int64_t sid = DROP ? a.drop.ids[b] : 0; /* attention dropout: the row's sample id */
     bwd_load_kv<T, BC, D, NT, false>(a, sK, sV, k, v, b, hk, k0);
     auto issue = [&](int n, int buf) {
         bwd_issue_q<T, BR, D, NT, false, DOCS>(a, sQ, sG, sL, sD, sKS, q, dout, lse, Dv, b, hk, it0,
@@ -593,8 +595,7 @@ static __global__ void __launch_bounds__(NW * 32)
             }
             const bool mask = k0 + BC > a.T || q0 + BR > a.T || (a.causal && k0 + BC - 1 > q0) ||
                               bwd_ks_mask<BR, DOCS>(cK, k0);
-            bwd_p_ds<BR, DOCS, DROP>(a, p, ds, cL, cD, cK, sl2, key0, q0, mask, lane,
-                                     DROP ? a.drop.ids[b] : 0, h);
+            bwd_p_ds<BR, DOCS, DROP>(a, p, ds, cL, cD, cK, sl2, key0, q0, mask, lane, sid, h);
 #pragma unroll
             for (int kk = 0; kk < BR / 16; kk++) {
                 uint32_t pa[4], sa[4], sl[4] = { 0, 0, 0, 0 };
@@ -686,9 +687,9 @@ static mt_status launch_fused(const attn_args &a, T *dq, T *dk, T *dv, const T *
                               mt_stream stream) {
     constexpr int BC = 16 * NW, TWO = attn_t<T>::two_term ? 2 : 1;
     const unsigned blocks = (unsigned)((int64_t)a.B * a.H * ATTN_PART_CHUNKS(a.T));
-    /* (attention dropout: wgmma at D64, else the mma.sync kernel; dv's sums from dv itself, as a
-     * row of dropped weights does not sum to 1) */
-    const bool tiled = attn_sm90_enabled() && (!a.drop.ids || D == 64);
+    /* (attention dropout: dv's sums from dv itself, in launch, as a row of dropped weights does
+     * not sum to 1) */
+    const bool tiled = attn_sm90_takes(a);
     const bool vsum = bias && bias->dv && !a.drop.ids, qsum = bias && bias->dq;
     float *parts_o = parts[0], *parts_q = parts[1]; /* dout's sums, dq's */
     cudaStream_t st = (cudaStream_t)stream;
@@ -728,13 +729,7 @@ static mt_status launch_fused(const attn_args &a, T *dq, T *dk, T *dv, const T *
     add_job(js, bias->dq, parts_q, a.H, 1, D);
     if (vsum) add_job(js, bias->dv, parts_o, a.H, a.group, D);
     add_job(js, bias->dk, NULL, a.Hkv, 1, D);
-    MT_TRY(reduce_jobs(a, js, stream));
-    if (!bias->dv || vsum) return MT_OK;
-    mt_tensor tdv = {}; /* dropout: dv's column sums from dv (bias_colsum reads these fields) */
-    tdv.data = dv, tdv.ndim = 4, tdv.shape[2] = a.Hkv;
-    for (int i = 0; i < 3; i++)
-        tdv.stride[i] = a.st[ADV][i];
-    return bias_colsum<T>(a, bias->dv, bias->accumulate, &tdv, parts_o, stream);
+    return reduce_jobs(a, js, stream);
 }
 
 template <typename T, int D, int NW_KV, int NW_Q>
@@ -775,10 +770,14 @@ static mt_status launch(const attn_args &a, int fast, mt_tensor *dq, mt_tensor *
             const T *g = (const T *)dout->data, *o = (const T *)out->data, *tq = (const T *)q->data,
                     *tk = (const T *)k->data, *tv = (const T *)v->data;
             if (a.D == 64) // why: 4 warps (2 blocks per SM) beat 8 at D 64 on an H200
-                return launch_fused<T, 64, 4, 64>(a, gq, gk, gv, g, o, tq, tk, tv, lse, Dv, dqa,
-                                                  parts, bias, stream);
-            return launch_fused<T, 128, 8, 64>(a, gq, gk, gv, g, o, tq, tk, tv, lse, Dv, dqa, parts,
-                                               bias, stream);
+                MT_TRY((launch_fused<T, 64, 4, 64>(a, gq, gk, gv, g, o, tq, tk, tv, lse, Dv, dqa,
+                                                   parts, bias, stream)));
+            else
+                MT_TRY((launch_fused<T, 128, 8, 64>(a, gq, gk, gv, g, o, tq, tk, tv, lse, Dv, dqa,
+                                                    parts, bias, stream)));
+            /* attention dropout: dv's sums from dv (launch_fused's come from dout's) */
+            if (!a.drop.ids || !bias) return MT_OK;
+            return bias_colsum<T>(a, bias->dv, bias->accumulate, dv, parts[0], stream);
         }
     }
     attn_bwd_dot_kernel<T><<<(unsigned)((rows + 3) / 4), 128, 0, stream>>>(

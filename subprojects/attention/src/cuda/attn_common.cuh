@@ -624,5 +624,10 @@ mt_status attn_bwd_sm90(const attn_args &a, T *dk, T *dv, float *dqa, const T *q
 /* 1 if this build has the sm_90a kernels, the current device is compute capability 9.0 and the
  * environment does not say MT_ATTN_SM90=0. */
 int attn_sm90_enabled(void);
+/* Whether a bf16/f16 call with D 64 or 128 takes the wgmma kernels: attn_sm90_enabled(), and at
+ * D128 no attention dropout (the D128 wgmma kernels have none; the mma.sync ones do). */
+static inline bool attn_sm90_takes(const attn_args &a) {
+    return attn_sm90_enabled() && (!a.drop.ids || a.D == 64);
+}
 
 #endif /* MT_ATTN_COMMON_CUH */

@@ -14,6 +14,7 @@ static __global__ void attn_fwd_generic_kernel(attn_args a, T *out, float *lse, 
     int64_t row = (int64_t)blockIdx.x * 4 + warp;
     if (row >= (int64_t)a.B * a.H * a.T) return;
     int i = (int)(row % a.T), h = (int)(row / a.T % a.H), b = (int)(row / a.T / a.H);
+    const int64_t sid = a.drop.ids ? a.drop.ids[b] : 0; /* attention dropout */
     int hk = h / a.group, D = a.D, n = a.causal ? i + 1 : a.T;
     const T *qr = q + b * a.st[AQ][0] + i * a.st[AQ][1] + h * a.st[AQ][2];
     const T *kb = k + b * a.st[AK][0] + hk * a.st[AK][2];
@@ -36,7 +37,7 @@ static __global__ void attn_fwd_generic_kernel(attn_args a, T *out, float *lse, 
         float alpha = exp2f(m - mn), p = exp2f(s - mn);
         l = l * alpha + warp_sum(p);
         m = mn;
-        if (a.drop.ids && j < n) p *= attn_drop_factor(&a.drop, a.drop.ids[b], h, a.T, i, j);
+        if (a.drop.ids && j < n) p *= attn_drop_factor(&a.drop, sid, h, a.T, i, j);
 #pragma unroll
         for (int c = 0; c < 8; c++)
             o[c] *= alpha;
@@ -67,6 +68,7 @@ static __global__ void __launch_bounds__(NW * 32)
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const q_block qb = q_block_of<BR, BC>(a);
     const int b = qb.b, h = qb.h, hk = qb.hk, q0 = qb.q0, qn = qb.qn, nk = qb.nk;
+    const int64_t sid = DROP ? a.drop.ids[b] : 0; /* attention dropout: the row's sample id */
     const T *qg = q + b * a.st[AQ][0] + h * a.st[AQ][2] + (int64_t)q0 * a.st[AQ][1];
     const T *kg = k + b * a.st[AK][0] + hk * a.st[AK][2];
     const T *vg = v + b * a.st[AV][0] + hk * a.st[AV][2];
@@ -117,7 +119,7 @@ static __global__ void __launch_bounds__(NW * 32)
         }
         online_softmax_tile<BC, D, DOCS>(a, s, o, m, l, sl2, kb0 + j * BC, q0, row0, dm, lane);
         if constexpr (DROP) /* (l, the softmax's sums, is the undropped P's) */
-            attn_drop_rows<BC>(a, s, a.drop.ids[b], h, row0, kb0 + j * BC, lane);
+            attn_drop_rows<BC>(a, s, sid, h, row0, kb0 + j * BC, lane);
 #pragma unroll
         for (int kk = 0; kk < BC / 16; kk++) {
             uint32_t pa[4];
@@ -159,9 +161,7 @@ static mt_status launch(const attn_args &a, int fast, mt_tensor *out, mt_tensor 
                         const mt_tensor *q, const mt_tensor *k, const mt_tensor *v,
                         mt_stream stream) {
     if constexpr (sizeof(T) == 2) {
-        // why: the D128 wgmma forward has no attention dropout (the mma.sync one does)
-        if (fast && (a.D == 64 || a.D == 128) && attn_sm90_enabled() &&
-            (!a.drop.ids || a.D == 64)) {
+        if (fast && (a.D == 64 || a.D == 128) && attn_sm90_takes(a)) {
             T *o = (T *)out->data;
             float *L = (float *)lse->data;
             const T *tq = (const T *)q->data, *tk = (const T *)k->data, *tv = (const T *)v->data;

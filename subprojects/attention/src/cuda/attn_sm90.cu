@@ -222,7 +222,8 @@ static __global__ void __launch_bounds__(128, 2)
     int pt, bh, npass;
     block_work(a, a.B * a.H, nq, pt, bh, npass);
     const int b = bh / a.H, h = bh % a.H, hk = h / a.group;
-    __shared__ uint64_t bar[2]; /* K and V of buffer 0, 1 (TMA) */
+    const int64_t sid = DROP ? a.drop.ids[b] : 0; /* attention dropout: the row's sample id */
+    __shared__ uint64_t bar[2];                   /* K and V of buffer 0, 1 (TMA) */
     if (threadIdx.x == 0) mt_mbar_init(&bar[0], 1), mt_mbar_init(&bar[1], 1);
     const float sl2 = a.scale * ATTN_LOG2E;
     int j0 = 0; /* key tiles visited by earlier passes */
@@ -272,7 +273,7 @@ static __global__ void __launch_bounds__(128, 2)
             online_softmax_tile<BC, D, DOCS>(a, s, o, m, l, sl2, (dm.kb + j) * BC, q0, row0, dm,
                                              lane);
             if constexpr (DROP) /* (l, the softmax's sums, is the undropped P's) */
-                attn_drop_rows<BC>(a, s, a.drop.ids[b], h, row0, (dm.kb + j) * BC, lane);
+                attn_drop_rows<BC>(a, s, sid, h, row0, (dm.kb + j) * BC, lane);
 #pragma unroll
             for (int kk = 0; kk < BC / 16; kk++)
                 acc_pack<T>(s, kk, pa[kk]);
@@ -751,6 +752,7 @@ static __global__ void __launch_bounds__(NWG * 128, 3 - NWG)
         kv_pass w;
         if (!kv_pass_of(a, a.B * a.Hkv, nkt, a.group * nq, pass, w)) break;
         const int b = w.bh / a.Hkv, hk = w.bh % a.Hkv, k0 = w.kt * BC;
+        const int64_t sid = DROP ? a.drop.ids[b] : 0; /* attention dropout: the row's sample id */
         const int it0 = a.causal ? k0 / BR : 0,
                   nqt = kv_walk_tiles<BR, DOCS>(a, b, it0, nq, k0 + BC - 1);
         /* this pass walks tiles n0 .. n0 + ntile - 1 (bwd_tile_of) */
@@ -842,8 +844,7 @@ static __global__ void __launch_bounds__(NWG * 128, 3 - NWG)
                 wg_pin(ds);
                 const bool mask = k0 + BC > a.T || q0 + BR > a.T || (a.causal && kw + 63 > q0) ||
                                   bwd_ks_mask<BR, DOCS>(cK, kw);
-                bwd_p_ds<BR, DOCS, DROP>(a, p, ds, cL, cD, cK, sl2, key0, q0, mask, lane,
-                                         DROP ? a.drop.ids[b] : 0, h);
+                bwd_p_ds<BR, DOCS, DROP>(a, p, ds, cL, cD, cK, sl2, key0, q0, mask, lane, sid, h);
                 const int sr = wg * 64 + wl * 16 + (lane >> 2);
 #pragma unroll
                 for (int kk = 0; kk < BR / 16; kk++) {

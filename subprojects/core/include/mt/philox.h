@@ -95,6 +95,10 @@ MT_PHILOX_FN uint32_t mt_dropout_threshold(float p) {
     const double t = (1.0 - (double)p) * 4294967296.0;
     return t >= 4294967295.0 ? 4294967295u : (uint32_t)t;
 }
+/* The kept elements' factor 1/(1-p), computed in double and rounded to float. */
+MT_PHILOX_FN float mt_dropout_scale(float p) {
+    return (float)(1.0 / (1.0 - (double)p));
+}
 MT_PHILOX_FN uint64_t mt_dropout_stream(int64_t sample, uint32_t site) {
     return (uint64_t)site << 32 | (uint32_t)sample;
 }

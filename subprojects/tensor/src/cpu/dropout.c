@@ -8,7 +8,7 @@ mt_status dropout_cpu(mt_tensor *out, const mt_tensor *x, const mt_tensor *resid
     const int64_t B = cfg->p > 0.0f ? cfg->sample->shape[0] : 1, E = n / B;
     const int64_t *ids = cfg->p > 0.0f ? cfg->sample->data : NULL;
     const uint32_t thr = mt_dropout_threshold(cfg->p);
-    const float scale = (float)(1.0 / (1.0 - (double)cfg->p));
+    const float scale = mt_dropout_scale(cfg->p);
     for (int64_t b = 0; b < B; b++) {
         const uint64_t st = ids ? mt_dropout_stream(ids[b], cfg->site) : 0;
         for (int64_t e = 0; e < E; e++) {

@@ -67,7 +67,7 @@ extern "C" mt_status dropout_cuda(mt_tensor *out, const mt_tensor *x, const mt_t
     const int64_t E = on ? n / cfg->sample->shape[0] : n;
     const int64_t *ids = on ? (const int64_t *)cfg->sample->data : nullptr;
     const uint32_t thr = mt_dropout_threshold(cfg->p);
-    const float scale = (float)(1.0 / (1.0 - (double)cfg->p));
+    const float scale = mt_dropout_scale(cfg->p);
     const int block = 256;
     MT_DISPATCH_FLOAT(x->dtype, T, {
         T *o = (T *)out->data;

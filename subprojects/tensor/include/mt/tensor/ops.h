@@ -46,6 +46,9 @@ typedef struct mt_dropout_config {
     const mt_tensor *sample; /* (B) i64 on x's device, read when the kernel runs */
 } mt_dropout_config;
 
+/* Checks a dropout config for data on `device`: p in [0, 1) and, when p > 0, sample ids as a
+ * contiguous non-empty 1-D i64 tensor on that device (callers check the row count). */
+MT_API mt_status mt_dropout_check(const mt_dropout_config *cfg, mt_device device);
 /* out = resid + dropout(x) (resid NULL: out = dropout(x), which is also the backward: dx =
  * dropout(dout) with the forward's config). x, out and resid share shape and dtype (any float);
  * fp32 math, one rounding. out may alias x or resid. */
