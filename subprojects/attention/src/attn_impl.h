@@ -28,12 +28,18 @@ MT_PHILOX_FN mt_philox4 attn_drop_block(const attn_drop *d, int64_t id, int64_t 
                            (uint64_t)((h * T2 + (i >> 1)) * T2 + (j >> 1)));
 }
 
+/* Word ((i & 1) << 1) | (j & 1) of a square's block, for query parity qodd and key parity kodd
+ * (selects: a run-time index into x.v would put the block in local memory on CUDA). */
+MT_PHILOX_FN uint32_t attn_drop_word(const mt_philox4 x, int qodd, int kodd) {
+    return qodd ? (kodd ? x.v[3] : x.v[2]) : (kodd ? x.v[1] : x.v[0]);
+}
+
 /* The factor of softmax weight (h, i, j) of a row whose sample id is `id`: d->scale when kept, 0
  * when dropped. */
 MT_PHILOX_FN float attn_drop_factor(const attn_drop *d, int64_t id, int64_t h, int64_t T, int64_t i,
                                     int64_t j) {
-    const mt_philox4 r = attn_drop_block(d, id, h, T, i, j); /* word ((i & 1) << 1) | (j & 1) */
-    const uint32_t u = i & 1 ? (j & 1 ? r.v[3] : r.v[2]) : (j & 1 ? r.v[1] : r.v[0]);
+    const uint32_t u =
+        attn_drop_word(attn_drop_block(d, id, h, T, i, j), (int)(i & 1), (int)(j & 1));
     return u < d->thr ? d->scale : 0.0f;
 }
 

@@ -483,10 +483,9 @@ __device__ __forceinline__ void attn_drop_pair(const attn_args &a, int64_t id, i
                                                float &f0, float &f1) {
     const mt_philox4 x = QT ? attn_drop_block(&a.drop, id, h, a.T, j, i)
                             : attn_drop_block(&a.drop, id, h, a.T, i, j);
-    // why: selects, not x.v[w]: a run-time index puts the block in local memory
-    const bool odd = i & 1;
-    const uint32_t u0 = QT ? (odd ? x.v[1] : x.v[0]) : (odd ? x.v[2] : x.v[0]);
-    const uint32_t u1 = QT ? (odd ? x.v[3] : x.v[2]) : (odd ? x.v[3] : x.v[1]);
+    const int odd = i & 1; /* (QT: the key's parity, else the query's; j, j + 1: even, odd) */
+    const uint32_t u0 = QT ? attn_drop_word(x, 0, odd) : attn_drop_word(x, odd, 0);
+    const uint32_t u1 = QT ? attn_drop_word(x, 1, odd) : attn_drop_word(x, odd, 1);
     f0 = u0 < a.drop.thr ? a.drop.scale : 0.0f;
     f1 = u1 < a.drop.thr ? a.drop.scale : 0.0f;
 }
