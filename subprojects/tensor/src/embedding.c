@@ -61,8 +61,20 @@ mt_status mt_embedding_fwd_pos(mt_tensor *out, const mt_tensor *ids, const mt_te
     MT_TRY(check_table(wte, out, 1, 0, "wte"));
     if (wpe) MT_TRY(check_table(wpe, out, pos ? 1 : ids->shape[ids->ndim - 1], 0, "wpe"));
     if (pos) MT_TRY(check_pos(pos, ids, wpe));
-    return MT_DISPATCH(out->device, embedding_fwd_cpu(out, ids, wte, wpe, pos),
-                       embedding_fwd_cuda(out, ids, wte, wpe, pos, stream));
+    return MT_DISPATCH(out->device, embedding_fwd_cpu(out, ids, wte, wpe, pos, 0, 0),
+                       embedding_fwd_cuda(out, ids, wte, wpe, pos, 0, stream));
+}
+
+mt_status mt_embedding_fwd_shard(mt_tensor *out, const mt_tensor *ids, const mt_tensor *wte,
+                                 int64_t vocab_start, mt_stream stream) {
+    MT_REQUIRE(out && ids && wte, MT_ERR_INVALID_ARG, "NULL argument");
+    MT_TRY(check_ids(ids, out->device));
+    MT_TRY(check_act(out, ids, "out"));
+    MT_TRY(check_table(wte, out, 1, 0, "wte"));
+    MT_REQUIRE(vocab_start >= 0, MT_ERR_INVALID_ARG, "vocab_start %lld is negative",
+               (long long)vocab_start);
+    return MT_DISPATCH(out->device, embedding_fwd_cpu(out, ids, wte, NULL, NULL, vocab_start, 1),
+                       embedding_fwd_cuda(out, ids, wte, NULL, NULL, vocab_start, stream));
 }
 
 mt_status mt_embedding_fwd(mt_tensor *out, const mt_tensor *ids, const mt_tensor *wte,
@@ -99,8 +111,27 @@ mt_status mt_embedding_bwd_pos(mt_tensor *dwte, mt_tensor *dwpe, const mt_tensor
         MT_REQUIRE(ws_bytes >= need && (ws || need == 0), MT_ERR_INVALID_ARG,
                    "workspace of %zu bytes, need %zu (mt_embedding_bwd_workspace)", ws_bytes, need);
     }
-    return MT_DISPATCH(dout->device, embedding_bwd_cpu(dwte, dwpe, dout, ids, pos),
-                       embedding_bwd_cuda(dwte, dwpe, dout, ids, pos, ws, ws_bytes, stream));
+    return MT_DISPATCH(dout->device, embedding_bwd_cpu(dwte, dwpe, dout, ids, pos, 0, 0),
+                       embedding_bwd_cuda(dwte, dwpe, dout, ids, pos, 0, ws, ws_bytes, stream));
+}
+
+mt_status mt_embedding_bwd_shard(mt_tensor *dwte, const mt_tensor *dout, const mt_tensor *ids,
+                                 int64_t vocab_start, void *ws, size_t ws_bytes, mt_stream stream) {
+    MT_REQUIRE(dwte && dout && ids, MT_ERR_INVALID_ARG, "NULL argument");
+    MT_TRY(check_ids(ids, dout->device));
+    MT_TRY(check_act(dout, ids, "dout"));
+    MT_TRY(check_table(dwte, dout, 1, 1, "dwte"));
+    MT_REQUIRE(vocab_start >= 0, MT_ERR_INVALID_ARG, "vocab_start %lld is negative",
+               (long long)vocab_start);
+    if (mt_device_is_cuda(dout->device)) {
+        size_t need = 0;
+        MT_TRY(mt_embedding_bwd_workspace(ids, dwte->shape[0], dout->device, &need));
+        MT_REQUIRE(ws_bytes >= need && (ws || need == 0), MT_ERR_INVALID_ARG,
+                   "workspace of %zu bytes, need %zu (mt_embedding_bwd_workspace)", ws_bytes, need);
+    }
+    return MT_DISPATCH(
+        dout->device, embedding_bwd_cpu(dwte, NULL, dout, ids, NULL, vocab_start, 1),
+        embedding_bwd_cuda(dwte, NULL, dout, ids, NULL, vocab_start, ws, ws_bytes, stream));
 }
 
 mt_status mt_embedding_bwd(mt_tensor *dwte, mt_tensor *dwpe, const mt_tensor *dout,

@@ -167,17 +167,20 @@ mt_status xent_stats_cuda(mt_tensor *stats, mt_tensor *dloss, const mt_tensor *l
                           mt_stream stream);
 
 /* embedding: ids viewed as (N / T, T) with T its last dim; rows of C channels. pos (ids' shape
- * and dtype) or NULL: the position row of token n is pos[n], else n % T. */
+ * and dtype) or NULL: the position row of token n is pos[n], else n % T. Token id v reads table
+ * row v - v0. shard = 0: every id must have a row (the CPU refuses others); 1 (a vocab shard, no
+ * position table): tokens without a row get a zero row and no gradient (CUDA: always so). */
 mt_status embedding_fwd_cpu(mt_tensor *out, const mt_tensor *ids, const mt_tensor *wte,
-                            const mt_tensor *wpe, const mt_tensor *pos);
+                            const mt_tensor *wpe, const mt_tensor *pos, int64_t v0, int shard);
 mt_status embedding_fwd_cuda(mt_tensor *out, const mt_tensor *ids, const mt_tensor *wte,
-                             const mt_tensor *wpe, const mt_tensor *pos, mt_stream stream);
+                             const mt_tensor *wpe, const mt_tensor *pos, int64_t v0,
+                             mt_stream stream);
 mt_status embedding_bwd_cpu(mt_tensor *dwte, mt_tensor *dwpe, const mt_tensor *dout,
-                            const mt_tensor *ids, const mt_tensor *pos);
+                            const mt_tensor *ids, const mt_tensor *pos, int64_t v0, int shard);
 mt_status embedding_bwd_cuda_workspace(int64_t N, int64_t V, size_t *bytes);
 mt_status embedding_bwd_cuda(mt_tensor *dwte, mt_tensor *dwpe, const mt_tensor *dout,
-                             const mt_tensor *ids, const mt_tensor *pos, void *ws, size_t ws_bytes,
-                             mt_stream stream);
+                             const mt_tensor *ids, const mt_tensor *pos, int64_t v0, void *ws,
+                             size_t ws_bytes, mt_stream stream);
 
 /* rope: sign = +1 forward, -1 backward (rotation by -angle). */
 mt_status rope_cpu(mt_tensor *out, const mt_tensor *x, const mt_tensor *pos, int rotary_dim,

@@ -1,7 +1,8 @@
 /* gpu: embedding forward and the sort-based backward on CUDA equal the CPU reference (the same sums
  * in the same token order) on fresh random input in f32 and bf16, with f32 or bf16 gradient tables,
  * hot ids repeated hundreds of times (runs of one warp, of one row tile and of several), i32 and
- * i64 ids, with and without position ids; the backward is bit-identical run to run. */
+ * i64 ids, with and without position ids, and a vocab shard's part; the backward is bit-identical
+ * run to run. */
 #include "gpu_common.h"
 
 static void run(mt_dtype dt, mt_dtype gdt, mt_dtype idt, int64_t V, int64_t C, int64_t B, int64_t T,
@@ -72,6 +73,40 @@ static void run(mt_dtype dt, mt_dtype gdt, mt_dtype idt, int64_t V, int64_t C, i
     free(hw.data), free(hp.data), free(hd.data), free(ho.data), free(hgw.data), free(hgp.data);
 }
 
+/* A vocab shard (mt_embedding_*_shard): table rows [V/3, 2V/3) of a V-id vocabulary; CUDA equals
+ * the CPU (zeros for the ids the shard does not hold, their gradients skipped). */
+static void run_shard(mt_dtype dt, mt_dtype gdt, int64_t V, int64_t C, int64_t N, int hot,
+                      uint64_t seed) {
+    mt_arena_reset(ar);
+    int64_t v0 = V / 3, rows = V / 3, tsh[2] = { rows, C }, osh[2] = { N, C };
+    float *w = uniform(rows * C, seed, -1, 1), *d = uniform(N * C, seed + 1, -1, 1);
+    float *u = uniform(N, seed + 2, 0, 1), *g0 = uniform(rows * C, seed + 3, -1, 1);
+    int64_t *ids = malloc((size_t)N * 8);
+    for (int64_t n = 0; n < N; n++)
+        ids[n] = hot ? v0 - 2 + (int64_t)(u[n] * 5.0f) % 5 : (int64_t)(u[n] * (float)V) % V;
+    mt_tensor hids = mt_tensor_1d(ids, MT_I64, N, MT_DEVICE_CPU);
+    mt_tensor hw = host_as(w, dt, 2, tsh), hd = host_as(d, dt, 2, osh), ho = host_as(d, dt, 2, osh);
+    mt_tensor hg = host_as(g0, gdt, 2, tsh);
+    mt_tensor dids = to_dev(&hids), dw = to_dev(&hw), dd = to_dev(&hd), dg = to_dev(&hg);
+    MT_CHECK(mt_embedding_fwd_shard(&ho, &hids, &hw, v0, NULL));
+    MT_CHECK(mt_embedding_bwd_shard(&hg, &hd, &hids, v0, NULL, 0, NULL));
+    mt_tensor dout = dev_nan(dt, 2, osh);
+    MT_CHECK(mt_embedding_fwd_shard(&dout, &dids, &dw, v0, NULL));
+    size_t wsb;
+    MT_CHECK(mt_embedding_bwd_workspace(&dids, rows, dids.device, &wsb));
+    void *ws;
+    MT_CHECK(mt_arena_alloc(ar, wsb, &ws));
+    MT_CHECK(mt_embedding_bwd_shard(&dg, &dd, &dids, v0, ws, wsb, NULL));
+    char what[128];
+    snprintf(what, sizeof what, "embedding shard %s grads %s V=%lld C=%lld N=%lld%s",
+             mt_dtype_name(dt), mt_dtype_name(gdt), (long long)V, (long long)C, (long long)N,
+             hot ? " hot" : "");
+    close_dev(what, &dout, &ho, 0, 0);
+    close_dev(what, &dg, &hg, 1e-6, 1e-6);
+    free(w), free(d), free(u), free(g0), free(ids), free(hw.data), free(hd.data), free(ho.data),
+        free(hg.data);
+}
+
 int main(void) {
     mt_test_require_gpus(1);
     MT_CHECK(mt_arena_create(mt_device_cuda(0), (size_t)1 << 30, &ar));
@@ -88,6 +123,11 @@ int main(void) {
     run(MT_F32, MT_F32, MT_I32, 1000, 768, 4, 64, 0, 10, 1);
     run(MT_BF16, MT_F32, MT_I64, 50257, 768, 8, 128, 1, 11, 1);
     run(MT_BF16, MT_BF16, MT_I32, 333, 36, 3, 17, 0, 12, 1);
+    /* vocab shards: ids on both sides of the shard's range (hot: the two ids below it, three in
+     * it), the vector and the scalar paths */
+    run_shard(MT_F32, MT_F32, 1000, 768, 512, 0, 13);
+    run_shard(MT_BF16, MT_F32, 50304, 768, 1024, 1, 14);
+    run_shard(MT_BF16, MT_BF16, 333, 36, 300, 1, 15);
     mt_arena_destroy(ar);
     return mt_test_result();
 }

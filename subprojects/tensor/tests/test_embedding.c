@@ -84,6 +84,28 @@ int main(void) {
     check(MT_BF16, MT_F32, MT_I32, o2, w2, p2, 4e-3);  /* out rounded once to bf16 */
     check(MT_BF16, MT_BF16, MT_I64, o2, w2, p2, 4e-3); /* grads rounded once to bf16 */
 
+    /* a vocab shard (mt_embedding_*_shard): rows [4, 11) and [0, 4) of the table; the lookups
+     * give the held ids' rows and zeros, the gradients concatenate to torch's */
+    for (int sh = 0; sh < 2; sh++) {
+        int64_t v0 = sh ? 0 : 4, rows = sh ? 4 : V - 4;
+        float so[B * T * C], sg[V * C] = { 0 };
+        mt_tensor ids = mt_tensor_2d(ids64, MT_I64, B, T, MT_DEVICE_CPU);
+        mt_tensor tw = mt_tensor_2d(wte + v0 * C, MT_F32, rows, C, MT_DEVICE_CPU);
+        mt_tensor to = mt_tensor_3d(so, MT_F32, B, T, C, MT_DEVICE_CPU);
+        mt_tensor tg = mt_tensor_2d(sg, MT_F32, rows, C, MT_DEVICE_CPU);
+        mt_tensor td = mt_tensor_3d(dout, MT_F32, B, T, C, MT_DEVICE_CPU);
+        MT_CHECK(mt_embedding_fwd_shard(&to, &ids, &tw, v0, NULL));
+        MT_CHECK(mt_embedding_bwd_shard(&tg, &td, &ids, v0, NULL, 0, NULL));
+        float ref[B * T * C];
+        for (int n = 0; n < B * T; n++)
+            for (int c = 0; c < C; c++)
+                ref[n * C + c] =
+                    ids64[n] >= v0 && ids64[n] < v0 + rows ? wte[ids64[n] * C + c] : 0.0f;
+        mt_test_close_f32("embedding shard lookup", so, ref, B * T * C, 0, 0);
+        mt_test_close_f32("embedding shard gradient", sg, dwte_ref + v0 * C, (size_t)(rows * C),
+                          1e-6, 1e-6);
+    }
+
     /* bad input gets a clear error */
     float buf[B * T * C];
     mt_tensor tids = mt_tensor_2d(ids64, MT_I64, B, T, MT_DEVICE_CPU);

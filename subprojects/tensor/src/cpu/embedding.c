@@ -25,14 +25,16 @@ static int64_t pos_of(const mt_tensor *pos, int64_t n, int64_t T) {
 }
 
 mt_status embedding_fwd_cpu(mt_tensor *out, const mt_tensor *ids, const mt_tensor *wte,
-                            const mt_tensor *wpe, const mt_tensor *pos) {
+                            const mt_tensor *wpe, const mt_tensor *pos, int64_t v0, int shard) {
     int64_t N = mt_tensor_numel(ids), T = ids->shape[ids->ndim - 1], C = wte->shape[1];
-    MT_TRY(check_range(ids, wte->shape[0]));
+    int64_t V = wte->shape[0];
+    if (!shard) MT_TRY(check_range(ids, V));
     if (pos) MT_TRY(check_range(pos, wpe->shape[0]));
     for (int64_t n = 0; n < N; n++) {
-        int64_t v = ld_id(ids, n), t = pos_of(pos, n, T);
+        int64_t v = ld_id(ids, n) - v0, t = pos_of(pos, n, T);
+        int held = v >= 0 && v < V; /* a vocab shard's other rows: zeros */
         for (int64_t c = 0; c < C; c++) {
-            float e = ld_f32(wte->data, wte->dtype, v * C + c);
+            float e = held ? ld_f32(wte->data, wte->dtype, v * C + c) : 0.0f;
             if (wpe) e += ld_f32(wpe->data, wpe->dtype, t * C + c);
             st_f32(out->data, out->dtype, n * C + c, e);
         }
@@ -41,10 +43,10 @@ mt_status embedding_fwd_cpu(mt_tensor *out, const mt_tensor *ids, const mt_tenso
 }
 
 mt_status embedding_bwd_cpu(mt_tensor *dwte, mt_tensor *dwpe, const mt_tensor *dout,
-                            const mt_tensor *ids, const mt_tensor *pos) {
+                            const mt_tensor *ids, const mt_tensor *pos, int64_t v0, int shard) {
     int64_t N = mt_tensor_numel(ids), C = dout->shape[dout->ndim - 1];
     int64_t V = dwte->shape[0], T = dwpe ? dwpe->shape[0] : ids->shape[ids->ndim - 1];
-    MT_TRY(check_range(ids, V));
+    if (!shard) MT_TRY(check_range(ids, V));
     if (pos) MT_TRY(check_range(pos, T));
     /* fp32 accumulators start from the current gradients; tokens are added in order */
     float *acc = malloc((size_t)(V + T) * (size_t)C * sizeof *acc);
@@ -54,10 +56,11 @@ mt_status embedding_bwd_cpu(mt_tensor *dwte, mt_tensor *dwpe, const mt_tensor *d
     for (int64_t i = 0; dwpe && i < T * C; i++)
         acc[V * C + i] = ld_f32(dwpe->data, dwpe->dtype, i);
     for (int64_t n = 0; n < N; n++) {
-        int64_t v = ld_id(ids, n), t = pos_of(pos, n, ids->shape[ids->ndim - 1]);
+        int64_t v = ld_id(ids, n) - v0, t = pos_of(pos, n, ids->shape[ids->ndim - 1]);
+        int held = v >= 0 && v < V;
         for (int64_t c = 0; c < C; c++) {
             float d = ld_f32(dout->data, dout->dtype, n * C + c);
-            acc[v * C + c] += d;
+            if (held) acc[v * C + c] += d;
             acc[(V + t) * C + c] += d;
         }
     }

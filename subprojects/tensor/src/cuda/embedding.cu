@@ -9,12 +9,12 @@
 template <typename T, typename I, int N>
 static __global__ void embedding_fwd_kernel(T *out, const I *ids, const T *wte, const T *wpe,
                                             const I *pos, int64_t ntok, int64_t T_, int64_t C,
-                                            int64_t V, int64_t P) {
+                                            int64_t V, int64_t P, int64_t v0) {
     typedef vec_t<T, N> VT;
     int64_t cv = C / N, total = ntok * cv;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
          i += (int64_t)gridDim.x * blockDim.x) {
-        int64_t n = i / cv, j = i % cv, v = (int64_t)ids[n];
+        int64_t n = i / cv, j = i % cv, v = (int64_t)ids[n] - v0;
         VT e;
         if (v >= 0 && v < V) {
             e = ((const VT *)(wte + v * C))[j];
@@ -34,12 +34,14 @@ static __global__ void embedding_fwd_kernel(T *out, const I *ids, const T *wte, 
     }
 }
 
-/* keys = id (V for ids outside [0, V): sorted last, skipped), vals = token index. */
+/* keys = the table's row id - v0 (V for rows outside [0, V): sorted last, skipped), vals = token
+ * index. */
 template <typename I>
-static __global__ void embedding_keys_kernel(int *keys, int *vals, const I *ids, int n, int64_t V) {
+static __global__ void embedding_keys_kernel(int *keys, int *vals, const I *ids, int n, int64_t V,
+                                             int64_t v0) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
-    int64_t v = (int64_t)ids[i];
+    int64_t v = (int64_t)ids[i] - v0;
     keys[i] = v >= 0 && v < V ? (int)v : (int)V;
     vals[i] = i;
 }
@@ -213,7 +215,7 @@ static int aligned16(const void *p) {
 
 template <typename T, typename I>
 static mt_status fwd(mt_tensor *out, const mt_tensor *ids, const mt_tensor *wte,
-                     const mt_tensor *wpe, const mt_tensor *pos, mt_stream stream) {
+                     const mt_tensor *wpe, const mt_tensor *pos, int64_t v0, mt_stream stream) {
     int64_t ntok = mt_tensor_numel(ids), T_ = ids->shape[ids->ndim - 1], C = wte->shape[1];
     const int N = 16 / sizeof(T);
     int vec = C % N == 0 && aligned16(out->data) && aligned16(wte->data) &&
@@ -226,23 +228,25 @@ static mt_status fwd(mt_tensor *out, const mt_tensor *ids, const mt_tensor *wte,
     if (vec)
         embedding_fwd_kernel<T, I, N>
             <<<grid, 256, 0, stream>>>((T *)out->data, (const I *)ids->data, (const T *)wte->data,
-                                       pe, ps, ntok, T_, C, wte->shape[0], P);
+                                       pe, ps, ntok, T_, C, wte->shape[0], P, v0);
     else
         embedding_fwd_kernel<T, I, 1>
             <<<grid, 256, 0, stream>>>((T *)out->data, (const I *)ids->data, (const T *)wte->data,
-                                       pe, ps, ntok, T_, C, wte->shape[0], P);
+                                       pe, ps, ntok, T_, C, wte->shape[0], P, v0);
     MT_CUDA_CHECK_LAUNCH();
     return MT_OK;
 }
 
 extern "C" mt_status embedding_fwd_cuda(mt_tensor *out, const mt_tensor *ids, const mt_tensor *wte,
-                                        const mt_tensor *wpe, const mt_tensor *pos,
+                                        const mt_tensor *wpe, const mt_tensor *pos, int64_t v0,
                                         mt_stream stream) {
     if (mt_tensor_numel(ids) == 0 || wte->shape[1] == 0) return MT_OK;
     if (ids->dtype == MT_I64)
-        MT_DISPATCH_FLOAT(out->dtype, T, return fwd<T, int64_t>(out, ids, wte, wpe, pos, stream));
+        MT_DISPATCH_FLOAT(out->dtype, T,
+                          return fwd<T, int64_t>(out, ids, wte, wpe, pos, v0, stream));
     else
-        MT_DISPATCH_FLOAT(out->dtype, T, return fwd<T, int32_t>(out, ids, wte, wpe, pos, stream));
+        MT_DISPATCH_FLOAT(out->dtype, T,
+                          return fwd<T, int32_t>(out, ids, wte, wpe, pos, v0, stream));
     return MT_OK;
 }
 
@@ -282,7 +286,7 @@ extern "C" mt_status embedding_bwd_cuda_workspace(int64_t n, int64_t V, size_t *
 
 template <typename TD, typename TW, typename I>
 static mt_status bwd(mt_tensor *dwte, mt_tensor *dwpe, const mt_tensor *dout, const mt_tensor *ids,
-                     void *ws, size_t ws_bytes, mt_stream stream) {
+                     int64_t v0, void *ws, size_t ws_bytes, mt_stream stream) {
     int64_t n = mt_tensor_numel(ids), T_ = ids->shape[ids->ndim - 1], C = dwte->shape[1];
     int64_t V = dwte->shape[0];
     size_t need;
@@ -292,7 +296,7 @@ static mt_status bwd(mt_tensor *dwte, mt_tensor *dwpe, const mt_tensor *dout, co
     int *kin = (int *)w, *vin = (int *)(w + part), *kout = (int *)(w + 2 * part),
         *vout = (int *)(w + 3 * part);
     embedding_keys_kernel<I>
-        <<<mt_grid_1d(n, 256), 256, 0, stream>>>(kin, vin, (const I *)ids->data, (int)n, V);
+        <<<mt_grid_1d(n, 256), 256, 0, stream>>>(kin, vin, (const I *)ids->data, (int)n, V, v0);
     MT_CUDA_CHECK_LAUNCH();
     MT_CUDA_TRY(cub::DeviceRadixSort::SortPairs(w + 4 * part, temp, kin, kout, vin, vout, (int)n, 0,
                                                 key_bits(V), stream));
@@ -338,25 +342,27 @@ static mt_status bwd(mt_tensor *dwte, mt_tensor *dwpe, const mt_tensor *dout, co
 
 template <typename TD, typename TW>
 static mt_status bwd_ids(mt_tensor *dwte, mt_tensor *dwpe, const mt_tensor *dout,
-                         const mt_tensor *ids, void *ws, size_t ws_bytes, mt_stream stream) {
+                         const mt_tensor *ids, int64_t v0, void *ws, size_t ws_bytes,
+                         mt_stream stream) {
     if (ids->dtype == MT_I64)
-        return bwd<TD, TW, int64_t>(dwte, dwpe, dout, ids, ws, ws_bytes, stream);
-    return bwd<TD, TW, int32_t>(dwte, dwpe, dout, ids, ws, ws_bytes, stream);
+        return bwd<TD, TW, int64_t>(dwte, dwpe, dout, ids, v0, ws, ws_bytes, stream);
+    return bwd<TD, TW, int32_t>(dwte, dwpe, dout, ids, v0, ws, ws_bytes, stream);
 }
 
 extern "C" mt_status embedding_bwd_cuda(mt_tensor *dwte, mt_tensor *dwpe, const mt_tensor *dout,
-                                        const mt_tensor *ids, const mt_tensor *pos, void *ws,
-                                        size_t ws_bytes, mt_stream stream) {
+                                        const mt_tensor *ids, const mt_tensor *pos, int64_t v0,
+                                        void *ws, size_t ws_bytes, mt_stream stream) {
     if (mt_tensor_numel(ids) == 0 || dwte->shape[1] == 0) return MT_OK;
     if (pos && dwpe) { /* the position table by the same sorted scatter as the token table */
-        MT_TRY(embedding_bwd_cuda(dwte, NULL, dout, ids, NULL, ws, ws_bytes, stream));
-        return embedding_bwd_cuda(dwpe, NULL, dout, pos, NULL, ws, ws_bytes, stream);
+        MT_TRY(embedding_bwd_cuda(dwte, NULL, dout, ids, NULL, v0, ws, ws_bytes, stream));
+        return embedding_bwd_cuda(dwpe, NULL, dout, pos, NULL, 0, ws, ws_bytes, stream);
     }
     if (dwte->dtype == MT_F32)
-        MT_DISPATCH_FLOAT(dout->dtype, TD,
-                          return bwd_ids<TD, float>(dwte, dwpe, dout, ids, ws, ws_bytes, stream));
+        MT_DISPATCH_FLOAT(
+            dout->dtype, TD,
+            return bwd_ids<TD, float>(dwte, dwpe, dout, ids, v0, ws, ws_bytes, stream));
     else
         MT_DISPATCH_FLOAT(dout->dtype, TD,
-                          return bwd_ids<TD, TD>(dwte, dwpe, dout, ids, ws, ws_bytes, stream));
+                          return bwd_ids<TD, TD>(dwte, dwpe, dout, ids, v0, ws, ws_bytes, stream));
     return MT_OK;
 }

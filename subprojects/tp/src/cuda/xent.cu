@@ -1,0 +1,171 @@
+/* The vocab-parallel cross-entropy's passes on CUDA: one 256-thread block a row, fp32 sums over
+ * the row's columns by strided threads and a block reduction (fixed order: deterministic). */
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <math.h>
+#include <mt/core_cuda.h>
+
+#include "../tp_impl.h"
+
+static __device__ __forceinline__ float ldf(float v) {
+    return v;
+}
+static __device__ __forceinline__ float ldf(__nv_bfloat16 v) {
+    return __bfloat162float(v);
+}
+static __device__ __forceinline__ float ldf(__half v) {
+    return __half2float(v);
+}
+template <typename T> static __device__ __forceinline__ T stf(float v);
+template <> __device__ __forceinline__ float stf<float>(float v) {
+    return v;
+}
+template <> __device__ __forceinline__ __nv_bfloat16 stf<__nv_bfloat16>(float v) {
+    return __float2bfloat16_rn(v);
+}
+template <> __device__ __forceinline__ __half stf<__half>(float v) {
+    return __float2half_rn(v);
+}
+
+#define TPX_THREADS 256
+
+/* The block's reduction of v (max or sum) in a fixed order; every thread gets the result. */
+template <bool MAX> static __device__ float block_reduce(float v) {
+    __shared__ float part[TPX_THREADS / 32];
+    for (int o = 16; o > 0; o /= 2) {
+        float u = __shfl_xor_sync(0xffffffffu, v, o);
+        v = MAX ? fmaxf(v, u) : v + u;
+    }
+    __syncthreads(); /* part[] may still be read by a previous call */
+    if (threadIdx.x % 32 == 0) part[threadIdx.x / 32] = v;
+    __syncthreads();
+    v = part[0];
+    for (int w = 1; w < TPX_THREADS / 32; w++)
+        v = MAX ? fmaxf(v, part[w]) : v + part[w];
+    return v;
+}
+
+template <typename T>
+static __global__ void xent_max_kernel(float *mx, const T *logits, int64_t C, int64_t R) {
+    const T *row = logits + blockIdx.x * C;
+    float m = -INFINITY;
+    for (int64_t c = threadIdx.x; c < R; c += TPX_THREADS)
+        m = fmaxf(m, ldf(row[c]));
+    m = block_reduce<true>(m);
+    if (threadIdx.x == 0) mx[blockIdx.x] = m;
+}
+
+template <typename T, typename I>
+static __global__ void xent_sum_kernel(float *stats, const T *logits, const I *targets, int64_t N,
+                                       int64_t C, int64_t R, int64_t v0, int64_t ignore) {
+    int64_t n = blockIdx.x;
+    const T *row = logits + n * C;
+    float m = stats[n], s = 0.0f;
+    for (int64_t c = threadIdx.x; c < R; c += TPX_THREADS)
+        s += expf(ldf(row[c]) - m);
+    s = block_reduce<false>(s);
+    if (threadIdx.x == 0) {
+        int64_t t = (int64_t)targets[n];
+        stats[N + n] = s;
+        stats[2 * N + n] = t != ignore && t >= v0 && t - v0 < R ? ldf(row[t - v0]) : 0.0f;
+    }
+}
+
+template <typename T, typename I>
+static __global__ void xent_finish_kernel(float *losses, T *dlogits, const T *logits,
+                                          const I *targets, const float *dloss, const float *stats,
+                                          int64_t N, int64_t C, int64_t R, int64_t v0, int64_t V,
+                                          int64_t ignore) {
+    int64_t n = blockIdx.x, t = (int64_t)targets[n];
+    float m = stats[n], s = stats[N + n];
+    bool ignored = t == ignore, bad = !ignored && (t < 0 || t >= V);
+    if (threadIdx.x == 0) losses[n] = ignored ? 0.0f : bad ? NAN : logf(s) + m - stats[2 * N + n];
+    if (!dlogits) return;
+    float g = ignored ? 0.0f : bad ? NAN : dloss[n];
+    const T *row = logits + n * C;
+    for (int64_t c = threadIdx.x; c < C; c += TPX_THREADS) {
+        float d = 0.0f;
+        if (c < R && !ignored) d = (expf(ldf(row[c]) - m) / s - (v0 + c == t ? 1.0f : 0.0f)) * g;
+        dlogits[n * C + c] = stf<T>(d);
+    }
+}
+
+static int64_t real_cols(const mt_tensor *logits, int64_t v0, int64_t V) {
+    int64_t c = V - v0;
+    return c < 0 ? 0 : c < logits->shape[1] ? c : logits->shape[1];
+}
+
+/* Runs the statements with T the logits' C++ type and I the targets'. */
+#define TPX_DISPATCH(logits, targets, ...)                  \
+    do {                                                    \
+        if ((logits)->dtype == MT_BF16) {                   \
+            typedef __nv_bfloat16 T;                        \
+            if (!(targets) || (targets)->dtype == MT_I64) { \
+                typedef int64_t I;                          \
+                __VA_ARGS__;                                \
+            } else {                                        \
+                typedef int32_t I;                          \
+                __VA_ARGS__;                                \
+            }                                               \
+        } else if ((logits)->dtype == MT_F16) {             \
+            typedef __half T;                               \
+            if (!(targets) || (targets)->dtype == MT_I64) { \
+                typedef int64_t I;                          \
+                __VA_ARGS__;                                \
+            } else {                                        \
+                typedef int32_t I;                          \
+                __VA_ARGS__;                                \
+            }                                               \
+        } else {                                            \
+            typedef float T;                                \
+            if (!(targets) || (targets)->dtype == MT_I64) { \
+                typedef int64_t I;                          \
+                __VA_ARGS__;                                \
+            } else {                                        \
+                typedef int32_t I;                          \
+                __VA_ARGS__;                                \
+            }                                               \
+        }                                                   \
+    } while (0)
+
+extern "C" mt_status tp_xent_max_cuda(mt_tensor *stats, const mt_tensor *logits, int64_t v0,
+                                      int64_t V, mt_stream stream) {
+    int64_t N = logits->shape[0], C = logits->shape[1], R = real_cols(logits, v0, V);
+    if (N == 0) return MT_OK;
+    TPX_DISPATCH(logits, (const mt_tensor *)NULL, {
+        (void)sizeof(I);
+        xent_max_kernel<T><<<(unsigned)N, TPX_THREADS, 0, stream>>>((float *)stats->data,
+                                                                    (const T *)logits->data, C, R);
+    });
+    MT_CUDA_CHECK_LAUNCH();
+    return MT_OK;
+}
+
+extern "C" mt_status tp_xent_sum_cuda(mt_tensor *stats, const mt_tensor *logits,
+                                      const mt_tensor *targets, int64_t v0, int64_t V,
+                                      int64_t ignore_index, mt_stream stream) {
+    int64_t N = logits->shape[0], C = logits->shape[1], R = real_cols(logits, v0, V);
+    if (N == 0) return MT_OK;
+    TPX_DISPATCH(logits, targets,
+                 xent_sum_kernel<T, I><<<(unsigned)N, TPX_THREADS, 0, stream>>>(
+                     (float *)stats->data, (const T *)logits->data, (const I *)targets->data, N, C,
+                     R, v0, ignore_index));
+    MT_CUDA_CHECK_LAUNCH();
+    return MT_OK;
+}
+
+extern "C" mt_status tp_xent_finish_cuda(mt_tensor *losses, mt_tensor *dlogits,
+                                         const mt_tensor *logits, const mt_tensor *targets,
+                                         const mt_tensor *dloss, const mt_tensor *stats, int64_t v0,
+                                         int64_t V, int64_t ignore_index, mt_stream stream) {
+    int64_t N = logits->shape[0], C = logits->shape[1], R = real_cols(logits, v0, V);
+    if (N == 0) return MT_OK;
+    TPX_DISPATCH(logits, targets,
+                 xent_finish_kernel<T, I><<<(unsigned)N, TPX_THREADS, 0, stream>>>(
+                     (float *)losses->data, dlogits ? (T *)dlogits->data : nullptr,
+                     (const T *)logits->data, (const I *)targets->data,
+                     dloss ? (const float *)dloss->data : nullptr, (const float *)stats->data, N, C,
+                     R, v0, V, ignore_index));
+    MT_CUDA_CHECK_LAUNCH();
+    return MT_OK;
+}
