@@ -11,6 +11,12 @@
 extern "C" {
 #endif
 
+/* This rank's real columns are [0, this): those whose id v0 + c is below V. */
+static inline int64_t tp_real_cols(const mt_tensor *logits, int64_t v0, int64_t V) {
+    int64_t c = V - v0;
+    return c < 0 ? 0 : c < logits->shape[1] ? c : logits->shape[1];
+}
+
 /* stats[0][n] = max over this rank's real columns of row n (-inf when it holds none). */
 mt_status tp_xent_max_cpu(mt_tensor *stats, const mt_tensor *logits, int64_t v0, int64_t V);
 /* stats[1][n] = sum of exp(x - stats[0][n]) over them; stats[2][n] = the target's logit if held. */

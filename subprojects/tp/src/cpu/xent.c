@@ -31,14 +31,8 @@ static int64_t target_of(const mt_tensor *t, int64_t n) {
     return t->dtype == MT_I64 ? ((const int64_t *)t->data)[n] : ((const int32_t *)t->data)[n];
 }
 
-/* this rank's real columns: [0, cols) */
-static int64_t real_cols(const mt_tensor *logits, int64_t v0, int64_t V) {
-    int64_t c = V - v0;
-    return c < 0 ? 0 : c < logits->shape[1] ? c : logits->shape[1];
-}
-
 mt_status tp_xent_max_cpu(mt_tensor *stats, const mt_tensor *logits, int64_t v0, int64_t V) {
-    int64_t N = logits->shape[0], C = logits->shape[1], R = real_cols(logits, v0, V);
+    int64_t N = logits->shape[0], C = logits->shape[1], R = tp_real_cols(logits, v0, V);
     float *mx = stats->data;
     for (int64_t n = 0; n < N; n++) {
         float m = -INFINITY;
@@ -51,7 +45,7 @@ mt_status tp_xent_max_cpu(mt_tensor *stats, const mt_tensor *logits, int64_t v0,
 
 mt_status tp_xent_sum_cpu(mt_tensor *stats, const mt_tensor *logits, const mt_tensor *targets,
                           int64_t v0, int64_t V, int64_t ignore_index) {
-    int64_t N = logits->shape[0], C = logits->shape[1], R = real_cols(logits, v0, V);
+    int64_t N = logits->shape[0], C = logits->shape[1], R = tp_real_cols(logits, v0, V);
     float *mx = stats->data, *sum = mx + N, *tgt = sum + N;
     for (int64_t n = 0; n < N; n++) {
         int64_t t = target_of(targets, n);
@@ -70,7 +64,7 @@ mt_status tp_xent_sum_cpu(mt_tensor *stats, const mt_tensor *logits, const mt_te
 mt_status tp_xent_finish_cpu(mt_tensor *losses, mt_tensor *dlogits, const mt_tensor *logits,
                              const mt_tensor *targets, const mt_tensor *dloss,
                              const mt_tensor *stats, int64_t v0, int64_t V, int64_t ignore_index) {
-    int64_t N = logits->shape[0], C = logits->shape[1], R = real_cols(logits, v0, V);
+    int64_t N = logits->shape[0], C = logits->shape[1], R = tp_real_cols(logits, v0, V);
     const float *mx = stats->data, *sum = mx + N, *tgt = sum + N;
     float *loss = losses->data;
     for (int64_t n = 0; n < N; n++) {

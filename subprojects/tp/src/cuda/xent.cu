@@ -90,47 +90,34 @@ static __global__ void xent_finish_kernel(float *losses, T *dlogits, const T *lo
     }
 }
 
-static int64_t real_cols(const mt_tensor *logits, int64_t v0, int64_t V) {
-    int64_t c = V - v0;
-    return c < 0 ? 0 : c < logits->shape[1] ? c : logits->shape[1];
-}
+/* Runs the statements with I the targets' C++ type (int64_t when there are none). */
+#define TPX_IDX(targets, ...)                       \
+    if (!(targets) || (targets)->dtype == MT_I64) { \
+        typedef int64_t I;                          \
+        __VA_ARGS__;                                \
+    } else {                                        \
+        typedef int32_t I;                          \
+        __VA_ARGS__;                                \
+    }
 
 /* Runs the statements with T the logits' C++ type and I the targets'. */
-#define TPX_DISPATCH(logits, targets, ...)                  \
-    do {                                                    \
-        if ((logits)->dtype == MT_BF16) {                   \
-            typedef __nv_bfloat16 T;                        \
-            if (!(targets) || (targets)->dtype == MT_I64) { \
-                typedef int64_t I;                          \
-                __VA_ARGS__;                                \
-            } else {                                        \
-                typedef int32_t I;                          \
-                __VA_ARGS__;                                \
-            }                                               \
-        } else if ((logits)->dtype == MT_F16) {             \
-            typedef __half T;                               \
-            if (!(targets) || (targets)->dtype == MT_I64) { \
-                typedef int64_t I;                          \
-                __VA_ARGS__;                                \
-            } else {                                        \
-                typedef int32_t I;                          \
-                __VA_ARGS__;                                \
-            }                                               \
-        } else {                                            \
-            typedef float T;                                \
-            if (!(targets) || (targets)->dtype == MT_I64) { \
-                typedef int64_t I;                          \
-                __VA_ARGS__;                                \
-            } else {                                        \
-                typedef int32_t I;                          \
-                __VA_ARGS__;                                \
-            }                                               \
-        }                                                   \
+#define TPX_DISPATCH(logits, targets, ...)      \
+    do {                                        \
+        if ((logits)->dtype == MT_BF16) {       \
+            typedef __nv_bfloat16 T;            \
+            TPX_IDX(targets, __VA_ARGS__)       \
+        } else if ((logits)->dtype == MT_F16) { \
+            typedef __half T;                   \
+            TPX_IDX(targets, __VA_ARGS__)       \
+        } else {                                \
+            typedef float T;                    \
+            TPX_IDX(targets, __VA_ARGS__)       \
+        }                                       \
     } while (0)
 
 extern "C" mt_status tp_xent_max_cuda(mt_tensor *stats, const mt_tensor *logits, int64_t v0,
                                       int64_t V, mt_stream stream) {
-    int64_t N = logits->shape[0], C = logits->shape[1], R = real_cols(logits, v0, V);
+    int64_t N = logits->shape[0], C = logits->shape[1], R = tp_real_cols(logits, v0, V);
     if (N == 0) return MT_OK;
     TPX_DISPATCH(logits, (const mt_tensor *)NULL, {
         (void)sizeof(I);
@@ -144,7 +131,7 @@ extern "C" mt_status tp_xent_max_cuda(mt_tensor *stats, const mt_tensor *logits,
 extern "C" mt_status tp_xent_sum_cuda(mt_tensor *stats, const mt_tensor *logits,
                                       const mt_tensor *targets, int64_t v0, int64_t V,
                                       int64_t ignore_index, mt_stream stream) {
-    int64_t N = logits->shape[0], C = logits->shape[1], R = real_cols(logits, v0, V);
+    int64_t N = logits->shape[0], C = logits->shape[1], R = tp_real_cols(logits, v0, V);
     if (N == 0) return MT_OK;
     TPX_DISPATCH(logits, targets,
                  xent_sum_kernel<T, I><<<(unsigned)N, TPX_THREADS, 0, stream>>>(
@@ -158,7 +145,7 @@ extern "C" mt_status tp_xent_finish_cuda(mt_tensor *losses, mt_tensor *dlogits,
                                          const mt_tensor *logits, const mt_tensor *targets,
                                          const mt_tensor *dloss, const mt_tensor *stats, int64_t v0,
                                          int64_t V, int64_t ignore_index, mt_stream stream) {
-    int64_t N = logits->shape[0], C = logits->shape[1], R = real_cols(logits, v0, V);
+    int64_t N = logits->shape[0], C = logits->shape[1], R = tp_real_cols(logits, v0, V);
     if (N == 0) return MT_OK;
     TPX_DISPATCH(logits, targets,
                  xent_finish_kernel<T, I><<<(unsigned)N, TPX_THREADS, 0, stream>>>(
