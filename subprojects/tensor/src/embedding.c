@@ -53,28 +53,29 @@ static mt_status check_pos(const mt_tensor *pos, const mt_tensor *ids, const mt_
     return MT_OK;
 }
 
-mt_status mt_embedding_fwd_pos(mt_tensor *out, const mt_tensor *ids, const mt_tensor *wte,
-                               const mt_tensor *wpe, const mt_tensor *pos, mt_stream stream) {
+/* The forward's checks and dispatch; shard: a vocab shard's table from id v0 (no position table). */
+static mt_status embedding_fwd(mt_tensor *out, const mt_tensor *ids, const mt_tensor *wte,
+                               const mt_tensor *wpe, const mt_tensor *pos, int64_t v0, int shard,
+                               mt_stream stream) {
     MT_REQUIRE(out && ids && wte, MT_ERR_INVALID_ARG, "NULL argument");
     MT_TRY(check_ids(ids, out->device));
     MT_TRY(check_act(out, ids, "out"));
     MT_TRY(check_table(wte, out, 1, 0, "wte"));
     if (wpe) MT_TRY(check_table(wpe, out, pos ? 1 : ids->shape[ids->ndim - 1], 0, "wpe"));
     if (pos) MT_TRY(check_pos(pos, ids, wpe));
-    return MT_DISPATCH(out->device, embedding_fwd_cpu(out, ids, wte, wpe, pos, 0, 0),
-                       embedding_fwd_cuda(out, ids, wte, wpe, pos, 0, stream));
+    MT_REQUIRE(v0 >= 0, MT_ERR_INVALID_ARG, "vocab_start %lld is negative", (long long)v0);
+    return MT_DISPATCH(out->device, embedding_fwd_cpu(out, ids, wte, wpe, pos, v0, shard),
+                       embedding_fwd_cuda(out, ids, wte, wpe, pos, v0, stream));
+}
+
+mt_status mt_embedding_fwd_pos(mt_tensor *out, const mt_tensor *ids, const mt_tensor *wte,
+                               const mt_tensor *wpe, const mt_tensor *pos, mt_stream stream) {
+    return embedding_fwd(out, ids, wte, wpe, pos, 0, 0, stream);
 }
 
 mt_status mt_embedding_fwd_shard(mt_tensor *out, const mt_tensor *ids, const mt_tensor *wte,
                                  int64_t vocab_start, mt_stream stream) {
-    MT_REQUIRE(out && ids && wte, MT_ERR_INVALID_ARG, "NULL argument");
-    MT_TRY(check_ids(ids, out->device));
-    MT_TRY(check_act(out, ids, "out"));
-    MT_TRY(check_table(wte, out, 1, 0, "wte"));
-    MT_REQUIRE(vocab_start >= 0, MT_ERR_INVALID_ARG, "vocab_start %lld is negative",
-               (long long)vocab_start);
-    return MT_DISPATCH(out->device, embedding_fwd_cpu(out, ids, wte, NULL, NULL, vocab_start, 1),
-                       embedding_fwd_cuda(out, ids, wte, NULL, NULL, vocab_start, stream));
+    return embedding_fwd(out, ids, wte, NULL, NULL, vocab_start, 1, stream);
 }
 
 mt_status mt_embedding_fwd(mt_tensor *out, const mt_tensor *ids, const mt_tensor *wte,
@@ -90,9 +91,10 @@ mt_status mt_embedding_bwd_workspace(const mt_tensor *ids, int64_t V, mt_device 
     return MT_DISPATCH(dev, MT_OK, embedding_bwd_cuda_workspace(mt_tensor_numel(ids), V, bytes));
 }
 
-mt_status mt_embedding_bwd_pos(mt_tensor *dwte, mt_tensor *dwpe, const mt_tensor *dout,
-                               const mt_tensor *ids, const mt_tensor *pos, void *ws,
-                               size_t ws_bytes, mt_stream stream) {
+/* The backward's checks and dispatch; shard as embedding_fwd. */
+static mt_status embedding_bwd(mt_tensor *dwte, mt_tensor *dwpe, const mt_tensor *dout,
+                               const mt_tensor *ids, const mt_tensor *pos, int64_t v0, int shard,
+                               void *ws, size_t ws_bytes, mt_stream stream) {
     MT_REQUIRE(dwte && dout && ids, MT_ERR_INVALID_ARG, "NULL argument");
     MT_TRY(check_ids(ids, dout->device));
     MT_TRY(check_act(dout, ids, "dout"));
@@ -103,6 +105,7 @@ mt_status mt_embedding_bwd_pos(mt_tensor *dwte, mt_tensor *dwpe, const mt_tensor
                    mt_dtype_name(dwpe->dtype), mt_dtype_name(dwte->dtype));
     }
     if (pos) MT_TRY(check_pos(pos, ids, dwpe));
+    MT_REQUIRE(v0 >= 0, MT_ERR_INVALID_ARG, "vocab_start %lld is negative", (long long)v0);
     if (mt_device_is_cuda(dout->device)) {
         size_t need = 0;
         int64_t V = dwte->shape[0];
@@ -111,27 +114,19 @@ mt_status mt_embedding_bwd_pos(mt_tensor *dwte, mt_tensor *dwpe, const mt_tensor
         MT_REQUIRE(ws_bytes >= need && (ws || need == 0), MT_ERR_INVALID_ARG,
                    "workspace of %zu bytes, need %zu (mt_embedding_bwd_workspace)", ws_bytes, need);
     }
-    return MT_DISPATCH(dout->device, embedding_bwd_cpu(dwte, dwpe, dout, ids, pos, 0, 0),
-                       embedding_bwd_cuda(dwte, dwpe, dout, ids, pos, 0, ws, ws_bytes, stream));
+    return MT_DISPATCH(dout->device, embedding_bwd_cpu(dwte, dwpe, dout, ids, pos, v0, shard),
+                       embedding_bwd_cuda(dwte, dwpe, dout, ids, pos, v0, ws, ws_bytes, stream));
+}
+
+mt_status mt_embedding_bwd_pos(mt_tensor *dwte, mt_tensor *dwpe, const mt_tensor *dout,
+                               const mt_tensor *ids, const mt_tensor *pos, void *ws,
+                               size_t ws_bytes, mt_stream stream) {
+    return embedding_bwd(dwte, dwpe, dout, ids, pos, 0, 0, ws, ws_bytes, stream);
 }
 
 mt_status mt_embedding_bwd_shard(mt_tensor *dwte, const mt_tensor *dout, const mt_tensor *ids,
                                  int64_t vocab_start, void *ws, size_t ws_bytes, mt_stream stream) {
-    MT_REQUIRE(dwte && dout && ids, MT_ERR_INVALID_ARG, "NULL argument");
-    MT_TRY(check_ids(ids, dout->device));
-    MT_TRY(check_act(dout, ids, "dout"));
-    MT_TRY(check_table(dwte, dout, 1, 1, "dwte"));
-    MT_REQUIRE(vocab_start >= 0, MT_ERR_INVALID_ARG, "vocab_start %lld is negative",
-               (long long)vocab_start);
-    if (mt_device_is_cuda(dout->device)) {
-        size_t need = 0;
-        MT_TRY(mt_embedding_bwd_workspace(ids, dwte->shape[0], dout->device, &need));
-        MT_REQUIRE(ws_bytes >= need && (ws || need == 0), MT_ERR_INVALID_ARG,
-                   "workspace of %zu bytes, need %zu (mt_embedding_bwd_workspace)", ws_bytes, need);
-    }
-    return MT_DISPATCH(
-        dout->device, embedding_bwd_cpu(dwte, NULL, dout, ids, NULL, vocab_start, 1),
-        embedding_bwd_cuda(dwte, NULL, dout, ids, NULL, vocab_start, ws, ws_bytes, stream));
+    return embedding_bwd(dwte, NULL, dout, ids, NULL, vocab_start, 1, ws, ws_bytes, stream);
 }
 
 mt_status mt_embedding_bwd(mt_tensor *dwte, mt_tensor *dwpe, const mt_tensor *dout,

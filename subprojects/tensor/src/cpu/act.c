@@ -2,7 +2,6 @@
 #include <math.h>
 
 #include "../ops_impl.h"
-#include "cpu_util.h"
 
 static float gelu(float x) {
     const float k = 0.7978845608028654f; /* sqrt(2/pi) */
@@ -24,29 +23,30 @@ mt_status act_cpu(const act_args *a) {
     for (int64_t r = 0; r < a->rows; r++) {
         for (int64_t c = 0; c < a->cols; c++) {
             int64_t o0 = r * a->ld_out0 + c, i0 = r * a->ld_in0 + c, i1 = r * a->ld_in1 + c;
-            float v0 = ld_f32(a->in0, dt, i0);
+            float v0 = mt_load_f32(a->in0, dt, i0);
             switch (a->op) {
             case ACT_GELU_FWD:
-                st_f32(a->out0, dt, o0, gelu(v0));
+                mt_store_f32(a->out0, dt, o0, gelu(v0));
                 break;
             case ACT_GELU_BWD:
-                st_f32(a->out0, dt, o0, v0 * gelu_grad(ld_f32(a->in1, dt, i1)));
+                mt_store_f32(a->out0, dt, o0, v0 * gelu_grad(mt_load_f32(a->in1, dt, i1)));
                 break;
             case ACT_SILU_FWD:
-                st_f32(a->out0, dt, o0, v0 * sigmoid(v0));
+                mt_store_f32(a->out0, dt, o0, v0 * sigmoid(v0));
                 break;
             case ACT_SILU_BWD: {
-                float x = ld_f32(a->in1, dt, i1), s = sigmoid(x);
-                st_f32(a->out0, dt, o0, v0 * s * (1.0f + x * (1.0f - s)));
+                float x = mt_load_f32(a->in1, dt, i1), s = sigmoid(x);
+                mt_store_f32(a->out0, dt, o0, v0 * s * (1.0f + x * (1.0f - s)));
             } break;
             case ACT_SWIGLU_FWD: /* in0 = gate, in1 = up */
-                st_f32(a->out0, dt, o0, v0 * sigmoid(v0) * ld_f32(a->in1, dt, i1));
+                mt_store_f32(a->out0, dt, o0, v0 * sigmoid(v0) * mt_load_f32(a->in1, dt, i1));
                 break;
             case ACT_SWIGLU_BWD: { /* in0 = dout, in1 = gate, in2 = up */
-                float g = ld_f32(a->in1, dt, i1), u = ld_f32(a->in2, dt, r * a->ld_in2 + c);
+                float g = mt_load_f32(a->in1, dt, i1),
+                      u = mt_load_f32(a->in2, dt, r * a->ld_in2 + c);
                 float s = sigmoid(g);
-                st_f32(a->out0, dt, o0, v0 * u * s * (1.0f + g * (1.0f - s)));
-                st_f32(a->out1, dt, r * a->ld_out1 + c, v0 * g * s);
+                mt_store_f32(a->out0, dt, o0, v0 * u * s * (1.0f + g * (1.0f - s)));
+                mt_store_f32(a->out1, dt, r * a->ld_out1 + c, v0 * g * s);
             } break;
             }
         }

@@ -1,6 +1,5 @@
 /* Dropout CPU reference: the mask element by element, fp32 math, one rounding. */
 #include "../ops_impl.h"
-#include "cpu_util.h"
 
 mt_status dropout_cpu(mt_tensor *out, const mt_tensor *x, const mt_tensor *resid,
                       const mt_dropout_config *cfg) {
@@ -13,10 +12,10 @@ mt_status dropout_cpu(mt_tensor *out, const mt_tensor *x, const mt_tensor *resid
         const uint64_t st = ids ? mt_dropout_stream(ids[b], cfg->site) : 0;
         for (int64_t e = 0; e < E; e++) {
             const int64_t i = b * E + e;
-            float v = ld_f32(x->data, x->dtype, i);
+            float v = mt_load_f32(x->data, x->dtype, i);
             if (ids) v *= mt_philox_u32(cfg->seed, st, (uint64_t)e) < thr ? scale : 0.0f;
-            if (resid) v = ld_f32(resid->data, resid->dtype, i) + v;
-            st_f32(out->data, out->dtype, i, v);
+            if (resid) v = mt_load_f32(resid->data, resid->dtype, i) + v;
+            mt_store_f32(out->data, out->dtype, i, v);
         }
     }
     return MT_OK;

@@ -1,6 +1,5 @@
 /* Elementwise CPU reference: fp32 math, one rounding on store. */
 #include "../ops_impl.h"
-#include "cpu_util.h"
 
 mt_status elementwise_cpu(ew_op op, mt_tensor *out, const mt_tensor *a, const mt_tensor *b,
                           float alpha) {
@@ -9,22 +8,22 @@ mt_status elementwise_cpu(ew_op op, mt_tensor *out, const mt_tensor *a, const mt
         float v = 0.0f;
         switch (op) {
         case EW_ADD:
-            v = ld_f32(a->data, a->dtype, i) + ld_f32(b->data, b->dtype, i);
+            v = mt_load_f32(a->data, a->dtype, i) + mt_load_f32(b->data, b->dtype, i);
             break;
         case EW_SCALE:
-            v = alpha * ld_f32(a->data, a->dtype, i);
+            v = alpha * mt_load_f32(a->data, a->dtype, i);
             break;
         case EW_AXPY:
-            v = ld_f32(out->data, out->dtype, i) + alpha * ld_f32(a->data, a->dtype, i);
+            v = mt_load_f32(out->data, out->dtype, i) + alpha * mt_load_f32(a->data, a->dtype, i);
             break;
         case EW_CAST:
-            v = ld_f32(a->data, a->dtype, i);
+            v = mt_load_f32(a->data, a->dtype, i);
             break;
         case EW_FILL:
             v = alpha;
             break;
         }
-        st_f32(out->data, out->dtype, i, v);
+        mt_store_f32(out->data, out->dtype, i, v);
     }
     return MT_OK;
 }
@@ -32,6 +31,7 @@ mt_status elementwise_cpu(ew_op op, mt_tensor *out, const mt_tensor *a, const mt
 mt_status fill_normal_cpu(mt_tensor *x, float mean, float std, uint64_t seed, uint64_t stream_id) {
     int64_t n = mt_tensor_numel(x);
     for (int64_t i = 0; i < n; i++)
-        st_f32(x->data, x->dtype, i, mean + std * mt_philox_normal(seed, stream_id, (uint64_t)i));
+        mt_store_f32(x->data, x->dtype, i,
+                     mean + std * mt_philox_normal(seed, stream_id, (uint64_t)i));
     return MT_OK;
 }

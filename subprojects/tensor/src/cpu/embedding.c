@@ -3,7 +3,6 @@
 #include <stdlib.h>
 
 #include "../ops_impl.h"
-#include "cpu_util.h"
 
 static int64_t ld_id(const mt_tensor *t, int64_t i) {
     return t->dtype == MT_I64 ? ((const int64_t *)t->data)[i] : ((const int32_t *)t->data)[i];
@@ -34,9 +33,9 @@ mt_status embedding_fwd_cpu(mt_tensor *out, const mt_tensor *ids, const mt_tenso
         int64_t v = ld_id(ids, n) - v0, t = pos_of(pos, n, T);
         int held = v >= 0 && v < V; /* a vocab shard's other rows: zeros */
         for (int64_t c = 0; c < C; c++) {
-            float e = held ? ld_f32(wte->data, wte->dtype, v * C + c) : 0.0f;
-            if (wpe) e += ld_f32(wpe->data, wpe->dtype, t * C + c);
-            st_f32(out->data, out->dtype, n * C + c, e);
+            float e = held ? mt_load_f32(wte->data, wte->dtype, v * C + c) : 0.0f;
+            if (wpe) e += mt_load_f32(wpe->data, wpe->dtype, t * C + c);
+            mt_store_f32(out->data, out->dtype, n * C + c, e);
         }
     }
     return MT_OK;
@@ -52,22 +51,22 @@ mt_status embedding_bwd_cpu(mt_tensor *dwte, mt_tensor *dwpe, const mt_tensor *d
     float *acc = malloc((size_t)(V + T) * (size_t)C * sizeof *acc);
     MT_REQUIRE(acc, MT_ERR_OOM, "embedding backward: %lld floats", (long long)((V + T) * C));
     for (int64_t i = 0; i < V * C; i++)
-        acc[i] = ld_f32(dwte->data, dwte->dtype, i);
+        acc[i] = mt_load_f32(dwte->data, dwte->dtype, i);
     for (int64_t i = 0; dwpe && i < T * C; i++)
-        acc[V * C + i] = ld_f32(dwpe->data, dwpe->dtype, i);
+        acc[V * C + i] = mt_load_f32(dwpe->data, dwpe->dtype, i);
     for (int64_t n = 0; n < N; n++) {
         int64_t v = ld_id(ids, n) - v0, t = pos_of(pos, n, ids->shape[ids->ndim - 1]);
         int held = v >= 0 && v < V;
         for (int64_t c = 0; c < C; c++) {
-            float d = ld_f32(dout->data, dout->dtype, n * C + c);
+            float d = mt_load_f32(dout->data, dout->dtype, n * C + c);
             if (held) acc[v * C + c] += d;
             acc[(V + t) * C + c] += d;
         }
     }
     for (int64_t i = 0; i < V * C; i++)
-        st_f32(dwte->data, dwte->dtype, i, acc[i]);
+        mt_store_f32(dwte->data, dwte->dtype, i, acc[i]);
     for (int64_t i = 0; dwpe && i < T * C; i++)
-        st_f32(dwpe->data, dwpe->dtype, i, acc[V * C + i]);
+        mt_store_f32(dwpe->data, dwpe->dtype, i, acc[V * C + i]);
     free(acc);
     return MT_OK;
 }

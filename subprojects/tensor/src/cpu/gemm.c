@@ -3,7 +3,6 @@
 #include <math.h>
 
 #include "../ops_impl.h"
-#include "cpu_util.h"
 
 static float gelu(float x) {
     const float k = 0.7978845608028654f; /* sqrt(2/pi) */
@@ -20,19 +19,19 @@ mt_status gemm_cpu(const gemm_args *g) {
                     /* op(a)[i][k] and op(b)[k][j] */
                     int64_t ia = g->trans_a ? k * g->lda + i : i * g->lda + k;
                     int64_t ib = g->trans_b ? j * g->ldb + k : k * g->ldb + j;
-                    acc += (double)ld_f32(g->a, g->ab_dtype, a0 + ia) *
-                           (double)ld_f32(g->b, g->ab_dtype, b0 + ib);
+                    acc += (double)mt_load_f32(g->a, g->ab_dtype, a0 + ia) *
+                           (double)mt_load_f32(g->b, g->ab_dtype, b0 + ib);
                 }
                 int64_t ic = c0 + i * g->ldc + j;
                 double v = (double)g->alpha * acc;
-                if (g->beta != 0.0f) v += (double)g->beta * ld_f32(g->c, g->c_dtype, ic);
-                if (g->bias) v += ld_f32(g->bias, g->c_dtype, j);
+                if (g->beta != 0.0f) v += (double)g->beta * mt_load_f32(g->c, g->c_dtype, ic);
+                if (g->bias) v += mt_load_f32(g->bias, g->c_dtype, j);
                 if (g->gelu) {
                     if (g->pre_gelu)
-                        st_f32(g->pre_gelu, g->c_dtype, p0 + i * g->ldpre + j, (float)v);
+                        mt_store_f32(g->pre_gelu, g->c_dtype, p0 + i * g->ldpre + j, (float)v);
                     v = gelu((float)v);
                 }
-                st_f32(g->c, g->c_dtype, ic, (float)v);
+                mt_store_f32(g->c, g->c_dtype, ic, (float)v);
             }
         }
     }

@@ -9,7 +9,6 @@
 #include <unistd.h>
 
 #include "../ops_impl.h"
-#include "cpu_util.h"
 
 enum {
     MR = 6,
@@ -71,13 +70,13 @@ static void epilogue(const tile_job *t, const float (*out)[NR]) {
         }
         for (int j = 0; j < t->nr; j++) {
             double v = (double)g->alpha * out[i][j];
-            if (g->beta != 0.0f) v += (double)g->beta * ld_f32(g->c, g->c_dtype, ic + j);
-            if (g->bias) v += ld_f32(g->bias, g->c_dtype, t->j0 + j);
+            if (g->beta != 0.0f) v += (double)g->beta * mt_load_f32(g->c, g->c_dtype, ic + j);
+            if (g->bias) v += mt_load_f32(g->bias, g->c_dtype, t->j0 + j);
             if (g->gelu) {
-                if (g->pre_gelu) st_f32(g->pre_gelu, g->c_dtype, ip + j, (float)v);
+                if (g->pre_gelu) mt_store_f32(g->pre_gelu, g->c_dtype, ip + j, (float)v);
                 v = gelu((float)v);
             }
-            st_f32(g->c, g->c_dtype, ic + j, (float)v);
+            mt_store_f32(g->c, g->c_dtype, ic + j, (float)v);
         }
     }
 }

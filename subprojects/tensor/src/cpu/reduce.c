@@ -3,13 +3,12 @@
 #include <math.h>
 
 #include "../ops_impl.h"
-#include "cpu_util.h"
 
 mt_status reduce_cpu(mt_tensor *out, const mt_tensor *x, mt_reduce_op op) {
     int64_t n = mt_tensor_numel(x);
     double acc = 0.0;
     for (int64_t i = 0; i < n; i++) {
-        double v = ld_f32(x->data, x->dtype, i);
+        double v = mt_load_f32(x->data, x->dtype, i);
         acc += op == MT_REDUCE_SUM ? v : op == MT_REDUCE_COUNT_ZERO ? (double)(v == 0.0) : v * v;
     }
     if (op == MT_REDUCE_NORM2) acc = sqrt(acc);
@@ -23,10 +22,10 @@ mt_status reduce_cpu(mt_tensor *out, const mt_tensor *x, mt_reduce_op op) {
 mt_status colsum_cpu(mt_tensor *out, const mt_tensor *x, int accumulate) {
     int64_t C = x->shape[x->ndim - 1], R = C ? mt_tensor_numel(x) / C : 0;
     for (int64_t c = 0; c < C; c++) {
-        double acc = accumulate ? ld_f32(out->data, out->dtype, c) : 0.0;
+        double acc = accumulate ? mt_load_f32(out->data, out->dtype, c) : 0.0;
         for (int64_t r = 0; r < R; r++)
-            acc += ld_f32(x->data, x->dtype, r * C + c);
-        st_f32(out->data, out->dtype, c, (float)acc);
+            acc += mt_load_f32(x->data, x->dtype, r * C + c);
+        mt_store_f32(out->data, out->dtype, c, (float)acc);
     }
     return MT_OK;
 }

@@ -4,7 +4,6 @@
 #include <math.h>
 
 #include "../ops_impl.h"
-#include "cpu_util.h"
 
 mt_status rope_cpu(mt_tensor *out, const mt_tensor *x, const mt_tensor *pos, int rotary_dim,
                    double theta, int interleaved, int sign) {
@@ -25,13 +24,14 @@ mt_status rope_cpu(mt_tensor *out, const mt_tensor *x, const mt_tensor *pos, int
                     double ang = (double)p * pow(theta, -2.0 * (double)i / rotary_dim);
                     float cs = (float)cos(ang), sn = (float)(sign * sin(ang));
                     int64_t i0 = interleaved ? 2 * i : i, i1 = interleaved ? 2 * i + 1 : i + half;
-                    float x0 = ld_f32(x->data, x->dtype, xo + i0);
-                    float x1 = ld_f32(x->data, x->dtype, xo + i1);
-                    st_f32(out->data, out->dtype, o + i0, x0 * cs - x1 * sn);
-                    st_f32(out->data, out->dtype, o + i1, x1 * cs + x0 * sn);
+                    float x0 = mt_load_f32(x->data, x->dtype, xo + i0);
+                    float x1 = mt_load_f32(x->data, x->dtype, xo + i1);
+                    mt_store_f32(out->data, out->dtype, o + i0, x0 * cs - x1 * sn);
+                    mt_store_f32(out->data, out->dtype, o + i1, x1 * cs + x0 * sn);
                 }
                 for (int64_t d = rotary_dim; d < D; d++)
-                    st_f32(out->data, out->dtype, o + d, ld_f32(x->data, x->dtype, xo + d));
+                    mt_store_f32(out->data, out->dtype, o + d,
+                                 mt_load_f32(x->data, x->dtype, xo + d));
             }
         }
     return MT_OK;

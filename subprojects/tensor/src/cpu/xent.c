@@ -3,7 +3,6 @@
 #include <math.h>
 
 #include "../ops_impl.h"
-#include "cpu_util.h"
 
 static int64_t ld_id(const mt_tensor *t, int64_t i) {
     return t->dtype == MT_I64 ? ((const int64_t *)t->data)[i] : ((const int32_t *)t->data)[i];
@@ -38,10 +37,10 @@ mt_status xent_cpu(mt_tensor *dlogits, mt_tensor *losses, mt_tensor *stats, cons
         double m = -INFINITY, s = 0.0;
         if (t != ignore_index) {
             for (int64_t v = 0; v < V; v++)
-                m = fmax(m, ld_f32(logits->data, logits->dtype, o + v));
+                m = fmax(m, mt_load_f32(logits->data, logits->dtype, o + v));
             for (int64_t v = 0; v < V; v++)
-                s += exp(ld_f32(logits->data, logits->dtype, o + v) - m);
-            double l = m + log(s) - ld_f32(logits->data, logits->dtype, o + t);
+                s += exp(mt_load_f32(logits->data, logits->dtype, o + v) - m);
+            double l = m + log(s) - mt_load_f32(logits->data, logits->dtype, o + t);
             loss[n] = (float)l;
             total += l;
         } else {
@@ -55,10 +54,10 @@ mt_status xent_cpu(mt_tensor *dlogits, mt_tensor *losses, mt_tensor *stats, cons
         for (int64_t v = 0; v < Vp; v++) {
             double d = 0.0;
             if (v < V && g != 0.0) {
-                double p = exp(ld_f32(logits->data, logits->dtype, o + v) - m) / s;
+                double p = exp(mt_load_f32(logits->data, logits->dtype, o + v) - m) / s;
                 d = (p - (v == t ? 1.0 : 0.0)) * g;
             }
-            st_f32(dlogits->data, dlogits->dtype, o + v, (float)d);
+            mt_store_f32(dlogits->data, dlogits->dtype, o + v, (float)d);
         }
     }
     if (stats) {

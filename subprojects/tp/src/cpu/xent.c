@@ -4,27 +4,7 @@
 #include "../tp_impl.h"
 
 static float ld(const mt_tensor *t, int64_t i) {
-    switch (t->dtype) {
-    case MT_BF16:
-        return mt_bf16_to_f32(((const uint16_t *)t->data)[i]);
-    case MT_F16:
-        return mt_f16_to_f32(((const uint16_t *)t->data)[i]);
-    default:
-        return ((const float *)t->data)[i];
-    }
-}
-
-static void st(mt_tensor *t, int64_t i, float v) {
-    switch (t->dtype) {
-    case MT_BF16:
-        ((uint16_t *)t->data)[i] = mt_f32_to_bf16(v);
-        break;
-    case MT_F16:
-        ((uint16_t *)t->data)[i] = mt_f32_to_f16(v);
-        break;
-    default:
-        ((float *)t->data)[i] = v;
-    }
+    return mt_load_f32(t->data, t->dtype, i);
 }
 
 static int64_t target_of(const mt_tensor *t, int64_t n) {
@@ -79,7 +59,7 @@ mt_status tp_xent_finish_cpu(mt_tensor *losses, mt_tensor *dlogits, const mt_ten
                 float p = expf(ld(logits, n * C + c) - mx[n]) / sum[n];
                 d = (p - (v0 + c == t ? 1.0f : 0.0f)) * g;
             }
-            st(dlogits, n * C + c, d);
+            mt_store_f32(dlogits->data, dlogits->dtype, n * C + c, d);
         }
     }
     return MT_OK;

@@ -82,6 +82,31 @@ MT_HOSTDEV static inline mt_f16_bits mt_f32_to_f16(float f) {
     return (mt_f16_bits)(sign | h);
 }
 
+/* Element i of a float buffer of dtype dt (f32, bf16 or f16) as a float, and a float stored there
+ * (one rounding to nearest even): the CPU references' element access. */
+static inline float mt_load_f32(const void *p, mt_dtype dt, int64_t i) {
+    switch (dt) {
+    case MT_BF16:
+        return mt_bf16_to_f32(((const uint16_t *)p)[i]);
+    case MT_F16:
+        return mt_f16_to_f32(((const uint16_t *)p)[i]);
+    default:
+        return ((const float *)p)[i];
+    }
+}
+static inline void mt_store_f32(void *p, mt_dtype dt, int64_t i, float v) {
+    switch (dt) {
+    case MT_BF16:
+        ((uint16_t *)p)[i] = mt_f32_to_bf16(v);
+        break;
+    case MT_F16:
+        ((uint16_t *)p)[i] = mt_f32_to_f16(v);
+        break;
+    default:
+        ((float *)p)[i] = v;
+    }
+}
+
 #ifdef __cplusplus
 }
 #endif
