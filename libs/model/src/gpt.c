@@ -1,5 +1,10 @@
 /* The decoder forward and backward (GPT-2 and Llama style): embedding, pre-norm layers of
- * attention and MLP with fused residual adds, final norm, output layer and cross-entropy. */
+ * attention and MLP with fused residual adds, final norm, output layer and cross-entropy. The
+ * linears, the embedding and the cross-entropy are mt-tp's (Megatron's tensor-parallel layers:
+ * with no group, TP 1, each is its plain mt-tensor op): linear_qkv, linear_fc1 and the output
+ * layer column-parallel, linear_proj and linear_fc2 row-parallel, the embedding and the
+ * cross-entropy vocab-parallel. Without sequence parallelism the row-parallel backwards (local
+ * GEMMs, no collective) are mt-tensor's own, fused with the GELU's backward. */
 #include "model_impl.h"
 
 #include <stddef.h>
@@ -19,7 +24,7 @@
 static mt_status qkv_views(const mt_model *m, const mt_tensor *qkv, mt_tensor *q, mt_tensor *k,
                            mt_tensor *v) {
     const mt_model_config *c = &m->cfg;
-    int64_t H = c->num_attention_heads, G = c->num_query_groups;
+    int64_t H = local_heads(c), G = local_groups(c);
     mt_tensor all;
     MT_TRY(mt_tensor_reshape(qkv, 4, (int64_t[]){ m->B, c->seq_length, H + 2 * G, c->kv_channels },
                              &all));
@@ -88,23 +93,27 @@ static int hidden_drop(const mt_model *m) {
     return m->train && m->cfg.hidden_dropout > 0.0f;
 }
 
-/* The attention's config for layer l (its dropout site). */
+/* The attention's config for layer l (its dropout site: under tensor parallelism each rank's
+ * heads draw from sites of their own past the model's 3L + 1, Megatron's model-parallel RNG). */
 static mt_attn_config attn_cfg(const mt_model *m, int l) {
     mt_attn_config ac = MT_ATTN_CONFIG_INIT;
     ac.causal = 1;
     ac.deterministic = m->cfg.deterministic;
     ac.key_start = m->ks.data ? &m->ks : NULL; /* document masks */
-    ac.dropout = drop_cfg(m, m->cfg.attention_dropout, (uint32_t)(SITE_ATTN + 3 * l));
+    const uint32_t site = (uint32_t)(SITE_ATTN + 3 * l + m->tpr * (3 * m->cfg.num_layers + 1));
+    ac.dropout = drop_cfg(m, m->cfg.attention_dropout, site);
     return ac;
 }
 
-/* y = resid + dropout(x @ w^T + b) at `site`: the residual add in the GEMM without hidden
- * dropout, else the GEMM into a->drop and mt_dropout's fused add. */
+/* A row-parallel projection: y = resid + dropout(x @ w^T + b) at `site`, the product summed
+ * over the tensor-parallel group: the residual add in the GEMM without hidden dropout, else the
+ * GEMM into a->drop and mt_dropout's fused add. */
 static mt_status linear_drop_add(mt_model *m, mt_tensor *y, const mt_tensor *x,
                                  const mt_model_param *w, const mt_model_param *b,
                                  const mt_tensor *resid, uint32_t site, mt_stream s) {
-    if (!hidden_drop(m)) return mt_linear_fwd_add(m->blas, y, x, W(w), W(b), resid, s);
-    MT_TRY(mt_linear_fwd(m->blas, &m->a.drop, NULL, x, W(w), W(b), 0, s));
+    if (!hidden_drop(m))
+        return mt_tp_row_fwd_add(m->tp, m->blas, y, NULL, x, W(w), W(b), resid, 0, s);
+    MT_TRY(mt_tp_row_fwd(m->tp, m->blas, &m->a.drop, NULL, x, W(w), W(b), 0, s));
     mt_dropout_config d = drop_cfg(m, m->cfg.hidden_dropout, site);
     return mt_dropout(y, &m->a.drop, resid, &d, s);
 }
@@ -144,15 +153,31 @@ static mt_status qk_norm_fwd(mt_model *m, layer_acts *la, const layer_params *lp
 }
 
 /* qk_layernorm, backward: dq and dk (views into dqkv) from the normalised heads' gradients to
- * the raw heads', and the norms' weight (and bias) gradients. */
+ * the raw heads', and the norms' weight (and bias) gradients. Under tensor parallelism each rank
+ * sees its own heads: the norms' gradients (whole on every rank) are this layer's sums over the
+ * group, formed in a->qk_grad and then added. */
 static mt_status qk_norm_bwd(mt_model *m, layer_acts *la, const layer_params *lp, mt_tensor *dq,
                              mt_tensor *dk, mt_stream s) {
     const mt_model_config *c = &m->cfg;
     const int rms = c->normalization == MT_NORM_RMSNORM, acc = !m->grads_discarded;
-    MT_TRY(mt_head_norm_bwd(dq, G(lp->qn_w), G(lp->qn_b), &m->a.norm_scratch, &la->q_raw,
-                            W(lp->qn_w), rms ? NULL : &la->q_mean, &la->q_rstd, rms, acc, s));
-    return mt_head_norm_bwd(dk, G(lp->kn_w), G(lp->kn_b), &m->a.norm_scratch, &la->k_raw,
-                            W(lp->kn_w), rms ? NULL : &la->k_mean, &la->k_rstd, rms, acc, s);
+    const int64_t D = c->kv_channels;
+    mt_tensor g[4], *dst[4] = { G(lp->qn_w), G(lp->qn_b), G(lp->kn_w), G(lp->kn_b) };
+    for (int i = 0; i < 4; i++) {
+        g[i] = dst[i] ? *dst[i] : (mt_tensor){ 0 };
+        if (m->tp && dst[i]) MT_TRY(mt_tensor_slice(&m->a.qk_grad, 0, i * D, D, &g[i]));
+    }
+    const int gacc = m->tp ? 0 : acc;
+#define GP(i) (dst[i] ? &g[i] : NULL)
+    MT_TRY(mt_head_norm_bwd(dq, GP(0), GP(1), &m->a.norm_scratch, &la->q_raw, W(lp->qn_w),
+                            rms ? NULL : &la->q_mean, &la->q_rstd, rms, gacc, s));
+    MT_TRY(mt_head_norm_bwd(dk, GP(2), GP(3), &m->a.norm_scratch, &la->k_raw, W(lp->kn_w),
+                            rms ? NULL : &la->k_mean, &la->k_rstd, rms, gacc, s));
+#undef GP
+    if (!m->tp) return MT_OK;
+    MT_TRY(mt_tp_all_reduce(m->tp, &m->a.qk_grad, s));
+    for (int i = 0; i < 4; i++)
+        if (dst[i]) MT_TRY(acc ? mt_axpy(dst[i], 1.0f, &g[i], s) : mt_copy(dst[i], &g[i], s));
+    return MT_OK;
 }
 
 static mt_status layer_fwd(mt_model *m, int l, mt_tensor *next, mt_stream s) {
@@ -163,8 +188,8 @@ static mt_status layer_fwd(mt_model *m, int l, mt_tensor *next, mt_stream s) {
     mt_attn_config ac = attn_cfg(m, l);
     OP("fwd.norm",
        norm_fwd(m, &la->ln1, &la->ln1_mean, &la->ln1_rstd, &la->resid_in, lp->ln1_w, lp->ln1_b, s));
-    OP("fwd.gemm.qkv",
-       mt_linear_fwd(m->blas, &la->qkv, NULL, &la->ln1, W(lp->qkv_w), W(lp->qkv_b), 0, s));
+    OP("fwd.gemm.qkv", mt_tp_column_fwd(m->tp, m->blas, &la->qkv, NULL, &la->ln1, NULL,
+                                        W(lp->qkv_w), W(lp->qkv_b), 0, 0, s));
     mt_tensor q, k, v, y;
     MT_TRY(qkv_views(m, &la->qkv, &q, &k, &v));
     if (c->qk_layernorm) OP("fwd.qk_norm", qk_norm_fwd(m, la, lp, &q, &k, s));
@@ -172,20 +197,21 @@ static mt_status layer_fwd(mt_model *m, int l, mt_tensor *next, mt_stream s) {
         OP("fwd.rope", rope(m, &q, 0, s));
         OP("fwd.rope", rope(m, &k, 0, s));
     }
-    MT_TRY(as_bthd(m, &la->atty, c->num_attention_heads, &y));
+    MT_TRY(as_bthd(m, &la->atty, local_heads(c), &y));
     OP("fwd.attn", mt_attn_fwd(&y, &la->lse, &q, &k, &v, &ac, s));
     OP("fwd.gemm.proj", linear_drop_add(m, &la->resid_mid, &la->atty, lp->proj_w, lp->proj_b,
                                         &la->resid_in, (uint32_t)(SITE_PROJ + 3 * l), s));
     OP("fwd.norm", norm_fwd(m, &la->ln2, &la->ln2_mean, &la->ln2_rstd, &la->resid_mid, lp->ln2_w,
                             lp->ln2_b, s));
     if (c->swiglu) {
-        OP("fwd.gemm.fc1",
-           mt_linear_fwd(m->blas, &la->fc1_pre, NULL, &la->ln2, W(lp->fc1_w), W(lp->fc1_b), 0, s));
+        OP("fwd.gemm.fc1", mt_tp_column_fwd(m->tp, m->blas, &la->fc1_pre, NULL, &la->ln2, NULL,
+                                            W(lp->fc1_w), W(lp->fc1_b), 0, 0, s));
         OP("fwd.swiglu", mt_swiglu_fwd(&la->fc1_act, &la->fc1_pre, NULL, s));
     } else { /* under mlp_act: the GELU that the backward's dx GEMM repeats bitwise */
         const int fl = MT_GEMM_GELU | (c->recompute_mlp_act ? MT_GEMM_GELU_RECOMPUTE : 0);
-        OP("fwd.gemm.fc1+gelu", mt_linear_fwd(m->blas, &la->fc1_act, &la->fc1_pre, &la->ln2,
-                                              W(lp->fc1_w), W(lp->fc1_b), fl, s));
+        OP("fwd.gemm.fc1+gelu",
+           mt_tp_column_fwd(m->tp, m->blas, &la->fc1_act, &la->fc1_pre, &la->ln2, NULL,
+                            W(lp->fc1_w), W(lp->fc1_b), fl, 0, s));
     }
     if (!next) return MT_OK;
     OP("fwd.gemm.fc2", linear_drop_add(m, next, &la->fc1_act, lp->fc2_w, lp->fc2_b, &la->resid_mid,
@@ -209,8 +235,8 @@ static mt_status forward(mt_model *m, const mt_tensor *tokens, int lm_head, mt_s
     MT_TRY(mt_tensor_reshape(&a->layer[0].resid_in, 3,
                              (int64_t[]){ m->B, c->seq_length, c->hidden_size }, &emb3));
     MT_TRY(params_needed(m, -1, s));
-    OP("fwd.embedding",
-       mt_embedding_fwd_pos(&emb3, tokens, W(m->wte), W(m->wpe), m->wpe ? positions(m) : NULL, s));
+    OP("fwd.embedding", mt_tp_embedding_fwd(m->tp, &emb3, NULL, tokens, W(m->wte), W(m->wpe),
+                                            m->wpe ? positions(m) : NULL, 0, s));
     if (hidden_drop(m)) {
         mt_dropout_config d = drop_cfg(m, c->hidden_dropout, SITE_EMB);
         OP("fwd.dropout", mt_dropout(&emb3, &emb3, NULL, &d, s));
@@ -225,8 +251,8 @@ static mt_status forward(mt_model *m, const mt_tensor *tokens, int lm_head, mt_s
     OP("fwd.norm",
        norm_fwd(m, &a->lnf, &a->lnf_mean, &a->lnf_rstd, &a->resid_final, m->lnf_w, m->lnf_b, s));
     if (lm_head)
-        OP("fwd.gemm.lmhead",
-           mt_linear_fwd(m->blas, &a->logits, NULL, &a->lnf, W(m->out_w), NULL, 0, s));
+        OP("fwd.gemm.lmhead", mt_tp_column_fwd(m->tp, m->blas, &a->logits, NULL, &a->lnf, NULL,
+                                               W(m->out_w), NULL, 0, 0, s));
     return MT_OK;
 }
 
@@ -266,6 +292,22 @@ static mt_status loss_grad(mt_model *m, const mt_tensor *t, float loss_scale, mt
     return mt_xent_stats(&m->a.stats, &m->a.dloss, NULL, t, loss_scale, MT_XENT_IGNORE_INDEX, s);
 }
 
+/* The cross-entropy of n rows of logits `lg` into their losses `lo`; with g (each row's loss
+ * gradient) also the logits' gradient, in place. Under tensor parallelism the vocab-parallel one
+ * over this rank's columns (mt_tp_xent: the losses on every rank). */
+static mt_status xent_rows(mt_model *m, mt_tensor *lo, mt_tensor *lg, const mt_tensor *tc,
+                           const mt_tensor *g, mt_stream s) {
+    const int64_t V = m->cfg.vocab_size, n = lg->shape[0];
+    if (m->tp) {
+        mt_tensor st, st2;
+        MT_TRY(mt_tensor_slice(&m->a.tp_stats, 0, 0, 3 * n, &st));
+        MT_TRY(mt_tensor_reshape(&st, 2, (int64_t[]){ 3, n }, &st2));
+        return mt_tp_xent(m->tp, lo, g ? lg : NULL, lg, tc, g, V, MT_XENT_IGNORE_INDEX, &st2, s);
+    }
+    if (!g) return mt_xent_fwd(lo, NULL, lg, tc, V, MT_XENT_IGNORE_INDEX, s);
+    return mt_xent_fwd_bwd(lg, lo, NULL, lg, tc, g, 0.0f, V, MT_XENT_IGNORE_INDEX, s);
+}
+
 /* logits_chunks > 1: the output layer and the cross-entropy on row slices of the tokens, one
  * slice's logits at a time; with train, also the loss gradient (loss_grad, over the whole batch
  * before the first slice, as the one-call mean) and the output layer's backward:
@@ -273,7 +315,7 @@ static mt_status loss_grad(mt_model *m, const mt_tensor *t, float loss_scale, mt
 static mt_status lm_head_slices(mt_model *m, const mt_tensor *t, int train, float loss_scale,
                                 mt_stream s) {
     acts *a = &m->a;
-    const int64_t N = t->shape[0], R = a->logits.shape[0], V = m->cfg.vocab_size;
+    const int64_t N = t->shape[0], R = a->logits.shape[0];
     if (train) MT_TRY(loss_grad(m, t, loss_scale, s));
     for (int64_t r0 = 0; r0 < N; r0 += R) {
         const int64_t n = N - r0 < R ? N - r0 : R;
@@ -282,17 +324,20 @@ static mt_status lm_head_slices(mt_model *m, const mt_tensor *t, int train, floa
         MT_TRY(mt_tensor_slice(&a->logits, 0, 0, n, &lg));
         MT_TRY(mt_tensor_slice(t, 0, r0, n, &tc));
         MT_TRY(mt_tensor_slice(&a->losses, 0, r0, n, &lo));
-        OP("fwd.gemm.lmhead", mt_linear_fwd(m->blas, &lg, NULL, &x, W(m->out_w), NULL, 0, s));
+        OP("fwd.gemm.lmhead",
+           mt_tp_column_fwd(m->tp, m->blas, &lg, NULL, &x, NULL, W(m->out_w), NULL, 0, 0, s));
         if (!train) {
-            OP("xent", mt_xent_fwd(&lo, NULL, &lg, &tc, V, MT_XENT_IGNORE_INDEX, s));
+            OP("xent", xent_rows(m, &lo, &lg, &tc, NULL, s));
             continue;
         }
         MT_TRY(mt_tensor_slice(&a->dloss, 0, r0, n, &g));
         MT_TRY(mt_tensor_slice(&a->dln, 0, r0, n, &dx));
-        OP("xent", mt_xent_fwd_bwd(&lg, &lo, NULL, &lg, &tc, &g, 0.0f, V, MT_XENT_IGNORE_INDEX, s));
+        OP("xent", xent_rows(m, &lo, &lg, &tc, &g, s));
+        /* (column-parallel: each slice's dx summed over the group once, after the last) */
         OP("bwd.gemm.lmhead", mt_linear_bwd(m->blas, &dx, G(m->out_w), NULL, &lg, &x, W(m->out_w),
                                             !m->grads_discarded || r0 > 0, s));
     }
+    if (train) OP("bwd.tp.lmhead", mt_tp_all_reduce(m->tp, &a->dln, s));
     return mt_xent_stats(&a->stats, NULL, &a->losses, t, 0.0f, MT_XENT_IGNORE_INDEX, s);
 }
 
@@ -308,11 +353,16 @@ mt_status mt_model_forward(mt_model *m, const mt_tensor *tokens, const mt_tensor
     if (!targets) return MT_OK;
     mt_tensor t;
     MT_TRY(targets_flat(m, targets, &t));
-    if (sliced)
+    if (sliced) {
         MT_TRY(lm_head_slices(m, &t, 0, 0.0f, stream));
-    else
+    } else if (m->tp) {
+        MT_TRY(xent_rows(m, &m->a.losses, &m->a.logits, &t, NULL, stream));
+        MT_TRY(
+            mt_xent_stats(&m->a.stats, NULL, &m->a.losses, &t, 0.0f, MT_XENT_IGNORE_INDEX, stream));
+    } else {
         MT_TRY(mt_xent_fwd(&m->a.losses, &m->a.stats, &m->a.logits, &t, m->cfg.vocab_size,
                            MT_XENT_IGNORE_INDEX, stream));
+    }
     return add_loss(m, stream);
 }
 
@@ -331,8 +381,8 @@ static mt_status backward(mt_model *m, int lm_head, mt_stream s) {
      * by their own linear backwards, not the norm backwards' sums of dres */
     const int hdrop = hidden_drop(m);
     if (lm_head)
-        OP("bwd.gemm.lmhead", mt_linear_bwd(m->blas, &a->dln, G(m->out_w), NULL, &a->logits,
-                                            &a->lnf, W(m->out_w), acc, s));
+        OP("bwd.gemm.lmhead", mt_tp_column_bwd(m->tp, m->blas, &a->dln, NULL, G(m->out_w), NULL,
+                                               &a->logits, &a->lnf, W(m->out_w), acc, 0, s));
     /* fc2's and proj's bias gradients come from the norm backwards that write their dy */
     OP("bwd.norm",
        norm_bwd(m, &a->dres, m->lnf_w, m->lnf_b, hdrop ? NULL : m->lp[c->num_layers - 1].fc2_b,
@@ -369,9 +419,9 @@ static mt_status backward(mt_model *m, int lm_head, mt_stream s) {
         if (c->recompute_layernorm)
             OP("bwd.recompute.norm",
                norm_fwd(m, &la->ln2, NULL, NULL, &la->resid_mid, lp->ln2_w, lp->ln2_b, s));
-        OP("bwd.gemm.fc1",
-           mt_linear_bwd(m->blas, &a->dln, G(lp->fc1_w), c->swiglu ? G(lp->fc1_b) : NULL,
-                         &a->dfc1_pre, &la->ln2, W(lp->fc1_w), acc, s));
+        OP("bwd.gemm.fc1", mt_tp_column_bwd(m->tp, m->blas, &a->dln, NULL, G(lp->fc1_w),
+                                            c->swiglu ? G(lp->fc1_b) : NULL, &a->dfc1_pre, &la->ln2,
+                                            W(lp->fc1_w), acc, 0, s));
         OP("bwd.norm",
            norm_bwd(m, &a->dres, lp->ln2_w, lp->ln2_b, hdrop ? NULL : lp->proj_b, &a->dln,
                     &la->resid_mid, &la->ln2_mean, &la->ln2_rstd, &a->dres, s));
@@ -383,16 +433,15 @@ static mt_status backward(mt_model *m, int lm_head, mt_stream s) {
         mt_tensor q, k, v, dq, dk, dv, y, dy;
         MT_TRY(qkv_views(m, &la->qkv, &q, &k, &v));
         MT_TRY(qkv_views(m, &a->dqkv, &dq, &dk, &dv));
-        MT_TRY(as_bthd(m, &la->atty, c->num_attention_heads, &y));
-        MT_TRY(as_bthd(m, &a->datty, c->num_attention_heads, &dy));
+        MT_TRY(as_bthd(m, &la->atty, local_heads(c), &y));
+        MT_TRY(as_bthd(m, &a->datty, local_heads(c), &dy));
         /* qkv's bias gradient from the attention backward, which needs no pass over dqkv for
          * it; with rotary embeddings between, the column sums of dqkv (qkv's linear backward) */
         mt_tensor db[3];
         const int bias_here =
             lp->qkv_b && c->position_embedding_type != MT_POS_ROPE && !c->qk_layernorm;
         if (bias_here) {
-            const int64_t nh = c->num_attention_heads, ng = c->num_query_groups,
-                          hd = c->kv_channels;
+            const int64_t nh = local_heads(c), ng = local_groups(c), hd = c->kv_channels;
             MT_TRY(mt_tensor_slice(&lp->qkv_b->grad, 0, 0, nh * hd, &db[0]));
             MT_TRY(mt_tensor_slice(&lp->qkv_b->grad, 0, nh * hd, ng * hd, &db[1]));
             MT_TRY(mt_tensor_slice(&lp->qkv_b->grad, 0, (nh + ng) * hd, ng * hd, &db[2]));
@@ -409,9 +458,9 @@ static mt_status backward(mt_model *m, int lm_head, mt_stream s) {
         if (c->recompute_layernorm)
             OP("bwd.recompute.norm",
                norm_fwd(m, &la->ln1, NULL, NULL, &la->resid_in, lp->ln1_w, lp->ln1_b, s));
-        OP("bwd.gemm.qkv",
-           mt_linear_bwd(m->blas, &a->dln, G(lp->qkv_w), bias_here ? NULL : G(lp->qkv_b), &a->dqkv,
-                         &la->ln1, W(lp->qkv_w), acc, s));
+        OP("bwd.gemm.qkv", mt_tp_column_bwd(m->tp, m->blas, &a->dln, NULL, G(lp->qkv_w),
+                                            bias_here ? NULL : G(lp->qkv_b), &a->dqkv, &la->ln1,
+                                            W(lp->qkv_w), acc, 0, s));
         OP("bwd.norm",
            norm_bwd(m, &a->dres, lp->ln1_w, lp->ln1_b, l > 0 && !hdrop ? m->lp[l - 1].fc2_b : NULL,
                     &a->dln, &la->resid_in, &la->ln1_mean, &la->ln1_rstd, &a->dres, s));
@@ -424,8 +473,8 @@ static mt_status backward(mt_model *m, int lm_head, mt_stream s) {
         OP("bwd.dropout", mt_dropout(&d3, &d3, NULL, &d, s));
     }
     OP("bwd.embedding",
-       mt_embedding_bwd_pos(G(m->wte), G(m->wpe), &d3, &m->tokens, m->wpe ? positions(m) : NULL,
-                            a->ws.data, m->ws_bytes, s));
+       mt_tp_embedding_bwd(m->tp, G(m->wte), G(m->wpe), &d3, NULL, &m->tokens,
+                           m->wpe ? positions(m) : NULL, a->ws.data, m->ws_bytes, 0, s));
     return grads_ready(m, -1, s);
 }
 
@@ -456,6 +505,10 @@ static mt_status fwd_bwd_train(mt_model *m, const mt_tensor *tokens, const mt_te
     const int per_token = m->cfg.per_token_loss;
     if (sliced) {
         MT_TRY(lm_head_slices(m, &t, 1, loss_scale, s));
+    } else if (m->tp) { /* the vocab-parallel cross-entropy takes each token's gradient */
+        MT_TRY(loss_grad(m, &t, loss_scale, s));
+        OP("xent", xent_rows(m, &m->a.losses, &m->a.logits, &t, &m->a.dloss, s));
+        MT_TRY(mt_xent_stats(&m->a.stats, NULL, &m->a.losses, &t, 0.0f, MT_XENT_IGNORE_INDEX, s));
     } else {
         if (per_token) MT_TRY(loss_grad(m, &t, loss_scale, s));
         OP("xent", mt_xent_fwd_bwd(&m->a.logits, &m->a.losses, &m->a.stats, &m->a.logits, &t,

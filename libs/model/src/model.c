@@ -31,11 +31,28 @@ mt_status mt_model_config_finalize(mt_model_config *c) {
                    c->max_position_embeddings >= c->seq_length,
                MT_ERR_INVALID_ARG, "--max-position-embeddings (%d) must be >= --seq-length (%d)",
                c->max_position_embeddings, c->seq_length);
+    MT_REQUIRE(c->tensor_model_parallel_size >= 0, MT_ERR_INVALID_ARG,
+               "--tensor-model-parallel-size %d must be positive", c->tensor_model_parallel_size);
+    if (!c->tensor_model_parallel_size) c->tensor_model_parallel_size = 1;
+    const int tp = c->tensor_model_parallel_size;
     if (!c->make_vocab_size_divisible_by) c->make_vocab_size_divisible_by = 128;
-    int div = c->make_vocab_size_divisible_by;
+    int div = c->make_vocab_size_divisible_by * tp; /* Megatron's _vocab_size_with_padding */
     if (!c->padded_vocab_size) c->padded_vocab_size = (c->vocab_size + div - 1) / div * div;
     MT_REQUIRE(c->padded_vocab_size >= c->vocab_size, MT_ERR_INVALID_ARG,
                "padded vocab size %d < vocab size %d", c->padded_vocab_size, c->vocab_size);
+    /* megatron.core's divide(): each rank's share of heads, groups, MLP and vocabulary */
+    MT_REQUIRE(c->num_attention_heads % tp == 0, MT_ERR_INVALID_ARG,
+               "--num-attention-heads (%d) is not divisible by --tensor-model-parallel-size (%d)",
+               c->num_attention_heads, tp);
+    MT_REQUIRE(c->num_query_groups % tp == 0, MT_ERR_INVALID_ARG,
+               "--num-query-groups (%d) is not divisible by --tensor-model-parallel-size (%d)",
+               c->num_query_groups, tp);
+    MT_REQUIRE(c->ffn_hidden_size % tp == 0, MT_ERR_INVALID_ARG,
+               "--ffn-hidden-size (%d) is not divisible by --tensor-model-parallel-size (%d)",
+               c->ffn_hidden_size, tp);
+    MT_REQUIRE(c->padded_vocab_size % tp == 0, MT_ERR_INVALID_ARG,
+               "the padded vocab size (%d) is not divisible by --tensor-model-parallel-size (%d)",
+               c->padded_vocab_size, tp);
     if (c->norm_epsilon == 0.0f) c->norm_epsilon = 1e-5f;
     MT_REQUIRE(c->hidden_dropout >= 0.0f && c->hidden_dropout < 1.0f, MT_ERR_INVALID_ARG,
                "--hidden-dropout %g must be in [0, 1)", (double)c->hidden_dropout);
@@ -117,6 +134,21 @@ static void add_param(table *m, const char *name, int ndim, int64_t d0, int64_t 
     s->ones = ones;
     s->no_wd = no_wd;
     s->numel = d0 * (ndim == 2 ? d1 : 1);
+    s->full[0] = d0, s->full[1] = d1;
+    s->axis = -1;
+    s->nblk = 1;
+    s->blk[0] = d0;
+}
+
+/* Tensor parallelism over n ranks: the last parameter added is split along `axis` in blocks
+ * b[0..nblk) (their sum: the axis's length), each block evenly (divisibility: checked by the
+ * config). n = 1 changes nothing but the record. */
+static void split_last(table *m, int n, int axis, int nblk, int64_t b0, int64_t b1, int64_t b2) {
+    param_spec *s = &m->spec[m->n - 1];
+    s->axis = axis, s->nblk = nblk;
+    s->blk[0] = b0, s->blk[1] = b1, s->blk[2] = b2;
+    s->shape[axis] /= n;
+    s->numel = s->shape[0] * (s->ndim == 2 ? s->shape[1] : 1);
 }
 
 static void build_table(const mt_model_config *c, table *m) {
@@ -124,8 +156,11 @@ static void build_table(const mt_model_config *c, table *m) {
     int64_t G = c->num_query_groups, F = c->ffn_hidden_size, Vp = c->padded_vocab_size;
     float std = c->init_method_std, out_std = std / sqrtf(2.0f * (float)c->num_layers);
     int ln = c->normalization == MT_NORM_LAYERNORM, bias = c->add_bias_linear;
+    int64_t F1 = (c->swiglu ? 2 : 1) * F, Fb = c->swiglu ? F : 0;
+    const int tp = tp_n(c);
     char n[MT_MODEL_NAME_LEN];
     add_param(m, "embedding.word_embeddings.weight", 2, Vp, C, std, 0, 0);
+    split_last(m, tp, 0, 1, Vp, 0, 0);
     if (c->position_embedding_type == MT_POS_LEARNED)
         add_param(m, "embedding.position_embeddings.weight", 2, c->max_position_embeddings, C, std,
                   0, 0);
@@ -137,8 +172,13 @@ static void build_table(const mt_model_config *c, table *m) {
     } while (0)
         P("input_layernorm.weight", 1, C, 0, 0, 1, 1);
         if (ln) P("input_layernorm.bias", 1, C, 0, 0, 0, 1);
+        /* column-parallel: each rank's q, k and v heads; row-parallel: their inputs' columns */
         P("self_attention.linear_qkv.weight", 2, (H + 2 * G) * D, C, std, 0, 0);
-        if (bias) P("self_attention.linear_qkv.bias", 1, (H + 2 * G) * D, 0, 0, 0, 1);
+        split_last(m, tp, 0, 3, H * D, G * D, G * D);
+        if (bias) {
+            P("self_attention.linear_qkv.bias", 1, (H + 2 * G) * D, 0, 0, 0, 1);
+            split_last(m, tp, 0, 3, H * D, G * D, G * D);
+        }
         if (c->qk_layernorm) {
             P("self_attention.q_layernorm.weight", 1, D, 0, 0, 1, 1);
             if (ln) P("self_attention.q_layernorm.bias", 1, D, 0, 0, 0, 1);
@@ -146,19 +186,62 @@ static void build_table(const mt_model_config *c, table *m) {
             if (ln) P("self_attention.k_layernorm.bias", 1, D, 0, 0, 0, 1);
         }
         P("self_attention.linear_proj.weight", 2, C, H * D, out_std, 0, 0);
+        split_last(m, tp, 1, 1, H * D, 0, 0);
         if (bias) P("self_attention.linear_proj.bias", 1, C, 0, 0, 0, 1);
         P("pre_mlp_layernorm.weight", 1, C, 0, 0, 1, 1);
         if (ln) P("pre_mlp_layernorm.bias", 1, C, 0, 0, 0, 1);
-        P("mlp.linear_fc1.weight", 2, (c->swiglu ? 2 : 1) * F, C, std, 0, 0);
-        if (bias) P("mlp.linear_fc1.bias", 1, (c->swiglu ? 2 : 1) * F, 0, 0, 0, 1);
+        P("mlp.linear_fc1.weight", 2, F1, C, std, 0, 0);
+        split_last(m, tp, 0, c->swiglu ? 2 : 1, F, Fb, 0);
+        if (bias) {
+            P("mlp.linear_fc1.bias", 1, F1, 0, 0, 0, 1);
+            split_last(m, tp, 0, c->swiglu ? 2 : 1, F, Fb, 0);
+        }
         P("mlp.linear_fc2.weight", 2, C, F, out_std, 0, 0);
+        split_last(m, tp, 1, 1, F, 0, 0);
         if (bias) P("mlp.linear_fc2.bias", 1, C, 0, 0, 0, 1);
 #undef P
     }
     add_param(m, "decoder.final_layernorm.weight", 1, C, 0, 0, 1, 1);
     if (ln) add_param(m, "decoder.final_layernorm.bias", 1, C, 0, 0, 0, 1);
-    if (c->untie_embeddings_and_output_weights)
+    if (c->untie_embeddings_and_output_weights) {
         add_param(m, "output_layer.weight", 2, Vp, C, std, 0, 0);
+        split_last(m, tp, 0, 1, Vp, 0, 0);
+    }
+}
+
+/* The parameter's pieces on tensor-parallel rank r (mt_model_param's tp_piece). */
+static void param_pieces(const param_spec *s, int n, int r, mt_model_param *p) {
+    p->full_shape[0] = s->full[0], p->full_shape[1] = s->ndim == 2 ? s->full[1] : 0;
+    p->tp_axis = n > 1 ? s->axis : -1;
+    p->tp_npieces = 1;
+    p->tp_piece[0].local = p->tp_piece[0].global = 0;
+    p->tp_piece[0].len = s->full[0];
+    if (p->tp_axis < 0) return;
+    p->tp_npieces = s->nblk;
+    int64_t g0 = 0, l0 = 0;
+    for (int b = 0; b < s->nblk; b++) {
+        const int64_t part = s->blk[b] / n;
+        p->tp_piece[b].local = l0;
+        p->tp_piece[b].global = g0 + r * part;
+        p->tp_piece[b].len = part;
+        l0 += part, g0 += s->blk[b];
+    }
+}
+
+int mt_model_param_tp_axis(const mt_model_config *cfg, const char *name) {
+    mt_model_config c = *cfg;
+    if (!name || mt_model_config_finalize(&c) != MT_OK) {
+        mt_error_clear();
+        return -2;
+    }
+    table t = { calloc(MT_MODEL_MAX_PARAMS, sizeof(param_spec)), 0 };
+    if (!t.spec) return -2;
+    build_table(&c, &t);
+    int axis = -2;
+    for (int i = 0; i < t.n && axis == -2; i++)
+        if (strcmp(t.spec[i].name, name) == 0) axis = tp_n(&c) > 1 ? t.spec[i].axis : -1;
+    free(t.spec);
+    return axis;
 }
 
 mt_status mt_model_list_params(const mt_model_config *cfg, mt_model_param_fn fn, void *ctx) {
@@ -193,10 +276,11 @@ static void take(planner *p, mt_tensor *t, mt_dtype dt, int ndim, const int64_t 
 #define TAKE(p, t, dt, ...) \
     take(p, t, dt, sizeof((int64_t[]){ __VA_ARGS__ }) / sizeof(int64_t), (int64_t[]){ __VA_ARGS__ })
 
+/* (with tensor parallelism: this rank's heads, groups, MLP width and vocabulary columns) */
 static void plan_layer(const mt_model *m, planner *p, layer_acts *la) {
     const mt_model_config *c = &m->cfg;
     int64_t B = m->B, T = c->seq_length, N = B * T, C = c->hidden_size, D = c->kv_channels;
-    int64_t H = c->num_attention_heads, G = c->num_query_groups, F = c->ffn_hidden_size;
+    int64_t H = local_heads(c), G = local_groups(c), F = local_ffn(c);
     int64_t F1 = (c->swiglu ? 2 : 1) * F, QKV = (H + 2 * G) * D;
     mt_dtype dt = c->dtype;
     TAKE(p, &la->resid_in, dt, N, C);
@@ -240,8 +324,9 @@ static int recompute_sets(const mt_model_config *c) {
 static void plan_acts(mt_model *m, planner *p) {
     const mt_model_config *c = &m->cfg;
     int64_t B = m->B, T = c->seq_length, N = B * T, C = c->hidden_size, D = c->kv_channels;
-    int64_t H = c->num_attention_heads, G = c->num_query_groups, F = c->ffn_hidden_size;
-    int64_t F1 = (c->swiglu ? 2 : 1) * F, Vp = c->padded_vocab_size, QKV = (H + 2 * G) * D;
+    int64_t H = local_heads(c), G = local_groups(c), F = local_ffn(c);
+    int64_t F1 = (c->swiglu ? 2 : 1) * F, Vp = local_vocab(c), QKV = (H + 2 * G) * D;
+    const int tp = tp_n(c) > 1;
     mt_dtype dt = c->dtype;
     acts *a = &m->a;
     if (c->recompute_mlp_act) TAKE(p, &a->mlp_act, dt, N, F);
@@ -263,7 +348,9 @@ static void plan_acts(mt_model *m, planner *p) {
     TAKE(p, &a->lnf_rstd, MT_F32, N);
     const int64_t chunks = c->logits_chunks;                /* >= 1 once finalized */
     TAKE(p, &a->logits, dt, (N + chunks - 1) / chunks, Vp); /* one slice's logits */
-    if (chunks > 1 || c->per_token_loss) TAKE(p, &a->dloss, MT_F32, N);
+    if (chunks > 1 || c->per_token_loss || tp) TAKE(p, &a->dloss, MT_F32, N);
+    if (tp) TAKE(p, &a->tp_stats, MT_F32, 3 * N);
+    if (tp && c->qk_layernorm) TAKE(p, &a->qk_grad, MT_F32, 4 * D);
     TAKE(p, &a->losses, MT_F32, N);
     TAKE(p, &a->stats, MT_F32, 2);
     TAKE(p, &a->loss_sum, MT_F32, N);
@@ -289,7 +376,7 @@ static size_t align_up(size_t x, size_t a) {
 
 static mt_status workspace_sizes(mt_model *m) {
     const mt_model_config *c = &m->cfg;
-    int64_t B = m->B, T = c->seq_length, H = c->num_attention_heads, G = c->num_query_groups;
+    int64_t B = m->B, T = c->seq_length, H = local_heads(c), G = local_groups(c);
     int64_t D = c->kv_channels, N = B * T;
     void *shape_only = (void *)(uintptr_t)MT_ARENA_ALIGN; // why: queries validate like real calls
     mt_tensor q = mt_tensor_4d(shape_only, c->dtype, B, T, H, D, m->dev);
@@ -301,8 +388,8 @@ static mt_status workspace_sizes(mt_model *m) {
     size_t wa = 0, we = 0;
     MT_TRY(mt_attn_bwd_workspace(&q, &k, &ac, &wa));
     /* (with position ids the position table is sorted too: the larger table's bits) */
-    int64_t rows = c->padded_vocab_size > c->max_position_embeddings ? c->padded_vocab_size
-                                                                     : c->max_position_embeddings;
+    int64_t rows =
+        local_vocab(c) > c->max_position_embeddings ? local_vocab(c) : c->max_position_embeddings;
     MT_TRY(mt_embedding_bwd_workspace(&ids, rows, m->dev, &we));
     mt_tensor big = mt_tensor_1d(shape_only, MT_F32, N * c->padded_vocab_size, m->dev);
     size_t wr = 0;
@@ -344,23 +431,63 @@ static mt_status external_storage(mt_model *m, mt_model_param_fn fn, void *ctx) 
     return MT_OK;
 }
 
-/* Initialises every weight where it lives: ones, zeros, or std * N(0,1) from Philox keyed by
- * (seed, name, element index), so any device and any sharding start from the same model. */
-static mt_status init_weights(mt_model *m) {
-    for (int i = 0; i < m->nparams; i++) {
-        param_spec *s = &m->spec[i];
-        mt_tensor *w = &m->params[i].weight;
-        if (s->ones || s->std == 0.0f)
-            MT_TRY(mt_fill(w, s->ones ? 1.0f : 0.0f, NULL));
-        else
-            MT_TRY(
-                mt_fill_normal(w, 0.0f, s->std, m->cfg.seed, mt_philox_stream_of(s->name), NULL));
+/* A tensor-parallel shard's random init: the whole tensor drawn into `full` (scratch of its
+ * shape), this rank's pieces copied out. */
+static mt_status init_shard(mt_model *m, const param_spec *s, const mt_model_param *p,
+                            mt_tensor *full) {
+    MT_TRY(mt_fill_normal(full, 0.0f, s->std, m->cfg.seed, mt_philox_stream_of(s->name), NULL));
+    for (int k = 0; k < p->tp_npieces; k++) {
+        mt_tensor src, dst;
+        MT_TRY(mt_tensor_slice(full, p->tp_axis, p->tp_piece[k].global, p->tp_piece[k].len, &src));
+        MT_TRY(mt_tensor_slice(&p->weight, p->tp_axis, p->tp_piece[k].local, p->tp_piece[k].len,
+                               &dst));
+        MT_TRY(mt_copy(&dst, &src, NULL));
     }
     return MT_OK;
 }
 
+/* Initialises every weight where it lives: ones, zeros, or std * N(0,1) from Philox keyed by
+ * (seed, name, element index of the unsharded tensor), so any device and any sharding start from
+ * the same model. */
+static mt_status init_weights(mt_model *m) {
+    mt_arena *tmp = NULL; /* tensor parallelism: room for the largest whole tensor */
+    size_t big = 0;
+    for (int i = 0; i < m->nparams; i++)
+        if (m->params[i].tp_axis >= 0) {
+            const param_spec *s = &m->spec[i];
+            size_t b = (size_t)(s->full[0] * (s->ndim == 2 ? s->full[1] : 1)) *
+                       mt_dtype_size(m->cfg.dtype);
+            big = b > big ? b : big;
+        }
+    if (big) MT_TRY(mt_arena_create(m->dev, big + MT_ARENA_ALIGN, &tmp));
+    mt_status st = MT_OK;
+    for (int i = 0; i < m->nparams && st == MT_OK; i++) {
+        param_spec *s = &m->spec[i];
+        mt_model_param *p = &m->params[i];
+        if (s->ones || s->std == 0.0f) {
+            st = mt_fill(&p->weight, s->ones ? 1.0f : 0.0f, NULL);
+        } else if (p->tp_axis >= 0) {
+            mt_tensor full;
+            mt_arena_reset(tmp);
+            st = mt_tensor_alloc(tmp, m->cfg.dtype, s->ndim, s->full, &full);
+            if (st == MT_OK) st = init_shard(m, s, p, &full);
+        } else {
+            st = mt_fill_normal(&p->weight, 0.0f, s->std, m->cfg.seed, mt_philox_stream_of(s->name),
+                                NULL);
+        }
+    }
+    if (tmp && st == MT_OK) st = mt_stream_sync(NULL); /* before the scratch goes */
+    mt_arena_destroy(tmp);
+    return st;
+}
+
 mt_status mt_model_create(const mt_model_config *cfg, int micro_batch_size, mt_device device,
                           mt_model_param_fn fn, void *ctx, mt_model **out) {
+    return mt_model_create_tp(cfg, micro_batch_size, device, NULL, fn, ctx, out);
+}
+
+mt_status mt_model_create_tp(const mt_model_config *cfg, int micro_batch_size, mt_device device,
+                             mt_comm *tp, mt_model_param_fn fn, void *ctx, mt_model **out) {
     MT_REQUIRE(out && cfg, MT_ERR_INVALID_ARG, "NULL argument");
     MT_REQUIRE(micro_batch_size > 0, MT_ERR_INVALID_ARG, "--micro-batch-size must be positive");
     *out = NULL;
@@ -371,6 +498,15 @@ mt_status mt_model_create(const mt_model_config *cfg, int micro_batch_size, mt_d
     m->B = micro_batch_size;
     m->dev = device;
     MT_TRY_GOTO(mt_model_config_finalize(&m->cfg), st, fail);
+    if (mt_tp_size(tp) != m->cfg.tensor_model_parallel_size) {
+        st = MT_ERROR(MT_ERR_INVALID_ARG,
+                      "the tensor-parallel group has %d rank(s), the config's "
+                      "tensor_model_parallel_size is %d",
+                      mt_tp_size(tp), m->cfg.tensor_model_parallel_size);
+        goto fail;
+    }
+    m->tp = mt_tp_size(tp) > 1 ? tp : NULL;
+    m->tpr = mt_tp_rank(m->tp);
     m->a.layer = calloc((size_t)m->cfg.num_layers, sizeof *m->a.layer);
     m->a.n_rc = recompute_sets(&m->cfg);
     m->a.rc = calloc((size_t)m->a.n_rc + 1, sizeof *m->a.rc);
@@ -389,6 +525,7 @@ mt_status mt_model_create(const mt_model_config *cfg, int micro_batch_size, mt_d
         p->no_weight_decay = m->spec[i].no_wd;
         p->init_std = m->spec[i].std;
         p->init_ones = m->spec[i].ones;
+        param_pieces(&m->spec[i], tp_n(&m->cfg), m->tpr, p);
     }
     MT_TRY_GOTO(mt_device_set(device), st, fail);
     MT_TRY_GOTO(mt_blas_create(device, &m->blas), st, fail);

@@ -15,7 +15,30 @@ typedef struct param_spec {
     int64_t offset, numel; /* in elements of the weight/grad buffers */
     float std;
     int ones, no_wd;
+    /* tensor parallelism: split along `axis` (-1: whole), whose full length is nblk blocks blk[],
+     * each split evenly over the ranks (a rank holds part r of every block, in block order) */
+    int axis, nblk;
+    int64_t blk[3];
+    int64_t full[2]; /* the unsharded shape */
 } param_spec;
+
+/* The tensor-parallel size (1 without) and this rank's share of the heads, query groups, MLP
+ * width (F) and padded vocabulary. */
+static inline int tp_n(const mt_model_config *c) {
+    return c->tensor_model_parallel_size > 1 ? c->tensor_model_parallel_size : 1;
+}
+static inline int64_t local_heads(const mt_model_config *c) {
+    return c->num_attention_heads / tp_n(c);
+}
+static inline int64_t local_groups(const mt_model_config *c) {
+    return c->num_query_groups / tp_n(c);
+}
+static inline int64_t local_ffn(const mt_model_config *c) {
+    return c->ffn_hidden_size / tp_n(c);
+}
+static inline int64_t local_vocab(const mt_model_config *c) {
+    return c->padded_vocab_size / tp_n(c);
+}
 
 typedef struct layer_acts {
     mt_tensor resid_in; /* (N,C) residual stream entering the layer */
@@ -47,6 +70,9 @@ typedef struct acts {
     mt_tensor dloss;   /* logits_chunks > 1 or per_token_loss: each token's loss gradient (N) f32 */
     mt_tensor drop;    /* hidden_dropout: a projection's output before its dropout and residual
                           add (forward), its gradient after the dropout (backward) (N,C) */
+    mt_tensor tp_stats; /* tensor parallelism: the vocab-parallel cross-entropy's (3N) f32 */
+    mt_tensor qk_grad;  /* tensor parallelism, qk_layernorm: a layer's q and k norm weight and bias
+                           gradients (4D) f32, summed over the group before they are added */
 } acts;
 
 typedef struct layer_params {
@@ -81,6 +107,8 @@ struct mt_model {
     int B;
     mt_device dev;
     mt_blas *blas;
+    mt_comm *tp; /* tensor-parallel group (NULL: TP 1) */
+    int tpr;     /* this rank's place in it */
     int nparams;
     param_spec *spec;
     mt_model_param *params;

@@ -54,13 +54,43 @@ static inline float *golden_padded(mt_safetensors *f, const char *name, const mt
     return x;
 }
 
-/* Loads the golden weights `wf` into every parameter of m (dtype dt on dev); padded vocab rows
- * stay zero. */
+/* The pieces of p that this tensor-parallel rank holds, cut from `full` (p's unsharded shape) and
+ * shaped like p's weight (malloc'd; NULL when p is not split). */
+static inline float *cut_local(const float *full, const mt_model_param *p) {
+    if (p->tp_axis < 0) return NULL;
+    const mt_tensor *w = &p->weight;
+    int64_t rows = w->shape[0], cols = w->ndim == 2 ? w->shape[1] : 1;
+    int64_t fcols = w->ndim == 2 ? p->full_shape[1] : 1;
+    float *x = calloc((size_t)(rows * cols), 4);
+    for (int k = 0; k < p->tp_npieces; k++) {
+        int64_t l = p->tp_piece[k].local, g = p->tp_piece[k].global, len = p->tp_piece[k].len;
+        if (p->tp_axis == 0)
+            memcpy(x + l * cols, full + g * fcols, (size_t)(len * cols) * 4);
+        else
+            for (int64_t i = 0; i < rows; i++)
+                memcpy(x + i * cols + l, full + i * fcols + g, (size_t)len * 4);
+    }
+    return x;
+}
+
+/* Golden `name` (padded as golden_padded to p's unsharded shape) cut to the pieces of p that this
+ * tensor-parallel rank holds, shaped like p's weight (the whole tensor without tensor
+ * parallelism), as f32. */
+static inline float *golden_local(mt_safetensors *f, const char *name, const mt_model_param *p) {
+    mt_tensor like = mt_tensor_make(NULL, MT_F32, p->weight.ndim, p->full_shape, MT_DEVICE_CPU);
+    float *full = golden_padded(f, name, &like), *x = cut_local(full, p);
+    if (!x) return full;
+    free(full);
+    return x;
+}
+
+/* Loads the golden weights `wf` into every parameter of m (dtype dt on dev; under tensor
+ * parallelism this rank's pieces); padded vocab rows stay zero. */
 static inline void hf_tiny_load_weights(mt_model *m, mt_safetensors *wf, mt_device dev,
                                         mt_dtype dt) {
     for (int i = 0; i < mt_model_num_params(m); i++) {
         mt_model_param *p = mt_model_param_at(m, i);
-        float *x = golden_padded(wf, p->name, &p->weight);
+        float *x = golden_local(wf, p->name, p);
         int64_t n = mt_tensor_numel(&p->weight);
         void *h = malloc((size_t)n * mt_dtype_size(dt));
         mt_tensor hx = mt_tensor_1d(x, MT_F32, n, MT_DEVICE_CPU);

@@ -1,10 +1,27 @@
 /* functional (CPU) / gpu: our GPT-2 and Llama models loaded with the weights of tiny Hugging Face
  * models reproduce transformers' logits, loss and every parameter gradient (golden/gen_hf.py).
- *   test_hf_golden gpt2|llama cpu|cuda f32|bf16|f16 */
+ * multirank / multigpu (`tp`, under an MPI launcher): the same with the launcher's ranks as one
+ * tensor-parallel group, each rank holding its shards (mt_model_create_tp) and checking its
+ * pieces of the logits and of every gradient.
+ *   test_hf_golden gpt2|llama|qwen3 cpu|cuda f32|bf16|f16 [tp] */
 #include "hf_tiny.h"
+
+#include <mt/comm.h>
 
 #include <math.h>
 #include <string.h>
+
+static mt_comm *g_tp; /* the tensor-parallel group (NULL: TP 1) */
+
+static mt_model *create(mt_model_config cfg, mt_device dev) {
+    cfg.tensor_model_parallel_size = mt_tp_size(g_tp);
+    mt_model *m;
+    MT_CHECK(mt_model_create_tp(&cfg, B, dev, g_tp, NULL, NULL, &m));
+    return m;
+}
+
+/* The logits' real-vocabulary columns this rank holds, against the golden's (B*T, V). */
+static void check_logits(const char *what, mt_model *m, const float *golden, double rtol);
 
 /* Host f32 copy of any model tensor (device or host, f32 or bf16). */
 static float *to_host_f32(const mt_tensor *t) {
@@ -26,7 +43,7 @@ static float *check_grad(mt_model_param *p, mt_safetensors *gf, const char *pref
     char name[256];
     snprintf(name, sizeof name, "%s%s", prefix, p->name);
     float *got = to_host_f32(&p->grad);
-    float *ref = golden_padded(gf, name, &p->grad);
+    float *ref = golden_local(gf, name, p);
     double mx = 0;
     int64_t n = mt_tensor_numel(&p->grad);
     for (int64_t j = 0; j < n; j++)
@@ -52,8 +69,7 @@ static void check_dropout(const char *tag, mt_model_config cfg, mt_device dev, m
     cfg.hidden_dropout = strcmp(tag, "gpt2") == 0 ? 0.1f : 0.0f;
     cfg.attention_dropout = 0.1f;
     cfg.seed = 1234;
-    mt_model *m;
-    MT_CHECK(mt_model_create(&cfg, B, dev, NULL, NULL, &m));
+    mt_model *m = create(cfg, dev);
     hf_tiny_load_weights(m, wf, dev, dt);
     mt_tensor hid, ids, gl;
     MT_CHECK(mt_safetensors_get(df, "sample_ids", &hid));
@@ -97,23 +113,76 @@ static void check_dropout(const char *tag, mt_model_config cfg, mt_device dev, m
     mt_safetensors_close(df);
 }
 
+/* Tensor parallelism: each rank's initial weights are its pieces of the unsharded model's,
+ * bitwise (mt_model_create_tp draws every tensor whole). */
+static void check_init(const mt_model_config *cfg, mt_device dev) {
+    mt_model *one, *part = create(*cfg, dev);
+    MT_CHECK(mt_model_create(cfg, B, dev, NULL, NULL, &one));
+    int split = 0;
+    for (int i = 0; i < mt_model_num_params(part); i++) {
+        mt_model_param *p = mt_model_param_at(part, i), *q = mt_model_param_at(one, i);
+        float *full = to_host_f32(&q->weight), *got = to_host_f32(&p->weight);
+        float *want = cut_local(full, p);
+        split += want != NULL;
+        int64_t n = mt_tensor_numel(&p->weight), bad = 0;
+        for (int64_t j = 0; j < n; j++)
+            bad += memcmp(&got[j], want ? &want[j] : &full[j], 4) != 0;
+        MT_EXPECT(bad == 0, "%s: %lld of %lld initial weights differ from the unsharded model's",
+                  p->name, (long long)bad, (long long)n);
+        free(full), free(got), free(want);
+    }
+    MT_EXPECT(split > 0, "no parameter is split");
+    mt_model_destroy(one);
+    mt_model_destroy(part);
+}
+
+static void check_logits(const char *what, mt_model *m, const float *golden, double rtol) {
+    mt_tensor lg = mt_model_logits(m);
+    float *l = to_host_f32(&lg);
+    const int64_t Vl = lg.shape[1], v0 = mt_tp_rank(g_tp) * Vl;
+    const int64_t nv = V - v0 < Vl ? (V - v0 > 0 ? V - v0 : 0) : Vl; /* real columns here */
+    float *got = malloc((size_t)(B * T * nv) * 4 + 4), *ref = malloc((size_t)(B * T * nv) * 4 + 4);
+    for (int64_t r = 0; r < B * T; r++) {
+        memcpy(got + r * nv, l + r * Vl, (size_t)nv * 4);
+        memcpy(ref + r * nv, golden + r * V + v0, (size_t)nv * 4);
+    }
+    mt_test_close_f32(what, got, ref, (size_t)(B * T * nv), rtol * 0.1, rtol);
+    free(l);
+    free(got);
+    free(ref);
+}
+
 int main(int argc, char **argv) {
-    if (argc != 4)
-        mt_die(__FILE__, __LINE__, "usage: %s gpt2|llama cpu|cuda f32|bf16|f16", argv[0]);
+    if (argc != 4 && !(argc == 5 && strcmp(argv[4], "tp") == 0))
+        mt_die(__FILE__, __LINE__, "usage: %s gpt2|llama|qwen3 cpu|cuda f32|bf16|f16 [tp]",
+               argv[0]);
     const char *tag = argv[1];
     int cuda = strcmp(argv[2], "cuda") == 0;
     mt_dtype dt = strcmp(argv[3], "bf16") == 0  ? MT_BF16
                   : strcmp(argv[3], "f16") == 0 ? MT_F16
                                                 : MT_F32;
+    mt_comm *world = NULL;
+    if (argc == 5) { /* the launcher's ranks as one tensor-parallel group */
+        if (!(cuda ? mt_comm_have_nccl() : mt_comm_have_mpi()))
+            mt_test_skip(cuda ? "built without NCCL" : "built without MPI");
+        mt_test_require_ranks(2);
+    }
     if (cuda) mt_test_require_gpus(1);
-    mt_device dev = cuda ? mt_device_cuda(0) : MT_DEVICE_CPU;
+    if (argc == 5) {
+        mt_comm_config cc = MT_COMM_CONFIG_INIT;
+        cc.backends = cuda ? MT_COMM_DEVICE : MT_COMM_HOST;
+        cc.timeout_s = 120;
+        MT_CHECK(mt_comm_world_create(&cc, &world));
+        g_tp = world;
+    }
+    mt_device dev = cuda ? (world ? mt_comm_device(world) : mt_device_cuda(0)) : MT_DEVICE_CPU;
     /* tolerances: CPU fp32 1e-5 relative, GPU fp32 1e-4, bf16 losses 1e-2 (issue 8), f16 losses
      * bf16's / 8 (the ratio of their unit roundoffs, 2^-11 and 2^-8) */
     double rtol = dt == MT_BF16 ? 1e-2 : dt == MT_F16 ? 1e-2 / 8 : !cuda ? 1e-5 : 1e-4;
 
     mt_model_config cfg = hf_tiny_config(tag, dt);
-    mt_model *m;
-    MT_CHECK(mt_model_create(&cfg, B, dev, NULL, NULL, &m));
+    if (g_tp) check_init(&cfg, dev);
+    mt_model *m = create(cfg, dev);
     char path[256];
     snprintf(path, sizeof path, "%s_weights.safetensors", tag);
     mt_safetensors *wf, *gf, *io;
@@ -152,14 +221,7 @@ int main(int argc, char **argv) {
               argv[3], loss, want);
     fprintf(stderr, "loss %.8f want %.8f (rel %.2e)\n", loss, want, fabs(loss - want) / want);
     if (dt == MT_F32) {
-        mt_tensor lg = mt_model_logits(m);
-        float *l = to_host_f32(&lg);
-        int64_t Vp = lg.shape[1];
-        float *lv = malloc((size_t)B * T * V * 4);
-        for (int64_t r = 0; r < B * T; r++)
-            memcpy(lv + r * V, l + r * Vp, V * 4);
-        mt_test_close_f32("logits", lv, gl.data, (size_t)B * T * V, rtol * 0.1, rtol);
-        free(l);
+        check_logits("logits", m, gl.data, rtol);
 
         /* backward: every gradient */
         MT_CHECK(mt_model_zero_grad(m, NULL));
@@ -211,8 +273,7 @@ int main(int argc, char **argv) {
             mt_model_config pc = cfg;
             pc.per_token_loss = 1;
             pc.logits_chunks = chunks;
-            mt_model *pm;
-            MT_CHECK(mt_model_create(&pc, B, dev, NULL, NULL, &pm));
+            mt_model *pm = create(pc, dev);
             hf_tiny_load_weights(pm, wf, dev, dt);
             MT_CHECK(mt_model_forward_backward(pm, &tok, &tgt, 1.0f / (float)counted, NULL));
             MT_CHECK(mt_model_take_loss(pm, &loss, NULL));
@@ -247,23 +308,19 @@ int main(int argc, char **argv) {
         MT_CHECK(
             mt_model_forward(m, &tok, &tgt, NULL)); /* the logits (the fused step's are dlogits) */
         MT_CHECK(mt_model_take_loss(m, &loss, NULL));
-        lg = mt_model_logits(m);
-        l = to_host_f32(&lg);
-        for (int64_t r = 0; r < B * T; r++)
-            memcpy(lv + r * V, l + r * Vp, V * 4);
-        mt_test_close_f32("logits with positions", lv, pl.data, (size_t)B * T * V, rtol * 0.1,
-                          rtol);
-        free(l);
-        free(lv);
+        check_logits("logits with positions", m, pl.data, rtol);
         MT_CHECK(mt_model_set_positions(m, NULL));
         mt_safetensors_close(pf);
     }
-    if (strcmp(tag, "qwen3") != 0)
+    /* (tensor parallelism: the attention dropout's masks are each rank's own, Megatron's
+     * model-parallel RNG, not the golden's) */
+    if (strcmp(tag, "qwen3") != 0 && !g_tp)
         check_dropout(tag, cfg, dev, dt, wf, gf, &tok, &tgt, ((float *)gloss.data)[0], rtol, ar);
     mt_arena_destroy(ar);
     mt_safetensors_close(wf);
     mt_safetensors_close(gf);
     mt_safetensors_close(io);
     mt_model_destroy(m);
+    mt_comm_destroy(world);
     return mt_test_result();
 }

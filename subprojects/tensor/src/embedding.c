@@ -74,8 +74,9 @@ mt_status mt_embedding_fwd_pos(mt_tensor *out, const mt_tensor *ids, const mt_te
 }
 
 mt_status mt_embedding_fwd_shard(mt_tensor *out, const mt_tensor *ids, const mt_tensor *wte,
-                                 int64_t vocab_start, mt_stream stream) {
-    return embedding_fwd(out, ids, wte, NULL, NULL, vocab_start, 1, stream);
+                                 int64_t vocab_start, const mt_tensor *wpe, const mt_tensor *pos,
+                                 mt_stream stream) {
+    return embedding_fwd(out, ids, wte, wpe, pos, vocab_start, 1, stream);
 }
 
 mt_status mt_embedding_fwd(mt_tensor *out, const mt_tensor *ids, const mt_tensor *wte,
@@ -124,9 +125,10 @@ mt_status mt_embedding_bwd_pos(mt_tensor *dwte, mt_tensor *dwpe, const mt_tensor
     return embedding_bwd(dwte, dwpe, dout, ids, pos, 0, 0, ws, ws_bytes, stream);
 }
 
-mt_status mt_embedding_bwd_shard(mt_tensor *dwte, const mt_tensor *dout, const mt_tensor *ids,
-                                 int64_t vocab_start, void *ws, size_t ws_bytes, mt_stream stream) {
-    return embedding_bwd(dwte, NULL, dout, ids, NULL, vocab_start, 1, ws, ws_bytes, stream);
+mt_status mt_embedding_bwd_shard(mt_tensor *dwte, mt_tensor *dwpe, const mt_tensor *dout,
+                                 const mt_tensor *ids, int64_t vocab_start, const mt_tensor *pos,
+                                 void *ws, size_t ws_bytes, mt_stream stream) {
+    return embedding_bwd(dwte, dwpe, dout, ids, pos, vocab_start, 1, ws, ws_bytes, stream);
 }
 
 mt_status mt_embedding_bwd(mt_tensor *dwte, mt_tensor *dwpe, const mt_tensor *dout,

@@ -88,15 +88,15 @@ static void run_shard(mt_dtype dt, mt_dtype gdt, int64_t V, int64_t C, int64_t N
     mt_tensor hw = host_as(w, dt, 2, tsh), hd = host_as(d, dt, 2, osh), ho = host_as(d, dt, 2, osh);
     mt_tensor hg = host_as(g0, gdt, 2, tsh);
     mt_tensor dids = to_dev(&hids), dw = to_dev(&hw), dd = to_dev(&hd), dg = to_dev(&hg);
-    MT_CHECK(mt_embedding_fwd_shard(&ho, &hids, &hw, v0, NULL));
-    MT_CHECK(mt_embedding_bwd_shard(&hg, &hd, &hids, v0, NULL, 0, NULL));
+    MT_CHECK(mt_embedding_fwd_shard(&ho, &hids, &hw, v0, NULL, NULL, NULL));
+    MT_CHECK(mt_embedding_bwd_shard(&hg, NULL, &hd, &hids, v0, NULL, NULL, 0, NULL));
     mt_tensor dout = dev_nan(dt, 2, osh);
-    MT_CHECK(mt_embedding_fwd_shard(&dout, &dids, &dw, v0, NULL));
+    MT_CHECK(mt_embedding_fwd_shard(&dout, &dids, &dw, v0, NULL, NULL, NULL));
     size_t wsb;
     MT_CHECK(mt_embedding_bwd_workspace(&dids, rows, dids.device, &wsb));
     void *ws;
     MT_CHECK(mt_arena_alloc(ar, wsb, &ws));
-    MT_CHECK(mt_embedding_bwd_shard(&dg, &dd, &dids, v0, ws, wsb, NULL));
+    MT_CHECK(mt_embedding_bwd_shard(&dg, NULL, &dd, &dids, v0, NULL, ws, wsb, NULL));
     char what[128];
     snprintf(what, sizeof what, "embedding shard %s grads %s V=%lld C=%lld N=%lld%s",
              mt_dtype_name(dt), mt_dtype_name(gdt), (long long)V, (long long)C, (long long)N,

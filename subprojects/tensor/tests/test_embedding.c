@@ -94,8 +94,8 @@ int main(void) {
         mt_tensor to = mt_tensor_3d(so, MT_F32, B, T, C, MT_DEVICE_CPU);
         mt_tensor tg = mt_tensor_2d(sg, MT_F32, rows, C, MT_DEVICE_CPU);
         mt_tensor td = mt_tensor_3d(dout, MT_F32, B, T, C, MT_DEVICE_CPU);
-        MT_CHECK(mt_embedding_fwd_shard(&to, &ids, &tw, v0, NULL));
-        MT_CHECK(mt_embedding_bwd_shard(&tg, &td, &ids, v0, NULL, 0, NULL));
+        MT_CHECK(mt_embedding_fwd_shard(&to, &ids, &tw, v0, NULL, NULL, NULL));
+        MT_CHECK(mt_embedding_bwd_shard(&tg, NULL, &td, &ids, v0, NULL, NULL, 0, NULL));
         float ref[B * T * C];
         for (int n = 0; n < B * T; n++)
             for (int c = 0; c < C; c++)

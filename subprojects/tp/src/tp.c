@@ -121,17 +121,33 @@ mt_status mt_tp_column_bwd(mt_comm *tp, mt_blas *blas, mt_tensor *dx, mt_tensor 
               : mt_tp_all_reduce(tp, dx, stream);
 }
 
-mt_status mt_tp_row_fwd(mt_comm *tp, mt_blas *blas, mt_tensor *y, mt_tensor *y_all,
-                        const mt_tensor *x, const mt_tensor *w, const mt_tensor *bias, int sp,
-                        mt_stream stream) {
+mt_status mt_tp_row_fwd_add(mt_comm *tp, mt_blas *blas, mt_tensor *y, mt_tensor *y_all,
+                            const mt_tensor *x, const mt_tensor *w, const mt_tensor *bias,
+                            const mt_tensor *resid, int sp, mt_stream stream) {
     MT_TRY(check_sp(tp, sp, y_all, y, "y_all", "y"));
     /* checked on every rank, though only rank 0 adds it */
     MT_REQUIRE(!bias || (w && bias->ndim == 1 && w->ndim == 2 && bias->shape[0] == w->shape[0]),
                MT_ERR_INVALID_ARG, "bias: want (%lld), w's rows",
                w ? (long long)w->shape[0] : -1LL);
-    mt_tensor *out = sp ? y_all : y;
-    MT_TRY(mt_linear_fwd(blas, out, NULL, x, w, mt_tp_rank(tp) == 0 ? bias : NULL, 0, stream));
-    return sp ? mt_tp_reduce_scatter_rows(tp, y, y_all, stream) : mt_tp_all_reduce(tp, y, stream);
+    MT_REQUIRE(!resid || mt_tensor_same_shape(resid, y), MT_ERR_INVALID_ARG,
+               "resid must have y's shape");
+    const int lead = mt_tp_rank(tp) == 0;
+    if (sp) {
+        MT_TRY(mt_linear_fwd(blas, y_all, NULL, x, w, lead ? bias : NULL, 0, stream));
+        MT_TRY(mt_tp_reduce_scatter_rows(tp, y, y_all, stream));
+        return resid ? mt_add(y, y, resid, stream) : MT_OK;
+    }
+    if (lead && resid)
+        MT_TRY(mt_linear_fwd_add(blas, y, x, w, bias, resid, stream));
+    else
+        MT_TRY(mt_linear_fwd(blas, y, NULL, x, w, lead ? bias : NULL, 0, stream));
+    return mt_tp_all_reduce(tp, y, stream);
+}
+
+mt_status mt_tp_row_fwd(mt_comm *tp, mt_blas *blas, mt_tensor *y, mt_tensor *y_all,
+                        const mt_tensor *x, const mt_tensor *w, const mt_tensor *bias, int sp,
+                        mt_stream stream) {
+    return mt_tp_row_fwd_add(tp, blas, y, y_all, x, w, bias, NULL, sp, stream);
 }
 
 mt_status mt_tp_row_bwd(mt_comm *tp, mt_blas *blas, mt_tensor *dx, mt_tensor *dw, mt_tensor *dbias,
@@ -145,29 +161,38 @@ mt_status mt_tp_row_bwd(mt_comm *tp, mt_blas *blas, mt_tensor *dx, mt_tensor *dw
 /* ---- vocab-parallel embedding ---- */
 
 mt_status mt_tp_embedding_fwd(mt_comm *tp, mt_tensor *out, mt_tensor *out_all, const mt_tensor *ids,
-                              const mt_tensor *wte, int sp, mt_stream stream) {
+                              const mt_tensor *wte, const mt_tensor *wpe, const mt_tensor *pos,
+                              int sp, mt_stream stream) {
     MT_TRY(check_sp(tp, sp, out_all, out, "out_all", "out"));
     MT_REQUIRE(wte && wte->ndim == 2, MT_ERR_INVALID_ARG, "wte: want (rows, C)");
+    MT_REQUIRE(!pos || wpe, MT_ERR_INVALID_ARG, "position ids without a position table");
+    if (mt_tp_size(tp) == 1) return mt_embedding_fwd_pos(out, ids, wte, wpe, pos, stream);
     mt_tensor *o = sp ? out_all : out;
-    MT_TRY(mt_embedding_fwd_shard(o, ids, wte, mt_tp_rank(tp) * wte->shape[0], stream));
+    const int lead = mt_tp_rank(tp) == 0; /* adds the positions, once */
+    MT_TRY(mt_embedding_fwd_shard(o, ids, wte, mt_tp_rank(tp) * wte->shape[0], lead ? wpe : NULL,
+                                  lead ? pos : NULL, stream));
     return sp ? mt_tp_reduce_scatter_rows(tp, out, out_all, stream)
               : mt_tp_all_reduce(tp, out, stream);
 }
 
 mt_status mt_tp_embedding_bwd_workspace(const mt_tensor *ids, const mt_tensor *dwte,
-                                        size_t *bytes) {
+                                        const mt_tensor *dwpe, size_t *bytes) {
     MT_REQUIRE(ids && dwte && dwte->ndim == 2, MT_ERR_INVALID_ARG, "NULL argument or dwte not 2-d");
-    return mt_embedding_bwd_workspace(ids, dwte->shape[0], dwte->device, bytes);
+    int64_t rows = dwte->shape[0];
+    if (dwpe && dwpe->ndim == 2 && dwpe->shape[0] > rows) rows = dwpe->shape[0];
+    return mt_embedding_bwd_workspace(ids, rows, dwte->device, bytes);
 }
 
-mt_status mt_tp_embedding_bwd(mt_comm *tp, mt_tensor *dwte, const mt_tensor *dout,
-                              mt_tensor *dout_all, const mt_tensor *ids, void *ws, size_t ws_bytes,
-                              int sp, mt_stream stream) {
+mt_status mt_tp_embedding_bwd(mt_comm *tp, mt_tensor *dwte, mt_tensor *dwpe, const mt_tensor *dout,
+                              mt_tensor *dout_all, const mt_tensor *ids, const mt_tensor *pos,
+                              void *ws, size_t ws_bytes, int sp, mt_stream stream) {
     MT_TRY(check_sp(tp, sp, dout_all, dout, "dout_all", "dout"));
     MT_REQUIRE(dwte && dwte->ndim == 2, MT_ERR_INVALID_ARG, "dwte: want (rows, C)");
+    if (mt_tp_size(tp) == 1)
+        return mt_embedding_bwd_pos(dwte, dwpe, dout, ids, pos, ws, ws_bytes, stream);
     if (sp) MT_TRY(mt_tp_gather_rows(tp, dout_all, dout, stream));
-    return mt_embedding_bwd_shard(dwte, sp ? dout_all : dout, ids, mt_tp_rank(tp) * dwte->shape[0],
-                                  ws, ws_bytes, stream);
+    return mt_embedding_bwd_shard(dwte, dwpe, sp ? dout_all : dout, ids,
+                                  mt_tp_rank(tp) * dwte->shape[0], pos, ws, ws_bytes, stream);
 }
 
 /* ---- vocab-parallel cross-entropy ---- */

@@ -127,6 +127,15 @@ static void tp_mlp(tp_ctx *c, int sp) {
     MT_CHECK(mt_tp_row_fwd(c->tp, c->blas, &ty, sp ? &all : NULL, &h, &tw2, &tb2, sp, c->stream));
     float *yref = tp_block(y, TC, t0, tl, 0, TC);
     tp_expect(c, sp ? "mlp y (sp)" : "mlp y", &ty, yref);
+    /* with a residual (a layer's projection and its residual add): dy's rows as the residual */
+    mt_tensor ty2 = tp_new(c, c->dt, 2, (int64_t[]){ tl, TC });
+    MT_CHECK(mt_tp_row_fwd_add(c->tp, c->blas, &ty2, sp ? &all : NULL, &h, &tw2, &tb2, &tdy, sp,
+                               c->stream));
+    float *yres = malloc((size_t)(tl * TC) * sizeof *yres + 1);
+    for (int64_t i = 0; i < tl * TC; i++)
+        yres[i] = yref[i] + dys[i];
+    tp_expect(c, sp ? "mlp y + resid (sp)" : "mlp y + resid", &ty2, yres);
+    free(yres);
 
     mt_tensor dh = tp_new(c, c->dt, 2, (int64_t[]){ TN, fl });
     mt_tensor dw1t = tp_new(c, MT_F32, 2, (int64_t[]){ fl, TC }),
@@ -173,16 +182,18 @@ static void tp_embed(tp_ctx *c, int sp) {
     mt_tensor tw = tp_up(c, wte + v0 * TC, c->dt, 2, (int64_t[]){ vl, TC });
     mt_tensor to = tp_new(c, c->dt, 2, (int64_t[]){ tl, TC }),
               all = tp_new(c, c->dt, 2, (int64_t[]){ TN, TC });
-    MT_CHECK(mt_tp_embedding_fwd(c->tp, &to, sp ? &all : NULL, &ids, &tw, sp, c->stream));
+    MT_CHECK(
+        mt_tp_embedding_fwd(c->tp, &to, sp ? &all : NULL, &ids, &tw, NULL, NULL, sp, c->stream));
     tp_expect(c, sp ? "embedding (sp)" : "embedding", &to, out + t0 * TC);
     float *ds = tp_block(dout, TC, t0, tl, 0, TC);
     mt_tensor td = tp_up(c, ds, c->dt, 2, (int64_t[]){ tl, TC });
     mt_tensor tg = tp_new(c, MT_F32, 2, (int64_t[]){ vl, TC });
     size_t wsb = 0;
     void *ws = NULL;
-    MT_CHECK(mt_tp_embedding_bwd_workspace(&ids, &tg, &wsb));
+    MT_CHECK(mt_tp_embedding_bwd_workspace(&ids, &tg, NULL, &wsb));
     if (wsb) MT_CHECK(mt_arena_alloc(c->ar, wsb, &ws));
-    MT_CHECK(mt_tp_embedding_bwd(c->tp, &tg, &td, sp ? &all : NULL, &ids, ws, wsb, sp, c->stream));
+    MT_CHECK(mt_tp_embedding_bwd(c->tp, &tg, NULL, &td, sp ? &all : NULL, &ids, NULL, ws, wsb, sp,
+                                 c->stream));
     tp_expect(c, "embedding dwte", &tg, dwte + v0 * TC);
     free(wte), free(idsf), free(out), free(dout), free(dwte), free(ds);
 }

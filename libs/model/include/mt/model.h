@@ -6,6 +6,7 @@
 
 #include <mt/core.h>
 #include <mt/tensor.h>
+#include <mt/tp.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -101,13 +102,24 @@ typedef struct mt_model_config {
      * mt_model_set_sample_ids. 0: none (then nothing changes). */
     float hidden_dropout;
     float attention_dropout;
+    /* Megatron's --tensor-model-parallel-size (0 or 1: none): the model of mt_model_create_tp
+     * holds this rank's share, as megatron.core shards it: the attention heads and query groups
+     * (linear_qkv's q, k and v rows, linear_proj's columns), the MLP's hidden units (linear_fc1's
+     * rows, for SwiGLU its gate and its up rows; linear_fc2's columns), the padded vocabulary
+     * (the embedding's and output layer's rows; padded to make_vocab_size_divisible_by times
+     * this). Norms, position table and the row-parallel biases are whole on every rank. Heads,
+     * query groups, ffn_hidden_size and the padded vocabulary must be multiples of it. Under it
+     * the attention dropout follows Megatron's model-parallel RNG: each rank's heads draw from
+     * their own streams (so the masks differ from one rank's); the hidden dropout does not
+     * change. */
+    int tensor_model_parallel_size;
 } mt_model_config;
 
 #define MT_MODEL_CONFIG_INIT                                                               \
     {                                                                                      \
         sizeof(mt_model_config), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, MT_NORM_LAYERNORM, 0.0f, \
             MT_POS_LEARNED, 0.0, 0, 0, 1, 0, 0.0f, 1234, MT_F32, 0, MT_RECOMPUTE_NONE,     \
-            MT_RECOMPUTE_METHOD_NONE, 0, 0, 0, 0, 0, 0, 0.0f, 0.0f                         \
+            MT_RECOMPUTE_METHOD_NONE, 0, 0, 0, 0, 0, 0, 0.0f, 0.0f, 0                      \
     }
 
 /* Fills the derived fields (zeros) of cfg in place and checks it; MT_ERR_INVALID_ARG with
@@ -123,6 +135,15 @@ typedef struct mt_model_param {
     int no_weight_decay; /* biases, norm weights, 1-D params */
     float init_std;      /* 0 for ones/zeros params */
     int init_ones;       /* norm weights */
+    /* tensor parallelism: the unsharded shape, and tp_axis, the dim the ranks split (-1: whole on
+     * every rank); along it this rank's [tp_piece[k].local, + len) are the full tensor's
+     * [tp_piece[k].global, + len), k < tp_npieces (1, or 3 for linear_qkv's q, k and v heads, 2
+     * for SwiGLU's gate and up rows). TP 1: the whole tensor, one piece. */
+    int64_t full_shape[2];
+    int tp_axis, tp_npieces;
+    struct {
+        int64_t local, global, len;
+    } tp_piece[3];
 } mt_model_param;
 
 typedef struct mt_model mt_model;
@@ -143,7 +164,21 @@ MT_API mt_status mt_model_list_params(const mt_model_config *cfg, mt_model_param
  * unsharded tensor. Gradients are zeroed. Blocking. */
 MT_API mt_status mt_model_create(const mt_model_config *cfg, int micro_batch_size, mt_device device,
                                  mt_model_param_fn fn, void *ctx, mt_model **out);
+/* As mt_model_create, for a tensor-parallel group `tp` of cfg.tensor_model_parallel_size ranks
+ * (NULL: one; the group's size must be the config's), this rank holding its share of every
+ * parameter (mt_model_param's tp_axis and pieces) and of the activations. The initial weights
+ * are the unsharded model's (each rank draws the whole tensor and keeps its pieces). Every call
+ * of the model is then collective over the group (the same tokens and targets on every rank);
+ * the losses are every rank's, the logits (mt_model_logits) this rank's vocabulary columns.
+ * Host tensors go over MPI, device tensors over NCCL (mt-comm). */
+MT_API mt_status mt_model_create_tp(const mt_model_config *cfg, int micro_batch_size,
+                                    mt_device device, mt_comm *tp, mt_model_param_fn fn, void *ctx,
+                                    mt_model **out);
 MT_API void mt_model_destroy(mt_model *m); /* NULL is a no-op */
+/* Whether parameter `name` of a model of `cfg` is split by tensor parallelism (its tp_axis, 0 or
+ * 1) or whole on every rank (-1): for a caller that lays out storage before creating the model
+ * (an optimizer counting replicated parameters once). -2 for a name the model does not have. */
+MT_API int mt_model_param_tp_axis(const mt_model_config *cfg, const char *name);
 
 MT_API const mt_model_config *mt_model_get_config(const mt_model *m);
 MT_API int mt_model_num_params(const mt_model *m);

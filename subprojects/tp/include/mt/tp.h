@@ -77,6 +77,12 @@ MT_API mt_status mt_tp_column_bwd(mt_comm *tp, mt_blas *blas, mt_tensor *dx, mt_
 MT_API mt_status mt_tp_row_fwd(mt_comm *tp, mt_blas *blas, mt_tensor *y, mt_tensor *y_all,
                                const mt_tensor *x, const mt_tensor *w, const mt_tensor *bias,
                                int sp, mt_stream stream);
+/* As mt_tp_row_fwd, plus a residual: y = resid + the sum (resid y's shape, not y itself; sp = 0:
+ * rank 0's GEMM adds it with the bias, as mt_linear_fwd_add; sp = 1: added to this rank's rows
+ * after the reduce-scatter). A transformer layer's projection and its residual add in one. */
+MT_API mt_status mt_tp_row_fwd_add(mt_comm *tp, mt_blas *blas, mt_tensor *y, mt_tensor *y_all,
+                                   const mt_tensor *x, const mt_tensor *w, const mt_tensor *bias,
+                                   const mt_tensor *resid, int sp, mt_stream stream);
 /* The backward: dy_all = dy (sp = 0: dy (N, out), dy_all NULL) or the gathered dy (sp = 1: dy
  * (N/n, out), dy_all (N, out) receives it); dx (N, in/n) = dy_all @ w, dw (+)= dy_all^T x,
  * dbias (+)= dy_all's column sums (the same on every rank: no reduction of the bias gradient). */
@@ -89,19 +95,25 @@ MT_API mt_status mt_tp_row_bwd(mt_comm *tp, mt_blas *blas, mt_tensor *dx, mt_ten
  * wte (Vp/n, C) is this rank's rows of the (padded) vocabulary's table, rank r holding ids [r Vp/n,
  * (r+1) Vp/n). */
 
-/* out = wte_full[ids]: each rank looks up the ids it holds (zeros for the others) and the group
+/* out = wte_full[ids] (+ wpe[pos], the position table (P, C), whole on every rank and added once,
+ * by rank 0 before the sum; pos as mt_embedding_fwd_pos, NULL: each token's index along ids' last
+ * dim; wpe NULL: none): each rank looks up the ids it holds (zeros for the others) and the group
  * sums. sp = 0: out (N, C), all-reduced, out_all NULL; sp = 1: out_all (N, C) scratch,
- * reduce-scattered into out (N/n, C). ids (N) i32 or i64, the same on every rank. */
+ * reduce-scattered into out (N/n, C). ids i32 or i64 (N, or (B, T) with out (B, T, C)), the same
+ * on every rank. */
 MT_API mt_status mt_tp_embedding_fwd(mt_comm *tp, mt_tensor *out, mt_tensor *out_all,
-                                     const mt_tensor *ids, const mt_tensor *wte, int sp,
+                                     const mt_tensor *ids, const mt_tensor *wte,
+                                     const mt_tensor *wpe, const mt_tensor *pos, int sp,
                                      mt_stream stream);
-/* Workspace bytes for mt_tp_embedding_bwd (the device's sort; 0 on the CPU). */
+/* Workspace bytes for mt_tp_embedding_bwd (the device's sort; 0 on the CPU); dwpe may be NULL. */
 MT_API mt_status mt_tp_embedding_bwd_workspace(const mt_tensor *ids, const mt_tensor *dwte,
-                                               size_t *bytes);
-/* dwte (+)= this rank's rows of the scatter-add of dout_all over ids, in token order: sp = 0:
- * dout (N, C), dout_all NULL; sp = 1: dout (N/n, C) gathered into dout_all (N, C) first. */
-MT_API mt_status mt_tp_embedding_bwd(mt_comm *tp, mt_tensor *dwte, const mt_tensor *dout,
-                                     mt_tensor *dout_all, const mt_tensor *ids, void *ws,
+                                               const mt_tensor *dwpe, size_t *bytes);
+/* dwte (+)= this rank's rows of the scatter-add of dout_all over ids, in token order, and dwpe
+ * (+)= its scatter-add over the positions (every rank the same; NULL: none): sp = 0: dout (N, C),
+ * dout_all NULL; sp = 1: dout (N/n, C) gathered into dout_all (N, C) first. */
+MT_API mt_status mt_tp_embedding_bwd(mt_comm *tp, mt_tensor *dwte, mt_tensor *dwpe,
+                                     const mt_tensor *dout, mt_tensor *dout_all,
+                                     const mt_tensor *ids, const mt_tensor *pos, void *ws,
                                      size_t ws_bytes, int sp, mt_stream stream);
 
 /* ---- vocab_parallel_cross_entropy ---- */

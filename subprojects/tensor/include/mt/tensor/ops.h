@@ -295,14 +295,18 @@ MT_API mt_status mt_embedding_bwd_pos(mt_tensor *dwte, mt_tensor *dwpe, const mt
 
 /* The local part of a vocab-parallel embedding (Megatron's VocabParallelEmbedding): wte (rows, C)
  * holds token ids [vocab_start, vocab_start + rows) of a larger vocabulary. out[n] = wte[ids[n] -
- * vocab_start] for the ids it holds, zeros for the others (any other id, also negative ones);
- * the backward adds dout's rows onto dwte's (f32 or dout's dtype) for the held ids only, in token
- * order (workspace: mt_embedding_bwd_workspace with V = rows). No position table. */
+ * vocab_start] for the ids it holds, zeros for the others (any other id, also negative ones),
+ * plus the position row as mt_embedding_fwd_pos when wpe != NULL (pos NULL: t); the backward adds
+ * dout's rows onto dwte's (f32 or dout's dtype) for the held ids only, and onto dwpe's (may be
+ * NULL) for every token, in token order (workspace: mt_embedding_bwd_workspace with V = max(rows,
+ * wpe rows)). */
 MT_API mt_status mt_embedding_fwd_shard(mt_tensor *out, const mt_tensor *ids, const mt_tensor *wte,
-                                        int64_t vocab_start, mt_stream stream);
-MT_API mt_status mt_embedding_bwd_shard(mt_tensor *dwte, const mt_tensor *dout,
-                                        const mt_tensor *ids, int64_t vocab_start, void *ws,
-                                        size_t ws_bytes, mt_stream stream);
+                                        int64_t vocab_start, const mt_tensor *wpe,
+                                        const mt_tensor *pos, mt_stream stream);
+MT_API mt_status mt_embedding_bwd_shard(mt_tensor *dwte, mt_tensor *dwpe, const mt_tensor *dout,
+                                        const mt_tensor *ids, int64_t vocab_start,
+                                        const mt_tensor *pos, void *ws, size_t ws_bytes,
+                                        mt_stream stream);
 
 /* Rotary position embedding on x (B,T,H,D) into out (same shape and dtype). Strides: D must be
  * innermost (stride 1); the B, T and H strides are free and may differ between out and x, so q and
