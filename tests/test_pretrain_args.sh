@@ -27,7 +27,10 @@ expect "argument --normalization: invalid choice: 'BatchNorm'" --normalization B
 expect "hidden size (64) must be divisible by the number of attention heads (5)" --num-attention-heads 5
 expect "--overlap-param-gather only supported with distributed optimizer" --overlap-param-gather --overlap-grad-reduce
 expect "Must use --overlap-param-gather with --overlap-grad-reduce" --overlap-param-gather --use-distributed-optimizer
-expect "tensor, pipeline and context parallelism are not supported yet" --tensor-model-parallel-size 2
+expect "pipeline and context parallelism are not supported yet" --pipeline-model-parallel-size 2
+expect "--sequence-parallel is not supported yet" --tensor-model-parallel-size 2 --sequence-parallel
+expect "--num-attention-heads (4) is not divisible by --tensor-model-parallel-size (3)" --tensor-model-parallel-size 3
+expect "--num-query-groups (2) is not divisible by --tensor-model-parallel-size (4)" --tensor-model-parallel-size 4 --group-query-attention --num-query-groups 2
 expect "NullTokenizer needs --vocab-size" --vocab-size 0
 expect "expected iteration-based training" --train-samples 96
 expect "expected sample-based learning rate decay" --train-iters 0 --train-samples 96 --lr-decay-iters 5

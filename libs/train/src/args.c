@@ -81,7 +81,8 @@ static const flag flags[] = {
     { "--no-rope-fusion", F_TRUE, O(noop), "accepted" },
     { "--attention-softmax-in-fp32", F_TRUE, O(noop), "accepted: softmax is always fp32" },
     { "--accumulate-allreduce-grads-in-fp32", F_TRUE, O(noop), "accepted: grads are fp32" },
-    { "--sequence-parallel", F_TRUE, O(noop), "accepted (a no-op without tensor parallelism)" },
+    { "--sequence-parallel", F_TRUE, O(sequence_parallel),
+      "not yet with tensor parallelism (a no-op without it)" },
     { "--no-async-tensor-model-parallel-allreduce", F_TRUE, O(noop),
       "accepted (a no-op without tensor parallelism)" },
     { "--cross-entropy-loss-fusion", F_TRUE, O(noop),
@@ -738,12 +739,17 @@ static mt_status validate(mt_train_args *a) {
             return BAD("--loss-scale-window must be positive, got %g", a->loss_scale_window);
         if (a->hysteresis <= 0) return BAD("--hysteresis must be positive, got %d", a->hysteresis);
     }
-    if (a->tensor_model_parallel_size != 1 || a->pipeline_model_parallel_size != 1 ||
-        a->context_parallel_size != 1)
+    if (a->tensor_model_parallel_size < 1)
+        return BAD("--tensor-model-parallel-size must be positive, got %d",
+                   a->tensor_model_parallel_size);
+    if (a->pipeline_model_parallel_size != 1 || a->context_parallel_size != 1)
         return MT_ERROR(MT_ERR_UNSUPPORTED,
-                        "tensor, pipeline and context parallelism are not "
-                        "supported yet: --tensor-model-parallel-size, "
+                        "pipeline and context parallelism are not supported yet: "
                         "--pipeline-model-parallel-size and --context-parallel-size must be 1");
+    if (a->sequence_parallel && a->tensor_model_parallel_size > 1)
+        return MT_ERROR(MT_ERR_UNSUPPORTED,
+                        "--sequence-parallel is not supported yet: tensor parallelism runs without "
+                        "it (drop the flag)");
     if (a->overlap_param_gather) { /* megatron/training/arguments.py */
         if (!a->use_distributed_optimizer)
             return BAD("--overlap-param-gather only supported with distributed optimizer");
@@ -768,6 +774,23 @@ static mt_status validate(mt_train_args *a) {
                    a->hidden_size, a->num_attention_heads);
     if (a->ffn_hidden_size < 0)
         return BAD("--ffn-hidden-size must be positive, got %d", a->ffn_hidden_size);
+    { /* megatron.core's divide() over the tensor-parallel ranks (padded vocab: a multiple) */
+        const int tp = a->tensor_model_parallel_size;
+        const int groups = a->num_query_groups ? a->num_query_groups : a->num_attention_heads;
+        const int ffn = a->ffn_hidden_size ? a->ffn_hidden_size : 4 * a->hidden_size;
+        if (a->num_attention_heads % tp != 0)
+            return BAD("--num-attention-heads (%d) is not divisible by "
+                       "--tensor-model-parallel-size (%d)",
+                       a->num_attention_heads, tp);
+        if (groups % tp != 0)
+            return BAD("--num-query-groups (%d) is not divisible by --tensor-model-parallel-size "
+                       "(%d)",
+                       groups, tp);
+        if (ffn % tp != 0)
+            return BAD("--ffn-hidden-size (%d) is not divisible by --tensor-model-parallel-size "
+                       "(%d)",
+                       ffn, tp);
+    }
     if (a->kv_channels < 0) return BAD("--kv-channels must be positive, got %d", a->kv_channels);
     /* torch.optim's checks (Megatron's optimizers pass these through unchecked) */
     if (!(a->adam_beta1 >= 0.0 && a->adam_beta1 < 1.0))

@@ -23,6 +23,11 @@ typedef struct run {
     const mt_train_args *a;
     mt_comm *world;
     int rank, nranks;
+    /* Megatron's grid, tensor-parallel fastest: rank = dp_rank * tp_size + tp_rank. tp: the
+     * tensor-parallel group (NULL for one rank); dp: the data-parallel group (the world without
+     * tensor parallelism; NULL for one rank; dp_own when split off here) */
+    mt_comm *tp, *dp, *dp_own;
+    int tp_size, tp_rank, dp_size, dp_rank;
     mt_device dev;
     int64_t vocab, eod;
     mt_model_config mc;
@@ -94,20 +99,20 @@ static void stamp(char *buf, size_t n) {
     snprintf(buf + k, n - k, ".%06ld", ts.tv_nsec / 1000);
 }
 
-/* Sums (op MT_REDOP_SUM) or averages (MT_REDOP_AVG) x[0..n) over the ranks, n <= 2 (host MPI,
- * or a device all-reduce), in f32. */
-static mt_status allreduce_host(run *r, double *x, int n, mt_redop op) {
-    if (r->nranks == 1) return MT_OK;
+/* Sums (op MT_REDOP_SUM) or averages (MT_REDOP_AVG) x[0..n) over the ranks of `comm` (NULL: one
+ * rank), n <= 2 (host MPI, or a device all-reduce), in f32. */
+static mt_status allreduce_on(run *r, mt_comm *comm, double *x, int n, mt_redop op) {
+    if (!comm || mt_comm_size(comm) == 1) return MT_OK;
     float v[2] = { (float)x[0], n > 1 ? (float)x[1] : 0.0f };
-    if (mt_comm_has_host(r->world)) {
+    if (mt_comm_has_host(comm)) {
         mt_tensor t = mt_tensor_1d(v, MT_F32, n, MT_DEVICE_CPU);
-        MT_TRY(mt_comm_allreduce(r->world, &t, &t, op, NULL));
+        MT_TRY(mt_comm_allreduce(comm, &t, &t, op, NULL));
     } else {
         mt_tensor d;
         MT_TRY(mt_tensor_slice(&r->red, 0, 0, n, &d));
         MT_TRY(mt_memcpy(d.data, r->dev, v, MT_DEVICE_CPU, (size_t)n * 4, NULL));
-        MT_TRY(mt_comm_allreduce(r->world, &d, &d, op, NULL));
-        MT_TRY(mt_comm_wait(r->world, NULL));
+        MT_TRY(mt_comm_allreduce(comm, &d, &d, op, NULL));
+        MT_TRY(mt_comm_wait(comm, NULL));
         MT_TRY(mt_memcpy(v, MT_DEVICE_CPU, d.data, r->dev, (size_t)n * 4, NULL));
     }
     for (int i = 0; i < n; i++)
@@ -115,12 +120,18 @@ static mt_status allreduce_host(run *r, double *x, int n, mt_redop op) {
     return MT_OK;
 }
 
+/* allreduce_on over every rank. */
+static mt_status allreduce_host(run *r, double *x, int n, mt_redop op) {
+    return allreduce_on(r, r->world, x, n, op);
+}
+
 /* The mean loss over the counted tokens of every rank's micro-batches since the last call
- * (Megatron's reported 'lm loss': the sums' sum over the counts' sum). */
+ * (Megatron's reported 'lm loss': the sums' sum over the counts' sum; the tensor-parallel ranks
+ * of a data-parallel rank hold the same losses and count). */
 static mt_status take_loss(run *r, double *loss) {
     double sc[2];
     MT_TRY(mt_model_take_loss_sum(r->model, &sc[0], &sc[1], NULL));
-    MT_TRY(allreduce_host(r, sc, 2, MT_REDOP_SUM));
+    MT_TRY(allreduce_on(r, r->dp, sc, 2, MT_REDOP_SUM));
     *loss = sc[0] / sc[1]; /* no counted token: 0/0, NaN as torch */
     return MT_OK;
 }
@@ -182,6 +193,18 @@ static mt_status setup_world(run *r) {
     MT_TRY(mt_comm_world_create(&cc, &r->world));
     r->rank = mt_comm_rank(r->world);
     r->nranks = mt_comm_size(r->world);
+    /* megatron.core.parallel_state: tensor-parallel groups of consecutive ranks */
+    const int tp = a->tensor_model_parallel_size;
+    MT_REQUIRE(r->nranks % tp == 0, MT_ERR_INVALID_ARG,
+               "world size (%d) is not divisible by tensor model parallel size (%d) times "
+               "pipeline model parallel size (1)",
+               r->nranks, tp);
+    r->tp_size = tp, r->tp_rank = r->rank % tp;
+    r->dp_size = r->nranks / tp, r->dp_rank = r->rank / tp;
+    if (tp > 1) MT_TRY(mt_comm_split(r->world, r->dp_rank, r->tp_rank, "tp", &r->tp));
+    if (tp > 1 && r->dp_size > 1)
+        MT_TRY(mt_comm_split(r->world, r->tp_rank, r->dp_rank, "dp", &r->dp_own));
+    r->dp = tp > 1 ? r->dp_own : r->world;
     int ngpu = 0;
     MT_TRY(mt_device_count(&ngpu));
     mt_device d = mt_comm_device(r->world);
@@ -287,9 +310,12 @@ static mt_status register_param(void *ctx, const char *name, int ndim, const int
                                 int no_wd, mt_tensor *weight, mt_tensor *grad) {
     run *r = ctx;
     int idx;
-    if (!weight) /* listing pass */
-        return mt_optim_buffer_add(r->buf, name, ndim, shape,
-                                   no_wd ? MT_OPTIM_PARAM_NO_DECAY : MT_OPTIM_PARAM_DECAY, NULL);
+    if (!weight) { /* listing pass; params whole on every tensor-parallel rank count once */
+        int flags = no_wd ? MT_OPTIM_PARAM_NO_DECAY : MT_OPTIM_PARAM_DECAY;
+        if (r->tp_size > 1 && mt_model_param_tp_axis(&r->mc, name) < 0)
+            flags |= MT_OPTIM_PARAM_TP_REPLICATED;
+        return mt_optim_buffer_add(r->buf, name, ndim, shape, flags, NULL);
+    }
     MT_TRY(mt_optim_buffer_find(r->buf, name, &idx));
     MT_TRY(mt_optim_buffer_param(r->buf, idx, weight));
     return mt_optim_buffer_grad(r->buf, idx, grad);
@@ -308,8 +334,8 @@ static mt_status setup_model(run *r) {
     c->seq_length = a->seq_length;
     c->max_position_embeddings = a->max_position_embeddings;
     c->vocab_size = (int)r->vocab;
-    c->make_vocab_size_divisible_by =
-        a->make_vocab_size_divisible_by * a->tensor_model_parallel_size;
+    c->make_vocab_size_divisible_by = a->make_vocab_size_divisible_by; /* (times the TP size) */
+    c->tensor_model_parallel_size = r->tp_size;
     c->normalization =
         strcmp(a->normalization, "RMSNorm") == 0 ? MT_NORM_RMSNORM : MT_NORM_LAYERNORM;
     c->norm_epsilon = (float)a->norm_epsilon;
@@ -349,15 +375,16 @@ static mt_status setup_model(run *r) {
     bc.device = r->dev;
     bc.bucket_numel = a->ddp_bucket_size
                           ? a->ddp_bucket_size
-                          : (40000000 > 1000000 * r->nranks ? 40000000 : 1000000 * r->nranks);
-    bc.dp_size = r->nranks;
+                          : (40000000 > 1000000 * r->dp_size ? 40000000 : 1000000 * r->dp_size);
+    bc.dp_size = r->dp_size;
+    bc.tp_rank = r->tp_rank;
     MT_TRY(mt_optim_buffer_create(&bc, &r->buf));
     MT_TRY(mt_model_list_params(c, register_param, r));
     size_t bytes;
     MT_TRY(mt_optim_buffer_finalize(r->buf, &bytes));
     MT_TRY(mt_arena_create(r->dev, bytes, &r->buf_arena));
     MT_TRY(mt_optim_buffer_bind(r->buf, r->buf_arena));
-    MT_TRY(mt_model_create(c, a->micro_batch_size, r->dev, register_param, r, &r->model));
+    MT_TRY(mt_model_create_tp(c, a->micro_batch_size, r->dev, r->tp, register_param, r, &r->model));
     /* the forward and backward as one CUDA graph from the second micro-batch on (MT_CUDA_GRAPHS=0:
      * off, for comparison); the profiler runs without it */
     mt_model_set_cuda_graphs(r->model, mt_env_int("MT_CUDA_GRAPHS", 1) != 0);
@@ -371,10 +398,11 @@ static mt_status setup_model(run *r) {
     oc.clip_grad = (float)a->clip_grad;
     oc.log_num_zeros_in_grad = a->log_num_zeros_in_grad;
     oc.use_distributed_optimizer = a->use_distributed_optimizer;
-    r->pgather = a->overlap_param_gather && a->use_distributed_optimizer && r->nranks > 1;
+    r->pgather = a->overlap_param_gather && a->use_distributed_optimizer && r->dp_size > 1;
     oc.overlap_param_gather = r->pgather;
     oc.grad_reduce_in_bf16 = a->grad_reduce_in_bf16;
-    oc.dp = r->nranks > 1 ? r->world : NULL;
+    oc.dp = r->dp_size > 1 ? r->dp : NULL;
+    oc.mp = r->tp; /* the grad norm's split parameters are summed over it */
     MT_TRY(mt_optim_state_bytes(&oc, r->buf, &bytes));
     MT_TRY(mt_arena_create(r->dev, bytes, &r->opt_arena));
     MT_TRY(mt_optim_create(&oc, r->buf, r->opt_arena, &r->opt));
@@ -605,6 +633,7 @@ static char *args_json(const run *r) {
                   "global_batch_size", (int)r->gbs, "train_iters", (json_int_t)a->train_iters,
                   "padded_vocab_size", (json_int_t)r->mc.padded_vocab_size, "lr", a->lr, "seed",
                   a->seed, "bf16", a->bf16, "fp16", a->fp16, "world_size", r->nranks);
+    json_object_set_new(j, "tensor_model_parallel_size", json_integer(r->tp_size));
     /* the model's shape (num_layers, hidden_size, ...) for --use-checkpoint-args */
     if (train_args_model_json(a, j) != MT_OK) mt_error_clear(); /* (out of memory: without) */
     json_t *hf = hf_config(r);
@@ -619,27 +648,90 @@ static char *args_json(const run *r) {
     return s;
 }
 
-/* Optimizer state is checkpointed per parameter ("optimizer.exp_avg.<param>", 1-D over the
- * parameter's elements), whatever the data-parallel layout: each rank contributes the part of
- * each parameter that its shard holds, so a save with any DP size (distributed optimizer or not)
- * loads into any other. */
+/* Parameters and their optimizer state ("optimizer.exp_avg.<param>") are checkpointed in the
+ * parameter's unsharded shape, whatever the layout: each rank writes the boxes of each tensor
+ * that it holds (its tensor-parallel pieces; of the optimizer state, its part of the data-parallel
+ * shard with the distributed optimizer), once per set of copies, so a save with any TP and DP
+ * sizes (distributed optimizer or not) loads into any other. */
 typedef struct state_piece {
     char name[160];
-    mt_tensor view;     /* this rank's elements, in the optimizer's state */
-    int64_t total, off; /* the parameter's numel and the piece's first element in it */
+    mt_tensor view;           /* this rank's elements (contiguous) */
+    int64_t shape[2], off[2]; /* the unsharded tensor's shape, the box's first element in it */
+    int replica;              /* 0 for the copy that is written */
 } state_piece;
+
+typedef struct piece_list {
+    state_piece *p;
+    int n, cap;
+} piece_list;
 
 static const char *state_kinds[3] = { "master", "exp_avg", "exp_avg_sq" };
 
-/* Lists this rank's pieces into *out (malloc'd; *n of them). */
-static mt_status state_pieces(run *r, state_piece **out, int *n) {
+/* Which copy of a tensor this rank holds: one per data-parallel rank unless `sharded` (the
+ * distributed optimizer's state), one per tensor-parallel rank if the parameter is not split. */
+static int replica_of(const run *r, const mt_model_param *p, int sharded) {
+    const int whole = p->tp_axis < 0;
+    return (sharded ? 0 : r->dp_rank) * (whole ? r->tp_size : 1) + (whole ? r->tp_rank : 0);
+}
+
+/* Appends the boxes of parameter p's local elements [s, e) (row-major in this rank's shard), held
+ * by `flat` (e - s elements), under `name`: each run of whole rows or part of one row, cut at
+ * the tensor-parallel pieces (qkv's q, k and v rows go to three places). */
+static mt_status add_boxes(piece_list *l, const char *name, const mt_model_param *p,
+                           const mt_tensor *flat, int64_t s, int64_t e, int replica) {
+    const int two = p->weight.ndim == 2, axis = p->tp_axis == 1 ? 1 : 0;
+    const int64_t cols = two ? p->weight.shape[1] : 1;
+    for (int64_t pos = s; pos < e;) {
+        const int64_t row = pos / cols, c0 = pos % cols;
+        int64_t nrows = 1, ncols = cols - c0 < e - pos ? cols - c0 : e - pos;
+        if (c0 == 0 && e - pos >= cols) nrows = (e - pos) / cols, ncols = cols;
+        for (int k = 0; k < p->tp_npieces; k++) {
+            int64_t lo = row, hi = row + nrows, grow = row, gcol = c0;
+            const int64_t pl = p->tp_piece[k].local, pg = p->tp_piece[k].global;
+            if (axis == 0) {
+                lo = lo > pl ? lo : pl;
+                hi = hi < pl + p->tp_piece[k].len ? hi : pl + p->tp_piece[k].len;
+                if (lo >= hi) continue;
+                grow = pg + (lo - pl);
+            } else {
+                gcol = c0 + pg - pl;
+            }
+            if (l->n == l->cap) {
+                l->cap = l->cap ? 2 * l->cap : 64;
+                state_piece *q = realloc(l->p, sizeof *q * (size_t)l->cap);
+                MT_REQUIRE(q, MT_ERR_OOM, "checkpoint pieces");
+                l->p = q;
+            }
+            state_piece *x = &l->p[l->n++];
+            snprintf(x->name, sizeof x->name, "%s", name);
+            mt_tensor v;
+            MT_TRY(mt_tensor_slice(flat, 0, (pos - s) + (lo - row) * ncols, (hi - lo) * ncols, &v));
+            MT_TRY(mt_tensor_reshape(&v, two ? 2 : 1, (int64_t[]){ hi - lo, ncols }, &x->view));
+            x->shape[0] = p->full_shape[0], x->shape[1] = p->full_shape[1];
+            x->off[0] = grow, x->off[1] = gcol;
+            x->replica = replica;
+        }
+        pos += nrows * ncols;
+    }
+    return MT_OK;
+}
+
+/* The boxes of every parameter's weight (model) or optimizer state (this rank's shard) into l. */
+static mt_status state_pieces(run *r, piece_list *l, int model) {
+    if (model) {
+        for (int i = 0; i < mt_model_num_params(r->model); i++) {
+            mt_model_param *p = mt_model_param_at(r->model, i);
+            const int64_t n = mt_tensor_numel(&p->weight);
+            mt_tensor flat = mt_tensor_1d(p->weight.data, p->weight.dtype, n, p->weight.device);
+            MT_TRY(add_boxes(l, p->name, p, &flat, 0, n, replica_of(r, p, 0)));
+        }
+        return MT_OK;
+    }
     mt_tensor st[3];
     MT_TRY(mt_optim_state(r->opt, &st[0], &st[1], &st[2]));
-    int dist = r->a->use_distributed_optimizer && r->nranks > 1;
-    int shards = dist ? r->nranks : 1, me = dist ? r->rank : 0;
-    int np = mt_optim_buffer_num_params(r->buf), nb = mt_optim_buffer_num_buckets(r->buf), cap = 0;
-    state_piece *p = NULL;
-    *n = 0;
+    int dist = r->a->use_distributed_optimizer && r->dp_size > 1;
+    int shards = dist ? r->dp_size : 1, me = dist ? r->dp_rank : 0;
+    int np = mt_optim_buffer_num_params(r->buf), nb = mt_optim_buffer_num_buckets(r->buf);
     int64_t local = 0; /* where bucket k's shard starts in the state views */
     for (int k = 0; k < nb; k++) {
         mt_optim_bucket b;
@@ -651,27 +743,20 @@ static mt_status state_pieces(run *r, state_piece **out, int *n) {
             int64_t s = info.offset > lo ? info.offset : lo;
             int64_t e = info.offset + info.numel < hi ? info.offset + info.numel : hi;
             if (info.bucket != k || s >= e) continue;
+            const mt_model_param *p = mt_model_param_find(r->model, info.name);
+            MT_REQUIRE(p, MT_ERR_INTERNAL, "no parameter %s", info.name);
             for (int kind = 0; kind < 3; kind++) {
                 if (mt_tensor_numel(&st[kind]) == 0) continue;
-                if (*n == cap) {
-                    cap = cap ? 2 * cap : 64;
-                    state_piece *q = realloc(p, sizeof *p * (size_t)cap);
-                    if (!q) {
-                        free(p);
-                        return MT_ERROR(MT_ERR_OOM, "checkpoint pieces");
-                    }
-                    p = q;
-                }
-                state_piece *x = &p[(*n)++];
-                snprintf(x->name, sizeof x->name, "optimizer.%s.%s", state_kinds[kind], info.name);
-                MT_TRY(mt_tensor_slice(&st[kind], 0, local + (s - lo), e - s, &x->view));
-                x->total = info.numel;
-                x->off = s - info.offset;
+                char name[160];
+                mt_tensor v;
+                snprintf(name, sizeof name, "optimizer.%s.%s", state_kinds[kind], info.name);
+                MT_TRY(mt_tensor_slice(&st[kind], 0, local + (s - lo), e - s, &v));
+                MT_TRY(add_boxes(l, name, p, &v, s - info.offset, e - info.offset,
+                                 replica_of(r, p, dist)));
             }
         }
         local += shard;
     }
-    *out = p;
     return MT_OK;
 }
 
@@ -681,25 +766,26 @@ static mt_status save_checkpoint(run *r) {
     if (!r->writer) {
         mt_ckpt_writer_config wc = MT_CKPT_WRITER_CONFIG_INIT;
         wc.dir = a->save;
-        wc.layout.dp = r->nranks;
+        wc.layout.dp = r->dp_size;
+        wc.layout.tp = r->tp_size;
         wc.async = a->async_save;
         r->group = (mt_ckpt_group){ r->rank, r->nranks, r, ckpt_gather, ckpt_bcast };
         wc.group = r->nranks > 1 ? &r->group : NULL;
         MT_TRY(mt_ckpt_writer_create(&wc, &r->writer));
     }
-    int np = mt_model_num_params(r->model), npiece = 0, dist = a->use_distributed_optimizer;
-    state_piece *pieces = NULL;
-    if (!a->no_save_optim) MT_TRY(state_pieces(r, &pieces, &npiece));
-    mt_ckpt_item *items = calloc((size_t)(np + npiece), sizeof *items);
-    MT_REQUIRE(items, MT_ERR_OOM, "checkpoint items");
-    int n = 0;
-    for (int i = 0; i < np; i++) {
-        mt_model_param *p = mt_model_param_at(r->model, i);
-        items[n++] = (mt_ckpt_item){ p->name, &p->weight, NULL, NULL, r->rank };
+    piece_list l = { NULL, 0, 0 };
+    mt_status ps = state_pieces(r, &l, 1);
+    if (ps == MT_OK && !a->no_save_optim) ps = state_pieces(r, &l, 0);
+    mt_ckpt_item *items = ps == MT_OK ? calloc((size_t)l.n + 1, sizeof *items) : NULL;
+    if (!items) {
+        free(l.p);
+        return ps != MT_OK ? ps : MT_ERROR(MT_ERR_OOM, "checkpoint items");
     }
-    for (int i = 0; i < npiece; i++) /* distributed shards are unique: every rank writes its own */
-        items[n++] = (mt_ckpt_item){ pieces[i].name, &pieces[i].view, &pieces[i].total,
-                                     &pieces[i].off, dist ? 0 : r->rank };
+    int n = 0;
+    for (int i = 0; i < l.n; i++) {
+        state_piece *x = &l.p[i];
+        items[n++] = (mt_ckpt_item){ x->name, &x->view, x->shape, x->off, x->replica };
+    }
     char *args = args_json(r), sampler[1024], scaler[160] = "", sched[512], rng[64];
     const mt_optim_scaler *sc = &r->scaler;
     if (sc->dynamic) /* DynamicGradScaler.state_dict (a constant scaler has no state) */
@@ -729,7 +815,7 @@ static mt_status save_checkpoint(run *r) {
                (long long)r->iteration, a->save, (mt_time_now() - t0) * 1e3);
     free(args);
     free(items);
-    free(pieces);
+    free(l.p);
     return s;
 }
 
@@ -740,36 +826,50 @@ static void shape_str(char *buf, size_t n, int ndim, const int64_t *shape) {
     if (k > 0 && (size_t)k < n) snprintf(buf + k, n - (size_t)k, "]");
 }
 
-static mt_status load_into(mt_ckpt *c, const char *name, mt_tensor *dst) {
-    mt_dtype dt;
-    int nd = 0;
-    int64_t shape[MT_MAX_DIMS];
-    if (mt_ckpt_info(c, name, &dt, &nd, shape) != MT_OK) {
-        mt_error_clear();
-        return MT_ERROR(MT_ERR_FORMAT,
-                        "Missing key(s) in state_dict: \"%s\" (not in the checkpoint of "
-                        "iteration %lld: a different model?)",
-                        name, (long long)mt_ckpt_iteration(c));
+/* Reads every box of l from checkpoint c into its view. Each tensor's saved shape must be the
+ * unsharded one (else torch's load_state_dict message); optimizer state saved flat (1-D over the
+ * parameter's elements, before it took the parameters' shapes) reads as such without tensor
+ * parallelism (each box is then one run of those elements). */
+static mt_status load_boxes(run *r, mt_ckpt *c, const piece_list *l) {
+    for (int i = 0; i < l->n; i++) {
+        const state_piece *x = &l->p[i];
+        mt_tensor *v = (mt_tensor *)&x->view;
+        mt_dtype dt;
+        int nd = 0;
+        int64_t shape[MT_MAX_DIMS];
+        if (mt_ckpt_info(c, x->name, &dt, &nd, shape) != MT_OK) {
+            mt_error_clear();
+            return MT_ERROR(MT_ERR_FORMAT,
+                            "Missing key(s) in state_dict: \"%s\" (not in the checkpoint of "
+                            "iteration %lld: a different model?)",
+                            x->name, (long long)mt_ckpt_iteration(c));
+        }
+        const int64_t cols = v->ndim == 2 ? x->shape[1] : 1, numel = x->shape[0] * cols;
+        const int flat = nd == 1 && v->ndim == 2 && shape[0] == numel && r->tp_size == 1 &&
+                         strncmp(x->name, "optimizer.", 10) == 0;
+        int same = nd == v->ndim;
+        for (int d = 0; same && d < nd; d++)
+            same = shape[d] == x->shape[d];
+        if (!same && !flat) { /* torch's load_state_dict message */
+            char saved[96], want[96];
+            shape_str(saved, sizeof saved, nd, shape);
+            shape_str(want, sizeof want, v->ndim, x->shape);
+            return MT_ERROR(MT_ERR_FORMAT,
+                            "size mismatch for %s: copying a param with shape %s from "
+                            "checkpoint, the shape in current model is %s",
+                            x->name, saved, want);
+        }
+        void *h = malloc(mt_tensor_nbytes(v) + 1);
+        MT_REQUIRE(h, MT_ERR_OOM, "load buffer for %s", x->name);
+        const int64_t off1 = x->off[0] * cols + x->off[1];
+        mt_tensor ht = mt_tensor_make(h, v->dtype, v->ndim, v->shape, MT_DEVICE_CPU);
+        mt_tensor hf = mt_tensor_1d(h, v->dtype, mt_tensor_numel(v), MT_DEVICE_CPU);
+        mt_status st = mt_ckpt_read(c, x->name, flat ? &hf : &ht, flat ? &off1 : x->off);
+        if (st == MT_OK) st = mt_tensor_copy(v, &ht, NULL);
+        free(h);
+        MT_TRY(st);
     }
-    int same = nd == dst->ndim;
-    for (int d = 0; same && d < nd; d++)
-        same = shape[d] == dst->shape[d];
-    if (!same) { /* torch's load_state_dict message */
-        char saved[96], want[96];
-        shape_str(saved, sizeof saved, nd, shape);
-        shape_str(want, sizeof want, dst->ndim, dst->shape);
-        return MT_ERROR(MT_ERR_FORMAT,
-                        "size mismatch for %s: copying a param with shape %s from checkpoint, the "
-                        "shape in current model is %s",
-                        name, saved, want);
-    }
-    void *h = malloc(mt_tensor_nbytes(dst) + 1);
-    MT_REQUIRE(h, MT_ERR_OOM, "load buffer for %s", name);
-    mt_tensor ht = mt_tensor_make(h, dst->dtype, dst->ndim, dst->shape, MT_DEVICE_CPU);
-    mt_status st = mt_ckpt_read(c, name, &ht, NULL);
-    if (st == MT_OK) st = mt_tensor_copy(dst, &ht, NULL);
-    free(h);
-    return st;
+    return MT_OK;
 }
 
 /* torch's strict load_state_dict: a checkpoint tensor that is neither a parameter of this model
@@ -874,11 +974,10 @@ static mt_status load_checkpoint(run *r) {
     }
     mt_ckpt *c;
     MT_TRY(mt_ckpt_open(a->load, it, 0, &c));
-    mt_status st = MT_OK;
-    for (int i = 0; i < mt_model_num_params(r->model) && st == MT_OK; i++) {
-        mt_model_param *p = mt_model_param_at(r->model, i);
-        st = load_into(c, p->name, &p->weight);
-    }
+    piece_list l = { NULL, 0, 0 };
+    mt_status st = state_pieces(r, &l, 1);
+    if (st == MT_OK) st = load_boxes(r, c, &l);
+    free(l.p);
     if (st == MT_OK) st = unexpected_keys(r, c);
     const char *sampler = mt_ckpt_sampler(c);
     json_t *sj = sampler ? json_loads(sampler, 0, NULL) : NULL;
@@ -889,18 +988,10 @@ static mt_status load_checkpoint(run *r) {
         r->consumed_valid = json_integer_value(json_object_get(sj, "consumed_valid_samples"));
     }
     if (st == MT_OK && !a->finetune && !a->no_load_optim) {
-        state_piece *pieces = NULL;
-        int npiece = 0;
-        st = state_pieces(r, &pieces, &npiece);
-        for (int i = 0; i < npiece && st == MT_OK; i++) {
-            float *h = malloc(mt_tensor_nbytes(&pieces[i].view) + 4);
-            mt_tensor ht = mt_tensor_1d(h, MT_F32, pieces[i].view.shape[0], MT_DEVICE_CPU);
-            st = h ? mt_ckpt_read(c, pieces[i].name, &ht, &pieces[i].off)
-                   : MT_ERROR(MT_ERR_OOM, "load buffer");
-            if (st == MT_OK) st = mt_tensor_copy(&pieces[i].view, &ht, NULL);
-            free(h);
-        }
-        free(pieces);
+        piece_list o = { NULL, 0, 0 };
+        st = state_pieces(r, &o, 0);
+        if (st == MT_OK) st = load_boxes(r, c, &o);
+        free(o.p);
         if (st == MT_OK)
             st = mt_optim_set_num_steps(r->opt,
                                         json_integer_value(json_object_get(sj, "optimizer_steps")));
@@ -922,8 +1013,8 @@ static mt_status load_checkpoint(run *r) {
     json_decref(sj);
     mt_ckpt_close(c);
     if (st == MT_OK && last_rank(r))
-        printf("  successfully loaded checkpoint from %s [ t 0/%d, p 0/1 ] at iteration %lld\n",
-               a->load, 1, (long long)r->iteration);
+        printf("  successfully loaded checkpoint from %s [ t %d/%d, p 0/1 ] at iteration %lld\n",
+               a->load, r->tp_rank, r->tp_size, (long long)r->iteration);
     return st;
 }
 
@@ -964,8 +1055,8 @@ static mt_status evaluate_on(run *r, mt_data_dataset *ds, int64_t *consumed, con
     int64_t total = mt_data_dataset_len(ds);
     for (int64_t k = 0; k < a->eval_iters; k++) {
         if (*consumed + r->gbs > total) break;
-        MT_TRY(
-            mt_data_sampler_init(&s, total, *consumed, a->micro_batch_size, r->rank, r->nranks, 1));
+        MT_TRY(mt_data_sampler_init(&s, total, *consumed, a->micro_batch_size, r->dp_rank,
+                                    r->dp_size, 1));
         for (int m = 0; m < r->num_micro; m++) {
             MT_TRY(load_batch(r, ds, &s));
             MT_TRY(mt_model_forward(r->model, &r->tok, &r->tgt, NULL));
@@ -1021,7 +1112,7 @@ static void events_free(mt_event *ev, int n) {
 
 /* Each bucket's level: the lowest grad-ready level of its parameters (mt_model_grad_ready_fn). */
 static mt_status setup_overlap(run *r) {
-    r->overlap = r->a->overlap_grad_reduce && r->nranks > 1;
+    r->overlap = r->a->overlap_grad_reduce && r->dp_size > 1;
     if (!r->overlap) return MT_OK;
     int nb = r->n_buckets = mt_optim_buffer_num_buckets(r->buf);
     r->bucket_level = malloc((size_t)nb * sizeof(int));
@@ -1182,7 +1273,8 @@ static mt_status params_final(run *r) {
 }
 
 /* The L2 norm of every parameter (Megatron's params norm), from the parameter buffer (padding is
- * zero; a tied weight counts once). Blocking. */
+ * zero; a tied weight counts once); under tensor parallelism parameter by parameter, the split
+ * ones' squares summed over the group and the whole ones' counted once. Blocking. */
 static mt_status params_norm(run *r, double *norm) {
     MT_TRY(params_final(r));
     mt_tensor p;
@@ -1193,8 +1285,23 @@ static mt_status params_norm(run *r, double *norm) {
         MT_TRY(mt_tensor_alloc(r->pn_arena, MT_F32, 1, (int64_t[]){ 1 }, &r->pn_out));
         if (r->pn_ws_bytes) MT_TRY(mt_arena_alloc(r->pn_arena, r->pn_ws_bytes, &r->pn_ws));
     }
-    MT_TRY(mt_reduce(&r->pn_out, &p, MT_REDUCE_NORM2, r->pn_ws, r->pn_ws_bytes, NULL));
     float v;
+    if (r->tp_size > 1) {
+        double sq = 0;
+        for (int i = 0; i < mt_model_num_params(r->model); i++) {
+            const mt_model_param *q = mt_model_param_at(r->model, i);
+            if (q->tp_axis < 0 && r->tp_rank != 0) continue;
+            mt_tensor w = mt_tensor_1d(q->weight.data, q->weight.dtype, mt_tensor_numel(&q->weight),
+                                       q->weight.device);
+            MT_TRY(mt_reduce(&r->pn_out, &w, MT_REDUCE_NORM2, r->pn_ws, r->pn_ws_bytes, NULL));
+            MT_TRY(mt_memcpy(&v, MT_DEVICE_CPU, r->pn_out.data, r->dev, sizeof v, NULL));
+            sq += (double)v * v;
+        }
+        MT_TRY(allreduce_on(r, r->tp, &sq, 1, MT_REDOP_SUM));
+        *norm = sqrt(sq);
+        return MT_OK;
+    }
+    MT_TRY(mt_reduce(&r->pn_out, &p, MT_REDUCE_NORM2, r->pn_ws, r->pn_ws_bytes, NULL));
     MT_TRY(mt_memcpy(&v, MT_DEVICE_CPU, r->pn_out.data, r->dev, sizeof v, NULL));
     *norm = v;
     return MT_OK;
@@ -1236,7 +1343,7 @@ static mt_status check_exit(run *r, int *stop) {
 static mt_status train(run *r) {
     const mt_train_args *a = r->a;
     MT_TRY(mt_data_sampler_init(&r->train_s, mt_data_dataset_len(r->train_ds), r->consumed_train,
-                                a->micro_batch_size, r->rank, r->nranks, 1));
+                                a->micro_batch_size, r->dp_rank, r->dp_size, 1));
     double interval_t = 0, interval_loss = 0, total_t = 0, total_samples = 0, total_flops = 0;
     int64_t interval_n = 0, advanced = 0, timed = 0, skipped = 0, nan_iters = 0, profiled = 0;
     int skip_reported = 0;
@@ -1255,8 +1362,8 @@ static mt_status train(run *r) {
     int prev_micro = 0;
     while (r->iteration < end) {
         /* this iteration's global batch (--rampup-batch-size: from the consumed samples) */
-        const int64_t gbs = running_batch(a, batch_at(a, r->gbs, r->consumed_train), r->nranks);
-        const int num_micro = (int)(gbs / ((int64_t)a->micro_batch_size * r->nranks));
+        const int64_t gbs = running_batch(a, batch_at(a, r->gbs, r->consumed_train), r->dp_size);
+        const int num_micro = (int)(gbs / ((int64_t)a->micro_batch_size * r->dp_size));
         /* megatron's train(): a checkpoint when the number of micro-batches changes (unless the
          * save interval has just written this iteration's) */
         if (prev_micro && num_micro != prev_micro && a->save &&
@@ -1299,8 +1406,8 @@ static mt_status train(run *r) {
         }
         if (a->calculate_per_token_loss) {
             double c = (double)counted;
-            MT_TRY(allreduce_host(r, &c, 1, MT_REDOP_SUM));
-            mt_optim_set_grad_multiplier(r->opt, (double)rank_tokens * r->nranks / c);
+            MT_TRY(allreduce_on(r, r->dp, &c, 1, MT_REDOP_SUM));
+            mt_optim_set_grad_multiplier(r->opt, (double)rank_tokens * r->dp_size / c);
         }
         double lr = mt_optim_sched_lr(&r->sched, (double)r->sched_steps);
         double wd = mt_optim_sched_wd(&r->sched, (double)r->sched_steps);
@@ -1356,6 +1463,8 @@ static mt_status train(run *r) {
                 dt * 1e3, (double)gbs * a->seq_length / dt, tflops, info.skipped);
         }
         if (r->iteration % a->log_interval == 0 || r->iteration == 1) {
+            double pn = 0; /* (collective under tensor parallelism: on every rank) */
+            if (a->log_params_norm) MT_TRY(params_norm(r, &pn));
             if (last_rank(r)) {
                 char ts[64], tp[96] = "", gn[64] = "", nz[128] = "";
                 stamp(ts, sizeof ts);
@@ -1368,8 +1477,6 @@ static mt_status train(run *r) {
                 if (a->log_num_zeros_in_grad && !info.skipped)
                     snprintf(nz, sizeof nz, " num zeros: %lld |", (long long)info.num_zeros);
                 if (a->log_params_norm) {
-                    double pn;
-                    MT_TRY(params_norm(r, &pn));
                     size_t k = strlen(nz);
                     snprintf(nz + k, sizeof nz - k, " params norm: %.3f |", pn);
                 }
@@ -1465,6 +1572,8 @@ static void teardown(run *r) {
     free(r->bucket_level);
     free(r->launched);
     mt_prof_destroy(r->prof);
+    mt_comm_destroy(r->tp);
+    mt_comm_destroy(r->dp_own);
     mt_comm_destroy(r->world);
 }
 
@@ -1475,7 +1584,7 @@ mt_status mt_train_run(const mt_train_args *a) {
     r.t_start = mt_time_now();
     mt_status st = setup_world(&r);
     if (st == MT_OK) {
-        int dp = r.nranks;
+        int dp = r.dp_size;
         r.gbs = a->global_batch_size ? a->global_batch_size : (int64_t)a->micro_batch_size * dp;
         const int64_t unit = (int64_t)a->micro_batch_size * dp;
         const int64_t running = running_batch(a, r.gbs, dp);
@@ -1498,7 +1607,7 @@ mt_status mt_train_run(const mt_train_args *a) {
     mt_train_args sample_based; /* --train-samples: megatron's update_train_iters */
     if (st == MT_OK && a->train_samples > 0) {
         sample_based = *a;
-        st = check_rampup(a, r.gbs, r.nranks);
+        st = check_rampup(a, r.gbs, r.dp_size);
         /* megatron's update_train_iters: the ramp's iterations, then whole global batches */
         int64_t it = 0, c = 0;
         while (a->n_rampup && c <= a->rampup_batch_size[2] && c <= a->train_samples) {
@@ -1541,14 +1650,15 @@ mt_status mt_train_run(const mt_train_args *a) {
         int64_t params = 0;
         for (int i = 0; i < mt_model_num_params(r.model); i++)
             params += mt_tensor_numel(&mt_model_param_at(r.model, i)->weight);
-        printf("> building %s model: %lld parameters, padded vocab %d, %d rank(s) on %s, %s, "
-               "%d micro-batch(es) per iteration\n",
+        printf("> building %s model: %lld parameters%s, padded vocab %d, %d rank(s) on %s, %s, "
+               "%d micro-batch(es) per iteration (tensor parallel %d x data parallel %d)\n",
                r.mc.normalization == MT_NORM_RMSNORM ? "Llama-style" : "GPT", (long long)params,
-               r.mc.padded_vocab_size, r.nranks, mt_device_is_cuda(r.dev) ? "cuda" : "cpu",
+               r.tp_size > 1 ? " on this tensor-parallel rank" : "", r.mc.padded_vocab_size,
+               r.nranks, mt_device_is_cuda(r.dev) ? "cuda" : "cpu",
                a->bf16   ? "bf16"
                : a->fp16 ? "fp16"
                          : "fp32",
-               r.num_micro);
+               r.num_micro, r.tp_size, r.dp_size);
         fflush(stdout);
     }
     if (st == MT_OK && r.rank == 0 && a->n_rampup) {

@@ -26,7 +26,7 @@ for name, f in ix["files"].items():
 for tname, t in ix["tensors"].items():
     full = None
     for s in t["slices"]:
-        arr = load_file(os.path.join(d, s["file"]))[tname]
+        arr = load_file(os.path.join(d, s["file"]))[s.get("key", tname)]  # a rank's further boxes: "name#k"
         assert list(arr.shape) == s["lengths"], (tname, arr.shape, s)
         if full is None:
             full = np.zeros(t["shape"], dtype=arr.dtype)

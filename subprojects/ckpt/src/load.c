@@ -29,6 +29,7 @@ typedef struct ck_tensor {
     int nslices;
     ck_box *box;
     int *file;
+    char **key; /* slice s's name in its file (NULL: the tensor's name) */
 } ck_tensor;
 
 struct mt_ckpt {
@@ -54,6 +55,9 @@ void mt_ckpt_close(mt_ckpt *c) {
         free(c->t[i].name);
         free(c->t[i].box);
         free(c->t[i].file);
+        for (int k = 0; c->t[i].key && k < c->t[i].nslices; k++)
+            free(c->t[i].key[k]);
+        free(c->t[i].key);
     }
     for (int i = 0; i < c->nf; i++) {
         free(c->f[i].name);
@@ -179,11 +183,14 @@ static mt_status parse_index(mt_ckpt *c, json_t *ix, const char *ipath) {
         t->nslices = (int)json_array_size(sl);
         t->box = calloc((size_t)t->nslices + 1, sizeof *t->box);
         t->file = calloc((size_t)t->nslices + 1, sizeof *t->file);
-        MT_REQUIRE(t->box && t->file, MT_ERR_OOM, "slices");
+        t->key = calloc((size_t)t->nslices + 1, sizeof *t->key);
+        MT_REQUIRE(t->box && t->file && t->key, MT_ERR_OOM, "slices");
         for (int k = 0; k < t->nslices; k++) {
             json_t *s = json_array_get(sl, (size_t)k);
             const char *fn = json_string_value(json_object_get(s, "file"));
             t->file[k] = fn ? find_file(c, fn) : -1;
+            const char *sk = json_string_value(json_object_get(s, "key"));
+            if (sk) MT_REQUIRE((t->key[k] = strdup(sk)), MT_ERR_OOM, "key");
             MT_REQUIRE(t->file[k] >= 0, MT_ERR_FORMAT,
                        "%s: tensor '%s' slice %d names file '%s' that is not listed", ipath, key, k,
                        fn ? fn : "(none)");
@@ -353,12 +360,17 @@ static mt_status read_window(mt_ckpt *c, ck_file *f, int k0, uint64_t *lo, uint6
     return MT_OK;
 }
 
+/* Slice s's name in its shard (a rank's further boxes of one tensor: "name#k"). */
+static const char *slice_key(const ck_tensor *t, int s) {
+    return t->key[s] ? t->key[s] : t->name;
+}
+
 /* Opens slice s's shard and checks that its header agrees with index.json on dtype and shape. */
 static mt_status check_slice(mt_ckpt *c, const ck_tensor *t, int s) {
     ck_file *f = &c->f[t->file[s]];
     MT_TRY(file_ready(c, f));
     mt_tensor st;
-    mt_status rs = mt_safetensors_get(f->st, t->name, &st);
+    mt_status rs = mt_safetensors_get(f->st, slice_key(t, s), &st);
     MT_REQUIRE(rs == MT_OK, MT_ERR_FORMAT, "%s/%s: tensor '%s': %s", c->rel, f->name, t->name,
                mt_last_error());
     int same = st.dtype == t->dtype && st.ndim == t->ndim;
@@ -388,7 +400,7 @@ static mt_status read_part(mt_ckpt *c, const ck_tensor *t, int s, unsigned char 
     ck_file *f = &c->f[t->file[s]];
     MT_TRY(check_slice(c, t, s));
     uint64_t base, nbytes;
-    MT_TRY(mt_safetensors_extent(f->st, t->name, &base, &nbytes));
+    MT_TRY(mt_safetensors_extent(f->st, slice_key(t, s), &base, &nbytes));
     size_t es = mt_dtype_size(t->dtype);
     /* A run is contiguous in both source and destination: the innermost dims that both hold
      * whole, plus the first partial dim k. Runs come in increasing file order. */

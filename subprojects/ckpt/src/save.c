@@ -16,6 +16,7 @@
 
 typedef struct ck_job_item {
     char *name;
+    char *key;   /* in this rank's file: the name, "name#k" for its k-th further box here */
     mt_tensor t; /* host view (user memory in sync mode, the snapshot in async mode) */
     int64_t gshape[MT_MAX_DIMS], off[MT_MAX_DIMS];
 } ck_job_item;
@@ -89,7 +90,7 @@ mt_status mt_ckpt_writer_create(const mt_ckpt_writer_config *cfg, mt_ckpt_writer
 
 static void job_clear(mt_ckpt_writer *w) {
     for (int i = 0; i < w->n; i++)
-        free(w->items[i].name);
+        free(w->items[i].name), free(w->items[i].key);
     free(w->items);
     w->items = NULL;
     w->n = 0;
@@ -163,6 +164,7 @@ static mt_status write_local(mt_ckpt_writer *w, json_t *rep) {
         json_object_set_new(s, "shape", shape_json(it->t.ndim, it->gshape));
         json_object_set_new(s, "offset", shape_json(it->t.ndim, it->off));
         json_object_set_new(s, "lengths", shape_json(it->t.ndim, it->t.shape));
+        if (strcmp(it->key, it->name) != 0) json_object_set_new(s, "key", json_string(it->key));
         json_array_append_new(slices, s);
     }
     if (w->n == 0) return MT_OK; /* nothing to write: every item is a replica */
@@ -171,7 +173,7 @@ static mt_status write_local(mt_ckpt_writer *w, json_t *rep) {
     mt_safetensors_item *st_items = malloc(sizeof *st_items * (size_t)w->n);
     MT_REQUIRE(st_items, MT_ERR_OOM, "items");
     for (int i = 0; i < w->n; i++)
-        st_items[i] = (mt_safetensors_item){ w->items[i].name, &w->items[i].t };
+        st_items[i] = (mt_safetensors_item){ w->items[i].key, &w->items[i].t };
     char iter[32];
     snprintf(iter, sizeof iter, "%lld", (long long)w->iteration);
     const char *meta[] = { "format", CK_FORMAT, "iteration", iter };
@@ -256,6 +258,7 @@ static mt_status merge_reports(mt_ckpt_writer *w, char **all, json_t *index) {
             json_object_set(sl, "file", file);
             json_object_set(sl, "offset", json_object_get(s, "offset"));
             json_object_set(sl, "lengths", json_object_get(s, "lengths"));
+            if (json_object_get(s, "key")) json_object_set(sl, "key", json_object_get(s, "key"));
             json_array_append_new(json_object_get(t, "slices"), sl);
         }
         json_decref(rep);
@@ -412,12 +415,7 @@ mt_status mt_ckpt_save(mt_ckpt_writer *w, int64_t iteration, const mt_ckpt_item 
     mt_status st = MT_OK;
     size_t stage_bytes = 0;
     for (int i = 0; i < n && st == MT_OK; i++) {
-        st = check_item(&items[i], i);
-        for (int j = 0; j < i && st == MT_OK; j++)
-            if (items[i].replica == 0 && items[j].replica == 0 &&
-                strcmp(items[i].name, items[j].name) == 0)
-                st = MT_ERROR(MT_ERR_INVALID_ARG, "'%s' appears twice on rank %d", items[i].name,
-                              g->rank);
+        st = check_item(&items[i], i); /* (several boxes of a name: the tiling check at the end) */
         if (st == MT_OK && items[i].replica == 0 &&
             (w->async || mt_device_is_cuda(items[i].tensor->device)))
             stage_bytes += (mt_tensor_nbytes(items[i].tensor) + 63) / 64 * 64;
@@ -468,6 +466,14 @@ mt_status mt_ckpt_save(mt_ckpt_writer *w, int64_t iteration, const mt_ckpt_item 
         if (it->replica != 0) continue;
         ck_job_item *j = &w->items[w->n++];
         j->name = strdup(it->name);
+        int k = 0; /* this name's boxes before this one on this rank */
+        for (int q = 0; q < w->n - 1; q++)
+            k += strcmp(w->items[q].name, it->name) == 0;
+        char key[32];
+        snprintf(key, sizeof key, "#%d", k);
+        j->key = malloc(strlen(it->name) + strlen(key) + 1);
+        if (j->key) sprintf(j->key, "%s%s", it->name, k ? key : "");
+        if (!j->name || !j->key) st = MT_ERROR(MT_ERR_OOM, "item names");
         j->t = *it->tensor;
         for (int d = 0; d < j->t.ndim; d++) {
             j->gshape[d] = it->global_shape ? it->global_shape[d] : j->t.shape[d];

@@ -1,7 +1,8 @@
 /* unit: any saved layout loads into any other. Simulated ranks (threads sharing a group) save
  * (a) an (8,12) weight as 4 column blocks with a bias replicated on every rank, (b) an Adam
- * moment split unevenly over DP=4; one writer saves (c) a (10,7) tensor. They load as 2 row
- * blocks, odd boxes, 1 -> 3 uneven splits and DP=2, with checksum chunks smaller than a row. */
+ * moment split unevenly over DP=4; one writer saves (c) a (10,7) tensor as 3 boxes of rows (as
+ * a tensor-parallel rank saves its q, k and v rows of linear_qkv). They load as 2 row blocks,
+ * odd boxes, 3 -> 3 other uneven splits and DP=2, with checksum chunks smaller than a row. */
 #include "ckpt_test.h"
 
 enum {
@@ -86,7 +87,8 @@ int main(void) {
               "rank 1 did not write its replica of the bias");
     mt_safetensors_close(st);
 
-    /* one writer, read back as 3 uneven row blocks and 3 uneven column blocks */
+    /* one writer, 3 boxes of rows (saved in reverse order), read back as 3 other uneven row
+     * blocks and 3 uneven column blocks */
     enum {
         R2 = 10,
         C2 = 7
@@ -94,21 +96,29 @@ int main(void) {
     float v[R2 * C2];
     int64_t zero[2] = { 0, 0 }, full[2] = { R2, C2 };
     ct_fill2(v, C2, zero, full, 4, 5);
-    mt_tensor tv = mt_tensor_2d(v, MT_F32, R2, C2, MT_DEVICE_CPU);
-    mt_ckpt_item it = { "embedding.word_embeddings.weight", &tv, NULL, NULL, 0 };
+    int64_t saved[] = { 0, 2, 3, 10 }, off[3][2];
+    mt_tensor tv[3];
+    mt_ckpt_item it[3];
+    for (int k = 0; k < 3; k++) {
+        off[k][0] = saved[2 - k], off[k][1] = 0;
+        tv[k] = mt_tensor_2d(v + saved[2 - k] * C2, MT_F32, saved[3 - k] - saved[2 - k], C2,
+                             MT_DEVICE_CPU);
+        it[k] = (mt_ckpt_item){ "embedding.word_embeddings.weight", &tv[k], full, off[k], 0 };
+    }
     mt_ckpt_writer_config cfg = MT_CKPT_WRITER_CONFIG_INIT;
     cfg.dir = ct_tmpdir(d2);
     cfg.chunk_bytes = 24;
     mt_ckpt_writer *wr;
     MT_CHECK(mt_ckpt_writer_create(&cfg, &wr));
-    MT_CHECK(mt_ckpt_save(wr, 5, &it, 1, NULL));
+    MT_CHECK(mt_ckpt_save(wr, 5, it, 3, NULL));
     mt_ckpt_writer_destroy(wr);
-    MT_CHECK(mt_ckpt_open(d2, 5, 0, &c));
+    MT_CHECK(mt_ckpt_open(d2, 5, MT_CKPT_OPEN_VERIFY, &c));
     int64_t rows[] = { 0, 4, 7, 10 }, cols[] = { 0, 3, 5, 7 };
     for (int k = 0; k < 3; k++) {
-        load_box(c, it.name, C2, rows[k], 0, rows[k + 1] - rows[k], C2, 4, 2);
-        load_box(c, it.name, C2, 0, cols[k], R2, cols[k + 1] - cols[k], 4, 2);
+        load_box(c, it[0].name, C2, rows[k], 0, rows[k + 1] - rows[k], C2, 4, 2);
+        load_box(c, it[0].name, C2, 0, cols[k], R2, cols[k + 1] - cols[k], 4, 2);
     }
+    load_box(c, it[0].name, C2, 0, 0, R2, C2, 4, 2); /* whole */
     mt_ckpt_close(c);
     if (getenv("MT_CKPT_KEEP")) /* golden/check_shards.py reads it with Python */
         printf("kept %s %s\n", d1, d2);

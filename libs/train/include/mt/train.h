@@ -92,6 +92,7 @@ typedef struct mt_train_args {
     int async_save, no_save_optim, no_load_optim, no_load_rng, finetune;
     /* parallelism */
     int tensor_model_parallel_size, pipeline_model_parallel_size, context_parallel_size;
+    int sequence_parallel; /* --sequence-parallel: refused with tensor parallelism (not yet) */
     int use_distributed_optimizer, overlap_grad_reduce, overlap_param_gather, grad_reduce_in_bf16;
     int64_t ddp_bucket_size;
     double distributed_timeout_minutes;

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# multirank: tensor parallelism in mt-pretrain (--tensor-model-parallel-size). 2 ranks as one
+# tensor-parallel group (each holding its half of every split weight and its heads, MLP units and
+# vocabulary columns), and 4 ranks as TP 2 x DP 2 with the distributed optimizer, give one rank's
+# losses, grad norms (the split weights' squares summed over the group, the whole ones counted
+# once) and params norms with the same global batch, up to the order of the fp32 sums (relative
+# 1e-5). Checkpoints hold the unsharded tensors: TP 2 resumes bitwise, and its checkpoint resumes
+# into TP 1 and into TP 2 x DP 2. (--make-vocab-size-divisible-by 64 at TP 2 pads the vocabulary
+# to TP 1's 384 rows, Megatron padding to a multiple of 128 x TP otherwise.)
+source "$(dirname "$0")/pretrain_common.sh"
+d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
+tp2=(--tensor-model-parallel-size 2 --make-vocab-size-divisible-by 64)
+mr() {  # ranks name flags...
+  local n=$1 name=$2; shift 2
+  "$MPIEXEC" -n "$n" "$MT_PRETRAIN" "${tiny_args[@]}" --golden-values-out "$d/$name.json" "$@" \
+    > "$d/$name.log" 2>&1 || { cat "$d/$name.log"; exit 1; }
+}
+tiny_run "$d/tp1.json" --metrics-jsonl "$d/tp1.jsonl" --log-params-norm > "$d/tp1.log"
+mr 2 tp2 "${tp2[@]}" --metrics-jsonl "$d/tp2.jsonl" --log-params-norm
+mr 4 tp2dp2 "${tp2[@]}" --use-distributed-optimizer --metrics-jsonl "$d/tp2dp2.jsonl" --log-params-norm
+grep -q "tensor parallel 2 x data parallel 1" "$d/tp2.log" || { echo "FAIL: not TP 2"; cat "$d/tp2.log"; exit 1; }
+grep -q "tensor parallel 2 x data parallel 2" "$d/tp2dp2.log" || { echo "FAIL: not TP 2 x DP 2"; cat "$d/tp2dp2.log"; exit 1; }
+grep -q "padded vocab (size: 301) with 83 dummy tokens (new size: 384)" "$d/tp2.log" \
+  || { echo "FAIL: padded vocab"; grep "padded vocab" "$d/tp2.log"; exit 1; }
+close() {  # what tol: pairs "want got" on stdin
+  awk -v what="$1" -v tol="$2" '{ n++; d = $1 - $2; if (d < 0) d = -d; m = $1 < 0 ? -$1 : $1;
+    if (d > tol * m) { bad++; print "FAIL", what, $0 }
+    if (m > 0 && d / m > worst) worst = d / m }
+    END { if (n == 0) { print "FAIL", what, "nothing to compare"; exit 1 } if (bad) exit 1;
+          printf "ok %s: %d values match (largest relative difference %.1e)\n", what, n, worst }'
+}
+gnorms() { jq -r '.["grad norm"] // empty' "$1"; }
+pnorms() { grep -o "params norm: [0-9.]*" "$1" | awk '{ print $3 }'; }
+fail=0
+for run in tp2 tp2dp2; do
+  paste <(losses "$d/tp1.json" 1 12 | cut -d' ' -f2) <(losses "$d/$run.json" 1 12 | cut -d' ' -f2) \
+    | close "$run losses" 1e-5 || fail=1
+  [ "$(losses "$d/$run.json" 1 12 | wc -l)" = 12 ] || { echo "FAIL: $run has not 12 losses"; fail=1; }
+  paste <(gnorms "$d/tp1.jsonl") <(gnorms "$d/$run.jsonl") | close "$run grad norms" 1e-4 || fail=1
+  paste <(pnorms "$d/tp1.log") <(pnorms "$d/$run.log") | close "$run params norms" 1e-3 || fail=1
+done
+# resume: TP 2 to iteration 6, then TP 2 (bitwise the uninterrupted run), TP 1 and TP 2 x DP 2
+mr 2 first "${tp2[@]}" --exit-interval 6 --save "$d/ck"
+cp -r "$d/ck" "$d/ck1"; cp -r "$d/ck" "$d/ck4"
+mr 2 resume "${tp2[@]}" --load "$d/ck"
+[ "$(losses "$d/tp2.json" 7 12)" = "$(losses "$d/resume.json" 7 12)" ] \
+  || { echo "FAIL: TP 2 resume differs"; paste <(losses "$d/tp2.json" 7 12) <(losses "$d/resume.json" 7 12); exit 1; }
+echo "ok TP 2 resume: 6 losses identical"
+grep -q "successfully loaded checkpoint from .* \[ t 1/2, p 0/1 \]" "$d/resume.log" \
+  || { echo "FAIL: no load line"; cat "$d/resume.log"; exit 1; }
+tiny_run "$d/resume1.json" --load "$d/ck1" > "$d/resume1.log" 2>&1 || { cat "$d/resume1.log"; exit 1; }
+mr 4 resume4 "${tp2[@]}" --use-distributed-optimizer --load "$d/ck4"
+for run in resume1 resume4; do
+  [ "$(losses "$d/$run.json" 7 12 | wc -l)" = 6 ] || { echo "FAIL: $run has not 6 losses"; fail=1; }
+  paste <(losses "$d/tp2.json" 7 12 | cut -d' ' -f2) <(losses "$d/$run.json" 7 12 | cut -d' ' -f2) \
+    | close "$run losses (from the TP 2 checkpoint)" 1e-5 || fail=1
+done
+exit $fail
