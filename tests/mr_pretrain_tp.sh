@@ -4,7 +4,7 @@
 # vocabulary columns), and 4 ranks as TP 2 x DP 2 with the distributed optimizer, give one rank's
 # losses, grad norms (the split weights' squares summed over the group, the whole ones counted
 # once) and params norms with the same global batch, up to the order of the fp32 sums (relative
-# 1e-5). Checkpoints hold the unsharded tensors: TP 2 resumes bitwise, and its checkpoint resumes
+# 1e-5); so do both with --sequence-parallel. Checkpoints hold the unsharded tensors: TP 2 resumes bitwise, and its checkpoint resumes
 # into TP 1 and into TP 2 x DP 2. (--make-vocab-size-divisible-by 64 at TP 2 pads the vocabulary
 # to TP 1's 384 rows, Megatron padding to a multiple of 128 x TP otherwise.)
 source "$(dirname "$0")/pretrain_common.sh"
@@ -18,6 +18,11 @@ mr() {  # ranks name flags...
 tiny_run "$d/tp1.json" --metrics-jsonl "$d/tp1.jsonl" --log-params-norm > "$d/tp1.log"
 mr 2 tp2 "${tp2[@]}" --metrics-jsonl "$d/tp2.jsonl" --log-params-norm
 mr 4 tp2dp2 "${tp2[@]}" --use-distributed-optimizer --metrics-jsonl "$d/tp2dp2.jsonl" --log-params-norm
+# sequence parallelism: the norms' and row-parallel biases' gradient shares summed once a step
+# (4 micro-batches here), with the reduction overlapped with the backward on 4 ranks
+mr 2 sp2 "${tp2[@]}" --sequence-parallel --metrics-jsonl "$d/sp2.jsonl" --log-params-norm
+mr 4 sp2dp2 "${tp2[@]}" --sequence-parallel --use-distributed-optimizer --overlap-grad-reduce \
+  --ddp-bucket-size 3000 --metrics-jsonl "$d/sp2dp2.jsonl" --log-params-norm
 grep -q "tensor parallel 2 x data parallel 1" "$d/tp2.log" || { echo "FAIL: not TP 2"; cat "$d/tp2.log"; exit 1; }
 grep -q "tensor parallel 2 x data parallel 2" "$d/tp2dp2.log" || { echo "FAIL: not TP 2 x DP 2"; cat "$d/tp2dp2.log"; exit 1; }
 grep -q "padded vocab (size: 301) with 83 dummy tokens (new size: 384)" "$d/tp2.log" \
@@ -32,7 +37,7 @@ close() {  # what tol: pairs "want got" on stdin
 gnorms() { jq -r '.["grad norm"] // empty' "$1"; }
 pnorms() { grep -o "params norm: [0-9.]*" "$1" | awk '{ print $3 }'; }
 fail=0
-for run in tp2 tp2dp2; do
+for run in tp2 tp2dp2 sp2 sp2dp2; do
   paste <(losses "$d/tp1.json" 1 12 | cut -d' ' -f2) <(losses "$d/$run.json" 1 12 | cut -d' ' -f2) \
     | close "$run losses" 1e-5 || fail=1
   [ "$(losses "$d/$run.json" 1 12 | wc -l)" = 12 ] || { echo "FAIL: $run has not 12 losses"; fail=1; }

@@ -20,6 +20,15 @@
     } while (0)
 #define G(p) ((p) ? &(p)->grad : NULL)
 
+/* Sequence parallelism: whether it is on, and a norm output's rows as the column-parallel
+ * linears read them (gathered; else the output itself). */
+static int sp(const mt_model *m) {
+    return m->cfg.sequence_parallel;
+}
+static mt_tensor *gathered(const mt_model *m, mt_tensor *local, mt_tensor *all) {
+    return sp(m) ? all : local;
+}
+
 /* Views of one layer's fused qkv (N,(H+2G)D) as q (B,T,H,D), k and v (B,T,G,D). */
 static mt_status qkv_views(const mt_model *m, const mt_tensor *qkv, mt_tensor *q, mt_tensor *k,
                            mt_tensor *v) {
@@ -111,8 +120,9 @@ static mt_attn_config attn_cfg(const mt_model *m, int l) {
 static mt_status linear_drop_add(mt_model *m, mt_tensor *y, const mt_tensor *x,
                                  const mt_model_param *w, const mt_model_param *b,
                                  const mt_tensor *resid, uint32_t site, mt_stream s) {
-    if (!hidden_drop(m))
-        return mt_tp_row_fwd_add(m->tp, m->blas, y, NULL, x, W(w), W(b), resid, 0, s);
+    if (!hidden_drop(m)) /* (sequence parallelism: the sum reduce-scattered through sp_all) */
+        return mt_tp_row_fwd_add(m->tp, m->blas, y, sp(m) ? &m->a.sp_all : NULL, x, W(w), W(b),
+                                 resid, sp(m), s);
     MT_TRY(mt_tp_row_fwd(m->tp, m->blas, &m->a.drop, NULL, x, W(w), W(b), 0, s));
     mt_dropout_config d = drop_cfg(m, m->cfg.hidden_dropout, site);
     return mt_dropout(y, &m->a.drop, resid, &d, s);
@@ -188,8 +198,9 @@ static mt_status layer_fwd(mt_model *m, int l, mt_tensor *next, mt_stream s) {
     mt_attn_config ac = attn_cfg(m, l);
     OP("fwd.norm",
        norm_fwd(m, &la->ln1, &la->ln1_mean, &la->ln1_rstd, &la->resid_in, lp->ln1_w, lp->ln1_b, s));
-    OP("fwd.gemm.qkv", mt_tp_column_fwd(m->tp, m->blas, &la->qkv, NULL, &la->ln1, NULL,
-                                        W(lp->qkv_w), W(lp->qkv_b), 0, 0, s));
+    OP("fwd.gemm.qkv",
+       mt_tp_column_fwd(m->tp, m->blas, &la->qkv, NULL, &la->ln1, sp(m) ? &la->ln1_all : NULL,
+                        W(lp->qkv_w), W(lp->qkv_b), 0, sp(m), s));
     mt_tensor q, k, v, y;
     MT_TRY(qkv_views(m, &la->qkv, &q, &k, &v));
     if (c->qk_layernorm) OP("fwd.qk_norm", qk_norm_fwd(m, la, lp, &q, &k, s));
@@ -204,14 +215,15 @@ static mt_status layer_fwd(mt_model *m, int l, mt_tensor *next, mt_stream s) {
     OP("fwd.norm", norm_fwd(m, &la->ln2, &la->ln2_mean, &la->ln2_rstd, &la->resid_mid, lp->ln2_w,
                             lp->ln2_b, s));
     if (c->swiglu) {
-        OP("fwd.gemm.fc1", mt_tp_column_fwd(m->tp, m->blas, &la->fc1_pre, NULL, &la->ln2, NULL,
-                                            W(lp->fc1_w), W(lp->fc1_b), 0, 0, s));
+        OP("fwd.gemm.fc1",
+           mt_tp_column_fwd(m->tp, m->blas, &la->fc1_pre, NULL, &la->ln2,
+                            sp(m) ? &la->ln2_all : NULL, W(lp->fc1_w), W(lp->fc1_b), 0, sp(m), s));
         OP("fwd.swiglu", mt_swiglu_fwd(&la->fc1_act, &la->fc1_pre, NULL, s));
     } else { /* under mlp_act: the GELU that the backward's dx GEMM repeats bitwise */
         const int fl = MT_GEMM_GELU | (c->recompute_mlp_act ? MT_GEMM_GELU_RECOMPUTE : 0);
         OP("fwd.gemm.fc1+gelu",
-           mt_tp_column_fwd(m->tp, m->blas, &la->fc1_act, &la->fc1_pre, &la->ln2, NULL,
-                            W(lp->fc1_w), W(lp->fc1_b), fl, 0, s));
+           mt_tp_column_fwd(m->tp, m->blas, &la->fc1_act, &la->fc1_pre, &la->ln2,
+                            sp(m) ? &la->ln2_all : NULL, W(lp->fc1_w), W(lp->fc1_b), fl, sp(m), s));
     }
     if (!next) return MT_OK;
     OP("fwd.gemm.fc2", linear_drop_add(m, next, &la->fc1_act, lp->fc2_w, lp->fc2_b, &la->resid_mid,
@@ -231,12 +243,14 @@ static mt_status forward(mt_model *m, const mt_tensor *tokens, int lm_head, mt_s
     acts *a = &m->a;
     MT_TRY(check_ids(m, tokens, "tokens"));
     m->tokens = *tokens;
-    mt_tensor emb3; /* the embedding is the first layer's resid_in */
-    MT_TRY(mt_tensor_reshape(&a->layer[0].resid_in, 3,
-                             (int64_t[]){ m->B, c->seq_length, c->hidden_size }, &emb3));
+    mt_tensor emb3; /* the embedding is the first layer's resid_in (sequence parallelism: its
+                       rows, the whole micro-batch's going through sp_all) */
+    const int64_t bt[3] = { m->B, c->seq_length, c->hidden_size };
+    MT_TRY(mt_tensor_reshape(sp(m) ? &a->sp_all : &a->layer[0].resid_in, 3, bt, &emb3));
     MT_TRY(params_needed(m, -1, s));
-    OP("fwd.embedding", mt_tp_embedding_fwd(m->tp, &emb3, NULL, tokens, W(m->wte), W(m->wpe),
-                                            m->wpe ? positions(m) : NULL, 0, s));
+    OP("fwd.embedding",
+       mt_tp_embedding_fwd(m->tp, sp(m) ? &a->layer[0].resid_in : &emb3, sp(m) ? &emb3 : NULL,
+                           tokens, W(m->wte), W(m->wpe), m->wpe ? positions(m) : NULL, sp(m), s));
     if (hidden_drop(m)) {
         mt_dropout_config d = drop_cfg(m, c->hidden_dropout, SITE_EMB);
         OP("fwd.dropout", mt_dropout(&emb3, &emb3, NULL, &d, s));
@@ -251,8 +265,9 @@ static mt_status forward(mt_model *m, const mt_tensor *tokens, int lm_head, mt_s
     OP("fwd.norm",
        norm_fwd(m, &a->lnf, &a->lnf_mean, &a->lnf_rstd, &a->resid_final, m->lnf_w, m->lnf_b, s));
     if (lm_head)
-        OP("fwd.gemm.lmhead", mt_tp_column_fwd(m->tp, m->blas, &a->logits, NULL, &a->lnf, NULL,
-                                               W(m->out_w), NULL, 0, 0, s));
+        OP("fwd.gemm.lmhead",
+           mt_tp_column_fwd(m->tp, m->blas, &a->logits, NULL, &a->lnf, sp(m) ? &a->lnf_all : NULL,
+                            W(m->out_w), NULL, 0, sp(m), s));
     return MT_OK;
 }
 
@@ -381,8 +396,10 @@ static mt_status backward(mt_model *m, int lm_head, mt_stream s) {
      * by their own linear backwards, not the norm backwards' sums of dres */
     const int hdrop = hidden_drop(m);
     if (lm_head)
-        OP("bwd.gemm.lmhead", mt_tp_column_bwd(m->tp, m->blas, &a->dln, NULL, G(m->out_w), NULL,
-                                               &a->logits, &a->lnf, W(m->out_w), acc, 0, s));
+        OP("bwd.gemm.lmhead",
+           mt_tp_column_bwd(m->tp, m->blas, &a->dln, sp(m) ? &a->sp_all : NULL, G(m->out_w), NULL,
+                            &a->logits, gathered(m, &a->lnf, &a->lnf_all), W(m->out_w), acc, sp(m),
+                            s));
     /* fc2's and proj's bias gradients come from the norm backwards that write their dy */
     OP("bwd.norm",
        norm_bwd(m, &a->dres, m->lnf_w, m->lnf_b, hdrop ? NULL : m->lp[c->num_layers - 1].fc2_b,
@@ -399,6 +416,10 @@ static mt_status backward(mt_model *m, int lm_head, mt_stream s) {
         const mt_tensor *dyp = &a->dres;
         if (hdrop) OP("bwd.dropout", drop_grad(m, (uint32_t)(SITE_FC2 + 3 * l), &dyp, s));
         mt_model_param *fc2_b = hdrop ? lp->fc2_b : NULL; /* (else from the norm backward's sums) */
+        if (sp(m)) { /* row-parallel: every row's gradient (no hidden dropout here) */
+            OP("bwd.tp.gather", mt_tp_gather_rows(m->tp, &a->sp_all, dyp, s));
+            dyp = &a->sp_all;
+        }
         if (c->recompute_mlp_act && c->swiglu)
             OP("bwd.recompute.act", mt_swiglu_fwd(&la->fc1_act, &la->fc1_pre, NULL, s));
         if (c->swiglu) {
@@ -419,14 +440,19 @@ static mt_status backward(mt_model *m, int lm_head, mt_stream s) {
         if (c->recompute_layernorm)
             OP("bwd.recompute.norm",
                norm_fwd(m, &la->ln2, NULL, NULL, &la->resid_mid, lp->ln2_w, lp->ln2_b, s));
-        OP("bwd.gemm.fc1", mt_tp_column_bwd(m->tp, m->blas, &a->dln, NULL, G(lp->fc1_w),
-                                            c->swiglu ? G(lp->fc1_b) : NULL, &a->dfc1_pre, &la->ln2,
-                                            W(lp->fc1_w), acc, 0, s));
+        OP("bwd.gemm.fc1",
+           mt_tp_column_bwd(m->tp, m->blas, &a->dln, sp(m) ? &a->sp_all : NULL, G(lp->fc1_w),
+                            c->swiglu ? G(lp->fc1_b) : NULL, &a->dfc1_pre,
+                            gathered(m, &la->ln2, &la->ln2_all), W(lp->fc1_w), acc, sp(m), s));
         OP("bwd.norm",
            norm_bwd(m, &a->dres, lp->ln2_w, lp->ln2_b, hdrop ? NULL : lp->proj_b, &a->dln,
                     &la->resid_mid, &la->ln2_mean, &la->ln2_rstd, &a->dres, s));
         /* a->dres is now the gradient of resid_mid = resid_in + proj(attention) */
         if (hdrop) OP("bwd.dropout", drop_grad(m, (uint32_t)(SITE_PROJ + 3 * l), &dyp, s));
+        if (sp(m)) {
+            OP("bwd.tp.gather", mt_tp_gather_rows(m->tp, &a->sp_all, &a->dres, s));
+            dyp = &a->sp_all;
+        }
         OP("bwd.gemm.proj",
            mt_linear_bwd(m->blas, &a->datty, G(lp->proj_w), hdrop ? G(lp->proj_b) : NULL, dyp,
                          &la->atty, W(lp->proj_w), acc, s));
@@ -458,23 +484,26 @@ static mt_status backward(mt_model *m, int lm_head, mt_stream s) {
         if (c->recompute_layernorm)
             OP("bwd.recompute.norm",
                norm_fwd(m, &la->ln1, NULL, NULL, &la->resid_in, lp->ln1_w, lp->ln1_b, s));
-        OP("bwd.gemm.qkv", mt_tp_column_bwd(m->tp, m->blas, &a->dln, NULL, G(lp->qkv_w),
-                                            bias_here ? NULL : G(lp->qkv_b), &a->dqkv, &la->ln1,
-                                            W(lp->qkv_w), acc, 0, s));
+        OP("bwd.gemm.qkv",
+           mt_tp_column_bwd(m->tp, m->blas, &a->dln, sp(m) ? &a->sp_all : NULL, G(lp->qkv_w),
+                            bias_here ? NULL : G(lp->qkv_b), &a->dqkv,
+                            gathered(m, &la->ln1, &la->ln1_all), W(lp->qkv_w), acc, sp(m), s));
         OP("bwd.norm",
            norm_bwd(m, &a->dres, lp->ln1_w, lp->ln1_b, l > 0 && !hdrop ? m->lp[l - 1].fc2_b : NULL,
                     &a->dln, &la->resid_in, &la->ln1_mean, &la->ln1_rstd, &a->dres, s));
         MT_TRY(grads_ready(m, l, s));
     }
-    mt_tensor d3;
-    MT_TRY(mt_tensor_reshape(&a->dres, 3, (int64_t[]){ m->B, c->seq_length, c->hidden_size }, &d3));
+    mt_tensor d3; /* (sequence parallelism: sp_all, where the embedding's backward gathers) */
+    const int64_t bt[3] = { m->B, c->seq_length, c->hidden_size };
+    MT_TRY(mt_tensor_reshape(sp(m) ? &a->sp_all : &a->dres, 3, bt, &d3));
     if (hdrop) { /* the embeddings' dropout, in place */
         mt_dropout_config d = drop_cfg(m, c->hidden_dropout, SITE_EMB);
         OP("bwd.dropout", mt_dropout(&d3, &d3, NULL, &d, s));
     }
     OP("bwd.embedding",
-       mt_tp_embedding_bwd(m->tp, G(m->wte), G(m->wpe), &d3, NULL, &m->tokens,
-                           m->wpe ? positions(m) : NULL, a->ws.data, m->ws_bytes, 0, s));
+       mt_tp_embedding_bwd(m->tp, G(m->wte), G(m->wpe), sp(m) ? &a->dres : &d3, sp(m) ? &d3 : NULL,
+                           &m->tokens, m->wpe ? positions(m) : NULL, a->ws.data, m->ws_bytes, sp(m),
+                           s));
     return grads_ready(m, -1, s);
 }
 

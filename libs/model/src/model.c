@@ -53,6 +53,23 @@ mt_status mt_model_config_finalize(mt_model_config *c) {
     MT_REQUIRE(c->padded_vocab_size % tp == 0, MT_ERR_INVALID_ARG,
                "the padded vocab size (%d) is not divisible by --tensor-model-parallel-size (%d)",
                c->padded_vocab_size, tp);
+    if (tp == 1) c->sequence_parallel = 0; /* (Megatron disables it, with a warning) */
+    if (c->sequence_parallel) {
+        MT_REQUIRE(c->seq_length % tp == 0, MT_ERR_INVALID_ARG,
+                   "--seq-length (%d) must be a multiple of --tensor-model-parallel-size (%d) with "
+                   "--sequence-parallel",
+                   c->seq_length, tp);
+        MT_REQUIRE(c->hidden_dropout == 0.0f, MT_ERR_UNSUPPORTED,
+                   "--sequence-parallel with --hidden-dropout %g is not supported yet (use "
+                   "--hidden-dropout 0)",
+                   (double)c->hidden_dropout);
+        MT_REQUIRE(c->recompute_granularity != MT_RECOMPUTE_FULL && !c->recompute_layernorm,
+                   MT_ERR_UNSUPPORTED,
+                   "--sequence-parallel with full or layernorm recomputation is not supported yet");
+        MT_REQUIRE(c->logits_chunks <= 1, MT_ERR_UNSUPPORTED,
+                   "--sequence-parallel with --logits-chunks %d is not supported yet",
+                   c->logits_chunks);
+    }
     if (c->norm_epsilon == 0.0f) c->norm_epsilon = 1e-5f;
     MT_REQUIRE(c->hidden_dropout >= 0.0f && c->hidden_dropout < 1.0f, MT_ERR_INVALID_ARG,
                "--hidden-dropout %g must be in [0, 1)", (double)c->hidden_dropout);
@@ -281,15 +298,19 @@ static void plan_layer(const mt_model *m, planner *p, layer_acts *la) {
     const mt_model_config *c = &m->cfg;
     int64_t B = m->B, T = c->seq_length, N = B * T, C = c->hidden_size, D = c->kv_channels;
     int64_t H = local_heads(c), G = local_groups(c), F = local_ffn(c);
-    int64_t F1 = (c->swiglu ? 2 : 1) * F, QKV = (H + 2 * G) * D;
+    int64_t F1 = (c->swiglu ? 2 : 1) * F, QKV = (H + 2 * G) * D, Nl = local_rows(c, N);
     mt_dtype dt = c->dtype;
-    TAKE(p, &la->resid_in, dt, N, C);
+    TAKE(p, &la->resid_in, dt, Nl, C);
     if (c->recompute_layernorm)
         la->ln1 = la->ln2 = m->a.ln_out; /* one shared buffer, refilled before each use */
     else
-        TAKE(p, &la->ln1, dt, N, C);
-    TAKE(p, &la->ln1_mean, MT_F32, N);
-    TAKE(p, &la->ln1_rstd, MT_F32, N);
+        TAKE(p, &la->ln1, dt, Nl, C);
+    TAKE(p, &la->ln1_mean, MT_F32, Nl);
+    TAKE(p, &la->ln1_rstd, MT_F32, Nl);
+    if (c->sequence_parallel) {
+        TAKE(p, &la->ln1_all, dt, N, C);
+        TAKE(p, &la->ln2_all, dt, N, C);
+    }
     TAKE(p, &la->qkv, dt, N, QKV);
     if (c->qk_layernorm) {
         TAKE(p, &la->q_raw, dt, N * H, D);
@@ -303,10 +324,10 @@ static void plan_layer(const mt_model *m, planner *p, layer_acts *la) {
     }
     TAKE(p, &la->atty, dt, N, H * D);
     TAKE(p, &la->lse, MT_F32, B, H, T);
-    TAKE(p, &la->resid_mid, dt, N, C);
-    if (!c->recompute_layernorm) TAKE(p, &la->ln2, dt, N, C);
-    TAKE(p, &la->ln2_mean, MT_F32, N);
-    TAKE(p, &la->ln2_rstd, MT_F32, N);
+    TAKE(p, &la->resid_mid, dt, Nl, C);
+    if (!c->recompute_layernorm) TAKE(p, &la->ln2, dt, Nl, C);
+    TAKE(p, &la->ln2_mean, MT_F32, Nl);
+    TAKE(p, &la->ln2_rstd, MT_F32, Nl);
     TAKE(p, &la->fc1_pre, dt, N, F1);
     if (c->recompute_mlp_act)
         la->fc1_act = m->a.mlp_act; /* one shared buffer, refilled before each backward */
@@ -327,6 +348,7 @@ static void plan_acts(mt_model *m, planner *p) {
     int64_t H = local_heads(c), G = local_groups(c), F = local_ffn(c);
     int64_t F1 = (c->swiglu ? 2 : 1) * F, Vp = local_vocab(c), QKV = (H + 2 * G) * D;
     const int tp = tp_n(c) > 1;
+    const int64_t Nl = local_rows(c, N);
     mt_dtype dt = c->dtype;
     acts *a = &m->a;
     if (c->recompute_mlp_act) TAKE(p, &a->mlp_act, dt, N, F);
@@ -342,10 +364,14 @@ static void plan_acts(mt_model *m, planner *p) {
         a->layer[l] = a->rc[l - g0];
         if (l == g0) TAKE(p, &a->layer[l].resid_in, dt, N, C); // why: the kept input
     }
-    TAKE(p, &a->resid_final, dt, N, C);
-    TAKE(p, &a->lnf, dt, N, C);
-    TAKE(p, &a->lnf_mean, MT_F32, N);
-    TAKE(p, &a->lnf_rstd, MT_F32, N);
+    TAKE(p, &a->resid_final, dt, Nl, C);
+    TAKE(p, &a->lnf, dt, Nl, C);
+    TAKE(p, &a->lnf_mean, MT_F32, Nl);
+    TAKE(p, &a->lnf_rstd, MT_F32, Nl);
+    if (c->sequence_parallel) {
+        TAKE(p, &a->lnf_all, dt, N, C);
+        TAKE(p, &a->sp_all, dt, N, C);
+    }
     const int64_t chunks = c->logits_chunks;                /* >= 1 once finalized */
     TAKE(p, &a->logits, dt, (N + chunks - 1) / chunks, Vp); /* one slice's logits */
     if (chunks > 1 || c->per_token_loss || tp) TAKE(p, &a->dloss, MT_F32, N);
@@ -356,9 +382,9 @@ static void plan_acts(mt_model *m, planner *p) {
     TAKE(p, &a->loss_sum, MT_F32, N);
     TAKE(p, &a->loss_count, MT_F32, 1);
     /* scratch shared by forward and backward */
-    TAKE(p, &a->dres, dt, N, C);
+    TAKE(p, &a->dres, dt, Nl, C);
     if (c->hidden_dropout > 0.0f) TAKE(p, &a->drop, dt, N, C);
-    TAKE(p, &a->dln, dt, N, C);
+    TAKE(p, &a->dln, dt, Nl, C);
     TAKE(p, &a->datty, dt, N, H * D);
     TAKE(p, &a->dqkv, dt, N, QKV);
     if (c->swiglu) TAKE(p, &a->dfc1_act, dt, N, F); /* GELU's backward rides on fc2's GEMM */
@@ -667,6 +693,24 @@ mt_tensor mt_model_logits(mt_model *m) {
 
 static mt_status zero_grad_of(const mt_model *m, const mt_model_param *p, mt_stream stream) {
     return mt_memset_zero(p->grad.data, m->dev, mt_tensor_nbytes(&p->grad), stream);
+}
+
+mt_status mt_model_finalize_grads(mt_model *m, mt_stream stream) {
+    MT_REQUIRE(m, MT_ERR_INVALID_ARG, "NULL model");
+    if (!m->cfg.sequence_parallel) return MT_OK;
+    /* each rank's rows' share: the norms (their backward's column sums) and the biases of the
+     * row-parallel linears (the sums of the norms' backwards that take their dy) */
+    for (int l = -1; l < m->cfg.num_layers; l++) {
+        const layer_params *lp = &m->lp[l < 0 ? 0 : l];
+        mt_model_param *q[6] = {
+            lp->ln1_w, lp->ln1_b, lp->ln2_w, lp->ln2_b, lp->proj_b, lp->fc2_b
+        };
+        if (l < 0) /* the final norm */
+            q[0] = m->lnf_w, q[1] = m->lnf_b, q[2] = q[3] = q[4] = q[5] = NULL;
+        for (int k = 0; k < 6; k++)
+            MT_TRY(q[k] ? mt_tp_all_reduce(m->tp, &q[k]->grad, stream) : MT_OK);
+    }
+    return MT_OK;
 }
 
 mt_status mt_model_zero_grad(mt_model *m, mt_stream stream) {

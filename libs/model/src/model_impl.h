@@ -39,6 +39,10 @@ static inline int64_t local_ffn(const mt_model_config *c) {
 static inline int64_t local_vocab(const mt_model_config *c) {
     return c->padded_vocab_size / tp_n(c);
 }
+/* The token rows of the residual stream a rank holds: N, or N / tp with sequence parallelism. */
+static inline int64_t local_rows(const mt_model_config *c, int64_t N) {
+    return c->sequence_parallel ? N / tp_n(c) : N;
+}
 
 typedef struct layer_acts {
     mt_tensor resid_in; /* (N,C) residual stream entering the layer */
@@ -53,6 +57,10 @@ typedef struct layer_acts {
     mt_tensor ln2, ln2_mean, ln2_rstd;
     mt_tensor fc1_pre; /* (N,F) before GELU, or (N,2F) gate|up for SwiGLU */
     mt_tensor fc1_act; /* (N,F) */
+    /* sequence parallelism: the residual stream and the norms hold this rank's N/tp token rows;
+     * the norms' outputs gathered over the group, (N,C), as the column-parallel linears read them
+     * (kept for their weight gradients) */
+    mt_tensor ln1_all, ln2_all;
 } layer_acts;
 
 typedef struct acts {
@@ -71,6 +79,8 @@ typedef struct acts {
     mt_tensor drop;    /* hidden_dropout: a projection's output before its dropout and residual
                           add (forward), its gradient after the dropout (backward) (N,C) */
     mt_tensor tp_stats; /* tensor parallelism: the vocab-parallel cross-entropy's (3N) f32 */
+    mt_tensor lnf_all;  /* sequence parallelism: the final norm's output gathered (N,C) */
+    mt_tensor sp_all;   /* sequence parallelism: (N,C) scratch of the gathers and reduce-scatters */
     mt_tensor qk_grad;  /* tensor parallelism, qk_layernorm: a layer's q and k norm weight and bias
                            gradients (4D) f32, summed over the group before they are added */
 } acts;

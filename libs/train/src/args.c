@@ -82,7 +82,7 @@ static const flag flags[] = {
     { "--attention-softmax-in-fp32", F_TRUE, O(noop), "accepted: softmax is always fp32" },
     { "--accumulate-allreduce-grads-in-fp32", F_TRUE, O(noop), "accepted: grads are fp32" },
     { "--sequence-parallel", F_TRUE, O(sequence_parallel),
-      "not yet with tensor parallelism (a no-op without it)" },
+      "split the residual stream's tokens over the tensor-parallel ranks (TP > 1)" },
     { "--no-async-tensor-model-parallel-allreduce", F_TRUE, O(noop),
       "accepted (a no-op without tensor parallelism)" },
     { "--cross-entropy-loss-fusion", F_TRUE, O(noop),
@@ -746,10 +746,22 @@ static mt_status validate(mt_train_args *a) {
         return MT_ERROR(MT_ERR_UNSUPPORTED,
                         "pipeline and context parallelism are not supported yet: "
                         "--pipeline-model-parallel-size and --context-parallel-size must be 1");
-    if (a->sequence_parallel && a->tensor_model_parallel_size > 1)
-        return MT_ERROR(MT_ERR_UNSUPPORTED,
-                        "--sequence-parallel is not supported yet: tensor parallelism runs without "
-                        "it (drop the flag)");
+    if (a->tensor_model_parallel_size == 1) a->sequence_parallel = 0; /* as Megatron */
+    if (a->sequence_parallel) {
+        if (a->seq_length % a->tensor_model_parallel_size != 0)
+            return BAD("--seq-length (%d) must be a multiple of --tensor-model-parallel-size (%d) "
+                       "with --sequence-parallel",
+                       a->seq_length, a->tensor_model_parallel_size);
+        if (a->hidden_dropout != 0.0)
+            return MT_ERROR(MT_ERR_UNSUPPORTED,
+                            "--sequence-parallel with --hidden-dropout %g is not supported yet "
+                            "(add --hidden-dropout 0)",
+                            a->hidden_dropout);
+        if (a->logits_chunks > 1)
+            return MT_ERROR(MT_ERR_UNSUPPORTED,
+                            "--sequence-parallel with --logits-chunks %d is not supported yet",
+                            a->logits_chunks);
+    }
     if (a->overlap_param_gather) { /* megatron/training/arguments.py */
         if (!a->use_distributed_optimizer)
             return BAD("--overlap-param-gather only supported with distributed optimizer");
@@ -757,6 +769,15 @@ static mt_status validate(mt_train_args *a) {
             return BAD("Must use --overlap-param-gather with --overlap-grad-reduce");
     }
     MT_TRY(validate_recompute(a));
+    if (a->sequence_parallel && a->recompute_granularity) {
+        int layernorm = 0;
+        for (int i = 0; i < a->n_recompute_modules; i++)
+            layernorm |= strcmp(a->recompute_modules[i], "layernorm") == 0;
+        if (strcmp(a->recompute_granularity, "full") == 0 || layernorm)
+            return MT_ERROR(MT_ERR_UNSUPPORTED,
+                            "--sequence-parallel with full or layernorm recomputation is not "
+                            "supported yet");
+    }
     if (strcmp(a->normalization, "LayerNorm") != 0 && strcmp(a->normalization, "RMSNorm") != 0)
         return BAD("argument --normalization: invalid choice: '%s' (choose from 'LayerNorm', "
                    "'RMSNorm')",

@@ -336,6 +336,7 @@ static mt_status setup_model(run *r) {
     c->vocab_size = (int)r->vocab;
     c->make_vocab_size_divisible_by = a->make_vocab_size_divisible_by; /* (times the TP size) */
     c->tensor_model_parallel_size = r->tp_size;
+    c->sequence_parallel = a->sequence_parallel;
     c->normalization =
         strcmp(a->normalization, "RMSNorm") == 0 ? MT_NORM_RMSNORM : MT_NORM_LAYERNORM;
     c->norm_epsilon = (float)a->norm_epsilon;
@@ -1399,6 +1400,9 @@ static mt_status train(run *r) {
             if (m + 1 < num_micro || r->iteration + 1 < end)
                 MT_TRY(read_batch(r, r->train_ds, &r->train_s, 1));
         }
+        /* sequence parallelism: the norms' and row-parallel biases' shares summed over the
+         * tensor-parallel group (linear, so before or after the data-parallel reduction) */
+        MT_TRY(mt_model_finalize_grads(r->model, NULL));
         if (!r->overlap) { /* (else inside the backward, which its profile regions time) */
             MT_TRY(mt_prof_begin(pr, "grad_reduce", NULL));
             MT_TRY(mt_optim_reduce_grads(r->opt, NULL));

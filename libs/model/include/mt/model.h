@@ -113,13 +113,21 @@ typedef struct mt_model_config {
      * their own streams (so the masks differ from one rank's); the hidden dropout does not
      * change. */
     int tensor_model_parallel_size;
+    /* Megatron's --sequence-parallel, with tensor parallelism (ignored without): the residual
+     * stream, the norms and the embedding's output are split by token rows (rank r holds the
+     * micro-batch's (B*T)/tp rows from r (B*T)/tp on), all-gathered before the column-parallel
+     * linears and reduce-scattered after the row-parallel ones. The norms' weights and the
+     * row-parallel biases then get each rank's rows' share of their gradient: mt_model_finalize_grads
+     * sums them once per step. seq_length must be a multiple of the TP size; no hidden dropout,
+     * full or layernorm recomputation, or logits_chunks > 1 (not yet). */
+    int sequence_parallel;
 } mt_model_config;
 
 #define MT_MODEL_CONFIG_INIT                                                               \
     {                                                                                      \
         sizeof(mt_model_config), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, MT_NORM_LAYERNORM, 0.0f, \
             MT_POS_LEARNED, 0.0, 0, 0, 1, 0, 0.0f, 1234, MT_F32, 0, MT_RECOMPUTE_NONE,     \
-            MT_RECOMPUTE_METHOD_NONE, 0, 0, 0, 0, 0, 0, 0.0f, 0.0f, 0                      \
+            MT_RECOMPUTE_METHOD_NONE, 0, 0, 0, 0, 0, 0, 0.0f, 0.0f, 0, 0                   \
     }
 
 /* Fills the derived fields (zeros) of cfg in place and checks it; MT_ERR_INVALID_ARG with
@@ -233,6 +241,11 @@ MT_API mt_status mt_model_set_key_starts(mt_model *m, const mt_tensor *ks);
  * is set; keyed by the sample, so the masks do not depend on the micro-batch or data-parallel
  * split of a global batch. NULL: none. */
 MT_API mt_status mt_model_set_sample_ids(mt_model *m, const mt_tensor *ids);
+/* After a step's last micro-batch, before the gradients are read: the gradients that each rank
+ * holds only its share of are summed over the tensor-parallel group (with sequence parallelism:
+ * the norms' weights and biases and the row-parallel biases, Megatron's
+ * _allreduce_layernorm_grads). A no-op otherwise. Collective over the group; enqueued. */
+MT_API mt_status mt_model_finalize_grads(mt_model *m, mt_stream stream);
 /* Sets every gradient to zero. Enqueued. */
 MT_API mt_status mt_model_zero_grad(mt_model *m, mt_stream stream);
 /* Drops the gradients: the next mt_model_forward_backward writes every gradient instead of adding
