@@ -20,13 +20,18 @@
     } while (0)
 #define G(p) ((p) ? &(p)->grad : NULL)
 
-/* Sequence parallelism: whether it is on, and a norm output's rows as the column-parallel
- * linears read them (gathered; else the output itself). */
+/* Sequence parallelism: whether it is on. */
 static int sp(const mt_model *m) {
     return m->cfg.sequence_parallel;
 }
-static mt_tensor *gathered(const mt_model *m, mt_tensor *local, mt_tensor *all) {
-    return sp(m) ? all : local;
+
+/* A layer norm's output as a column-parallel linear's backward reads it: under sequence
+ * parallelism gathered again into ln_all (the forward keeps only this rank's rows). */
+static mt_status ln_rows(mt_model *m, mt_tensor *ln, const mt_tensor **x, mt_stream s) {
+    *x = ln;
+    if (!sp(m)) return MT_OK;
+    *x = &m->a.ln_all;
+    return mt_tp_gather_rows(m->tp, &m->a.ln_all, ln, s);
 }
 
 /* Views of one layer's fused qkv (N,(H+2G)D) as q (B,T,H,D), k and v (B,T,G,D). */
@@ -199,7 +204,7 @@ static mt_status layer_fwd(mt_model *m, int l, mt_tensor *next, mt_stream s) {
     OP("fwd.norm",
        norm_fwd(m, &la->ln1, &la->ln1_mean, &la->ln1_rstd, &la->resid_in, lp->ln1_w, lp->ln1_b, s));
     OP("fwd.gemm.qkv",
-       mt_tp_column_fwd(m->tp, m->blas, &la->qkv, NULL, &la->ln1, sp(m) ? &la->ln1_all : NULL,
+       mt_tp_column_fwd(m->tp, m->blas, &la->qkv, NULL, &la->ln1, sp(m) ? &a->ln_all : NULL,
                         W(lp->qkv_w), W(lp->qkv_b), 0, sp(m), s));
     mt_tensor q, k, v, y;
     MT_TRY(qkv_views(m, &la->qkv, &q, &k, &v));
@@ -216,14 +221,14 @@ static mt_status layer_fwd(mt_model *m, int l, mt_tensor *next, mt_stream s) {
                             lp->ln2_b, s));
     if (c->swiglu) {
         OP("fwd.gemm.fc1",
-           mt_tp_column_fwd(m->tp, m->blas, &la->fc1_pre, NULL, &la->ln2,
-                            sp(m) ? &la->ln2_all : NULL, W(lp->fc1_w), W(lp->fc1_b), 0, sp(m), s));
+           mt_tp_column_fwd(m->tp, m->blas, &la->fc1_pre, NULL, &la->ln2, sp(m) ? &a->ln_all : NULL,
+                            W(lp->fc1_w), W(lp->fc1_b), 0, sp(m), s));
         OP("fwd.swiglu", mt_swiglu_fwd(&la->fc1_act, &la->fc1_pre, NULL, s));
     } else { /* under mlp_act: the GELU that the backward's dx GEMM repeats bitwise */
         const int fl = MT_GEMM_GELU | (c->recompute_mlp_act ? MT_GEMM_GELU_RECOMPUTE : 0);
         OP("fwd.gemm.fc1+gelu",
            mt_tp_column_fwd(m->tp, m->blas, &la->fc1_act, &la->fc1_pre, &la->ln2,
-                            sp(m) ? &la->ln2_all : NULL, W(lp->fc1_w), W(lp->fc1_b), fl, sp(m), s));
+                            sp(m) ? &a->ln_all : NULL, W(lp->fc1_w), W(lp->fc1_b), fl, sp(m), s));
     }
     if (!next) return MT_OK;
     OP("fwd.gemm.fc2", linear_drop_add(m, next, &la->fc1_act, lp->fc2_w, lp->fc2_b, &la->resid_mid,
@@ -397,9 +402,9 @@ static mt_status backward(mt_model *m, int lm_head, mt_stream s) {
     const int hdrop = hidden_drop(m);
     if (lm_head)
         OP("bwd.gemm.lmhead",
-           mt_tp_column_bwd(m->tp, m->blas, &a->dln, sp(m) ? &a->sp_all : NULL, G(m->out_w), NULL,
-                            &a->logits, gathered(m, &a->lnf, &a->lnf_all), W(m->out_w), acc, sp(m),
-                            s));
+           mt_tp_column_bwd_async(m->tp, m->tpa_on, m->blas, &a->dln, sp(m) ? &a->sp_all : NULL,
+                                  G(m->out_w), NULL, &a->logits, sp(m) ? &a->lnf_all : &a->lnf,
+                                  W(m->out_w), acc, sp(m), s));
     /* fc2's and proj's bias gradients come from the norm backwards that write their dy */
     OP("bwd.norm",
        norm_bwd(m, &a->dres, m->lnf_w, m->lnf_b, hdrop ? NULL : m->lp[c->num_layers - 1].fc2_b,
@@ -440,10 +445,12 @@ static mt_status backward(mt_model *m, int lm_head, mt_stream s) {
         if (c->recompute_layernorm)
             OP("bwd.recompute.norm",
                norm_fwd(m, &la->ln2, NULL, NULL, &la->resid_mid, lp->ln2_w, lp->ln2_b, s));
+        const mt_tensor *x;
+        OP("bwd.tp.gather", ln_rows(m, &la->ln2, &x, s));
         OP("bwd.gemm.fc1",
-           mt_tp_column_bwd(m->tp, m->blas, &a->dln, sp(m) ? &a->sp_all : NULL, G(lp->fc1_w),
-                            c->swiglu ? G(lp->fc1_b) : NULL, &a->dfc1_pre,
-                            gathered(m, &la->ln2, &la->ln2_all), W(lp->fc1_w), acc, sp(m), s));
+           mt_tp_column_bwd_async(m->tp, m->tpa_on, m->blas, &a->dln, sp(m) ? &a->sp_all : NULL,
+                                  G(lp->fc1_w), c->swiglu ? G(lp->fc1_b) : NULL, &a->dfc1_pre, x,
+                                  W(lp->fc1_w), acc, sp(m), s));
         OP("bwd.norm",
            norm_bwd(m, &a->dres, lp->ln2_w, lp->ln2_b, hdrop ? NULL : lp->proj_b, &a->dln,
                     &la->resid_mid, &la->ln2_mean, &la->ln2_rstd, &a->dres, s));
@@ -484,10 +491,11 @@ static mt_status backward(mt_model *m, int lm_head, mt_stream s) {
         if (c->recompute_layernorm)
             OP("bwd.recompute.norm",
                norm_fwd(m, &la->ln1, NULL, NULL, &la->resid_in, lp->ln1_w, lp->ln1_b, s));
+        OP("bwd.tp.gather", ln_rows(m, &la->ln1, &x, s));
         OP("bwd.gemm.qkv",
-           mt_tp_column_bwd(m->tp, m->blas, &a->dln, sp(m) ? &a->sp_all : NULL, G(lp->qkv_w),
-                            bias_here ? NULL : G(lp->qkv_b), &a->dqkv,
-                            gathered(m, &la->ln1, &la->ln1_all), W(lp->qkv_w), acc, sp(m), s));
+           mt_tp_column_bwd_async(m->tp, m->tpa_on, m->blas, &a->dln, sp(m) ? &a->sp_all : NULL,
+                                  G(lp->qkv_w), bias_here ? NULL : G(lp->qkv_b), &a->dqkv, x,
+                                  W(lp->qkv_w), acc, sp(m), s));
         OP("bwd.norm",
            norm_bwd(m, &a->dres, lp->ln1_w, lp->ln1_b, l > 0 && !hdrop ? m->lp[l - 1].fc2_b : NULL,
                     &a->dln, &la->resid_in, &la->ln1_mean, &la->ln1_rstd, &a->dres, s));

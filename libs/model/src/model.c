@@ -307,10 +307,6 @@ static void plan_layer(const mt_model *m, planner *p, layer_acts *la) {
         TAKE(p, &la->ln1, dt, Nl, C);
     TAKE(p, &la->ln1_mean, MT_F32, Nl);
     TAKE(p, &la->ln1_rstd, MT_F32, Nl);
-    if (c->sequence_parallel) {
-        TAKE(p, &la->ln1_all, dt, N, C);
-        TAKE(p, &la->ln2_all, dt, N, C);
-    }
     TAKE(p, &la->qkv, dt, N, QKV);
     if (c->qk_layernorm) {
         TAKE(p, &la->q_raw, dt, N * H, D);
@@ -369,6 +365,7 @@ static void plan_acts(mt_model *m, planner *p) {
     TAKE(p, &a->lnf_mean, MT_F32, Nl);
     TAKE(p, &a->lnf_rstd, MT_F32, Nl);
     if (c->sequence_parallel) {
+        TAKE(p, &a->ln_all, dt, N, C);
         TAKE(p, &a->lnf_all, dt, N, C);
         TAKE(p, &a->sp_all, dt, N, C);
     }
@@ -554,6 +551,10 @@ mt_status mt_model_create_tp(const mt_model_config *cfg, int micro_batch_size, m
         param_pieces(&m->spec[i], tp_n(&m->cfg), m->tpr, p);
     }
     MT_TRY_GOTO(mt_device_set(device), st, fail);
+    if (m->tp && mt_device_is_cuda(device) && mt_env_int("MT_TP_ASYNC", 0) != 0) {
+        MT_TRY_GOTO(mt_tp_async_create(device, &m->tpa), st, fail);
+        m->tpa_on = &m->tpa;
+    }
     MT_TRY_GOTO(mt_blas_create(device, &m->blas), st, fail);
     /* tuned GEMM algorithms unless runs must be bitwise reproducible (MT_GEMM_AUTOTUNE wins) */
     mt_blas_set_autotune(m->blas, !m->cfg.deterministic);
@@ -627,6 +628,7 @@ void mt_model_destroy(mt_model *m) {
     for (int i = 0; i < MODEL_GRAPH_SLOTS; i++)
         mt_graph_destroy(m->gs[i].graph);
     mt_blas_destroy(m->blas);
+    mt_tp_async_destroy(&m->tpa);
     mt_arena_destroy(m->w_arena);
     mt_arena_destroy(m->g_arena);
     mt_arena_destroy(m->a_arena);

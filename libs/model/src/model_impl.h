@@ -57,10 +57,6 @@ typedef struct layer_acts {
     mt_tensor ln2, ln2_mean, ln2_rstd;
     mt_tensor fc1_pre; /* (N,F) before GELU, or (N,2F) gate|up for SwiGLU */
     mt_tensor fc1_act; /* (N,F) */
-    /* sequence parallelism: the residual stream and the norms hold this rank's N/tp token rows;
-     * the norms' outputs gathered over the group, (N,C), as the column-parallel linears read them
-     * (kept for their weight gradients) */
-    mt_tensor ln1_all, ln2_all;
 } layer_acts;
 
 typedef struct acts {
@@ -79,9 +75,13 @@ typedef struct acts {
     mt_tensor drop;    /* hidden_dropout: a projection's output before its dropout and residual
                           add (forward), its gradient after the dropout (backward) (N,C) */
     mt_tensor tp_stats; /* tensor parallelism: the vocab-parallel cross-entropy's (3N) f32 */
-    mt_tensor lnf_all;  /* sequence parallelism: the final norm's output gathered (N,C) */
-    mt_tensor sp_all;   /* sequence parallelism: (N,C) scratch of the gathers and reduce-scatters */
-    mt_tensor qk_grad;  /* tensor parallelism, qk_layernorm: a layer's q and k norm weight and bias
+    /* sequence parallelism: the residual stream and the norms hold this rank's N/tp token rows.
+     * ln_all: a layer's norm output gathered over the group (N,C) for the column-parallel linear
+     * that reads it, gathered again before its weight gradient (Megatron's: not kept per layer);
+     * lnf_all: the final norm's, kept for the output layer's backward */
+    mt_tensor ln_all, lnf_all;
+    mt_tensor sp_all;  /* sequence parallelism: (N,C) scratch of the gathers and reduce-scatters */
+    mt_tensor qk_grad; /* tensor parallelism, qk_layernorm: a layer's q and k norm weight and bias
                            gradients (4D) f32, summed over the group before they are added */
 } acts;
 
@@ -117,8 +117,12 @@ struct mt_model {
     int B;
     mt_device dev;
     mt_blas *blas;
-    mt_comm *tp; /* tensor-parallel group (NULL: TP 1) */
-    int tpr;     /* this rank's place in it */
+    mt_comm *tp;         /* tensor-parallel group (NULL: TP 1) */
+    int tpr;             /* this rank's place in it */
+    mt_tp_async tpa;     /* CUDA, MT_TP_ASYNC=1: the column-parallel backwards' collectives
+                            beside their dW GEMMs (off by default: no faster on GPT-2 124M at
+                            TP 2 and 4 on H100s, 1-3% slower) */
+    mt_tp_async *tpa_on; /* &tpa when used, else NULL */
     int nparams;
     param_spec *spec;
     mt_model_param *params;

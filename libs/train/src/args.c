@@ -84,7 +84,8 @@ static const flag flags[] = {
     { "--sequence-parallel", F_TRUE, O(sequence_parallel),
       "split the residual stream's tokens over the tensor-parallel ranks (TP > 1)" },
     { "--no-async-tensor-model-parallel-allreduce", F_TRUE, O(noop),
-      "accepted (a no-op without tensor parallelism)" },
+      "accepted: the column-parallel backward's all-reduce runs in line (MT_TP_ASYNC=1 "
+      "overlaps it)" },
     { "--cross-entropy-loss-fusion", F_TRUE, O(noop),
       "accepted: the output layer and cross-entropy are always fused" },
     { "--apply-query-key-layer-scaling", F_TRUE, O(noop),

@@ -851,6 +851,12 @@ static mt_status load_boxes(run *r, mt_ckpt *c, const piece_list *l) {
         int same = nd == v->ndim;
         for (int d = 0; same && d < nd; d++)
             same = shape[d] == x->shape[d];
+        if (!same && nd == 1 && shape[0] == numel && strncmp(x->name, "optimizer.", 10) == 0)
+            return MT_ERROR(MT_ERR_FORMAT,
+                            "%s is flat in the checkpoint (saved before optimizer state kept the "
+                            "parameters' shapes): load it with --tensor-model-parallel-size 1 "
+                            "(a save from there loads under any size)",
+                            x->name);
         if (!same && !flat) { /* torch's load_state_dict message */
             char saved[96], want[96];
             shape_str(saved, sizeof saved, nd, shape);

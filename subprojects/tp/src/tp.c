@@ -121,6 +121,44 @@ mt_status mt_tp_column_bwd(mt_comm *tp, mt_blas *blas, mt_tensor *dx, mt_tensor 
               : mt_tp_all_reduce(tp, dx, stream);
 }
 
+mt_status mt_tp_async_create(mt_device device, mt_tp_async *out) {
+    MT_REQUIRE(out, MT_ERR_INVALID_ARG, "NULL argument");
+    *out = (mt_tp_async){ 0 };
+    if (!mt_device_is_cuda(device)) return MT_OK;
+    mt_status st = mt_stream_create(&out->comm);
+    if (st == MT_OK) st = mt_event_create(&out->ready, 0);
+    if (st == MT_OK) st = mt_event_create(&out->done, 0);
+    if (st != MT_OK) mt_tp_async_destroy(out);
+    return st;
+}
+
+void mt_tp_async_destroy(mt_tp_async *a) {
+    if (!a) return;
+    mt_event_destroy(a->ready);
+    mt_event_destroy(a->done);
+    mt_stream_destroy(a->comm);
+    *a = (mt_tp_async){ 0 };
+}
+
+mt_status mt_tp_column_bwd_async(mt_comm *tp, mt_tp_async *a, mt_blas *blas, mt_tensor *dx,
+                                 mt_tensor *dx_all, mt_tensor *dw, mt_tensor *dbias,
+                                 const mt_tensor *dy, const mt_tensor *x_all, const mt_tensor *w,
+                                 int accumulate, int sp, mt_stream stream) {
+    if (!a || !a->comm || mt_tp_size(tp) == 1 || !dx)
+        return mt_tp_column_bwd(tp, blas, dx, dx_all, dw, dbias, dy, x_all, w, accumulate, sp,
+                                stream);
+    MT_TRY(check_sp(tp, sp, dx_all, dx, "dx_all", "dx"));
+    mt_tensor *d = sp ? dx_all : dx;
+    MT_TRY(mt_linear_bwd(blas, d, NULL, NULL, dy, x_all, w, accumulate, stream));
+    MT_TRY(mt_event_record(a->ready, stream)); // why: the collective beside the dW GEMM
+    MT_TRY(mt_stream_wait_event(a->comm, a->ready));
+    MT_TRY(sp ? mt_tp_reduce_scatter_rows(tp, dx, dx_all, a->comm)
+              : mt_tp_all_reduce(tp, dx, a->comm));
+    MT_TRY(mt_event_record(a->done, a->comm));
+    if (dw || dbias) MT_TRY(mt_linear_bwd(blas, NULL, dw, dbias, dy, x_all, w, accumulate, stream));
+    return mt_stream_wait_event(stream, a->done);
+}
+
 mt_status mt_tp_row_fwd_add(mt_comm *tp, mt_blas *blas, mt_tensor *y, mt_tensor *y_all,
                             const mt_tensor *x, const mt_tensor *w, const mt_tensor *bias,
                             const mt_tensor *resid, int sp, mt_stream stream) {

@@ -155,6 +155,28 @@ static void tp_mlp(tp_ctx *c, int sp) {
     tp_expect(c, "mlp db1", &db1t, db1 + f0);
     tp_expect(c, "mlp dw2", &dw2t, dw2ref);
     tp_expect(c, "mlp db2", &db2t, db2);
+    /* the collective beside the weight gradient's GEMM (a side stream on CUDA): the same values,
+     * bit for bit */
+    mt_tp_async as;
+    MT_CHECK(mt_tp_async_create(c->dev, &as));
+    mt_tensor adx = tp_new(c, c->dt, 2, (int64_t[]){ tl, TC }),
+              aall = tp_new(c, c->dt, 2, (int64_t[]){ TN, TC });
+    mt_tensor adw = tp_new(c, MT_F32, 2, (int64_t[]){ fl, TC }),
+              adb = tp_new(c, MT_F32, 1, (int64_t[]){ fl });
+    MT_CHECK(mt_tp_column_bwd_async(c->tp, &as, c->blas, &adx, sp ? &aall : NULL, &adw, &adb, &dh,
+                                    &xkeep, &tw1, 0, sp, c->stream));
+    const mt_tensor *got[3] = { &adx, &adw, &adb }, *want[3] = { &tdx, &dw1t, &db1t };
+    for (int i = 0; i < 3; i++) {
+        float *g = tp_down(c, got[i]), *r = tp_down(c, want[i]);
+        size_t n = (size_t)mt_tensor_numel(got[i]);
+        MT_EXPECT(memcmp(g, r, n * sizeof *g) == 0, "async column backward: %s differs (sp %d)",
+                  i == 0   ? "dx"
+                  : i == 1 ? "dw"
+                           : "dbias",
+                  sp);
+        free(g), free(r);
+    }
+    mt_tp_async_destroy(&as);
     float *bufs[] = { x,   w1,  b1,  w2,  b2, dy,  y,    dx,    dw1,    db1,
                       dw2, db2, w1s, w2s, xs, dys, yref, dxref, dw1ref, dw2ref };
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)

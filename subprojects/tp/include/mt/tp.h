@@ -65,6 +65,27 @@ MT_API mt_status mt_tp_column_bwd(mt_comm *tp, mt_blas *blas, mt_tensor *dx, mt_
                                   const mt_tensor *x_all, const mt_tensor *w, int accumulate,
                                   int sp, mt_stream stream);
 
+/* Megatron's asynchronous tensor-parallel all-reduce: a side stream and two events with which
+ * mt_tp_column_bwd_async runs dX's all-reduce (sp = 0) or reduce-scatter (sp = 1) beside the
+ * weight-gradient GEMM. Create it once per device (CUDA; on the CPU it holds nothing and the
+ * calls run in order). */
+typedef struct mt_tp_async {
+    mt_stream comm;
+    mt_event ready, done;
+} mt_tp_async;
+MT_API mt_status mt_tp_async_create(mt_device device, mt_tp_async *out);
+MT_API void mt_tp_async_destroy(mt_tp_async *a); /* zeroes it; NULL is a no-op */
+/* mt_tp_column_bwd with the collective overlapped: dX's GEMM on `stream`, its collective on
+ * a->comm once `stream` reaches it, dw and dbias's GEMMs on `stream`, which then waits for the
+ * collective (so what follows on `stream` sees dx as mt_tp_column_bwd leaves it). The same
+ * values as mt_tp_column_bwd. `a` NULL, or host tensors: mt_tp_column_bwd. Recordable in a CUDA
+ * graph (the side stream forks from `stream` and joins it). */
+MT_API mt_status mt_tp_column_bwd_async(mt_comm *tp, mt_tp_async *a, mt_blas *blas, mt_tensor *dx,
+                                        mt_tensor *dx_all, mt_tensor *dw, mt_tensor *dbias,
+                                        const mt_tensor *dy, const mt_tensor *x_all,
+                                        const mt_tensor *w, int accumulate, int sp,
+                                        mt_stream stream);
+
 /* ---- RowParallelLinear (input_is_parallel = True) ----
  * w (out, in/n) is this rank's columns of the full weight (rank r: [r in/n, (r+1) in/n)), x (N,
  * in/n) this rank's columns of the input (a column-parallel linear's output); bias (out) is whole
