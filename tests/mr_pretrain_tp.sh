@@ -54,6 +54,12 @@ echo "ok TP 2 resume: 6 losses identical"
 grep -q "successfully loaded checkpoint from .* \[ t 1/2, p 0/1 \]" "$d/resume.log" \
   || { echo "FAIL: no load line"; cat "$d/resume.log"; exit 1; }
 tiny_run "$d/resume1.json" --load "$d/ck1" > "$d/resume1.log" 2>&1 || { cat "$d/resume1.log"; exit 1; }
+if [ -n "${MT_CONVERT:-}" ]; then  # the unsharded checkpoint exports to Hugging Face as TP 1's does
+  "$MT_CONVERT" mt-to-hf "$d/ck1" "$d/hf" 2> "$d/export.log" && "$MT_CONVERT" hf-to-mt "$d/hf" "$d/back" 2>> "$d/export.log" \
+    || { echo "FAIL: export of the TP 2 checkpoint"; cat "$d/export.log"; exit 1; }
+  [ "$(jq -r .n_embd "$d/hf/config.json")" = 64 ] || { echo "FAIL: exported config"; cat "$d/hf/config.json"; exit 1; }
+  echo "ok TP 2 checkpoint exported to Hugging Face and imported back"
+fi
 mr 4 resume4 "${tp2[@]}" --use-distributed-optimizer --load "$d/ck4"
 for run in resume1 resume4; do
   [ "$(losses "$d/$run.json" 7 12 | wc -l)" = 6 ] || { echo "FAIL: $run has not 6 losses"; fail=1; }
