@@ -44,6 +44,20 @@ for run in tp2 tp2dp2 sp2 sp2dp2; do
   paste <(gnorms "$d/tp1.jsonl") <(gnorms "$d/$run.jsonl") | close "$run grad norms" 1e-4 || fail=1
   paste <(pnorms "$d/tp1.log") <(pnorms "$d/$run.log") | close "$run params norms" 1e-3 || fail=1
 done
+# hidden dropout: the masks are keyed by the whole tensor's elements, so TP 2 and SP 2 (each rank
+# drawing its window of the rows) drop what TP 1 drops (attention dropout, per-rank streams as
+# Megatron's, differs by design: off here)
+hd=(--hidden-dropout 0.1)
+tiny_run "$d/hd1.json" "${hd[@]}" > "$d/hd1.log"
+mr 2 hdtp2 "${tp2[@]}" "${hd[@]}"
+mr 2 hdsp2 "${tp2[@]}" "${hd[@]}" --sequence-parallel
+mr 4 hdsp2dp2 "${tp2[@]}" "${hd[@]}" --sequence-parallel --use-distributed-optimizer
+[ "$(losses "$d/hd1.json" 2 12)" != "$(losses "$d/tp2.json" 2 12)" ] \
+  || { echo "FAIL: --hidden-dropout 0.1 changed no loss"; exit 1; }
+for run in hdtp2 hdsp2 hdsp2dp2; do
+  paste <(losses "$d/hd1.json" 1 12 | cut -d' ' -f2) <(losses "$d/$run.json" 1 12 | cut -d' ' -f2) \
+    | close "$run losses (hidden dropout)" 1e-5 || fail=1
+done
 # resume: TP 2 to iteration 6, then TP 2 (bitwise the uninterrupted run), TP 1 and TP 2 x DP 2
 mr 2 first "${tp2[@]}" --exit-interval 6 --save "$d/ck"
 cp -r "$d/ck" "$d/ck1"; cp -r "$d/ck" "$d/ck4"

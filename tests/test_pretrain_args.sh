@@ -28,7 +28,6 @@ expect "hidden size (64) must be divisible by the number of attention heads (5)"
 expect "--overlap-param-gather only supported with distributed optimizer" --overlap-param-gather --overlap-grad-reduce
 expect "Must use --overlap-param-gather with --overlap-grad-reduce" --overlap-param-gather --use-distributed-optimizer
 expect "pipeline and context parallelism are not supported yet" --pipeline-model-parallel-size 2
-expect "--sequence-parallel with --hidden-dropout 0.1 is not supported yet" --tensor-model-parallel-size 2 --sequence-parallel --hidden-dropout 0.1
 expect "--seq-length (32) must be a multiple of --tensor-model-parallel-size (3)" --tensor-model-parallel-size 3 --num-attention-heads 3 --num-query-groups 3 --group-query-attention --hidden-size 63 --ffn-hidden-size 63 --sequence-parallel
 expect "--sequence-parallel with full or layernorm recomputation" --tensor-model-parallel-size 2 --sequence-parallel --recompute-granularity full --recompute-method uniform --recompute-num-layers 1
 expect "--num-attention-heads (4) is not divisible by --tensor-model-parallel-size (3)" --tensor-model-parallel-size 3

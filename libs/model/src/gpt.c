@@ -98,7 +98,20 @@ enum {
 
 /* The dropout at `site` with probability p: p 0 (none) outside forward_backward. */
 static mt_dropout_config drop_cfg(const mt_model *m, float p, uint32_t site) {
-    mt_dropout_config d = { m->train ? p : 0.0f, m->cfg.seed, site, m->ids.data ? &m->ids : NULL };
+    mt_dropout_config d = { m->train ? p : 0.0f,          m->cfg.seed, site,
+                            m->ids.data ? &m->ids : NULL, 0,           0 };
+    return d;
+}
+
+/* The hidden dropout at `site` on the residual stream's rows (sequence parallelism: this rank's
+ * window of the micro-batch's (B, T*C) elements, so the masks are TP 1's). */
+static mt_dropout_config hidden_cfg(const mt_model *m, uint32_t site) {
+    mt_dropout_config d = drop_cfg(m, m->cfg.hidden_dropout, site);
+    if (sp(m)) {
+        const int64_t row = (int64_t)m->cfg.seq_length * m->cfg.hidden_size;
+        d.row = row;
+        d.offset = (int64_t)m->tpr * m->B * row / tp_n(&m->cfg);
+    }
     return d;
 }
 
@@ -128,14 +141,15 @@ static mt_status linear_drop_add(mt_model *m, mt_tensor *y, const mt_tensor *x,
     if (!hidden_drop(m)) /* (sequence parallelism: the sum reduce-scattered through sp_all) */
         return mt_tp_row_fwd_add(m->tp, m->blas, y, sp(m) ? &m->a.sp_all : NULL, x, W(w), W(b),
                                  resid, sp(m), s);
-    MT_TRY(mt_tp_row_fwd(m->tp, m->blas, &m->a.drop, NULL, x, W(w), W(b), 0, s));
-    mt_dropout_config d = drop_cfg(m, m->cfg.hidden_dropout, site);
+    MT_TRY(mt_tp_row_fwd(m->tp, m->blas, &m->a.drop, sp(m) ? &m->a.sp_all : NULL, x, W(w), W(b),
+                         sp(m), s));
+    mt_dropout_config d = hidden_cfg(m, site);
     return mt_dropout(y, &m->a.drop, resid, &d, s);
 }
 
 /* The gradient a projection at `site` sees under hidden dropout: dres's dropout into a->drop. */
 static mt_status drop_grad(mt_model *m, uint32_t site, const mt_tensor **dy, mt_stream s) {
-    mt_dropout_config d = drop_cfg(m, m->cfg.hidden_dropout, site);
+    mt_dropout_config d = hidden_cfg(m, site);
     MT_TRY(mt_dropout(&m->a.drop, &m->a.dres, NULL, &d, s));
     *dy = &m->a.drop;
     return MT_OK;
@@ -257,8 +271,9 @@ static mt_status forward(mt_model *m, const mt_tensor *tokens, int lm_head, mt_s
        mt_tp_embedding_fwd(m->tp, sp(m) ? &a->layer[0].resid_in : &emb3, sp(m) ? &emb3 : NULL,
                            tokens, W(m->wte), W(m->wpe), m->wpe ? positions(m) : NULL, sp(m), s));
     if (hidden_drop(m)) {
-        mt_dropout_config d = drop_cfg(m, c->hidden_dropout, SITE_EMB);
-        OP("fwd.dropout", mt_dropout(&emb3, &emb3, NULL, &d, s));
+        mt_dropout_config d = hidden_cfg(m, SITE_EMB); /* (this rank's rows) */
+        mt_tensor *e = &a->layer[0].resid_in;
+        OP("fwd.dropout", mt_dropout(e, e, NULL, &d, s));
     }
     /* recomputed layers write into shared scratch sets: only their resid_in survives */
     const int L = c->num_layers;
@@ -455,9 +470,10 @@ static mt_status backward(mt_model *m, int lm_head, mt_stream s) {
            norm_bwd(m, &a->dres, lp->ln2_w, lp->ln2_b, hdrop ? NULL : lp->proj_b, &a->dln,
                     &la->resid_mid, &la->ln2_mean, &la->ln2_rstd, &a->dres, s));
         /* a->dres is now the gradient of resid_mid = resid_in + proj(attention) */
+        dyp = &a->dres;
         if (hdrop) OP("bwd.dropout", drop_grad(m, (uint32_t)(SITE_PROJ + 3 * l), &dyp, s));
         if (sp(m)) {
-            OP("bwd.tp.gather", mt_tp_gather_rows(m->tp, &a->sp_all, &a->dres, s));
+            OP("bwd.tp.gather", mt_tp_gather_rows(m->tp, &a->sp_all, dyp, s));
             dyp = &a->sp_all;
         }
         OP("bwd.gemm.proj",
@@ -505,8 +521,8 @@ static mt_status backward(mt_model *m, int lm_head, mt_stream s) {
     const int64_t bt[3] = { m->B, c->seq_length, c->hidden_size };
     MT_TRY(mt_tensor_reshape(sp(m) ? &a->sp_all : &a->dres, 3, bt, &d3));
     if (hdrop) { /* the embeddings' dropout, in place */
-        mt_dropout_config d = drop_cfg(m, c->hidden_dropout, SITE_EMB);
-        OP("bwd.dropout", mt_dropout(&d3, &d3, NULL, &d, s));
+        mt_dropout_config d = hidden_cfg(m, SITE_EMB);
+        OP("bwd.dropout", mt_dropout(&a->dres, &a->dres, NULL, &d, s));
     }
     OP("bwd.embedding",
        mt_tp_embedding_bwd(m->tp, G(m->wte), G(m->wpe), sp(m) ? &a->dres : &d3, sp(m) ? &d3 : NULL,

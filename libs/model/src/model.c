@@ -59,10 +59,6 @@ mt_status mt_model_config_finalize(mt_model_config *c) {
                    "--seq-length (%d) must be a multiple of --tensor-model-parallel-size (%d) with "
                    "--sequence-parallel",
                    c->seq_length, tp);
-        MT_REQUIRE(c->hidden_dropout == 0.0f, MT_ERR_UNSUPPORTED,
-                   "--sequence-parallel with --hidden-dropout %g is not supported yet (use "
-                   "--hidden-dropout 0)",
-                   (double)c->hidden_dropout);
         MT_REQUIRE(c->recompute_granularity != MT_RECOMPUTE_FULL && !c->recompute_layernorm,
                    MT_ERR_UNSUPPORTED,
                    "--sequence-parallel with full or layernorm recomputation is not supported yet");
@@ -380,7 +376,7 @@ static void plan_acts(mt_model *m, planner *p) {
     TAKE(p, &a->loss_count, MT_F32, 1);
     /* scratch shared by forward and backward */
     TAKE(p, &a->dres, dt, Nl, C);
-    if (c->hidden_dropout > 0.0f) TAKE(p, &a->drop, dt, N, C);
+    if (c->hidden_dropout > 0.0f) TAKE(p, &a->drop, dt, Nl, C);
     TAKE(p, &a->dln, dt, Nl, C);
     TAKE(p, &a->datty, dt, N, H * D);
     TAKE(p, &a->dqkv, dt, N, QKV);
@@ -701,12 +697,17 @@ mt_status mt_model_finalize_grads(mt_model *m, mt_stream stream) {
     MT_REQUIRE(m, MT_ERR_INVALID_ARG, "NULL model");
     if (!m->cfg.sequence_parallel) return MT_OK;
     /* each rank's rows' share: the norms (their backward's column sums) and the biases of the
-     * row-parallel linears (the sums of the norms' backwards that take their dy) */
+     * row-parallel linears (the sums of the norms' backwards that take their dy; with hidden
+     * dropout their own backwards take them from the gathered dropped gradient: whole) */
+    const int biases = m->cfg.hidden_dropout == 0.0f;
     for (int l = -1; l < m->cfg.num_layers; l++) {
         const layer_params *lp = &m->lp[l < 0 ? 0 : l];
-        mt_model_param *q[6] = {
-            lp->ln1_w, lp->ln1_b, lp->ln2_w, lp->ln2_b, lp->proj_b, lp->fc2_b
-        };
+        mt_model_param *q[6] = { lp->ln1_w,
+                                 lp->ln1_b,
+                                 lp->ln2_w,
+                                 lp->ln2_b,
+                                 biases ? lp->proj_b : NULL,
+                                 biases ? lp->fc2_b : NULL };
         if (l < 0) /* the final norm */
             q[0] = m->lnf_w, q[1] = m->lnf_b, q[2] = q[3] = q[4] = q[5] = NULL;
         for (int k = 0; k < 6; k++)

@@ -753,11 +753,6 @@ static mt_status validate(mt_train_args *a) {
             return BAD("--seq-length (%d) must be a multiple of --tensor-model-parallel-size (%d) "
                        "with --sequence-parallel",
                        a->seq_length, a->tensor_model_parallel_size);
-        if (a->hidden_dropout != 0.0)
-            return MT_ERROR(MT_ERR_UNSUPPORTED,
-                            "--sequence-parallel with --hidden-dropout %g is not supported yet "
-                            "(add --hidden-dropout 0)",
-                            a->hidden_dropout);
         if (a->logits_chunks > 1)
             return MT_ERROR(MT_ERR_UNSUPPORTED,
                             "--sequence-parallel with --logits-chunks %d is not supported yet",

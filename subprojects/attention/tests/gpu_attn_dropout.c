@@ -107,7 +107,7 @@ static void run(const shape *s) {
     mt_attn_config cfg = MT_ATTN_CONFIG_INIT;
     cfg.causal = s->causal, cfg.deterministic = s->det;
     cfg.key_start = s->docs ? &tks : NULL;
-    cfg.dropout = (mt_dropout_config){ s->p, 77, 9, &dids };
+    cfg.dropout = (mt_dropout_config){ s->p, 77, 9, &dids, 0, 0 };
     size_t wsb;
     void *ws = NULL;
     MT_CHECK(mt_attn_bwd_workspace(&q, &k, &cfg, &wsb));

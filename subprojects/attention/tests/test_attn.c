@@ -176,7 +176,7 @@ static void run(const golden_case *c, int fused) {
             ids[i] = (int64_t)idd[i];
         free(idd);
         tids = mt_tensor_1d(ids, MT_I64, B, MT_DEVICE_CPU);
-        cfg.dropout = (mt_dropout_config){ c->drop, DROP_SEED, DROP_SITE, &tids };
+        cfg.dropout = (mt_dropout_config){ c->drop, DROP_SEED, DROP_SITE, &tids, 0, 0 };
     }
     size_t ws = 1;
     MT_CHECK(mt_attn_bwd_workspace(&tq, &tk, &cfg, &ws));
@@ -249,7 +249,7 @@ static void check_errors(void) {
     int64_t ids[2] = { 0, 1 };
     mt_tensor tids = mt_tensor_1d(ids, MT_I64, 2, MT_DEVICE_CPU);
     mt_tensor short_ids = mt_tensor_1d(ids, MT_I64, 1, MT_DEVICE_CPU);
-    cfg.dropout = (mt_dropout_config){ 0.1f, 1, 0, &tids };
+    cfg.dropout = (mt_dropout_config){ 0.1f, 1, 0, &tids, 0, 0 };
     MT_CHECK(mt_attn_fwd(&o4, &l4, &q4, &q4, &q4, &cfg, NULL));
     cfg.dropout.p = 1.0f;
     MT_EXPECT(mt_attn_fwd(&o4, &l4, &q4, &q4, &q4, &cfg, NULL) == MT_ERR_INVALID_ARG &&

@@ -34,10 +34,20 @@ mt_status mt_dropout(mt_tensor *out, const mt_tensor *x, const mt_tensor *resid,
     MT_REQUIRE(mt_tensor_is_contiguous(x), MT_ERR_INVALID_ARG, "x must be contiguous");
     MT_TRY(mt_dropout_check(cfg, x->device));
     const mt_tensor *sm = cfg->sample;
-    if (cfg->p > 0.0f)
-        MT_REQUIRE(mt_tensor_numel(x) % sm->shape[0] == 0, MT_ERR_INVALID_ARG,
-                   "x's %lld elements are not %lld equal rows (one per sample id)",
-                   (long long)mt_tensor_numel(x), (long long)sm->shape[0]);
+    const int64_t n = mt_tensor_numel(x);
+    MT_REQUIRE(cfg->offset >= 0 && cfg->row >= 0 && (cfg->row > 0 || cfg->offset == 0),
+               MT_ERR_INVALID_ARG, "dropout window: offset %lld, row %lld (a window needs row > 0)",
+               (long long)cfg->offset, (long long)cfg->row);
+    if (cfg->p > 0.0f && !cfg->row)
+        MT_REQUIRE(n % sm->shape[0] == 0, MT_ERR_INVALID_ARG,
+                   "x's %lld elements are not %lld equal rows (one per sample id)", (long long)n,
+                   (long long)sm->shape[0]);
+    if (cfg->p > 0.0f && cfg->row)
+        MT_REQUIRE(cfg->offset + n <= sm->shape[0] * cfg->row, MT_ERR_INVALID_ARG,
+                   "dropout window [%lld, +%lld) past the %lld x %lld elements of the sample ids' "
+                   "rows",
+                   (long long)cfg->offset, (long long)n, (long long)sm->shape[0],
+                   (long long)cfg->row);
     if (mt_tensor_numel(x) == 0) return MT_OK;
     return MT_DISPATCH(x->device, dropout_cpu(out, x, resid, cfg),
                        dropout_cuda(out, x, resid, cfg, stream));

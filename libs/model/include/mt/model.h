@@ -118,8 +118,9 @@ typedef struct mt_model_config {
      * micro-batch's (B*T)/tp rows from r (B*T)/tp on), all-gathered before the column-parallel
      * linears and reduce-scattered after the row-parallel ones. The norms' weights and the
      * row-parallel biases then get each rank's rows' share of their gradient: mt_model_finalize_grads
-     * sums them once per step. seq_length must be a multiple of the TP size; no hidden dropout,
-     * full or layernorm recomputation, or logits_chunks > 1 (not yet). */
+     * sums them once per step. The hidden dropout's masks are TP 1's (each rank draws its window
+     * of the micro-batch's). seq_length must be a multiple of the TP size; no full or layernorm
+     * recomputation, or logits_chunks > 1 (not yet). */
     int sequence_parallel;
 } mt_model_config;
 

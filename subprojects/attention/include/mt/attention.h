@@ -52,7 +52,7 @@ typedef struct mt_attn_config {
 #define MT_ATTN_CONFIG_INIT                            \
     {                                                  \
         sizeof(mt_attn_config), 0.0f, 0, 0, 0, NULL, { \
-            0.0f, 0, 0, NULL                           \
+            0.0f, 0, 0, NULL, 0, 0                     \
         }                                              \
     }
 

@@ -44,10 +44,15 @@ typedef struct mt_dropout_config {
     uint64_t seed;           /* Megatron's --seed */
     uint32_t site;           /* which dropout of a model: each site has its own streams */
     const mt_tensor *sample; /* (B) i64 on x's device, read when the kernel runs */
+    /* A window of the (B, E) tensor the masks are of (e.g. a sequence-parallel rank's token rows):
+     * x holds its elements [offset, offset + numel(x)), E = row (0: x is the whole tensor, offset
+     * 0 and E = numel(x) / B). The masks are the whole tensor's, element for element. */
+    int64_t offset, row;
 } mt_dropout_config;
 
 /* Checks a dropout config for data on `device`: p in [0, 1) and, when p > 0, sample ids as a
- * contiguous non-empty 1-D i64 tensor on that device (callers check the row count). */
+ * contiguous non-empty 1-D i64 tensor on that device (callers check the row count; a window,
+ * offset or row, is mt_dropout's only). */
 MT_API mt_status mt_dropout_check(const mt_dropout_config *cfg, mt_device device);
 /* out = resid + dropout(x) (resid NULL: out = dropout(x), which is also the backward: dx =
  * dropout(dout) with the forward's config). x, out and resid share shape and dtype (any float);
