@@ -4,7 +4,7 @@
 # vocabulary columns), and 4 ranks as TP 2 x DP 2 with the distributed optimizer, give one rank's
 # losses, grad norms (the split weights' squares summed over the group, the whole ones counted
 # once) and params norms with the same global batch, up to the order of the fp32 sums (relative
-# 1e-5); so do both with --sequence-parallel. Checkpoints hold the unsharded tensors: TP 2 resumes bitwise, and its checkpoint resumes
+# 1e-5); so do both with --sequence-parallel, also with recomputation and --logits-chunks. Checkpoints hold the unsharded tensors: TP 2 resumes bitwise, and its checkpoint resumes
 # into TP 1 and into TP 2 x DP 2. (--make-vocab-size-divisible-by 64 at TP 2 pads the vocabulary
 # to TP 1's 384 rows, Megatron padding to a multiple of 128 x TP otherwise.)
 source "$(dirname "$0")/pretrain_common.sh"
@@ -37,7 +37,15 @@ close() {  # what tol: pairs "want got" on stdin
 gnorms() { jq -r '.["grad norm"] // empty' "$1"; }
 pnorms() { grep -o "params norm: [0-9.]*" "$1" | awk '{ print $3 }'; }
 fail=0
-for run in tp2 tp2dp2 sp2 sp2dp2; do
+# and with activation recomputation (full, and the selective norms) and the output layer in token
+# slices (the gathered rows' slices, their dX reduce-scattered once)
+mr 2 sprf "${tp2[@]}" --sequence-parallel --recompute-granularity full --recompute-method uniform \
+  --recompute-num-layers 1 --metrics-jsonl "$d/sprf.jsonl" --log-params-norm
+mr 2 sprs "${tp2[@]}" --sequence-parallel --recompute-granularity selective --recompute-modules \
+  layernorm mlp_act --metrics-jsonl "$d/sprs.jsonl" --log-params-norm
+mr 2 splc "${tp2[@]}" --sequence-parallel --logits-chunks 3 --metrics-jsonl "$d/splc.jsonl" \
+  --log-params-norm
+for run in tp2 tp2dp2 sp2 sp2dp2 sprf sprs splc; do
   paste <(losses "$d/tp1.json" 1 12 | cut -d' ' -f2) <(losses "$d/$run.json" 1 12 | cut -d' ' -f2) \
     | close "$run losses" 1e-5 || fail=1
   [ "$(losses "$d/$run.json" 1 12 | wc -l)" = 12 ] || { echo "FAIL: $run has not 12 losses"; fail=1; }

@@ -29,7 +29,6 @@ expect "--overlap-param-gather only supported with distributed optimizer" --over
 expect "Must use --overlap-param-gather with --overlap-grad-reduce" --overlap-param-gather --use-distributed-optimizer
 expect "pipeline and context parallelism are not supported yet" --pipeline-model-parallel-size 2
 expect "--seq-length (32) must be a multiple of --tensor-model-parallel-size (3)" --tensor-model-parallel-size 3 --num-attention-heads 3 --num-query-groups 3 --group-query-attention --hidden-size 63 --ffn-hidden-size 63 --sequence-parallel
-expect "--sequence-parallel with full or layernorm recomputation" --tensor-model-parallel-size 2 --sequence-parallel --recompute-granularity full --recompute-method uniform --recompute-num-layers 1
 expect "--num-attention-heads (4) is not divisible by --tensor-model-parallel-size (3)" --tensor-model-parallel-size 3
 expect "--num-query-groups (2) is not divisible by --tensor-model-parallel-size (4)" --tensor-model-parallel-size 4 --group-query-attention --num-query-groups 2
 expect "NullTokenizer needs --vocab-size" --vocab-size 0

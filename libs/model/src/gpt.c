@@ -351,11 +351,14 @@ static mt_status lm_head_slices(mt_model *m, const mt_tensor *t, int train, floa
                                 mt_stream s) {
     acts *a = &m->a;
     const int64_t N = t->shape[0], R = a->logits.shape[0];
+    /* sequence parallelism: the slices are of the gathered rows, their dx of sp_all */
+    mt_tensor *xs = sp(m) ? &a->lnf_all : &a->lnf, *dxs = sp(m) ? &a->sp_all : &a->dln;
+    if (sp(m)) OP("fwd.tp.gather", mt_tp_gather_rows(m->tp, &a->lnf_all, &a->lnf, s));
     if (train) MT_TRY(loss_grad(m, t, loss_scale, s));
     for (int64_t r0 = 0; r0 < N; r0 += R) {
         const int64_t n = N - r0 < R ? N - r0 : R;
         mt_tensor x, lg, tc, lo, g, dx;
-        MT_TRY(mt_tensor_slice(&a->lnf, 0, r0, n, &x));
+        MT_TRY(mt_tensor_slice(xs, 0, r0, n, &x));
         MT_TRY(mt_tensor_slice(&a->logits, 0, 0, n, &lg));
         MT_TRY(mt_tensor_slice(t, 0, r0, n, &tc));
         MT_TRY(mt_tensor_slice(&a->losses, 0, r0, n, &lo));
@@ -366,13 +369,16 @@ static mt_status lm_head_slices(mt_model *m, const mt_tensor *t, int train, floa
             continue;
         }
         MT_TRY(mt_tensor_slice(&a->dloss, 0, r0, n, &g));
-        MT_TRY(mt_tensor_slice(&a->dln, 0, r0, n, &dx));
+        MT_TRY(mt_tensor_slice(dxs, 0, r0, n, &dx));
         OP("xent", xent_rows(m, &lo, &lg, &tc, &g, s));
         /* (column-parallel: each slice's dx summed over the group once, after the last) */
         OP("bwd.gemm.lmhead", mt_linear_bwd(m->blas, &dx, G(m->out_w), NULL, &lg, &x, W(m->out_w),
                                             !m->grads_discarded || r0 > 0, s));
     }
-    if (train) OP("bwd.tp.lmhead", mt_tp_all_reduce(m->tp, &a->dln, s));
+    if (train && sp(m))
+        OP("bwd.tp.lmhead", mt_tp_reduce_scatter_rows(m->tp, &a->dln, &a->sp_all, s));
+    else if (train)
+        OP("bwd.tp.lmhead", mt_tp_all_reduce(m->tp, &a->dln, s));
     return mt_xent_stats(&a->stats, NULL, &a->losses, t, 0.0f, MT_XENT_IGNORE_INDEX, s);
 }
 

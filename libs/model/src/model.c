@@ -59,12 +59,6 @@ mt_status mt_model_config_finalize(mt_model_config *c) {
                    "--seq-length (%d) must be a multiple of --tensor-model-parallel-size (%d) with "
                    "--sequence-parallel",
                    c->seq_length, tp);
-        MT_REQUIRE(c->recompute_granularity != MT_RECOMPUTE_FULL && !c->recompute_layernorm,
-                   MT_ERR_UNSUPPORTED,
-                   "--sequence-parallel with full or layernorm recomputation is not supported yet");
-        MT_REQUIRE(c->logits_chunks <= 1, MT_ERR_UNSUPPORTED,
-                   "--sequence-parallel with --logits-chunks %d is not supported yet",
-                   c->logits_chunks);
     }
     if (c->norm_epsilon == 0.0f) c->norm_epsilon = 1e-5f;
     MT_REQUIRE(c->hidden_dropout >= 0.0f && c->hidden_dropout < 1.0f, MT_ERR_INVALID_ARG,
@@ -344,7 +338,7 @@ static void plan_acts(mt_model *m, planner *p) {
     mt_dtype dt = c->dtype;
     acts *a = &m->a;
     if (c->recompute_mlp_act) TAKE(p, &a->mlp_act, dt, N, F);
-    if (c->recompute_layernorm) TAKE(p, &a->ln_out, dt, N, C);
+    if (c->recompute_layernorm) TAKE(p, &a->ln_out, dt, Nl, C);
     for (int s = 0; s < a->n_rc; s++)
         plan_layer(m, p, &a->rc[s]);
     for (int l = 0; l < c->num_layers; l++) {
@@ -354,7 +348,7 @@ static void plan_acts(mt_model *m, planner *p) {
             continue;
         }
         a->layer[l] = a->rc[l - g0];
-        if (l == g0) TAKE(p, &a->layer[l].resid_in, dt, N, C); // why: the kept input
+        if (l == g0) TAKE(p, &a->layer[l].resid_in, dt, Nl, C); // why: the kept input
     }
     TAKE(p, &a->resid_final, dt, Nl, C);
     TAKE(p, &a->lnf, dt, Nl, C);

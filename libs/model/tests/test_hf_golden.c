@@ -276,7 +276,7 @@ int main(int argc, char **argv) {
         for (int64_t j = 0; j < mt_tensor_numel(&hg); j++)
             counted += ((const int32_t *)hg.data)[j] != MT_XENT_IGNORE_INDEX;
         MT_EXPECT(counted < mt_tensor_numel(&hg), "the golden batch ignores no token");
-        for (int chunks = 1; chunks <= (g_sp ? 1 : 3); chunks += 2) { /* (sp: no chunks yet) */
+        for (int chunks = 1; chunks <= 3; chunks += 2) {
             mt_model_config pc = cfg;
             pc.per_token_loss = 1;
             pc.logits_chunks = chunks;

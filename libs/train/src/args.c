@@ -753,10 +753,6 @@ static mt_status validate(mt_train_args *a) {
             return BAD("--seq-length (%d) must be a multiple of --tensor-model-parallel-size (%d) "
                        "with --sequence-parallel",
                        a->seq_length, a->tensor_model_parallel_size);
-        if (a->logits_chunks > 1)
-            return MT_ERROR(MT_ERR_UNSUPPORTED,
-                            "--sequence-parallel with --logits-chunks %d is not supported yet",
-                            a->logits_chunks);
     }
     if (a->overlap_param_gather) { /* megatron/training/arguments.py */
         if (!a->use_distributed_optimizer)
@@ -765,15 +761,6 @@ static mt_status validate(mt_train_args *a) {
             return BAD("Must use --overlap-param-gather with --overlap-grad-reduce");
     }
     MT_TRY(validate_recompute(a));
-    if (a->sequence_parallel && a->recompute_granularity) {
-        int layernorm = 0;
-        for (int i = 0; i < a->n_recompute_modules; i++)
-            layernorm |= strcmp(a->recompute_modules[i], "layernorm") == 0;
-        if (strcmp(a->recompute_granularity, "full") == 0 || layernorm)
-            return MT_ERROR(MT_ERR_UNSUPPORTED,
-                            "--sequence-parallel with full or layernorm recomputation is not "
-                            "supported yet");
-    }
     if (strcmp(a->normalization, "LayerNorm") != 0 && strcmp(a->normalization, "RMSNorm") != 0)
         return BAD("argument --normalization: invalid choice: '%s' (choose from 'LayerNorm', "
                    "'RMSNorm')",

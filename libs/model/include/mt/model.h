@@ -119,8 +119,7 @@ typedef struct mt_model_config {
      * linears and reduce-scattered after the row-parallel ones. The norms' weights and the
      * row-parallel biases then get each rank's rows' share of their gradient: mt_model_finalize_grads
      * sums them once per step. The hidden dropout's masks are TP 1's (each rank draws its window
-     * of the micro-batch's). seq_length must be a multiple of the TP size; no full or layernorm
-     * recomputation, or logits_chunks > 1 (not yet). */
+     * of the micro-batch's). seq_length must be a multiple of the TP size. */
     int sequence_parallel;
 } mt_model_config;
 
