@@ -3,8 +3,8 @@
  * linears, the embedding and the cross-entropy are mt-tp's (Megatron's tensor-parallel layers:
  * with no group, TP 1, each is its plain mt-tensor op): linear_qkv, linear_fc1 and the output
  * layer column-parallel, linear_proj and linear_fc2 row-parallel, the embedding and the
- * cross-entropy vocab-parallel. Without sequence parallelism the row-parallel backwards (local
- * GEMMs, no collective) are mt-tensor's own, fused with the GELU's backward. */
+ * cross-entropy vocab-parallel. The row-parallel backwards are mt-tensor's own GEMMs (local, fused
+ * with the GELU's backward), after dY's gather under sequence parallelism. */
 #include "model_impl.h"
 
 #include <stddef.h>
@@ -98,8 +98,10 @@ enum {
 
 /* The dropout at `site` with probability p: p 0 (none) outside forward_backward. */
 static mt_dropout_config drop_cfg(const mt_model *m, float p, uint32_t site) {
-    mt_dropout_config d = { m->train ? p : 0.0f,          m->cfg.seed, site,
-                            m->ids.data ? &m->ids : NULL, 0,           0 };
+    mt_dropout_config d = { .p = m->train ? p : 0.0f,
+                            .seed = m->cfg.seed,
+                            .site = site,
+                            .sample = m->ids.data ? &m->ids : NULL };
     return d;
 }
 
@@ -442,7 +444,7 @@ static mt_status backward(mt_model *m, int lm_head, mt_stream s) {
         const mt_tensor *dyp = &a->dres;
         if (hdrop) OP("bwd.dropout", drop_grad(m, (uint32_t)(SITE_FC2 + 3 * l), &dyp, s));
         mt_model_param *fc2_b = hdrop ? lp->fc2_b : NULL; /* (else from the norm backward's sums) */
-        if (sp(m)) { /* row-parallel: every row's gradient (no hidden dropout here) */
+        if (sp(m)) { /* row-parallel: every row's gradient (the dropped one under hidden dropout) */
             OP("bwd.tp.gather", mt_tp_gather_rows(m->tp, &a->sp_all, dyp, s));
             dyp = &a->sp_all;
         }

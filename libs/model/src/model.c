@@ -41,18 +41,17 @@ mt_status mt_model_config_finalize(mt_model_config *c) {
     MT_REQUIRE(c->padded_vocab_size >= c->vocab_size, MT_ERR_INVALID_ARG,
                "padded vocab size %d < vocab size %d", c->padded_vocab_size, c->vocab_size);
     /* megatron.core's divide(): each rank's share of heads, groups, MLP and vocabulary */
-    MT_REQUIRE(c->num_attention_heads % tp == 0, MT_ERR_INVALID_ARG,
-               "--num-attention-heads (%d) is not divisible by --tensor-model-parallel-size (%d)",
-               c->num_attention_heads, tp);
-    MT_REQUIRE(c->num_query_groups % tp == 0, MT_ERR_INVALID_ARG,
-               "--num-query-groups (%d) is not divisible by --tensor-model-parallel-size (%d)",
-               c->num_query_groups, tp);
-    MT_REQUIRE(c->ffn_hidden_size % tp == 0, MT_ERR_INVALID_ARG,
-               "--ffn-hidden-size (%d) is not divisible by --tensor-model-parallel-size (%d)",
-               c->ffn_hidden_size, tp);
-    MT_REQUIRE(c->padded_vocab_size % tp == 0, MT_ERR_INVALID_ARG,
-               "the padded vocab size (%d) is not divisible by --tensor-model-parallel-size (%d)",
-               c->padded_vocab_size, tp);
+    const struct {
+        int n;
+        const char *what;
+    } shares[4] = { { c->num_attention_heads, "--num-attention-heads" },
+                    { c->num_query_groups, "--num-query-groups" },
+                    { c->ffn_hidden_size, "--ffn-hidden-size" },
+                    { c->padded_vocab_size, "the padded vocab size" } };
+    for (int i = 0; i < 4; i++)
+        MT_REQUIRE(shares[i].n % tp == 0, MT_ERR_INVALID_ARG,
+                   "%s (%d) is not divisible by --tensor-model-parallel-size (%d)", shares[i].what,
+                   shares[i].n, tp);
     if (tp == 1) c->sequence_parallel = 0; /* (Megatron disables it, with a warning) */
     if (c->sequence_parallel) {
         MT_REQUIRE(c->seq_length % tp == 0, MT_ERR_INVALID_ARG,
