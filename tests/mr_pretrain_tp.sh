@@ -23,6 +23,10 @@ mr 4 tp2dp2 "${tp2[@]}" --use-distributed-optimizer --metrics-jsonl "$d/tp2dp2.j
 mr 2 sp2 "${tp2[@]}" --sequence-parallel --metrics-jsonl "$d/sp2.jsonl" --log-params-norm
 mr 4 sp2dp2 "${tp2[@]}" --sequence-parallel --use-distributed-optimizer --overlap-grad-reduce \
   --ddp-bucket-size 3000 --metrics-jsonl "$d/sp2dp2.jsonl" --log-params-norm
+# (and with the parameters' all-gather beside the next forward, evaluation between steps)
+mr 4 sp2pg "${tp2[@]}" --sequence-parallel --use-distributed-optimizer --overlap-grad-reduce \
+  --overlap-param-gather --ddp-bucket-size 3000 --eval-interval 4 --eval-iters 1 \
+  --metrics-jsonl "$d/sp2pg.jsonl" --log-params-norm
 grep -q "tensor parallel 2 x data parallel 1" "$d/tp2.log" || { echo "FAIL: not TP 2"; cat "$d/tp2.log"; exit 1; }
 grep -q "tensor parallel 2 x data parallel 2" "$d/tp2dp2.log" || { echo "FAIL: not TP 2 x DP 2"; cat "$d/tp2dp2.log"; exit 1; }
 grep -q "padded vocab (size: 301) with 83 dummy tokens (new size: 384)" "$d/tp2.log" \
@@ -45,7 +49,7 @@ mr 2 sprs "${tp2[@]}" --sequence-parallel --recompute-granularity selective --re
   layernorm mlp_act --metrics-jsonl "$d/sprs.jsonl" --log-params-norm
 mr 2 splc "${tp2[@]}" --sequence-parallel --logits-chunks 3 --metrics-jsonl "$d/splc.jsonl" \
   --log-params-norm
-for run in tp2 tp2dp2 sp2 sp2dp2 sprf sprs splc; do
+for run in tp2 tp2dp2 sp2 sp2dp2 sp2pg sprf sprs splc; do
   paste <(losses "$d/tp1.json" 1 12 | cut -d' ' -f2) <(losses "$d/$run.json" 1 12 | cut -d' ' -f2) \
     | close "$run losses" 1e-5 || fail=1
   [ "$(losses "$d/$run.json" 1 12 | wc -l)" = 12 ] || { echo "FAIL: $run has not 12 losses"; fail=1; }
