@@ -2,20 +2,9 @@
  * order torch.optim uses; fp64 accumulation for the norm. */
 #include "../optim_impl.h"
 
-#include <math.h>
+#include <mt/tensor.h> /* mt_store_f32 */
 
-static void st_param(void *p, mt_dtype dt, int64_t i, float v) {
-    switch (dt) {
-    case MT_BF16:
-        ((uint16_t *)p)[i] = mt_f32_to_bf16(v);
-        break;
-    case MT_F16:
-        ((uint16_t *)p)[i] = mt_f32_to_f16(v);
-        break;
-    default:
-        ((float *)p)[i] = v;
-    }
-}
+#include <math.h>
 
 mt_status optim_step_cpu(const optim_step_args *a) {
     float *w = a->master ? a->master : (float *)a->param;
@@ -39,7 +28,7 @@ mt_status optim_step_cpu(const optim_step_args *a) {
             a->exp_avg[i] = buf;
         }
         w[i] = p;
-        if (a->master) st_param(a->param, a->param_dtype, i, p);
+        if (a->master) mt_store_f32(a->param, a->param_dtype, i, p);
     }
     return MT_OK;
 }
