@@ -214,7 +214,7 @@ static mt_status qk_norm_bwd(mt_model *m, layer_acts *la, const layer_params *lp
 static mt_status layer_fwd(mt_model *m, int l, mt_tensor *next, mt_stream s) {
     const mt_model_config *c = &m->cfg;
     acts *a = &m->a;
-    layer_acts *la = &a->layer[l];
+    layer_acts *la = layer_of(m, l);
     layer_params *lp = &m->lp[l];
     mt_attn_config ac = attn_cfg(m, l);
     OP("fwd.norm",
@@ -262,27 +262,31 @@ static mt_status params_needed(mt_model *m, int level, mt_stream s) {
 static mt_status forward(mt_model *m, const mt_tensor *tokens, int lm_head, mt_stream s) {
     const mt_model_config *c = &m->cfg;
     acts *a = &m->a;
-    MT_TRY(check_ids(m, tokens, "tokens"));
-    m->tokens = *tokens;
-    mt_tensor emb3; /* the embedding is the first layer's resid_in (sequence parallelism: its
-                       rows, the whole micro-batch's going through sp_all) */
-    const int64_t bt[3] = { m->B, c->seq_length, c->hidden_size };
-    MT_TRY(mt_tensor_reshape(sp(m) ? &a->sp_all : &a->layer[0].resid_in, 3, bt, &emb3));
+    const int l0 = stage_l0(c), l1 = l0 + stage_nl(c);
+    mt_tensor *in = &layer_of(m, l0)->resid_in; /* (a later pipeline stage's: received) */
     MT_TRY(params_needed(m, -1, s));
-    OP("fwd.embedding",
-       mt_tp_embedding_fwd(m->tp, sp(m) ? &a->layer[0].resid_in : &emb3, sp(m) ? &emb3 : NULL,
-                           tokens, W(m->wte), W(m->wpe), m->wpe ? positions(m) : NULL, sp(m), s));
-    if (hidden_drop(m)) {
-        mt_dropout_config d = hidden_cfg(m, SITE_EMB); /* (this rank's rows) */
-        mt_tensor *e = &a->layer[0].resid_in;
-        OP("fwd.dropout", mt_dropout(e, e, NULL, &d, s));
+    if (first_stage(c)) {
+        MT_TRY(check_ids(m, tokens, "tokens"));
+        m->slot_tokens[m->slot] = *tokens;
+        mt_tensor emb3; /* the embedding is the first layer's resid_in (sequence parallelism: its
+                           rows, the whole micro-batch's going through sp_all) */
+        const int64_t bt[3] = { m->B, c->seq_length, c->hidden_size };
+        MT_TRY(mt_tensor_reshape(sp(m) ? &a->sp_all : in, 3, bt, &emb3));
+        OP("fwd.embedding",
+           mt_tp_embedding_fwd(m->tp, sp(m) ? in : &emb3, sp(m) ? &emb3 : NULL, tokens, W(m->wte),
+                               W(m->wpe), m->wpe ? positions(m) : NULL, sp(m), s));
+        if (hidden_drop(m)) {
+            mt_dropout_config d = hidden_cfg(m, SITE_EMB); /* (this rank's rows) */
+            OP("fwd.dropout", mt_dropout(in, in, NULL, &d, s));
+        }
     }
     /* recomputed layers write into shared scratch sets: only their resid_in survives */
-    const int L = c->num_layers;
-    for (int l = 0; l < L; l++) {
+    for (int l = l0; l < l1; l++) {
         MT_TRY(params_needed(m, l, s));
-        MT_TRY(layer_fwd(m, l, l + 1 < L ? &a->layer[l + 1].resid_in : &a->resid_final, s));
+        MT_TRY(layer_fwd(m, l, l + 1 < l1 ? &layer_of(m, l + 1)->resid_in : &a->resid_final, s));
     }
+    if (!last_stage(c)) return MT_OK; /* (resid_final goes on to the next stage) */
+    const int L = c->num_layers;
     MT_TRY(params_needed(m, L, s));
     OP("fwd.norm",
        norm_fwd(m, &a->lnf, &a->lnf_mean, &a->lnf_rstd, &a->resid_final, m->lnf_w, m->lnf_b, s));
@@ -298,9 +302,8 @@ static mt_status forward(mt_model *m, const mt_tensor *tokens, int lm_head, mt_s
  * projections' GEMMs store the residual stream rounded to the storage dtype, and the norms read
  * that stored value in both passes. */
 static mt_status recompute(mt_model *m, int g0, int g1, mt_stream s) {
-    acts *a = &m->a;
     for (int j = g0; j <= g1; j++)
-        MT_TRY(layer_fwd(m, j, j < g1 ? &a->layer[j + 1].resid_in : NULL, s));
+        MT_TRY(layer_fwd(m, j, j < g1 ? &layer_of(m, j + 1)->resid_in : NULL, s));
     return MT_OK;
 }
 
@@ -384,29 +387,53 @@ static mt_status lm_head_slices(mt_model *m, const mt_tensor *t, int train, floa
     return mt_xent_stats(&a->stats, NULL, &a->losses, t, 0.0f, MT_XENT_IGNORE_INDEX, s);
 }
 
-mt_status mt_model_forward(mt_model *m, const mt_tensor *tokens, const mt_tensor *targets,
-                           mt_stream stream) {
-    MT_REQUIRE(m && tokens, MT_ERR_INVALID_ARG, "NULL model or tokens");
-    const int sliced = m->cfg.logits_chunks > 1;
-    MT_REQUIRE(targets || !sliced, MT_ERR_INVALID_ARG,
+/* The stage's forward (the whole model's without pipeline parallelism) and, on the last stage
+ * with targets, the loss into the accumulator; with train also its gradient for loss_scale (and
+ * with logits chunks the output layer's backward), ready for backward(). */
+static mt_status stage_fwd(mt_model *m, const mt_tensor *tokens, const mt_tensor *targets,
+                           int train, float loss_scale, mt_stream s) {
+    const int sliced = m->cfg.logits_chunks > 1, last = last_stage(&m->cfg);
+    MT_REQUIRE(targets || !sliced || !last, MT_ERR_INVALID_ARG,
                "a forward without targets returns every token's logits: it needs logits_chunks "
                "1 (this model keeps one of %d slices)",
                m->cfg.logits_chunks);
-    MT_TRY(forward(m, tokens, !sliced, stream));
-    if (!targets) return MT_OK;
+    MT_TRY(forward(m, tokens, !sliced, s));
+    if (!targets || !last) return MT_OK;
     mt_tensor t;
     MT_TRY(targets_flat(m, targets, &t));
     if (sliced) {
-        MT_TRY(lm_head_slices(m, &t, 0, 0.0f, stream));
-    } else if (m->tp) {
-        MT_TRY(xent_rows(m, &m->a.losses, &m->a.logits, &t, NULL, stream));
-        MT_TRY(
-            mt_xent_stats(&m->a.stats, NULL, &m->a.losses, &t, 0.0f, MT_XENT_IGNORE_INDEX, stream));
-    } else {
+        MT_TRY(lm_head_slices(m, &t, train, loss_scale, s));
+    } else if (m->tp) { /* the vocab-parallel cross-entropy takes each token's gradient */
+        if (train) MT_TRY(loss_grad(m, &t, loss_scale, s));
+        OP("xent", xent_rows(m, &m->a.losses, &m->a.logits, &t, train ? &m->a.dloss : NULL, s));
+        MT_TRY(mt_xent_stats(&m->a.stats, NULL, &m->a.losses, &t, 0.0f, MT_XENT_IGNORE_INDEX, s));
+    } else if (!train) {
         MT_TRY(mt_xent_fwd(&m->a.losses, &m->a.stats, &m->a.logits, &t, m->cfg.vocab_size,
-                           MT_XENT_IGNORE_INDEX, stream));
+                           MT_XENT_IGNORE_INDEX, s));
+    } else {
+        const int per_token = m->cfg.per_token_loss;
+        if (per_token) MT_TRY(loss_grad(m, &t, loss_scale, s));
+        OP("xent", mt_xent_fwd_bwd(&m->a.logits, &m->a.losses, &m->a.stats, &m->a.logits, &t,
+                                   per_token ? &m->a.dloss : NULL, loss_scale, m->cfg.vocab_size,
+                                   MT_XENT_IGNORE_INDEX, s));
     }
-    return add_loss(m, stream);
+    return add_loss(m, s);
+}
+
+/* mt_model_forward and mt_model_forward_backward run the whole model: not a pipeline stage. */
+static mt_status whole_model(const mt_model *m, const char *what) {
+    MT_REQUIRE(pp_n(&m->cfg) == 1, MT_ERR_INVALID_ARG,
+               "%s runs the whole model; this one is pipeline stage %d of %d: use "
+               "mt_model_pp_forward and mt_model_pp_backward",
+               what, m->cfg.pipeline_model_parallel_rank, pp_n(&m->cfg));
+    return MT_OK;
+}
+
+mt_status mt_model_forward(mt_model *m, const mt_tensor *tokens, const mt_tensor *targets,
+                           mt_stream stream) {
+    MT_REQUIRE(m && tokens, MT_ERR_INVALID_ARG, "NULL model or tokens");
+    MT_TRY(whole_model(m, "mt_model_forward"));
+    return stage_fwd(m, tokens, targets, 0, 0.0f, stream);
 }
 
 /* Tells the grad-ready callback (mt_model_set_grad_ready) that a level's gradients are final. */
@@ -423,18 +450,21 @@ static mt_status backward(mt_model *m, int lm_head, mt_stream s) {
     /* with hidden dropout the projections' bias gradients are the dropped gradients' sums, taken
      * by their own linear backwards, not the norm backwards' sums of dres */
     const int hdrop = hidden_drop(m);
-    if (lm_head)
+    const int l0 = stage_l0(c), l1 = l0 + stage_nl(c), last = last_stage(c);
+    if (lm_head && last)
         OP("bwd.gemm.lmhead",
            mt_tp_column_bwd_async(m->tp, m->tpa_on, m->blas, &a->dln, sp(m) ? &a->sp_all : NULL,
                                   G(m->out_w), NULL, &a->logits, sp(m) ? &a->lnf_all : &a->lnf,
                                   W(m->out_w), acc, sp(m), s));
-    /* fc2's and proj's bias gradients come from the norm backwards that write their dy */
-    OP("bwd.norm",
-       norm_bwd(m, &a->dres, m->lnf_w, m->lnf_b, hdrop ? NULL : m->lp[c->num_layers - 1].fc2_b,
-                &a->dln, &a->resid_final, &a->lnf_mean, &a->lnf_rstd, NULL, s));
-    MT_TRY(grads_ready(m, c->num_layers, s));
-    for (int l = c->num_layers - 1; l >= 0; l--) {
-        layer_acts *la = &a->layer[l];
+    /* fc2's and proj's bias gradients come from the norm backwards that write their dy (a
+     * pipeline stage before the last: a->dres is its output's gradient, received) */
+    if (last)
+        OP("bwd.norm",
+           norm_bwd(m, &a->dres, m->lnf_w, m->lnf_b, hdrop ? NULL : m->lp[c->num_layers - 1].fc2_b,
+                    &a->dln, &a->resid_final, &a->lnf_mean, &a->lnf_rstd, NULL, s));
+    if (last) MT_TRY(grads_ready(m, c->num_layers, s));
+    for (int l = l1 - 1; l >= l0; l--) {
+        layer_acts *la = layer_of(m, l);
         layer_params *lp = &m->lp[l];
         int g0, g1;
         if (recompute_group(c, l, &g0, &g1) && l == g1) MT_TRY(recompute(m, g0, g1, s));
@@ -443,7 +473,8 @@ static mt_status backward(mt_model *m, int lm_head, mt_stream s) {
          * (a->dres, or its dropout) */
         const mt_tensor *dyp = &a->dres;
         if (hdrop) OP("bwd.dropout", drop_grad(m, (uint32_t)(SITE_FC2 + 3 * l), &dyp, s));
-        mt_model_param *fc2_b = hdrop ? lp->fc2_b : NULL; /* (else from the norm backward's sums) */
+        /* (else from the norm backward's sums; no norm follows a stage's last layer) */
+        mt_model_param *fc2_b = hdrop || (l == l1 - 1 && !last) ? lp->fc2_b : NULL;
         if (sp(m)) { /* row-parallel: every row's gradient (the dropped one under hidden dropout) */
             OP("bwd.tp.gather", mt_tp_gather_rows(m->tp, &a->sp_all, dyp, s));
             dyp = &a->sp_all;
@@ -521,10 +552,11 @@ static mt_status backward(mt_model *m, int lm_head, mt_stream s) {
                                   G(lp->qkv_w), bias_here ? NULL : G(lp->qkv_b), &a->dqkv, x,
                                   W(lp->qkv_w), acc, sp(m), s));
         OP("bwd.norm",
-           norm_bwd(m, &a->dres, lp->ln1_w, lp->ln1_b, l > 0 && !hdrop ? m->lp[l - 1].fc2_b : NULL,
+           norm_bwd(m, &a->dres, lp->ln1_w, lp->ln1_b, l > l0 && !hdrop ? m->lp[l - 1].fc2_b : NULL,
                     &a->dln, &la->resid_in, &la->ln1_mean, &la->ln1_rstd, &a->dres, s));
         MT_TRY(grads_ready(m, l, s));
     }
+    if (!first_stage(c)) return grads_ready(m, -1, s); /* (a->dres: the input's gradient) */
     mt_tensor d3; /* (sequence parallelism: sp_all, where the embedding's backward gathers) */
     const int64_t bt[3] = { m->B, c->seq_length, c->hidden_size };
     MT_TRY(mt_tensor_reshape(sp(m) ? &a->sp_all : &a->dres, 3, bt, &d3));
@@ -534,8 +566,8 @@ static mt_status backward(mt_model *m, int lm_head, mt_stream s) {
     }
     OP("bwd.embedding",
        mt_tp_embedding_bwd(m->tp, G(m->wte), G(m->wpe), sp(m) ? &a->dres : &d3, sp(m) ? &d3 : NULL,
-                           &m->tokens, m->wpe ? positions(m) : NULL, a->ws.data, m->ws_bytes, sp(m),
-                           s));
+                           &m->slot_tokens[m->slot], m->wpe ? positions(m) : NULL, a->ws.data,
+                           m->ws_bytes, sp(m), s));
     return grads_ready(m, -1, s);
 }
 
@@ -543,14 +575,19 @@ static mt_status fwd_bwd_train(mt_model *m, const mt_tensor *tokens, const mt_te
                                float loss_scale, mt_stream s);
 
 /* The training step: dropout on (m->train) for its forward and backward only. */
-static mt_status fwd_bwd(mt_model *m, const mt_tensor *tokens, const mt_tensor *targets,
-                         float loss_scale, mt_stream s) {
+static mt_status check_sample_ids(const mt_model *m) {
     const mt_model_config *c = &m->cfg;
     MT_REQUIRE((c->hidden_dropout == 0.0f && c->attention_dropout == 0.0f) || m->ids.data,
                MT_ERR_INVALID_ARG,
                "dropout (hidden %g, attention %g) needs each row's sample id: "
                "mt_model_set_sample_ids",
                (double)c->hidden_dropout, (double)c->attention_dropout);
+    return MT_OK;
+}
+
+static mt_status fwd_bwd(mt_model *m, const mt_tensor *tokens, const mt_tensor *targets,
+                         float loss_scale, mt_stream s) {
+    MT_TRY(check_sample_ids(m));
     m->train = 1;
     mt_status st = fwd_bwd_train(m, tokens, targets, loss_scale, s);
     m->train = 0;
@@ -559,25 +596,8 @@ static mt_status fwd_bwd(mt_model *m, const mt_tensor *tokens, const mt_tensor *
 
 static mt_status fwd_bwd_train(mt_model *m, const mt_tensor *tokens, const mt_tensor *targets,
                                float loss_scale, mt_stream s) {
-    const int sliced = m->cfg.logits_chunks > 1;
-    MT_TRY(forward(m, tokens, !sliced, s));
-    mt_tensor t;
-    MT_TRY(targets_flat(m, targets, &t));
-    const int per_token = m->cfg.per_token_loss;
-    if (sliced) {
-        MT_TRY(lm_head_slices(m, &t, 1, loss_scale, s));
-    } else if (m->tp) { /* the vocab-parallel cross-entropy takes each token's gradient */
-        MT_TRY(loss_grad(m, &t, loss_scale, s));
-        OP("xent", xent_rows(m, &m->a.losses, &m->a.logits, &t, &m->a.dloss, s));
-        MT_TRY(mt_xent_stats(&m->a.stats, NULL, &m->a.losses, &t, 0.0f, MT_XENT_IGNORE_INDEX, s));
-    } else {
-        if (per_token) MT_TRY(loss_grad(m, &t, loss_scale, s));
-        OP("xent", mt_xent_fwd_bwd(&m->a.logits, &m->a.losses, &m->a.stats, &m->a.logits, &t,
-                                   per_token ? &m->a.dloss : NULL, loss_scale, m->cfg.vocab_size,
-                                   MT_XENT_IGNORE_INDEX, s));
-    }
-    MT_TRY(add_loss(m, s));
-    MT_TRY(backward(m, !sliced, s));
+    MT_TRY(stage_fwd(m, tokens, targets, 1, loss_scale, s));
+    MT_TRY(backward(m, m->cfg.logits_chunks == 1, s));
     m->grads_discarded = 0;
     return MT_OK;
 }
@@ -640,7 +660,7 @@ static mt_status fwd_bwd_graph(mt_model *m, const mt_tensor *tokens, const mt_te
                      (double)loss_scale, m->grads_discarded ? "written" : "added");
     }
     MT_TRY(mt_graph_launch(g->graph, s));
-    m->tokens = *tokens;
+    m->slot_tokens[0] = *tokens;
     m->n_loss++;
     m->grads_discarded = 0;
     return MT_OK;
@@ -649,7 +669,68 @@ static mt_status fwd_bwd_graph(mt_model *m, const mt_tensor *tokens, const mt_te
 mt_status mt_model_forward_backward(mt_model *m, const mt_tensor *tokens, const mt_tensor *targets,
                                     float loss_scale, mt_stream s) {
     MT_REQUIRE(m && tokens && targets, MT_ERR_INVALID_ARG, "NULL model, tokens or targets");
+    MT_TRY(whole_model(m, "mt_model_forward_backward"));
     if (m->graphs && !m->prof && mt_device_is_cuda(m->dev))
         return fwd_bwd_graph(m, tokens, targets, loss_scale, s);
     return fwd_bwd(m, tokens, targets, loss_scale, s);
+}
+
+/* ---- pipeline parallelism ---- */
+
+int mt_model_pp_slots(const mt_model *m) {
+    return m ? m->nslots : 0;
+}
+
+mt_tensor mt_model_pp_input(mt_model *m, int slot) {
+    mt_tensor none = { 0 };
+    if (!m || slot < 0 || slot >= m->nslots) return none;
+    return m->a.layer[slot * stage_nl(&m->cfg)].resid_in;
+}
+
+mt_tensor mt_model_pp_output(mt_model *m) {
+    return m->a.resid_final;
+}
+
+mt_tensor mt_model_pp_grad(mt_model *m) {
+    return m->a.dres;
+}
+
+static mt_status pp_slot(mt_model *m, int slot) {
+    MT_REQUIRE(m, MT_ERR_INVALID_ARG, "NULL model");
+    MT_REQUIRE(slot >= 0 && slot < m->nslots, MT_ERR_INVALID_ARG,
+               "pipeline slot %d: this stage (%d of %d) has %d", slot,
+               m->cfg.pipeline_model_parallel_rank, pp_n(&m->cfg), m->nslots);
+    m->slot = slot;
+    return MT_OK;
+}
+
+mt_status mt_model_pp_forward(mt_model *m, int slot, const mt_tensor *tokens,
+                              const mt_tensor *targets, int train, float loss_scale, mt_stream s) {
+    MT_TRY(pp_slot(m, slot));
+    const mt_model_config *c = &m->cfg;
+    MT_REQUIRE(!m->pp_fwd, MT_ERR_INVALID_ARG,
+               "the last pipeline stage ran a training forward without its mt_model_pp_backward");
+    MT_REQUIRE(tokens || !first_stage(c), MT_ERR_INVALID_ARG, "the first stage needs tokens");
+    MT_REQUIRE(targets || !train || !last_stage(c), MT_ERR_INVALID_ARG,
+               "the last stage's training forward needs targets");
+    if (train) MT_TRY(check_sample_ids(m));
+    m->train = train != 0;
+    mt_status st =
+        stage_fwd(m, tokens, train || last_stage(c) ? targets : NULL, train, loss_scale, s);
+    m->train = 0;
+    m->pp_fwd = st == MT_OK && train && last_stage(c);
+    return st;
+}
+
+mt_status mt_model_pp_backward(mt_model *m, int slot, mt_stream s) {
+    MT_TRY(pp_slot(m, slot));
+    MT_REQUIRE(m->pp_fwd || !last_stage(&m->cfg), MT_ERR_INVALID_ARG,
+               "the last pipeline stage's backward needs its training forward first");
+    MT_TRY(check_sample_ids(m));
+    m->pp_fwd = 0;
+    m->train = 1;
+    mt_status st = backward(m, m->cfg.logits_chunks == 1, s);
+    m->train = 0;
+    m->grads_discarded = 0;
+    return st;
 }

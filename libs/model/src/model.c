@@ -59,6 +59,17 @@ mt_status mt_model_config_finalize(mt_model_config *c) {
                    "--sequence-parallel",
                    c->seq_length, tp);
     }
+    MT_REQUIRE(c->pipeline_model_parallel_size >= 0, MT_ERR_INVALID_ARG,
+               "--pipeline-model-parallel-size %d must be positive",
+               c->pipeline_model_parallel_size);
+    if (!c->pipeline_model_parallel_size) c->pipeline_model_parallel_size = 1;
+    const int pp = c->pipeline_model_parallel_size;
+    MT_REQUIRE(c->pipeline_model_parallel_rank >= 0 && c->pipeline_model_parallel_rank < pp,
+               MT_ERR_INVALID_ARG, "pipeline_model_parallel_rank %d is not a stage of %d",
+               c->pipeline_model_parallel_rank, pp);
+    MT_REQUIRE(c->num_layers % pp == 0, MT_ERR_INVALID_ARG,
+               "num_layers (%d) should be divisible by pipeline_model_parallel_size (%d)",
+               c->num_layers, pp);
     if (c->norm_epsilon == 0.0f) c->norm_epsilon = 1e-5f;
     MT_REQUIRE(c->hidden_dropout >= 0.0f && c->hidden_dropout < 1.0f, MT_ERR_INVALID_ARG,
                "--hidden-dropout %g must be in [0, 1)", (double)c->hidden_dropout);
@@ -80,11 +91,11 @@ mt_status mt_model_config_finalize(mt_model_config *c) {
                    MT_ERR_INVALID_ARG,
                    "Using recompute_granularity: full so recompute_method must be \"block\" or "
                    "\"uniform\"");
-        MT_REQUIRE(c->recompute_num_layers >= 1 && c->recompute_num_layers <= c->num_layers,
+        MT_REQUIRE(c->recompute_num_layers >= 1 && c->recompute_num_layers <= c->num_layers / pp,
                    MT_ERR_INVALID_ARG,
                    "When using recompute_granularity: full recompute_num_layers must be between 1 "
                    "and num_layers_per_pipeline_rank: %d",
-                   c->num_layers);
+                   c->num_layers / pp);
         break;
     case MT_RECOMPUTE_SELECTIVE:
         MT_REQUIRE(c->recompute_method == MT_RECOMPUTE_METHOD_NONE, MT_ERR_INVALID_ARG,
@@ -165,12 +176,14 @@ static void build_table(const mt_model_config *c, table *m) {
     int64_t F1 = (c->swiglu ? 2 : 1) * F, Fb = c->swiglu ? F : 0;
     const int tp = tp_n(c);
     char n[MT_MODEL_NAME_LEN];
-    add_param(m, "embedding.word_embeddings.weight", 2, Vp, C, std, 0, 0);
-    split_last(m, tp, 0, 1, Vp, 0, 0);
-    if (c->position_embedding_type == MT_POS_LEARNED)
-        add_param(m, "embedding.position_embeddings.weight", 2, c->max_position_embeddings, C, std,
-                  0, 0);
-    for (int l = 0; l < c->num_layers; l++) {
+    if (first_stage(c)) {
+        add_param(m, "embedding.word_embeddings.weight", 2, Vp, C, std, 0, 0);
+        split_last(m, tp, 0, 1, Vp, 0, 0);
+        if (c->position_embedding_type == MT_POS_LEARNED)
+            add_param(m, "embedding.position_embeddings.weight", 2, c->max_position_embeddings, C,
+                      std, 0, 0);
+    }
+    for (int l = stage_l0(c); l < stage_l0(c) + stage_nl(c); l++) {
 #define P(suffix, ...)                                            \
     do {                                                          \
         snprintf(n, sizeof n, "decoder.layers.%d.%s", l, suffix); \
@@ -207,11 +220,16 @@ static void build_table(const mt_model_config *c, table *m) {
         if (bias) P("mlp.linear_fc2.bias", 1, C, 0, 0, 0, 1);
 #undef P
     }
+    if (!last_stage(c)) return;
     add_param(m, "decoder.final_layernorm.weight", 1, C, 0, 0, 1, 1);
     if (ln) add_param(m, "decoder.final_layernorm.bias", 1, C, 0, 0, 0, 1);
-    if (c->untie_embeddings_and_output_weights) {
-        add_param(m, "output_layer.weight", 2, Vp, C, std, 0, 0);
+    if (c->untie_embeddings_and_output_weights || !first_stage(c)) {
+        /* (tied, on the last of several stages: the embedding's copy, the same name and init) */
+        const int shared = !c->untie_embeddings_and_output_weights;
+        add_param(m, shared ? "embedding.word_embeddings.weight" : "output_layer.weight", 2, Vp, C,
+                  std, 0, 0);
         split_last(m, tp, 0, 1, Vp, 0, 0);
+        m->spec[m->n - 1].shared = shared;
     }
 }
 
@@ -219,6 +237,7 @@ static void build_table(const mt_model_config *c, table *m) {
 static void param_pieces(const param_spec *s, int n, int r, mt_model_param *p) {
     p->full_shape[0] = s->full[0], p->full_shape[1] = s->ndim == 2 ? s->full[1] : 0;
     p->tp_axis = n > 1 ? s->axis : -1;
+    p->pp_shared = s->shared;
     p->tp_npieces = 1;
     p->tp_piece[0].local = p->tp_piece[0].global = 0;
     p->tp_piece[0].len = s->full[0];
@@ -340,28 +359,33 @@ static void plan_acts(mt_model *m, planner *p) {
     if (c->recompute_layernorm) TAKE(p, &a->ln_out, dt, Nl, C);
     for (int s = 0; s < a->n_rc; s++)
         plan_layer(m, p, &a->rc[s]);
-    for (int l = 0; l < c->num_layers; l++) {
-        int g0, g1;
-        if (!recompute_group(c, l, &g0, &g1)) {
-            plan_layer(m, p, &a->layer[l]);
-            continue;
+    const int l0 = stage_l0(c), nl = stage_nl(c), last = last_stage(c);
+    for (int slot = 0; slot < pp_slots(c); slot++) /* (pipeline parallelism: one set a slot) */
+        for (int l = l0; l < l0 + nl; l++) {
+            layer_acts *la = &a->layer[slot * nl + l - l0];
+            int g0, g1;
+            if (!recompute_group(c, l, &g0, &g1)) {
+                plan_layer(m, p, la);
+                continue;
+            }
+            *la = a->rc[l - g0];
+            if (l == g0) TAKE(p, &la->resid_in, dt, Nl, C); // why: the kept input
         }
-        a->layer[l] = a->rc[l - g0];
-        if (l == g0) TAKE(p, &a->layer[l].resid_in, dt, Nl, C); // why: the kept input
-    }
     TAKE(p, &a->resid_final, dt, Nl, C);
-    TAKE(p, &a->lnf, dt, Nl, C);
-    TAKE(p, &a->lnf_mean, MT_F32, Nl);
-    TAKE(p, &a->lnf_rstd, MT_F32, Nl);
+    if (last) { /* (the final norm and the output layer: the last stage's) */
+        TAKE(p, &a->lnf, dt, Nl, C);
+        TAKE(p, &a->lnf_mean, MT_F32, Nl);
+        TAKE(p, &a->lnf_rstd, MT_F32, Nl);
+    }
     if (c->sequence_parallel) {
         TAKE(p, &a->ln_all, dt, N, C);
-        TAKE(p, &a->lnf_all, dt, N, C);
+        if (last) TAKE(p, &a->lnf_all, dt, N, C);
         TAKE(p, &a->sp_all, dt, N, C);
     }
-    const int64_t chunks = c->logits_chunks;                /* >= 1 once finalized */
-    TAKE(p, &a->logits, dt, (N + chunks - 1) / chunks, Vp); /* one slice's logits */
-    if (chunks > 1 || c->per_token_loss || tp) TAKE(p, &a->dloss, MT_F32, N);
-    if (tp) TAKE(p, &a->tp_stats, MT_F32, 3 * N);
+    const int64_t chunks = c->logits_chunks;                          /* >= 1 once finalized */
+    if (last) TAKE(p, &a->logits, dt, (N + chunks - 1) / chunks, Vp); /* one slice's logits */
+    if (last && (chunks > 1 || c->per_token_loss || tp)) TAKE(p, &a->dloss, MT_F32, N);
+    if (last && tp) TAKE(p, &a->tp_stats, MT_F32, 3 * N);
     if (tp && c->qk_layernorm) TAKE(p, &a->qk_grad, MT_F32, 4 * D);
     TAKE(p, &a->losses, MT_F32, N);
     TAKE(p, &a->stats, MT_F32, 2);
@@ -519,12 +543,14 @@ mt_status mt_model_create_tp(const mt_model_config *cfg, int micro_batch_size, m
     }
     m->tp = mt_tp_size(tp) > 1 ? tp : NULL;
     m->tpr = mt_tp_rank(m->tp);
-    m->a.layer = calloc((size_t)m->cfg.num_layers, sizeof *m->a.layer);
+    m->nslots = pp_slots(&m->cfg);
+    m->a.layer = calloc((size_t)(m->nslots * stage_nl(&m->cfg)), sizeof *m->a.layer);
+    m->slot_tokens = calloc((size_t)m->nslots, sizeof *m->slot_tokens);
     m->a.n_rc = recompute_sets(&m->cfg);
     m->a.rc = calloc((size_t)m->a.n_rc + 1, sizeof *m->a.rc);
     m->spec = calloc(MT_MODEL_MAX_PARAMS, sizeof *m->spec);
     m->params = calloc(MT_MODEL_MAX_PARAMS, sizeof *m->params);
-    if (!m->a.layer || !m->a.rc || !m->spec || !m->params) {
+    if (!m->a.layer || !m->slot_tokens || !m->a.rc || !m->spec || !m->params) {
         st = MT_ERROR(MT_ERR_OOM, "model tables");
         goto fail;
     }
@@ -581,12 +607,15 @@ mt_status mt_model_create_tp(const mt_model_config *cfg, int micro_batch_size, m
         FIND(kn_b, "self_attention.k_layernorm.bias");
     }
 #undef FIND
-    m->wte = mt_model_param_find(m, "embedding.word_embeddings.weight");
+    /* (pipeline parallelism: the first stage's embeddings, the last stage's head; tied, the
+     * last of several stages has the embedding's copy as its output layer) */
+    mt_model_param *emb = mt_model_param_find(m, "embedding.word_embeddings.weight");
+    m->wte = first_stage(&m->cfg) ? emb : NULL;
     m->wpe = mt_model_param_find(m, "embedding.position_embeddings.weight");
     m->lnf_w = mt_model_param_find(m, "decoder.final_layernorm.weight");
     m->lnf_b = mt_model_param_find(m, "decoder.final_layernorm.bias");
     m->out_w = mt_model_param_find(m, "output_layer.weight");
-    if (!m->out_w) m->out_w = m->wte;
+    if (!m->out_w && last_stage(&m->cfg)) m->out_w = emb;
 
     /* activations */
     planner p = { NULL, 0, device };
@@ -622,6 +651,7 @@ void mt_model_destroy(mt_model *m) {
     mt_arena_destroy(m->g_arena);
     mt_arena_destroy(m->a_arena);
     free(m->a.layer);
+    free(m->slot_tokens);
     free(m->a.rc);
     free(m->lp);
     free(m->spec);
@@ -663,7 +693,7 @@ mt_status mt_model_activation_bytes(const mt_model_config *cfg, int micro_batch_
     MT_TRY(mt_model_config_finalize(&m.cfg));
     MT_TRY(workspace_sizes(&m));
     m.a.n_rc = recompute_sets(&m.cfg);
-    m.a.layer = calloc((size_t)m.cfg.num_layers, sizeof *m.a.layer);
+    m.a.layer = calloc((size_t)(pp_slots(&m.cfg) * stage_nl(&m.cfg)), sizeof *m.a.layer);
     m.a.rc = calloc((size_t)m.a.n_rc + 1, sizeof *m.a.rc);
     mt_status st = MT_OK;
     if (m.a.layer && m.a.rc) {
@@ -693,15 +723,17 @@ mt_status mt_model_finalize_grads(mt_model *m, mt_stream stream) {
      * row-parallel linears (the sums of the norms' backwards that take their dy; with hidden
      * dropout their own backwards take them from the gathered dropped gradient: whole) */
     const int biases = m->cfg.hidden_dropout == 0.0f;
-    for (int l = -1; l < m->cfg.num_layers; l++) {
-        const layer_params *lp = &m->lp[l < 0 ? 0 : l];
+    const int l0 = stage_l0(&m->cfg), l1 = l0 + stage_nl(&m->cfg), last = last_stage(&m->cfg);
+    for (int l = l0 - 1; l < l1; l++) {
+        const layer_params *lp = &m->lp[l < l0 ? l0 : l];
+        /* (a pipeline stage's last fc2 bias before another stage: taken whole, as there) */
         mt_model_param *q[6] = { lp->ln1_w,
                                  lp->ln1_b,
                                  lp->ln2_w,
                                  lp->ln2_b,
                                  biases ? lp->proj_b : NULL,
-                                 biases ? lp->fc2_b : NULL };
-        if (l < 0) /* the final norm */
+                                 biases && (l < l1 - 1 || last) ? lp->fc2_b : NULL };
+        if (l < l0) /* the final norm (on the last stage; else nothing) */
             q[0] = m->lnf_w, q[1] = m->lnf_b, q[2] = q[3] = q[4] = q[5] = NULL;
         for (int k = 0; k < 6; k++)
             MT_TRY(q[k] ? mt_tp_all_reduce(m->tp, &q[k]->grad, stream) : MT_OK);
@@ -719,7 +751,7 @@ mt_status mt_model_discard_grads(mt_model *m, mt_stream stream) {
     MT_REQUIRE(m, MT_ERR_INVALID_ARG, "NULL model");
     /* the embedding's backward adds its scatter; an untied wte has no other writer */
     if (m->wpe) MT_TRY(zero_grad_of(m, m->wpe, stream));
-    if (m->out_w != m->wte) MT_TRY(zero_grad_of(m, m->wte, stream));
+    if (m->wte && m->out_w != m->wte) MT_TRY(zero_grad_of(m, m->wte, stream));
     m->grads_discarded = 1;
     return MT_OK;
 }

@@ -20,6 +20,7 @@ typedef struct param_spec {
     int axis, nblk;
     int64_t blk[3];
     int64_t full[2]; /* the unsharded shape */
+    int shared;      /* the last pipeline stage's copy of the tied embedding */
 } param_spec;
 
 /* The tensor-parallel size (1 without) and this rank's share of the heads, query groups, MLP
@@ -38,6 +39,28 @@ static inline int64_t local_ffn(const mt_model_config *c) {
 }
 static inline int64_t local_vocab(const mt_model_config *c) {
     return c->padded_vocab_size / tp_n(c);
+}
+/* Pipeline parallelism: the number of stages (1 without), this model's decoder layers
+ * [stage_l0, stage_l0 + stage_nl) (global numbers: names, dropout sites and levels keep them),
+ * whether it is the first (embeddings) and the last (final norm, output layer, loss) stage, and
+ * its activation slots (micro-batches in flight under 1F1B: P - rank). */
+static inline int pp_n(const mt_model_config *c) {
+    return c->pipeline_model_parallel_size > 1 ? c->pipeline_model_parallel_size : 1;
+}
+static inline int stage_nl(const mt_model_config *c) {
+    return c->num_layers / pp_n(c);
+}
+static inline int stage_l0(const mt_model_config *c) {
+    return pp_n(c) > 1 ? c->pipeline_model_parallel_rank * stage_nl(c) : 0;
+}
+static inline int first_stage(const mt_model_config *c) {
+    return pp_n(c) == 1 || c->pipeline_model_parallel_rank == 0;
+}
+static inline int last_stage(const mt_model_config *c) {
+    return pp_n(c) == 1 || c->pipeline_model_parallel_rank == pp_n(c) - 1;
+}
+static inline int pp_slots(const mt_model_config *c) {
+    return pp_n(c) > 1 ? pp_n(c) - c->pipeline_model_parallel_rank : 1;
 }
 /* The token rows of the residual stream a rank holds: N, or N / tp with sequence parallelism. */
 static inline int64_t local_rows(const mt_model_config *c, int64_t N) {
@@ -60,11 +83,13 @@ typedef struct layer_acts {
 } layer_acts;
 
 typedef struct acts {
-    layer_acts *layer; /* views; recomputed layers share the rc sets (resid_in of a group's first
-                          layer excepted: that is the kept input) */
+    layer_acts *layer; /* views, slot-major ([slot * stage_nl + l - stage_l0]: layer_of); the
+                          recomputed layers share the rc sets (resid_in of a group's first layer
+                          excepted: that is the kept input) */
     layer_acts *rc;    /* n_rc scratch sets reused by the recomputed layers */
     int n_rc;
-    mt_tensor resid_final, lnf, lnf_mean, lnf_rstd, logits, losses, stats;
+    mt_tensor resid_final; /* (Nl,C) the last layer's output (a pipeline stage's, sent on) */
+    mt_tensor lnf, lnf_mean, lnf_rstd, logits, losses, stats;
     /* since the last mt_model_take_loss: each token's loss summed over the micro-batches (N) and
      * the count of counted tokens (1), both f32 */
     mt_tensor loss_sum, loss_count;
@@ -132,13 +157,16 @@ struct mt_model {
     layer_params *lp;
     mt_model_param *wte, *wpe, *lnf_w, *lnf_b, *out_w;
     int n_loss; /* micro-batches in loss_sum */
-    int have_tokens;
-    mt_tensor tokens; /* the last forward's tokens (for the embedding backward) */
-    mt_tensor pos;    /* mt_model_set_positions (data NULL: 0..T-1 in every sequence) */
-    mt_tensor ks;     /* mt_model_set_key_starts (data NULL: no document masks) */
-    mt_tensor ids;    /* mt_model_set_sample_ids (data NULL: none) */
-    int train;        /* the forward running now is forward_backward's (dropout on) */
-    mt_prof *prof;    /* not owned; NULL: no timing */
+    /* pipeline parallelism: the slot the forward or backward running now uses, and each slot's
+     * tokens (the embedding backward's; slot 0 without pipeline parallelism); pp_fwd: the last stage's pp_forward of a
+     * training micro-batch ran (its pp_backward comes next) */
+    int slot, nslots, pp_fwd;
+    mt_tensor *slot_tokens;
+    mt_tensor pos; /* mt_model_set_positions (data NULL: 0..T-1 in every sequence) */
+    mt_tensor ks;  /* mt_model_set_key_starts (data NULL: no document masks) */
+    mt_tensor ids; /* mt_model_set_sample_ids (data NULL: none) */
+    int train;     /* the forward running now is forward_backward's (dropout on) */
+    mt_prof *prof; /* not owned; NULL: no timing */
     mt_model_grad_ready_fn ready_fn;
     void *ready_ctx;
     mt_model_param_wait_fn wait_fn; /* mt_model_set_param_wait */
@@ -152,15 +180,21 @@ struct mt_model {
 /* Whether layer l is recomputed (full granularity) and, if so, its group [*g0, *g1]: layers
  * recomputed together from the input kept for g0, in scratch sets 0..g1-g0. */
 static inline int recompute_group(const mt_model_config *c, int l, int *g0, int *g1) {
-    int n = c->recompute_num_layers, L = c->num_layers;
+    /* (Megatron's: counted in each pipeline stage's layers) */
+    int n = c->recompute_num_layers, l0 = stage_l0(c), end = l0 + stage_nl(c);
     if (c->recompute_granularity != MT_RECOMPUTE_FULL) return 0;
     if (c->recompute_method == MT_RECOMPUTE_BLOCK) {
         *g0 = *g1 = l;
-        return l < n;
+        return l - l0 < n;
     }
-    *g0 = l - l % n;
-    *g1 = *g0 + n - 1 < L - 1 ? *g0 + n - 1 : L - 1;
+    *g0 = l - (l - l0) % n;
+    *g1 = *g0 + n - 1 < end - 1 ? *g0 + n - 1 : end - 1;
     return 1;
+}
+
+/* Layer l's activations in the slot running now. */
+static inline layer_acts *layer_of(const mt_model *m, int l) {
+    return &m->a.layer[m->slot * stage_nl(&m->cfg) + l - stage_l0(&m->cfg)];
 }
 
 #endif /* MT_MODEL_IMPL_H */

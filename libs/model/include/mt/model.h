@@ -121,13 +121,25 @@ typedef struct mt_model_config {
      * sums them once per step. The hidden dropout's masks are TP 1's (each rank draws its window
      * of the micro-batch's). seq_length must be a multiple of the TP size. */
     int sequence_parallel;
+    /* Megatron's --pipeline-model-parallel-size P (0 or 1: none) and the stage this model is,
+     * pipeline_model_parallel_rank r in [0, P): decoder layers [r L/P, (r+1) L/P) (L a multiple
+     * of P; their names, dropout sites and grad-ready levels keep the global layer numbers), the
+     * embeddings on the first stage, the final norm, output layer and loss on the last. With tied
+     * embeddings the last stage of P > 1 holds a copy of embedding.word_embeddings.weight as its
+     * output layer (mt_model_param.pp_shared; initialised as the first stage's; the trainer sums
+     * the two copies' gradients, Megatron's embedding group). A stage runs through
+     * mt_model_pp_forward and mt_model_pp_backward only, and keeps the activations of P - r
+     * micro-batches (1F1B's most in flight). Recomputation counts recompute_num_layers in the
+     * stage's layers, as Megatron's. */
+    int pipeline_model_parallel_size;
+    int pipeline_model_parallel_rank;
 } mt_model_config;
 
 #define MT_MODEL_CONFIG_INIT                                                               \
     {                                                                                      \
         sizeof(mt_model_config), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, MT_NORM_LAYERNORM, 0.0f, \
             MT_POS_LEARNED, 0.0, 0, 0, 1, 0, 0.0f, 1234, MT_F32, 0, MT_RECOMPUTE_NONE,     \
-            MT_RECOMPUTE_METHOD_NONE, 0, 0, 0, 0, 0, 0, 0.0f, 0.0f, 0, 0                   \
+            MT_RECOMPUTE_METHOD_NONE, 0, 0, 0, 0, 0, 0, 0.0f, 0.0f, 0, 0, 0, 0             \
     }
 
 /* Fills the derived fields (zeros) of cfg in place and checks it; MT_ERR_INVALID_ARG with
@@ -152,6 +164,10 @@ typedef struct mt_model_param {
     struct {
         int64_t local, global, len;
     } tp_piece[3];
+    /* 1: the last pipeline stage's copy of the tied embedding (its output layer): the first
+     * stage's parameter of the same name, the same values after every step (their gradients are
+     * summed), counted once in norms and checkpoints (by the first stage) */
+    int pp_shared;
 } mt_model_param;
 
 typedef struct mt_model mt_model;
@@ -287,6 +303,35 @@ MT_API void mt_model_set_param_wait(mt_model *m, mt_model_param_wait_fn fn, void
  * model does not have. */
 MT_API mt_status mt_model_param_ready_level(const mt_model_config *cfg, const char *name,
                                             int *level);
+
+/* ---- pipeline parallelism (cfg.pipeline_model_parallel_size > 1) ----
+ * A stage's micro-batch goes through mt_model_pp_forward and, in training, mt_model_pp_backward,
+ * in one of mt_model_pp_slots activation slots (1F1B: micro-batch i in slot i % slots; a slot's
+ * backward before its next forward). The caller moves the tensors between stages: before a
+ * non-first stage's forward it writes the previous stage's output into mt_model_pp_input(slot);
+ * after a non-last stage's forward it sends mt_model_pp_output on (valid until the next forward);
+ * before a non-last stage's backward it writes the next stage's input gradient into
+ * mt_model_pp_grad, which after a non-first stage's backward holds this stage's input gradient.
+ * Each is (rows, hidden_size) in the model dtype: the micro-batch's B*T token rows (B*T/TP with
+ * sequence parallelism). Positions, key starts and sample ids (mt_model_set_positions, ...) are
+ * read when the forward and the backward run: the caller sets the micro-batch's before each. With
+ * P = 1 these run the whole model (slot 0; mt_model_pp_input, _output and _grad are then unused). */
+MT_API int mt_model_pp_slots(const mt_model *m);
+MT_API mt_tensor mt_model_pp_input(mt_model *m, int slot);
+MT_API mt_tensor mt_model_pp_output(mt_model *m);
+MT_API mt_tensor mt_model_pp_grad(mt_model *m);
+/* The stage's forward of a micro-batch in `slot`: tokens (B,T) i32 on the first stage (others:
+ * ignored, may be NULL), targets (B,T) on the last (others: ignored), as mt_model_forward's. With
+ * train, as mt_model_forward_backward's forward (dropout on; on the last stage also the loss,
+ * its gradient for loss_scale and the output layer's backward), and the slot's pp_backward must
+ * follow before its next forward (on the last stage: next). Enqueued on `stream`. */
+MT_API mt_status mt_model_pp_forward(mt_model *m, int slot, const mt_tensor *tokens,
+                                     const mt_tensor *targets, int train, float loss_scale,
+                                     mt_stream stream);
+/* The stage's backward of the micro-batch in `slot` (after its pp_forward with train), gradients
+ * added (or written after mt_model_discard_grads) as mt_model_forward_backward's; the grad-ready
+ * callback sees this stage's levels, then -1. Enqueued on `stream`. */
+MT_API mt_status mt_model_pp_backward(mt_model *m, int slot, mt_stream stream);
 
 /* Megatron's FLOP count for one iteration of `global_batch` sequences (training: fwd + bwd). */
 MT_API double mt_model_flops_per_iteration(const mt_model_config *cfg, int64_t global_batch);

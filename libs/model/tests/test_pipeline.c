@@ -1,0 +1,278 @@
+/* functional (CPU) / gpu (test_pipeline cuda): pipeline stages. A model of L = 4 layers cut into
+ * P = 2 and 4 stages (mt_model_config.pipeline_model_parallel_*) in one process, their tensors
+ * passed by hand in the order of Megatron's 1F1B schedule (each stage runs its warm-up forwards,
+ * then one forward and one backward, then the remaining backwards; the stages interleaved as
+ * their inputs arrive, so a stage holds several micro-batches in its slots), gives the whole
+ * model's losses, evaluation loss and every gradient (a tied embedding's: the first stage's plus
+ * the last stage's copy) for 3 micro-batches of gradient accumulation: GPT-2 (tied) and Llama
+ * (untied) shapes, with hidden and attention dropout, full recomputation and logits chunks. Each
+ * stage has only its parameters and its P - rank slots of activations; the whole model's calls
+ * and wrong stage calls are refused. */
+#include <mt/model.h>
+#include <mt/testkit.h>
+
+#include <string.h>
+
+#include "hf_tiny.h" /* B, T, V and the Llama layer choices */
+
+#define L    4
+#define MB   3 /* micro-batches */
+#define PMAX 4
+
+static mt_device dev; /* the CPU, or CUDA device 0 with argument "cuda" */
+
+static mt_model_config config_for(const char *tag) {
+    mt_model_config c = MT_MODEL_CONFIG_INIT;
+    c.num_layers = L;
+    c.hidden_size = 64;
+    c.num_attention_heads = 4;
+    c.seq_length = T;
+    c.vocab_size = V;
+    c.seed = 7;
+    c.deterministic = 1;
+    if (strncmp(tag, "llama", 5) == 0) tiny_llama_layers(&c);
+    if (strstr(tag, "drop")) c.hidden_dropout = c.attention_dropout = 0.1f;
+    if (strstr(tag, "recompute")) {
+        c.recompute_granularity = MT_RECOMPUTE_FULL;
+        c.recompute_method = MT_RECOMPUTE_UNIFORM;
+        c.recompute_num_layers = 1;
+    }
+    if (strstr(tag, "chunks")) c.logits_chunks = 3;
+    return c;
+}
+
+/* Per micro-batch device tensors: tokens, targets, sample ids. */
+typedef struct batch {
+    mt_tensor tok[MB], tgt[MB], sid[MB];
+} batch;
+
+static void make_batch(mt_arena *a, batch *b) {
+    uint64_t x = 4242;
+    for (int mb = 0; mb < MB; mb++) {
+        int32_t tok[B * T], tgt[B * T];
+        int64_t sid[B] = { 10 * mb + 1, 10 * mb + 2 };
+        for (int i = 0; i < B * T; i++) {
+            x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+            tok[i] = (int32_t)((x >> 33) % V);
+            tgt[i] = i % 9 == 4 ? -100 : (int32_t)((x >> 17) % V);
+        }
+        MT_CHECK(mt_tensor_alloc(a, MT_I32, 2, (int64_t[]){ B, T }, &b->tok[mb]));
+        MT_CHECK(mt_tensor_alloc(a, MT_I32, 2, (int64_t[]){ B, T }, &b->tgt[mb]));
+        MT_CHECK(mt_tensor_alloc(a, MT_I64, 1, (int64_t[]){ B }, &b->sid[mb]));
+        MT_CHECK(mt_memcpy(b->tok[mb].data, dev, tok, MT_DEVICE_CPU, sizeof tok, NULL));
+        MT_CHECK(mt_memcpy(b->tgt[mb].data, dev, tgt, MT_DEVICE_CPU, sizeof tgt, NULL));
+        MT_CHECK(mt_memcpy(b->sid[mb].data, dev, sid, MT_DEVICE_CPU, sizeof sid, NULL));
+    }
+}
+
+static float *grad_host(const mt_model_param *p) {
+    float *h = malloc(mt_tensor_nbytes(&p->grad));
+    MT_CHECK(mt_memcpy(h, MT_DEVICE_CPU, p->grad.data, p->grad.device, mt_tensor_nbytes(&p->grad),
+                       NULL));
+    return h;
+}
+
+/* A stage's 1F1B order: op k >= 0 is the forward of micro-batch k, -1 - k its backward. */
+static int one_f_one_b(int P, int r, int *ops) {
+    int warm = P - r - 1 < MB ? P - r - 1 : MB, n = 0, f = 0, b = 0;
+    for (int i = 0; i < warm; i++)
+        ops[n++] = f++;
+    for (int i = 0; i < MB - warm; i++) {
+        ops[n++] = f++;
+        ops[n++] = -1 - b++;
+    }
+    while (b < MB)
+        ops[n++] = -1 - b++;
+    return n;
+}
+
+/* Copies tensor src (a stage's output or gradient) into host mailbox *box. */
+static void post(float **box, const mt_tensor *src) {
+    *box = malloc(mt_tensor_nbytes(src));
+    MT_CHECK(mt_memcpy(*box, MT_DEVICE_CPU, src->data, src->device, mt_tensor_nbytes(src), NULL));
+}
+
+static void take(float **box, mt_tensor *dst) {
+    MT_CHECK(mt_memcpy(dst->data, dst->device, *box, MT_DEVICE_CPU, mt_tensor_nbytes(dst), NULL));
+    free(*box);
+    *box = NULL;
+}
+
+static void set_ids(mt_model *m, const batch *b, int mb) {
+    MT_CHECK(mt_model_set_sample_ids(m, &b->sid[mb]));
+}
+
+static void test_pipeline(const char *tag, int P) {
+    mt_model_config whole = config_for(tag);
+    mt_arena *arena;
+    MT_CHECK(mt_arena_create(dev, 16 * MT_ARENA_ALIGN + MB * (2 * B * T * 4 + 8 * B), &arena));
+    batch bt;
+    make_batch(arena, &bt);
+    const int drop = whole.hidden_dropout > 0.0f;
+
+    /* the whole model: 3 micro-batches accumulated, then an evaluation forward */
+    mt_model *ref;
+    MT_CHECK(mt_model_create(&whole, B, dev, NULL, NULL, &ref));
+    for (int mb = 0; mb < MB; mb++) {
+        if (drop) set_ids(ref, &bt, mb);
+        MT_CHECK(mt_model_forward_backward(ref, &bt.tok[mb], &bt.tgt[mb], 1.0f / MB, NULL));
+    }
+    double want[2];
+    MT_CHECK(mt_model_take_loss(ref, &want[0], NULL));
+    MT_CHECK(mt_model_forward(ref, &bt.tok[1], &bt.tgt[1], NULL));
+    MT_CHECK(mt_model_take_loss(ref, &want[1], NULL));
+
+    /* the stages */
+    mt_model *st[PMAX];
+    int ops[PMAX][2 * MB], nops[PMAX], next[PMAX];
+    float *fwd_box[PMAX][MB] = { { 0 } }, *bwd_box[PMAX][MB] = { { 0 } };
+    for (int r = 0; r < P; r++) {
+        mt_model_config c = whole;
+        c.pipeline_model_parallel_size = P;
+        c.pipeline_model_parallel_rank = r;
+        MT_CHECK(mt_model_create(&c, B, dev, NULL, NULL, &st[r]));
+        MT_EXPECT(mt_model_pp_slots(st[r]) == P - r, "%s P%d: stage %d has %d slots", tag, P, r,
+                  mt_model_pp_slots(st[r]));
+        nops[r] = one_f_one_b(P, r, ops[r]);
+        next[r] = 0;
+        MT_CHECK(mt_model_discard_grads(st[r], NULL));
+    }
+    /* run every stage's next op whose input has arrived, until all are done */
+    for (int progress = 1; progress;) {
+        progress = 0;
+        for (int r = 0; r < P; r++) {
+            if (next[r] == nops[r]) continue;
+            const int op = ops[r][next[r]], mb = op >= 0 ? op : -1 - op, slot = mb % (P - r);
+            mt_model *m = st[r];
+            if (op >= 0) { /* forward */
+                if (r > 0 && !fwd_box[r - 1][mb]) continue;
+                if (r > 0) {
+                    mt_tensor in = mt_model_pp_input(m, slot);
+                    take(&fwd_box[r - 1][mb], &in);
+                }
+                if (drop) set_ids(m, &bt, mb);
+                MT_CHECK(
+                    mt_model_pp_forward(m, slot, &bt.tok[mb], &bt.tgt[mb], 1, 1.0f / MB, NULL));
+                if (r < P - 1) {
+                    mt_tensor out = mt_model_pp_output(m);
+                    post(&fwd_box[r][mb], &out);
+                }
+            } else { /* backward */
+                if (r < P - 1 && !bwd_box[r + 1][mb]) continue;
+                if (r < P - 1) {
+                    mt_tensor g = mt_model_pp_grad(m);
+                    take(&bwd_box[r + 1][mb], &g);
+                }
+                if (drop) set_ids(m, &bt, mb);
+                MT_CHECK(mt_model_pp_backward(m, slot, NULL));
+                if (r > 0) {
+                    mt_tensor g = mt_model_pp_grad(m);
+                    post(&bwd_box[r][mb], &g);
+                }
+            }
+            next[r]++;
+            progress = 1;
+        }
+    }
+    for (int r = 0; r < P; r++)
+        MT_EXPECT(next[r] == nops[r], "%s P%d: stage %d stalled at op %d of %d", tag, P, r, next[r],
+                  nops[r]);
+    double got[2];
+    MT_CHECK(mt_model_take_loss(st[P - 1], &got[0], NULL));
+    /* evaluation: forwards without targets before the last stage */
+    for (int r = 0; r < P; r++) {
+        if (r > 0) {
+            mt_tensor in = mt_model_pp_input(st[r], 0);
+            take(&fwd_box[r - 1][1], &in);
+        }
+        MT_CHECK(mt_model_pp_forward(st[r], 0, &bt.tok[1], &bt.tgt[1], 0, 0.0f, NULL));
+        if (r < P - 1) {
+            mt_tensor out = mt_model_pp_output(st[r]);
+            post(&fwd_box[r][1], &out);
+        }
+    }
+    MT_CHECK(mt_model_take_loss(st[P - 1], &got[1], NULL));
+    char what[128];
+    snprintf(what, sizeof what, "%s P%d losses (train, eval)", tag, P);
+    mt_test_close_f64(what, got, want, 2, 1e-7, 1e-6);
+
+    /* every gradient: each parameter on exactly one stage (the tied embedding on the first and
+     * the last, its gradient their sum) */
+    int found = 0;
+    for (int i = 0; i < mt_model_num_params(ref); i++) {
+        mt_model_param *p = mt_model_param_at(ref, i);
+        const size_t n = (size_t)mt_tensor_numel(&p->grad);
+        float *sum = calloc(n, sizeof *sum);
+        int holders = 0, shared = 0;
+        for (int r = 0; r < P; r++) {
+            mt_model_param *q = mt_model_param_find(st[r], p->name);
+            if (!q) continue;
+            holders++;
+            shared += q->pp_shared;
+            float *g = grad_host(q);
+            for (size_t j = 0; j < n; j++)
+                sum[j] += g[j];
+            free(g);
+        }
+        const int tied = strcmp(p->name, "embedding.word_embeddings.weight") == 0 &&
+                         !whole.untie_embeddings_and_output_weights;
+        MT_EXPECT(holders == 1 + tied && shared == tied, "%s P%d: %s on %d stages (%d shared)", tag,
+                  P, p->name, holders, shared);
+        float *g = grad_host(p);
+        snprintf(what, sizeof what, "%s P%d grad %s", tag, P, p->name);
+        mt_test_close_f32(what, sum, g, n, 1e-7, 1e-5);
+        found += holders - tied;
+        free(g);
+        free(sum);
+    }
+    int total = 0;
+    for (int r = 0; r < P; r++)
+        total += mt_model_num_params(st[r]);
+    MT_EXPECT(found == mt_model_num_params(ref) &&
+                  total == found + !whole.untie_embeddings_and_output_weights,
+              "%s P%d: the stages hold %d parameters, the whole model %d", tag, P, total,
+              mt_model_num_params(ref));
+    /* the whole model's calls and out-of-turn stage calls are refused */
+    MT_EXPECT_STATUS(mt_model_forward(st[0], &bt.tok[0], &bt.tgt[0], NULL), MT_ERR_INVALID_ARG);
+    MT_EXPECT_STATUS(mt_model_forward_backward(st[0], &bt.tok[0], &bt.tgt[0], 1.0f, NULL),
+                     MT_ERR_INVALID_ARG);
+    MT_EXPECT_STATUS(mt_model_pp_backward(st[P - 1], 0, NULL), MT_ERR_INVALID_ARG);
+    MT_EXPECT_STATUS(mt_model_pp_forward(st[0], P, &bt.tok[0], NULL, 0, 0.0f, NULL),
+                     MT_ERR_INVALID_ARG);
+    fprintf(stderr, "%s P%d: losses %.9g %.9g (whole model %.9g %.9g)\n", tag, P, got[0], got[1],
+            want[0], want[1]);
+    for (int r = 0; r < P; r++)
+        mt_model_destroy(st[r]);
+    mt_model_destroy(ref);
+    mt_arena_destroy(arena);
+}
+
+static void test_invalid(void) {
+    mt_model_config c = config_for("gpt2");
+    c.pipeline_model_parallel_size = 3; /* 4 layers */
+    MT_EXPECT_STATUS(mt_model_config_finalize(&c), MT_ERR_INVALID_ARG);
+    c = config_for("gpt2");
+    c.pipeline_model_parallel_size = 2;
+    c.pipeline_model_parallel_rank = 2;
+    MT_EXPECT_STATUS(mt_model_config_finalize(&c), MT_ERR_INVALID_ARG);
+    c = config_for("recompute");
+    c.pipeline_model_parallel_size = 2;
+    c.recompute_num_layers = 3; /* 2 layers a stage */
+    MT_EXPECT_STATUS(mt_model_config_finalize(&c), MT_ERR_INVALID_ARG);
+}
+
+int main(int argc, char **argv) {
+    dev = MT_DEVICE_CPU;
+    if (argc > 1 && strcmp(argv[1], "cuda") == 0) {
+        mt_test_require_gpus(1);
+        dev = mt_device_cuda(0);
+    }
+    const char *tags[] = { "gpt2",       "llama",          "gpt2_drop",
+                           "llama_drop", "gpt2_recompute", "llama_chunks" };
+    for (size_t i = 0; i < sizeof tags / sizeof *tags; i++) {
+        test_pipeline(tags[i], 2);
+        test_pipeline(tags[i], 4);
+    }
+    test_invalid();
+    return mt_test_result();
+}
