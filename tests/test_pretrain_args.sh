@@ -27,7 +27,9 @@ expect "argument --normalization: invalid choice: 'BatchNorm'" --normalization B
 expect "hidden size (64) must be divisible by the number of attention heads (5)" --num-attention-heads 5
 expect "--overlap-param-gather only supported with distributed optimizer" --overlap-param-gather --overlap-grad-reduce
 expect "Must use --overlap-param-gather with --overlap-grad-reduce" --overlap-param-gather --use-distributed-optimizer
-expect "pipeline and context parallelism are not supported yet" --pipeline-model-parallel-size 2
+expect "Number of layers should be divisible by the pipeline-model-parallel size (--num-layers 2, --pipeline-model-parallel-size 3)" --pipeline-model-parallel-size 3
+expect "context parallelism is not supported yet" --context-parallel-size 2
+expect "recompute_num_layers must be between 1 and num_layers_per_pipeline_rank: 1" --pipeline-model-parallel-size 2 --recompute-granularity full --recompute-method uniform --recompute-num-layers 2
 expect "--seq-length (32) must be a multiple of --tensor-model-parallel-size (3)" --tensor-model-parallel-size 3 --num-attention-heads 3 --num-query-groups 3 --group-query-attention --hidden-size 63 --ffn-hidden-size 63 --sequence-parallel
 expect "--num-attention-heads (4) is not divisible by --tensor-model-parallel-size (3)" --tensor-model-parallel-size 3
 expect "--num-query-groups (2) is not divisible by --tensor-model-parallel-size (4)" --tensor-model-parallel-size 4 --group-query-attention --num-query-groups 2
@@ -69,7 +71,7 @@ for c in "10 2 16|expected global batch size to be greater than or equal to star
     || { echo "FAIL: --rampup-batch-size ${c%%|*}"; cat "$d/out"; fail=1; }
 done
 expect "argument --empty-unused-memory-level: invalid choice: 3" --empty-unused-memory-level 3
-expect "--num-layers-per-virtual-pipeline-stage: pipeline parallelism is not supported yet" --num-layers-per-virtual-pipeline-stage 1
+expect "--num-layers-per-virtual-pipeline-stage: the interleaved pipeline schedule is not supported yet" --num-layers-per-virtual-pipeline-stage 1
 "$MT_PRETRAIN" --num-layers 2 > "$d/out" 2>&1; rc=$?
 { [ $rc = 2 ] && grep -q "hidden-size is required" "$d/out"; } || { echo "FAIL: missing required flag"; cat "$d/out"; fail=1; }
 # --exit-on-missing-checkpoint: a --load directory without a checkpoint is an error (Megatron's

@@ -124,7 +124,8 @@ static const flag flags[] = {
     { "--calculate-per-token-loss", F_TRUE, O(calculate_per_token_loss),
       "the loss is the global batch's sum over its token count (not a mean of micro-batch means)" },
     { "--num-layers-per-virtual-pipeline-stage", F_NO_VAL, 0,
-      "--num-layers-per-virtual-pipeline-stage: pipeline parallelism is not supported yet" },
+      "--num-layers-per-virtual-pipeline-stage: the interleaved pipeline schedule is not "
+      "supported yet (1F1B only)" },
     { "--use-rotary-position-embeddings", F_TRUE, O(use_rotary_position_embeddings),
       "= --position-embedding-type rope" },
     { "--no-position-embedding", F_TRUE, O(no_position_embedding),
@@ -551,10 +552,12 @@ static mt_status validate_recompute(mt_train_args *a) {
     if (!m)
         return BAD("Using recompute_granularity: full so recompute_method must be \"block\" or "
                    "\"uniform\"");
-    if (a->recompute_num_layers < 1 || a->recompute_num_layers > a->num_layers)
+    const int per_stage =
+        a->num_layers / (a->pipeline_model_parallel_size > 0 ? a->pipeline_model_parallel_size : 1);
+    if (a->recompute_num_layers < 1 || a->recompute_num_layers > per_stage)
         return BAD("When using recompute_granularity: full recompute_num_layers must be between 1 "
                    "and num_layers_per_pipeline_rank: %d",
-                   a->num_layers);
+                   per_stage);
     return MT_OK;
 }
 
@@ -743,10 +746,16 @@ static mt_status validate(mt_train_args *a) {
     if (a->tensor_model_parallel_size < 1)
         return BAD("--tensor-model-parallel-size must be positive, got %d",
                    a->tensor_model_parallel_size);
-    if (a->pipeline_model_parallel_size != 1 || a->context_parallel_size != 1)
-        return MT_ERROR(MT_ERR_UNSUPPORTED,
-                        "pipeline and context parallelism are not supported yet: "
-                        "--pipeline-model-parallel-size and --context-parallel-size must be 1");
+    if (a->pipeline_model_parallel_size < 1)
+        return BAD("--pipeline-model-parallel-size must be positive, got %d",
+                   a->pipeline_model_parallel_size);
+    if (a->num_layers % a->pipeline_model_parallel_size != 0) /* (megatron/training/arguments.py) */
+        return BAD("Number of layers should be divisible by the pipeline-model-parallel size "
+                   "(--num-layers %d, --pipeline-model-parallel-size %d)",
+                   a->num_layers, a->pipeline_model_parallel_size);
+    if (a->context_parallel_size != 1)
+        return MT_ERROR(MT_ERR_UNSUPPORTED, "context parallelism is not supported yet: "
+                                            "--context-parallel-size must be 1");
     if (a->tensor_model_parallel_size == 1) a->sequence_parallel = 0; /* as Megatron */
     if (a->sequence_parallel) {
         if (a->seq_length % a->tensor_model_parallel_size != 0)

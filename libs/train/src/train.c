@@ -23,11 +23,15 @@ typedef struct run {
     const mt_train_args *a;
     mt_comm *world;
     int rank, nranks;
-    /* Megatron's grid, tensor-parallel fastest: rank = dp_rank * tp_size + tp_rank. tp: the
-     * tensor-parallel group (NULL for one rank); dp: the data-parallel group (the world without
-     * tensor parallelism; NULL for one rank; dp_own when split off here) */
-    mt_comm *tp, *dp, *dp_own;
-    int tp_size, tp_rank, dp_size, dp_rank;
+    /* Megatron's grid (order tp-dp-pp), tensor-parallel fastest: rank = (pp_rank * dp_size +
+     * dp_rank) * tp_size + tp_rank. tp: the tensor-parallel group (NULL for one rank); dp: the
+     * data-parallel group (the world without tensor or pipeline parallelism; NULL for one rank;
+     * dp_own when split off here); pp: the pipeline group (member k: stage k; NULL for one
+     * stage); emb: the first and last stages (tied embeddings: their two copies' gradients are
+     * summed; NULL elsewhere; pp itself for two stages); mp: tensor x pipeline (the grad norm's,
+     * Megatron's model-parallel group; tp itself for one stage) */
+    mt_comm *tp, *dp, *dp_own, *pp, *emb_own, *emb, *mp_own, *mp;
+    int tp_size, tp_rank, dp_size, dp_rank, pp_size, pp_rank;
     mt_device dev;
     int64_t vocab, eod;
     mt_model_config mc;
@@ -45,18 +49,20 @@ typedef struct run {
     int num_micro;
     int64_t last_eval; /* iteration of the last validation line in the JSONL metrics */
     int64_t *ids, *text;
-    int32_t *htok, *htgt;    /* [0]: evaluation's batch; [1]: the next training micro-batch */
-    int32_t *hpos;           /* --reset-position-ids: their position ids (else NULL) */
-    int32_t *hks;            /* --reset-attention-mask: their key starts (else NULL) */
-    int64_t *hsid;           /* dropout: each row's sample index (the sampler's; else NULL) */
-    int64_t *dstart;         /* a row's document starts (mt_data_doc_starts) */
-    int64_t hcount[2];       /* the counted targets (not ignored) of each host batch */
-    mt_tensor tok, tgt, red; /* red: two floats for device all-reduces of scalars */
-    mt_tensor pos;           /* --reset-position-ids: the model's position ids */
-    mt_tensor ks;            /* --reset-attention-mask: the model's key starts */
-    mt_tensor sid;           /* dropout: the model's sample ids (B) i64 */
-    double t_start;          /* --exit-duration-in-mins counts from here */
-    int exited;              /* --exit-signal-handler / --exit-duration-in-mins stopped training */
+    int32_t *htok, *htgt; /* [0]: evaluation's batch; [1]: the next training micro-batch */
+    int32_t *hpos;        /* --reset-position-ids: their position ids (else NULL) */
+    int32_t *hks;         /* --reset-attention-mask: their key starts (else NULL) */
+    int64_t *hsid;        /* dropout: each row's sample index (the sampler's; else NULL) */
+    int64_t *dstart;      /* a row's document starts (mt_data_doc_starts) */
+    int64_t hcount[2];    /* the counted targets (not ignored) of each host batch */
+    /* the device's micro-batches, one a slot of the model's (a pipeline stage keeps several in
+     * flight; else one): tokens, targets, --reset-position-ids' position ids,
+     * --reset-attention-mask's key starts, dropout's sample ids (B) i64 (else unallocated) */
+    int nslots;
+    mt_tensor *tok, *tgt, *pos, *ks, *sid;
+    mt_tensor red;  /* two floats for device all-reduces of scalars */
+    double t_start; /* --exit-duration-in-mins counts from here */
+    int exited;     /* --exit-signal-handler / --exit-duration-in-mins stopped training */
     FILE *jsonl;
     double *gv_loss, *gv_zeros, *gv_time;
     mt_ckpt_writer *writer;
@@ -83,6 +89,7 @@ static mt_status setup_overlap(run *r);
 static mt_status grad_ready(void *ctx, int level, mt_stream s);
 static mt_status param_wait(void *ctx, int level, mt_stream s);
 static mt_status params_final(run *r);
+static mt_status use_slot(run *r, int k);
 
 /* ---- small helpers ---- */
 
@@ -127,12 +134,13 @@ static mt_status allreduce_host(run *r, double *x, int n, mt_redop op) {
 
 /* The mean loss over the counted tokens of every rank's micro-batches since the last call
  * (Megatron's reported 'lm loss': the sums' sum over the counts' sum; the tensor-parallel ranks
- * of a data-parallel rank hold the same losses and count). */
+ * of a data-parallel rank hold the same losses and count), on every rank. */
 static mt_status take_loss(run *r, double *loss) {
     double sc[2];
     MT_TRY(mt_model_take_loss_sum(r->model, &sc[0], &sc[1], NULL));
     MT_TRY(allreduce_on(r, r->dp, sc, 2, MT_REDOP_SUM));
-    *loss = sc[0] / sc[1]; /* no counted token: 0/0, NaN as torch */
+    MT_TRY(allreduce_on(r, r->pp, sc, 2, MT_REDOP_SUM)); /* (only the last stage has losses) */
+    *loss = sc[0] / sc[1];                               /* no counted token: 0/0, NaN as torch */
     return MT_OK;
 }
 
@@ -193,18 +201,33 @@ static mt_status setup_world(run *r) {
     MT_TRY(mt_comm_world_create(&cc, &r->world));
     r->rank = mt_comm_rank(r->world);
     r->nranks = mt_comm_size(r->world);
-    /* megatron.core.parallel_state: tensor-parallel groups of consecutive ranks */
-    const int tp = a->tensor_model_parallel_size;
-    MT_REQUIRE(r->nranks % tp == 0, MT_ERR_INVALID_ARG,
+    /* megatron.core.parallel_state (order tp-dp-pp): tensor-parallel groups of consecutive
+     * ranks, data-parallel groups across them, the pipeline's stages outermost */
+    const int tp = a->tensor_model_parallel_size, pp = a->pipeline_model_parallel_size;
+    MT_REQUIRE(r->nranks % (tp * pp) == 0, MT_ERR_INVALID_ARG,
                "world size (%d) is not divisible by tensor model parallel size (%d) times "
-               "pipeline model parallel size (1)",
-               r->nranks, tp);
+               "pipeline model parallel size (%d)",
+               r->nranks, tp, pp);
     r->tp_size = tp, r->tp_rank = r->rank % tp;
-    r->dp_size = r->nranks / tp, r->dp_rank = r->rank / tp;
-    if (tp > 1) MT_TRY(mt_comm_split(r->world, r->dp_rank, r->tp_rank, "tp", &r->tp));
-    if (tp > 1 && r->dp_size > 1)
-        MT_TRY(mt_comm_split(r->world, r->tp_rank, r->dp_rank, "dp", &r->dp_own));
-    r->dp = tp > 1 ? r->dp_own : r->world;
+    r->pp_size = pp, r->pp_rank = r->rank / (r->nranks / pp);
+    r->dp_size = r->nranks / (tp * pp), r->dp_rank = r->rank / tp % r->dp_size;
+    const int stage_rank = r->rank % (tp * r->dp_size); /* this rank's place in its stage */
+    if (tp > 1) MT_TRY(mt_comm_split(r->world, r->rank / tp, r->tp_rank, "tp", &r->tp));
+    if (tp * pp > 1 && r->dp_size > 1)
+        MT_TRY(mt_comm_split(r->world, r->pp_rank * tp + r->tp_rank, r->dp_rank, "dp", &r->dp_own));
+    r->dp = tp * pp > 1 ? r->dp_own : r->world;
+    if (pp > 1) {
+        MT_TRY(mt_comm_split(r->world, stage_rank, r->pp_rank, "pp", &r->pp));
+        const int ends = r->pp_rank == 0 || r->pp_rank == pp - 1;
+        if (pp > 2) /* (every rank takes part in the split; the middle stages join none) */
+            MT_TRY(
+                mt_comm_split(r->world, ends ? stage_rank : -1, r->pp_rank, "embd", &r->emb_own));
+        r->emb = pp > 2 ? r->emb_own : r->pp;
+        if (tp > 1)
+            MT_TRY(mt_comm_split(r->world, r->dp_rank, r->pp_rank * tp + r->tp_rank, "mp",
+                                 &r->mp_own));
+    }
+    r->mp = pp > 1 && tp > 1 ? r->mp_own : pp > 1 ? r->pp : r->tp;
     int ngpu = 0;
     MT_TRY(mt_device_count(&ngpu));
     mt_device d = mt_comm_device(r->world);
@@ -310,10 +333,14 @@ static mt_status register_param(void *ctx, const char *name, int ndim, const int
                                 int no_wd, mt_tensor *weight, mt_tensor *grad) {
     run *r = ctx;
     int idx;
-    if (!weight) { /* listing pass; params whole on every tensor-parallel rank count once */
+    if (!weight) { /* listing pass; params whole on every tensor-parallel rank count once, the
+                      last stage's copy of a tied embedding not at all (the first stage's does) */
         int flags = no_wd ? MT_OPTIM_PARAM_NO_DECAY : MT_OPTIM_PARAM_DECAY;
         if (r->tp_size > 1 && mt_model_param_tp_axis(&r->mc, name) < 0)
             flags |= MT_OPTIM_PARAM_TP_REPLICATED;
+        if (r->pp_size > 1 && r->pp_rank == r->pp_size - 1 &&
+            strcmp(name, "embedding.word_embeddings.weight") == 0)
+            flags |= MT_OPTIM_PARAM_SHARED;
         return mt_optim_buffer_add(r->buf, name, ndim, shape, flags, NULL);
     }
     MT_TRY(mt_optim_buffer_find(r->buf, name, &idx));
@@ -337,6 +364,8 @@ static mt_status setup_model(run *r) {
     c->make_vocab_size_divisible_by = a->make_vocab_size_divisible_by; /* (times the TP size) */
     c->tensor_model_parallel_size = r->tp_size;
     c->sequence_parallel = a->sequence_parallel;
+    c->pipeline_model_parallel_size = r->pp_size;
+    c->pipeline_model_parallel_rank = r->pp_rank;
     c->normalization =
         strcmp(a->normalization, "RMSNorm") == 0 ? MT_NORM_RMSNORM : MT_NORM_LAYERNORM;
     c->norm_epsilon = (float)a->norm_epsilon;
@@ -386,6 +415,7 @@ static mt_status setup_model(run *r) {
     MT_TRY(mt_arena_create(r->dev, bytes, &r->buf_arena));
     MT_TRY(mt_optim_buffer_bind(r->buf, r->buf_arena));
     MT_TRY(mt_model_create_tp(c, a->micro_batch_size, r->dev, r->tp, register_param, r, &r->model));
+    r->nslots = mt_model_pp_slots(r->model);
     /* the forward and backward as one CUDA graph from the second micro-batch on (MT_CUDA_GRAPHS=0:
      * off, for comparison); the profiler runs without it */
     mt_model_set_cuda_graphs(r->model, mt_env_int("MT_CUDA_GRAPHS", 1) != 0);
@@ -403,7 +433,7 @@ static mt_status setup_model(run *r) {
     oc.overlap_param_gather = r->pgather;
     oc.grad_reduce_in_bf16 = a->grad_reduce_in_bf16;
     oc.dp = r->dp_size > 1 ? r->dp : NULL;
-    oc.mp = r->tp; /* the grad norm's split parameters are summed over it */
+    oc.mp = r->mp; /* the grad norm's split parameters (and stages) are summed over it */
     MT_TRY(mt_optim_state_bytes(&oc, r->buf, &bytes));
     MT_TRY(mt_arena_create(r->dev, bytes, &r->opt_arena));
     MT_TRY(mt_optim_create(&oc, r->buf, r->opt_arena, &r->opt));
@@ -472,22 +502,27 @@ static mt_status setup_io(run *r) {
     MT_REQUIRE(r->ids && r->text && r->htok && r->htgt && (r->hpos || !a->reset_position_ids) &&
                    (r->hks || !docs) && (r->hsid || !drop) && r->dstart,
                MT_ERR_OOM, "batch buffers");
-    MT_TRY(mt_arena_create(r->dev, (size_t)(4 * B * T * 4 + 8 * B) + 7 * MT_ARENA_ALIGN + 64,
+    const int S = r->nslots;
+    r->tok = calloc((size_t)S, sizeof(mt_tensor));
+    r->tgt = calloc((size_t)S, sizeof(mt_tensor));
+    r->pos = calloc((size_t)S, sizeof(mt_tensor));
+    r->ks = calloc((size_t)S, sizeof(mt_tensor));
+    r->sid = calloc((size_t)S, sizeof(mt_tensor));
+    MT_REQUIRE(r->tok && r->tgt && r->pos && r->ks && r->sid, MT_ERR_OOM, "batch slots");
+    MT_TRY(mt_arena_create(r->dev,
+                           (size_t)S * ((size_t)(4 * B * T * 4 + 8 * B) + 6 * MT_ARENA_ALIGN) +
+                               MT_ARENA_ALIGN + 64,
                            &r->io_arena));
-    MT_TRY(mt_tensor_alloc(r->io_arena, MT_I32, 2, (int64_t[]){ B, T }, &r->tok));
-    MT_TRY(mt_tensor_alloc(r->io_arena, MT_I32, 2, (int64_t[]){ B, T }, &r->tgt));
-    if (a->reset_position_ids) {
-        MT_TRY(mt_tensor_alloc(r->io_arena, MT_I32, 2, (int64_t[]){ B, T }, &r->pos));
-        MT_TRY(mt_model_set_positions(r->model, &r->pos));
+    for (int k = 0; k < S; k++) {
+        MT_TRY(mt_tensor_alloc(r->io_arena, MT_I32, 2, (int64_t[]){ B, T }, &r->tok[k]));
+        MT_TRY(mt_tensor_alloc(r->io_arena, MT_I32, 2, (int64_t[]){ B, T }, &r->tgt[k]));
+        if (a->reset_position_ids)
+            MT_TRY(mt_tensor_alloc(r->io_arena, MT_I32, 2, (int64_t[]){ B, T }, &r->pos[k]));
+        if (docs) MT_TRY(mt_tensor_alloc(r->io_arena, MT_I32, 2, (int64_t[]){ B, T }, &r->ks[k]));
+        /* the dropout masks are keyed by the sample (mt_model_set_sample_ids) */
+        if (drop) MT_TRY(mt_tensor_alloc(r->io_arena, MT_I64, 1, (int64_t[]){ B }, &r->sid[k]));
     }
-    if (docs) {
-        MT_TRY(mt_tensor_alloc(r->io_arena, MT_I32, 2, (int64_t[]){ B, T }, &r->ks));
-        MT_TRY(mt_model_set_key_starts(r->model, &r->ks));
-    }
-    if (drop) { /* the dropout masks are keyed by the sample (mt_model_set_sample_ids) */
-        MT_TRY(mt_tensor_alloc(r->io_arena, MT_I64, 1, (int64_t[]){ B }, &r->sid));
-        MT_TRY(mt_model_set_sample_ids(r->model, &r->sid));
-    }
+    MT_TRY(use_slot(r, 0));
     MT_TRY(mt_tensor_alloc(r->io_arena, MT_F32, 1, (int64_t[]){ 2 }, &r->red));
     int64_t n = a->train_iters + 1;
     r->gv_loss = calloc((size_t)n, sizeof(double));
@@ -538,24 +573,33 @@ static mt_status read_batch(run *r, mt_data_dataset *ds, mt_data_sampler *s, int
     return MT_OK;
 }
 
-/* Slot `slot`'s host batch to the device tokens and targets. */
-static mt_status upload_batch(run *r, int slot) {
+/* Host batch `slot` to device slot `k`'s tokens, targets, positions, key starts, sample ids. */
+static mt_status upload_batch(run *r, int slot, int k) {
     size_t n = (size_t)(r->a->micro_batch_size * r->a->seq_length);
-    MT_TRY(mt_memcpy(r->tok.data, r->dev, r->htok + slot * n, MT_DEVICE_CPU, n * 4, NULL));
+    MT_TRY(mt_memcpy(r->tok[k].data, r->dev, r->htok + slot * n, MT_DEVICE_CPU, n * 4, NULL));
     if (r->hpos)
-        MT_TRY(mt_memcpy(r->pos.data, r->dev, r->hpos + slot * n, MT_DEVICE_CPU, n * 4, NULL));
+        MT_TRY(mt_memcpy(r->pos[k].data, r->dev, r->hpos + slot * n, MT_DEVICE_CPU, n * 4, NULL));
     if (r->hks)
-        MT_TRY(mt_memcpy(r->ks.data, r->dev, r->hks + slot * n, MT_DEVICE_CPU, n * 4, NULL));
+        MT_TRY(mt_memcpy(r->ks[k].data, r->dev, r->hks + slot * n, MT_DEVICE_CPU, n * 4, NULL));
     if (r->hsid) {
         const size_t B = (size_t)r->a->micro_batch_size;
-        MT_TRY(mt_memcpy(r->sid.data, r->dev, r->hsid + slot * B, MT_DEVICE_CPU, B * 8, NULL));
+        MT_TRY(mt_memcpy(r->sid[k].data, r->dev, r->hsid + slot * B, MT_DEVICE_CPU, B * 8, NULL));
     }
-    return mt_memcpy(r->tgt.data, r->dev, r->htgt + slot * n, MT_DEVICE_CPU, n * 4, NULL);
+    return mt_memcpy(r->tgt[k].data, r->dev, r->htgt + slot * n, MT_DEVICE_CPU, n * 4, NULL);
+}
+
+/* The model reads device slot k's positions, key starts and sample ids from now on (those that
+ * the run has). */
+static mt_status use_slot(run *r, int k) {
+    if (r->hpos) MT_TRY(mt_model_set_positions(r->model, &r->pos[k]));
+    if (r->hks) MT_TRY(mt_model_set_key_starts(r->model, &r->ks[k]));
+    if (r->hsid) MT_TRY(mt_model_set_sample_ids(r->model, &r->sid[k]));
+    return MT_OK;
 }
 
 static mt_status load_batch(run *r, mt_data_dataset *ds, mt_data_sampler *s) {
     MT_TRY(read_batch(r, ds, s, 0));
-    return upload_batch(r, 0);
+    return upload_batch(r, 0, 0);
 }
 
 /* ---- checkpoints ---- */
@@ -635,6 +679,7 @@ static char *args_json(const run *r) {
                   "padded_vocab_size", (json_int_t)r->mc.padded_vocab_size, "lr", a->lr, "seed",
                   a->seed, "bf16", a->bf16, "fp16", a->fp16, "world_size", r->nranks);
     json_object_set_new(j, "tensor_model_parallel_size", json_integer(r->tp_size));
+    json_object_set_new(j, "pipeline_model_parallel_size", json_integer(r->pp_size));
     /* the model's shape (num_layers, hidden_size, ...) for --use-checkpoint-args */
     if (train_args_model_json(a, j) != MT_OK) mt_error_clear(); /* (out of memory: without) */
     json_t *hf = hf_config(r);
@@ -672,6 +717,7 @@ static const char *state_kinds[3] = { "master", "exp_avg", "exp_avg_sq" };
  * distributed optimizer's state), one per tensor-parallel rank if the parameter is not split. */
 static int replica_of(const run *r, const mt_model_param *p, int sharded) {
     const int whole = p->tp_axis < 0;
+    if (p->pp_shared) return 1; /* (the first stage writes the tied embedding) */
     return (sharded ? 0 : r->dp_rank) * (whole ? r->tp_size : 1) + (whole ? r->tp_rank : 0);
 }
 
@@ -769,6 +815,7 @@ static mt_status save_checkpoint(run *r) {
         wc.dir = a->save;
         wc.layout.dp = r->dp_size;
         wc.layout.tp = r->tp_size;
+        wc.layout.pp = r->pp_size;
         wc.async = a->async_save;
         r->group = (mt_ckpt_group){ r->rank, r->nranks, r, ckpt_gather, ckpt_bcast };
         wc.group = r->nranks > 1 ? &r->group : NULL;
@@ -880,14 +927,18 @@ static mt_status load_boxes(run *r, mt_ckpt *c, const piece_list *l) {
 }
 
 /* torch's strict load_state_dict: a checkpoint tensor that is neither a parameter of this model
- * nor optimizer state ("optimizer." names) is an error that names them. */
+ * (of any of its pipeline stages) nor optimizer state ("optimizer." names) is an error that names
+ * them. */
 static mt_status unexpected_keys(run *r, mt_ckpt *c) {
     char list[512] = "";
     int n = 0;
     size_t k = 0;
+    mt_model_config whole = r->mc;
+    whole.pipeline_model_parallel_size = 1, whole.pipeline_model_parallel_rank = 0;
     for (int i = 0; i < mt_ckpt_count(c); i++) {
         const char *name = mt_ckpt_name(c, i);
         if (strncmp(name, "optimizer.", 10) == 0 || mt_model_param_find(r->model, name)) continue;
+        if (r->pp && mt_model_param_tp_axis(&whole, name) != -2) continue;
         if (n++ < 4 && k < sizeof list)
             k += (size_t)snprintf(list + k, sizeof list - k, "%s\"%s\"", n > 1 ? ", " : "", name);
     }
@@ -1020,8 +1071,8 @@ static mt_status load_checkpoint(run *r) {
     json_decref(sj);
     mt_ckpt_close(c);
     if (st == MT_OK && last_rank(r))
-        printf("  successfully loaded checkpoint from %s [ t %d/%d, p 0/1 ] at iteration %lld\n",
-               a->load, r->tp_rank, r->tp_size, (long long)r->iteration);
+        printf("  successfully loaded checkpoint from %s [ t %d/%d, p %d/%d ] at iteration %lld\n",
+               a->load, r->tp_rank, r->tp_size, r->pp_rank, r->pp_size, (long long)r->iteration);
     return st;
 }
 
@@ -1053,6 +1104,101 @@ static void write_golden(const run *r) {
     json_decref(root);
 }
 
+/* ---- pipeline parallelism: Megatron's 1F1B schedule (forward_backward_pipelining_without_
+ * interleaving) over the stages' point-to-point sends, every pair of a send and a receive posted
+ * together (batch_isend_irecv) ---- */
+
+/* Sends `send` to stage to and receives `recv` from stage from (either NULL: none). */
+static mt_status pp_p2p(run *r, mt_tensor *send, int to, mt_tensor *recv, int from) {
+    mt_p2p_op ops[2];
+    int n = 0;
+    if (send) ops[n++] = (mt_p2p_op){ MT_P2P_SEND, send, to };
+    if (recv) ops[n++] = (mt_p2p_op){ MT_P2P_RECV, recv, from };
+    return n ? mt_comm_p2p_batch(r->pp, ops, n, NULL) : MT_OK;
+}
+
+static int first_stage(const run *r) {
+    return r->pp_rank == 0;
+}
+static int last_stage(const run *r) {
+    return r->pp_rank == r->pp_size - 1;
+}
+
+/* An evaluation micro-batch (device slot 0) through the stages. */
+static mt_status pp_eval_step(run *r) {
+    mt_tensor in = mt_model_pp_input(r->model, 0), out = mt_model_pp_output(r->model);
+    MT_TRY(pp_p2p(r, NULL, 0, first_stage(r) ? NULL : &in, r->pp_rank - 1));
+    MT_TRY(use_slot(r, 0));
+    MT_TRY(mt_model_pp_forward(r->model, 0, &r->tok[0], &r->tgt[0], 0, 0.0f, NULL));
+    return pp_p2p(r, last_stage(r) ? NULL : &out, r->pp_rank + 1, NULL, 0);
+}
+
+/* The state of a training iteration's micro-batches on this rank. */
+typedef struct micro_run {
+    int num_micro, fwd, bwd; /* micro-batches; forwards and backwards done */
+    float grad_scale;
+    int more;        /* a training micro-batch follows the iteration's last (read ahead) */
+    int64_t counted; /* counted targets of the forwards so far */
+} micro_run;
+
+/* The next micro-batch's forward in its slot: the staged host batch to the device, the next read
+ * while the device runs this one (as the one-stage loop). */
+static mt_status pp_forward(run *r, micro_run *mr) {
+    const int k = mr->fwd % r->nslots;
+    mr->counted += r->hcount[1];
+    MT_TRY(upload_batch(r, 1, k));
+    MT_TRY(use_slot(r, k));
+    MT_TRY(mt_model_pp_forward(r->model, k, &r->tok[k], &r->tgt[k], 1, mr->grad_scale, NULL));
+    if (++mr->fwd < mr->num_micro || mr->more) MT_TRY(read_batch(r, r->train_ds, &r->train_s, 1));
+    return MT_OK;
+}
+
+static mt_status pp_backward(run *r, micro_run *mr) {
+    const int k = mr->bwd++ % r->nslots;
+    MT_TRY(use_slot(r, k));
+    return mt_model_pp_backward(r->model, k, NULL);
+}
+
+/* 1F1B: this stage's warm-up forwards (P - stage - 1), then one forward and one backward at a
+ * time, then the remaining backwards; activations and their gradients to the neighbours. */
+static mt_status pp_schedule(run *r, micro_run *mr) {
+    const int M = mr->num_micro, prev = r->pp_rank - 1, next = r->pp_rank + 1;
+    const int warm = r->pp_size - r->pp_rank - 1 < M ? r->pp_size - r->pp_rank - 1 : M;
+    const int first = first_stage(r), last = last_stage(r);
+    mt_tensor out = mt_model_pp_output(r->model), g = mt_model_pp_grad(r->model), in;
+#define IN(i) (first ? NULL : (in = mt_model_pp_input(r->model, (i) % r->nslots), &in))
+    for (int i = 0; i < warm; i++) {
+        MT_TRY(pp_p2p(r, NULL, 0, IN(mr->fwd), prev));
+        MT_TRY(pp_forward(r, mr));
+        MT_TRY(pp_p2p(r, last ? NULL : &out, next, NULL, 0));
+    }
+    if (M > warm) MT_TRY(pp_p2p(r, NULL, 0, IN(mr->fwd), prev));
+    for (int i = 0; i < M - warm; i++) {
+        MT_TRY(pp_forward(r, mr));
+        MT_TRY(pp_p2p(r, last ? NULL : &out, next, last ? NULL : &g, next));
+        MT_TRY(pp_backward(r, mr));
+        const int more = i + 1 < M - warm; /* (a forward follows: its input comes with) */
+        MT_TRY(pp_p2p(r, first ? NULL : &g, prev, more ? IN(mr->fwd) : NULL, prev));
+    }
+    for (int i = 0; i < warm; i++) {
+        MT_TRY(pp_p2p(r, NULL, 0, last ? NULL : &g, next));
+        MT_TRY(pp_backward(r, mr));
+        MT_TRY(pp_p2p(r, first ? NULL : &g, prev, NULL, 0));
+    }
+#undef IN
+    return MT_OK;
+}
+
+/* Tied embeddings under pipeline parallelism: the first stage's embedding and the last stage's
+ * copy get their gradients' sum (Megatron's _allreduce_word_embedding_grads), before the
+ * data-parallel reduction (which may leave each rank only its shard). */
+static mt_status pp_embedding_grads(run *r) {
+    if (!r->emb || r->mc.untie_embeddings_and_output_weights) return MT_OK;
+    mt_model_param *p = mt_model_param_find(r->model, "embedding.word_embeddings.weight");
+    MT_REQUIRE(p, MT_ERR_INTERNAL, "no embedding on pipeline stage %d", r->pp_rank);
+    return mt_comm_allreduce(r->emb, &p->grad, &p->grad, MT_REDOP_SUM, NULL);
+}
+
 /* --eval-iters global batches of `ds` from sample *consumed on, then Megatron's validation line
  * (the test split: from its start, once, at the end). */
 static mt_status evaluate_on(run *r, mt_data_dataset *ds, int64_t *consumed, const char *where,
@@ -1066,7 +1212,8 @@ static mt_status evaluate_on(run *r, mt_data_dataset *ds, int64_t *consumed, con
                                     r->dp_size, 1));
         for (int m = 0; m < r->num_micro; m++) {
             MT_TRY(load_batch(r, ds, &s));
-            MT_TRY(mt_model_forward(r->model, &r->tok, &r->tgt, NULL));
+            MT_TRY(r->pp ? pp_eval_step(r)
+                         : mt_model_forward(r->model, &r->tok[0], &r->tgt[0], NULL));
         }
         *consumed += r->gbs;
     }
@@ -1293,18 +1440,18 @@ static mt_status params_norm(run *r, double *norm) {
         if (r->pn_ws_bytes) MT_TRY(mt_arena_alloc(r->pn_arena, r->pn_ws_bytes, &r->pn_ws));
     }
     float v;
-    if (r->tp_size > 1) {
+    if (r->mp) {
         double sq = 0;
         for (int i = 0; i < mt_model_num_params(r->model); i++) {
             const mt_model_param *q = mt_model_param_at(r->model, i);
-            if (q->tp_axis < 0 && r->tp_rank != 0) continue;
+            if ((q->tp_axis < 0 && r->tp_rank != 0) || q->pp_shared) continue;
             mt_tensor w = mt_tensor_1d(q->weight.data, q->weight.dtype, mt_tensor_numel(&q->weight),
                                        q->weight.device);
             MT_TRY(mt_reduce(&r->pn_out, &w, MT_REDUCE_NORM2, r->pn_ws, r->pn_ws_bytes, NULL));
             MT_TRY(mt_memcpy(&v, MT_DEVICE_CPU, r->pn_out.data, r->dev, sizeof v, NULL));
             sq += (double)v * v;
         }
-        MT_TRY(allreduce_on(r, r->tp, &sq, 1, MT_REDOP_SUM));
+        MT_TRY(allreduce_on(r, r->mp, &sq, 1, MT_REDOP_SUM));
         *norm = sqrt(sq);
         return MT_OK;
     }
@@ -1395,21 +1542,25 @@ static mt_status train(run *r) {
         float grad_scale = (r->scale_p ? r->scale_p->scale : 1.0f) /
                            (a->calculate_per_token_loss ? (float)rank_tokens : (float)num_micro);
         int64_t counted = 0;
-        for (int m = 0; m < num_micro; m++) {
+        micro_run mr = { num_micro, 0, 0, grad_scale, r->iteration + 1 < end, 0 };
+        if (r->pp) MT_TRY(pp_schedule(r, &mr)); /* (reduced below: no overlap with the stages) */
+        for (int m = 0; !r->pp && m < num_micro; m++) {
             counted += r->hcount[1];
-            MT_TRY(upload_batch(r, 1));
+            MT_TRY(upload_batch(r, 1, 0));
             mt_model_set_grad_ready(r->model, r->overlap && m == num_micro - 1 ? grad_ready : NULL,
                                     r);
-            MT_TRY(mt_model_forward_backward(r->model, &r->tok, &r->tgt, grad_scale, NULL));
+            MT_TRY(mt_model_forward_backward(r->model, &r->tok[0], &r->tgt[0], grad_scale, NULL));
             /* the next micro-batch's reading while the GPU runs this one (the checkpoint keeps
              * consumed samples, not the sampler, so a staged batch is read again on resume) */
             if (m + 1 < num_micro || r->iteration + 1 < end)
                 MT_TRY(read_batch(r, r->train_ds, &r->train_s, 1));
         }
+        counted += mr.counted;
         /* sequence parallelism: the norms' and row-parallel biases' shares summed over the
          * tensor-parallel group (linear, so before or after the data-parallel reduction) */
         MT_TRY(mt_model_finalize_grads(r->model, NULL));
-        if (!r->overlap) { /* (else inside the backward, which its profile regions time) */
+        MT_TRY(pp_embedding_grads(r));
+        if (!r->overlap || r->pp) { /* (else inside the backward, which its profile regions time) */
             MT_TRY(mt_prof_begin(pr, "grad_reduce", NULL));
             MT_TRY(mt_optim_reduce_grads(r->opt, NULL));
             MT_TRY(mt_prof_end(pr, NULL));
@@ -1569,6 +1720,11 @@ static void teardown(run *r) {
     free(r->hsid);
     free(r->hks);
     free(r->dstart);
+    free(r->tok);
+    free(r->tgt);
+    free(r->pos);
+    free(r->ks);
+    free(r->sid);
     free(r->gv_loss);
     free(r->gv_zeros);
     free(r->gv_time);
@@ -1584,6 +1740,9 @@ static void teardown(run *r) {
     mt_prof_destroy(r->prof);
     mt_comm_destroy(r->tp);
     mt_comm_destroy(r->dp_own);
+    mt_comm_destroy(r->mp_own);
+    mt_comm_destroy(r->emb_own);
+    mt_comm_destroy(r->pp);
     mt_comm_destroy(r->world);
 }
 
@@ -1660,15 +1819,19 @@ mt_status mt_train_run(const mt_train_args *a) {
         int64_t params = 0;
         for (int i = 0; i < mt_model_num_params(r.model); i++)
             params += mt_tensor_numel(&mt_model_param_at(r.model, i)->weight);
+        char pp[48] = ""; /* (Megatron's grid order: tp, dp, pp) */
+        if (r.pp_size > 1) snprintf(pp, sizeof pp, " x pipeline parallel %d", r.pp_size);
         printf("> building %s model: %lld parameters%s, padded vocab %d, %d rank(s) on %s, %s, "
-               "%d micro-batch(es) per iteration (tensor parallel %d x data parallel %d)\n",
+               "%d micro-batch(es) per iteration (tensor parallel %d x data parallel %d%s)\n",
                r.mc.normalization == MT_NORM_RMSNORM ? "Llama-style" : "GPT", (long long)params,
-               r.tp_size > 1 ? " on this tensor-parallel rank" : "", r.mc.padded_vocab_size,
-               r.nranks, mt_device_is_cuda(r.dev) ? "cuda" : "cpu",
+               r.pp_size > 1   ? " on this rank (the last pipeline stage's)"
+               : r.tp_size > 1 ? " on this tensor-parallel rank"
+                               : "",
+               r.mc.padded_vocab_size, r.nranks, mt_device_is_cuda(r.dev) ? "cuda" : "cpu",
                a->bf16   ? "bf16"
                : a->fp16 ? "fp16"
                          : "fp32",
-               r.num_micro, r.tp_size, r.dp_size);
+               r.num_micro, r.tp_size, r.dp_size, pp);
         fflush(stdout);
     }
     if (st == MT_OK && r.rank == 0 && a->n_rampup) {
