@@ -5,7 +5,7 @@
 # between steps) and PP 2 x TP 2 with sequence parallelism, give one rank's losses, grad norms
 # (the stages' squares summed, the last stage's copy of the tied embedding not counted) and
 # params norms with the same global batch, up to the order of the fp32 sums (relative 1e-5); so do
-# an untied Llama-shaped model, full recomputation, hidden dropout, and validation. fp16 with an
+# an untied Llama-shaped model, full recomputation, uneven splits, dropout, and validation. fp16 with an
 # overflowing loss scale skips the same steps (Inf/NaN found on any stage). Checkpoints hold the
 # unsharded tensors: PP 2 resumes bitwise, and its checkpoint resumes into PP 1 and PP 4.
 source "$(dirname "$0")/pretrain_common.sh"
@@ -62,7 +62,10 @@ one l4 "${l4[@]}" $(obs l4)
 mr 4 pp4 "${l4[@]}" --pipeline-model-parallel-size 4 $(obs pp4)
 mr 2 pp2rc "${l4[@]}" --pipeline-model-parallel-size 2 --recompute-granularity full \
   --recompute-method uniform --recompute-num-layers 2 $(obs pp2rc)
-for run in pp4 pp2rc; do same l4 $run; done
+# uneven splits (Megatron's --decoder-first/last-pipeline-num-layers): 3 + 1 layers, 2 + 1 + 1
+mr 2 ppu2 "${l4[@]}" --pipeline-model-parallel-size 2 --decoder-first-pipeline-num-layers 3 $(obs ppu2)
+mr 3 ppu3 "${l4[@]}" --pipeline-model-parallel-size 3 --decoder-first-pipeline-num-layers 2 $(obs ppu3)
+for run in pp4 pp2rc ppu2 ppu3; do same l4 $run; done
 llama=("${l4[@]}" --normalization RMSNorm --position-embedding-type rope --swiglu
        --untie-embeddings-and-output-weights --disable-bias-linear --group-query-attention
        --num-query-groups 2)

@@ -29,6 +29,8 @@ expect "--overlap-param-gather only supported with distributed optimizer" --over
 expect "Must use --overlap-param-gather with --overlap-grad-reduce" --overlap-param-gather --use-distributed-optimizer
 expect "Number of layers should be divisible by the pipeline-model-parallel size (--num-layers 2, --pipeline-model-parallel-size 3)" --pipeline-model-parallel-size 3
 expect "context parallelism is not supported yet" --context-parallel-size 2
+expect "number of layers at middle stage: 0 must be divisible by the middle pipeline model parallel size 1" --pipeline-model-parallel-size 2 --decoder-first-pipeline-num-layers 2
+expect "an uneven pipeline split (--decoder-first/last-pipeline-num-layers) needs --pipeline-model-parallel-size > 1" --decoder-last-pipeline-num-layers 1
 expect "recompute_num_layers must be between 1 and num_layers_per_pipeline_rank: 1" --pipeline-model-parallel-size 2 --recompute-granularity full --recompute-method uniform --recompute-num-layers 2
 expect "--seq-length (32) must be a multiple of --tensor-model-parallel-size (3)" --tensor-model-parallel-size 3 --num-attention-heads 3 --num-query-groups 3 --group-query-attention --hidden-size 63 --ffn-hidden-size 63 --sequence-parallel
 expect "--num-attention-heads (4) is not divisible by --tensor-model-parallel-size (3)" --tensor-model-parallel-size 3

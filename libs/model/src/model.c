@@ -67,9 +67,12 @@ mt_status mt_model_config_finalize(mt_model_config *c) {
     MT_REQUIRE(c->pipeline_model_parallel_rank >= 0 && c->pipeline_model_parallel_rank < pp,
                MT_ERR_INVALID_ARG, "pipeline_model_parallel_rank %d is not a stage of %d",
                c->pipeline_model_parallel_rank, pp);
-    MT_REQUIRE(c->num_layers % pp == 0, MT_ERR_INVALID_ARG,
-               "num_layers (%d) should be divisible by pipeline_model_parallel_size (%d)",
-               c->num_layers, pp);
+    int most = 0; /* the most layers a stage has */
+    for (int r = 0; r < pp; r++) {
+        int first, n;
+        MT_TRY(mt_model_stage_layers(c, r, &first, &n));
+        most = n > most ? n : most;
+    }
     if (c->norm_epsilon == 0.0f) c->norm_epsilon = 1e-5f;
     MT_REQUIRE(c->hidden_dropout >= 0.0f && c->hidden_dropout < 1.0f, MT_ERR_INVALID_ARG,
                "--hidden-dropout %g must be in [0, 1)", (double)c->hidden_dropout);
@@ -91,11 +94,11 @@ mt_status mt_model_config_finalize(mt_model_config *c) {
                    MT_ERR_INVALID_ARG,
                    "Using recompute_granularity: full so recompute_method must be \"block\" or "
                    "\"uniform\"");
-        MT_REQUIRE(c->recompute_num_layers >= 1 && c->recompute_num_layers <= c->num_layers / pp,
+        MT_REQUIRE(c->recompute_num_layers >= 1 && c->recompute_num_layers <= most,
                    MT_ERR_INVALID_ARG,
                    "When using recompute_granularity: full recompute_num_layers must be between 1 "
                    "and num_layers_per_pipeline_rank: %d",
-                   c->num_layers / pp);
+                   most);
         break;
     case MT_RECOMPUTE_SELECTIVE:
         MT_REQUIRE(c->recompute_method == MT_RECOMPUTE_METHOD_NONE, MT_ERR_INVALID_ARG,
@@ -117,6 +120,46 @@ mt_status mt_model_config_finalize(mt_model_config *c) {
     MT_REQUIRE(!c->recompute_layernorm || c->recompute_granularity == MT_RECOMPUTE_SELECTIVE,
                MT_ERR_INVALID_ARG,
                "recompute_modules layernorm needs recompute_granularity: selective");
+    return MT_OK;
+}
+
+mt_status mt_model_stage_layers(const mt_model_config *c, int stage, int *first, int *count) {
+    MT_REQUIRE(c && first && count, MT_ERR_INVALID_ARG, "NULL argument");
+    const int P = c->pipeline_model_parallel_size > 1 ? c->pipeline_model_parallel_size : 1;
+    const int L = c->num_layers, F = c->num_layers_in_first_pipeline_stage,
+              E = c->num_layers_in_last_pipeline_stage;
+    MT_REQUIRE(stage >= 0 && stage < P, MT_ERR_INVALID_ARG, "pipeline stage %d is not one of %d",
+               stage, P);
+    MT_REQUIRE(F >= 0 && E >= 0, MT_ERR_INVALID_ARG,
+               "the first and last pipeline stages' layer counts must be positive (%d, %d)", F, E);
+    MT_REQUIRE(P > 1 || (F == 0 && E == 0), MT_ERR_INVALID_ARG,
+               "an uneven pipeline split (--decoder-first/last-pipeline-num-layers) needs "
+               "--pipeline-model-parallel-size > 1");
+    /* megatron.core's get_num_layers_to_build: the set ends first, the rest evenly */
+    const int left = P - (F > 0) - (E > 0), rest = L - F - E;
+    if (!F && !E)
+        MT_REQUIRE(L % P == 0, MT_ERR_INVALID_ARG,
+                   "Number of layers should be divisible by the pipeline-model-parallel size "
+                   "(--num-layers %d, --pipeline-model-parallel-size %d)",
+                   L, P);
+    else if (left > 0)
+        MT_REQUIRE(rest > 0 && rest % left == 0, MT_ERR_INVALID_ARG,
+                   "number of layers at middle stage: %d must be divisible by the middle pipeline "
+                   "model parallel size %d (--num-layers %d, first stage %d, last stage %d), "
+                   "with at least one layer a stage",
+                   rest, left, L, F, E);
+    else
+        MT_REQUIRE(rest == 0, MT_ERR_INVALID_ARG,
+                   "the first and last pipeline stages' layers (%d + %d) must be --num-layers (%d) "
+                   "with 2 stages",
+                   F, E, L);
+    const int mid = left > 0 ? rest / left : 0;
+    int l0 = 0;
+    for (int r = 0; r <= stage; r++) {
+        const int n = r == 0 && F ? F : r == P - 1 && E ? E : F || E ? mid : L / P;
+        if (r == stage) *first = l0, *count = n;
+        l0 += n;
+    }
     return MT_OK;
 }
 

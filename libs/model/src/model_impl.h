@@ -47,11 +47,17 @@ static inline int64_t local_vocab(const mt_model_config *c) {
 static inline int pp_n(const mt_model_config *c) {
     return c->pipeline_model_parallel_size > 1 ? c->pipeline_model_parallel_size : 1;
 }
-static inline int stage_nl(const mt_model_config *c) {
-    return c->num_layers / pp_n(c);
+static inline int stage_nl(const mt_model_config *c) { /* (of a finalized config) */
+    int first = 0, n = c->num_layers;
+    if (pp_n(c) > 1 && mt_model_stage_layers(c, c->pipeline_model_parallel_rank, &first, &n))
+        MT_ASSERT(0);
+    return n;
 }
 static inline int stage_l0(const mt_model_config *c) {
-    return pp_n(c) > 1 ? c->pipeline_model_parallel_rank * stage_nl(c) : 0;
+    int first = 0, n = c->num_layers;
+    if (pp_n(c) > 1 && mt_model_stage_layers(c, c->pipeline_model_parallel_rank, &first, &n))
+        MT_ASSERT(0);
+    return first;
 }
 static inline int first_stage(const mt_model_config *c) {
     return pp_n(c) == 1 || c->pipeline_model_parallel_rank == 0;

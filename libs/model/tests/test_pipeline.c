@@ -5,7 +5,8 @@
  * their inputs arrive, so a stage holds several micro-batches in its slots), gives the whole
  * model's losses, evaluation loss and every gradient (a tied embedding's: the first stage's plus
  * the last stage's copy) for 3 micro-batches of gradient accumulation: GPT-2 (tied) and Llama
- * (untied) shapes, with hidden and attention dropout, full recomputation and logits chunks. Each
+ * (untied) shapes, with hidden and attention dropout, full recomputation and logits chunks, and
+ * uneven splits (1 + 3 layers, 2 + 1 + 1); the split rule against a table. Each
  * stage has only its parameters and its P - rank slots of activations; the whole model's calls
  * and wrong stage calls are refused. */
 #include <mt/model.h>
@@ -130,6 +131,10 @@ static void test_pipeline(const char *tag, int P) {
         mt_model_config c = whole;
         c.pipeline_model_parallel_size = P;
         c.pipeline_model_parallel_rank = r;
+        if (strstr(tag, "uneven")) { /* P 2: 1 + 3 layers; P 3: 2 + 1 + 1 */
+            c.num_layers_in_first_pipeline_stage = P == 2 ? 1 : 2;
+            c.num_layers_in_last_pipeline_stage = P == 2 ? 0 : 1;
+        }
         MT_CHECK(mt_model_create(&c, B, dev, NULL, NULL, &st[r]));
         MT_EXPECT(mt_model_pp_slots(st[r]) == P - r, "%s P%d: stage %d has %d slots", tag, P, r,
                   mt_model_pp_slots(st[r]));
@@ -247,6 +252,43 @@ static void test_pipeline(const char *tag, int P) {
     mt_arena_destroy(arena);
 }
 
+/* Megatron's split: even, or the first and/or last stage's count set and the rest even. */
+static void test_stage_layers(void) {
+    struct {
+        int nl, np, f, e, want[4]; /* layers a stage; -1: refused */
+    } cases[] = {
+        { 12, 4, 0, 0, { 3, 3, 3, 3 } }, { 12, 2, 8, 0, { 8, 4 } },
+        { 12, 2, 0, 5, { 7, 5 } },       { 12, 2, 7, 5, { 7, 5 } },
+        { 12, 4, 2, 4, { 2, 3, 3, 4 } }, { 12, 3, 0, 2, { 5, 5, 2 } },
+        { 12, 5, 0, 0, { -1 } },         { 12, 2, 7, 4, { -1 } },
+        { 12, 4, 2, 3, { -1 } },         { 12, 2, 12, 0, { -1 } },
+        { 12, 1, 4, 0, { -1 } },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        mt_model_config c = MT_MODEL_CONFIG_INIT;
+        c.num_layers = cases[i].nl;
+        c.pipeline_model_parallel_size = cases[i].np;
+        c.num_layers_in_first_pipeline_stage = cases[i].f;
+        c.num_layers_in_last_pipeline_stage = cases[i].e;
+        int next = 0;
+        for (int r = 0; r < cases[i].np; r++) {
+            int first = -1, n = -1;
+            mt_status st = mt_model_stage_layers(&c, r, &first, &n);
+            if (cases[i].want[0] < 0) {
+                MT_EXPECT(st == MT_ERR_INVALID_ARG, "L %d P %d first %d last %d: not refused",
+                          cases[i].nl, cases[i].np, cases[i].f, cases[i].e);
+                mt_error_clear();
+                break;
+            }
+            MT_EXPECT(st == MT_OK && first == next && n == cases[i].want[r],
+                      "L %d P %d first %d last %d: stage %d is [%d, +%d), want [%d, +%d)",
+                      cases[i].nl, cases[i].np, cases[i].f, cases[i].e, r, first, n, next,
+                      cases[i].want[r]);
+            next += cases[i].want[r];
+        }
+    }
+}
+
 static void test_invalid(void) {
     mt_model_config c = config_for("gpt2");
     c.pipeline_model_parallel_size = 3; /* 4 layers */
@@ -273,6 +315,9 @@ int main(int argc, char **argv) {
         test_pipeline(tags[i], 2);
         test_pipeline(tags[i], 4);
     }
+    test_pipeline("gpt2_uneven", 2);
+    test_pipeline("llama_uneven", 3);
+    test_stage_layers();
     test_invalid();
     return mt_test_result();
 }

@@ -4,6 +4,7 @@
 #include "train_impl.h"
 
 #include <mt/ckpt.h>
+#include <mt/model.h>
 #include <mt/train.h>
 
 #include <errno.h>
@@ -210,6 +211,10 @@ static const flag flags[] = {
       "--load without a checkpoint there is an error (default: start from random)" },
     { "--tensor-model-parallel-size", F_INT, O(tensor_model_parallel_size), "1" },
     { "--pipeline-model-parallel-size", F_INT, O(pipeline_model_parallel_size), "1" },
+    { "--decoder-first-pipeline-num-layers", F_INT, O(decoder_first_pipeline_num_layers),
+      "layers of the first pipeline stage (the others: the rest evenly)" },
+    { "--decoder-last-pipeline-num-layers", F_INT, O(decoder_last_pipeline_num_layers),
+      "layers of the last pipeline stage (which also runs the output layer and the loss)" },
     { "--context-parallel-size", F_INT, O(context_parallel_size), "1" },
     { "--use-distributed-optimizer", F_TRUE, O(use_distributed_optimizer), "ZeRO-1 over DP" },
     { "--overlap-grad-reduce", F_TRUE, O(overlap_grad_reduce),
@@ -512,7 +517,8 @@ mt_status mt_train_args_parse(mt_train_args *a, int argc, char **argv) {
 }
 
 /* megatron/training/arguments.py and TransformerConfig.__post_init__ */
-static mt_status validate_recompute(mt_train_args *a) {
+/* (per_stage: the most layers a pipeline stage has) */
+static mt_status validate_recompute(mt_train_args *a, int per_stage) {
     if (a->recompute_activations) set_str(&a->recompute_granularity, "selective");
     const char *g = a->recompute_granularity, *m = a->recompute_method;
     if (g && strcmp(g, "full") != 0 && strcmp(g, "selective") != 0)
@@ -552,8 +558,6 @@ static mt_status validate_recompute(mt_train_args *a) {
     if (!m)
         return BAD("Using recompute_granularity: full so recompute_method must be \"block\" or "
                    "\"uniform\"");
-    const int per_stage =
-        a->num_layers / (a->pipeline_model_parallel_size > 0 ? a->pipeline_model_parallel_size : 1);
     if (a->recompute_num_layers < 1 || a->recompute_num_layers > per_stage)
         return BAD("When using recompute_granularity: full recompute_num_layers must be between 1 "
                    "and num_layers_per_pipeline_rank: %d",
@@ -749,10 +753,19 @@ static mt_status validate(mt_train_args *a) {
     if (a->pipeline_model_parallel_size < 1)
         return BAD("--pipeline-model-parallel-size must be positive, got %d",
                    a->pipeline_model_parallel_size);
-    if (a->num_layers % a->pipeline_model_parallel_size != 0) /* (megatron/training/arguments.py) */
-        return BAD("Number of layers should be divisible by the pipeline-model-parallel size "
-                   "(--num-layers %d, --pipeline-model-parallel-size %d)",
-                   a->num_layers, a->pipeline_model_parallel_size);
+    int most = 0; /* the most layers a pipeline stage has */
+    {             /* the model's split rule (megatron/training/arguments.py's messages) */
+        mt_model_config c = MT_MODEL_CONFIG_INIT;
+        c.num_layers = a->num_layers;
+        c.pipeline_model_parallel_size = a->pipeline_model_parallel_size;
+        c.num_layers_in_first_pipeline_stage = a->decoder_first_pipeline_num_layers;
+        c.num_layers_in_last_pipeline_stage = a->decoder_last_pipeline_num_layers;
+        for (int r = 0; r < a->pipeline_model_parallel_size; r++) {
+            int first, n;
+            MT_TRY(mt_model_stage_layers(&c, r, &first, &n));
+            most = n > most ? n : most;
+        }
+    }
     if (a->context_parallel_size != 1)
         return MT_ERROR(MT_ERR_UNSUPPORTED, "context parallelism is not supported yet: "
                                             "--context-parallel-size must be 1");
@@ -769,7 +782,7 @@ static mt_status validate(mt_train_args *a) {
         if (!a->overlap_grad_reduce)
             return BAD("Must use --overlap-param-gather with --overlap-grad-reduce");
     }
-    MT_TRY(validate_recompute(a));
+    MT_TRY(validate_recompute(a, most));
     if (strcmp(a->normalization, "LayerNorm") != 0 && strcmp(a->normalization, "RMSNorm") != 0)
         return BAD("argument --normalization: invalid choice: '%s' (choose from 'LayerNorm', "
                    "'RMSNorm')",

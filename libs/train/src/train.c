@@ -366,6 +366,8 @@ static mt_status setup_model(run *r) {
     c->sequence_parallel = a->sequence_parallel;
     c->pipeline_model_parallel_size = r->pp_size;
     c->pipeline_model_parallel_rank = r->pp_rank;
+    c->num_layers_in_first_pipeline_stage = a->decoder_first_pipeline_num_layers;
+    c->num_layers_in_last_pipeline_stage = a->decoder_last_pipeline_num_layers;
     c->normalization =
         strcmp(a->normalization, "RMSNorm") == 0 ? MT_NORM_RMSNORM : MT_NORM_LAYERNORM;
     c->norm_epsilon = (float)a->norm_epsilon;

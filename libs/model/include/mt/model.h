@@ -133,18 +133,29 @@ typedef struct mt_model_config {
      * stage's layers, as Megatron's. */
     int pipeline_model_parallel_size;
     int pipeline_model_parallel_rank;
+    /* An uneven split (Megatron's --decoder-first-pipeline-num-layers and
+     * --decoder-last-pipeline-num-layers; 0: not set): the first and/or last stage hold this many
+     * layers, the other stages the rest evenly (each at least one). E.g. fewer layers on the last
+     * stage, which also runs the output layer and the loss. */
+    int num_layers_in_first_pipeline_stage;
+    int num_layers_in_last_pipeline_stage;
 } mt_model_config;
 
 #define MT_MODEL_CONFIG_INIT                                                               \
     {                                                                                      \
         sizeof(mt_model_config), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, MT_NORM_LAYERNORM, 0.0f, \
             MT_POS_LEARNED, 0.0, 0, 0, 1, 0, 0.0f, 1234, MT_F32, 0, MT_RECOMPUTE_NONE,     \
-            MT_RECOMPUTE_METHOD_NONE, 0, 0, 0, 0, 0, 0, 0.0f, 0.0f, 0, 0, 0, 0             \
+            MT_RECOMPUTE_METHOD_NONE, 0, 0, 0, 0, 0, 0, 0.0f, 0.0f, 0, 0, 0, 0, 0, 0       \
     }
 
 /* Fills the derived fields (zeros) of cfg in place and checks it; MT_ERR_INVALID_ARG with
  * Megatron-style messages for inconsistent values. */
 MT_API mt_status mt_model_config_finalize(mt_model_config *cfg);
+/* Pipeline stage `stage`'s decoder layers [*first, *first + *count) under cfg's num_layers,
+ * pipeline_model_parallel_size and uneven split (the rest of cfg is not read): MT_ERR_INVALID_ARG
+ * with Megatron's message when they do not split (also for a stage outside the pipeline). */
+MT_API mt_status mt_model_stage_layers(const mt_model_config *cfg, int stage, int *first,
+                                       int *count);
 
 /* Parameters: name (Megatron-style, e.g. "decoder.layers.3.mlp.linear_fc1.weight"), the weight
  * (model dtype) and its fp32 gradient (main_grad), both views into contiguous buffers. */

@@ -92,7 +92,9 @@ typedef struct mt_train_args {
     int async_save, no_save_optim, no_load_optim, no_load_rng, finetune;
     /* parallelism */
     int tensor_model_parallel_size, pipeline_model_parallel_size, context_parallel_size;
-    int sequence_parallel; /* --sequence-parallel: refused with tensor parallelism (not yet) */
+    /* --decoder-first/last-pipeline-num-layers: an uneven pipeline split (0: even) */
+    int decoder_first_pipeline_num_layers, decoder_last_pipeline_num_layers;
+    int sequence_parallel; /* --sequence-parallel (with tensor parallelism; else ignored) */
     int use_distributed_optimizer, overlap_grad_reduce, overlap_param_gather, grad_reduce_in_bf16;
     int64_t ddp_bucket_size;
     double distributed_timeout_minutes;
