@@ -10,6 +10,7 @@
  * stage has only its parameters and its P - rank slots of activations; the whole model's calls
  * and wrong stage calls are refused. */
 #include <mt/model.h>
+#include <mt/pp.h>
 #include <mt/testkit.h>
 
 #include <string.h>
@@ -73,20 +74,6 @@ static float *grad_host(const mt_model_param *p) {
     return h;
 }
 
-/* A stage's 1F1B order: op k >= 0 is the forward of micro-batch k, -1 - k its backward. */
-static int one_f_one_b(int P, int r, int *ops) {
-    int warm = P - r - 1 < MB ? P - r - 1 : MB, n = 0, f = 0, b = 0;
-    for (int i = 0; i < warm; i++)
-        ops[n++] = f++;
-    for (int i = 0; i < MB - warm; i++) {
-        ops[n++] = f++;
-        ops[n++] = -1 - b++;
-    }
-    while (b < MB)
-        ops[n++] = -1 - b++;
-    return n;
-}
-
 /* Copies tensor src (a stage's output or gradient) into host mailbox *box. */
 static void post(float **box, const mt_tensor *src) {
     *box = malloc(mt_tensor_nbytes(src));
@@ -138,7 +125,7 @@ static void test_pipeline(const char *tag, int P) {
         MT_CHECK(mt_model_create(&c, B, dev, NULL, NULL, &st[r]));
         MT_EXPECT(mt_model_pp_slots(st[r]) == P - r, "%s P%d: stage %d has %d slots", tag, P, r,
                   mt_model_pp_slots(st[r]));
-        nops[r] = one_f_one_b(P, r, ops[r]);
+        nops[r] = mt_pp_1f1b_order(P, r, MB, ops[r]); /* mt-pp's 1F1B */
         next[r] = 0;
         MT_CHECK(mt_model_discard_grads(st[r], NULL));
     }

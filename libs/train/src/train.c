@@ -9,6 +9,7 @@
 #include <mt/data.h>
 #include <mt/model.h>
 #include <mt/optim.h>
+#include <mt/pp.h>
 #include <mt/train.h>
 
 #include <jansson.h>
@@ -1106,89 +1107,68 @@ static void write_golden(const run *r) {
     json_decref(root);
 }
 
-/* ---- pipeline parallelism: Megatron's 1F1B schedule (forward_backward_pipelining_without_
- * interleaving) over the stages' point-to-point sends, every pair of a send and a receive posted
- * together (batch_isend_irecv) ---- */
-
-/* Sends `send` to stage to and receives `recv` from stage from (either NULL: none). */
-static mt_status pp_p2p(run *r, mt_tensor *send, int to, mt_tensor *recv, int from) {
-    mt_p2p_op ops[2];
-    int n = 0;
-    if (send) ops[n++] = (mt_p2p_op){ MT_P2P_SEND, send, to };
-    if (recv) ops[n++] = (mt_p2p_op){ MT_P2P_RECV, recv, from };
-    return n ? mt_comm_p2p_batch(r->pp, ops, n, NULL) : MT_OK;
-}
-
-static int first_stage(const run *r) {
-    return r->pp_rank == 0;
-}
-static int last_stage(const run *r) {
-    return r->pp_rank == r->pp_size - 1;
-}
-
-/* An evaluation micro-batch (device slot 0) through the stages. */
-static mt_status pp_eval_step(run *r) {
-    mt_tensor in = mt_model_pp_input(r->model, 0), out = mt_model_pp_output(r->model);
-    MT_TRY(pp_p2p(r, NULL, 0, first_stage(r) ? NULL : &in, r->pp_rank - 1));
-    MT_TRY(use_slot(r, 0));
-    MT_TRY(mt_model_pp_forward(r->model, 0, &r->tok[0], &r->tgt[0], 0, 0.0f, NULL));
-    return pp_p2p(r, last_stage(r) ? NULL : &out, r->pp_rank + 1, NULL, 0);
-}
+/* ---- pipeline parallelism: this rank's model as an mt-pp stage (1F1B, forward-only) ---- */
 
 /* The state of a training iteration's micro-batches on this rank. */
 typedef struct micro_run {
-    int num_micro, fwd, bwd; /* micro-batches; forwards and backwards done */
+    run *r;
+    int num_micro, fwd; /* micro-batches; forwards done */
     float grad_scale;
     int more;        /* a training micro-batch follows the iteration's last (read ahead) */
     int64_t counted; /* counted targets of the forwards so far */
 } micro_run;
 
-/* The next micro-batch's forward in its slot: the staged host batch to the device, the next read
- * while the device runs this one (as the one-stage loop). */
-static mt_status pp_forward(run *r, micro_run *mr) {
-    const int k = mr->fwd % r->nslots;
+/* A training micro-batch's forward in its slot: the staged host batch to the device slot, the
+ * next read while the device runs this one (as the one-stage loop). */
+static mt_status stage_forward(void *ctx, int mb, int slot) {
+    micro_run *mr = ctx;
+    run *r = mr->r;
+    (void)mb;
     mr->counted += r->hcount[1];
-    MT_TRY(upload_batch(r, 1, k));
-    MT_TRY(use_slot(r, k));
-    MT_TRY(mt_model_pp_forward(r->model, k, &r->tok[k], &r->tgt[k], 1, mr->grad_scale, NULL));
+    MT_TRY(upload_batch(r, 1, slot));
+    MT_TRY(use_slot(r, slot));
+    MT_TRY(
+        mt_model_pp_forward(r->model, slot, &r->tok[slot], &r->tgt[slot], 1, mr->grad_scale, NULL));
     if (++mr->fwd < mr->num_micro || mr->more) MT_TRY(read_batch(r, r->train_ds, &r->train_s, 1));
     return MT_OK;
 }
 
-static mt_status pp_backward(run *r, micro_run *mr) {
-    const int k = mr->bwd++ % r->nslots;
-    MT_TRY(use_slot(r, k));
-    return mt_model_pp_backward(r->model, k, NULL);
+static mt_status stage_backward(void *ctx, int mb, int slot) {
+    run *r = ((micro_run *)ctx)->r;
+    (void)mb;
+    MT_TRY(use_slot(r, slot));
+    return mt_model_pp_backward(r->model, slot, NULL);
 }
 
-/* 1F1B: this stage's warm-up forwards (P - stage - 1), then one forward and one backward at a
- * time, then the remaining backwards; activations and their gradients to the neighbours. */
-static mt_status pp_schedule(run *r, micro_run *mr) {
-    const int M = mr->num_micro, prev = r->pp_rank - 1, next = r->pp_rank + 1;
-    const int warm = r->pp_size - r->pp_rank - 1 < M ? r->pp_size - r->pp_rank - 1 : M;
-    const int first = first_stage(r), last = last_stage(r);
-    mt_tensor out = mt_model_pp_output(r->model), g = mt_model_pp_grad(r->model), in;
-#define IN(i) (first ? NULL : (in = mt_model_pp_input(r->model, (i) % r->nslots), &in))
-    for (int i = 0; i < warm; i++) {
-        MT_TRY(pp_p2p(r, NULL, 0, IN(mr->fwd), prev));
-        MT_TRY(pp_forward(r, mr));
-        MT_TRY(pp_p2p(r, last ? NULL : &out, next, NULL, 0));
-    }
-    if (M > warm) MT_TRY(pp_p2p(r, NULL, 0, IN(mr->fwd), prev));
-    for (int i = 0; i < M - warm; i++) {
-        MT_TRY(pp_forward(r, mr));
-        MT_TRY(pp_p2p(r, last ? NULL : &out, next, last ? NULL : &g, next));
-        MT_TRY(pp_backward(r, mr));
-        const int more = i + 1 < M - warm; /* (a forward follows: its input comes with) */
-        MT_TRY(pp_p2p(r, first ? NULL : &g, prev, more ? IN(mr->fwd) : NULL, prev));
-    }
-    for (int i = 0; i < warm; i++) {
-        MT_TRY(pp_p2p(r, NULL, 0, last ? NULL : &g, next));
-        MT_TRY(pp_backward(r, mr));
-        MT_TRY(pp_p2p(r, first ? NULL : &g, prev, NULL, 0));
-    }
-#undef IN
-    return MT_OK;
+/* Evaluation: the micro-batch load_batch put in device slot 0. */
+static mt_status stage_eval(void *ctx, int mb, int slot) {
+    run *r = ((micro_run *)ctx)->r;
+    (void)mb;
+    MT_TRY(use_slot(r, slot));
+    return mt_model_pp_forward(r->model, slot, &r->tok[slot], &r->tgt[slot], 0, 0.0f, NULL);
+}
+
+static mt_tensor stage_input(void *ctx, int slot) {
+    return mt_model_pp_input(((micro_run *)ctx)->r->model, slot);
+}
+static mt_tensor stage_output(void *ctx) {
+    return mt_model_pp_output(((micro_run *)ctx)->r->model);
+}
+static mt_tensor stage_grad(void *ctx) {
+    return mt_model_pp_grad(((micro_run *)ctx)->r->model);
+}
+
+static mt_pp_stage stage_of(run *r, micro_run *mr) {
+    return (mt_pp_stage){ r->pp,          NULL,        mr,           stage_forward,
+                          stage_backward, stage_input, stage_output, stage_grad };
+}
+
+/* An evaluation micro-batch (device slot 0) through the stages. */
+static mt_status pp_eval_step(run *r) {
+    micro_run mr = { r, 1, 0, 0.0f, 0, 0 };
+    mt_pp_stage st = stage_of(r, &mr);
+    st.forward = stage_eval;
+    return mt_pp_forward_only(&st, 1);
 }
 
 /* Tied embeddings under pipeline parallelism: the first stage's embedding and the last stage's
@@ -1544,8 +1524,9 @@ static mt_status train(run *r) {
         float grad_scale = (r->scale_p ? r->scale_p->scale : 1.0f) /
                            (a->calculate_per_token_loss ? (float)rank_tokens : (float)num_micro);
         int64_t counted = 0;
-        micro_run mr = { num_micro, 0, 0, grad_scale, r->iteration + 1 < end, 0 };
-        if (r->pp) MT_TRY(pp_schedule(r, &mr)); /* (reduced below: no overlap with the stages) */
+        micro_run mr = { r, num_micro, 0, grad_scale, r->iteration + 1 < end, 0 };
+        mt_pp_stage st = stage_of(r, &mr); /* (reduced below: no overlap with the stages) */
+        if (r->pp) MT_TRY(mt_pp_1f1b(&st, num_micro));
         for (int m = 0; !r->pp && m < num_micro; m++) {
             counted += r->hcount[1];
             MT_TRY(upload_batch(r, 1, 0));
