@@ -19,15 +19,6 @@ one() {  # name flags...: the same on one rank
   local name=$1; shift
   tiny_run "$d/$name.json" "$@" > "$d/$name.log" 2>&1 || { cat "$d/$name.log"; exit 1; }
 }
-close() {  # what tol: pairs "want got" on stdin
-  awk -v what="$1" -v tol="$2" '{ n++; d = $1 - $2; if (d < 0) d = -d; m = $1 < 0 ? -$1 : $1;
-    if (d > tol * m) { bad++; print "FAIL", what, $0 }
-    if (m > 0 && d / m > worst) worst = d / m }
-    END { if (n == 0) { print "FAIL", what, "nothing to compare"; exit 1 } if (bad) exit 1;
-          printf "ok %s: %d values match (largest relative difference %.1e)\n", what, n, worst }'
-}
-gnorms() { jq -r '.["grad norm"] // empty' "$1"; }
-pnorms() { grep -o "params norm: [0-9.]*" "$1" | awk '{ print $3 }'; }
 vloss() { grep -o "validation loss at iteration [0-9]* on validation set | lm loss value: [0-9.E+-]*" "$1" | awk '{ print $NF }'; }
 fail=0
 same() {  # base run tol: losses, grad norms, params norms and validation losses of run = base's

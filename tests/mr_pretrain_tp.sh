@@ -31,15 +31,6 @@ grep -q "tensor parallel 2 x data parallel 1" "$d/tp2.log" || { echo "FAIL: not 
 grep -q "tensor parallel 2 x data parallel 2" "$d/tp2dp2.log" || { echo "FAIL: not TP 2 x DP 2"; cat "$d/tp2dp2.log"; exit 1; }
 grep -q "padded vocab (size: 301) with 83 dummy tokens (new size: 384)" "$d/tp2.log" \
   || { echo "FAIL: padded vocab"; grep "padded vocab" "$d/tp2.log"; exit 1; }
-close() {  # what tol: pairs "want got" on stdin
-  awk -v what="$1" -v tol="$2" '{ n++; d = $1 - $2; if (d < 0) d = -d; m = $1 < 0 ? -$1 : $1;
-    if (d > tol * m) { bad++; print "FAIL", what, $0 }
-    if (m > 0 && d / m > worst) worst = d / m }
-    END { if (n == 0) { print "FAIL", what, "nothing to compare"; exit 1 } if (bad) exit 1;
-          printf "ok %s: %d values match (largest relative difference %.1e)\n", what, n, worst }'
-}
-gnorms() { jq -r '.["grad norm"] // empty' "$1"; }
-pnorms() { grep -o "params norm: [0-9.]*" "$1" | awk '{ print $3 }'; }
 fail=0
 # and with activation recomputation (full, and the selective norms) and the output layer in token
 # slices (the gathered rows' slices, their dX reduce-scattered once)

@@ -24,6 +24,18 @@ losses() {
   jq -r --argjson a "$2" --argjson b "$3" '.["lm loss"].values | to_entries[] |
     select((.key|tonumber) >= $a and (.key|tonumber) <= $b) | "\(.key) \(.value)"' "$1" | sort -n
 }
+# The parallel runs' comparisons (tests/mr_pretrain_tp.sh, mr_pretrain_pp.sh): close WHAT TOL
+# reads "want got" pairs and fails on a relative difference above TOL (or on none to compare);
+# gnorms JSONL / pnorms LOG: the grad norms of --metrics-jsonl, the params norms of the log.
+close() {  # what tol: pairs "want got" on stdin
+  awk -v what="$1" -v tol="$2" '{ n++; d = $1 - $2; if (d < 0) d = -d; m = $1 < 0 ? -$1 : $1;
+    if (d > tol * m) { bad++; print "FAIL", what, $0 }
+    if (m > 0 && d / m > worst) worst = d / m }
+    END { if (n == 0) { print "FAIL", what, "nothing to compare"; exit 1 } if (bad) exit 1;
+          printf "ok %s: %d values match (largest relative difference %.1e)\n", what, n, worst }'
+}
+gnorms() { jq -r '.["grad norm"] // empty' "$1"; }
+pnorms() { grep -o "params norm: [0-9.]*" "$1" | awk '{ print $3 }'; }
 # eod_corpus DIR: DIR/k_text_document, one-token documents k < 100 each followed by EOD (token
 # 300 of NullTokenizer --vocab-size 300): "k EOD k EOD ...", where every k predicts EOD and every
 # EOD a random k (ln 100 nats); DIR/v_text_document, documents of 1-40 random tokens (mostly short), so the
