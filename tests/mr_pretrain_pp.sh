@@ -43,9 +43,12 @@ mr 4 pp2dp2 --pipeline-model-parallel-size 2 --use-distributed-optimizer --overl
   --overlap-param-gather --ddp-bucket-size 3000 $(obs pp2dp2)
 grep -q "tensor parallel 1 x data parallel 2 x pipeline parallel 2" "$d/pp2dp2.log" \
   || { echo "FAIL: not PP 2 x DP 2"; cat "$d/pp2dp2.log"; exit 1; }
+# (the reductions overlapped with the last backward, the embedding's after its two copies' sum;
+# and without the distributed optimizer, an untied Llama shape below)
+mr 4 pp2dp2b --pipeline-model-parallel-size 2 --overlap-grad-reduce --ddp-bucket-size 3000 $(obs pp2dp2b)
 mr 4 pp2tp2 --pipeline-model-parallel-size 2 --tensor-model-parallel-size 2 \
   --make-vocab-size-divisible-by 64 --sequence-parallel $(obs pp2tp2)
-for run in pp2 pp2dp2 pp2tp2; do same pp1 $run; done
+for run in pp2 pp2dp2 pp2dp2b pp2tp2; do same pp1 $run; done
 # four layers: 4 stages (middle stages send and receive both ways; the first waits for 3
 # micro-batches' gradients), full recomputation, and an untied Llama-shaped model on 2 stages
 l4=(--num-layers 4)
@@ -62,7 +65,9 @@ llama=("${l4[@]}" --normalization RMSNorm --position-embedding-type rope --swigl
        --num-query-groups 2)
 one ll1 "${llama[@]}" $(obs ll1)
 mr 2 ll2 "${llama[@]}" --pipeline-model-parallel-size 2 $(obs ll2)
-same ll1 ll2
+mr 4 ll2dp2 "${llama[@]}" --pipeline-model-parallel-size 2 --use-distributed-optimizer \
+  --overlap-grad-reduce --ddp-bucket-size 3000 $(obs ll2dp2)
+same ll1 ll2; same ll1 ll2dp2
 # hidden and attention dropout: masks keyed by (site, sample), so the stages drop what one does
 hd=(--hidden-dropout 0.1 --attention-dropout 0.1)
 one hd1 "${hd[@]}"

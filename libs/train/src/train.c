@@ -68,8 +68,10 @@ typedef struct run {
     double *gv_loss, *gv_zeros, *gv_time;
     mt_ckpt_writer *writer;
     mt_ckpt_group group;
-    /* --overlap-grad-reduce: bucket k's reduction starts once the backward passes ready[k] */
-    int overlap, n_buckets, *bucket_level, *launched;
+    /* --overlap-grad-reduce: bucket k's reduction starts once the backward passes ready[k];
+     * hold_embedding: the buckets of level -1 wait for the tied embedding's two pipeline copies
+     * to be summed (after the schedule) */
+    int overlap, hold_embedding, n_buckets, *bucket_level, *launched;
     mt_stream comm_stream; /* CUDA: reductions run here beside the backward */
     mt_event *bucket_ev, done_ev;
     /* --overlap-param-gather: after a step, each bucket's all-gather (order: ascending level)
@@ -1134,9 +1136,11 @@ static mt_status stage_forward(void *ctx, int mb, int slot) {
 }
 
 static mt_status stage_backward(void *ctx, int mb, int slot) {
-    run *r = ((micro_run *)ctx)->r;
-    (void)mb;
+    micro_run *mr = ctx;
+    run *r = mr->r;
     MT_TRY(use_slot(r, slot));
+    /* the last micro-batch's backward starts the buckets' reductions (the embedding's wait) */
+    mt_model_set_grad_ready(r->model, r->overlap && mb == mr->num_micro - 1 ? grad_ready : NULL, r);
     return mt_model_pp_backward(r->model, slot, NULL);
 }
 
@@ -1173,12 +1177,18 @@ static mt_status pp_eval_step(run *r) {
 
 /* Tied embeddings under pipeline parallelism: the first stage's embedding and the last stage's
  * copy get their gradients' sum (Megatron's _allreduce_word_embedding_grads), before the
- * data-parallel reduction (which may leave each rank only its shard). */
+ * data-parallel reduction of their buckets (which may leave each rank only its shard): with
+ * --overlap-grad-reduce those buckets were held back (hold_embedding) and start here. */
 static mt_status pp_embedding_grads(run *r) {
     if (!r->emb || r->mc.untie_embeddings_and_output_weights) return MT_OK;
     mt_model_param *p = mt_model_param_find(r->model, "embedding.word_embeddings.weight");
     MT_REQUIRE(p, MT_ERR_INTERNAL, "no embedding on pipeline stage %d", r->pp_rank);
-    return mt_comm_allreduce(r->emb, &p->grad, &p->grad, MT_REDOP_SUM, NULL);
+    MT_TRY(mt_comm_allreduce(r->emb, &p->grad, &p->grad, MT_REDOP_SUM, NULL));
+    if (!r->overlap) return MT_OK;
+    r->hold_embedding = 0;
+    mt_status st = grad_ready(r, -1, NULL);
+    r->hold_embedding = 1;
+    return st;
 }
 
 /* --eval-iters global batches of `ds` from sample *consumed on, then Megatron's validation line
@@ -1249,6 +1259,7 @@ static void events_free(mt_event *ev, int n) {
 /* Each bucket's level: the lowest grad-ready level of its parameters (mt_model_grad_ready_fn). */
 static mt_status setup_overlap(run *r) {
     r->overlap = r->a->overlap_grad_reduce && r->dp_size > 1;
+    r->hold_embedding = r->overlap && r->emb && !r->mc.untie_embeddings_and_output_weights;
     if (!r->overlap) return MT_OK;
     int nb = r->n_buckets = mt_optim_buffer_num_buckets(r->buf);
     r->bucket_level = malloc((size_t)nb * sizeof(int));
@@ -1292,6 +1303,7 @@ static mt_status setup_overlap(run *r) {
  * stand in for the calls (mt_model_set_cuda_graphs). */
 static mt_status grad_ready(void *ctx, int level, mt_stream s) {
     run *r = ctx;
+    if (level == -1 && r->hold_embedding) return MT_OK; /* (pp_embedding_grads calls again) */
     for (int k = 0; k < r->n_buckets; k++) {
         if (r->launched[k] || r->bucket_level[k] < level) continue;
         r->launched[k] = 1;
@@ -1525,7 +1537,7 @@ static mt_status train(run *r) {
                            (a->calculate_per_token_loss ? (float)rank_tokens : (float)num_micro);
         int64_t counted = 0;
         micro_run mr = { r, num_micro, 0, grad_scale, r->iteration + 1 < end, 0 };
-        mt_pp_stage st = stage_of(r, &mr); /* (reduced below: no overlap with the stages) */
+        mt_pp_stage st = stage_of(r, &mr);
         if (r->pp) MT_TRY(mt_pp_1f1b(&st, num_micro));
         for (int m = 0; !r->pp && m < num_micro; m++) {
             counted += r->hcount[1];
@@ -1543,7 +1555,7 @@ static mt_status train(run *r) {
          * tensor-parallel group (linear, so before or after the data-parallel reduction) */
         MT_TRY(mt_model_finalize_grads(r->model, NULL));
         MT_TRY(pp_embedding_grads(r));
-        if (!r->overlap || r->pp) { /* (else inside the backward, which its profile regions time) */
+        if (!r->overlap) { /* (else inside the backward, which its profile regions time) */
             MT_TRY(mt_prof_begin(pr, "grad_reduce", NULL));
             MT_TRY(mt_optim_reduce_grads(r->opt, NULL));
             MT_TRY(mt_prof_end(pr, NULL));
