@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The main job: pretrain a small GPT on the King James Bible (public domain, Debian's bible-kjv),
 # tokenized with GPT-2's BPE by mt-preprocess-data, on the GPU if there is one, else on the CPU;
-# with periodic evaluation, a checkpoint and a PNG plot of the train and validation loss.
+# with periodic evaluation, a checkpoint and a PNG plot of the train and validation loss, then
+# a few sentences generated from the checkpoint.
 #   bash examples/pretrain-kjv.sh [OUT_DIR]       (env: MT_ITERS, MT_DEVICE=auto|cpu|cuda,
 #                                                   MT_NO_INSTALL=1: use what is installed, e.g.
 #                                                   offline with OUT_DIR/kjv.jsonl already there)
@@ -37,8 +38,8 @@ if [ ! -f "$b/build.ninja" ]; then
   meson setup "$b" -Dcuda=$cuda -Dbuildtype=release -Dtests=disabled -Dbenchmarks=disabled \
     ${arch:+-Dgpu_arch=$arch} >/dev/null
 fi
-ninja -C "$b" apps/pretrain/mt-pretrain apps/preprocess/mt-preprocess-data >/dev/null
-echo "== built mt-pretrain and mt-preprocess-data (CUDA $cuda, device $dev)"
+ninja -C "$b" apps/pretrain/mt-pretrain apps/preprocess/mt-preprocess-data apps/generate/mt-generate >/dev/null
+echo "== built mt-pretrain, mt-preprocess-data and mt-generate (CUDA $cuda, device $dev)"
 
 # The corpus: one JSON document per chapter (1189 chapters, 4.3 MB of text).
 if [ ! -f "$out/kjv.jsonl" ]; then
@@ -89,3 +90,7 @@ EOG
 fi
 echo "== unigram entropy of the corpus: $H nats/token; last validation loss: $(tail -1 "$out/valid.dat" | cut -d' ' -f2)"
 echo "== plot: $out/loss.png; metrics: $out/metrics.jsonl; checkpoint: $out/ckpt"
+# What the model learned: the checkpoint continues a prompt (top-p sampling, a fixed seed).
+echo "== mt-generate from the checkpoint:"
+"$b/apps/generate/mt-generate" --load "$out/ckpt" --device "$dev" --prompt "And God said" \
+  --tokens-to-generate 40 --temperature 0.8 --top_p 0.9 --seed 1

@@ -3,68 +3,14 @@
  * and the vocabulary padding rows give zero logits. The model config comes from the HF config
  * the import stored in the checkpoint's args.
  *   test_convert_logits MT_CONVERT gpt2|llama */
-#include <jansson.h>
 #include <math.h>
 #include <mt/ckpt.h>
 #include <mt/model.h>
 #include <mt/testkit.h>
+#include <mt/train.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static int geti(json_t *o, const char *k, int dflt) {
-    json_t *v = json_object_get(o, k);
-    return json_is_integer(v) ? (int)json_integer_value(v) : dflt;
-}
-
-static double getf(json_t *o, const char *k, double dflt) {
-    json_t *v = json_object_get(o, k);
-    return json_is_number(v) ? json_number_value(v) : dflt;
-}
-
-/* libs/model's config for the HF config.json `hf` (what the import stored) */
-static mt_model_config config_from_hf(json_t *hf, int T) {
-    mt_model_config c = MT_MODEL_CONFIG_INIT;
-    json_t *h = json_object_get(hf, "config");
-    const char *type = json_string_value(json_object_get(h, "model_type"));
-    MT_ASSERT(type);
-    c.seq_length = T;
-    c.vocab_size = geti(h, "vocab_size", 0);
-    c.make_vocab_size_divisible_by = geti(hf, "make_vocab_size_divisible_by", 0);
-    c.padded_vocab_size = geti(hf, "padded_vocab_size", 0);
-    json_t *tie = json_object_get(h, "tie_word_embeddings");
-    if (!strcmp(type, "gpt2")) {
-        const char *act = json_string_value(json_object_get(h, "activation_function"));
-        if (!act || strcmp(act, "gelu_new") != 0) mt_die(__FILE__, __LINE__, "gpt2 act %s", act);
-        c.num_layers = geti(h, "n_layer", 0);
-        c.hidden_size = geti(h, "n_embd", 0);
-        c.num_attention_heads = geti(h, "n_head", 0);
-        c.ffn_hidden_size = geti(h, "n_inner", 0);
-        c.max_position_embeddings = geti(h, "n_positions", 0);
-        c.norm_epsilon = (float)getf(h, "layer_norm_epsilon", 1e-5);
-        c.untie_embeddings_and_output_weights = tie && !json_is_true(tie);
-    } else {
-        MT_ASSERT(!strcmp(type, "llama") || !strcmp(type, "qwen3"));
-        c.qk_layernorm = !strcmp(type, "qwen3"); /* q_norm, k_norm per head */
-        MT_ASSERT(!json_is_true(json_object_get(h, "attention_bias")));
-        c.num_layers = geti(h, "num_hidden_layers", 0);
-        c.hidden_size = geti(h, "hidden_size", 0);
-        c.num_attention_heads = geti(h, "num_attention_heads", 0);
-        c.num_query_groups = geti(h, "num_key_value_heads", 0);
-        c.kv_channels = geti(h, "head_dim", 0);
-        c.ffn_hidden_size = geti(h, "intermediate_size", 0);
-        c.max_position_embeddings = geti(h, "max_position_embeddings", 0);
-        c.norm_epsilon = (float)getf(h, "rms_norm_eps", 1e-6);
-        json_t *rp = json_object_get(h, "rope_parameters"); /* transformers 5; 4: rope_theta */
-        c.rotary_base = getf(rp ? rp : h, "rope_theta", 10000.0);
-        c.normalization = MT_NORM_RMSNORM;
-        c.position_embedding_type = MT_POS_ROPE;
-        c.swiglu = 1;
-        c.add_bias_linear = 0;
-        c.untie_embeddings_and_output_weights = !(tie && json_is_true(tie));
-    }
-    return c;
-}
 
 int main(int argc, char **argv) {
     if (argc != 3) mt_die(__FILE__, __LINE__, "usage: %s MT_CONVERT gpt2|llama|qwen3", argv[0]);
@@ -87,9 +33,9 @@ int main(int argc, char **argv) {
     snprintf(p, sizeof p, "%s/ckpt", tmp);
     mt_ckpt *ck;
     MT_CHECK(mt_ckpt_open(p, MT_CKPT_ITER_LATEST, MT_CKPT_OPEN_VERIFY, &ck));
-    json_t *args = json_loads(mt_ckpt_args(ck), JSON_DECODE_ANY, NULL);
-    MT_ASSERT(args && json_object_get(args, "hf"));
-    mt_model_config cfg = config_from_hf(json_object_get(args, "hf"), T);
+    mt_model_config cfg; /* (libs/train's reading of the HF config, as mt-generate's) */
+    MT_CHECK(mt_train_model_config_from_hf(mt_ckpt_args(ck), &cfg));
+    cfg.seq_length = T;
     MT_EXPECT(cfg.vocab_size == V, "vocab %d, logits have %d columns", cfg.vocab_size, V);
     mt_model *m;
     MT_CHECK(mt_model_create(&cfg, B, MT_DEVICE_CPU, NULL, NULL, &m));
@@ -138,7 +84,6 @@ int main(int argc, char **argv) {
     mt_test_close_f32(argv[2], got, r, (size_t)B * T * V, 1e-5 * mx, 1e-5);
     MT_EXPECT(pad_zero, "%s: logits of the %d padding rows are 0", argv[2], Vp - V);
     free(got);
-    json_decref(args);
     mt_ckpt_close(ck);
     mt_model_destroy(m);
     mt_safetensors_close(io);

@@ -5,6 +5,7 @@
 #define MT_TRAIN_H
 
 #include <mt/core.h>
+#include <mt/model.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -122,6 +123,33 @@ MT_API void mt_train_usage(const char *prog);
  * several ranks, a failure prints the error with this rank's number and ends the whole job
  * (mt_comm_abort_job): the other ranks do not wait in a collective until the timeout. */
 MT_API mt_status mt_train_run(const mt_train_args *a);
+
+/* ---- mt-generate ---- */
+
+/* libs/model's config of the GPT-2-, Llama- or Qwen3-shaped model whose Hugging Face config a
+ * checkpoint's args keep (hf.config: mt-pretrain writes it for those shapes, mt-convert's import
+ * always); seq_length = max_position_embeddings. MT_ERR_FORMAT without one. */
+MT_API mt_status mt_train_model_config_from_hf(const char *args_json, mt_model_config *c);
+
+/* mt-generate's settings (its flags: --load, --prompt or --prompt-ids, --tokens-to-generate,
+ * --temperature, --top_k, --top_p, --greedy, --seed, the tokenizer's, --device, --print-ids). */
+typedef struct mt_generate_args {
+    const char *load;         /* the checkpoint directory (its latest iteration) */
+    const char *prompt;       /* text, tokenized; or NULL */
+    const char *prompt_ids;   /* "1,2,3"; or NULL */
+    int tokens_to_generate;   /* at most this many (fewer at eod or at the model's positions) */
+    float temperature, top_p; /* mt-infer's sampling; greedy: argmax */
+    int top_k, greedy;
+    uint64_t seed;
+    const char *tokenizer_type, *vocab_file, *merge_file, *tokenizer_model;
+    int eod;            /* NullTokenizer: the id that stops generation (< 0: none) */
+    const char *device; /* auto, cpu or cuda */
+    int print_ids;      /* also print the ids (always with NullTokenizer) */
+} mt_generate_args;
+
+/* Loads the checkpoint's model on one device and prints the prompt's continuation (decoded; the
+ * ids with print_ids or NullTokenizer): mt-infer's sampling over the model's forward. */
+MT_API mt_status mt_generate_run(const mt_generate_args *a);
 
 #ifdef __cplusplus
 }

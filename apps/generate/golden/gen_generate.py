@@ -1,0 +1,28 @@
+"""Golden of test_generate.sh: transformers' greedy generation (generate(do_sample=False)) from the
+tiny GPT-2, Llama and Qwen3 that mt-convert's tests import (apps/convert/golden/logits_<m>: V 100),
+in float64, for a fixed prompt: expected.json {model: {"prompt": ids, "greedy": the prompt and 10
+new ids, "min_gap": the smallest gap between the two largest logits along the way}}. A gap far
+above float32's rounding makes the argmax the same in our fp32 forward.
+Versions: torch (CPU), transformers 5.24.0. Rerun from this directory: python3 gen_generate.py"""
+import json
+
+import torch
+from transformers import AutoModelForCausalLM
+
+out = {}
+prompt = [17, 3, 88, 41, 5]
+for m in ("gpt2", "llama", "qwen3"):
+    model = AutoModelForCausalLM.from_pretrained(f"../../convert/golden/logits_{m}").double().eval()
+    ids = torch.tensor([prompt])
+    with torch.no_grad():
+        gen = model.generate(ids, max_new_tokens=10, do_sample=False, eos_token_id=None,
+                             pad_token_id=0, attention_mask=torch.ones_like(ids))
+        seq, gap = list(prompt), float("inf")  # the same by hand: argmax of each next logits
+        for _ in range(10):
+            top2 = model(torch.tensor([seq])).logits[0, -1].topk(2).values
+            gap = min(gap, (top2[0] - top2[1]).item())
+            seq.append(model(torch.tensor([seq])).logits[0, -1].argmax().item())
+    assert gen[0].tolist() == seq, (m, gen[0].tolist(), seq)
+    out[m] = {"prompt": prompt, "greedy": seq, "min_gap": gap}
+    print(m, seq, "min gap", gap)
+json.dump(out, open("expected.json", "w"), indent=1)

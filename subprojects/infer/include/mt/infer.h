@@ -1,0 +1,57 @@
+/* mt-infer: text generation around a model's forward (a callback): Hugging Face's and Megatron's
+ * sampling (temperature, top-k, top-p, greedy) and the generation loop. The CPU reference; the
+ * KV cache, batching and a server are not here yet. */
+#ifndef MT_INFER_H
+#define MT_INFER_H
+
+#include <mt/core.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* How the next token is chosen from a row of logits: greedy (argmax; the first of equal maxima)
+ * when temperature is 0 or top_k is 1; else the logits divided by temperature, the top_k largest
+ * kept (0: all; values equal to the k-th largest too), then the smallest set of the most likely
+ * whose probability reaches top_p (0 or 1: all), as transformers' TemperatureLogitsWarper,
+ * TopKLogitsWarper and TopPLogitsWarper in that order, and one draw from the renormalised
+ * distribution: Philox uniform number `step` of stream `seed`. Tokens tied with the last one
+ * top-p keeps are all kept (transformers keeps some of them, in its sort's order). */
+typedef struct mt_infer_sampling {
+    float temperature;
+    int top_k;
+    float top_p;
+    uint64_t seed;
+} mt_infer_sampling;
+#define MT_INFER_SAMPLING_INIT \
+    { 1.0f, 0, 0.0f, 1234 }
+
+/* The distribution the next token is drawn from: probs[V] (zero for the filtered tokens; greedy:
+ * 1 at the argmax). `logits` are V floats (the real vocabulary, not its padding). */
+MT_API mt_status mt_infer_probs(const float *logits, int64_t V, const mt_infer_sampling *s,
+                                float *probs);
+/* The token drawn for generation step `step`: the first token whose cumulative probability (in
+ * vocabulary order) reaches the step's uniform draw. scratch: V floats. */
+MT_API mt_status mt_infer_sample(const float *logits, int64_t V, const mt_infer_sampling *s,
+                                 uint64_t step, float *scratch, int32_t *token);
+
+/* The model: the logits (V floats) of the position after tokens[0..n) given those tokens
+ * (n <= max_len). */
+typedef struct mt_infer_model {
+    void *ctx;
+    mt_status (*next_logits)(void *ctx, const int32_t *tokens, int n, float *logits);
+    int64_t vocab; /* V */
+    int max_len;   /* the longest sequence the model takes */
+    int32_t eod;   /* stops the generation (< 0: none) */
+} mt_infer_model;
+
+/* Appends up to max_new tokens to tokens[0..n_prompt) (tokens has room for n_prompt + max_new),
+ * stopping after an eod or at the model's max_len; *n_out: the sequence's length then. */
+MT_API mt_status mt_infer_generate(const mt_infer_model *m, int32_t *tokens, int n_prompt,
+                                   int max_new, const mt_infer_sampling *s, int *n_out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MT_INFER_H */

@@ -1,0 +1,119 @@
+/* unit: sampling against transformers' warpers (golden/gen_infer.py: temperature, top-k with ties,
+ * top-p, their combinations, greedy): the distribution drawn from, within float rounding; draws
+ * are Philox's, reproducible, from that distribution (tokens outside it never come, frequencies
+ * near its probabilities), and the first token whose cumulative probability reaches the draw;
+ * the generation loop stops at eod and at the model's length; bad settings are refused. */
+#include <mt/infer.h>
+#include <mt/testkit.h>
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void test_warpers(void) {
+    size_t nl, nc, np;
+    mt_npy shape;
+    float *logits = mt_test_golden_f32("logits.npy", &nl, &shape);
+    double *cfg = mt_test_golden_f64("configs.npy", &nc),
+           *probs = mt_test_golden_f64("probs.npy", &np);
+    const int64_t R = shape.shape[0], V = shape.shape[1];
+    const int C = (int)(nc / 3);
+    MT_ASSERT(np == (size_t)C * R * V);
+    float *got = malloc((size_t)V * 4), *want = malloc((size_t)V * 4);
+    for (int c = 0; c < C; c++) {
+        mt_infer_sampling s = { (float)cfg[3 * c], (int)cfg[3 * c + 1], (float)cfg[3 * c + 2], 1 };
+        for (int64_t r = 0; r < R; r++) {
+            MT_CHECK(mt_infer_probs(logits + r * V, V, &s, got));
+            for (int64_t i = 0; i < V; i++)
+                want[i] = (float)probs[((size_t)c * R + r) * V + i];
+            char what[96];
+            snprintf(what, sizeof what, "T %g top_k %d top_p %g row %lld", (double)s.temperature,
+                     s.top_k, (double)s.top_p, (long long)r);
+            /* (ties at top-p's boundary: we keep them all, transformers some, in its sort's
+             * order: then every extra token ties the least likely token transformers kept) */
+            float lowest = INFINITY;
+            int extra = 0, missing = 0, tie = 1;
+            for (int64_t i = 0; i < V; i++)
+                if (want[i] > 0) lowest = fminf(lowest, logits[r * V + i]);
+            for (int64_t i = 0; i < V; i++) {
+                extra += got[i] > 0 && want[i] == 0;
+                missing += got[i] == 0 && want[i] > 0;
+                if (got[i] > 0 && want[i] == 0) tie &= logits[r * V + i] == lowest;
+            }
+            MT_EXPECT(missing == 0 && (extra == 0 || (tie && s.top_p > 0.0f)),
+                      "%s: kept tokens differ from transformers' (%d extra, %d missing)", what,
+                      extra, missing);
+            if (extra == 0) mt_test_close_f32(what, got, want, (size_t)V, 1e-7, 1e-5);
+        }
+    }
+    /* draws: reproducible, inside the support, frequencies near the probabilities */
+    mt_infer_sampling s = { 0.8f, 10, 0.95f, 42 };
+    const int n = 20000;
+    int *count = calloc((size_t)V, sizeof *count), outside = 0;
+    float *scratch = malloc((size_t)V * 4);
+    MT_CHECK(mt_infer_probs(logits, V, &s, got));
+    for (int k = 0; k < n; k++) {
+        int32_t t, t2;
+        MT_CHECK(mt_infer_sample(logits, V, &s, (uint64_t)k, scratch, &t));
+        MT_CHECK(mt_infer_sample(logits, V, &s, (uint64_t)k, scratch, &t2));
+        MT_EXPECT(t == t2 || k > 0, "draw %d not reproducible", k);
+        outside += got[t] == 0.0f;
+        count[t]++;
+    }
+    MT_EXPECT(outside == 0, "%d draws outside the kept tokens", outside);
+    double worst = 0;
+    for (int64_t i = 0; i < V; i++) { /* |freq - p| within 5 standard deviations */
+        double p = got[i], sd = sqrt(p * (1 - p) / n) + 1e-9, d = fabs(count[i] / (double)n - p);
+        worst = fmax(worst, d / sd);
+    }
+    MT_EXPECT(worst < 5.0, "a token's frequency is %.1f standard deviations off", worst);
+    /* the draw is the first token whose cumulative probability reaches Philox's uniform */
+    for (int k = 0; k < 50; k++) {
+        int32_t t;
+        MT_CHECK(mt_infer_sample(logits, V, &s, (uint64_t)k, scratch, &t));
+        const double u = mt_philox_uniform(s.seed, 0, (uint64_t)k);
+        double cum = 0;
+        int32_t want_t = -1;
+        for (int64_t i = 0; i < V && want_t < 0; i++)
+            if (got[i] > 0 && (cum += got[i]) >= u) want_t = (int32_t)i;
+        MT_EXPECT(t == want_t, "draw %d: token %d, the inverse CDF gives %d", k, t, want_t);
+    }
+    free(count), free(scratch), free(got), free(want), free(logits), free(cfg), free(probs);
+}
+
+/* A model whose next token (greedy) is (last + 1) % V, V = 10. */
+static mt_status count_up(void *ctx, const int32_t *tokens, int n, float *logits) {
+    int *calls = ctx;
+    ++*calls;
+    for (int i = 0; i < 10; i++)
+        logits[i] = i == (tokens[n - 1] + 1) % 10 ? 5.0f : 0.0f;
+    return MT_OK;
+}
+
+static void test_generate(void) {
+    int calls = 0, n;
+    mt_infer_model m = { &calls, count_up, 10, 12, 7 };
+    mt_infer_sampling g = { 0.0f, 0, 0.0f, 1 };
+    int32_t t[32] = { 3 };
+    MT_CHECK(mt_infer_generate(&m, t, 1, 10, &g, &n));
+    MT_EXPECT(n == 5 && t[1] == 4 && t[4] == 7, "stops after eod 7: %d tokens", n);
+    m.eod = -1;
+    MT_CHECK(mt_infer_generate(&m, t, 1, 30, &g, &n));
+    MT_EXPECT(n == 12 && t[11] == 4, "stops at the model's 12 tokens: %d", n);
+    MT_CHECK(mt_infer_generate(&m, t, 2, 0, &g, &n));
+    MT_EXPECT(n == 2, "0 tokens to generate: %d", n);
+    MT_EXPECT_STATUS(mt_infer_generate(&m, t, 0, 3, &g, &n), MT_ERR_INVALID_ARG);
+    MT_EXPECT_STATUS(mt_infer_generate(&m, t, 13, 3, &g, &n), MT_ERR_INVALID_ARG);
+    float l[10] = { 0 }, p[10];
+    mt_infer_sampling bad[3] = { { -1.0f, 0, 0.0f, 1 },
+                                 { 1.0f, -2, 0.0f, 1 },
+                                 { 1.0f, 0, 1.5f, 1 } };
+    for (int i = 0; i < 3; i++)
+        MT_EXPECT_STATUS(mt_infer_probs(l, 10, &bad[i], p), MT_ERR_INVALID_ARG);
+}
+
+int main(void) {
+    test_warpers();
+    test_generate();
+    return mt_test_result();
+}
