@@ -1,12 +1,23 @@
 /* mt-generate: a checkpoint's continuation of a prompt (mt-infer's sampling over libs/model's
- * forward). Megatron's sampling names: --temperature, --top_k, --top_p, --tokens-to-generate. */
+ * forward). Megatron's sampling names: --temperature, --top_k, --top_p, --tokens-to-generate.
+ * Built a second time with MT_SERVE=1 as mt-serve: the model loaded once, prompts over HTTP
+ * (Megatron's text generation server's PUT /api); the flags then give the defaults. */
 #include <mt/train.h>
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#ifndef MT_SERVE
+#define MT_SERVE 0
+#endif
+
 static void usage(const char *prog) {
+    if (MT_SERVE)
+        printf("usage: %s --load DIR [--host 127.0.0.1] [--port 5000] [--max-requests N]\n"
+               "       (and mt-generate's sampling, tokenizer and device flags: the defaults of "
+               "a request)\n",
+               prog);
     printf("usage: %s --load DIR (--prompt TEXT | --prompt-ids 1,2,3) [--tokens-to-generate 64]\n"
            "       [--temperature 1.0] [--top_k 0] [--top_p 0.0] [--greedy] [--seed 1234]\n"
            "       [--tokenizer-type GPT2BPETokenizer|HuggingFaceTokenizer|NullTokenizer]\n"
@@ -23,6 +34,8 @@ int main(int argc, char **argv) {
     a.tokenizer_type = "GPT2BPETokenizer";
     a.eod = -1;
     a.device = "auto";
+    const char *host = "127.0.0.1";
+    int port = 5000, max_requests = 0;
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 #define VAL()                                                                               \
@@ -79,6 +92,15 @@ int main(int argc, char **argv) {
         } else if (!strcmp(f, "--eod")) {
             VAL();
             a.eod = atoi(v);
+        } else if (MT_SERVE && !strcmp(f, "--host")) {
+            VAL();
+            host = v;
+        } else if (MT_SERVE && !strcmp(f, "--port")) {
+            VAL();
+            port = atoi(v);
+        } else if (MT_SERVE && !strcmp(f, "--max-requests")) {
+            VAL();
+            max_requests = atoi(v);
         } else if (!strcmp(f, "--device")) {
             VAL();
             a.device = v;
@@ -92,7 +114,11 @@ int main(int argc, char **argv) {
         fprintf(stderr, "%s: error: --tokens-to-generate must be >= 0\n", argv[0]);
         return 2;
     }
-    mt_status st = mt_generate_run(&a);
+    if (MT_SERVE && (a.prompt || a.prompt_ids)) {
+        fprintf(stderr, "%s: error: prompts come with the requests, not as flags\n", argv[0]);
+        return 2;
+    }
+    mt_status st = MT_SERVE ? mt_serve_run(&a, host, port, max_requests) : mt_generate_run(&a);
     if (st != MT_OK) {
         fprintf(stderr, "%s: error: %s: %s\n", argv[0], mt_status_str(st), mt_last_error());
         return st == MT_ERR_INVALID_ARG ? 2 : 1;

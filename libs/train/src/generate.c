@@ -1,26 +1,23 @@
-/* mt-generate's runtime: a checkpoint's model (the Hugging Face config its args keep: GPT-2- and
+/* mt-generate's and mt-serve's runtime: a checkpoint's model (the Hugging Face config its args keep: GPT-2- and
  * Llama-shaped models of mt-pretrain and of mt-convert's import) on one device, the tokenizer, and
  * mt-infer's generation loop around the model's forward. */
-#define _POSIX_C_SOURCE 200809L
+#define _GNU_SOURCE /* strcasestr, MSG_NOSIGNAL */
 #include <mt/ckpt.h>
 #include <mt/data.h>
 #include <mt/infer.h>
 #include <mt/model.h>
 #include <mt/train.h>
 
+#include <arpa/inet.h>
+#include <errno.h>
 #include <jansson.h>
+#include <netinet/in.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define MT_REQUIRE_GOTO(cond, code, st, label, ...) \
-    do {                                            \
-        if (!(cond)) {                              \
-            (st) = MT_ERROR((code), __VA_ARGS__);   \
-            goto label;                             \
-        }                                           \
-    } while (0)
+#include <sys/socket.h>
+#include <unistd.h>
 
 static int geti(json_t *o, const char *k, int dflt) {
     json_t *v = json_object_get(o, k);
@@ -157,89 +154,293 @@ static mt_status parse_ids(const char *s, int32_t *ids, int cap, int *n) {
     return MT_OK;
 }
 
-mt_status mt_generate_run(const mt_generate_args *a) {
+/* A loaded checkpoint: its model config, tokenizer (NULL: ids in and out) and, once
+ * generator_model ran, the model on its device with a window of T tokens. */
+typedef struct generator {
+    const mt_generate_args *a;
+    mt_model_config c;
+    mt_data_tokenizer *tk;
+    mt_ckpt *ck;
+    mt_arena *ar;
+    gen g;
+    int32_t eod;
+} generator;
+
+static void generator_close(generator *G) {
+    free(G->g.htok);
+    mt_arena_destroy(G->ar);
+    mt_model_destroy(G->g.m);
+    mt_data_tokenizer_destroy(G->tk);
+    mt_ckpt_close(G->ck);
+    memset(G, 0, sizeof *G);
+}
+
+/* The checkpoint's config and the tokenizer (the model comes with generator_model). */
+static mt_status generator_open(const mt_generate_args *a, generator *G) {
+    memset(G, 0, sizeof *G);
+    G->a = a;
     MT_REQUIRE(a && a->load, MT_ERR_INVALID_ARG, "--load (a checkpoint directory) is required");
+    MT_TRY(mt_ckpt_open(a->load, MT_CKPT_ITER_LATEST, 0, &G->ck));
+    MT_TRY(mt_train_model_config_from_hf(mt_ckpt_args(G->ck), &G->c));
+    mt_dtype dt; /* the checkpoint's: f32, bf16 or f16 */
+    MT_TRY(mt_ckpt_info(G->ck, "embedding.word_embeddings.weight", &dt, NULL, NULL));
+    G->c.dtype = dt;
+    MT_TRY(tokenizer_of(a, &G->tk));
+    G->eod = (int32_t)(G->tk ? mt_data_tokenizer_eod(G->tk) : a->eod);
+    return MT_OK;
+}
+
+/* The model with a window of `window` tokens (at most the model's positions), its weights from
+ * the checkpoint, on the GPU unless --device cpu or none. */
+static mt_status generator_model(generator *G, int window) {
+    const mt_generate_args *a = G->a;
+    mt_model_config c = G->c;
+    c.seq_length = window < c.max_position_embeddings ? window : c.max_position_embeddings;
+    if (c.seq_length < 1) c.seq_length = 1;
+    int ngpu = 0;
+    MT_TRY(mt_device_count(&ngpu));
+    G->g.dev = !strcmp(a->device, "cpu") || ngpu == 0 ? MT_DEVICE_CPU : mt_device_cuda(0);
+    MT_REQUIRE(strcmp(a->device, "cuda") || mt_device_is_cuda(G->g.dev), MT_ERR_UNSUPPORTED,
+               "--device cuda but no usable GPU");
+    MT_TRY(mt_device_set(G->g.dev));
+    MT_TRY(mt_model_create(&c, 1, G->g.dev, NULL, NULL, &G->g.m));
+    MT_TRY(load_params(G->g.m, G->ck));
+    G->g.T = c.seq_length;
+    G->g.V = c.vocab_size;
+    const int64_t Vp = mt_model_get_config(G->g.m)->padded_vocab_size;
+    MT_TRY(mt_arena_create(G->g.dev, (size_t)(G->g.T * 4 + Vp * 4) + 4 * MT_ARENA_ALIGN, &G->ar));
+    MT_TRY(mt_tensor_alloc(G->ar, MT_I32, 2, (int64_t[]){ 1, G->g.T }, &G->g.tok));
+    MT_TRY(mt_tensor_alloc(G->ar, MT_F32, 2, (int64_t[]){ 1, Vp }, &G->g.row));
+    G->g.htok = malloc((size_t)G->g.T * 4);
+    MT_REQUIRE(G->g.htok, MT_ERR_OOM, "tokens");
+    return MT_OK;
+}
+
+/* A prompt's ids into ids[0..*n) (room for the model's positions): text through the tokenizer,
+ * or "1,2,3"; each inside the vocabulary. */
+static mt_status prompt_of(generator *G, const char *text, const char *id_list, int32_t *ids,
+                           int *n) {
+    const int maxT = G->c.max_position_embeddings;
+    if (id_list) {
+        MT_TRY(parse_ids(id_list, ids, maxT, n));
+    } else {
+        MT_REQUIRE(G->tk, MT_ERR_INVALID_ARG,
+                   "a text prompt needs a tokenizer (not NullTokenizer)");
+        int32_t *enc = NULL;
+        size_t ne = 0, ecap = 0;
+        MT_TRY(mt_data_tokenizer_encode(G->tk, text, strlen(text), 0, &enc, &ne, &ecap));
+        if (ne <= (size_t)maxT) memcpy(ids, enc, ne * sizeof *ids);
+        free(enc);
+        MT_REQUIRE(ne <= (size_t)maxT, MT_ERR_INVALID_ARG,
+                   "the prompt has %zu tokens; the model takes %d", ne, maxT);
+        *n = (int)ne;
+    }
+    MT_REQUIRE(*n >= 1, MT_ERR_INVALID_ARG, "an empty prompt");
+    for (int i = 0; i < *n; i++)
+        MT_REQUIRE(ids[i] >= 0 && ids[i] < G->c.vocab_size, MT_ERR_INVALID_ARG,
+                   "prompt token %d is outside the vocabulary of %d", ids[i], G->c.vocab_size);
+    return MT_OK;
+}
+
+static mt_status generator_run(generator *G, int32_t *ids, int n, int max_new,
+                               const mt_infer_sampling *s, int *total) {
+    /* (mt_cast converts the whole padded row; the callback hands mt-infer the first V) */
+    mt_infer_model im = { &G->g, next_logits, G->g.V, G->g.T, G->eod };
+    return mt_infer_generate(&im, ids, n, max_new, s, total);
+}
+
+mt_status mt_generate_run(const mt_generate_args *a) {
+    MT_REQUIRE(a, MT_ERR_INVALID_ARG, "NULL arguments");
     MT_REQUIRE(!a->prompt != !a->prompt_ids, MT_ERR_INVALID_ARG,
                "give one of --prompt and --prompt-ids");
-    gen g = { 0 };
-    mt_ckpt *ck = NULL;
-    mt_data_tokenizer *tk = NULL;
-    mt_arena *ar = NULL;
+    generator G;
     int32_t *ids = NULL;
     char *text = NULL;
     size_t len = 0, cap = 0;
-    mt_status st = MT_OK;
-    MT_TRY_GOTO(mt_ckpt_open(a->load, MT_CKPT_ITER_LATEST, 0, &ck), st, done);
-    mt_model_config c;
-    MT_TRY_GOTO(mt_train_model_config_from_hf(mt_ckpt_args(ck), &c), st, done);
-    mt_dtype dt; /* the checkpoint's: f32, bf16 or f16 */
-    MT_TRY_GOTO(mt_ckpt_info(ck, "embedding.word_embeddings.weight", &dt, NULL, NULL), st, done);
-    c.dtype = dt;
-    MT_TRY_GOTO(tokenizer_of(a, &tk), st, done);
-    const int maxT = c.max_position_embeddings;
-    ids = malloc((size_t)(maxT + a->tokens_to_generate + 1) * sizeof *ids);
-    MT_REQUIRE_GOTO(ids, MT_ERR_OOM, st, done, "token buffer");
-    int n = 0;
-    if (a->prompt_ids) {
-        MT_TRY_GOTO(parse_ids(a->prompt_ids, ids, maxT, &n), st, done);
-    } else {
-        MT_REQUIRE_GOTO(tk, MT_ERR_INVALID_ARG, st, done, "--prompt needs a tokenizer");
-        int32_t *enc = NULL;
-        size_t ne = 0, ecap = 0;
-        MT_TRY_GOTO(mt_data_tokenizer_encode(tk, a->prompt, strlen(a->prompt), 0, &enc, &ne, &ecap),
-                    st, done);
-        n = (int)(ne < (size_t)maxT ? ne : (size_t)maxT);
-        memcpy(ids, enc, (size_t)n * sizeof *ids);
-        free(enc);
-        MT_REQUIRE_GOTO(ne <= (size_t)maxT, MT_ERR_INVALID_ARG, st, done,
-                        "the prompt has %zu tokens; the model takes %d", ne, maxT);
+    int n = 0, total = 0;
+    mt_status st = generator_open(a, &G);
+    if (st == MT_OK) {
+        ids = malloc((size_t)(G.c.max_position_embeddings + 1) * sizeof *ids);
+        st = ids ? prompt_of(&G, a->prompt, a->prompt_ids, ids, &n)
+                 : MT_ERROR(MT_ERR_OOM, "token buffer");
     }
-    for (int i = 0; i < n; i++)
-        MT_REQUIRE_GOTO(ids[i] >= 0 && ids[i] < c.vocab_size, MT_ERR_INVALID_ARG, st, done,
-                        "prompt token %d is outside the vocabulary of %d", ids[i], c.vocab_size);
     /* the window: the prompt and what is generated, up to the model's positions */
-    c.seq_length = n + a->tokens_to_generate < maxT ? n + a->tokens_to_generate : maxT;
-    if (c.seq_length < 1) c.seq_length = 1;
-    int ngpu = 0;
-    MT_TRY_GOTO(mt_device_count(&ngpu), st, done);
-    g.dev = !strcmp(a->device, "cpu") || ngpu == 0 ? MT_DEVICE_CPU : mt_device_cuda(0);
-    MT_REQUIRE_GOTO(strcmp(a->device, "cuda") || mt_device_is_cuda(g.dev), MT_ERR_UNSUPPORTED, st,
-                    done, "--device cuda but no usable GPU");
-    MT_TRY_GOTO(mt_device_set(g.dev), st, done);
-    MT_TRY_GOTO(mt_model_create(&c, 1, g.dev, NULL, NULL, &g.m), st, done);
-    MT_TRY_GOTO(load_params(g.m, ck), st, done);
-    g.T = c.seq_length;
-    g.V = c.vocab_size;
-    const int64_t Vp = mt_model_get_config(g.m)->padded_vocab_size;
-    MT_TRY_GOTO(mt_arena_create(g.dev, (size_t)(g.T * 4 + Vp * 4) + 4 * MT_ARENA_ALIGN, &ar), st,
-                done);
-    MT_TRY_GOTO(mt_tensor_alloc(ar, MT_I32, 2, (int64_t[]){ 1, g.T }, &g.tok), st, done);
-    MT_TRY_GOTO(mt_tensor_alloc(ar, MT_F32, 2, (int64_t[]){ 1, Vp }, &g.row), st, done);
-    g.htok = malloc((size_t)g.T * 4);
-    MT_REQUIRE_GOTO(g.htok, MT_ERR_OOM, st, done, "tokens");
-    /* (mt_cast converts the whole padded row; the callback hands mt-infer the first V) */
-    mt_infer_model im = { &g, next_logits, g.V, g.T,
-                          (int32_t)(tk ? mt_data_tokenizer_eod(tk) : a->eod) };
+    if (st == MT_OK) st = generator_model(&G, n + a->tokens_to_generate);
     mt_infer_sampling s = { a->greedy ? 0.0f : a->temperature, a->top_k, a->top_p, a->seed };
-    int total = n;
-    MT_TRY_GOTO(mt_infer_generate(&im, ids, n, a->tokens_to_generate, &s, &total), st, done);
-    if (a->print_ids || !tk) {
+    if (st == MT_OK) st = generator_run(&G, ids, n, a->tokens_to_generate, &s, &total);
+    if (st == MT_OK && (a->print_ids || !G.tk)) {
         for (int i = 0; i < total; i++)
             printf("%s%d", i ? "," : "", ids[i]);
         printf("\n");
     }
-    if (tk) { /* the prompt and its continuation */
-        MT_TRY_GOTO(mt_data_tokenizer_decode(tk, ids, (size_t)total, &text, &len, &cap), st, done);
-        printf("%.*s\n", (int)len, text);
-    }
+    if (st == MT_OK && G.tk) /* the prompt and its continuation */
+        st = mt_data_tokenizer_decode(G.tk, ids, (size_t)total, &text, &len, &cap);
+    if (st == MT_OK && G.tk) printf("%.*s\n", (int)len, text);
     fflush(stdout);
-done:
     free(text);
     free(ids);
-    free(g.htok);
-    mt_arena_destroy(ar);
-    mt_model_destroy(g.m);
-    mt_data_tokenizer_destroy(tk);
-    mt_ckpt_close(ck);
+    generator_close(&G);
+    return st;
+}
+
+/* ---- mt-serve: Megatron's text generation server's REST call over HTTP/1.1 ---- */
+
+/* Reads one request (headers, then Content-Length bytes of body, at most 1 MiB) into *buf. */
+static int read_request(int fd, char **buf, size_t *len, size_t *body) {
+    size_t cap = 4096, n = 0, need = 0;
+    char *b = malloc(cap + 1);
+    if (!b) return -1;
+    for (;;) {
+        if (n == cap) {
+            if (cap >= (1u << 20)) break;
+            char *nb = realloc(b, 2 * cap + 1);
+            if (!nb) break;
+            b = nb, cap *= 2;
+        }
+        ssize_t k = recv(fd, b + n, cap - n, 0);
+        if (k <= 0) break;
+        n += (size_t)k;
+        b[n] = 0;
+        char *end = strstr(b, "\r\n\r\n");
+        if (!end) continue;
+        const char *cl = strcasestr(b, "\r\ncontent-length:");
+        need = (size_t)(end + 4 - b) + (cl && cl < end ? strtoul(cl + 17, NULL, 10) : 0);
+        if (n >= need) {
+            *buf = b, *len = n, *body = (size_t)(end + 4 - b);
+            return 0;
+        }
+    }
+    free(b);
+    return -1;
+}
+
+static void respond(int fd, int code, json_t *j) {
+    char *s = json_dumps(j, JSON_COMPACT);
+    const char *why = code == 200   ? "OK"
+                      : code == 400 ? "Bad Request"
+                      : code == 404 ? "Not Found"
+                                    : "Method Not Allowed";
+    char head[256];
+    int hn = snprintf(head, sizeof head,
+                      "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: "
+                      "%zu\r\nConnection: close\r\n\r\n",
+                      code, why, s ? strlen(s) : 0);
+    if (send(fd, head, (size_t)hn, MSG_NOSIGNAL) == hn && s) send(fd, s, strlen(s), MSG_NOSIGNAL);
+    free(s);
+    json_decref(j);
+}
+
+/* {"prompts": [text, ...], "tokens_to_generate": N, "temperature": T, "top_k": K, "top_p": P,
+ * "random_seed": S} (Megatron's names; the run's flags give the defaults) ->
+ * {"text": [prompt and continuation, ...], "tokens": [[ids], ...]}; a bad request is 400 with
+ * {"message": why}. */
+static int serve_api(generator *G, const char *body, json_t **out) {
+    const mt_generate_args *a = G->a;
+    json_error_t je;
+    json_t *req = json_loads(body, 0, &je), *prompts = json_object_get(req, "prompts");
+    char msg[512] = "";
+    if (!req)
+        snprintf(msg, sizeof msg, "the body is not JSON: %s", je.text);
+    else if (!json_is_array(prompts) || json_array_size(prompts) == 0)
+        snprintf(msg, sizeof msg, "prompts: a non-empty list of strings is required");
+    json_t *v;
+    int max_new = (v = json_object_get(req, "tokens_to_generate")) ? (int)json_integer_value(v)
+                                                                   : a->tokens_to_generate;
+    mt_infer_sampling s = { a->greedy ? 0.0f : a->temperature, a->top_k, a->top_p, a->seed };
+    if ((v = json_object_get(req, "temperature"))) s.temperature = (float)json_number_value(v);
+    if ((v = json_object_get(req, "top_k"))) s.top_k = (int)json_integer_value(v);
+    if ((v = json_object_get(req, "top_p"))) s.top_p = (float)json_number_value(v);
+    if ((v = json_object_get(req, "random_seed"))) s.seed = (uint64_t)json_integer_value(v);
+    if (!msg[0] && max_new < 0) snprintf(msg, sizeof msg, "tokens_to_generate must be >= 0");
+    json_t *texts = json_array(), *toks = json_array();
+    int32_t *ids = malloc((size_t)(G->c.max_position_embeddings + 1) * sizeof *ids);
+    for (size_t i = 0; !msg[0] && i < json_array_size(prompts); i++) {
+        const char *p = json_string_value(json_array_get(prompts, i));
+        int n = 0, total = 0;
+        char *text = NULL;
+        size_t len = 0, cap = 0;
+        mt_status st = !p     ? MT_ERROR(MT_ERR_INVALID_ARG, "prompts[%zu] is not a string", i)
+                       : !ids ? MT_ERROR(MT_ERR_OOM, "token buffer")
+                              : prompt_of(G, p, NULL, ids, &n);
+        if (st == MT_OK) st = generator_run(G, ids, n, max_new, &s, &total);
+        if (st == MT_OK)
+            st = mt_data_tokenizer_decode(G->tk, ids, (size_t)total, &text, &len, &cap);
+        if (st != MT_OK) { /* (the message without its file:line and code) */
+            const char *e = mt_last_error(), *q = strstr(e, ": MT_ERR_");
+            if (q && (q = strstr(q + 2, ": "))) e = q + 2;
+            snprintf(msg, sizeof msg, "%s", e);
+            mt_error_clear();
+            break;
+        }
+        json_array_append_new(texts, json_stringn(text, len));
+        json_t *t = json_array();
+        for (int k = 0; k < total; k++)
+            json_array_append_new(t, json_integer(ids[k]));
+        json_array_append_new(toks, t);
+        free(text);
+    }
+    free(ids);
+    json_decref(req);
+    if (msg[0]) {
+        json_decref(texts), json_decref(toks);
+        *out = json_pack("{s:s}", "message", msg);
+        return 400;
+    }
+    *out = json_pack("{s:o,s:o}", "text", texts, "tokens", toks);
+    return 200;
+}
+
+mt_status mt_serve_run(const mt_generate_args *a, const char *host, int port, int max_requests) {
+    MT_REQUIRE(a, MT_ERR_INVALID_ARG, "NULL arguments");
+    generator G;
+    int fd = -1;
+    mt_status st = generator_open(a, &G);
+    if (st == MT_OK && !G.tk)
+        st = MT_ERROR(MT_ERR_INVALID_ARG, "mt-serve takes text prompts: it needs a tokenizer");
+    if (st == MT_OK) st = generator_model(&G, G.c.max_position_embeddings);
+    struct sockaddr_in addr;
+    memset(&addr, 0, sizeof addr);
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons((uint16_t)port);
+    if (st == MT_OK && inet_pton(AF_INET, host, &addr.sin_addr) != 1)
+        st = MT_ERROR(MT_ERR_INVALID_ARG, "--host %s is not an IPv4 address", host);
+    if (st == MT_OK && (fd = socket(AF_INET, SOCK_STREAM, 0)) < 0)
+        st = MT_ERROR(MT_ERR_IO, "socket: %s", strerror(errno));
+    int one = 1;
+    if (st == MT_OK) setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (st == MT_OK && (bind(fd, (struct sockaddr *)&addr, sizeof addr) || listen(fd, 16)))
+        st = MT_ERROR(MT_ERR_IO, "cannot listen on %s:%d: %s", host, port, strerror(errno));
+    socklen_t al = sizeof addr;
+    if (st == MT_OK && getsockname(fd, (struct sockaddr *)&addr, &al) == 0) {
+        printf("mt-serve: listening on http://%s:%d/api (PUT or POST)\n", host,
+               ntohs(addr.sin_port));
+        fflush(stdout);
+    }
+    for (int served = 0; st == MT_OK && (max_requests <= 0 || served < max_requests); served++) {
+        int c = accept(fd, NULL, NULL);
+        if (c < 0) {
+            if (errno == EINTR) continue;
+            st = MT_ERROR(MT_ERR_IO, "accept: %s", strerror(errno));
+            break;
+        }
+        char *buf = NULL;
+        size_t len = 0, body = 0;
+        if (read_request(c, &buf, &len, &body) != 0) {
+            respond(c, 400, json_pack("{s:s}", "message", "an incomplete or too long request"));
+        } else if (strncmp(buf, "PUT /api ", 9) && strncmp(buf, "POST /api ", 10)) {
+            const int api = !strncmp(strchr(buf, ' ') ? strchr(buf, ' ') : buf, " /api ", 6);
+            respond(c, api ? 405 : 404,
+                    json_pack("{s:s}", "message",
+                              api ? "use PUT (or POST) /api" : "the only path is /api"));
+        } else {
+            json_t *out = NULL;
+            int code = serve_api(&G, buf + body, &out);
+            respond(c, code, out);
+        }
+        free(buf);
+        close(c);
+    }
+    if (fd >= 0) close(fd);
+    generator_close(&G);
     return st;
 }

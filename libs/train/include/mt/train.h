@@ -150,6 +150,13 @@ typedef struct mt_generate_args {
 /* Loads the checkpoint's model on one device and prints the prompt's continuation (decoded; the
  * ids with print_ids or NullTokenizer): mt-infer's sampling over the model's forward. */
 MT_API mt_status mt_generate_run(const mt_generate_args *a);
+/* mt-serve: the model loaded once (its whole window), then Megatron's text generation server's
+ * REST call over HTTP/1.1 on host:port (0: any free port; the line "listening on ..." names it):
+ * PUT (or POST) /api with {"prompts": [...], "tokens_to_generate", "temperature", "top_k",
+ * "top_p", "random_seed"} answers {"text": [...], "tokens": [[...]]}, a bad request 400 with
+ * {"message"}. One request at a time; max_requests > 0: returns after that many. */
+MT_API mt_status mt_serve_run(const mt_generate_args *a, const char *host, int port,
+                              int max_requests);
 
 #ifdef __cplusplus
 }

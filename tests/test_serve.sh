@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# functional: mt-serve. A tiny GPT-2-tokenized checkpoint of mt-pretrain, served on a free port:
+# PUT /api (Megatron's text generation server's call) answers the same continuation and tokens
+# as mt-generate with the same settings, for two prompts at once, also over POST; a request that
+# is not JSON, without prompts, or with a prompt beyond the model's positions gets 400 and a
+# message; another path 404, GET 405; the server then keeps serving, and returns after
+# --max-requests.
+source "$(dirname "$0")/pretrain_common.sh"
+command -v curl > /dev/null || { echo "SKIP: needs curl"; exit 77; }
+d=$(mktemp -d); pid=
+trap '[ -n "$pid" ] && kill $pid 2>/dev/null; rm -rf "$d"' EXIT
+tiny_run "$d/p.json" --tokenizer-type GPT2BPETokenizer --train-iters 3 --lr-warmup-iters 1 --save "$d/ck" > "$d/p.log" 2>&1 \
+  || { cat "$d/p.log"; exit 1; }
+dev=(--device "${MT_TEST_DEVICE:-cpu}")
+want=$("$MT_GENERATE" --load "$d/ck" "${dev[@]}" --prompt "In the beginning" --tokens-to-generate 6 \
+  --temperature 0.9 --top_p 0.95 --seed 11 --print-ids) || { echo "FAIL: mt-generate"; exit 1; }
+timeout 120 "$MT_SERVE" --load "$d/ck" "${dev[@]}" --port 0 --max-requests 8 --tokens-to-generate 6 > "$d/serve.log" 2>&1 &
+pid=$!
+for _ in $(seq 100); do grep -q "listening on" "$d/serve.log" && break; sleep 0.1; done
+url=$(grep -o "http://[0-9.:]*/api" "$d/serve.log") || { echo "FAIL: no server"; cat "$d/serve.log"; exit 1; }
+fail=0
+req() {  # method body: prints the HTTP code, then the JSON
+  curl -s -X "$1" -H 'Content-Type: application/json' -d "$2" -w '\n%{http_code}\n' "${3:-$url}" | tac
+}
+r=$(req PUT '{"prompts": ["In the beginning", "And"], "temperature": 0.9, "top_p": 0.95, "random_seed": 11}')
+code=$(echo "$r" | head -1); json=$(echo "$r" | tail -n +2)
+got_ids=$(echo "$json" | jq -r '.tokens[0] | map(tostring) | join(",")')
+got_text=$(echo "$json" | jq -r '.text[0]')
+if [ "$code" = 200 ] && [ "$got_ids" = "$(echo "$want" | head -1)" ] && [ "$got_text" = "$(echo "$want" | tail -n +2)" ] \
+   && [ "$(echo "$json" | jq '.text | length')" = 2 ]; then echo "ok PUT /api = mt-generate: $got_text"
+else echo "FAIL PUT /api: $code $json; mt-generate: $want"; fail=1; fi
+r2=$(req POST '{"prompts": ["In the beginning"], "temperature": 0.9, "top_p": 0.95, "random_seed": 11}')
+[ "$(echo "$r2" | tail -n +2 | jq -r '.text[0]')" = "$got_text" ] && echo "ok POST" || { echo "FAIL POST: $r2"; fail=1; }
+bad() {  # code message method body [url]
+  local r; r=$(req "$3" "$4" "${5:-}")
+  if [ "$(echo "$r" | head -1)" = "$1" ] && echo "$r" | grep -qF -- "$2"; then echo "ok $1: $(echo "$r" | tail -1)"
+  else echo "FAIL: want $1 '$2': $r"; fail=1; fi
+}
+bad 400 "the body is not JSON" PUT '{"prompts": ['
+bad 400 "prompts: a non-empty list of strings is required" PUT '{"tokens_to_generate": 3}'
+bad 400 "the model takes 32" PUT "{\"prompts\": [\"$(printf 'word %.0s' $(seq 40))\"]}"
+bad 404 "the only path is /api" PUT '{}' "${url%/api}/other"
+bad 405 "use PUT (or POST) /api" GET ''
+r3=$(req PUT '{"prompts": ["And"], "tokens_to_generate": 2}')
+[ "$(echo "$r3" | head -1)" = 200 ] && echo "ok still serving" || { echo "FAIL after errors: $r3"; fail=1; }
+wait $pid; rc=$?; pid=
+[ $rc = 0 ] && echo "ok returned after --max-requests" || { echo "FAIL: mt-serve rc $rc"; cat "$d/serve.log"; fail=1; }
+exit $fail
