@@ -23,8 +23,8 @@ run "$d/log"
 run "$d/det" --deterministic-mode --save "$d/ck_det" --save-interval 8
 run "$d/act" --deterministic-mode --save "$d/ck_act" --save-interval 8 \
   --recompute-granularity selective --recompute-modules mlp_act
-grep " iteration " "$d/log" | sed 's/.*\(iteration *[0-9]*\/\).*\(lm loss: [^|]*\).*\(number of skipped iterations: *[0-9]*\).*/\1 \2 \3/'
-if grep " iteration " "$d/log" | grep -qv "number of skipped iterations:   0"; then
+grep -E " iteration +[0-9]+/" "$d/log" | sed 's/.*\(iteration *[0-9]*\/\).*\(lm loss: [^|]*\).*\(number of skipped iterations: *[0-9]*\).*/\1 \2 \3/'
+if grep -E " iteration +[0-9]+/" "$d/log" | grep -qv "number of skipped iterations:   0"; then
   grep -E "Inf/NaN" "$d/log" | head -3; echo "FAIL: iterations skipped"; exit 1
 fi
 first=$(jq -r '.["lm loss"].values["1"]' "$d/log.json"); last=$(jq -r '.["lm loss"].values["8"]' "$d/log.json")
