@@ -25,7 +25,7 @@ run "$d/act" --deterministic-mode --save "$d/ck_act" --save-interval 8 \
   --recompute-granularity selective --recompute-modules mlp_act
 grep -E " iteration +[0-9]+/" "$d/log" | sed 's/.*\(iteration *[0-9]*\/\).*\(lm loss: [^|]*\).*\(number of skipped iterations: *[0-9]*\).*/\1 \2 \3/'
 if grep -E " iteration +[0-9]+/" "$d/log" | grep -qv "number of skipped iterations:   0"; then
-  grep -E "Inf/NaN" "$d/log" | head -3; echo "FAIL: iterations skipped"; exit 1
+  { grep -E "Inf/NaN" "$d/log" | head -3 || true; }; echo "FAIL: iterations skipped"; exit 1
 fi
 first=$(jq -r '.["lm loss"].values["1"]' "$d/log.json"); last=$(jq -r '.["lm loss"].values["8"]' "$d/log.json")
 awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a - 0.5) }' \
