@@ -153,13 +153,7 @@ mt_status mt_model_stage_layers(const mt_model_config *c, int stage, int *first,
                    "the first and last pipeline stages' layers (%d + %d) must be --num-layers (%d) "
                    "with 2 stages",
                    F, E, L);
-    const int mid = left > 0 ? rest / left : 0;
-    int l0 = 0;
-    for (int r = 0; r <= stage; r++) {
-        const int n = r == 0 && F ? F : r == P - 1 && E ? E : F || E ? mid : L / P;
-        if (r == stage) *first = l0, *count = n;
-        l0 += n;
-    }
+    stage_range(c, stage, first, count);
     return MT_OK;
 }
 

@@ -47,17 +47,26 @@ static inline int64_t local_vocab(const mt_model_config *c) {
 static inline int pp_n(const mt_model_config *c) {
     return c->pipeline_model_parallel_size > 1 ? c->pipeline_model_parallel_size : 1;
 }
+/* Stage r's first layer and layer count under a split the config allows (mt_model_stage_layers
+ * checks it): the first and/or last stage's count if set, the others' the rest evenly. */
+static inline void stage_range(const mt_model_config *c, int r, int *l0, int *nl) {
+    const int P = pp_n(c), F = c->num_layers_in_first_pipeline_stage,
+              E = c->num_layers_in_last_pipeline_stage;
+    const int left = P - (F > 0) - (E > 0);
+    const int mid = left > 0 ? (c->num_layers - F - E) / left : 0;
+    const int first = F ? F : mid; /* the first stage's count (= mid when no end is set) */
+    *nl = r == 0 ? first : r == P - 1 && E ? E : mid;
+    *l0 = r == 0 ? 0 : first + (r - 1) * mid;
+}
 static inline int stage_nl(const mt_model_config *c) { /* (of a finalized config) */
-    int first = 0, n = c->num_layers;
-    if (pp_n(c) > 1 && mt_model_stage_layers(c, c->pipeline_model_parallel_rank, &first, &n))
-        MT_ASSERT(0);
-    return n;
+    int l0, nl;
+    stage_range(c, pp_n(c) > 1 ? c->pipeline_model_parallel_rank : 0, &l0, &nl);
+    return nl;
 }
 static inline int stage_l0(const mt_model_config *c) {
-    int first = 0, n = c->num_layers;
-    if (pp_n(c) > 1 && mt_model_stage_layers(c, c->pipeline_model_parallel_rank, &first, &n))
-        MT_ASSERT(0);
-    return first;
+    int l0, nl;
+    stage_range(c, pp_n(c) > 1 ? c->pipeline_model_parallel_rank : 0, &l0, &nl);
+    return l0;
 }
 static inline int first_stage(const mt_model_config *c) {
     return pp_n(c) == 1 || c->pipeline_model_parallel_rank == 0;

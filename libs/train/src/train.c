@@ -68,10 +68,9 @@ typedef struct run {
     double *gv_loss, *gv_zeros, *gv_time;
     mt_ckpt_writer *writer;
     mt_ckpt_group group;
-    /* --overlap-grad-reduce: bucket k's reduction starts once the backward passes ready[k];
-     * hold_embedding: the buckets of level -1 wait for the tied embedding's two pipeline copies
-     * to be summed (after the schedule) */
-    int overlap, hold_embedding, n_buckets, *bucket_level, *launched;
+    /* --overlap-grad-reduce: bucket k's reduction starts once the backward passes ready[k]
+     * (with a tied embedding over pipeline stages, those of level -1 after its copies' sum) */
+    int overlap, n_buckets, *bucket_level, *launched;
     mt_stream comm_stream; /* CUDA: reductions run here beside the backward */
     mt_event *bucket_ev, done_ev;
     /* --overlap-param-gather: after a step, each bucket's all-gather (order: ascending level)
@@ -90,6 +89,8 @@ typedef struct run {
 
 static mt_status setup_overlap(run *r);
 static mt_status grad_ready(void *ctx, int level, mt_stream s);
+static mt_status start_buckets(run *r, int level, mt_stream s);
+static int embedding_held(const run *r);
 static mt_status param_wait(void *ctx, int level, mt_stream s);
 static mt_status params_final(run *r);
 static mt_status use_slot(run *r, int k);
@@ -934,20 +935,53 @@ static mt_status load_boxes(run *r, mt_ckpt *c, const piece_list *l) {
 /* torch's strict load_state_dict: a checkpoint tensor that is neither a parameter of this model
  * (of any of its pipeline stages) nor optimizer state ("optimizer." names) is an error that names
  * them. */
+typedef struct name_list {
+    char **name;
+    int n, cap;
+} name_list;
+
+static mt_status add_name(void *ctx, const char *name, int ndim, const int64_t *shape, int no_wd,
+                          mt_tensor *weight, mt_tensor *grad) {
+    name_list *l = ctx;
+    (void)ndim, (void)shape, (void)no_wd, (void)weight, (void)grad;
+    if (l->n == l->cap) {
+        l->cap = l->cap ? 2 * l->cap : 256;
+        char **q = realloc(l->name, sizeof *q * (size_t)l->cap);
+        MT_REQUIRE(q, MT_ERR_OOM, "parameter names");
+        l->name = q;
+    }
+    l->name[l->n] = strdup(name);
+    MT_REQUIRE(l->name[l->n], MT_ERR_OOM, "parameter names");
+    l->n++;
+    return MT_OK;
+}
+
+static int listed(const name_list *l, const char *name) {
+    for (int i = 0; i < l->n; i++)
+        if (strcmp(l->name[i], name) == 0) return 1;
+    return 0;
+}
+
 static mt_status unexpected_keys(run *r, mt_ckpt *c) {
     char list[512] = "";
     int n = 0;
     size_t k = 0;
+    /* every stage's names (the whole model's), listed once */
     mt_model_config whole = r->mc;
     whole.pipeline_model_parallel_size = 1, whole.pipeline_model_parallel_rank = 0;
-    for (int i = 0; i < mt_ckpt_count(c); i++) {
+    whole.num_layers_in_first_pipeline_stage = whole.num_layers_in_last_pipeline_stage = 0;
+    name_list names = { NULL, 0, 0 };
+    mt_status st = mt_model_list_params(&whole, add_name, &names);
+    for (int i = 0; st == MT_OK && i < mt_ckpt_count(c); i++) {
         const char *name = mt_ckpt_name(c, i);
-        if (strncmp(name, "optimizer.", 10) == 0 || mt_model_param_find(r->model, name)) continue;
-        if (r->pp && mt_model_param_tp_axis(&whole, name) != -2) continue;
+        if (strncmp(name, "optimizer.", 10) == 0 || listed(&names, name)) continue;
         if (n++ < 4 && k < sizeof list)
             k += (size_t)snprintf(list + k, sizeof list - k, "%s\"%s\"", n > 1 ? ", " : "", name);
     }
-    if (n == 0) return MT_OK;
+    for (int i = 0; i < names.n; i++)
+        free(names.name[i]);
+    free(names.name);
+    if (st != MT_OK || n == 0) return st;
     return MT_ERROR(MT_ERR_FORMAT,
                     "Unexpected key(s) in state_dict: %s%s (%d tensor(s) of the checkpoint of "
                     "iteration %lld that this model does not have: a different model?)",
@@ -1180,15 +1214,11 @@ static mt_status pp_eval_step(run *r) {
  * data-parallel reduction of their buckets (which may leave each rank only its shard): with
  * --overlap-grad-reduce those buckets were held back (hold_embedding) and start here. */
 static mt_status pp_embedding_grads(run *r) {
-    if (!r->emb || r->mc.untie_embeddings_and_output_weights) return MT_OK;
+    if (!embedding_held(r)) return MT_OK;
     mt_model_param *p = mt_model_param_find(r->model, "embedding.word_embeddings.weight");
     MT_REQUIRE(p, MT_ERR_INTERNAL, "no embedding on pipeline stage %d", r->pp_rank);
     MT_TRY(mt_comm_allreduce(r->emb, &p->grad, &p->grad, MT_REDOP_SUM, NULL));
-    if (!r->overlap) return MT_OK;
-    r->hold_embedding = 0;
-    mt_status st = grad_ready(r, -1, NULL);
-    r->hold_embedding = 1;
-    return st;
+    return r->overlap ? start_buckets(r, -1, NULL) : MT_OK;
 }
 
 /* --eval-iters global batches of `ds` from sample *consumed on, then Megatron's validation line
@@ -1259,7 +1289,6 @@ static void events_free(mt_event *ev, int n) {
 /* Each bucket's level: the lowest grad-ready level of its parameters (mt_model_grad_ready_fn). */
 static mt_status setup_overlap(run *r) {
     r->overlap = r->a->overlap_grad_reduce && r->dp_size > 1;
-    r->hold_embedding = r->overlap && r->emb && !r->mc.untie_embeddings_and_output_weights;
     if (!r->overlap) return MT_OK;
     int nb = r->n_buckets = mt_optim_buffer_num_buckets(r->buf);
     r->bucket_level = malloc((size_t)nb * sizeof(int));
@@ -1301,9 +1330,7 @@ static mt_status setup_overlap(run *r) {
  * backward's stream (CUDA), or at once (host collectives); at the last level (-1) the backward's
  * stream waits for the comm stream. Under a CUDA graph the capture records this work and replays
  * stand in for the calls (mt_model_set_cuda_graphs). */
-static mt_status grad_ready(void *ctx, int level, mt_stream s) {
-    run *r = ctx;
-    if (level == -1 && r->hold_embedding) return MT_OK; /* (pp_embedding_grads calls again) */
+static mt_status start_buckets(run *r, int level, mt_stream s) {
     for (int k = 0; k < r->n_buckets; k++) {
         if (r->launched[k] || r->bucket_level[k] < level) continue;
         r->launched[k] = 1;
@@ -1322,6 +1349,17 @@ static mt_status grad_ready(void *ctx, int level, mt_stream s) {
     if (!r->comm_stream) return MT_OK;
     MT_TRY(mt_event_record(r->done_ev, r->comm_stream));
     return mt_stream_wait_event(s, r->done_ev);
+}
+
+/* The tied embedding of the first and last pipeline stages: its buckets (level -1) wait for its
+ * two copies' sum (pp_embedding_grads starts them). */
+static int embedding_held(const run *r) {
+    return r->emb && !r->mc.untie_embeddings_and_output_weights;
+}
+
+static mt_status grad_ready(void *ctx, int level, mt_stream s) {
+    run *r = ctx;
+    return level == -1 && embedding_held(r) ? MT_OK : start_buckets(r, level, s);
 }
 
 /* --overlap-param-gather, after a step that updated the params: every bucket's all-gather, in the
