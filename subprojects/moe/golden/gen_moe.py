@@ -1,0 +1,71 @@
+"""Golden values for mt-moe from megatron-core's own MoE functions (megatron.core.transformer.moe
+.moe_utils: topk_routing_with_score_function, switch_load_balancing_loss_func, z_loss_func,
+permute, unpermute) with torch autograd for the backwards. CPU, float32 (losses float64).
+
+    pip install torch numpy megatron-core   # generated with torch 2.11.0, megatron-core 0.16.1
+    python gen_moe.py                       # writes the .npy files next to this script
+
+Cases (tokens N, experts E, top-k, row width C): a 37 x 8 top-2 (Mixtral's shape of routing) and a
+29 x 6 top-3. For each: logits, the dense routing probabilities and map, the aux and z losses
+without their coefficients, the logits' gradient of sum(G * probs) + aux_coeff * aux + z_coeff * z
+for a random G, the permuted rows of x, the combine of random expert outputs yp and the gradients
+of sum(DY * y) with respect to yp and the probabilities, and of sum(DXP * permuted) w.r.t. x."""
+import os
+
+import numpy as np
+import torch
+from megatron.core.transformer.moe.moe_utils import (permute, switch_load_balancing_loss_func,
+                                                     topk_routing_with_score_function, unpermute,
+                                                     z_loss_func)
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+AUX_COEFF, Z_COEFF = 0.01, 0.001
+
+
+def save(name, a):
+    np.save(os.path.join(HERE, name + ".npy"), np.ascontiguousarray(a))
+
+
+def case(tag, N, E, k, C, seed):
+    g = torch.Generator().manual_seed(seed)
+    logits = (torch.randn(N, E, generator=g) * 2).requires_grad_(True)
+    probs, rmap = topk_routing_with_score_function(logits, k, score_function="softmax")
+    counts = rmap.sum(0)
+    scores = torch.softmax(logits, dim=-1, dtype=torch.float32)
+    aux = switch_load_balancing_loss_func(scores, counts, N, k, E, AUX_COEFF)
+    z = z_loss_func(logits, Z_COEFF)
+    G = torch.randn(N, E, generator=g)
+    (G * probs).sum().add(aux).add(z).backward()
+    save(f"{tag}_logits", logits.detach().numpy())
+    save(f"{tag}_probs", probs.detach().numpy())  # dense (N,E): 0 off the chosen experts
+    save(f"{tag}_counts", counts.numpy().astype(np.int32))
+    save(f"{tag}_G", G.numpy())
+    save(f"{tag}_losses", np.array([aux.item() / AUX_COEFF, z.item() / Z_COEFF], np.float64))
+    save(f"{tag}_dlogits", logits.grad.numpy())
+    save(f"{tag}_meta", np.array([N, E, k, C], np.int32))
+    save(f"{tag}_coeffs", np.array([AUX_COEFF, Z_COEFF], np.float32))
+
+    x = torch.randn(N, C, generator=g).requires_grad_(True)
+    permuted, _, sorted_indices = permute(x, rmap)
+    DXP = torch.randn(permuted.shape, generator=g)
+    (DXP * permuted).sum().backward()
+    yp = torch.randn(permuted.shape, generator=g).requires_grad_(True)
+    p = probs.detach().clone().requires_grad_(True)
+    y = unpermute(yp, sorted_indices, x.shape, probs=p, routing_map=rmap)
+    DY = torch.randn(y.shape, generator=g)
+    (DY * y).sum().backward()
+    save(f"{tag}_x", x.detach().numpy())
+    save(f"{tag}_xp", permuted.detach().numpy())
+    save(f"{tag}_rows", sorted_indices.numpy().astype(np.int32))
+    save(f"{tag}_DXP", DXP.numpy())
+    save(f"{tag}_dx", x.grad.numpy())
+    save(f"{tag}_yp", yp.detach().numpy())
+    save(f"{tag}_y", y.detach().numpy())
+    save(f"{tag}_DY", DY.numpy())
+    save(f"{tag}_dyp", yp.grad.numpy())
+    save(f"{tag}_dprobs", p.grad.numpy())  # dense (N,E)
+
+
+if __name__ == "__main__":
+    case("top2", 37, 8, 2, 24, 1)
+    case("top3", 29, 6, 3, 40, 2)

@@ -1,0 +1,68 @@
+/* mt-moe: mixture-of-experts routing and token movement, the parts of Megatron's MoE layer around
+ * its experts: the top-k router with the softmax score function (TopKRouter), its
+ * load-balancing ("aux_loss") and z losses with their gradients, and the dropless permute /
+ * unpermute of the token dispatcher (expert parallelism 1). The experts' GEMMs are the caller's:
+ * mt-tensor's linears over each expert's rows of the permuted tokens (rows [off_e, off_e +
+ * counts[e]), off_e the sum of the counts before e), which mt_moe_topk's counts give.
+ * N tokens, E experts, k experts a token; CPU reference and CUDA kernels, one dispatch on the
+ * tensors' device; deterministic (fixed orders, no atomics). */
+#ifndef MT_MOE_H
+#define MT_MOE_H
+
+#include <mt/core.h>
+#include <mt/tensor.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Top-k routing of logits (N,E) f32: idx (N,k) i32, each token's k largest logits' experts in
+ * descending order (ties: the lower expert first), probs (N,k) f32 the softmax over those k logits
+ * (Megatron's default, moe_router_pre_softmax off; equal to Mixtral's softmax over all E
+ * renormalised over the k), counts (E) i32 the tokens routed to each expert. */
+MT_API mt_status mt_moe_topk(mt_tensor *probs, mt_tensor *idx, mt_tensor *counts,
+                             const mt_tensor *logits, mt_stream stream);
+
+/* The dispatch map of idx (N,k) and counts (E) (mt_moe_topk's): rows (N*k) i32, the token of each
+ * permuted row, grouped by expert in expert order and within an expert in token order (Megatron's
+ * permute); pos (N,k) i32, the permuted row of token n's j-th choice. */
+MT_API mt_status mt_moe_dispatch_map(mt_tensor *rows, mt_tensor *pos, const mt_tensor *idx,
+                                     const mt_tensor *counts, mt_stream stream);
+
+/* xp[r] = x[rows[r]]: x (N,C), xp (N*k,C), one dtype. */
+MT_API mt_status mt_moe_permute(mt_tensor *xp, const mt_tensor *x, const mt_tensor *rows,
+                                mt_stream stream);
+/* Its backward: dx[n] = sum over j of dxp[pos[n,j]] (j in order, fp32, rounded once), added to
+ * dx when accumulate. */
+MT_API mt_status mt_moe_permute_bwd(mt_tensor *dx, const mt_tensor *dxp, const mt_tensor *pos,
+                                    int accumulate, mt_stream stream);
+/* The combine: y[n] = resid[n] + sum over j of probs[n,j] * yp[pos[n,j]] (fp32, rounded once;
+ * resid NULL: 0). yp (N*k,C), y and resid (N,C), one dtype; probs (N,k) f32. */
+MT_API mt_status mt_moe_unpermute(mt_tensor *y, const mt_tensor *yp, const mt_tensor *probs,
+                                  const mt_tensor *pos, const mt_tensor *resid, mt_stream stream);
+/* Its backward for dy (N,C): dyp[pos[n,j]] = probs[n,j] * dy[n] and dprobs[n,j] = dy[n] .
+ * yp[pos[n,j]] (f32). */
+MT_API mt_status mt_moe_unpermute_bwd(mt_tensor *dyp, mt_tensor *dprobs, const mt_tensor *dy,
+                                      const mt_tensor *yp, const mt_tensor *probs,
+                                      const mt_tensor *pos, mt_stream stream);
+
+/* The router's losses without their coefficients, added to out (2) f32: out[0] += Megatron's
+ * switch_load_balancing_loss_func / coeff = E / (k N^2) * sum over e of counts[e] * sum over n of
+ * softmax(logits[n])[e]; out[1] += z_loss_func / coeff = mean over n of logsumexp(logits[n])^2. */
+MT_API mt_status mt_moe_router_losses(mt_tensor *out, const mt_tensor *logits,
+                                      const mt_tensor *counts, int topk, mt_stream stream);
+
+/* The router's backward: dlogits (N,E) f32, the gradient of sum(dprobs * probs) + aux_scale *
+ * aux + z_scale * z with respect to the logits (probs, idx as mt_moe_topk gave them; aux and z as
+ * mt_moe_router_losses; the scales are the coefficients times the loss's backward scale, 0 for
+ * none). dprobs (N,k) f32. */
+MT_API mt_status mt_moe_router_bwd(mt_tensor *dlogits, const mt_tensor *dprobs,
+                                   const mt_tensor *probs, const mt_tensor *idx,
+                                   const mt_tensor *logits, const mt_tensor *counts,
+                                   float aux_scale, float z_scale, mt_stream stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MT_MOE_H */

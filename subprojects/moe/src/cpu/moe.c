@@ -1,0 +1,139 @@
+/* The CPU reference: plain loops in fp32, the spec of the CUDA kernels. */
+#include <math.h>
+#include <string.h>
+
+#include "../moe_impl.h"
+
+/* softmax(l)[e] for one row of E logits, and its logsumexp */
+static float row_softmax(const float *l, int64_t E, float *s) {
+    float mx = -INFINITY, sum = 0.0f;
+    for (int64_t e = 0; e < E; e++)
+        mx = l[e] > mx ? l[e] : mx;
+    for (int64_t e = 0; e < E; e++)
+        sum += s[e] = expf(l[e] - mx);
+    for (int64_t e = 0; e < E; e++)
+        s[e] /= sum;
+    return mx + logf(sum);
+}
+
+mt_status moe_topk_cpu(const moe_args *a) {
+    memset(a->counts, 0, (size_t)a->E * sizeof(int32_t));
+    for (int64_t n = 0; n < a->N; n++) {
+        const float *l = a->logits + n * a->E;
+        int32_t *id = a->idx + n * a->k;
+        float *p = a->probs + n * a->k, sum = 0.0f;
+        for (int64_t j = 0; j < a->k; j++) { /* the largest not yet taken; ties: lower expert */
+            int32_t best = -1;
+            for (int64_t e = 0; e < a->E; e++) {
+                int taken = 0;
+                for (int64_t i = 0; i < j; i++)
+                    taken |= id[i] == e;
+                if (!taken && (best < 0 || l[e] > l[best])) best = (int32_t)e;
+            }
+            id[j] = best;
+            a->counts[best]++;
+        }
+        for (int64_t j = 0; j < a->k; j++) /* (id[0] holds the largest) */
+            sum += p[j] = expf(l[id[j]] - l[id[0]]);
+        for (int64_t j = 0; j < a->k; j++)
+            p[j] /= sum;
+    }
+    return MT_OK;
+}
+
+mt_status moe_dispatch_map_cpu(const moe_args *a) {
+    int64_t off = 0;
+    for (int64_t e = 0; e < a->E; e++) /* expert by expert, its tokens in order */
+        for (int64_t n = 0; n < a->N; n++)
+            for (int64_t j = 0; j < a->k; j++)
+                if (a->idx_in[n * a->k + j] == e) {
+                    a->rows[off] = (int32_t)n;
+                    a->pos[n * a->k + j] = (int32_t)off++;
+                }
+    return MT_OK;
+}
+
+mt_status moe_permute_cpu(const moe_args *a) {
+    const size_t es = mt_dtype_size(a->dtype), row = (size_t)a->C * es;
+    for (int64_t r = 0; r < a->N * a->k; r++)
+        memcpy((char *)a->y + r * row, (const char *)a->x + a->rows_in[r] * row, row);
+    return MT_OK;
+}
+
+mt_status moe_permute_bwd_cpu(const moe_args *a) {
+    for (int64_t n = 0; n < a->N; n++)
+        for (int64_t c = 0; c < a->C; c++) {
+            float v = a->accumulate ? mt_load_f32(a->y, a->dtype, n * a->C + c) : 0.0f;
+            for (int64_t j = 0; j < a->k; j++)
+                v += mt_load_f32(a->x, a->dtype, a->pos_in[n * a->k + j] * a->C + c);
+            mt_store_f32(a->y, a->dtype, n * a->C + c, v);
+        }
+    return MT_OK;
+}
+
+mt_status moe_unpermute_cpu(const moe_args *a) {
+    for (int64_t n = 0; n < a->N; n++)
+        for (int64_t c = 0; c < a->C; c++) {
+            float v = a->resid ? mt_load_f32(a->resid, a->dtype, n * a->C + c) : 0.0f;
+            for (int64_t j = 0; j < a->k; j++)
+                v += a->probs_in[n * a->k + j] *
+                     mt_load_f32(a->x, a->dtype, a->pos_in[n * a->k + j] * a->C + c);
+            mt_store_f32(a->y, a->dtype, n * a->C + c, v);
+        }
+    return MT_OK;
+}
+
+mt_status moe_unpermute_bwd_cpu(const moe_args *a) {
+    for (int64_t n = 0; n < a->N; n++)
+        for (int64_t j = 0; j < a->k; j++) {
+            const int64_t r = a->pos_in[n * a->k + j];
+            const float p = a->probs_in[n * a->k + j];
+            float dot = 0.0f;
+            for (int64_t c = 0; c < a->C; c++) {
+                const float dy = mt_load_f32(a->x, a->dtype, n * a->C + c);
+                dot += dy * mt_load_f32(a->x2, a->dtype, r * a->C + c);
+                mt_store_f32(a->y2, a->dtype, r * a->C + c, p * dy);
+            }
+            a->dprobs_out[n * a->k + j] = dot;
+        }
+    return MT_OK;
+}
+
+mt_status moe_router_losses_cpu(const moe_args *a) {
+    float s[a->E];
+    double aux = 0.0, z = 0.0;
+    for (int64_t n = 0; n < a->N; n++) {
+        const float lse = row_softmax(a->logits + n * a->E, a->E, s);
+        for (int64_t e = 0; e < a->E; e++)
+            aux += (double)s[e] * a->counts_in[e];
+        z += (double)lse * lse;
+    }
+    a->losses[0] += (float)(aux * (double)a->E / ((double)a->k * a->N * a->N));
+    a->losses[1] += (float)(z / a->N);
+    return MT_OK;
+}
+
+/* dl[e] of the softmax over the chosen k: p_j (dp_j - sum_i p_i dp_i) at e = idx[j]; the aux
+ * loss's c s_e (counts_e - sum_i s_i counts_i), c = aux_scale E / (k N^2); the z loss's
+ * z_scale 2 lse s_e / N. */
+mt_status moe_router_bwd_cpu(const moe_args *a) {
+    float s[a->E];
+    const float c = a->aux_scale * (float)a->E / ((float)a->k * (float)a->N * (float)a->N);
+    for (int64_t n = 0; n < a->N; n++) {
+        float *dl = a->dlogits + n * a->E;
+        const float *p = a->probs_in + n * a->k, *dp = a->dprobs + n * a->k;
+        const int32_t *id = a->idx_in + n * a->k;
+        const float lse = row_softmax(a->logits + n * a->E, a->E, s);
+        float pdp = 0.0f, sc = 0.0f;
+        for (int64_t j = 0; j < a->k; j++)
+            pdp += p[j] * dp[j];
+        for (int64_t e = 0; e < a->E; e++)
+            sc += s[e] * (float)a->counts_in[e];
+        for (int64_t e = 0; e < a->E; e++)
+            dl[e] = c * s[e] * ((float)a->counts_in[e] - sc) +
+                    a->z_scale * 2.0f * lse * s[e] / (float)a->N;
+        for (int64_t j = 0; j < a->k; j++)
+            dl[id[j]] += p[j] * (dp[j] - pdp);
+    }
+    return MT_OK;
+}

@@ -1,0 +1,282 @@
+/* The CUDA kernels: a thread a token for the router, a block an expert for the dispatch map (a
+ * block-wide scan keeps token order), a block a token (or permuted row) for the row moves. Fixed
+ * reduction orders throughout (no float atomics). */
+#include <cub/block/block_reduce.cuh>
+#include <cub/block/block_scan.cuh>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <mt/core_cuda.h>
+
+#include "../moe_impl.h"
+
+static __device__ __forceinline__ float ldf(float v) {
+    return v;
+}
+static __device__ __forceinline__ float ldf(__nv_bfloat16 v) {
+    return __bfloat162float(v);
+}
+static __device__ __forceinline__ float ldf(__half v) {
+    return __half2float(v);
+}
+template <typename T> static __device__ __forceinline__ T stf(float v);
+template <> __device__ __forceinline__ float stf<float>(float v) {
+    return v;
+}
+template <> __device__ __forceinline__ __nv_bfloat16 stf<__nv_bfloat16>(float v) {
+    return __float2bfloat16_rn(v);
+}
+template <> __device__ __forceinline__ __half stf<__half>(float v) {
+    return __float2half_rn(v);
+}
+
+#define DISPATCH(dt, T, ...)                                                    \
+    do {                                                                        \
+        switch (dt) {                                                           \
+        case MT_F32: {                                                          \
+            typedef float T;                                                    \
+            __VA_ARGS__;                                                        \
+        } break;                                                                \
+        case MT_BF16: {                                                         \
+            typedef __nv_bfloat16 T;                                            \
+            __VA_ARGS__;                                                        \
+        } break;                                                                \
+        case MT_F16: {                                                          \
+            typedef __half T;                                                   \
+            __VA_ARGS__;                                                        \
+        } break;                                                                \
+        default:                                                                \
+            return MT_ERROR(MT_ERR_UNSUPPORTED, "dtype %s", mt_dtype_name(dt)); \
+        }                                                                       \
+    } while (0)
+
+static unsigned blocks_for(int64_t n, int threads) {
+    int64_t b = (n + threads - 1) / threads;
+    return (unsigned)(b < 1 ? 1 : b > 65535 * 16 ? 65535 * 16 : b);
+}
+
+/* ---- router ---- */
+
+static __global__ void topk_kernel(moe_args a) {
+    const int64_t n = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (n >= a.N) return;
+    const float *l = a.logits + n * a.E;
+    int32_t *id = a.idx + n * a.k;
+    float *p = a.probs + n * a.k;
+    for (int64_t j = 0; j < a.k; j++) {
+        int32_t best = -1;
+        for (int64_t e = 0; e < a.E; e++) {
+            bool taken = false;
+            for (int64_t i = 0; i < j; i++)
+                taken |= id[i] == e;
+            if (!taken && (best < 0 || l[e] > l[best])) best = (int32_t)e;
+        }
+        id[j] = best;
+        atomicAdd(&a.counts[best], 1); // why: integer adds, so the counts are exact in any order
+    }
+    float sum = 0.0f;
+    for (int64_t j = 0; j < a.k; j++)
+        sum += p[j] = expf(l[id[j]] - l[id[0]]);
+    for (int64_t j = 0; j < a.k; j++)
+        p[j] /= sum;
+}
+
+extern "C" mt_status moe_topk_cuda(const moe_args *a, mt_stream s) {
+    MT_CUDA_TRY(cudaMemsetAsync(a->counts, 0, (size_t)a->E * sizeof(int32_t), (cudaStream_t)s));
+    if (a->N == 0) return MT_OK;
+    topk_kernel<<<blocks_for(a->N, 128), 128, 0, (cudaStream_t)s>>>(*a);
+    MT_CUDA_CHECK_LAUNCH();
+    return MT_OK;
+}
+
+/* one row's softmax statistics: the max and the sum of exp(l - max) */
+static __device__ void row_stats(const float *l, int64_t E, float *mx, float *sum) {
+    float m = -INFINITY, t = 0.0f;
+    for (int64_t e = 0; e < E; e++)
+        m = fmaxf(m, l[e]);
+    for (int64_t e = 0; e < E; e++)
+        t += expf(l[e] - m);
+    *mx = m, *sum = t;
+}
+
+#define LOSS_THREADS 1024
+static __global__ void losses_kernel(moe_args a) {
+    typedef cub::BlockReduce<double, LOSS_THREADS> R;
+    __shared__ typename R::TempStorage tmp;
+    double aux = 0.0, z = 0.0;
+    for (int64_t n = threadIdx.x; n < a.N; n += LOSS_THREADS) {
+        const float *l = a.logits + n * a.E;
+        float mx, sum;
+        row_stats(l, a.E, &mx, &sum);
+        for (int64_t e = 0; e < a.E; e++)
+            aux += (double)(expf(l[e] - mx) / sum) * a.counts_in[e];
+        const float lse = mx + logf(sum);
+        z += (double)lse * lse;
+    }
+    aux = R(tmp).Sum(aux);
+    __syncthreads();
+    z = R(tmp).Sum(z);
+    if (threadIdx.x == 0) {
+        a.losses[0] += (float)(aux * (double)a.E / ((double)a.k * a.N * a.N));
+        a.losses[1] += (float)(z / a.N);
+    }
+}
+
+extern "C" mt_status moe_router_losses_cuda(const moe_args *a, mt_stream s) {
+    losses_kernel<<<1, LOSS_THREADS, 0, (cudaStream_t)s>>>(*a);
+    MT_CUDA_CHECK_LAUNCH();
+    return MT_OK;
+}
+
+static __global__ void router_bwd_kernel(moe_args a) {
+    const int64_t n = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (n >= a.N) return;
+    const float *l = a.logits + n * a.E, *p = a.probs_in + n * a.k, *dp = a.dprobs + n * a.k;
+    const int32_t *id = a.idx_in + n * a.k;
+    float *dl = a.dlogits + n * a.E;
+    const float c = a.aux_scale * (float)a.E / ((float)a.k * (float)a.N * (float)a.N);
+    float mx, sum, pdp = 0.0f, sc = 0.0f;
+    row_stats(l, a.E, &mx, &sum);
+    const float lse = mx + logf(sum);
+    for (int64_t j = 0; j < a.k; j++)
+        pdp += p[j] * dp[j];
+    for (int64_t e = 0; e < a.E; e++)
+        sc += expf(l[e] - mx) / sum * (float)a.counts_in[e];
+    for (int64_t e = 0; e < a.E; e++) {
+        const float se = expf(l[e] - mx) / sum;
+        dl[e] = c * se * ((float)a.counts_in[e] - sc) + a.z_scale * 2.0f * lse * se / (float)a.N;
+    }
+    for (int64_t j = 0; j < a.k; j++)
+        dl[id[j]] += p[j] * (dp[j] - pdp);
+}
+
+extern "C" mt_status moe_router_bwd_cuda(const moe_args *a, mt_stream s) {
+    if (a->N == 0) return MT_OK;
+    router_bwd_kernel<<<blocks_for(a->N, 128), 128, 0, (cudaStream_t)s>>>(*a);
+    MT_CUDA_CHECK_LAUNCH();
+    return MT_OK;
+}
+
+/* ---- dispatch map: block e finds expert e's entries of idx in order ---- */
+
+#define MAP_THREADS 256
+static __global__ void map_kernel(moe_args a) {
+    typedef cub::BlockScan<int, MAP_THREADS> S;
+    __shared__ typename S::TempStorage tmp;
+    __shared__ int64_t base;
+    const int e = blockIdx.x;
+    if (threadIdx.x == 0) {
+        int64_t b = 0;
+        for (int i = 0; i < e; i++)
+            b += a.counts_in[i];
+        base = b;
+    }
+    __syncthreads();
+    const int64_t R = a.N * a.k;
+    for (int64_t i0 = 0; i0 < R; i0 += MAP_THREADS) {
+        const int64_t i = i0 + threadIdx.x;
+        const int hit = i < R && a.idx_in[i] == e;
+        int before, total;
+        S(tmp).ExclusiveSum(hit, before, total);
+        if (hit) {
+            a.rows[base + before] = (int32_t)(i / a.k);
+            a.pos[i] = (int32_t)(base + before);
+        }
+        __syncthreads(); /* (tmp and base reused) */
+        if (threadIdx.x == 0) base += total;
+        __syncthreads();
+    }
+}
+
+extern "C" mt_status moe_dispatch_map_cuda(const moe_args *a, mt_stream s) {
+    map_kernel<<<(unsigned)a->E, MAP_THREADS, 0, (cudaStream_t)s>>>(*a);
+    MT_CUDA_CHECK_LAUNCH();
+    return MT_OK;
+}
+
+/* ---- row moves: a block a row ---- */
+
+template <typename T> static __global__ void permute_kernel(moe_args a) {
+    const int64_t r = blockIdx.x;
+    const T *x = (const T *)a.x + (int64_t)a.rows_in[r] * a.C;
+    T *y = (T *)a.y + r * a.C;
+    for (int64_t c = threadIdx.x; c < a.C; c += blockDim.x)
+        y[c] = x[c];
+}
+
+template <typename T> static __global__ void permute_bwd_kernel(moe_args a) {
+    const int64_t n = blockIdx.x;
+    T *dx = (T *)a.y + n * a.C;
+    for (int64_t c = threadIdx.x; c < a.C; c += blockDim.x) {
+        float v = a.accumulate ? ldf(dx[c]) : 0.0f;
+        for (int64_t j = 0; j < a.k; j++)
+            v += ldf(((const T *)a.x)[(int64_t)a.pos_in[n * a.k + j] * a.C + c]);
+        dx[c] = stf<T>(v);
+    }
+}
+
+template <typename T> static __global__ void unpermute_kernel(moe_args a) {
+    const int64_t n = blockIdx.x;
+    T *y = (T *)a.y + n * a.C;
+    for (int64_t c = threadIdx.x; c < a.C; c += blockDim.x) {
+        float v = a.resid ? ldf(((const T *)a.resid)[n * a.C + c]) : 0.0f;
+        for (int64_t j = 0; j < a.k; j++)
+            v += a.probs_in[n * a.k + j] *
+                 ldf(((const T *)a.x)[(int64_t)a.pos_in[n * a.k + j] * a.C + c]);
+        y[c] = stf<T>(v);
+    }
+}
+
+#define ROW_THREADS 256
+template <typename T> static __global__ void unpermute_bwd_kernel(moe_args a) {
+    typedef cub::BlockReduce<float, ROW_THREADS> R;
+    __shared__ typename R::TempStorage tmp;
+    const int64_t n = blockIdx.x;
+    const T *dy = (const T *)a.x + n * a.C;
+    for (int64_t j = 0; j < a.k; j++) {
+        const int64_t r = a.pos_in[n * a.k + j];
+        const float p = a.probs_in[n * a.k + j];
+        const T *yp = (const T *)a.x2 + r * a.C;
+        T *dyp = (T *)a.y2 + r * a.C;
+        float dot = 0.0f;
+        for (int64_t c = threadIdx.x; c < a.C; c += ROW_THREADS) {
+            const float d = ldf(dy[c]);
+            dot += d * ldf(yp[c]);
+            dyp[c] = stf<T>(p * d);
+        }
+        dot = R(tmp).Sum(dot);
+        if (threadIdx.x == 0) a.dprobs_out[n * a.k + j] = dot;
+        __syncthreads();
+    }
+}
+
+extern "C" mt_status moe_permute_cuda(const moe_args *a, mt_stream s) {
+    if (a->N * a->k == 0) return MT_OK;
+    DISPATCH(a->dtype, T,
+             (permute_kernel<T><<<(unsigned)(a->N * a->k), ROW_THREADS, 0, (cudaStream_t)s>>>(*a)));
+    MT_CUDA_CHECK_LAUNCH();
+    return MT_OK;
+}
+
+extern "C" mt_status moe_permute_bwd_cuda(const moe_args *a, mt_stream s) {
+    if (a->N == 0) return MT_OK;
+    DISPATCH(a->dtype, T,
+             (permute_bwd_kernel<T><<<(unsigned)a->N, ROW_THREADS, 0, (cudaStream_t)s>>>(*a)));
+    MT_CUDA_CHECK_LAUNCH();
+    return MT_OK;
+}
+
+extern "C" mt_status moe_unpermute_cuda(const moe_args *a, mt_stream s) {
+    if (a->N == 0) return MT_OK;
+    DISPATCH(a->dtype, T,
+             (unpermute_kernel<T><<<(unsigned)a->N, ROW_THREADS, 0, (cudaStream_t)s>>>(*a)));
+    MT_CUDA_CHECK_LAUNCH();
+    return MT_OK;
+}
+
+extern "C" mt_status moe_unpermute_bwd_cuda(const moe_args *a, mt_stream s) {
+    if (a->N == 0) return MT_OK;
+    DISPATCH(a->dtype, T,
+             (unpermute_bwd_kernel<T><<<(unsigned)a->N, ROW_THREADS, 0, (cudaStream_t)s>>>(*a)));
+    MT_CUDA_CHECK_LAUNCH();
+    return MT_OK;
+}

@@ -1,0 +1,255 @@
+/* mt-moe against megatron-core's MoE functions (golden/gen_moe.py): routing, dispatch map,
+ * permute / unpermute and their backwards, the aux and z losses and the router's backward. With
+ * argument "cuda": the same on the GPU (exit 77 without one), the rows also in bf16. */
+#include <math.h>
+#include <mt/moe.h>
+#include <mt/testkit.h>
+#include <stdlib.h>
+#include <string.h>
+
+static mt_device dev;
+
+/* A tensor on dev holding host values v (n of them) as dtype dt. */
+static mt_tensor put(const void *v, mt_dtype src_dt, mt_dtype dt, int ndim, const int64_t *shape) {
+    mt_tensor t = mt_tensor_make(NULL, dt, ndim, shape, dev);
+    const int64_t n = mt_tensor_numel(&t);
+    void *host = malloc(mt_tensor_nbytes(&t) + 1);
+    for (int64_t i = 0; i < n; i++) {
+        if (dt == MT_I32)
+            ((int32_t *)host)[i] = src_dt == MT_I32 ? ((const int32_t *)v)[i] : 0;
+        else
+            mt_store_f32(host, dt, i, v ? mt_load_f32(v, src_dt, i) : 0.0f);
+    }
+    if (mt_device_is_cuda(dev)) {
+        MT_ASSERT(mt_device_malloc(&t.data, mt_tensor_nbytes(&t) + 1) == MT_OK);
+        MT_ASSERT(mt_memcpy(t.data, dev, host, mt_device_cpu(), mt_tensor_nbytes(&t), NULL) ==
+                  MT_OK);
+        free(host);
+    } else {
+        t.data = host;
+    }
+    return t;
+}
+#define PUT(v, sdt, dt, ...)                                              \
+    put(v, sdt, dt, sizeof((int64_t[]){ __VA_ARGS__ }) / sizeof(int64_t), \
+        (int64_t[]){ __VA_ARGS__ })
+
+/* t's values as floats (or int32 for I32) in a malloc'd host buffer. */
+static void *get(const mt_tensor *t) {
+    const int64_t n = mt_tensor_numel(t);
+    void *raw = malloc(mt_tensor_nbytes(t) + 1);
+    MT_ASSERT(mt_memcpy(raw, mt_device_cpu(), t->data, t->device, mt_tensor_nbytes(t), NULL) ==
+              MT_OK);
+    if (t->dtype == MT_I32) return raw;
+    float *f = malloc(sizeof(float) * (size_t)n + 1);
+    for (int64_t i = 0; i < n; i++)
+        f[i] = mt_load_f32(raw, t->dtype, i);
+    free(raw);
+    return f;
+}
+
+static void drop(mt_tensor *t) {
+    if (mt_device_is_cuda(dev))
+        mt_device_free(t->data);
+    else
+        free(t->data);
+}
+
+static char name_buf[64];
+static const char *nm(const char *tag, const char *what) {
+    snprintf(name_buf, sizeof name_buf, "%s_%s.npy", tag, what);
+    return name_buf;
+}
+
+/* Rounds v[0..n) to bf16 in place. */
+static void round_bf16(float *v, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        v[i] = mt_bf16_to_f32(mt_f32_to_bf16(v[i]));
+}
+
+/* The row results for inputs rounded to bf16, in float64 from megatron-core's permutation
+ * (counts_g: each expert's rows; rows_g: the token of each permuted row) and dense probabilities: xp, dx (of DXP), y (of yp),
+ * dyp and dense dprobs (of DY). */
+static void bf16_reference(int64_t N, int64_t E, int64_t C, const float *counts_g,
+                           const float *rows_g, const float *probs_g, const float *x,
+                           const float *DXP, const float *yp, const float *DY, float *xp, float *dx,
+                           float *y, float *dyp, float *dprobs) {
+    memset(dx, 0, sizeof(float) * (size_t)(N * C));
+    memset(y, 0, sizeof(float) * (size_t)(N * C));
+    memset(dprobs, 0, sizeof(float) * (size_t)(N * E));
+    for (int64_t e = 0, r = 0; e < E; e++)
+        for (int64_t i = 0; i < (int64_t)counts_g[e]; i++, r++) { /* expert e's rows */
+            const int64_t t = (int64_t)rows_g[r];
+            const double p = probs_g[t * E + e];
+            double dot = 0.0;
+            for (int64_t c = 0; c < C; c++) {
+                xp[r * C + c] = x[t * C + c];
+                dx[t * C + c] = (float)((double)dx[t * C + c] + DXP[r * C + c]);
+                y[t * C + c] = (float)((double)y[t * C + c] + p * yp[r * C + c]);
+                dyp[r * C + c] = (float)(p * DY[t * C + c]);
+                dot += (double)DY[t * C + c] * yp[r * C + c];
+            }
+            dprobs[t * E + e] = (float)dot;
+        }
+}
+
+/* One golden case with the rows in `rt` (f32: golden tolerances; bf16: the inputs rounded, so
+ * the row results within bf16's). */
+static void run_case(const char *tag, mt_dtype rt) {
+    size_t n;
+    float *meta = mt_test_golden_f32(nm(tag, "meta"), &n, NULL);
+    const int64_t N = (int64_t)meta[0], E = (int64_t)meta[1], k = (int64_t)meta[2],
+                  C = (int64_t)meta[3];
+    float *coeffs = mt_test_golden_f32(nm(tag, "coeffs"), &n, NULL);
+    float *logits_h = mt_test_golden_f32(nm(tag, "logits"), &n, NULL);
+    float *probs_g = mt_test_golden_f32(nm(tag, "probs"), &n, NULL);
+    float *counts_g = mt_test_golden_f32(nm(tag, "counts"), &n, NULL);
+    float *G = mt_test_golden_f32(nm(tag, "G"), &n, NULL);
+    double *losses_g = mt_test_golden_f64(nm(tag, "losses"), &n);
+    float *dlogits_g = mt_test_golden_f32(nm(tag, "dlogits"), &n, NULL);
+    printf("-- %s: N %lld E %lld top-%lld C %lld, rows %s on %s\n", tag, (long long)N, (long long)E,
+           (long long)k, (long long)C, mt_dtype_name(rt), mt_device_is_cuda(dev) ? "cuda" : "cpu");
+
+    /* routing */
+    mt_tensor logits = PUT(logits_h, MT_F32, MT_F32, N, E);
+    mt_tensor probs = PUT(NULL, MT_F32, MT_F32, N, k), idx = PUT(NULL, MT_F32, MT_I32, N, k);
+    mt_tensor counts = PUT(NULL, MT_F32, MT_I32, E);
+    MT_EXPECT(mt_moe_topk(&probs, &idx, &counts, &logits, NULL) == MT_OK, "topk: %s",
+              mt_last_error());
+    float *p = get(&probs);
+    int32_t *id = get(&idx), *cnt = get(&counts);
+    float *dense = calloc((size_t)(N * E), sizeof(float));
+    for (int64_t t = 0; t < N; t++)
+        for (int64_t j = 0; j < k; j++) {
+            dense[t * E + id[t * k + j]] = p[t * k + j];
+            if (j)
+                MT_EXPECT(p[t * k + j] <= p[t * k + j - 1], "token %lld: not descending",
+                          (long long)t);
+        }
+    mt_test_close_f32("routing probs (dense)", dense, probs_g, (size_t)(N * E), 1e-7, 1e-6);
+    int64_t cg[64], cgot[64];
+    for (int64_t e = 0; e < E; e++)
+        cg[e] = (int64_t)counts_g[e], cgot[e] = cnt[e];
+    mt_test_equal_i64("tokens per expert", cgot, cg, (size_t)E);
+
+    /* losses and the router's backward */
+    mt_tensor losses = PUT(NULL, MT_F32, MT_F32, 2);
+    MT_EXPECT(mt_moe_router_losses(&losses, &logits, &counts, (int)k, NULL) == MT_OK, "losses: %s",
+              mt_last_error());
+    float *lo = get(&losses);
+    const float lg[2] = { (float)losses_g[0], (float)losses_g[1] };
+    mt_test_close_f32("aux and z losses", lo, lg, 2, 0.0, 1e-5);
+    float *dp_h = malloc(sizeof(float) * (size_t)(N * k));
+    for (int64_t t = 0; t < N; t++)
+        for (int64_t j = 0; j < k; j++)
+            dp_h[t * k + j] = G[t * E + id[t * k + j]];
+    mt_tensor dprobs = PUT(dp_h, MT_F32, MT_F32, N, k), dlogits = PUT(NULL, MT_F32, MT_F32, N, E);
+    MT_EXPECT(mt_moe_router_bwd(&dlogits, &dprobs, &probs, &idx, &logits, &counts, coeffs[0],
+                                coeffs[1], NULL) == MT_OK,
+              "router bwd: %s", mt_last_error());
+    float *dl = get(&dlogits);
+    mt_test_close_f32("logits' gradient", dl, dlogits_g, (size_t)(N * E), 1e-6, 1e-5);
+
+    /* dispatch map and permute */
+    float *rows_g = mt_test_golden_f32(nm(tag, "rows"), &n, NULL);
+    mt_tensor rows = PUT(NULL, MT_F32, MT_I32, N * k), pos = PUT(NULL, MT_F32, MT_I32, N, k);
+    MT_EXPECT(mt_moe_dispatch_map(&rows, &pos, &idx, &counts, NULL) == MT_OK, "map: %s",
+              mt_last_error());
+    int32_t *rw = get(&rows), *ps = get(&pos);
+    int64_t *a = malloc(sizeof(int64_t) * (size_t)(N * k)), *b = malloc(sizeof(int64_t) * N * k);
+    for (int64_t r = 0; r < N * k; r++)
+        a[r] = rw[r], b[r] = (int64_t)rows_g[r];
+    mt_test_equal_i64("permuted rows' tokens", a, b, (size_t)(N * k));
+    for (int64_t t = 0; t < N; t++)
+        for (int64_t j = 0; j < k; j++)
+            MT_EXPECT(rw[ps[t * k + j]] == t, "pos of token %lld choice %lld", (long long)t,
+                      (long long)j);
+
+    float *x_h = mt_test_golden_f32(nm(tag, "x"), &n, NULL);
+    float *xp_g = mt_test_golden_f32(nm(tag, "xp"), &n, NULL);
+    float *DXP = mt_test_golden_f32(nm(tag, "DXP"), &n, NULL);
+    float *dx_g = mt_test_golden_f32(nm(tag, "dx"), &n, NULL);
+    float *yp_h = mt_test_golden_f32(nm(tag, "yp"), &n, NULL);
+    float *y_g = mt_test_golden_f32(nm(tag, "y"), &n, NULL);
+    float *DY = mt_test_golden_f32(nm(tag, "DY"), &n, NULL);
+    float *dyp_g = mt_test_golden_f32(nm(tag, "dyp"), &n, NULL);
+    float *dprobs_g = mt_test_golden_f32(nm(tag, "dprobs"), &n, NULL);
+    /* bf16 rows: the inputs rounded, the expected values megatron-core's permutation of them in
+     * float64; ours are rounded to bf16 once (the dot products stay f32) */
+    const double atol = rt == MT_F32 ? 1e-6 : 1e-6, rtol = rt == MT_F32 ? 1e-5 : 1.0 / 256;
+    if (rt == MT_BF16) {
+        round_bf16(x_h, (size_t)(N * C)), round_bf16(DXP, (size_t)(N * k * C));
+        round_bf16(yp_h, (size_t)(N * k * C)), round_bf16(DY, (size_t)(N * C));
+        bf16_reference(N, E, C, counts_g, rows_g, probs_g, x_h, DXP, yp_h, DY, xp_g, dx_g, y_g,
+                       dyp_g, dprobs_g);
+    }
+    mt_tensor x = PUT(x_h, MT_F32, rt, N, C), xp = PUT(NULL, MT_F32, rt, N * k, C);
+    MT_EXPECT(mt_moe_permute(&xp, &x, &rows, NULL) == MT_OK, "permute: %s", mt_last_error());
+    float *xpv = get(&xp);
+    mt_test_close_f32("permuted x", xpv, xp_g, (size_t)(N * k * C), atol, rtol);
+    mt_tensor dxp = PUT(DXP, MT_F32, rt, N * k, C), dx = PUT(NULL, MT_F32, rt, N, C);
+    MT_EXPECT(mt_moe_permute_bwd(&dx, &dxp, &pos, 0, NULL) == MT_OK, "permute bwd: %s",
+              mt_last_error());
+    float *dxv = get(&dx);
+    mt_test_close_f32("permute's dx", dxv, dx_g, (size_t)(N * C), atol, rtol);
+    MT_EXPECT(mt_moe_permute_bwd(&dx, &dxp, &pos, 1, NULL) == MT_OK, "permute bwd acc");
+    float *dx2 = get(&dx);
+    for (size_t i = 0; i < (size_t)(N * C); i++)
+        dx_g[i] *= 2.0f;
+    mt_test_close_f32("permute's dx, accumulated", dx2, dx_g, (size_t)(N * C), atol, 2 * rtol);
+
+    /* combine and its backward */
+    mt_tensor yp = PUT(yp_h, MT_F32, rt, N * k, C), y = PUT(NULL, MT_F32, rt, N, C);
+    MT_EXPECT(mt_moe_unpermute(&y, &yp, &probs, &pos, NULL, NULL) == MT_OK, "unpermute: %s",
+              mt_last_error());
+    float *yv = get(&y);
+    mt_test_close_f32("combined y", yv, y_g, (size_t)(N * C), atol, rtol);
+    mt_tensor resid = PUT(x_h, MT_F32, rt, N, C);
+    MT_EXPECT(mt_moe_unpermute(&y, &yp, &probs, &pos, &resid, NULL) == MT_OK, "unpermute resid");
+    float *yr = get(&y);
+    for (size_t i = 0; i < (size_t)(N * C); i++)
+        y_g[i] += x_h[i];
+    mt_test_close_f32("combined y + residual", yr, y_g, (size_t)(N * C), atol, 2 * rtol);
+    mt_tensor dy = PUT(DY, MT_F32, rt, N, C), dyp = PUT(NULL, MT_F32, rt, N * k, C);
+    mt_tensor dpr = PUT(NULL, MT_F32, MT_F32, N, k);
+    MT_EXPECT(mt_moe_unpermute_bwd(&dyp, &dpr, &dy, &yp, &probs, &pos, NULL) == MT_OK,
+              "unpermute bwd: %s", mt_last_error());
+    float *dypv = get(&dyp), *dprv = get(&dpr), *dpr_g = malloc(sizeof(float) * N * k);
+    mt_test_close_f32("combine's dyp", dypv, dyp_g, (size_t)(N * k * C), atol, rtol);
+    for (int64_t t = 0; t < N; t++)
+        for (int64_t j = 0; j < k; j++)
+            dpr_g[t * k + j] = dprobs_g[t * E + id[t * k + j]];
+    mt_test_close_f32("combine's dprobs", dprv, dpr_g, (size_t)(N * k), 1e-5, 1e-5);
+
+    /* refusals */
+    mt_tensor idx1 = PUT(NULL, MT_F32, MT_I32, N, E + 1), p1 = PUT(NULL, MT_F32, MT_F32, N, E + 1);
+    MT_EXPECT_STATUS(mt_moe_topk(&p1, &idx1, &counts, &logits, NULL), MT_ERR_INVALID_ARG);
+    MT_EXPECT_STATUS(mt_moe_permute(&xp, &x, &pos, NULL), MT_ERR_INVALID_ARG); /* 2-D rows */
+    MT_EXPECT_STATUS(mt_moe_unpermute(&y, &yp, &dlogits, &pos, NULL, NULL), MT_ERR_INVALID_ARG);
+    mt_tensor *all[] = { &logits, &probs, &idx, &counts, &losses, &dprobs, &dlogits,
+                         &rows,   &pos,   &x,   &xp,     &dxp,    &dx,     &yp,
+                         &y,      &resid, &dy,  &dyp,    &dpr,    &idx1,   &p1 };
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+        drop(all[i]);
+    void *host[] = { meta, coeffs, logits_h, probs_g, counts_g, G,    losses_g, dlogits_g,
+                     p,    id,     cnt,      dense,   lo,       dp_h, dl,       rows_g,
+                     rw,   ps,     a,        b,       x_h,      xp_g, xpv,      DXP,
+                     dx_g, dxv,    dx2,      yp_h,    y_g,      DY,   dyp_g,    dprobs_g,
+                     yv,   yr,     dypv,     dprv,    dpr_g };
+    for (size_t i = 0; i < sizeof host / sizeof *host; i++)
+        free(host[i]);
+}
+
+int main(int argc, char **argv) {
+    const int cuda = argc > 1 && strcmp(argv[1], "cuda") == 0;
+    if (cuda) {
+        mt_test_require_gpus(1);
+        dev = mt_device_cuda(0);
+    } else {
+        dev = mt_device_cpu();
+    }
+    run_case("top2", MT_F32);
+    run_case("top3", MT_F32);
+    run_case("top2", MT_BF16);
+    return mt_test_result();
+}
