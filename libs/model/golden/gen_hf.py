@@ -1,5 +1,5 @@
 """Golden values for libs/model from Hugging Face transformers (independent reference).
-Builds tiny random GPT2LMHeadModel, LlamaForCausalLM and Qwen3ForCausalLM models, runs them in float64 on the CPU
+Builds tiny random GPT2LMHeadModel, LlamaForCausalLM, Qwen3ForCausalLM and MixtralForCausalLM models, runs them in float64 on the CPU
 and records, in our parameter names and layouts (nn.Linear (out, in); GPT-2's Conv1D transposed;
 Llama q|k|v and gate|up concatenated, HF's half-split RoPE kept):
   <m>_weights.safetensors  the f32 weights the test loads
@@ -16,7 +16,9 @@ Llama q|k|v and gate|up concatenated, HF's half-split RoPE kept):
                            2-D weights only, as Megatron), one fixed batch per step
 Versions: torch 2.15, transformers 5.23 (pip). Seeds: torch.manual_seed(0) for weights, 1 for data.
 Rerun: python gen_hf.py (from this directory; a venv with pip's torch, transformers,
-safetensors, randomgen); python gen_hf.py drop writes only the dropout records. The position-id records were added with torch 2.x and transformers 5.x of
+safetensors, randomgen); python gen_hf.py drop writes only the dropout records; python gen_hf.py
+mixtral only Mixtral's (transformers 5.x, torch 2.x, megatron-core 0.16.1 for
+mixtral_moe.safetensors: Megatron's router losses, record_moe_losses). The position-id records were added with torch 2.x and transformers 5.x of
 2026-11 (pip), whose weights, io, grads and AdamW losses reproduce the earlier files."""
 import os
 import sys
@@ -78,12 +80,28 @@ def llama_names(model):
             [sd[p + f"self_attn.{x}_proj.weight"] for x in "qkv"])
         out[q + "self_attention.linear_proj.weight"] = sd[p + "self_attn.o_proj.weight"]
         out[q + "pre_mlp_layernorm.weight"] = sd[p + "post_attention_layernorm.weight"]
-        out[q + "mlp.linear_fc1.weight"] = torch.cat(
-            [sd[p + "mlp.gate_proj.weight"], sd[p + "mlp.up_proj.weight"]])
-        out[q + "mlp.linear_fc2.weight"] = sd[p + "mlp.down_proj.weight"]
+        if p + "mlp.gate_proj.weight" in sd:  # (Mixtral's experts: mixtral_names)
+            out[q + "mlp.linear_fc1.weight"] = torch.cat(
+                [sd[p + "mlp.gate_proj.weight"], sd[p + "mlp.up_proj.weight"]])
+            out[q + "mlp.linear_fc2.weight"] = sd[p + "mlp.down_proj.weight"]
         for x in "qk":  # Qwen3's per-head norms (Megatron's --qk-layernorm)
             if p + f"self_attn.{x}_norm.weight" in sd:
                 out[q + f"self_attention.{x}_layernorm.weight"] = sd[p + f"self_attn.{x}_norm.weight"]
+    return out
+
+
+def mixtral_names(model):
+    """Llama's names, and each layer's router (HF's mlp.gate) and experts (transformers 5's fused
+    gate_up_proj (E, 2I, H): [gate; up] = our linear_fc1; down_proj (E, H, I): linear_fc2)."""
+    out = llama_names(model)
+    sd = {k.removeprefix("model."): v for k, v in model.state_dict().items()}
+    for i in range(model.config.num_hidden_layers):
+        p, q = f"layers.{i}.mlp.", f"decoder.layers.{i}.mlp."
+        out[q + "router.weight"] = sd[p + "gate.weight"]
+        for e in range(model.config.num_local_experts):
+            r = f"{q}experts.local_experts.{e}."
+            out[r + "linear_fc1.weight"] = sd[p + "experts.gate_up_proj"][e]
+            out[r + "linear_fc2.weight"] = sd[p + "experts.down_proj"][e]
     return out
 
 
@@ -199,6 +217,42 @@ def record_drop(tag, model, names):
     print(tag, "dropout loss", loss.item())
 
 
+MOE_AUX, MOE_Z = 0.01, 0.001
+
+
+def record_moe_losses(tag, model, names):
+    """Megatron's router losses on the Mixtral model: the gradients of the mean cross-entropy
+    plus, for every layer, moe_aux_loss_coeff times megatron-core's switch_load_balancing_loss_func
+    and moe_z_loss_coeff times its z_loss_func of that layer's router logits (one micro-batch:
+    their backward scale is 1), and the losses without coefficients averaged over the layers.
+    HF's own load_balancing_loss_func (all layers' tokens pooled) is not Megatron's."""
+    from megatron.core.transformer.moe.moe_utils import (compute_routing_scores_for_aux_loss,
+                                                         switch_load_balancing_loss_func,
+                                                         z_loss_func)
+    model = model.double()
+    model.zero_grad()
+    out = model(tokens, output_router_logits=True)
+    ce = torch.nn.functional.cross_entropy(out.logits.reshape(-1, V), targets.reshape(-1),
+                                           ignore_index=-100)
+    k, E = model.config.num_experts_per_tok, model.config.num_local_experts
+    total, aux_sum, z_sum = ce, 0.0, 0.0
+    for lg in out.router_logits:
+        rmap, scores = compute_routing_scores_for_aux_loss(lg, k, "softmax")
+        aux = switch_load_balancing_loss_func(scores, rmap.sum(0), lg.shape[0], k, E, MOE_AUX)
+        z = z_loss_func(lg, MOE_Z)
+        total = total + aux + z
+        aux_sum += aux.item() / MOE_AUX
+        z_sum += z.item() / MOE_Z
+    total.backward()
+    nl = len(out.router_logits)
+    rec = {"grad." + k_: v for k_, v in grads_named(model, names, tag).items()}
+    rec["loss"] = ce.detach().float().reshape(1)
+    rec["moe_losses"] = torch.tensor([aux_sum / nl, z_sum / nl], dtype=torch.float32)
+    rec["coeffs"] = torch.tensor([MOE_AUX, MOE_Z], dtype=torch.float32)
+    save_file(rec, f"{tag}_moe.safetensors")
+    print(tag, "router losses", aux_sum / nl, z_sum / nl)
+
+
 def same_weights(tag, model, names):
     saved = load_file(f"{tag}_weights.safetensors")
     with torch.no_grad():
@@ -223,6 +277,23 @@ if len(sys.argv) > 1 and sys.argv[1] == "drop":
     lm = LlamaForCausalLM(lc)
     same_weights("llama", lm, llama_names)
     record_drop("llama", lm, llama_names)
+    sys.exit(0)
+
+if len(sys.argv) > 1 and sys.argv[1] == "mixtral":
+    # Mixtral: Llama's attention; each MLP 4 experts of SwiGLU 32, top-2 (python gen_hf.py
+    # mixtral writes only these records: weights, grads, io, pos, adamw, moe)
+    from transformers import MixtralConfig, MixtralForCausalLM
+    torch.manual_seed(0)
+    xc = MixtralConfig(vocab_size=V, hidden_size=64, intermediate_size=32, num_hidden_layers=2,
+                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32,
+                       rms_norm_eps=1e-5, rope_theta=10000.0, num_local_experts=4,
+                       num_experts_per_tok=2, tie_word_embeddings=False, router_jitter_noise=0.0,
+                       output_router_logits=False, experts_implementation="eager")
+    record("mixtral", MixtralForCausalLM(xc), mixtral_names)
+    torch.manual_seed(0)
+    mx = MixtralForCausalLM(xc)
+    same_weights("mixtral", mx, mixtral_names)
+    record_moe_losses("mixtral", mx, mixtral_names)
     sys.exit(0)
 
 torch.manual_seed(0)

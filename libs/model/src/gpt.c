@@ -7,6 +7,8 @@
  * with the GELU's backward), after dY's gather under sequence parallelism. */
 #include "model_impl.h"
 
+#include <mt/moe.h>
+
 #include <stddef.h>
 #include <string.h>
 
@@ -211,6 +213,128 @@ static mt_status qk_norm_bwd(mt_model *m, layer_acts *la, const layer_params *lp
     return MT_OK;
 }
 
+/* Rows [off, off + n) of a (rows, cols) tensor. */
+static mt_status rows_of(const mt_tensor *t, int64_t off, int64_t n, mt_tensor *out) {
+    return mt_tensor_slice(t, 0, off, n, out);
+}
+
+/* Mixture of experts: whether the router losses run (in a training forward, not recomputed). */
+static int moe_losses_on(const mt_model *m) {
+    return m->cfg.moe_aux_loss_coeff > 0.0f || m->cfg.moe_z_loss_coeff > 0.0f;
+}
+
+/* The MoE MLP's forward from ln2: the router's logits, top-k and dispatch map (the tokens per
+ * expert come to the host: the experts' row counts), the permuted rows through each expert's
+ * fc1, activation and fc2, and (next != NULL) the combine with the residual add into next. */
+static mt_status moe_fwd(mt_model *m, layer_acts *la, const layer_params *lp, mt_tensor *next,
+                         mt_stream s) {
+    const mt_model_config *c = &m->cfg;
+    const int E = moe_n(c);
+    OP("fwd.moe.router", mt_gemm(m->blas, &la->router_logits, NULL, &la->ln2, W(lp->router_w), NULL,
+                                 MT_GEMM_TRANS_B, 1.0f, 0.0f, s));
+    OP("fwd.moe.route",
+       mt_moe_topk(&la->moe_probs, &la->moe_idx, &la->moe_counts, &la->router_logits, s));
+    MT_TRY(mt_memcpy(la->counts_h, MT_DEVICE_CPU, la->moe_counts.data, m->dev,
+                     (size_t)E * sizeof(int32_t), s));
+    if (m->train && !m->recomputing && moe_losses_on(m)) {
+        OP("fwd.moe.losses", mt_moe_router_losses(&m->a.moe_loss, &la->router_logits,
+                                                  &la->moe_counts, c->moe_router_topk, s));
+        m->n_moe++;
+    }
+    OP("fwd.moe.map",
+       mt_moe_dispatch_map(&la->moe_rows, &la->moe_pos, &la->moe_idx, &la->moe_counts, s));
+    OP("fwd.moe.permute", mt_moe_permute(&la->moe_xp, &la->ln2, &la->moe_rows, s));
+    MT_TRY(mt_stream_sync(s));           /* (counts_h) */
+    for (int pass = 0; pass < 2; pass++) /* fc1 (GELU fused); SwiGLU over all rows; fc2 */
+        for (int e = 0, off = 0; e < E; off += la->counts_h[e++]) {
+            const int64_t n = la->counts_h[e];
+            mt_tensor x, h, act, y;
+            if (!n) continue;
+            MT_TRY(rows_of(&la->moe_xp, off, n, &x));
+            MT_TRY(rows_of(&la->fc1_pre, off, n, &h));
+            MT_TRY(rows_of(&la->fc1_act, off, n, &act));
+            MT_TRY(rows_of(&la->moe_yp, off, n, &y));
+            if (pass == 0 && c->swiglu)
+                OP("fwd.gemm.fc1",
+                   mt_linear_fwd(m->blas, &h, NULL, &x, W(lp->exp_fc1[e]), NULL, 0, s));
+            else if (pass == 0)
+                OP("fwd.gemm.fc1+gelu",
+                   mt_linear_fwd(m->blas, &act, &h, &x, W(lp->exp_fc1[e]), NULL, MT_GEMM_GELU, s));
+            else
+                OP("fwd.gemm.fc2",
+                   mt_linear_fwd(m->blas, &y, NULL, &act, W(lp->exp_fc2[e]), NULL, 0, s));
+            if (pass == 0 && e == E - 1 && c->swiglu)
+                OP("fwd.swiglu", mt_swiglu_fwd(&la->fc1_act, &la->fc1_pre, NULL, s));
+        }
+    if (!next) return MT_OK;
+    OP("fwd.moe.combine",
+       mt_moe_unpermute(next, &la->moe_yp, &la->moe_probs, &la->moe_pos, &la->resid_mid, s));
+    return MT_OK;
+}
+
+/* The MoE MLP's backward from a->dres (the layer output's gradient) into a->dln (ln2's): the
+ * combine's, each expert's fc2 and fc1 (an expert without tokens: its grads zeroed when
+ * written), the permutation's, and the router's with the aux and z losses (scaled as the loss:
+ * the training forward's loss_scale, times the micro-batch's tokens with per-token loss). */
+static mt_status moe_bwd(mt_model *m, layer_acts *la, const layer_params *lp, int acc,
+                         mt_stream s) {
+    const mt_model_config *c = &m->cfg;
+    acts *a = &m->a;
+    const int E = moe_n(c);
+    OP("bwd.moe.combine", mt_moe_unpermute_bwd(&a->moe_dyp, &a->moe_dprobs, &a->dres, &la->moe_yp,
+                                               &la->moe_probs, &la->moe_pos, s));
+    for (int pass = 0; pass < 2; pass++) /* fc2 (GELU's backward fused); SwiGLU's; fc1 */
+        for (int e = 0, off = 0; e < E; off += la->counts_h[e++]) {
+            const int64_t n = la->counts_h[e];
+            mt_tensor x, h, act, dy, dact, dh, dx;
+            if (!n) {
+                if (!acc && pass == 0) {
+                    MT_TRY(mt_fill(G(lp->exp_fc1[e]), 0.0f, s));
+                    MT_TRY(mt_fill(G(lp->exp_fc2[e]), 0.0f, s));
+                }
+                continue;
+            }
+            MT_TRY(rows_of(&la->moe_xp, off, n, &x));
+            MT_TRY(rows_of(&la->fc1_pre, off, n, &h));
+            MT_TRY(rows_of(&la->fc1_act, off, n, &act));
+            MT_TRY(rows_of(&a->moe_dyp, off, n, &dy));
+            MT_TRY(rows_of(&a->dfc1_pre, off, n, &dh));
+            MT_TRY(rows_of(&a->moe_dxp, off, n, &dx));
+            if (pass == 0 && c->swiglu) {
+                MT_TRY(rows_of(&a->dfc1_act, off, n, &dact));
+                OP("bwd.gemm.fc2", mt_linear_bwd(m->blas, &dact, G(lp->exp_fc2[e]), NULL, &dy, &act,
+                                                 W(lp->exp_fc2[e]), acc, s));
+            } else if (pass == 0) {
+                OP("bwd.gemm.fc2+dgelu",
+                   mt_linear_bwd_dgelu(m->blas, &dh, NULL, &h, G(lp->exp_fc2[e]), NULL, &dy, &act,
+                                       W(lp->exp_fc2[e]), acc, s));
+            } else {
+                OP("bwd.gemm.fc1", mt_linear_bwd(m->blas, &dx, G(lp->exp_fc1[e]), NULL, &dh, &x,
+                                                 W(lp->exp_fc1[e]), acc, s));
+            }
+            if (pass == 0 && e == E - 1 && c->swiglu)
+                OP("bwd.swiglu",
+                   mt_swiglu_bwd(&a->dfc1_pre, NULL, &a->dfc1_act, &la->fc1_pre, NULL, s));
+        }
+    OP("bwd.moe.permute", mt_moe_permute_bwd(&a->dln, &a->moe_dxp, &la->moe_pos, 0, s));
+    const float scale =
+        m->loss_scale * (c->per_token_loss ? (float)((int64_t)m->B * c->seq_length) : 1.0f);
+    OP("bwd.moe.router",
+       mt_moe_router_bwd(&a->moe_dlogits, &a->moe_dprobs, &la->moe_probs, &la->moe_idx,
+                         &la->router_logits, &la->moe_counts, c->moe_aux_loss_coeff * scale,
+                         c->moe_z_loss_coeff * scale, s));
+    mt_tensor *dl = &a->moe_dlogits;
+    if (c->dtype != MT_F32) { /* (the router's GEMMs in the model dtype) */
+        MT_TRY(mt_cast(&a->moe_dlogits_dt, &a->moe_dlogits, s));
+        dl = &a->moe_dlogits_dt;
+    }
+    OP("bwd.gemm.router",
+       mt_gemm(m->blas, &a->dln, NULL, dl, W(lp->router_w), NULL, 0, 1.0f, 1.0f, s));
+    OP("bwd.gemm.router",
+       mt_linear_bwd(m->blas, NULL, G(lp->router_w), NULL, dl, &la->ln2, W(lp->router_w), acc, s));
+    return MT_OK;
+}
+
 static mt_status layer_fwd(mt_model *m, int l, mt_tensor *next, mt_stream s) {
     const mt_model_config *c = &m->cfg;
     acts *a = &m->a;
@@ -235,6 +359,7 @@ static mt_status layer_fwd(mt_model *m, int l, mt_tensor *next, mt_stream s) {
                                         &la->resid_in, (uint32_t)(SITE_PROJ + 3 * l), s));
     OP("fwd.norm", norm_fwd(m, &la->ln2, &la->ln2_mean, &la->ln2_rstd, &la->resid_mid, lp->ln2_w,
                             lp->ln2_b, s));
+    if (moe_n(c)) return moe_fwd(m, la, lp, next, s);
     if (c->swiglu) {
         OP("fwd.gemm.fc1",
            mt_tp_column_fwd(m->tp, m->blas, &la->fc1_pre, NULL, &la->ln2, sp(m) ? &a->ln_all : NULL,
@@ -302,9 +427,12 @@ static mt_status forward(mt_model *m, const mt_tensor *tokens, int lm_head, mt_s
  * projections' GEMMs store the residual stream rounded to the storage dtype, and the norms read
  * that stored value in both passes. */
 static mt_status recompute(mt_model *m, int g0, int g1, mt_stream s) {
-    for (int j = g0; j <= g1; j++)
-        MT_TRY(layer_fwd(m, j, j < g1 ? &layer_of(m, j + 1)->resid_in : NULL, s));
-    return MT_OK;
+    mt_status st = MT_OK;
+    m->recomputing = 1;
+    for (int j = g0; j <= g1 && st == MT_OK; j++)
+        st = layer_fwd(m, j, j < g1 ? &layer_of(m, j + 1)->resid_in : NULL, s);
+    m->recomputing = 0;
+    return st;
 }
 
 /* The micro-batch's per-token losses (0 for ignored tokens) and its count into the accumulators
@@ -397,6 +525,7 @@ static mt_status stage_fwd(mt_model *m, const mt_tensor *tokens, const mt_tensor
                "a forward without targets returns every token's logits: it needs logits_chunks "
                "1 (this model keeps one of %d slices)",
                m->cfg.logits_chunks);
+    m->loss_scale = loss_scale;
     MT_TRY(forward(m, tokens, !sliced, s));
     if (!targets || !last) return MT_OK;
     mt_tensor t;
@@ -472,6 +601,10 @@ static mt_status backward(mt_model *m, int lm_head, mt_stream s) {
         /* a->dres is the gradient of resid_in[l+1] = resid_mid + mlp(ln2); dy is fc2's output's
          * (a->dres, or its dropout) */
         const mt_tensor *dyp = &a->dres;
+        if (moe_n(c)) {
+            MT_TRY(moe_bwd(m, la, lp, acc, s));
+            goto mlp_done;
+        }
         if (hdrop) OP("bwd.dropout", drop_grad(m, (uint32_t)(SITE_FC2 + 3 * l), &dyp, s));
         /* (else from the norm backward's sums; no norm follows a stage's last layer) */
         mt_model_param *fc2_b = hdrop || (l == l1 - 1 && !last) ? lp->fc2_b : NULL;
@@ -505,6 +638,7 @@ static mt_status backward(mt_model *m, int lm_head, mt_stream s) {
            mt_tp_column_bwd_async(m->tp, m->tpa_on, m->blas, &a->dln, sp(m) ? &a->sp_all : NULL,
                                   G(lp->fc1_w), c->swiglu ? G(lp->fc1_b) : NULL, &a->dfc1_pre, x,
                                   W(lp->fc1_w), acc, sp(m), s));
+    mlp_done:
         OP("bwd.norm",
            norm_bwd(m, &a->dres, lp->ln2_w, lp->ln2_b, hdrop ? NULL : lp->proj_b, &a->dln,
                     &la->resid_mid, &la->ln2_mean, &la->ln2_rstd, &a->dres, s));
@@ -670,7 +804,8 @@ mt_status mt_model_forward_backward(mt_model *m, const mt_tensor *tokens, const 
                                     float loss_scale, mt_stream s) {
     MT_REQUIRE(m && tokens && targets, MT_ERR_INVALID_ARG, "NULL model, tokens or targets");
     MT_TRY(whole_model(m, "mt_model_forward_backward"));
-    if (m->graphs && !m->prof && mt_device_is_cuda(m->dev))
+    /* (MoE: the tokens per expert come to the host every layer, which no graph can replay) */
+    if (m->graphs && !m->prof && mt_device_is_cuda(m->dev) && !moe_n(&m->cfg))
         return fwd_bwd_graph(m, tokens, targets, loss_scale, s);
     return fwd_bwd(m, tokens, targets, loss_scale, s);
 }

@@ -6,6 +6,35 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The mixture-of-experts fields: defaults and what works with them. */
+static mt_status moe_finalize(mt_model_config *c) {
+    MT_REQUIRE(c->num_moe_experts >= 0, MT_ERR_INVALID_ARG, "--num-experts %d must be positive",
+               c->num_moe_experts);
+    if (!c->num_moe_experts) return MT_OK;
+    if (!c->moe_router_topk) c->moe_router_topk = 2;
+    if (!c->moe_ffn_hidden_size) c->moe_ffn_hidden_size = c->ffn_hidden_size;
+    MT_REQUIRE(c->moe_router_topk >= 1 && c->moe_router_topk <= c->num_moe_experts,
+               MT_ERR_INVALID_ARG, "--moe-router-topk (%d) must be in [1, --num-experts (%d)]",
+               c->moe_router_topk, c->num_moe_experts);
+    MT_REQUIRE(c->moe_ffn_hidden_size > 0, MT_ERR_INVALID_ARG,
+               "--moe-ffn-hidden-size %d must be positive", c->moe_ffn_hidden_size);
+    MT_REQUIRE(c->moe_aux_loss_coeff >= 0.0f && c->moe_z_loss_coeff >= 0.0f, MT_ERR_INVALID_ARG,
+               "--moe-aux-loss-coeff (%g) and --moe-z-loss-coeff (%g) must not be negative",
+               (double)c->moe_aux_loss_coeff, (double)c->moe_z_loss_coeff);
+    MT_REQUIRE(!c->add_bias_linear, MT_ERR_UNSUPPORTED,
+               "--num-experts: MoE layers without biases only (add --disable-bias-linear)");
+    MT_REQUIRE(c->tensor_model_parallel_size == 1, MT_ERR_UNSUPPORTED,
+               "--num-experts with --tensor-model-parallel-size %d: expert tensor parallelism is "
+               "not supported yet",
+               c->tensor_model_parallel_size);
+    MT_REQUIRE(c->hidden_dropout == 0.0f, MT_ERR_UNSUPPORTED,
+               "--num-experts with --hidden-dropout %g is not supported yet (use 0)",
+               (double)c->hidden_dropout);
+    MT_REQUIRE(!c->recompute_mlp_act && !c->recompute_layernorm, MT_ERR_UNSUPPORTED,
+               "--num-experts with --recompute-modules mlp_act or layernorm is not supported yet");
+    return MT_OK;
+}
+
 mt_status mt_model_config_finalize(mt_model_config *c) {
     MT_REQUIRE(c && c->size >= sizeof(mt_model_config), MT_ERR_INVALID_ARG,
                "config is NULL or from an older header");
@@ -120,7 +149,7 @@ mt_status mt_model_config_finalize(mt_model_config *c) {
     MT_REQUIRE(!c->recompute_layernorm || c->recompute_granularity == MT_RECOMPUTE_SELECTIVE,
                MT_ERR_INVALID_ARG,
                "recompute_modules layernorm needs recompute_granularity: selective");
-    return MT_OK;
+    return moe_finalize(c);
 }
 
 mt_status mt_model_stage_layers(const mt_model_config *c, int stage, int *first, int *count) {
@@ -164,8 +193,13 @@ double mt_model_flops_per_iteration(const mt_model_config *c, int64_t global_bat
     double kv = (double)c->kv_channels * c->num_query_groups;
     double ffn_factor = c->swiglu ? 3 : 2;
     double S2 = (double)global_batch * c->seq_length * c->seq_length;
-    return T * (3 * 2 * h * c->ffn_hidden_size * ffn_factor * L +
-                3 * 2 * (h * (q + 2 * kv) + q * h) * L + 3 * 2 * h * c->padded_vocab_size) +
+    /* (MoE: each token through moe_router_topk experts of moe_ffn_hidden_size; the router's GEMM
+     * not counted, as Megatron's) */
+    const double ffn = c->num_moe_experts ? (double)c->moe_ffn_hidden_size *
+                                                (c->moe_router_topk ? c->moe_router_topk : 2)
+                                          : c->ffn_hidden_size;
+    return T * (3 * 2 * h * ffn * ffn_factor * L + 3 * 2 * (h * (q + 2 * kv) + q * h) * L +
+                3 * 2 * h * c->padded_vocab_size) +
            S2 * 3 * 2 * q / 2 * 2 * L;
 }
 
@@ -246,6 +280,18 @@ static void build_table(const mt_model_config *c, table *m) {
         if (bias) P("self_attention.linear_proj.bias", 1, C, 0, 0, 0, 1);
         P("pre_mlp_layernorm.weight", 1, C, 0, 0, 1, 1);
         if (ln) P("pre_mlp_layernorm.bias", 1, C, 0, 0, 0, 1);
+        if (moe_n(c)) { /* (no biases, no tensor parallelism: moe_finalize) */
+            const int64_t Fe = c->moe_ffn_hidden_size;
+            P("mlp.router.weight", 2, moe_n(c), C, std, 0, 0);
+            for (int e = 0; e < moe_n(c); e++) {
+                char x[64];
+                snprintf(x, sizeof x, "mlp.experts.local_experts.%d.linear_fc1.weight", e);
+                P(x, 2, (c->swiglu ? 2 : 1) * Fe, C, std, 0, 0);
+                snprintf(x, sizeof x, "mlp.experts.local_experts.%d.linear_fc2.weight", e);
+                P(x, 2, C, Fe, out_std, 0, 0);
+            }
+            continue;
+        }
         P("mlp.linear_fc1.weight", 2, F1, C, std, 0, 0);
         split_last(m, tp, 0, c->swiglu ? 2 : 1, F, Fb, 0);
         if (bias) {
@@ -326,6 +372,8 @@ typedef struct planner {
     char *base;
     size_t off;
     mt_device dev;
+    int nsets;     /* layer activation sets planned (MoE: host counts each) */
+    int32_t *host; /* MoE: their host counts, E a set (NULL while measuring) */
 } planner;
 
 static void take(planner *p, mt_tensor *t, mt_dtype dt, int ndim, const int64_t *shape) {
@@ -369,6 +417,22 @@ static void plan_layer(const mt_model *m, planner *p, layer_acts *la) {
     if (!c->recompute_layernorm) TAKE(p, &la->ln2, dt, Nl, C);
     TAKE(p, &la->ln2_mean, MT_F32, Nl);
     TAKE(p, &la->ln2_rstd, MT_F32, Nl);
+    if (moe_n(c)) { /* the permuted rows: N*k, each expert's consecutive */
+        const int64_t E = moe_n(c), k = moe_k(c), Fe = c->moe_ffn_hidden_size;
+        TAKE(p, &la->router_logits, MT_F32, N, E);
+        TAKE(p, &la->moe_probs, MT_F32, N, k);
+        TAKE(p, &la->moe_idx, MT_I32, N, k);
+        TAKE(p, &la->moe_counts, MT_I32, E);
+        TAKE(p, &la->moe_rows, MT_I32, N * k);
+        TAKE(p, &la->moe_pos, MT_I32, N, k);
+        TAKE(p, &la->moe_xp, dt, N * k, C);
+        TAKE(p, &la->fc1_pre, dt, N * k, (c->swiglu ? 2 : 1) * Fe);
+        TAKE(p, &la->fc1_act, dt, N * k, Fe);
+        TAKE(p, &la->moe_yp, dt, N * k, C);
+        la->counts_h = p->host ? p->host + (size_t)p->nsets * E : NULL;
+        p->nsets++;
+        return;
+    }
     TAKE(p, &la->fc1_pre, dt, N, F1);
     if (c->recompute_mlp_act)
         la->fc1_act = m->a.mlp_act; /* one shared buffer, refilled before each backward */
@@ -434,8 +498,20 @@ static void plan_acts(mt_model *m, planner *p) {
     TAKE(p, &a->dln, dt, Nl, C);
     TAKE(p, &a->datty, dt, N, H * D);
     TAKE(p, &a->dqkv, dt, N, QKV);
-    if (c->swiglu) TAKE(p, &a->dfc1_act, dt, N, F); /* GELU's backward rides on fc2's GEMM */
-    TAKE(p, &a->dfc1_pre, dt, N, F1);
+    if (moe_n(c)) { /* (the experts' rows: N*k of moe_ffn_hidden_size) */
+        const int64_t E = moe_n(c), k = moe_k(c), Fe = c->moe_ffn_hidden_size;
+        TAKE(p, &a->moe_loss, MT_F32, 2);
+        TAKE(p, &a->moe_dyp, dt, N * k, C);
+        TAKE(p, &a->moe_dxp, dt, N * k, C);
+        TAKE(p, &a->moe_dprobs, MT_F32, N, k);
+        TAKE(p, &a->moe_dlogits, MT_F32, N, E);
+        TAKE(p, &a->moe_dlogits_dt, dt, N, E);
+        if (c->swiglu) TAKE(p, &a->dfc1_act, dt, N * k, Fe);
+        TAKE(p, &a->dfc1_pre, dt, N * k, (c->swiglu ? 2 : 1) * Fe);
+    } else {
+        if (c->swiglu) TAKE(p, &a->dfc1_act, dt, N, F); /* GELU's backward rides on fc2's GEMM */
+        TAKE(p, &a->dfc1_pre, dt, N, F1);
+    }
     int64_t ns = mt_norm_bwd_scratch_numel(N, C > F1 ? C : F1);
     if (c->qk_layernorm && mt_head_norm_bwd_scratch_numel(D) > ns)
         ns = mt_head_norm_bwd_scratch_numel(D);
@@ -642,6 +718,24 @@ mt_status mt_model_create_tp(const mt_model_config *cfg, int micro_batch_size, m
         FIND(qn_b, "self_attention.q_layernorm.bias");
         FIND(kn_w, "self_attention.k_layernorm.weight");
         FIND(kn_b, "self_attention.k_layernorm.bias");
+        FIND(router_w, "mlp.router.weight");
+        if (!moe_n(&m->cfg)) continue;
+        const int E = moe_n(&m->cfg);
+        if (!m->moe_params)
+            m->moe_params = calloc((size_t)(2 * E * m->cfg.num_layers), sizeof *m->moe_params);
+        if (!m->moe_params) {
+            st = MT_ERROR(MT_ERR_OOM, "layer table");
+            goto fail;
+        }
+        m->lp[l].exp_fc1 = m->moe_params + (size_t)2 * E * l;
+        m->lp[l].exp_fc2 = m->lp[l].exp_fc1 + E;
+        for (int e = 0; e < E; e++) {
+            char x[64];
+            snprintf(x, sizeof x, "mlp.experts.local_experts.%d.linear_fc1.weight", e);
+            FIND(exp_fc1[e], x);
+            snprintf(x, sizeof x, "mlp.experts.local_experts.%d.linear_fc2.weight", e);
+            FIND(exp_fc2[e], x);
+        }
     }
 #undef FIND
     /* (pipeline parallelism: the first stage's embeddings, the last stage's head; tied, the
@@ -655,14 +749,21 @@ mt_status mt_model_create_tp(const mt_model_config *cfg, int micro_batch_size, m
     if (!m->out_w && last_stage(&m->cfg)) m->out_w = emb;
 
     /* activations */
-    planner p = { NULL, 0, device };
+    planner p = { NULL, 0, device, 0, NULL };
     plan_acts(m, &p);
     MT_TRY_GOTO(mt_arena_create(device, p.off + MT_ARENA_ALIGN, &m->a_arena), st, fail);
     void *abase;
     MT_TRY_GOTO(mt_arena_alloc(m->a_arena, p.off, &abase), st, fail);
-    p.base = abase;
-    p.off = 0;
+    if (moe_n(&m->cfg)) {
+        m->moe_host = calloc((size_t)p.nsets * (size_t)moe_n(&m->cfg) + 1, sizeof(int32_t));
+        if (!m->moe_host) {
+            st = MT_ERROR(MT_ERR_OOM, "MoE counts");
+            goto fail;
+        }
+    }
+    p = (planner){ abase, 0, device, 0, m->moe_host };
     plan_acts(m, &p);
+    if (moe_n(&m->cfg)) MT_TRY_GOTO(mt_memset_zero(m->a.moe_loss.data, device, 8, NULL), st, fail);
 
     MT_TRY_GOTO(init_weights(m), st, fail);
     MT_TRY_GOTO(mt_model_zero_grad(m, NULL), st, fail);
@@ -691,6 +792,8 @@ void mt_model_destroy(mt_model *m) {
     free(m->slot_tokens);
     free(m->a.rc);
     free(m->lp);
+    free(m->moe_params);
+    free(m->moe_host);
     free(m->spec);
     free(m->params);
     free(m);
@@ -734,7 +837,7 @@ mt_status mt_model_activation_bytes(const mt_model_config *cfg, int micro_batch_
     m.a.rc = calloc((size_t)m.a.n_rc + 1, sizeof *m.a.rc);
     mt_status st = MT_OK;
     if (m.a.layer && m.a.rc) {
-        planner p = { NULL, 0, device };
+        planner p = { NULL, 0, device, 0, NULL };
         plan_acts(&m, &p);
         *bytes = p.off + MT_ARENA_ALIGN; // why: as mt_model_create sizes its arena
     } else {
@@ -816,6 +919,19 @@ mt_status mt_model_take_loss(mt_model *m, double *mean_loss, mt_stream stream) {
     MT_TRY(mt_model_take_loss_sum(m, &sum, &count, stream));
     *mean_loss = n > 0 ? sum / count : NAN; /* no counted token: 0/0, NaN as torch */
     return MT_OK;
+}
+
+mt_status mt_model_take_moe_losses(mt_model *m, double *aux, double *z, mt_stream stream) {
+    MT_REQUIRE(m && aux && z, MT_ERR_INVALID_ARG, "NULL argument");
+    *aux = *z = NAN;
+    if (!moe_n(&m->cfg)) return MT_OK;
+    float v[2];
+    MT_TRY(mt_memcpy(v, MT_DEVICE_CPU, m->a.moe_loss.data, m->dev, 8, stream));
+    MT_TRY(mt_stream_sync(stream));
+    if (m->n_moe > 0 && m->cfg.moe_aux_loss_coeff > 0.0f) *aux = v[0] / m->n_moe;
+    if (m->n_moe > 0 && m->cfg.moe_z_loss_coeff > 0.0f) *z = v[1] / m->n_moe;
+    m->n_moe = 0;
+    return mt_memset_zero(m->a.moe_loss.data, m->dev, 8, stream);
 }
 
 /* Per-token i32 ids (B,T) on the model's device, contiguous, into *dst (NULL: cleared). */

@@ -77,6 +77,14 @@ static inline int last_stage(const mt_model_config *c) {
 static inline int pp_slots(const mt_model_config *c) {
     return pp_n(c) > 1 ? pp_n(c) - c->pipeline_model_parallel_rank : 1;
 }
+/* Mixture of experts: the experts (0: dense MLPs), the choices a token, an expert's MLP width. */
+static inline int moe_n(const mt_model_config *c) {
+    return c->num_moe_experts;
+}
+static inline int64_t moe_k(const mt_model_config *c) {
+    return c->moe_router_topk;
+}
+
 /* The token rows of the residual stream a rank holds: N, or N / tp with sequence parallelism. */
 static inline int64_t local_rows(const mt_model_config *c, int64_t N) {
     return c->sequence_parallel ? N / tp_n(c) : N;
@@ -93,8 +101,15 @@ typedef struct layer_acts {
     mt_tensor lse;       /* (B,H,T) */
     mt_tensor resid_mid; /* (N,C) resid_in + attention */
     mt_tensor ln2, ln2_mean, ln2_rstd;
-    mt_tensor fc1_pre; /* (N,F) before GELU, or (N,2F) gate|up for SwiGLU */
+    mt_tensor fc1_pre; /* (N,F) before GELU, or (N,2F) gate|up for SwiGLU (MoE: (N*k, ...) of
+                          the permuted rows, each expert's consecutive) */
     mt_tensor fc1_act; /* (N,F) */
+    /* mixture of experts: the router's logits (N,E) f32, each token's top-k probabilities (N,k)
+     * f32 and experts (N,k) i32, the tokens per expert (E) i32 (and their host copy, counts_h),
+     * the dispatch map (rows (N*k), pos (N,k) i32), the permuted inputs and the experts' outputs
+     * (N*k,C) */
+    mt_tensor router_logits, moe_probs, moe_idx, moe_counts, moe_rows, moe_pos, moe_xp, moe_yp;
+    int32_t *counts_h;
 } layer_acts;
 
 typedef struct acts {
@@ -123,12 +138,17 @@ typedef struct acts {
     mt_tensor sp_all;  /* sequence parallelism: (N,C) scratch of the gathers and reduce-scatters */
     mt_tensor qk_grad; /* tensor parallelism, qk_layernorm: a layer's q and k norm weight and bias
                            gradients (4D) f32, summed over the group before they are added */
+    /* mixture of experts: the router losses' sums (2) f32 (mt_model_take_moe_losses); backward
+     * scratch: the combine's dyp and permute's dxp (N*k,C), dprobs (N,k) f32, the logits'
+     * gradient (N,E) f32 and in the model dtype */
+    mt_tensor moe_loss, moe_dyp, moe_dxp, moe_dprobs, moe_dlogits, moe_dlogits_dt;
 } acts;
 
 typedef struct layer_params {
     mt_model_param *ln1_w, *ln1_b, *qkv_w, *qkv_b, *proj_w, *proj_b;
     mt_model_param *ln2_w, *ln2_b, *fc1_w, *fc1_b, *fc2_w, *fc2_b;
-    mt_model_param *qn_w, *qn_b, *kn_w, *kn_b; /* qk_layernorm */
+    mt_model_param *qn_w, *qn_b, *kn_w, *kn_b;      /* qk_layernorm */
+    mt_model_param *router_w, **exp_fc1, **exp_fc2; /* mixture of experts (E experts) */
 } layer_params;
 
 /* What a captured forward_backward depends on besides the model's own buffers. */
@@ -177,11 +197,16 @@ struct mt_model {
      * training micro-batch ran (its pp_backward comes next) */
     int slot, nslots, pp_fwd;
     mt_tensor *slot_tokens;
-    mt_tensor pos; /* mt_model_set_positions (data NULL: 0..T-1 in every sequence) */
-    mt_tensor ks;  /* mt_model_set_key_starts (data NULL: no document masks) */
-    mt_tensor ids; /* mt_model_set_sample_ids (data NULL: none) */
-    int train;     /* the forward running now is forward_backward's (dropout on) */
-    mt_prof *prof; /* not owned; NULL: no timing */
+    mt_tensor pos;     /* mt_model_set_positions (data NULL: 0..T-1 in every sequence) */
+    mt_tensor ks;      /* mt_model_set_key_starts (data NULL: no document masks) */
+    mt_tensor ids;     /* mt_model_set_sample_ids (data NULL: none) */
+    int train;         /* the forward running now is forward_backward's (dropout on) */
+    int recomputing;   /* a full recomputation's forward runs (MoE: no router losses counted) */
+    float loss_scale;  /* the training forward's (MoE: the router losses' backward scale) */
+    int n_moe;         /* mixture of experts: layer forwards in a->moe_loss */
+    int32_t *moe_host; /* mixture of experts: every activation set's tokens per expert */
+    mt_model_param **moe_params; /* the layers' expert tables (lp's exp_fc1, exp_fc2) */
+    mt_prof *prof;               /* not owned; NULL: no timing */
     mt_model_grad_ready_fn ready_fn;
     void *ready_ctx;
     mt_model_param_wait_fn wait_fn; /* mt_model_set_param_wait */

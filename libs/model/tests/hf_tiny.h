@@ -1,4 +1,4 @@
-/* The tiny Hugging Face GPT-2, Llama and Qwen3 of golden/gen_hf.py, shared by libs/model's
+/* The tiny Hugging Face GPT-2, Llama, Qwen3 and Mixtral of golden/gen_hf.py, shared by libs/model's
  * test_hf_golden and libs/train's test_hf_adamw: the model config and the weight loading. */
 #ifndef MT_MODEL_TESTS_HF_TINY_H
 #define MT_MODEL_TESTS_HF_TINY_H
@@ -39,6 +39,12 @@ static inline mt_model_config hf_tiny_config(const char *tag, mt_dtype dt) {
     if (strcmp(tag, "qwen3") == 0) { /* Llama's choices and per-head q and k RMSNorms */
         tiny_llama_layers(&c);
         c.qk_layernorm = 1;
+    }
+    if (strcmp(tag, "mixtral") == 0) { /* Llama's attention; 4 experts of SwiGLU 32, top-2 */
+        tiny_llama_layers(&c);
+        c.num_moe_experts = 4;
+        c.moe_router_topk = 2;
+        c.moe_ffn_hidden_size = 32;
     }
     return c;
 }

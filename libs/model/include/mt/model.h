@@ -139,13 +139,32 @@ typedef struct mt_model_config {
      * stage, which also runs the output layer and the loss. */
     int num_layers_in_first_pipeline_stage;
     int num_layers_in_last_pipeline_stage;
+    /* Mixture of experts (Megatron's --num-experts; 0: dense MLPs): every layer's MLP is a router
+     * (decoder.layers.l.mlp.router.weight (E, hidden)) and num_moe_experts expert MLPs
+     * (...mlp.experts.local_experts.e.linear_fc1.weight and linear_fc2.weight, the dense MLP's
+     * shapes with moe_ffn_hidden_size): each token goes to the moe_router_topk experts of its
+     * largest router logits, its output the sum of theirs weighted by the softmax over those k
+     * logits (Megatron's TopKRouter, dropless; Mixtral's). mt-moe routes and moves the tokens; the
+     * experts run one GEMM each (the router's logits reach the host's tokens-per-expert once a
+     * layer, so no CUDA graphs). In training, Megatron's load-balancing loss
+     * (--moe-router-load-balancing-type aux_loss) times moe_aux_loss_coeff and the z loss times
+     * moe_z_loss_coeff are added to each layer's router gradient (scaled as the loss:
+     * Megatron's MoEAuxLossAutoScaler), their values (without coefficients) averaged over layers
+     * and micro-batches by mt_model_take_moe_losses. No biases (add_bias_linear 0), tensor
+     * parallelism, hidden dropout or selective recomputation with it yet. */
+    int num_moe_experts;
+    int moe_router_topk;     /* 0: 2 */
+    int moe_ffn_hidden_size; /* 0: ffn_hidden_size */
+    float moe_aux_loss_coeff;
+    float moe_z_loss_coeff;
 } mt_model_config;
 
-#define MT_MODEL_CONFIG_INIT                                                               \
-    {                                                                                      \
-        sizeof(mt_model_config), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, MT_NORM_LAYERNORM, 0.0f, \
-            MT_POS_LEARNED, 0.0, 0, 0, 1, 0, 0.0f, 1234, MT_F32, 0, MT_RECOMPUTE_NONE,     \
-            MT_RECOMPUTE_METHOD_NONE, 0, 0, 0, 0, 0, 0, 0.0f, 0.0f, 0, 0, 0, 0, 0, 0       \
+#define MT_MODEL_CONFIG_INIT                                                                   \
+    {                                                                                          \
+        sizeof(mt_model_config), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, MT_NORM_LAYERNORM, 0.0f,     \
+            MT_POS_LEARNED, 0.0, 0, 0, 1, 0, 0.0f, 1234, MT_F32, 0, MT_RECOMPUTE_NONE,         \
+            MT_RECOMPUTE_METHOD_NONE, 0, 0, 0, 0, 0, 0, 0.0f, 0.0f, 0, 0, 0, 0, 0, 0, 0, 0, 0, \
+            0.0f, 0.0f                                                                         \
     }
 
 /* Fills the derived fields (zeros) of cfg in place and checks it; MT_ERR_INVALID_ARG with
@@ -343,6 +362,12 @@ MT_API mt_status mt_model_pp_forward(mt_model *m, int slot, const mt_tensor *tok
  * added (or written after mt_model_discard_grads) as mt_model_forward_backward's; the grad-ready
  * callback sees this stage's levels, then -1. Enqueued on `stream`. */
 MT_API mt_status mt_model_pp_backward(mt_model *m, int slot, mt_stream stream);
+
+/* Mixture of experts: the load-balancing and z losses (without their coefficients) of the
+ * training forwards since the last call, each the mean over the layers and micro-batches that
+ * computed it (a loss whose coefficient is 0 is not computed: NaN; so are both when none ran).
+ * Blocking. */
+MT_API mt_status mt_model_take_moe_losses(mt_model *m, double *aux, double *z, mt_stream stream);
 
 /* Megatron's FLOP count for one iteration of `global_batch` sequences (training: fwd + bwd). */
 MT_API double mt_model_flops_per_iteration(const mt_model_config *cfg, int64_t global_batch);
