@@ -29,6 +29,17 @@ expect "--overlap-param-gather only supported with distributed optimizer" --over
 expect "Must use --overlap-param-gather with --overlap-grad-reduce" --overlap-param-gather --use-distributed-optimizer
 expect "Number of layers should be divisible by the pipeline-model-parallel size (--num-layers 2, --pipeline-model-parallel-size 3)" --pipeline-model-parallel-size 3
 expect "context parallelism is not supported yet" --context-parallel-size 2
+# mixture of experts: what the MoE layers do not take yet, and bad routing settings
+moe=(--num-experts 4 --disable-bias-linear)
+expect "expert parallelism is not supported yet: --expert-model-parallel-size must be 1" "${moe[@]}" --expert-model-parallel-size 2
+expect "--moe-router-topk (5) must be in [1, --num-experts (4)]" "${moe[@]}" --moe-router-topk 5
+expect "MoE layers without biases only (add --disable-bias-linear)" --num-experts 4
+expect "--num-experts with --hidden-dropout 0.1 is not supported yet" "${moe[@]}" --hidden-dropout 0.1
+expect "expert tensor parallelism is not supported yet" "${moe[@]}" --tensor-model-parallel-size 2
+expect "--moe-router-load-balancing-type sinkhorn is not supported yet" "${moe[@]}" --moe-router-load-balancing-type sinkhorn
+expect "--moe-router-score-function sigmoid is not supported yet" "${moe[@]}" --moe-router-score-function sigmoid
+expect "argument --moe-token-dispatcher-type: invalid choice: 'a2a'" "${moe[@]}" --moe-token-dispatcher-type a2a
+expect "--moe-aux-loss-coeff (-1) and --moe-z-loss-coeff (0) must not be negative" "${moe[@]}" --moe-aux-loss-coeff -1
 expect "number of layers at middle stage: 0 must be divisible by the middle pipeline model parallel size 1" --pipeline-model-parallel-size 2 --decoder-first-pipeline-num-layers 2
 expect "an uneven pipeline split (--decoder-first/last-pipeline-num-layers) needs --pipeline-model-parallel-size > 1" --decoder-last-pipeline-num-layers 1
 expect "recompute_num_layers must be between 1 and num_layers_per_pipeline_rank: 1" --pipeline-model-parallel-size 2 --recompute-granularity full --recompute-method uniform --recompute-num-layers 2

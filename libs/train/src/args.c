@@ -216,6 +216,19 @@ static const flag flags[] = {
     { "--decoder-last-pipeline-num-layers", F_INT, O(decoder_last_pipeline_num_layers),
       "layers of the last pipeline stage (which also runs the output layer and the loss)" },
     { "--context-parallel-size", F_INT, O(context_parallel_size), "1" },
+    { "--num-experts", F_INT, O(num_experts), "MoE: experts a layer (default: dense MLPs)" },
+    { "--moe-router-topk", F_INT, O(moe_router_topk), "MoE: experts a token (2)" },
+    { "--moe-ffn-hidden-size", F_INT, O(moe_ffn_hidden_size),
+      "MoE: an expert's MLP width (default --ffn-hidden-size)" },
+    { "--moe-aux-loss-coeff", F_DBL, O(moe_aux_loss_coeff), "load-balancing loss weight (0)" },
+    { "--moe-z-loss-coeff", F_DBL, O(moe_z_loss_coeff), "router z-loss weight (none)" },
+    { "--moe-router-load-balancing-type", F_STR, O(moe_router_load_balancing_type),
+      "aux_loss | none" },
+    { "--moe-router-score-function", F_STR, O(moe_router_score_function), "softmax" },
+    { "--moe-token-dispatcher-type", F_STR, O(moe_token_dispatcher_type),
+      "allgather | alltoall (the same without expert parallelism)" },
+    { "--moe-grouped-gemm", F_TRUE, O(noop), "accepted (one GEMM an expert)" },
+    { "--expert-model-parallel-size", F_INT, O(expert_model_parallel_size), "1" },
     { "--use-distributed-optimizer", F_TRUE, O(use_distributed_optimizer), "ZeRO-1 over DP" },
     { "--overlap-grad-reduce", F_TRUE, O(overlap_grad_reduce),
       "reduce gradient buckets during the backward" },
@@ -280,6 +293,11 @@ void mt_train_args_init(mt_train_args *a) {
     a->tensor_model_parallel_size = 1;
     a->pipeline_model_parallel_size = 1;
     a->context_parallel_size = 1;
+    a->moe_router_topk = 2;
+    a->expert_model_parallel_size = 1;
+    set_str(&a->moe_router_load_balancing_type, "aux_loss");
+    set_str(&a->moe_router_score_function, "softmax");
+    set_str(&a->moe_token_dispatcher_type, "allgather");
     a->distributed_timeout_minutes = 10;
     set_str(&a->device, "auto");
     a->rotary_percent = 1.0;
@@ -384,7 +402,10 @@ static const char *const model_args[] = { "num_layers",
                                           "norm_epsilon",
                                           "make_vocab_size_divisible_by",
                                           "vocab_size",
-                                          "tokenizer_type" };
+                                          "tokenizer_type",
+                                          "num_experts",
+                                          "moe_router_topk",
+                                          "moe_ffn_hidden_size" };
 #define N_MODEL_ARGS ((int)(sizeof model_args / sizeof *model_args))
 
 /* The flag named by the first len characters of name (NULL: none). */
@@ -518,6 +539,53 @@ mt_status mt_train_args_parse(mt_train_args *a, int argc, char **argv) {
 
 /* megatron/training/arguments.py and TransformerConfig.__post_init__ */
 /* (per_stage: the most layers a pipeline stage has) */
+/* The mixture-of-experts flags (megatron/training/arguments.py's messages where it has them). */
+static mt_status validate_moe(const mt_train_args *a) {
+    if (a->expert_model_parallel_size != 1)
+        return MT_ERROR(MT_ERR_UNSUPPORTED, "expert parallelism is not supported yet: "
+                                            "--expert-model-parallel-size must be 1");
+    if (a->num_experts < 0) return BAD("--num-experts must be positive, got %d", a->num_experts);
+    if (!a->num_experts) return MT_OK;
+    if (a->moe_router_topk < 1 || a->moe_router_topk > a->num_experts)
+        return BAD("--moe-router-topk (%d) must be in [1, --num-experts (%d)]", a->moe_router_topk,
+                   a->num_experts);
+    if (a->moe_ffn_hidden_size < 0)
+        return BAD("--moe-ffn-hidden-size must be positive, got %d", a->moe_ffn_hidden_size);
+    if (!(a->moe_aux_loss_coeff >= 0) || !(a->moe_z_loss_coeff >= 0))
+        return BAD("--moe-aux-loss-coeff (%g) and --moe-z-loss-coeff (%g) must not be negative",
+                   a->moe_aux_loss_coeff, a->moe_z_loss_coeff);
+    if (strcmp(a->moe_router_load_balancing_type, "aux_loss") != 0 &&
+        strcmp(a->moe_router_load_balancing_type, "none") != 0)
+        return MT_ERROR(MT_ERR_UNSUPPORTED,
+                        "--moe-router-load-balancing-type %s is not supported yet (aux_loss or "
+                        "none)",
+                        a->moe_router_load_balancing_type);
+    if (strcmp(a->moe_router_score_function, "softmax") != 0)
+        return MT_ERROR(MT_ERR_UNSUPPORTED,
+                        "--moe-router-score-function %s is not supported yet (softmax)",
+                        a->moe_router_score_function);
+    if (strcmp(a->moe_token_dispatcher_type, "allgather") != 0 &&
+        strcmp(a->moe_token_dispatcher_type, "alltoall") != 0)
+        return BAD("argument --moe-token-dispatcher-type: invalid choice: '%s' (choose from "
+                   "'allgather', 'alltoall', 'flex')",
+                   a->moe_token_dispatcher_type);
+    if (!a->disable_bias_linear)
+        return MT_ERROR(
+            MT_ERR_UNSUPPORTED,
+            "--num-experts: MoE layers without biases only (add --disable-bias-linear)");
+    if (a->tensor_model_parallel_size != 1)
+        return MT_ERROR(MT_ERR_UNSUPPORTED,
+                        "--num-experts with --tensor-model-parallel-size %d: expert tensor "
+                        "parallelism is not supported yet",
+                        a->tensor_model_parallel_size);
+    if (a->hidden_dropout != 0)
+        return MT_ERROR(MT_ERR_UNSUPPORTED,
+                        "--num-experts with --hidden-dropout %g is not supported yet (add "
+                        "--hidden-dropout 0)",
+                        a->hidden_dropout);
+    return MT_OK;
+}
+
 static mt_status validate_recompute(mt_train_args *a, int per_stage) {
     if (a->recompute_activations) set_str(&a->recompute_granularity, "selective");
     const char *g = a->recompute_granularity, *m = a->recompute_method;
@@ -769,6 +837,7 @@ static mt_status validate(mt_train_args *a) {
     if (a->context_parallel_size != 1)
         return MT_ERROR(MT_ERR_UNSUPPORTED, "context parallelism is not supported yet: "
                                             "--context-parallel-size must be 1");
+    MT_TRY(validate_moe(a));
     if (a->tensor_model_parallel_size == 1) a->sequence_parallel = 0; /* as Megatron */
     if (a->sequence_parallel) {
         if (a->seq_length % a->tensor_model_parallel_size != 0)

@@ -36,10 +36,12 @@ mt_status mt_train_model_config_from_hf(const char *args_json, mt_model_config *
     const char *type = json_string_value(json_object_get(h, "model_type"));
     mt_status st = MT_OK;
     *c = (mt_model_config)MT_MODEL_CONFIG_INIT;
-    if (!type || (strcmp(type, "gpt2") && strcmp(type, "llama") && strcmp(type, "qwen3"))) {
+    if (!type || (strcmp(type, "gpt2") && strcmp(type, "llama") && strcmp(type, "qwen3") &&
+                  strcmp(type, "mixtral"))) {
         st = MT_ERROR(MT_ERR_FORMAT,
-                      "the checkpoint's args have no GPT-2, Llama or Qwen3 config (hf.config, "
-                      "kept by mt-pretrain for models of those shapes and by mt-convert)");
+                      "the checkpoint's args have no GPT-2, Llama, Qwen3 or Mixtral config "
+                      "(hf.config, kept by mt-pretrain for models of those shapes and by "
+                      "mt-convert)");
         goto done;
     }
     c->vocab_size = geti(h, "vocab_size", 0);
@@ -76,6 +78,11 @@ mt_status mt_train_model_config_from_hf(const char *args_json, mt_model_config *
         c->swiglu = 1;
         c->add_bias_linear = 0;
         c->untie_embeddings_and_output_weights = !(tie && json_is_true(tie));
+        if (!strcmp(type, "mixtral")) { /* Llama's, with experts of intermediate_size */
+            c->num_moe_experts = geti(h, "num_local_experts", geti(h, "num_experts", 8));
+            c->moe_router_topk = geti(h, "num_experts_per_tok", 2);
+            c->moe_ffn_hidden_size = c->ffn_hidden_size;
+        }
     }
     c->seq_length = c->max_position_embeddings;
 done:

@@ -148,6 +148,23 @@ static mt_status take_loss(run *r, double *loss) {
     return MT_OK;
 }
 
+/* Mixture of experts: the iteration's router losses (without coefficients), each the mean over
+ * the layers (every pipeline stage's) and micro-batches, averaged over the data-parallel ranks
+ * (Megatron's load_balancing_loss and z_loss); NaN for one that is off. */
+static mt_status take_moe_losses(run *r, double *aux, double *z) {
+    double v[2];
+    MT_TRY(mt_model_take_moe_losses(r->model, &v[0], &v[1], NULL));
+    if (!r->mc.num_moe_experts) return MT_OK;
+    int l0, nl; /* (a stage's mean over its layers, weighted by them) */
+    MT_TRY(mt_model_stage_layers(&r->mc, r->pp_rank, &l0, &nl));
+    for (int i = 0; i < 2; i++)
+        v[i] *= (double)nl / (double)(r->mc.num_layers * r->dp_size);
+    MT_TRY(allreduce_on(r, r->dp, v, 2, MT_REDOP_SUM));
+    MT_TRY(allreduce_on(r, r->pp, v, 2, MT_REDOP_SUM));
+    *aux = v[0], *z = v[1];
+    return MT_OK;
+}
+
 /* The global batch size after `consumed` samples: `gbs`, or with --rampup-batch-size megatron-core's
  * RampupBatchsizeNumMicroBatchesCalculator.update (START + INCREMENT x the increments whose share
  * of the ramp-up samples has been consumed, then gbs once they all have). */
@@ -391,6 +408,12 @@ static mt_status setup_model(run *r) {
     c->qk_layernorm = a->qk_layernorm;
     c->hidden_dropout = (float)a->hidden_dropout;
     c->attention_dropout = (float)a->attention_dropout;
+    c->num_moe_experts = a->num_experts;
+    c->moe_router_topk = a->moe_router_topk;
+    c->moe_ffn_hidden_size = a->moe_ffn_hidden_size;
+    if (strcmp(a->moe_router_load_balancing_type, "aux_loss") == 0)
+        c->moe_aux_loss_coeff = (float)a->moe_aux_loss_coeff;
+    c->moe_z_loss_coeff = (float)a->moe_z_loss_coeff;
     if (a->recompute_granularity) {
         int full = strcmp(a->recompute_granularity, "full") == 0;
         c->recompute_granularity = full ? MT_RECOMPUTE_FULL : MT_RECOMPUTE_SELECTIVE;
@@ -650,7 +673,7 @@ static mt_status ckpt_bcast(void *ctx, int64_t *value) {
     return mt_comm_broadcast(r->world, &t, &t, 0, NULL);
 }
 
-/* The Hugging Face config.json of GPT-2- and Llama-shaped models (else NULL), kept in the
+/* The Hugging Face config.json of GPT-2-, Llama- and Mixtral-shaped models (else NULL), kept in the
  * checkpoint's args as hf.config so that `mt-convert mt-to-hf` can export it. */
 static json_t *hf_config(const run *r) {
     const mt_model_config *c = &r->mc;
@@ -664,7 +687,21 @@ static json_t *hf_config(const run *r) {
                          c->ffn_hidden_size, "vocab_size", c->vocab_size, "n_positions",
                          c->max_position_embeddings, "activation_function", "gelu_new",
                          "layer_norm_epsilon", r->a->norm_epsilon, "tie_word_embeddings", 1);
-    if (!ln && rope && c->swiglu && !c->add_bias_linear && !c->rotary_interleaved)
+    if (!ln && rope && c->swiglu && !c->add_bias_linear && !c->rotary_interleaved &&
+        c->num_moe_experts && !c->qk_layernorm) /* (its MLPs: experts of moe_ffn_hidden_size) */
+        return json_pack(
+            "{s:s,s:[s],s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:s,s:f,s:f,s:b,s:i,s:i,s:f,s:b}",
+            "model_type", "mixtral", "architectures", "MixtralForCausalLM", "num_hidden_layers",
+            c->num_layers, "hidden_size", c->hidden_size, "num_attention_heads",
+            c->num_attention_heads, "num_key_value_heads", c->num_query_groups, "head_dim",
+            c->kv_channels, "intermediate_size", c->moe_ffn_hidden_size, "vocab_size",
+            c->vocab_size, "max_position_embeddings", c->max_position_embeddings, "hidden_act",
+            "silu", "rms_norm_eps", r->a->norm_epsilon, "rope_theta", c->rotary_base,
+            "tie_word_embeddings", !c->untie_embeddings_and_output_weights, "num_local_experts",
+            c->num_moe_experts, "num_experts_per_tok", c->moe_router_topk, "router_aux_loss_coef",
+            (double)c->moe_aux_loss_coeff, "output_router_logits", 0);
+    if (!ln && rope && c->swiglu && !c->add_bias_linear && !c->rotary_interleaved &&
+        !c->num_moe_experts)
         return json_pack(
             "{s:s,s:[s],s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:s,s:f,s:f,s:b,s:b,s:b}", "model_type",
             "llama", "architectures", "LlamaForCausalLM", "num_hidden_layers", c->num_layers,
@@ -1531,6 +1568,7 @@ static mt_status train(run *r) {
     MT_TRY(mt_data_sampler_init(&r->train_s, mt_data_dataset_len(r->train_ds), r->consumed_train,
                                 a->micro_batch_size, r->dp_rank, r->dp_size, 1));
     double interval_t = 0, interval_loss = 0, total_t = 0, total_samples = 0, total_flops = 0;
+    double interval_moe[2] = { 0, 0 }; /* MoE: the router losses (load_balancing_loss, z_loss) */
     int64_t interval_n = 0, advanced = 0, timed = 0, skipped = 0, nan_iters = 0, profiled = 0;
     int skip_reported = 0;
     int64_t first_iter = r->iteration;
@@ -1614,8 +1652,9 @@ static mt_status train(run *r) {
         if (r->pgather && !info.skipped) MT_TRY(launch_param_gather(r));
         MT_TRY(mt_prof_end(pr, NULL));
         if (!info.skipped) r->sched_steps += gbs; /* train_step: the scheduler steps on success */
-        double loss;
+        double loss, moe[2] = { NAN, NAN };
         MT_TRY(take_loss(r, &loss));
+        MT_TRY(take_moe_losses(r, &moe[0], &moe[1]));
         if (info.skipped && !r->scale_p)
             MT_TRY(nonfinite_step(r, r->iteration + 1, loss, &skip_reported));
         MT_TRY(mt_prof_collect(pr));
@@ -1639,6 +1678,7 @@ static mt_status train(run *r) {
         interval_t += dt;
         if (!info.skipped) {
             interval_loss += loss;
+            interval_moe[0] += moe[0], interval_moe[1] += moe[1];
             advanced++;
         }
         interval_n++;
@@ -1652,15 +1692,18 @@ static mt_status train(run *r) {
                 r->jsonl,
                 "{\"iteration\":%lld,\"lm loss\":%.6f,\"learning rate\":%.6e,\"loss scale\":%.1f,"
                 "\"grad norm\":%s,\"num zeros\":%lld,\"elapsed ms\":%.3f,\"tokens per s\":%.1f,"
-                "\"TFLOP/s/GPU\":%.3f,\"skipped\":%d}\n",
+                "\"TFLOP/s/GPU\":%.3f,\"skipped\":%d",
                 (long long)r->iteration, loss, lr_after, loss_scale, gn, (long long)info.num_zeros,
                 dt * 1e3, (double)gbs * a->seq_length / dt, tflops, info.skipped);
+            if (isfinite(moe[0])) fprintf(r->jsonl, ",\"load_balancing_loss\":%.6f", moe[0]);
+            if (isfinite(moe[1])) fprintf(r->jsonl, ",\"z_loss\":%.6f", moe[1]);
+            fprintf(r->jsonl, "}\n");
         }
         if (r->iteration % a->log_interval == 0 || r->iteration == 1) {
             double pn = 0; /* (collective under tensor parallelism: on every rank) */
             if (a->log_params_norm) MT_TRY(params_norm(r, &pn));
             if (last_rank(r)) {
-                char ts[64], tp[96] = "", gn[64] = "", nz[128] = "";
+                char ts[64], tp[96] = "", gn[64] = "", nz[128] = "", ml[96] = "";
                 stamp(ts, sizeof ts);
                 double per = interval_t / (double)interval_n;
                 if (a->log_throughput)
@@ -1674,17 +1717,24 @@ static mt_status train(run *r) {
                     size_t k = strlen(nz);
                     snprintf(nz + k, sizeof nz - k, " params norm: %.3f |", pn);
                 }
+                const double nadv = (double)(advanced > 1 ? advanced : 1);
+                if (r->mc.moe_aux_loss_coeff > 0) /* (Megatron's loss keys after lm loss) */
+                    snprintf(ml, sizeof ml, " load_balancing_loss: %.6E |", interval_moe[0] / nadv);
+                if (r->mc.moe_z_loss_coeff > 0) {
+                    size_t k = strlen(ml);
+                    snprintf(ml + k, sizeof ml - k, " z_loss: %.6E |", interval_moe[1] / nadv);
+                }
                 printf(" [%s] iteration %8lld/%8lld | consumed samples: %12lld | elapsed time per "
                        "iteration (ms): %.1f |%s learning rate: %.6E | global batch size: %5lld | "
-                       "lm loss: %.6E | loss scale: %.1f |%s%s number of skipped iterations: %3lld "
-                       "| number of nan iterations: %3lld |\n",
+                       "lm loss: %.6E |%s loss scale: %.1f |%s%s number of skipped iterations: "
+                       "%3lld | number of nan iterations: %3lld |\n",
                        ts, (long long)r->iteration, (long long)a->train_iters,
                        (long long)r->consumed_train, per * 1e3, tp, lr_after, (long long)gbs,
-                       interval_loss / (double)(advanced > 1 ? advanced : 1), loss_scale, gn, nz,
-                       (long long)skipped, (long long)nan_iters);
+                       interval_loss / nadv, ml, loss_scale, gn, nz, (long long)skipped,
+                       (long long)nan_iters);
                 fflush(stdout);
             }
-            interval_t = interval_loss = 0;
+            interval_t = interval_loss = interval_moe[0] = interval_moe[1] = 0;
             interval_n = advanced = 0;
             skipped = nan_iters = 0;
         }
@@ -1854,9 +1904,16 @@ mt_status mt_train_run(const mt_train_args *a) {
             params += mt_tensor_numel(&mt_model_param_at(r.model, i)->weight);
         char pp[48] = ""; /* (Megatron's grid order: tp, dp, pp) */
         if (r.pp_size > 1) snprintf(pp, sizeof pp, " x pipeline parallel %d", r.pp_size);
+        char kind[64]; /* (MoE: Mixtral-style with the Llama choices) */
+        snprintf(kind, sizeof kind, "%s",
+                 r.mc.normalization == MT_NORM_RMSNORM ? "Llama-style" : "GPT");
+        if (r.mc.num_moe_experts)
+            snprintf(kind, sizeof kind, "%s MoE (%d experts, top-%d)",
+                     r.mc.normalization == MT_NORM_RMSNORM ? "Mixtral-style" : "GPT",
+                     r.mc.num_moe_experts, r.mc.moe_router_topk);
         printf("> building %s model: %lld parameters%s, padded vocab %d, %d rank(s) on %s, %s, "
                "%d micro-batch(es) per iteration (tensor parallel %d x data parallel %d%s)\n",
-               r.mc.normalization == MT_NORM_RMSNORM ? "Llama-style" : "GPT", (long long)params,
+               kind, (long long)params,
                r.pp_size > 1   ? " on this rank (the last pipeline stage's)"
                : r.tp_size > 1 ? " on this tensor-parallel rank"
                                : "",

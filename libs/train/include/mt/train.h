@@ -80,7 +80,15 @@ typedef struct mt_train_args {
      * last EOD before it), unless --no-create-attention-mask-in-dataloader (Megatron then has no
      * mask to reset: documents attend across, with a warning) */
     int reset_attention_mask, no_create_attention_mask;
-    int qk_layernorm;                  /* --qk-layernorm: per-head q and k norms */
+    int qk_layernorm; /* --qk-layernorm: per-head q and k norms */
+    /* mixture of experts: --num-experts (0: dense), --moe-router-topk, --moe-ffn-hidden-size,
+     * --moe-aux-loss-coeff, --moe-z-loss-coeff (0: none), --moe-router-load-balancing-type
+     * (aux_loss | none), --moe-router-score-function (softmax), --moe-token-dispatcher-type
+     * (allgather | alltoall: one and the same without expert parallelism),
+     * --expert-model-parallel-size (1), --moe-grouped-gemm (accepted: one GEMM an expert) */
+    int num_experts, moe_router_topk, moe_ffn_hidden_size, expert_model_parallel_size;
+    double moe_aux_loss_coeff, moe_z_loss_coeff;
+    char *moe_router_load_balancing_type, *moe_router_score_function, *moe_token_dispatcher_type;
     int decrease_batch_size_if_needed; /* round the global batch down to a multiple of MBS x DP */
     /* evaluation and logging */
     int64_t eval_interval, eval_iters, log_interval;

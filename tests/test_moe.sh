@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# functional: mt-pretrain with Mixtral-style MoE layers (--num-experts). The loss falls; the log
+# line carries Megatron's load_balancing_loss and z_loss keys (about 1 for a balanced router: E
+# times the mean of f_e P_e) and the metrics JSONL their per-iteration values; the aux loss's
+# coefficient changes the gradients (and so the losses after the first step); mt-convert
+# exports the checkpoint as a Hugging Face Mixtral and imports it back. With an MPI launcher
+# ($MPIEXEC): 2 data-parallel ranks (also with the distributed optimizer and overlapped buckets)
+# and 2 pipeline stages give one rank's losses and router losses. With "cuda": on the GPU.
+source "$(dirname "$0")/pretrain_common.sh"
+d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
+moe=(--normalization RMSNorm --position-embedding-type rope --swiglu --disable-bias-linear
+     --untie-embeddings-and-output-weights --group-query-attention --num-query-groups 2
+     --num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 64 --moe-aux-loss-coeff 0.01
+     --moe-z-loss-coeff 0.001 --moe-grouped-gemm --moe-token-dispatcher-type alltoall)
+run() {  # name, then extra flags
+  local n=$1; shift
+  tiny_run "$d/$n.json" "${moe[@]}" --metrics-jsonl "$d/$n.jsonl" "$@" > "$d/$n.log" 2>&1 \
+    || { echo "FAIL: run $n"; cat "$d/$n.log"; exit 1; }
+}
+run base --train-iters 24 --save "$d/ckpt"
+grep -q "Mixtral-style MoE (4 experts, top-2)" "$d/base.log" || { echo "FAIL: model line"; cat "$d/base.log"; exit 1; }
+first=$(losses "$d/base.json" 1 1 | awk '{ print $2 }'); last=$(losses "$d/base.json" 24 24 | awk '{ print $2 }')
+awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a - 0.2) }' \
+  || { echo "FAIL: the loss did not fall ($first -> $last)"; exit 1; }
+echo "ok: loss $first -> $last"
+lb=$(grep -o "load_balancing_loss: [0-9.E+-]*" "$d/base.log" | awk '{ print $2 }')
+z=$(grep -o "z_loss: [0-9.E+-]*" "$d/base.log" | awk '{ print $2 }')
+[ "$(echo "$lb" | wc -l)" = 7 ] && [ "$(echo "$z" | wc -l)" = 7 ] \
+  || { echo "FAIL: router losses not on every log line"; cat "$d/base.log"; exit 1; }
+echo "$lb" | awk '{ if (!($1 >= 0.9 && $1 < 2)) bad = 1 } END { exit bad }' \
+  || { echo "FAIL: load_balancing_loss out of [0.9, 2): $lb"; exit 1; }
+[ "$(jq -s '[.[] | select(.load_balancing_loss > 0 and .z_loss > 0)] | length' "$d/base.jsonl")" = 24 ] \
+  || { echo "FAIL: metrics JSONL lacks the router losses"; head -2 "$d/base.jsonl"; exit 1; }
+echo "ok: router losses logged ($(echo $lb | tr ' ' ','))"
+# the coefficients reach the gradients: without them the first loss is the same, the later not
+run nocoef --train-iters 4 --moe-aux-loss-coeff 0 --moe-z-loss-coeff 0
+grep -q "load_balancing_loss\|z_loss" "$d/nocoef.log" && { echo "FAIL: router losses logged without coefficients"; exit 1; }
+[ "$(losses "$d/base.json" 1 1)" = "$(losses "$d/nocoef.json" 1 1)" ] || { echo "FAIL: first loss differs"; exit 1; }
+[ "$(losses "$d/base.json" 2 4)" != "$(losses "$d/nocoef.json" 2 4)" ] || { echo "FAIL: the coefficients changed nothing"; exit 1; }
+echo "ok: coefficients change the steps, not the first loss"
+if [ -n "${MT_CONVERT:-}" ]; then
+  "$MT_CONVERT" mt-to-hf "$d/ckpt" "$d/hf" 2> "$d/export.log" || { echo "FAIL: export"; cat "$d/export.log"; exit 1; }
+  [ "$(jq -r '.model_type, .num_local_experts, .num_experts_per_tok' "$d/hf/config.json" | tr '\n' ' ')" = "mixtral 4 2 " ] \
+    || { echo "FAIL: exported config"; cat "$d/hf/config.json"; exit 1; }
+  "$MT_CONVERT" hf-to-mt "$d/hf" "$d/back" 2> "$d/import.log" || { echo "FAIL: import"; cat "$d/import.log"; exit 1; }
+  echo "ok: exported as Hugging Face Mixtral and imported back"
+fi
+if [ -n "${MPIEXEC:-}" ]; then
+  mr() {  # name ranks, then extra flags
+    local n=$1 np=$2; shift 2
+    "$MPIEXEC" -n "$np" "$MT_PRETRAIN" "${tiny_args[@]}" "${moe[@]}" --golden-values-out "$d/$n.json" \
+      --metrics-jsonl "$d/$n.jsonl" "$@" > "$d/$n.log" 2>&1 || { echo "FAIL: run $n"; cat "$d/$n.log"; exit 1; }
+  }
+  run one
+  mr dp2 2
+  mr zero 2 --use-distributed-optimizer --overlap-grad-reduce --ddp-bucket-size 3000
+  mr pp2 2 --pipeline-model-parallel-size 2
+  router() { jq -r '"\(.load_balancing_loss) \(.z_loss)"' "$1"; }
+  for n in dp2 zero pp2; do
+    paste <(losses "$d/one.json" 1 12) <(losses "$d/$n.json" 1 12) | awk '{ print $2, $4 }' | close "$n losses" 1e-5
+    paste -d' ' <(router "$d/one.jsonl") <(router "$d/$n.jsonl") | awk '{ print $1, $3; print $2, $4 }' \
+      | close "$n router losses" 1e-5
+  done
+fi
