@@ -256,13 +256,13 @@ static mt_status moe_fwd(mt_model *m, layer_acts *la, const layer_params *lp, mt
             MT_TRY(rows_of(&la->moe_yp, off, n, &y));
             if (pass == 0 && c->swiglu)
                 OP("fwd.gemm.fc1",
-                   mt_linear_fwd(m->blas, &h, NULL, &x, W(lp->exp_fc1[e]), NULL, 0, s));
+                   mt_linear_fwd(m->blas_x, &h, NULL, &x, W(lp->exp_fc1[e]), NULL, 0, s));
             else if (pass == 0)
-                OP("fwd.gemm.fc1+gelu",
-                   mt_linear_fwd(m->blas, &act, &h, &x, W(lp->exp_fc1[e]), NULL, MT_GEMM_GELU, s));
+                OP("fwd.gemm.fc1+gelu", mt_linear_fwd(m->blas_x, &act, &h, &x, W(lp->exp_fc1[e]),
+                                                      NULL, MT_GEMM_GELU, s));
             else
                 OP("fwd.gemm.fc2",
-                   mt_linear_fwd(m->blas, &y, NULL, &act, W(lp->exp_fc2[e]), NULL, 0, s));
+                   mt_linear_fwd(m->blas_x, &y, NULL, &act, W(lp->exp_fc2[e]), NULL, 0, s));
             if (pass == 0 && e == E - 1 && c->swiglu)
                 OP("fwd.swiglu", mt_swiglu_fwd(&la->fc1_act, &la->fc1_pre, NULL, s));
         }
@@ -302,14 +302,14 @@ static mt_status moe_bwd(mt_model *m, layer_acts *la, const layer_params *lp, in
             MT_TRY(rows_of(&a->moe_dxp, off, n, &dx));
             if (pass == 0 && c->swiglu) {
                 MT_TRY(rows_of(&a->dfc1_act, off, n, &dact));
-                OP("bwd.gemm.fc2", mt_linear_bwd(m->blas, &dact, G(lp->exp_fc2[e]), NULL, &dy, &act,
-                                                 W(lp->exp_fc2[e]), acc, s));
+                OP("bwd.gemm.fc2", mt_linear_bwd(m->blas_x, &dact, G(lp->exp_fc2[e]), NULL, &dy,
+                                                 &act, W(lp->exp_fc2[e]), acc, s));
             } else if (pass == 0) {
                 OP("bwd.gemm.fc2+dgelu",
-                   mt_linear_bwd_dgelu(m->blas, &dh, NULL, &h, G(lp->exp_fc2[e]), NULL, &dy, &act,
+                   mt_linear_bwd_dgelu(m->blas_x, &dh, NULL, &h, G(lp->exp_fc2[e]), NULL, &dy, &act,
                                        W(lp->exp_fc2[e]), acc, s));
             } else {
-                OP("bwd.gemm.fc1", mt_linear_bwd(m->blas, &dx, G(lp->exp_fc1[e]), NULL, &dh, &x,
+                OP("bwd.gemm.fc1", mt_linear_bwd(m->blas_x, &dx, G(lp->exp_fc1[e]), NULL, &dh, &x,
                                                  W(lp->exp_fc1[e]), acc, s));
             }
             if (pass == 0 && e == E - 1 && c->swiglu)
@@ -330,8 +330,8 @@ static mt_status moe_bwd(mt_model *m, layer_acts *la, const layer_params *lp, in
     }
     OP("bwd.gemm.router",
        mt_gemm(m->blas, &a->dln, NULL, dl, W(lp->router_w), NULL, 0, 1.0f, 1.0f, s));
-    OP("bwd.gemm.router",
-       mt_linear_bwd(m->blas, NULL, G(lp->router_w), NULL, dl, &la->ln2, W(lp->router_w), acc, s));
+    OP("bwd.gemm.router", mt_linear_bwd(m->blas_x, NULL, G(lp->router_w), NULL, dl, &la->ln2,
+                                        W(lp->router_w), acc, s));
     return MT_OK;
 }
 

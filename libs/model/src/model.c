@@ -686,6 +686,7 @@ mt_status mt_model_create_tp(const mt_model_config *cfg, int micro_batch_size, m
     MT_TRY_GOTO(mt_blas_create(device, &m->blas), st, fail);
     /* tuned GEMM algorithms unless runs must be bitwise reproducible (MT_GEMM_AUTOTUNE wins) */
     mt_blas_set_autotune(m->blas, !m->cfg.deterministic);
+    if (moe_n(&m->cfg)) MT_TRY_GOTO(mt_blas_create(device, &m->blas_x), st, fail);
     MT_TRY_GOTO(workspace_sizes(m), st, fail);
     MT_TRY_GOTO(fn ? external_storage(m, fn, ctx) : own_storage(m), st, fail);
 
@@ -784,6 +785,7 @@ void mt_model_destroy(mt_model *m) {
     for (int i = 0; i < MODEL_GRAPH_SLOTS; i++)
         mt_graph_destroy(m->gs[i].graph);
     mt_blas_destroy(m->blas);
+    mt_blas_destroy(m->blas_x);
     mt_tp_async_destroy(&m->tpa);
     mt_arena_destroy(m->w_arena);
     mt_arena_destroy(m->g_arena);

@@ -177,6 +177,11 @@ struct mt_model {
     int B;
     mt_device dev;
     mt_blas *blas;
+    /* MoE: the experts' GEMMs, whose row counts change at every step: a handle of their own,
+     * without autotuning (each new shape's plan would be timed: 14x slower steps on an H100),
+     * whose plan cache theirs do not churn. (cublasGemmEx instead of the plans' heuristic was
+     * tried: 17% slower at 8 experts of 2048 x 5632, no faster at 16 of 1024 x 1408.) */
+    mt_blas *blas_x;
     mt_comm *tp;         /* tensor-parallel group (NULL: TP 1) */
     int tpr;             /* this rank's place in it */
     mt_tp_async tpa;     /* CUDA, MT_TP_ASYNC=1: the column-parallel backwards' collectives
