@@ -6,48 +6,9 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <mt/core_cuda.h>
+#include <mt/tensor/cuda.cuh> /* ldf, stf, MT_DISPATCH_FLOAT */
 
 #include "../moe_impl.h"
-
-static __device__ __forceinline__ float ldf(float v) {
-    return v;
-}
-static __device__ __forceinline__ float ldf(__nv_bfloat16 v) {
-    return __bfloat162float(v);
-}
-static __device__ __forceinline__ float ldf(__half v) {
-    return __half2float(v);
-}
-template <typename T> static __device__ __forceinline__ T stf(float v);
-template <> __device__ __forceinline__ float stf<float>(float v) {
-    return v;
-}
-template <> __device__ __forceinline__ __nv_bfloat16 stf<__nv_bfloat16>(float v) {
-    return __float2bfloat16_rn(v);
-}
-template <> __device__ __forceinline__ __half stf<__half>(float v) {
-    return __float2half_rn(v);
-}
-
-#define DISPATCH(dt, T, ...)                                                    \
-    do {                                                                        \
-        switch (dt) {                                                           \
-        case MT_F32: {                                                          \
-            typedef float T;                                                    \
-            __VA_ARGS__;                                                        \
-        } break;                                                                \
-        case MT_BF16: {                                                         \
-            typedef __nv_bfloat16 T;                                            \
-            __VA_ARGS__;                                                        \
-        } break;                                                                \
-        case MT_F16: {                                                          \
-            typedef __half T;                                                   \
-            __VA_ARGS__;                                                        \
-        } break;                                                                \
-        default:                                                                \
-            return MT_ERROR(MT_ERR_UNSUPPORTED, "dtype %s", mt_dtype_name(dt)); \
-        }                                                                       \
-    } while (0)
 
 static unsigned blocks_for(int64_t n, int threads) {
     int64_t b = (n + threads - 1) / threads;
@@ -251,32 +212,36 @@ template <typename T> static __global__ void unpermute_bwd_kernel(moe_args a) {
 
 extern "C" mt_status moe_permute_cuda(const moe_args *a, mt_stream s) {
     if (a->N * a->k == 0) return MT_OK;
-    DISPATCH(a->dtype, T,
-             (permute_kernel<T><<<(unsigned)(a->N * a->k), ROW_THREADS, 0, (cudaStream_t)s>>>(*a)));
+    MT_DISPATCH_FLOAT(
+        a->dtype, T,
+        (permute_kernel<T><<<(unsigned)(a->N * a->k), ROW_THREADS, 0, (cudaStream_t)s>>>(*a)));
     MT_CUDA_CHECK_LAUNCH();
     return MT_OK;
 }
 
 extern "C" mt_status moe_permute_bwd_cuda(const moe_args *a, mt_stream s) {
     if (a->N == 0) return MT_OK;
-    DISPATCH(a->dtype, T,
-             (permute_bwd_kernel<T><<<(unsigned)a->N, ROW_THREADS, 0, (cudaStream_t)s>>>(*a)));
+    MT_DISPATCH_FLOAT(
+        a->dtype, T,
+        (permute_bwd_kernel<T><<<(unsigned)a->N, ROW_THREADS, 0, (cudaStream_t)s>>>(*a)));
     MT_CUDA_CHECK_LAUNCH();
     return MT_OK;
 }
 
 extern "C" mt_status moe_unpermute_cuda(const moe_args *a, mt_stream s) {
     if (a->N == 0) return MT_OK;
-    DISPATCH(a->dtype, T,
-             (unpermute_kernel<T><<<(unsigned)a->N, ROW_THREADS, 0, (cudaStream_t)s>>>(*a)));
+    MT_DISPATCH_FLOAT(
+        a->dtype, T,
+        (unpermute_kernel<T><<<(unsigned)a->N, ROW_THREADS, 0, (cudaStream_t)s>>>(*a)));
     MT_CUDA_CHECK_LAUNCH();
     return MT_OK;
 }
 
 extern "C" mt_status moe_unpermute_bwd_cuda(const moe_args *a, mt_stream s) {
     if (a->N == 0) return MT_OK;
-    DISPATCH(a->dtype, T,
-             (unpermute_bwd_kernel<T><<<(unsigned)a->N, ROW_THREADS, 0, (cudaStream_t)s>>>(*a)));
+    MT_DISPATCH_FLOAT(
+        a->dtype, T,
+        (unpermute_bwd_kernel<T><<<(unsigned)a->N, ROW_THREADS, 0, (cudaStream_t)s>>>(*a)));
     MT_CUDA_CHECK_LAUNCH();
     return MT_OK;
 }

@@ -1,12 +1,13 @@
-/* Private CUDA helpers for tensor kernels: float load/store for f32/bf16/f16, launch sizing and
- * cached device queries. */
+/* Private CUDA helpers for tensor kernels: vectors, launch sizing and cached device queries (the
+ * float loads and stores are the public mt/tensor/cuda.cuh's). */
 #ifndef MT_TENSOR_CUDA_COMMON_CUH
 #define MT_TENSOR_CUDA_COMMON_CUH
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <mt/core_cuda.h>
-#include <mt/sm90.cuh> /* mbarriers and bulk copies (sm_90+) */
+#include <mt/sm90.cuh>        /* mbarriers and bulk copies (sm_90+) */
+#include <mt/tensor/cuda.cuh> /* ldf, stf, MT_DISPATCH_FLOAT */
 
 #include <map>
 #include <mutex>
@@ -14,63 +15,8 @@
 
 #include "../ops_impl.h"
 
-template <typename T> struct mt_cuda_t;
-template <> struct mt_cuda_t<float> {
-    static __device__ __forceinline__ float ld(float v) {
-        return v;
-    }
-    static __device__ __forceinline__ float st(float v) {
-        return v;
-    }
-};
-template <> struct mt_cuda_t<__nv_bfloat16> {
-    // why: exact like __bfloat162float, but plain C (its inline asm pins where the compiler puts it)
-    static __device__ __forceinline__ float ld(__nv_bfloat16 v) {
-        return __uint_as_float((unsigned)__bfloat16_as_ushort(v) << 16);
-    }
-    static __device__ __forceinline__ __nv_bfloat16 st(float v) {
-        return __float2bfloat16_rn(v);
-    }
-};
-template <> struct mt_cuda_t<__half> {
-    static __device__ __forceinline__ float ld(__half v) {
-        return __half2float(v);
-    }
-    static __device__ __forceinline__ __half st(float v) {
-        return __float2half_rn(v);
-    }
-};
-
 /* N elements of T as one aligned unit: 16-byte loads and stores. */
 template <typename T, int N> struct alignas(sizeof(T) * N) vec_t { T v[N]; };
-
-template <typename T> __device__ __forceinline__ float ldf(T v) {
-    return mt_cuda_t<T>::ld(v);
-}
-template <typename T> __device__ __forceinline__ T stf(float v) {
-    return mt_cuda_t<T>::st(v);
-}
-
-/* Calls F<T>() with T the C++ type of float dtype `dt`. */
-#define MT_DISPATCH_FLOAT(dt, T, ...)                                           \
-    do {                                                                        \
-        switch (dt) {                                                           \
-        case MT_F32: {                                                          \
-            typedef float T;                                                    \
-            __VA_ARGS__;                                                        \
-        } break;                                                                \
-        case MT_BF16: {                                                         \
-            typedef __nv_bfloat16 T;                                            \
-            __VA_ARGS__;                                                        \
-        } break;                                                                \
-        case MT_F16: {                                                          \
-            typedef __half T;                                                   \
-            __VA_ARGS__;                                                        \
-        } break;                                                                \
-        default:                                                                \
-            return MT_ERROR(MT_ERR_UNSUPPORTED, "dtype %s", mt_dtype_name(dt)); \
-        }                                                                       \
-    } while (0)
 
 /* Device attribute `attr` of the current device, cached per device (the query costs host time on
  * every launch otherwise). */

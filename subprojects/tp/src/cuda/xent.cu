@@ -7,28 +7,9 @@
 #include <cuda_fp16.h>
 #include <math.h>
 #include <mt/core_cuda.h>
+#include <mt/tensor/cuda.cuh> /* ldf, stf, MT_DISPATCH_FLOAT */
 
 #include "../tp_impl.h"
-
-static __device__ __forceinline__ float ldf(float v) {
-    return v;
-}
-static __device__ __forceinline__ float ldf(__nv_bfloat16 v) {
-    return __bfloat162float(v);
-}
-static __device__ __forceinline__ float ldf(__half v) {
-    return __half2float(v);
-}
-template <typename T> static __device__ __forceinline__ T stf(float v);
-template <> __device__ __forceinline__ float stf<float>(float v) {
-    return v;
-}
-template <> __device__ __forceinline__ __nv_bfloat16 stf<__nv_bfloat16>(float v) {
-    return __float2bfloat16_rn(v);
-}
-template <> __device__ __forceinline__ __half stf<__half>(float v) {
-    return __float2half_rn(v);
-}
 
 #define TPX_THREADS 256
 
