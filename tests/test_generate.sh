@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# functional: mt-generate. The tiny GPT-2, Llama and Qwen3 of mt-convert's tests, imported, give
+# functional: mt-generate. The tiny GPT-2, Llama, Qwen3 and Mixtral of mt-convert's tests, imported, give
 # transformers' greedy continuation of a prompt (apps/generate/golden/expected.json, float64
 # there, fp32 here: the smallest top-2 logit gap on the way is 0.07); sampling is reproducible
 # from its seed, varies with it, and top_k 1 is greedy; a checkpoint mt-pretrain just wrote
@@ -10,7 +10,7 @@ golden=$(dirname "$0")/../apps/generate/golden/expected.json
 fixtures=$(dirname "$0")/../apps/convert/golden
 fail=0
 gen() { "$MT_GENERATE" --tokenizer-type NullTokenizer --device "${MT_TEST_DEVICE:-cpu}" "$@"; }
-for m in gpt2 llama qwen3; do
+for m in gpt2 llama qwen3 mixtral; do
   "$MT_CONVERT" hf-to-mt "$fixtures/logits_$m" "$d/$m" > /dev/null 2>&1 || { echo "FAIL: import $m"; exit 1; }
   prompt=$(jq -r ".$m.prompt | map(tostring) | join(\",\")" "$golden")
   want=$(jq -r ".$m.greedy | map(tostring) | join(\",\")" "$golden")

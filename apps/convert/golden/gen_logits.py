@@ -4,9 +4,10 @@
 The test imports them with mt-convert and runs libs/model's forward. Weights are redrawn larger
 than transformers' init (std 0.2, norms 1 +- 0.1, biases 0.1) so attention is far from uniform and
 a wrong q/k row order shows in the logits; V = 100 is padded to 128 by the import; the Llama has
-rope_theta 5e5 and rms_norm_eps 1e-6 (not our defaults). Mixtral is absent: libs/model has no MoE.
+rope_theta 5e5 and rms_norm_eps 1e-6 (not our defaults). Mixtral (4 experts, top-2; session 34,
+transformers 5.24.0): python gen_logits.py mixtral writes only logits_mixtral.
 Versions: torch (CPU), transformers 5.23.0, safetensors. Seeds: 1234 (weights), 7 (tokens).
-Rerun from this directory: /opt/gv/bin/python gen_logits.py"""
+Rerun from this directory: /opt/gv/bin/python gen_logits.py [mixtral]"""
 import json, os, shutil
 import torch
 import transformers
@@ -44,6 +45,18 @@ def record(tag, model):
     print(tag, "max |logit|", logits.abs().max().item())
 
 
+import sys  # noqa: E402
+if sys.argv[1:] == ["mixtral"]:  # (session 34) only Mixtral: 4 experts, top-2, router and experts
+    from transformers import MixtralConfig, MixtralForCausalLM
+    torch.manual_seed(0)
+    record("mixtral", MixtralForCausalLM(MixtralConfig(
+        vocab_size=V, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32,
+        rms_norm_eps=1e-6, rope_parameters={"rope_type": "default", "rope_theta": 500000.0},
+        num_local_experts=4, num_experts_per_tok=2, tie_word_embeddings=False,
+        experts_implementation="eager")))
+    print("transformers", transformers.__version__, "torch", torch.__version__)
+    sys.exit(0)
 torch.manual_seed(0)
 record("gpt2", GPT2LMHeadModel(GPT2Config(vocab_size=V, n_positions=32, n_embd=32, n_layer=2,
                                           n_head=4, activation_function="gelu_new")))

@@ -1,5 +1,5 @@
 """Golden of test_generate.sh: transformers' greedy generation (generate(do_sample=False)) from the
-tiny GPT-2, Llama and Qwen3 that mt-convert's tests import (apps/convert/golden/logits_<m>: V 100),
+tiny GPT-2, Llama, Qwen3 and Mixtral (session 34) that mt-convert's tests import (apps/convert/golden/logits_<m>: V 100),
 in float64, for a fixed prompt: expected.json {model: {"prompt": ids, "greedy": the prompt and 10
 new ids, "min_gap": the smallest gap between the two largest logits along the way}}. A gap far
 above float32's rounding makes the argmax the same in our fp32 forward.
@@ -11,8 +11,10 @@ from transformers import AutoModelForCausalLM
 
 out = {}
 prompt = [17, 3, 88, 41, 5]
-for m in ("gpt2", "llama", "qwen3"):
-    model = AutoModelForCausalLM.from_pretrained(f"../../convert/golden/logits_{m}").double().eval()
+for m in ("gpt2", "llama", "qwen3", "mixtral"):
+    kw = {"experts_implementation": "eager"} if m == "mixtral" else {}  # (grouped_mm: no float64)
+    model = AutoModelForCausalLM.from_pretrained(f"../../convert/golden/logits_{m}",
+                                                 **kw).double().eval()
     ids = torch.tensor([prompt])
     with torch.no_grad():
         gen = model.generate(ids, max_new_tokens=10, do_sample=False, eos_token_id=None,
