@@ -1,7 +1,8 @@
 /* functional (CPU) / gpu (test_recompute cuda): full activation recomputation, and selective
  * recomputation of the MLP activation (mlp_act) and the norms' outputs (layernorm), change nothing
  * but memory; the output layer in slices (logits_chunks) changes only the order of its sums. Losses, logits and
- * every gradient of tiny GPT-2 and Llama models, also with per-head q/k norms (Philox init) are bitwise those of the model that
+ * every gradient of tiny GPT-2 and Llama models, also with per-head q/k norms, and of a Mixtral-style
+ * MoE model (with its router losses, counted once) (Philox init) are bitwise those of the model that
  * keeps all activations, for uniform and block methods; the activation arena shrinks by exactly
  * the per-layer sets that the scratch sets replace; Megatron's invalid combinations are refused.
  * Prints the plan for GPT-2 124M at B=16, T=1024. */
@@ -26,12 +27,20 @@ static mt_model_config config_for(const char *tag) {
     c.seed = 99;
     c.deterministic = 1; /* bitwise comparisons: no attention atomics, no timed GEMM choice */
     if (strcmp(tag, "llama") == 0 || strcmp(tag, "llama_qk") == 0) tiny_llama_layers(&c);
+    if (strcmp(tag, "mixtral") == 0) { /* MoE layers (with router losses: counted once) */
+        tiny_llama_layers(&c);
+        c.num_moe_experts = 4;
+        c.moe_router_topk = 2;
+        c.moe_ffn_hidden_size = 48;
+        c.moe_aux_loss_coeff = 0.01f;
+        c.moe_z_loss_coeff = 0.001f;
+    }
     c.qk_layernorm = strstr(tag, "_qk") != NULL; /* per-head q/k norms: RMSNorm, or LayerNorm */
     return c;
 }
 
 typedef struct result {
-    double loss[2];
+    double loss[2], moe[2]; /* moe: the router losses of the training step (MoE; else NaN) */
     float *logits;
     float **grads;
     size_t bytes;
@@ -58,12 +67,13 @@ static result run(const mt_model_config *cfg, const int32_t *tok, const int32_t 
     mt_arena *a;
     MT_CHECK(mt_model_create(cfg, B, dev, NULL, NULL, &m));
     MT_CHECK(mt_arena_create(dev, 8 * MT_ARENA_ALIGN + 4 * B * T * 4, &a));
-    result r = { { 0, 0 }, NULL, NULL, mt_model_bytes(m) };
+    result r = { { 0, 0 }, { 0, 0 }, NULL, NULL, mt_model_bytes(m) };
     for (int mb = 0; mb < 2; mb++) {
         mt_tensor tk = ids_on_dev(a, tok, mb), tg = ids_on_dev(a, tgt, mb);
         MT_CHECK(mt_model_forward_backward(m, &tk, &tg, 0.5f, NULL));
     }
     MT_CHECK(mt_model_take_loss(m, &r.loss[0], NULL));
+    MT_CHECK(mt_model_take_moe_losses(m, &r.moe[0], &r.moe[1], NULL));
     mt_tensor tk = ids_on_dev(a, tok, 0), tg = ids_on_dev(a, tgt, 0);
     MT_CHECK(mt_model_forward(m, &tk, &tg, NULL));
     MT_CHECK(mt_model_take_loss(m, &r.loss[1], NULL));
@@ -93,6 +103,9 @@ static void compare(const char *what, const mt_model_config *cfg, const result *
     MT_EXPECT(memcmp(want->loss, got->loss, sizeof want->loss) == 0,
               "%s: losses %.9g %.9g, want %.9g %.9g", what, got->loss[0], got->loss[1],
               want->loss[0], want->loss[1]);
+    MT_EXPECT(memcmp(want->moe, got->moe, sizeof want->moe) == 0,
+              "%s: router losses %.9g %.9g, want %.9g %.9g", what, got->moe[0], got->moe[1],
+              want->moe[0], want->moe[1]);
     mt_tensor lg = mt_model_logits(m);
     MT_EXPECT(memcmp(want->logits, got->logits, mt_tensor_nbytes(&lg)) == 0, "%s: logits differ",
               what);
@@ -183,7 +196,7 @@ static void test_model(const char *tag) {
     }
     /* selective mlp_act / layernorm: one shared buffer instead of one per layer (two for the
      * norms) */
-    for (int v = 1; v <= 3; v++) {
+    for (int v = 1; v <= 3 && !base.num_moe_experts; v++) { /* (not with MoE yet) */
         mt_model_config sel = with(base, MT_RECOMPUTE_SELECTIVE, MT_RECOMPUTE_METHOD_NONE, 0);
         sel.recompute_mlp_act = v & 1;
         sel.recompute_layernorm = (v & 2) != 0;
@@ -299,8 +312,10 @@ int main(int argc, char **argv) {
     test_model("llama");
     test_model("gpt2_qk");
     test_model("llama_qk");
+    test_model("mixtral");
     test_logits_chunks("gpt2");
     test_logits_chunks("llama");
+    test_logits_chunks("mixtral");
     test_invalid();
     report_gpt2_124m();
     return mt_test_result();
