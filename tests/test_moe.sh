@@ -4,8 +4,9 @@
 # times the mean of f_e P_e) and the metrics JSONL their per-iteration values; the aux loss's
 # coefficient changes the gradients (and so the losses after the first step); mt-convert
 # exports the checkpoint as a Hugging Face Mixtral and imports it back. With an MPI launcher
-# ($MPIEXEC): 2 data-parallel ranks (also with the distributed optimizer and overlapped buckets)
-# and 2 pipeline stages give one rank's losses and router losses. With "cuda": on the GPU.
+# ($MPIEXEC): 2 data-parallel ranks (also with the distributed optimizer and overlapped buckets,
+# and with hidden dropout), 2 pipeline stages and 2 tensor-parallel ranks (each holding its share
+# of every expert) give one rank's losses and router losses. With "cuda": on the GPU.
 source "$(dirname "$0")/pretrain_common.sh"
 d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
 moe=(--normalization RMSNorm --position-embedding-type rope --swiglu --disable-bias-linear
@@ -52,13 +53,18 @@ if [ -n "${MPIEXEC:-}" ]; then
       --metrics-jsonl "$d/$n.jsonl" "$@" > "$d/$n.log" 2>&1 || { echo "FAIL: run $n"; cat "$d/$n.log"; exit 1; }
   }
   run one
+  run onedrop --hidden-dropout 0.1
   mr dp2 2
   mr zero 2 --use-distributed-optimizer --overlap-grad-reduce --ddp-bucket-size 3000
   mr pp2 2 --pipeline-model-parallel-size 2
+  mr tp2 2 --tensor-model-parallel-size 2  # each rank its share of every expert
+  mr dpdrop 2 --hidden-dropout 0.1         # the MoE output's dropout masks are the samples'
   router() { jq -r '"\(.load_balancing_loss) \(.z_loss)"' "$1"; }
-  for n in dp2 zero pp2; do
-    paste <(losses "$d/one.json" 1 12) <(losses "$d/$n.json" 1 12) | awk '{ print $2, $4 }' | close "$n losses" 1e-5
-    paste -d' ' <(router "$d/one.jsonl") <(router "$d/$n.jsonl") | awk '{ print $1, $3; print $2, $4 }' \
+  for n in dp2 zero pp2 tp2 dpdrop; do
+    ref=one; [ $n = dpdrop ] && ref=onedrop
+    paste <(losses "$d/$ref.json" 1 12) <(losses "$d/$n.json" 1 12) | awk '{ print $2, $4 }' | close "$n losses" 1e-5
+    paste -d' ' <(router "$d/$ref.jsonl") <(router "$d/$n.jsonl") | awk '{ print $1, $3; print $2, $4 }' \
       | close "$n router losses" 1e-5
   done
+  [ "$(losses "$d/one.json" 2 12)" != "$(losses "$d/onedrop.json" 2 12)" ] || { echo "FAIL: dropout changed nothing"; exit 1; }
 fi

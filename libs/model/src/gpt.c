@@ -226,8 +226,8 @@ static int moe_losses_on(const mt_model *m) {
 /* The MoE MLP's forward from ln2: the router's logits, top-k and dispatch map (the tokens per
  * expert come to the host: the experts' row counts), the permuted rows through each expert's
  * fc1, activation and fc2, and (next != NULL) the combine with the residual add into next. */
-static mt_status moe_fwd(mt_model *m, layer_acts *la, const layer_params *lp, mt_tensor *next,
-                         mt_stream s) {
+static mt_status moe_fwd(mt_model *m, int l, layer_acts *la, const layer_params *lp,
+                         mt_tensor *next, mt_stream s) {
     const mt_model_config *c = &m->cfg;
     const int E = moe_n(c);
     OP("fwd.moe.router", mt_gemm(m->blas, &la->router_logits, NULL, &la->ln2, W(lp->router_w), NULL,
@@ -267,22 +267,36 @@ static mt_status moe_fwd(mt_model *m, layer_acts *la, const layer_params *lp, mt
                 OP("fwd.swiglu", mt_swiglu_fwd(&la->fc1_act, &la->fc1_pre, NULL, s));
         }
     if (!next) return MT_OK;
+    if (!m->tp && !hidden_drop(m)) { /* the residual add in the combine */
+        OP("fwd.moe.combine",
+           mt_moe_unpermute(next, &la->moe_yp, &la->moe_probs, &la->moe_pos, &la->resid_mid, s));
+        return MT_OK;
+    }
+    /* tensor parallelism: each rank's experts' shares summed over the group (the row-parallel
+     * fc2's reduction, after the combine: N rows, not N*k); hidden dropout at linear_fc2's site */
     OP("fwd.moe.combine",
-       mt_moe_unpermute(next, &la->moe_yp, &la->moe_probs, &la->moe_pos, &la->resid_mid, s));
-    return MT_OK;
+       mt_moe_unpermute(&m->a.moe_y, &la->moe_yp, &la->moe_probs, &la->moe_pos, NULL, s));
+    OP("fwd.tp.moe", mt_tp_all_reduce(m->tp, &m->a.moe_y, s));
+    if (!hidden_drop(m)) return mt_add(next, &la->resid_mid, &m->a.moe_y, s);
+    mt_dropout_config d = hidden_cfg(m, (uint32_t)(SITE_FC2 + 3 * l));
+    return mt_dropout(next, &m->a.moe_y, &la->resid_mid, &d, s);
 }
 
 /* The MoE MLP's backward from a->dres (the layer output's gradient) into a->dln (ln2's): the
  * combine's, each expert's fc2 and fc1 (an expert without tokens: its grads zeroed when
  * written), the permutation's, and the router's with the aux and z losses (scaled as the loss:
  * the training forward's loss_scale, times the micro-batch's tokens with per-token loss). */
-static mt_status moe_bwd(mt_model *m, layer_acts *la, const layer_params *lp, int acc,
+static mt_status moe_bwd(mt_model *m, int l, layer_acts *la, const layer_params *lp, int acc,
                          mt_stream s) {
     const mt_model_config *c = &m->cfg;
     acts *a = &m->a;
     const int E = moe_n(c);
-    OP("bwd.moe.combine", mt_moe_unpermute_bwd(&a->moe_dyp, &a->moe_dprobs, &a->dres, &la->moe_yp,
+    const mt_tensor *dy = &a->dres; /* (hidden dropout: the dropped gradient) */
+    if (hidden_drop(m)) OP("bwd.dropout", drop_grad(m, (uint32_t)(SITE_FC2 + 3 * l), &dy, s));
+    OP("bwd.moe.combine", mt_moe_unpermute_bwd(&a->moe_dyp, &a->moe_dprobs, dy, &la->moe_yp,
                                                &la->moe_probs, &la->moe_pos, s));
+    /* (tensor parallelism: each rank's yp is its share, so are the probabilities' gradients) */
+    OP("bwd.tp.moe", mt_tp_all_reduce(m->tp, &a->moe_dprobs, s));
     for (int pass = 0; pass < 2; pass++) /* fc2 (GELU's backward fused); SwiGLU's; fc1 */
         for (int e = 0, off = 0; e < E; off += la->counts_h[e++]) {
             const int64_t n = la->counts_h[e];
@@ -317,6 +331,9 @@ static mt_status moe_bwd(mt_model *m, layer_acts *la, const layer_params *lp, in
                    mt_swiglu_bwd(&a->dfc1_pre, NULL, &a->dfc1_act, &la->fc1_pre, NULL, s));
         }
     OP("bwd.moe.permute", mt_moe_permute_bwd(&a->dln, &a->moe_dxp, &la->moe_pos, 0, s));
+    /* (tensor parallelism: the experts' input gradient summed before the router's, whole on
+     * every rank, is added) */
+    OP("bwd.tp.moe", mt_tp_all_reduce(m->tp, &a->dln, s));
     const float scale =
         m->loss_scale * (c->per_token_loss ? (float)((int64_t)m->B * c->seq_length) : 1.0f);
     OP("bwd.moe.router",
@@ -359,7 +376,7 @@ static mt_status layer_fwd(mt_model *m, int l, mt_tensor *next, mt_stream s) {
                                         &la->resid_in, (uint32_t)(SITE_PROJ + 3 * l), s));
     OP("fwd.norm", norm_fwd(m, &la->ln2, &la->ln2_mean, &la->ln2_rstd, &la->resid_mid, lp->ln2_w,
                             lp->ln2_b, s));
-    if (moe_n(c)) return moe_fwd(m, la, lp, next, s);
+    if (moe_n(c)) return moe_fwd(m, l, la, lp, next, s);
     if (c->swiglu) {
         OP("fwd.gemm.fc1",
            mt_tp_column_fwd(m->tp, m->blas, &la->fc1_pre, NULL, &la->ln2, sp(m) ? &a->ln_all : NULL,
@@ -602,7 +619,7 @@ static mt_status backward(mt_model *m, int lm_head, mt_stream s) {
          * (a->dres, or its dropout) */
         const mt_tensor *dyp = &a->dres;
         if (moe_n(c)) {
-            MT_TRY(moe_bwd(m, la, lp, acc, s));
+            MT_TRY(moe_bwd(m, l, la, lp, acc, s));
             goto mlp_done;
         }
         if (hdrop) OP("bwd.dropout", drop_grad(m, (uint32_t)(SITE_FC2 + 3 * l), &dyp, s));

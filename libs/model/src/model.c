@@ -23,13 +23,11 @@ static mt_status moe_finalize(mt_model_config *c) {
                (double)c->moe_aux_loss_coeff, (double)c->moe_z_loss_coeff);
     MT_REQUIRE(!c->add_bias_linear, MT_ERR_UNSUPPORTED,
                "--num-experts: MoE layers without biases only (add --disable-bias-linear)");
-    MT_REQUIRE(c->tensor_model_parallel_size == 1, MT_ERR_UNSUPPORTED,
-               "--num-experts with --tensor-model-parallel-size %d: expert tensor parallelism is "
-               "not supported yet",
-               c->tensor_model_parallel_size);
-    MT_REQUIRE(c->hidden_dropout == 0.0f, MT_ERR_UNSUPPORTED,
-               "--num-experts with --hidden-dropout %g is not supported yet (use 0)",
-               (double)c->hidden_dropout);
+    MT_REQUIRE(c->moe_ffn_hidden_size % c->tensor_model_parallel_size == 0, MT_ERR_INVALID_ARG,
+               "--moe-ffn-hidden-size (%d) is not divisible by --tensor-model-parallel-size (%d)",
+               c->moe_ffn_hidden_size, c->tensor_model_parallel_size);
+    MT_REQUIRE(!c->sequence_parallel, MT_ERR_UNSUPPORTED,
+               "--num-experts with --sequence-parallel is not supported yet");
     MT_REQUIRE(!c->recompute_mlp_act && !c->recompute_layernorm, MT_ERR_UNSUPPORTED,
                "--num-experts with --recompute-modules mlp_act or layernorm is not supported yet");
     return MT_OK;
@@ -281,14 +279,16 @@ static void build_table(const mt_model_config *c, table *m) {
         P("pre_mlp_layernorm.weight", 1, C, 0, 0, 1, 1);
         if (ln) P("pre_mlp_layernorm.bias", 1, C, 0, 0, 0, 1);
         if (moe_n(c)) { /* (no biases, no tensor parallelism: moe_finalize) */
-            const int64_t Fe = c->moe_ffn_hidden_size;
+            const int64_t Fe = c->moe_ffn_hidden_size; /* (expert TP = TP: Megatron's default) */
             P("mlp.router.weight", 2, moe_n(c), C, std, 0, 0);
             for (int e = 0; e < moe_n(c); e++) {
                 char x[64];
                 snprintf(x, sizeof x, "mlp.experts.local_experts.%d.linear_fc1.weight", e);
                 P(x, 2, (c->swiglu ? 2 : 1) * Fe, C, std, 0, 0);
+                split_last(m, tp, 0, c->swiglu ? 2 : 1, Fe, c->swiglu ? Fe : 0, 0);
                 snprintf(x, sizeof x, "mlp.experts.local_experts.%d.linear_fc2.weight", e);
                 P(x, 2, C, Fe, out_std, 0, 0);
+                split_last(m, tp, 1, 1, Fe, 0, 0);
             }
             continue;
         }
@@ -418,7 +418,7 @@ static void plan_layer(const mt_model *m, planner *p, layer_acts *la) {
     TAKE(p, &la->ln2_mean, MT_F32, Nl);
     TAKE(p, &la->ln2_rstd, MT_F32, Nl);
     if (moe_n(c)) { /* the permuted rows: N*k, each expert's consecutive */
-        const int64_t E = moe_n(c), k = moe_k(c), Fe = c->moe_ffn_hidden_size;
+        const int64_t E = moe_n(c), k = moe_k(c), Fe = local_moe_ffn(c);
         TAKE(p, &la->router_logits, MT_F32, N, E);
         TAKE(p, &la->moe_probs, MT_F32, N, k);
         TAKE(p, &la->moe_idx, MT_I32, N, k);
@@ -498,9 +498,10 @@ static void plan_acts(mt_model *m, planner *p) {
     TAKE(p, &a->dln, dt, Nl, C);
     TAKE(p, &a->datty, dt, N, H * D);
     TAKE(p, &a->dqkv, dt, N, QKV);
-    if (moe_n(c)) { /* (the experts' rows: N*k of moe_ffn_hidden_size) */
-        const int64_t E = moe_n(c), k = moe_k(c), Fe = c->moe_ffn_hidden_size;
+    if (moe_n(c)) { /* (the experts' rows: N*k of this rank's moe_ffn_hidden_size) */
+        const int64_t E = moe_n(c), k = moe_k(c), Fe = local_moe_ffn(c);
         TAKE(p, &a->moe_loss, MT_F32, 2);
+        if (tp || c->hidden_dropout > 0.0f) TAKE(p, &a->moe_y, dt, N, C);
         TAKE(p, &a->moe_dyp, dt, N * k, C);
         TAKE(p, &a->moe_dxp, dt, N * k, C);
         TAKE(p, &a->moe_dprobs, MT_F32, N, k);

@@ -84,6 +84,9 @@ static inline int moe_n(const mt_model_config *c) {
 static inline int64_t moe_k(const mt_model_config *c) {
     return c->moe_router_topk;
 }
+static inline int64_t local_moe_ffn(const mt_model_config *c) { /* (each expert's share) */
+    return c->moe_ffn_hidden_size / tp_n(c);
+}
 
 /* The token rows of the residual stream a rank holds: N, or N / tp with sequence parallelism. */
 static inline int64_t local_rows(const mt_model_config *c, int64_t N) {
@@ -142,6 +145,9 @@ typedef struct acts {
      * scratch: the combine's dyp and permute's dxp (N*k,C), dprobs (N,k) f32, the logits'
      * gradient (N,E) f32 and in the model dtype */
     mt_tensor moe_loss, moe_dyp, moe_dxp, moe_dprobs, moe_dlogits, moe_dlogits_dt;
+    /* MoE under tensor parallelism or hidden dropout: the combine's output before the residual
+     * add (N,C): this rank's partial sum (summed over the group), dropped before the add */
+    mt_tensor moe_y;
 } acts;
 
 typedef struct layer_params {

@@ -573,16 +573,9 @@ static mt_status validate_moe(const mt_train_args *a) {
         return MT_ERROR(
             MT_ERR_UNSUPPORTED,
             "--num-experts: MoE layers without biases only (add --disable-bias-linear)");
-    if (a->tensor_model_parallel_size != 1)
+    if (a->sequence_parallel && a->tensor_model_parallel_size > 1)
         return MT_ERROR(MT_ERR_UNSUPPORTED,
-                        "--num-experts with --tensor-model-parallel-size %d: expert tensor "
-                        "parallelism is not supported yet",
-                        a->tensor_model_parallel_size);
-    if (a->hidden_dropout != 0)
-        return MT_ERROR(MT_ERR_UNSUPPORTED,
-                        "--num-experts with --hidden-dropout %g is not supported yet (add "
-                        "--hidden-dropout 0)",
-                        a->hidden_dropout);
+                        "--num-experts with --sequence-parallel is not supported yet");
     return MT_OK;
 }
 

@@ -150,8 +150,11 @@ typedef struct mt_model_config {
      * (--moe-router-load-balancing-type aux_loss) times moe_aux_loss_coeff and the z loss times
      * moe_z_loss_coeff are added to each layer's router gradient (scaled as the loss:
      * Megatron's MoEAuxLossAutoScaler), their values (without coefficients) averaged over layers
-     * and micro-batches by mt_model_take_moe_losses. No biases (add_bias_linear 0), tensor
-     * parallelism, hidden dropout or selective recomputation with it yet. */
+     * and micro-batches by mt_model_take_moe_losses. Under tensor parallelism each rank holds
+     * its share of every expert (fc1's rows, fc2's columns: Megatron's expert tensor parallelism
+     * equal to TP), the combine summed over the group; hidden dropout at linear_fc2's site on the
+     * combined output. No biases (add_bias_linear 0), sequence parallelism or selective
+     * recomputation modules with it yet. */
     int num_moe_experts;
     int moe_router_topk;     /* 0: 2 */
     int moe_ffn_hidden_size; /* 0: ffn_hidden_size */
