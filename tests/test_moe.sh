@@ -6,7 +6,7 @@
 # exports the checkpoint as a Hugging Face Mixtral and imports it back. With an MPI launcher
 # ($MPIEXEC): 2 data-parallel ranks (also with the distributed optimizer and overlapped buckets,
 # and with hidden dropout), 2 pipeline stages and 2 tensor-parallel ranks (each holding its share
-# of every expert) give one rank's losses and router losses. With "cuda": on the GPU.
+# of every expert; also with sequence parallelism) give one rank's losses and router losses. With "cuda": on the GPU.
 source "$(dirname "$0")/pretrain_common.sh"
 d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
 moe=(--normalization RMSNorm --position-embedding-type rope --swiglu --disable-bias-linear
@@ -58,9 +58,10 @@ if [ -n "${MPIEXEC:-}" ]; then
   mr zero 2 --use-distributed-optimizer --overlap-grad-reduce --ddp-bucket-size 3000
   mr pp2 2 --pipeline-model-parallel-size 2
   mr tp2 2 --tensor-model-parallel-size 2  # each rank its share of every expert
+  mr tpsp2 2 --tensor-model-parallel-size 2 --sequence-parallel  # (Megatron's MoE + TP setting)
   mr dpdrop 2 --hidden-dropout 0.1         # the MoE output's dropout masks are the samples'
   router() { jq -r '"\(.load_balancing_loss) \(.z_loss)"' "$1"; }
-  for n in dp2 zero pp2 tp2 dpdrop; do
+  for n in dp2 zero pp2 tp2 tpsp2 dpdrop; do
     ref=one; [ $n = dpdrop ] && ref=onedrop
     paste <(losses "$d/$ref.json" 1 12) <(losses "$d/$n.json" 1 12) | awk '{ print $2, $4 }' | close "$n losses" 1e-5
     paste -d' ' <(router "$d/$ref.jsonl") <(router "$d/$n.jsonl") | awk '{ print $1, $3; print $2, $4 }' \

@@ -230,7 +230,10 @@ static mt_status moe_fwd(mt_model *m, int l, layer_acts *la, const layer_params 
                          mt_tensor *next, mt_stream s) {
     const mt_model_config *c = &m->cfg;
     const int E = moe_n(c);
-    OP("fwd.moe.router", mt_gemm(m->blas, &la->router_logits, NULL, &la->ln2, W(lp->router_w), NULL,
+    /* (sequence parallelism: every rank routes the whole micro-batch's tokens, gathered) */
+    const mt_tensor *x_in = sp(m) ? &m->a.ln_all : &la->ln2;
+    if (sp(m)) OP("fwd.tp.gather", mt_tp_gather_rows(m->tp, &m->a.ln_all, &la->ln2, s));
+    OP("fwd.moe.router", mt_gemm(m->blas, &la->router_logits, NULL, x_in, W(lp->router_w), NULL,
                                  MT_GEMM_TRANS_B, 1.0f, 0.0f, s));
     OP("fwd.moe.route",
        mt_moe_topk(&la->moe_probs, &la->moe_idx, &la->moe_counts, &la->router_logits, s));
@@ -243,7 +246,7 @@ static mt_status moe_fwd(mt_model *m, int l, layer_acts *la, const layer_params 
     }
     OP("fwd.moe.map",
        mt_moe_dispatch_map(&la->moe_rows, &la->moe_pos, &la->moe_idx, &la->moe_counts, s));
-    OP("fwd.moe.permute", mt_moe_permute(&la->moe_xp, &la->ln2, &la->moe_rows, s));
+    OP("fwd.moe.permute", mt_moe_permute(&la->moe_xp, x_in, &la->moe_rows, s));
     MT_TRY(mt_stream_sync(s));           /* (counts_h) */
     for (int pass = 0; pass < 2; pass++) /* fc1 (GELU fused); SwiGLU over all rows; fc2 */
         for (int e = 0, off = 0; e < E; off += la->counts_h[e++]) {
@@ -273,13 +276,20 @@ static mt_status moe_fwd(mt_model *m, int l, layer_acts *la, const layer_params 
         return MT_OK;
     }
     /* tensor parallelism: each rank's experts' shares summed over the group (the row-parallel
-     * fc2's reduction, after the combine: N rows, not N*k); hidden dropout at linear_fc2's site */
+     * fc2's reduction, after the combine: N rows, not N*k; with sequence parallelism
+     * reduce-scattered into this rank's rows); hidden dropout at linear_fc2's site */
     OP("fwd.moe.combine",
        mt_moe_unpermute(&m->a.moe_y, &la->moe_yp, &la->moe_probs, &la->moe_pos, NULL, s));
-    OP("fwd.tp.moe", mt_tp_all_reduce(m->tp, &m->a.moe_y, s));
-    if (!hidden_drop(m)) return mt_add(next, &la->resid_mid, &m->a.moe_y, s);
+    const mt_tensor *y = &m->a.moe_y;
+    if (sp(m)) {
+        OP("fwd.tp.moe", mt_tp_reduce_scatter_rows(m->tp, next, &m->a.moe_y, s));
+        y = next;
+    } else {
+        OP("fwd.tp.moe", mt_tp_all_reduce(m->tp, &m->a.moe_y, s));
+    }
+    if (!hidden_drop(m)) return mt_add(next, &la->resid_mid, y, s);
     mt_dropout_config d = hidden_cfg(m, (uint32_t)(SITE_FC2 + 3 * l));
-    return mt_dropout(next, &m->a.moe_y, &la->resid_mid, &d, s);
+    return mt_dropout(next, y, &la->resid_mid, &d, s);
 }
 
 /* The MoE MLP's backward from a->dres (the layer output's gradient) into a->dln (ln2's): the
@@ -293,6 +303,10 @@ static mt_status moe_bwd(mt_model *m, int l, layer_acts *la, const layer_params 
     const int E = moe_n(c);
     const mt_tensor *dy = &a->dres; /* (hidden dropout: the dropped gradient) */
     if (hidden_drop(m)) OP("bwd.dropout", drop_grad(m, (uint32_t)(SITE_FC2 + 3 * l), &dy, s));
+    if (sp(m)) { /* (every row's gradient: the combine ran over the whole micro-batch) */
+        OP("bwd.tp.gather", mt_tp_gather_rows(m->tp, &a->sp_all, dy, s));
+        dy = &a->sp_all;
+    }
     OP("bwd.moe.combine", mt_moe_unpermute_bwd(&a->moe_dyp, &a->moe_dprobs, dy, &la->moe_yp,
                                                &la->moe_probs, &la->moe_pos, s));
     /* (tensor parallelism: each rank's yp is its share, so are the probabilities' gradients) */
@@ -330,10 +344,16 @@ static mt_status moe_bwd(mt_model *m, int l, layer_acts *la, const layer_params 
                 OP("bwd.swiglu",
                    mt_swiglu_bwd(&a->dfc1_pre, NULL, &a->dfc1_act, &la->fc1_pre, NULL, s));
         }
-    OP("bwd.moe.permute", mt_moe_permute_bwd(&a->dln, &a->moe_dxp, &la->moe_pos, 0, s));
-    /* (tensor parallelism: the experts' input gradient summed before the router's, whole on
-     * every rank, is added) */
-    OP("bwd.tp.moe", mt_tp_all_reduce(m->tp, &a->dln, s));
+    /* (tensor parallelism: the experts' input gradient summed, with sequence parallelism
+     * reduce-scattered into this rank's rows, before the router's, whole on every rank, is
+     * added) */
+    if (sp(m)) {
+        OP("bwd.moe.permute", mt_moe_permute_bwd(&a->moe_y, &a->moe_dxp, &la->moe_pos, 0, s));
+        OP("bwd.tp.moe", mt_tp_reduce_scatter_rows(m->tp, &a->dln, &a->moe_y, s));
+    } else {
+        OP("bwd.moe.permute", mt_moe_permute_bwd(&a->dln, &a->moe_dxp, &la->moe_pos, 0, s));
+        OP("bwd.tp.moe", mt_tp_all_reduce(m->tp, &a->dln, s));
+    }
     const float scale =
         m->loss_scale * (c->per_token_loss ? (float)((int64_t)m->B * c->seq_length) : 1.0f);
     OP("bwd.moe.router",
@@ -345,10 +365,15 @@ static mt_status moe_bwd(mt_model *m, int l, layer_acts *la, const layer_params 
         MT_TRY(mt_cast(&a->moe_dlogits_dt, &a->moe_dlogits, s));
         dl = &a->moe_dlogits_dt;
     }
+    mt_tensor dl_rows = *dl; /* (sequence parallelism: this rank's rows of the router's dx) */
+    const int64_t Nl = a->dln.shape[0];
+    if (sp(m)) MT_TRY(rows_of(dl, m->tpr * Nl, Nl, &dl_rows));
     OP("bwd.gemm.router",
-       mt_gemm(m->blas, &a->dln, NULL, dl, W(lp->router_w), NULL, 0, 1.0f, 1.0f, s));
-    OP("bwd.gemm.router", mt_linear_bwd(m->blas_x, NULL, G(lp->router_w), NULL, dl, &la->ln2,
-                                        W(lp->router_w), acc, s));
+       mt_gemm(m->blas, &a->dln, NULL, &dl_rows, W(lp->router_w), NULL, 0, 1.0f, 1.0f, s));
+    const mt_tensor *x_in; /* (the whole micro-batch's ln2, gathered again) */
+    OP("bwd.tp.gather", ln_rows(m, &la->ln2, &x_in, s));
+    OP("bwd.gemm.router",
+       mt_linear_bwd(m->blas, NULL, G(lp->router_w), NULL, dl, x_in, W(lp->router_w), acc, s));
     return MT_OK;
 }
 

@@ -26,8 +26,6 @@ static mt_status moe_finalize(mt_model_config *c) {
     MT_REQUIRE(c->moe_ffn_hidden_size % c->tensor_model_parallel_size == 0, MT_ERR_INVALID_ARG,
                "--moe-ffn-hidden-size (%d) is not divisible by --tensor-model-parallel-size (%d)",
                c->moe_ffn_hidden_size, c->tensor_model_parallel_size);
-    MT_REQUIRE(!c->sequence_parallel, MT_ERR_UNSUPPORTED,
-               "--num-experts with --sequence-parallel is not supported yet");
     MT_REQUIRE(!c->recompute_mlp_act && !c->recompute_layernorm, MT_ERR_UNSUPPORTED,
                "--num-experts with --recompute-modules mlp_act or layernorm is not supported yet");
     return MT_OK;

@@ -573,9 +573,6 @@ static mt_status validate_moe(const mt_train_args *a) {
         return MT_ERROR(
             MT_ERR_UNSUPPORTED,
             "--num-experts: MoE layers without biases only (add --disable-bias-linear)");
-    if (a->sequence_parallel && a->tensor_model_parallel_size > 1)
-        return MT_ERROR(MT_ERR_UNSUPPORTED,
-                        "--num-experts with --sequence-parallel is not supported yet");
     return MT_OK;
 }
 

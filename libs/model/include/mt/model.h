@@ -153,7 +153,8 @@ typedef struct mt_model_config {
      * and micro-batches by mt_model_take_moe_losses. Under tensor parallelism each rank holds
      * its share of every expert (fc1's rows, fc2's columns: Megatron's expert tensor parallelism
      * equal to TP), the combine summed over the group; hidden dropout at linear_fc2's site on the
-     * combined output. No biases (add_bias_linear 0), sequence parallelism or selective
+     * combined output; with sequence parallelism every rank routes the whole micro-batch (the
+     * combine reduce-scattered into its rows). No biases (add_bias_linear 0) or selective
      * recomputation modules with it yet. */
     int num_moe_experts;
     int moe_router_topk;     /* 0: 2 */
