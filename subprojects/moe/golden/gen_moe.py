@@ -9,12 +9,17 @@ Cases (tokens N, experts E, top-k, row width C): a 37 x 8 top-2 (Mixtral's shape
 29 x 6 top-3. For each: logits, the dense routing probabilities and map, the aux and z losses
 without their coefficients, the logits' gradient of sum(G * probs) + aux_coeff * aux + z_coeff * z
 for a random G, the permuted rows of x, the combine of random expert outputs yp and the gradients
-of sum(DY * y) with respect to yp and the probabilities, and of sum(DXP * permuted) w.r.t. x."""
+of sum(DY * y) with respect to yp and the probabilities, and of sum(DXP * permuted) w.r.t. x.
+Token dropping (drop_*: apply_router_token_dropping, --moe-expert-capacity-factor, drop policy
+probs, with and without --moe-pad-expert-input-to-capacity; a capacity above the tokens): see
+drop_case."""
+import math
 import os
 
 import numpy as np
 import torch
-from megatron.core.transformer.moe.moe_utils import (permute, switch_load_balancing_loss_func,
+from megatron.core.transformer.moe.moe_utils import (apply_router_token_dropping, permute,
+                                                     switch_load_balancing_loss_func,
                                                      topk_routing_with_score_function, unpermute,
                                                      z_loss_func)
 
@@ -66,6 +71,43 @@ def case(tag, N, E, k, C, seed):
     save(f"{tag}_dprobs", p.grad.numpy())  # dense (N,E)
 
 
+def drop_case(tag, N, E, k, C, seed, factor, policy, pad):
+    """Token dropping (apply_router_token_dropping): the routing of case(), capacity
+    ceil(N k / E factor); the kept choices (dense mask), the logits' gradient of
+    sum(G * final_probs), the combine of random expert outputs over the kept choices (unpermute
+    with the final map; with pad, permute's drop_and_pad rows) and its gradients."""
+    g = torch.Generator().manual_seed(seed)
+    logits = (torch.randn(N, E, generator=g) * 2).requires_grad_(True)
+    probs, rmap = topk_routing_with_score_function(logits, k, score_function="softmax")
+    fprobs, fmap = apply_router_token_dropping(probs, rmap, k, factor, policy, pad)
+    G = torch.randn(N, E, generator=g)
+    (G * fprobs).sum().backward()
+    cap = math.ceil(N * k / E * factor)
+    save(f"{tag}_logits", logits.detach().numpy())
+    save(f"{tag}_G", G.numpy())
+    save(f"{tag}_dlogits", logits.grad.numpy())
+    save(f"{tag}_kept", (fmap & rmap).numpy().astype(np.int32))  # the routed choices kept
+    save(f"{tag}_meta", np.array([N, E, k, C, cap, policy == "position", int(pad)], np.int32))
+    x = torch.randn(N, C, generator=g)
+    n_out = E * min(cap, N) if pad else None
+    permuted, _, sorted_indices = permute(x, fmap, num_out_tokens=n_out, drop_and_pad=pad)
+    yp = torch.randn(permuted.shape, generator=g).requires_grad_(True)
+    p = fprobs.detach().clone().requires_grad_(True)
+    y = unpermute(yp, sorted_indices, x.shape, probs=p, routing_map=fmap, drop_and_pad=pad)
+    DY = torch.randn(y.shape, generator=g)
+    (DY * y).sum().backward()
+    save(f"{tag}_x", x.numpy())
+    save(f"{tag}_rows", sorted_indices.numpy().astype(np.int32))
+    save(f"{tag}_yp", yp.detach().numpy())
+    save(f"{tag}_y", y.detach().numpy())
+    save(f"{tag}_DY", DY.numpy())
+    save(f"{tag}_dyp", yp.grad.numpy())
+    save(f"{tag}_dprobs", p.grad.numpy())
+
+
 if __name__ == "__main__":
     case("top2", 37, 8, 2, 24, 1)
     case("top3", 29, 6, 3, 40, 2)
+    drop_case("drop_probs", 37, 8, 2, 24, 3, 0.5, "probs", False)
+    drop_case("drop_probs_pad", 37, 8, 2, 24, 3, 0.5, "probs", True)
+    drop_case("drop_big", 11, 4, 2, 16, 4, 2.5, "probs", False)  # capacity 14 > N: none dropped

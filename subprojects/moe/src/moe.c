@@ -59,15 +59,34 @@ mt_status mt_moe_dispatch_map(mt_tensor *rows, mt_tensor *pos, const mt_tensor *
     return MT_DISPATCH(idx->device, moe_dispatch_map_cpu(&a), moe_dispatch_map_cuda(&a, s));
 }
 
+mt_status mt_moe_capacity_map(mt_tensor *rows, mt_tensor *pos, mt_tensor *kept, mt_tensor *work,
+                              const mt_tensor *idx, const mt_tensor *probs, const mt_tensor *counts,
+                              int64_t capacity, int by_position, int pad, mt_stream s) {
+    moe_args a = { 0 };
+    MT_TRY(routing(&a, idx, counts));
+    const mt_device d = idx->device;
+    MT_REQUIRE(capacity >= 1, MT_ERR_INVALID_ARG, "expert capacity %lld must be positive",
+               (long long)capacity);
+    a.capacity = capacity, a.by_position = by_position != 0;
+    a.region = pad ? (capacity < a.N ? capacity : a.N) : 0;
+    a.R = pad ? a.E * a.region : a.N * a.k;
+    MT_TRY(check(probs, "probs", MT_F32, 2, SHAPE(a.N, a.k), d));
+    MT_TRY(check(rows, "rows", MT_I32, 1, SHAPE(a.R), d));
+    MT_TRY(check(pos, "pos", MT_I32, 2, SHAPE(a.N, a.k), d));
+    MT_TRY(check(kept, "kept", MT_I32, 1, SHAPE(a.E), d));
+    MT_TRY(check(work, "work", MT_I32, 1, SHAPE(a.N * a.k), d));
+    a.probs_in = probs->data, a.rows = rows->data, a.pos = pos->data, a.counts = kept->data;
+    a.scratch = work->data;
+    return MT_DISPATCH(d, moe_capacity_map_cpu(&a), moe_capacity_map_cuda(&a, s));
+}
+
 mt_status mt_moe_permute(mt_tensor *xp, const mt_tensor *x, const mt_tensor *rows, mt_stream s) {
     MT_TRY(mt_tensor_check(x, "x", 2));
     MT_TRY(mt_tensor_check(xp, "xp", 2));
     MT_TRY(mt_tensor_check(rows, "rows", 1));
     moe_args a = { .N = x->shape[0], .C = x->shape[1], .dtype = x->dtype };
     const int64_t R = rows->shape[0];
-    MT_REQUIRE(a.N > 0 && R % a.N == 0, MT_ERR_INVALID_ARG,
-               "rows (%lld) must be a multiple of x's %lld tokens", (long long)R, (long long)a.N);
-    a.k = R / a.N;
+    a.R = R;
     MT_TRY(check(x, "x", -1, 2, SHAPE(a.N, a.C), x->device));
     MT_TRY(check(xp, "xp", (int)x->dtype, 2, SHAPE(R, a.C), x->device));
     MT_TRY(check(rows, "rows", MT_I32, 1, SHAPE(R), x->device));
@@ -75,16 +94,19 @@ mt_status mt_moe_permute(mt_tensor *xp, const mt_tensor *x, const mt_tensor *row
     return MT_DISPATCH(x->device, moe_permute_cpu(&a), moe_permute_cuda(&a, s));
 }
 
-/* pos (N,k) and a (N,C) and a (N*k,C) tensor of one float dtype into a. */
+/* pos (N,k) and a (N,C) and a (R,C) tensor of one float dtype into a (R: the permuted rows,
+ * N*k, fewer with dropped tokens, or the padded regions'). */
 static mt_status rows_pos(moe_args *a, const mt_tensor *pos, const mt_tensor *t, const char *tn,
                           const mt_tensor *tp, const char *tpn) {
     MT_TRY(mt_tensor_check(pos, "pos", 2));
     MT_TRY(mt_tensor_check(t, tn, 2));
+    MT_TRY(mt_tensor_check(tp, tpn, 2));
     a->N = pos->shape[0], a->k = pos->shape[1], a->C = t->shape[1], a->dtype = t->dtype;
+    a->R = tp->shape[0];
     const mt_device d = pos->device;
     MT_TRY(check(pos, "pos", MT_I32, 2, SHAPE(a->N, a->k), d));
     MT_TRY(check(t, tn, -1, 2, SHAPE(a->N, a->C), d));
-    MT_TRY(check(tp, tpn, (int)t->dtype, 2, SHAPE(a->N * a->k, a->C), d));
+    MT_TRY(check(tp, tpn, (int)t->dtype, 2, SHAPE(a->R, a->C), d));
     a->pos_in = pos->data;
     return MT_OK;
 }
@@ -112,7 +134,7 @@ mt_status mt_moe_unpermute_bwd(mt_tensor *dyp, mt_tensor *dprobs, const mt_tenso
                                mt_stream s) {
     moe_args a = { 0 };
     MT_TRY(rows_pos(&a, pos, dy, "dy", yp, "yp"));
-    MT_TRY(check(dyp, "dyp", (int)dy->dtype, 2, SHAPE(a.N * a.k, a.C), pos->device));
+    MT_TRY(check(dyp, "dyp", (int)dy->dtype, 2, SHAPE(a.R, a.C), pos->device));
     MT_TRY(check(probs, "probs", MT_F32, 2, SHAPE(a.N, a.k), pos->device));
     MT_TRY(check(dprobs, "dprobs", MT_F32, 2, SHAPE(a.N, a.k), pos->device));
     a.x = dy->data, a.x2 = yp->data, a.y2 = dyp->data, a.probs_in = probs->data;

@@ -23,10 +23,15 @@ typedef struct moe_args {
     void *y2;              /* unpermute_bwd: dyp */
     int accumulate;
     float aux_scale, z_scale;
+    int64_t R;                /* rows of the permuted tensors (permute and its kin) */
+    int64_t capacity, region; /* capacity map: the capacity, each expert's padded rows (0: none) */
+    int by_position;          /* capacity map: drop the last tokens, not the least likely */
+    int32_t *scratch;         /* capacity map: N*k ints of workspace (the CUDA kernel's) */
 } moe_args;
 
 mt_status moe_topk_cpu(const moe_args *a);
 mt_status moe_dispatch_map_cpu(const moe_args *a);
+mt_status moe_capacity_map_cpu(const moe_args *a);
 mt_status moe_permute_cpu(const moe_args *a);
 mt_status moe_permute_bwd_cpu(const moe_args *a);
 mt_status moe_unpermute_cpu(const moe_args *a);
@@ -36,6 +41,7 @@ mt_status moe_router_bwd_cpu(const moe_args *a);
 
 mt_status moe_topk_cuda(const moe_args *a, mt_stream s);
 mt_status moe_dispatch_map_cuda(const moe_args *a, mt_stream s);
+mt_status moe_capacity_map_cuda(const moe_args *a, mt_stream s);
 mt_status moe_permute_cuda(const moe_args *a, mt_stream s);
 mt_status moe_permute_bwd_cuda(const moe_args *a, mt_stream s);
 mt_status moe_unpermute_cuda(const moe_args *a, mt_stream s);

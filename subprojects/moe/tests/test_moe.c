@@ -240,6 +240,123 @@ static void run_case(const char *tag, mt_dtype rt) {
         free(host[i]);
 }
 
+/* Token dropping (golden drop_*: megatron-core's apply_router_token_dropping, then permute and
+ * unpermute with the final map): which choices stay, the permuted order (Megatron's, without
+ * padding; with it, Megatron fills each expert's region with tokens of probability 0 where ours
+ * has zero rows, so the rows are matched by token), the combine and its gradients, the logits'
+ * gradient through the dropping. f32 rows. */
+static void run_drop(const char *tag) {
+    size_t n;
+    float *meta = mt_test_golden_f32(nm(tag, "meta"), &n, NULL);
+    const int64_t N = (int64_t)meta[0], E = (int64_t)meta[1], k = (int64_t)meta[2],
+                  C = (int64_t)meta[3], cap = (int64_t)meta[4];
+    const int by_pos = meta[5] != 0.0f, pad = meta[6] != 0.0f;
+    const int64_t region = cap < N ? cap : N, R = pad ? E * region : N * k;
+    printf("-- %s: N %lld E %lld top-%lld capacity %lld%s on %s\n", tag, (long long)N, (long long)E,
+           (long long)k, (long long)cap, pad ? " padded" : "",
+           mt_device_is_cuda(dev) ? "cuda" : "cpu");
+    float *logits_h = mt_test_golden_f32(nm(tag, "logits"), &n, NULL);
+    float *G = mt_test_golden_f32(nm(tag, "G"), &n, NULL);
+    float *dlogits_g = mt_test_golden_f32(nm(tag, "dlogits"), &n, NULL);
+    float *kept_g = mt_test_golden_f32(nm(tag, "kept"), &n, NULL);
+    float *rows_g = mt_test_golden_f32(nm(tag, "rows"), &n, NULL);
+    const int64_t Rg = (int64_t)n;
+    mt_tensor logits = PUT(logits_h, MT_F32, MT_F32, N, E);
+    mt_tensor probs = PUT(NULL, MT_F32, MT_F32, N, k), idx = PUT(NULL, MT_F32, MT_I32, N, k);
+    mt_tensor counts = PUT(NULL, MT_F32, MT_I32, E), kept = PUT(NULL, MT_F32, MT_I32, E);
+    mt_tensor rows = PUT(NULL, MT_F32, MT_I32, R), pos = PUT(NULL, MT_F32, MT_I32, N, k);
+    mt_tensor work = PUT(NULL, MT_F32, MT_I32, N * k);
+    MT_CHECK(mt_moe_topk(&probs, &idx, &counts, &logits, NULL));
+    MT_EXPECT(mt_moe_capacity_map(&rows, &pos, &kept, &work, &idx, &probs, &counts, cap, by_pos,
+                                  pad, NULL) == MT_OK,
+              "capacity map: %s", mt_last_error());
+    int32_t *id = get(&idx), *rw = get(&rows), *ps = get(&pos), *kp = get(&kept);
+    int bad = 0;
+    int64_t total = 0;
+    for (int64_t t = 0; t < N; t++)
+        for (int64_t j = 0; j < k; j++)
+            bad += (ps[t * k + j] >= 0) != (kept_g[t * E + id[t * k + j]] != 0.0f);
+    MT_EXPECT(bad == 0, "%s: %d choices kept or dropped unlike megatron-core", tag, bad);
+    for (int64_t e = 0; e < E; e++) {
+        int64_t want = 0;
+        for (int64_t t = 0; t < N; t++)
+            want += kept_g[t * E + e] != 0.0f;
+        MT_EXPECT(kp[e] == want, "%s: expert %lld keeps %d, want %lld", tag, (long long)e, kp[e],
+                  (long long)want);
+        total += kp[e];
+    }
+    for (int64_t t = 0; t < N; t++)
+        for (int64_t j = 0; j < k; j++)
+            if (ps[t * k + j] >= 0)
+                MT_EXPECT(rw[ps[t * k + j]] == t, "%s: pos of token %lld", tag, (long long)t);
+    /* our row r's golden row (the same expert region, the same token) */
+    int64_t *grow = malloc(sizeof(int64_t) * (size_t)R);
+    for (int64_t r = 0, e = 0, off = 0; r < R; r++) {
+        while (!pad && e < E && r >= off + kp[e])
+            off += kp[e++];
+        if (pad) e = r / region, off = e * region;
+        grow[r] = -1;
+        if (rw[r] < 0) continue;
+        const int64_t g0 = pad ? e * region : off, g1 = pad ? g0 + region : off + kp[e];
+        for (int64_t g = g0; g < g1 && g < Rg; g++)
+            if ((int64_t)rows_g[g] == rw[r]) grow[r] = g;
+        MT_EXPECT(grow[r] >= 0, "%s: row %lld (token %d) not in megatron-core's", tag, (long long)r,
+                  rw[r]);
+        if (!pad)
+            MT_EXPECT(grow[r] == r, "%s: row %lld out of megatron-core's order", tag, (long long)r);
+    }
+    MT_EXPECT(pad ? R == Rg : total == Rg, "%s: %lld rows, megatron-core %lld", tag,
+              (long long)(pad ? R : total), (long long)Rg);
+    /* the combine over our layout of the golden expert outputs, and its gradients */
+    float *yp_g = mt_test_golden_f32(nm(tag, "yp"), &n, NULL);
+    float *y_g = mt_test_golden_f32(nm(tag, "y"), &n, NULL);
+    float *DY = mt_test_golden_f32(nm(tag, "DY"), &n, NULL);
+    float *dyp_g = mt_test_golden_f32(nm(tag, "dyp"), &n, NULL);
+    float *dprobs_g = mt_test_golden_f32(nm(tag, "dprobs"), &n, NULL);
+    float *yp_h = calloc((size_t)(R * C), sizeof(float)), *dyp_w = calloc((size_t)(R * C), 4);
+    for (int64_t r = 0; r < R; r++)
+        if (grow[r] >= 0)
+            for (int64_t c = 0; c < C; c++) {
+                yp_h[r * C + c] = yp_g[grow[r] * C + c];
+                dyp_w[r * C + c] = dyp_g[grow[r] * C + c];
+            }
+    mt_tensor yp = PUT(yp_h, MT_F32, MT_F32, R, C), y = PUT(NULL, MT_F32, MT_F32, N, C);
+    MT_CHECK(mt_moe_unpermute(&y, &yp, &probs, &pos, NULL, NULL));
+    float *yv = get(&y);
+    mt_test_close_f32("combine with dropped choices", yv, y_g, (size_t)(N * C), 1e-6, 1e-5);
+    mt_tensor dy = PUT(DY, MT_F32, MT_F32, N, C), dyp = PUT(NULL, MT_F32, MT_F32, R, C);
+    mt_tensor dpr = PUT(NULL, MT_F32, MT_F32, N, k);
+    MT_CHECK(mt_fill(&dyp, 0.0f, NULL)); /* (padding rows are not written) */
+    MT_CHECK(mt_moe_unpermute_bwd(&dyp, &dpr, &dy, &yp, &probs, &pos, NULL));
+    float *dypv = get(&dyp), *dprv = get(&dpr), *dpr_g = malloc(sizeof(float) * (size_t)(N * k));
+    mt_test_close_f32("combine's dyp", dypv, dyp_w, (size_t)(R * C), 1e-6, 1e-5);
+    for (int64_t t = 0; t < N; t++)
+        for (int64_t j = 0; j < k; j++)
+            dpr_g[t * k + j] = dprobs_g[t * E + id[t * k + j]];
+    mt_test_close_f32("combine's dprobs (0 where dropped)", dprv, dpr_g, (size_t)(N * k), 1e-5,
+                      1e-5);
+    /* the logits' gradient of sum(G * final probs): the kept choices' G, 0 for the dropped */
+    float *dp_h = malloc(sizeof(float) * (size_t)(N * k));
+    for (int64_t t = 0; t < N; t++)
+        for (int64_t j = 0; j < k; j++)
+            dp_h[t * k + j] = ps[t * k + j] >= 0 ? G[t * E + id[t * k + j]] : 0.0f;
+    mt_tensor dprobs = PUT(dp_h, MT_F32, MT_F32, N, k), dlogits = PUT(NULL, MT_F32, MT_F32, N, E);
+    MT_CHECK(
+        mt_moe_router_bwd(&dlogits, &dprobs, &probs, &idx, &logits, &counts, 0.0f, 0.0f, NULL));
+    float *dl = get(&dlogits);
+    mt_test_close_f32("logits' gradient through the dropping", dl, dlogits_g, (size_t)(N * E), 1e-6,
+                      1e-5);
+    mt_tensor *all[] = { &logits, &probs, &idx, &counts, &kept, &rows,   &pos,    &work,
+                         &yp,     &y,     &dy,  &dyp,    &dpr,  &dprobs, &dlogits };
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+        drop(all[i]);
+    void *host[] = { meta, logits_h, G,    dlogits_g, kept_g, rows_g, id,    rw,
+                     ps,   kp,       grow, yp_g,      y_g,    DY,     dyp_g, dprobs_g,
+                     yp_h, dyp_w,    yv,   dypv,      dprv,   dpr_g,  dp_h,  dl };
+    for (size_t i = 0; i < sizeof host / sizeof *host; i++)
+        free(host[i]);
+}
+
 int main(int argc, char **argv) {
     const int cuda = argc > 1 && strcmp(argv[1], "cuda") == 0;
     if (cuda) {
@@ -251,5 +368,8 @@ int main(int argc, char **argv) {
     run_case("top2", MT_F32);
     run_case("top3", MT_F32);
     run_case("top2", MT_BF16);
+    run_drop("drop_probs");
+    run_drop("drop_probs_pad");
+    run_drop("drop_big");
     return mt_test_result();
 }

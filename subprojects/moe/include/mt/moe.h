@@ -29,19 +29,36 @@ MT_API mt_status mt_moe_topk(mt_tensor *probs, mt_tensor *idx, mt_tensor *counts
 MT_API mt_status mt_moe_dispatch_map(mt_tensor *rows, mt_tensor *pos, const mt_tensor *idx,
                                      const mt_tensor *counts, mt_stream stream);
 
-/* xp[r] = x[rows[r]]: x (N,C), xp (N*k,C), one dtype. */
+/* Megatron's token dropping (--moe-expert-capacity-factor, apply_router_token_dropping): the
+ * dispatch map of mt_moe_dispatch_map with at most `capacity` of the tokens routed to each expert:
+ * past it, those of the smallest probabilities (policy probs; ties: the later token) or the last
+ * in token order (by_position) are dropped (pos -1: the combine and its backward skip them, so
+ * their probabilities' gradients are 0; the routing itself, its losses included, is unchanged).
+ * kept (E) i32: each expert's rows. With pad (--moe-pad-expert-input-to-capacity) every expert's
+ * region is min(capacity, N) rows, those past its kept ones -1 (mt_moe_permute writes zeros
+ * there; nothing reads them back), so the experts' GEMMs have one shape; rows then holds
+ * E * min(capacity, N) entries, else N*k (the first sum(kept) used, the rest -1). probs, idx,
+ * counts: mt_moe_topk's; work: (N*k) i32 scratch (each expert's candidates). */
+MT_API mt_status mt_moe_capacity_map(mt_tensor *rows, mt_tensor *pos, mt_tensor *kept,
+                                     mt_tensor *work, const mt_tensor *idx, const mt_tensor *probs,
+                                     const mt_tensor *counts, int64_t capacity, int by_position,
+                                     int pad, mt_stream stream);
+
+/* xp[r] = x[rows[r]] (zeros where rows[r] is -1): x (N,C), xp (R,C) for rows (R), one dtype. */
 MT_API mt_status mt_moe_permute(mt_tensor *xp, const mt_tensor *x, const mt_tensor *rows,
                                 mt_stream stream);
-/* Its backward: dx[n] = sum over j of dxp[pos[n,j]] (j in order, fp32, rounded once), added to
- * dx when accumulate. */
+/* Its backward: dx[n] = sum over j of dxp[pos[n,j]] (j in order, fp32, rounded once; pos -1:
+ * none), added to dx when accumulate. dxp (R,C) with R >= every pos + 1. */
 MT_API mt_status mt_moe_permute_bwd(mt_tensor *dx, const mt_tensor *dxp, const mt_tensor *pos,
                                     int accumulate, mt_stream stream);
 /* The combine: y[n] = resid[n] + sum over j of probs[n,j] * yp[pos[n,j]] (fp32, rounded once;
- * resid NULL: 0). yp (N*k,C), y and resid (N,C), one dtype; probs (N,k) f32. */
+ * resid NULL: 0; pos -1: dropped, nothing). yp (R,C), y and resid (N,C), one dtype; probs (N,k)
+ * f32. */
 MT_API mt_status mt_moe_unpermute(mt_tensor *y, const mt_tensor *yp, const mt_tensor *probs,
                                   const mt_tensor *pos, const mt_tensor *resid, mt_stream stream);
 /* Its backward for dy (N,C): dyp[pos[n,j]] = probs[n,j] * dy[n] and dprobs[n,j] = dy[n] .
- * yp[pos[n,j]] (f32). */
+ * yp[pos[n,j]] (f32); a dropped choice (pos -1) gets dprobs 0, and rows of dyp no choice maps to
+ * (padding) are not written. */
 MT_API mt_status mt_moe_unpermute_bwd(mt_tensor *dyp, mt_tensor *dprobs, const mt_tensor *dy,
                                       const mt_tensor *yp, const mt_tensor *probs,
                                       const mt_tensor *pos, mt_stream stream);

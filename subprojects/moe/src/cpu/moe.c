@@ -53,10 +53,49 @@ mt_status moe_dispatch_map_cpu(const moe_args *a) {
     return MT_OK;
 }
 
+/* Whether candidate (n, j) of expert e stays under the capacity: the first `capacity` in token
+ * order (by_position), else those whose probability fewer than `capacity` others beat (ties: the
+ * earlier token). */
+static int keeps(const moe_args *a, int64_t e, int64_t n, int64_t j) {
+    if (a->counts_in[e] <= a->capacity) return 1;
+    int64_t before = 0;
+    const float p = a->probs_in[n * a->k + j];
+    for (int64_t m = 0; m < a->N; m++)
+        for (int64_t i = 0; i < a->k; i++) {
+            if (a->idx_in[m * a->k + i] != e || m == n) continue;
+            const float q = a->probs_in[m * a->k + i];
+            before += a->by_position ? m < n : q > p || (q == p && m < n);
+        }
+    return before < a->capacity;
+}
+
+mt_status moe_capacity_map_cpu(const moe_args *a) {
+    for (int64_t i = 0; i < a->R; i++)
+        a->rows[i] = -1;
+    for (int64_t i = 0; i < a->N * a->k; i++)
+        a->pos[i] = -1;
+    int64_t off = 0;
+    for (int64_t e = 0; e < a->E; e++) { /* expert by expert, its kept tokens in order */
+        int64_t r = off;
+        for (int64_t n = 0; n < a->N; n++)
+            for (int64_t j = 0; j < a->k; j++)
+                if (a->idx_in[n * a->k + j] == e && keeps(a, e, n, j)) {
+                    a->rows[r] = (int32_t)n;
+                    a->pos[n * a->k + j] = (int32_t)r++;
+                }
+        a->counts[e] = (int32_t)(r - off);
+        off = a->region ? off + a->region : r;
+    }
+    return MT_OK;
+}
+
 mt_status moe_permute_cpu(const moe_args *a) {
     const size_t es = mt_dtype_size(a->dtype), row = (size_t)a->C * es;
-    for (int64_t r = 0; r < a->N * a->k; r++)
-        memcpy((char *)a->y + r * row, (const char *)a->x + a->rows_in[r] * row, row);
+    for (int64_t r = 0; r < a->R; r++)
+        if (a->rows_in[r] < 0)
+            memset((char *)a->y + r * row, 0, row);
+        else
+            memcpy((char *)a->y + r * row, (const char *)a->x + a->rows_in[r] * row, row);
     return MT_OK;
 }
 
@@ -65,7 +104,8 @@ mt_status moe_permute_bwd_cpu(const moe_args *a) {
         for (int64_t c = 0; c < a->C; c++) {
             float v = a->accumulate ? mt_load_f32(a->y, a->dtype, n * a->C + c) : 0.0f;
             for (int64_t j = 0; j < a->k; j++)
-                v += mt_load_f32(a->x, a->dtype, a->pos_in[n * a->k + j] * a->C + c);
+                if (a->pos_in[n * a->k + j] >= 0)
+                    v += mt_load_f32(a->x, a->dtype, a->pos_in[n * a->k + j] * a->C + c);
             mt_store_f32(a->y, a->dtype, n * a->C + c, v);
         }
     return MT_OK;
@@ -76,8 +116,9 @@ mt_status moe_unpermute_cpu(const moe_args *a) {
         for (int64_t c = 0; c < a->C; c++) {
             float v = a->resid ? mt_load_f32(a->resid, a->dtype, n * a->C + c) : 0.0f;
             for (int64_t j = 0; j < a->k; j++)
-                v += a->probs_in[n * a->k + j] *
-                     mt_load_f32(a->x, a->dtype, a->pos_in[n * a->k + j] * a->C + c);
+                if (a->pos_in[n * a->k + j] >= 0)
+                    v += a->probs_in[n * a->k + j] *
+                         mt_load_f32(a->x, a->dtype, a->pos_in[n * a->k + j] * a->C + c);
             mt_store_f32(a->y, a->dtype, n * a->C + c, v);
         }
     return MT_OK;
@@ -89,6 +130,10 @@ mt_status moe_unpermute_bwd_cpu(const moe_args *a) {
             const int64_t r = a->pos_in[n * a->k + j];
             const float p = a->probs_in[n * a->k + j];
             float dot = 0.0f;
+            if (r < 0) { /* dropped */
+                a->dprobs_out[n * a->k + j] = 0.0f;
+                continue;
+            }
             for (int64_t c = 0; c < a->C; c++) {
                 const float dy = mt_load_f32(a->x, a->dtype, n * a->C + c);
                 dot += dy * mt_load_f32(a->x2, a->dtype, r * a->C + c);

@@ -154,14 +154,81 @@ extern "C" mt_status moe_dispatch_map_cuda(const moe_args *a, mt_stream s) {
     return MT_OK;
 }
 
+/* ---- capacity map: block e lists expert e's candidates in token order (into the workspace, at
+ * the sum of the earlier experts' counts), then keeps those under the capacity in order ---- */
+
+static __global__ void capacity_kernel(moe_args a) {
+    typedef cub::BlockScan<int, MAP_THREADS> S;
+    __shared__ typename S::TempStorage tmp;
+    __shared__ int64_t base, out, n_in;
+    const int e = blockIdx.x;
+    if (threadIdx.x == 0) {
+        int64_t b = 0, o = 0;
+        for (int i = 0; i < e; i++) {
+            b += a.counts_in[i];
+            o += a.counts_in[i] < a.capacity ? a.counts_in[i] : a.capacity;
+        }
+        base = b, out = a.region ? (int64_t)e * a.region : o, n_in = 0;
+    }
+    __syncthreads();
+    const int64_t R = a.N * a.k, count = a.counts_in[e];
+    int32_t *cand = a.scratch + base;
+    for (int64_t i0 = 0; i0 < R; i0 += MAP_THREADS) { /* the candidates, in token order */
+        const int64_t i = i0 + threadIdx.x;
+        const int hit = i < R && a.idx_in[i] == e;
+        int before, total;
+        S(tmp).ExclusiveSum(hit, before, total);
+        if (hit) cand[n_in + before] = (int32_t)i;
+        __syncthreads();
+        if (threadIdx.x == 0) n_in += total;
+        __syncthreads();
+    }
+    for (int64_t c0 = 0; c0 < count; c0 += MAP_THREADS) { /* the kept ones, in order */
+        const int64_t c = c0 + threadIdx.x;
+        int keep = 0;
+        if (c < count) {
+            if (count <= a.capacity || a.by_position) {
+                keep = c < a.capacity;
+            } else { /* rank among the candidates: larger probabilities, then earlier tokens */
+                const float p = a.probs_in[cand[c]];
+                int64_t before = 0;
+                for (int64_t d = 0; d < count; d++) {
+                    const float q = a.probs_in[cand[d]];
+                    before += q > p || (q == p && d < c);
+                }
+                keep = before < a.capacity;
+            }
+        }
+        int before, total;
+        S(tmp).ExclusiveSum(keep, before, total);
+        if (keep) {
+            const int64_t r = out + before;
+            a.rows[r] = cand[c] / (int32_t)a.k;
+            a.pos[cand[c]] = (int32_t)r;
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) out += total;
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) a.counts[e] = (int32_t)(count < a.capacity ? count : a.capacity);
+}
+
+extern "C" mt_status moe_capacity_map_cuda(const moe_args *a, mt_stream s) {
+    MT_CUDA_TRY(cudaMemsetAsync(a->rows, 0xff, (size_t)a->R * 4, (cudaStream_t)s)); /* -1 */
+    MT_CUDA_TRY(cudaMemsetAsync(a->pos, 0xff, (size_t)(a->N * a->k) * 4, (cudaStream_t)s));
+    capacity_kernel<<<(unsigned)a->E, MAP_THREADS, 0, (cudaStream_t)s>>>(*a);
+    MT_CUDA_CHECK_LAUNCH();
+    return MT_OK;
+}
+
 /* ---- row moves: a block a row ---- */
 
 template <typename T> static __global__ void permute_kernel(moe_args a) {
-    const int64_t r = blockIdx.x;
-    const T *x = (const T *)a.x + (int64_t)a.rows_in[r] * a.C;
+    const int64_t r = blockIdx.x, src = a.rows_in[r];
+    const T *x = (const T *)a.x + src * a.C;
     T *y = (T *)a.y + r * a.C;
     for (int64_t c = threadIdx.x; c < a.C; c += blockDim.x)
-        y[c] = x[c];
+        y[c] = src < 0 ? stf<T>(0.0f) : x[c]; /* (a padding row: zeros) */
 }
 
 template <typename T> static __global__ void permute_bwd_kernel(moe_args a) {
@@ -170,7 +237,8 @@ template <typename T> static __global__ void permute_bwd_kernel(moe_args a) {
     for (int64_t c = threadIdx.x; c < a.C; c += blockDim.x) {
         float v = a.accumulate ? ldf(dx[c]) : 0.0f;
         for (int64_t j = 0; j < a.k; j++)
-            v += ldf(((const T *)a.x)[(int64_t)a.pos_in[n * a.k + j] * a.C + c]);
+            if (a.pos_in[n * a.k + j] >= 0)
+                v += ldf(((const T *)a.x)[(int64_t)a.pos_in[n * a.k + j] * a.C + c]);
         dx[c] = stf<T>(v);
     }
 }
@@ -181,8 +249,9 @@ template <typename T> static __global__ void unpermute_kernel(moe_args a) {
     for (int64_t c = threadIdx.x; c < a.C; c += blockDim.x) {
         float v = a.resid ? ldf(((const T *)a.resid)[n * a.C + c]) : 0.0f;
         for (int64_t j = 0; j < a.k; j++)
-            v += a.probs_in[n * a.k + j] *
-                 ldf(((const T *)a.x)[(int64_t)a.pos_in[n * a.k + j] * a.C + c]);
+            if (a.pos_in[n * a.k + j] >= 0)
+                v += a.probs_in[n * a.k + j] *
+                     ldf(((const T *)a.x)[(int64_t)a.pos_in[n * a.k + j] * a.C + c]);
         y[c] = stf<T>(v);
     }
 }
@@ -196,6 +265,10 @@ template <typename T> static __global__ void unpermute_bwd_kernel(moe_args a) {
     for (int64_t j = 0; j < a.k; j++) {
         const int64_t r = a.pos_in[n * a.k + j];
         const float p = a.probs_in[n * a.k + j];
+        if (r < 0) { /* dropped (uniform over the block: no reduction to skip) */
+            if (threadIdx.x == 0) a.dprobs_out[n * a.k + j] = 0.0f;
+            continue;
+        }
         const T *yp = (const T *)a.x2 + r * a.C;
         T *dyp = (T *)a.y2 + r * a.C;
         float dot = 0.0f;
@@ -211,10 +284,9 @@ template <typename T> static __global__ void unpermute_bwd_kernel(moe_args a) {
 }
 
 extern "C" mt_status moe_permute_cuda(const moe_args *a, mt_stream s) {
-    if (a->N * a->k == 0) return MT_OK;
-    MT_DISPATCH_FLOAT(
-        a->dtype, T,
-        (permute_kernel<T><<<(unsigned)(a->N * a->k), ROW_THREADS, 0, (cudaStream_t)s>>>(*a)));
+    if (a->R == 0) return MT_OK;
+    MT_DISPATCH_FLOAT(a->dtype, T,
+                      (permute_kernel<T><<<(unsigned)a->R, ROW_THREADS, 0, (cudaStream_t)s>>>(*a)));
     MT_CUDA_CHECK_LAUNCH();
     return MT_OK;
 }
