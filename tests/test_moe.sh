@@ -3,10 +3,12 @@
 # line carries Megatron's load_balancing_loss and z_loss keys (about 1 for a balanced router: E
 # times the mean of f_e P_e) and the metrics JSONL their per-iteration values; the aux loss's
 # coefficient changes the gradients (and so the losses after the first step); mt-convert
-# exports the checkpoint as a Hugging Face Mixtral and imports it back. With an MPI launcher
+# exports the checkpoint as a Hugging Face Mixtral and imports it back; token dropping
+# (--moe-expert-capacity-factor, padded or not, both policies). With an MPI launcher
 # ($MPIEXEC): 2 data-parallel ranks (also with the distributed optimizer and overlapped buckets,
 # and with hidden dropout), 2 pipeline stages and 2 tensor-parallel ranks (each holding its share
-# of every expert; also with sequence parallelism) give one rank's losses and router losses. With "cuda": on the GPU.
+# of every expert; also with sequence parallelism) give one rank's losses and router losses,
+# also with token dropping. With "cuda": on the GPU.
 source "$(dirname "$0")/pretrain_common.sh"
 d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
 moe=(--normalization RMSNorm --position-embedding-type rope --swiglu --disable-bias-linear
@@ -39,6 +41,19 @@ grep -q "load_balancing_loss\|z_loss" "$d/nocoef.log" && { echo "FAIL: router lo
 [ "$(losses "$d/base.json" 1 1)" = "$(losses "$d/nocoef.json" 1 1)" ] || { echo "FAIL: first loss differs"; exit 1; }
 [ "$(losses "$d/base.json" 2 4)" != "$(losses "$d/nocoef.json" 2 4)" ] || { echo "FAIL: the coefficients changed nothing"; exit 1; }
 echo "ok: coefficients change the steps, not the first loss"
+# token dropping: a capacity above the tokens drops nothing (= dropless, bitwise); capacity 0.5
+# changes the first loss; padding every expert to its capacity changes nothing but the GEMMs'
+# shapes; the position policy keeps other tokens than the probs policy
+run dropless4 --train-iters 4
+run cap100 --train-iters 4 --moe-expert-capacity-factor 100
+run drop --train-iters 4 --moe-expert-capacity-factor 0.5
+run droppad --train-iters 4 --moe-expert-capacity-factor 0.5 --moe-pad-expert-input-to-capacity
+run droppos --train-iters 4 --moe-expert-capacity-factor 0.5 --moe-token-drop-policy position
+[ "$(losses "$d/dropless4.json" 1 4)" = "$(losses "$d/cap100.json" 1 4)" ] || { echo "FAIL: capacity 100 dropped"; exit 1; }
+[ "$(losses "$d/dropless4.json" 1 1)" != "$(losses "$d/drop.json" 1 1)" ] || { echo "FAIL: capacity 0.5 dropped nothing"; exit 1; }
+[ "$(losses "$d/drop.json" 1 1)" != "$(losses "$d/droppos.json" 1 1)" ] || { echo "FAIL: the position policy kept the same tokens"; exit 1; }
+paste <(losses "$d/drop.json" 1 4) <(losses "$d/droppad.json" 1 4) | awk '{ print $2, $4 }' | close "padded to capacity" 1e-6
+echo "ok: token dropping ($(losses "$d/dropless4.json" 1 1 | awk '{print $2}') dropless, $(losses "$d/drop.json" 1 1 | awk '{print $2}') at capacity 0.5)"
 if [ -n "${MT_CONVERT:-}" ]; then
   "$MT_CONVERT" mt-to-hf "$d/ckpt" "$d/hf" 2> "$d/export.log" || { echo "FAIL: export"; cat "$d/export.log"; exit 1; }
   [ "$(jq -r '.model_type, .num_local_experts, .num_experts_per_tok' "$d/hf/config.json" | tr '\n' ' ')" = "mixtral 4 2 " ] \
@@ -60,9 +75,12 @@ if [ -n "${MPIEXEC:-}" ]; then
   mr tp2 2 --tensor-model-parallel-size 2  # each rank its share of every expert
   mr tpsp2 2 --tensor-model-parallel-size 2 --sequence-parallel  # (Megatron's MoE + TP setting)
   mr dpdrop 2 --hidden-dropout 0.1         # the MoE output's dropout masks are the samples'
+  run onecap --moe-expert-capacity-factor 0.5 --moe-pad-expert-input-to-capacity
+  mr dpcap 2 --moe-expert-capacity-factor 0.5 --moe-pad-expert-input-to-capacity
+  mr tpcap 2 --moe-expert-capacity-factor 0.5 --tensor-model-parallel-size 2
   router() { jq -r '"\(.load_balancing_loss) \(.z_loss)"' "$1"; }
-  for n in dp2 zero pp2 tp2 tpsp2 dpdrop; do
-    ref=one; [ $n = dpdrop ] && ref=onedrop
+  for n in dp2 zero pp2 tp2 tpsp2 dpdrop dpcap tpcap; do
+    ref=one; [ $n = dpdrop ] && ref=onedrop; [ $n = dpcap ] || [ $n = tpcap ] && ref=onecap
     paste <(losses "$d/$ref.json" 1 12) <(losses "$d/$n.json" 1 12) | awk '{ print $2, $4 }' | close "$n losses" 1e-5
     paste -d' ' <(router "$d/$ref.jsonl") <(router "$d/$n.jsonl") | awk '{ print $1, $3; print $2, $4 }' \
       | close "$n router losses" 1e-5

@@ -38,6 +38,9 @@ expect "--moe-router-load-balancing-type sinkhorn is not supported yet" "${moe[@
 expect "--moe-router-score-function sigmoid is not supported yet" "${moe[@]}" --moe-router-score-function sigmoid
 expect "argument --moe-token-dispatcher-type: invalid choice: 'a2a'" "${moe[@]}" --moe-token-dispatcher-type a2a
 expect "--moe-aux-loss-coeff (-1) and --moe-z-loss-coeff (0) must not be negative" "${moe[@]}" --moe-aux-loss-coeff -1
+expect "moe_expert_capacity_factor must be set to use moe_pad_expert_input_to_capacity" "${moe[@]}" --moe-pad-expert-input-to-capacity
+expect "argument --moe-token-drop-policy: invalid choice: 'random'" "${moe[@]}" --moe-expert-capacity-factor 1 --moe-token-drop-policy random
+expect "--moe-expert-capacity-factor with --sequence-parallel is not supported yet" "${moe[@]}" --moe-expert-capacity-factor 1 --tensor-model-parallel-size 2 --sequence-parallel
 expect "number of layers at middle stage: 0 must be divisible by the middle pipeline model parallel size 1" --pipeline-model-parallel-size 2 --decoder-first-pipeline-num-layers 2
 expect "an uneven pipeline split (--decoder-first/last-pipeline-num-layers) needs --pipeline-model-parallel-size > 1" --decoder-last-pipeline-num-layers 1
 expect "recompute_num_layers must be between 1 and num_layers_per_pipeline_rank: 1" --pipeline-model-parallel-size 2 --recompute-granularity full --recompute-method uniform --recompute-num-layers 2

@@ -218,6 +218,16 @@ static mt_status rows_of(const mt_tensor *t, int64_t off, int64_t n, mt_tensor *
     return mt_tensor_slice(t, 0, off, n, out);
 }
 
+/* Mixture of experts: expert e's rows of the permuted tensors, [*off, *off + *n): its padded
+ * region, or its tokens (kept ones with dropping) after the earlier experts'. */
+static void expert_rows(const mt_model *m, const layer_acts *la, int e, int64_t *off, int64_t *n) {
+    const int64_t region = moe_region(&m->cfg, (int64_t)m->B * m->cfg.seq_length);
+    *off = 0;
+    for (int i = 0; i < e; i++)
+        *off += region ? region : la->counts_h[i];
+    *n = region ? region : la->counts_h[e];
+}
+
 /* Mixture of experts: whether the router losses run (in a training forward, not recomputed). */
 static int moe_losses_on(const mt_model *m) {
     return m->cfg.moe_aux_loss_coeff > 0.0f || m->cfg.moe_z_loss_coeff > 0.0f;
@@ -237,20 +247,31 @@ static mt_status moe_fwd(mt_model *m, int l, layer_acts *la, const layer_params 
                                  MT_GEMM_TRANS_B, 1.0f, 0.0f, s));
     OP("fwd.moe.route",
        mt_moe_topk(&la->moe_probs, &la->moe_idx, &la->moe_counts, &la->router_logits, s));
-    MT_TRY(mt_memcpy(la->counts_h, MT_DEVICE_CPU, la->moe_counts.data, m->dev,
-                     (size_t)E * sizeof(int32_t), s));
     if (m->train && !m->recomputing && moe_losses_on(m)) {
         OP("fwd.moe.losses", mt_moe_router_losses(&m->a.moe_loss, &la->router_logits,
                                                   &la->moe_counts, c->moe_router_topk, s));
         m->n_moe++;
     }
-    OP("fwd.moe.map",
-       mt_moe_dispatch_map(&la->moe_rows, &la->moe_pos, &la->moe_idx, &la->moe_counts, s));
+    const int64_t Nt = (int64_t)m->B * c->seq_length; /* (the tokens routed) */
+    const int drop = c->moe_expert_capacity_factor > 0.0f;
+    if (drop)
+        OP("fwd.moe.map",
+           mt_moe_capacity_map(&la->moe_rows, &la->moe_pos, &la->moe_kept, &m->a.moe_work,
+                               &la->moe_idx, &la->moe_probs, &la->moe_counts, moe_capacity(c, Nt),
+                               c->moe_token_drop_position, c->moe_pad_expert_input_to_capacity, s));
+    else
+        OP("fwd.moe.map",
+           mt_moe_dispatch_map(&la->moe_rows, &la->moe_pos, &la->moe_idx, &la->moe_counts, s));
     OP("fwd.moe.permute", mt_moe_permute(&la->moe_xp, x_in, &la->moe_rows, s));
-    MT_TRY(mt_stream_sync(s));           /* (counts_h) */
+    if (!moe_region(c, Nt)) { /* the experts' row counts to the host (padded: fixed) */
+        MT_TRY(mt_memcpy(la->counts_h, MT_DEVICE_CPU, (drop ? la->moe_kept : la->moe_counts).data,
+                         m->dev, (size_t)E * sizeof(int32_t), s));
+        MT_TRY(mt_stream_sync(s));
+    }
     for (int pass = 0; pass < 2; pass++) /* fc1 (GELU fused); SwiGLU over all rows; fc2 */
-        for (int e = 0, off = 0; e < E; off += la->counts_h[e++]) {
-            const int64_t n = la->counts_h[e];
+        for (int e = 0; e < E; e++) {
+            int64_t off, n;
+            expert_rows(m, la, e, &off, &n);
             mt_tensor x, h, act, y;
             if (!n) continue;
             MT_TRY(rows_of(&la->moe_xp, off, n, &x));
@@ -307,13 +328,16 @@ static mt_status moe_bwd(mt_model *m, int l, layer_acts *la, const layer_params 
         OP("bwd.tp.gather", mt_tp_gather_rows(m->tp, &a->sp_all, dy, s));
         dy = &a->sp_all;
     }
+    if (moe_region(c, (int64_t)m->B * c->seq_length)) /* (its padding rows: not written) */
+        MT_TRY(mt_fill(&a->moe_dyp, 0.0f, s));
     OP("bwd.moe.combine", mt_moe_unpermute_bwd(&a->moe_dyp, &a->moe_dprobs, dy, &la->moe_yp,
                                                &la->moe_probs, &la->moe_pos, s));
     /* (tensor parallelism: each rank's yp is its share, so are the probabilities' gradients) */
     OP("bwd.tp.moe", mt_tp_all_reduce(m->tp, &a->moe_dprobs, s));
     for (int pass = 0; pass < 2; pass++) /* fc2 (GELU's backward fused); SwiGLU's; fc1 */
-        for (int e = 0, off = 0; e < E; off += la->counts_h[e++]) {
-            const int64_t n = la->counts_h[e];
+        for (int e = 0; e < E; e++) {
+            int64_t off, n;
+            expert_rows(m, la, e, &off, &n);
             mt_tensor x, h, act, dy, dact, dh, dx;
             if (!n) {
                 if (!acc && pass == 0) {

@@ -26,6 +26,16 @@ static mt_status moe_finalize(mt_model_config *c) {
     MT_REQUIRE(c->moe_ffn_hidden_size % c->tensor_model_parallel_size == 0, MT_ERR_INVALID_ARG,
                "--moe-ffn-hidden-size (%d) is not divisible by --tensor-model-parallel-size (%d)",
                c->moe_ffn_hidden_size, c->tensor_model_parallel_size);
+    MT_REQUIRE(c->moe_expert_capacity_factor >= 0.0f, MT_ERR_INVALID_ARG,
+               "--moe-expert-capacity-factor %g must not be negative",
+               (double)c->moe_expert_capacity_factor);
+    MT_REQUIRE(!c->moe_pad_expert_input_to_capacity || c->moe_expert_capacity_factor > 0.0f,
+               MT_ERR_INVALID_ARG,
+               "moe_expert_capacity_factor must be set to use moe_pad_expert_input_to_capacity");
+    MT_REQUIRE(c->moe_expert_capacity_factor == 0.0f || !c->sequence_parallel ||
+                   c->tensor_model_parallel_size == 1,
+               MT_ERR_UNSUPPORTED,
+               "--moe-expert-capacity-factor with --sequence-parallel is not supported yet");
     MT_REQUIRE(!c->recompute_mlp_act && !c->recompute_layernorm, MT_ERR_UNSUPPORTED,
                "--num-experts with --recompute-modules mlp_act or layernorm is not supported yet");
     return MT_OK;
@@ -416,17 +426,18 @@ static void plan_layer(const mt_model *m, planner *p, layer_acts *la) {
     TAKE(p, &la->ln2_mean, MT_F32, Nl);
     TAKE(p, &la->ln2_rstd, MT_F32, Nl);
     if (moe_n(c)) { /* the permuted rows: N*k, each expert's consecutive */
-        const int64_t E = moe_n(c), k = moe_k(c), Fe = local_moe_ffn(c);
+        const int64_t E = moe_n(c), k = moe_k(c), Fe = local_moe_ffn(c), R = moe_rows(c, N);
         TAKE(p, &la->router_logits, MT_F32, N, E);
         TAKE(p, &la->moe_probs, MT_F32, N, k);
         TAKE(p, &la->moe_idx, MT_I32, N, k);
         TAKE(p, &la->moe_counts, MT_I32, E);
-        TAKE(p, &la->moe_rows, MT_I32, N * k);
+        if (c->moe_expert_capacity_factor > 0.0f) TAKE(p, &la->moe_kept, MT_I32, E);
+        TAKE(p, &la->moe_rows, MT_I32, R);
         TAKE(p, &la->moe_pos, MT_I32, N, k);
-        TAKE(p, &la->moe_xp, dt, N * k, C);
-        TAKE(p, &la->fc1_pre, dt, N * k, (c->swiglu ? 2 : 1) * Fe);
-        TAKE(p, &la->fc1_act, dt, N * k, Fe);
-        TAKE(p, &la->moe_yp, dt, N * k, C);
+        TAKE(p, &la->moe_xp, dt, R, C);
+        TAKE(p, &la->fc1_pre, dt, R, (c->swiglu ? 2 : 1) * Fe);
+        TAKE(p, &la->fc1_act, dt, R, Fe);
+        TAKE(p, &la->moe_yp, dt, R, C);
         la->counts_h = p->host ? p->host + (size_t)p->nsets * E : NULL;
         p->nsets++;
         return;
@@ -497,16 +508,17 @@ static void plan_acts(mt_model *m, planner *p) {
     TAKE(p, &a->datty, dt, N, H * D);
     TAKE(p, &a->dqkv, dt, N, QKV);
     if (moe_n(c)) { /* (the experts' rows: N*k of this rank's moe_ffn_hidden_size) */
-        const int64_t E = moe_n(c), k = moe_k(c), Fe = local_moe_ffn(c);
+        const int64_t E = moe_n(c), k = moe_k(c), Fe = local_moe_ffn(c), R = moe_rows(c, N);
         TAKE(p, &a->moe_loss, MT_F32, 2);
         if (tp || c->hidden_dropout > 0.0f) TAKE(p, &a->moe_y, dt, N, C);
-        TAKE(p, &a->moe_dyp, dt, N * k, C);
-        TAKE(p, &a->moe_dxp, dt, N * k, C);
+        if (c->moe_expert_capacity_factor > 0.0f) TAKE(p, &a->moe_work, MT_I32, N * k);
+        TAKE(p, &a->moe_dyp, dt, R, C);
+        TAKE(p, &a->moe_dxp, dt, R, C);
         TAKE(p, &a->moe_dprobs, MT_F32, N, k);
         TAKE(p, &a->moe_dlogits, MT_F32, N, E);
         TAKE(p, &a->moe_dlogits_dt, dt, N, E);
-        if (c->swiglu) TAKE(p, &a->dfc1_act, dt, N * k, Fe);
-        TAKE(p, &a->dfc1_pre, dt, N * k, (c->swiglu ? 2 : 1) * Fe);
+        if (c->swiglu) TAKE(p, &a->dfc1_act, dt, R, Fe);
+        TAKE(p, &a->dfc1_pre, dt, R, (c->swiglu ? 2 : 1) * Fe);
     } else {
         if (c->swiglu) TAKE(p, &a->dfc1_act, dt, N, F); /* GELU's backward rides on fc2's GEMM */
         TAKE(p, &a->dfc1_pre, dt, N, F1);

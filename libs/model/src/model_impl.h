@@ -87,6 +87,20 @@ static inline int64_t moe_k(const mt_model_config *c) {
 static inline int64_t local_moe_ffn(const mt_model_config *c) { /* (each expert's share) */
     return c->moe_ffn_hidden_size / tp_n(c);
 }
+/* Token dropping: an expert's capacity for N tokens (Megatron's get_capacity of N * topk), the
+ * padded region of each expert (0 without padding), the permuted rows. */
+static inline int64_t moe_capacity(const mt_model_config *c, int64_t N) {
+    const double v = (double)N * (double)moe_k(c) / moe_n(c) * c->moe_expert_capacity_factor;
+    const int64_t cap = (int64_t)v;
+    return cap < v ? cap + 1 : cap;
+}
+static inline int64_t moe_region(const mt_model_config *c, int64_t N) {
+    if (c->moe_expert_capacity_factor <= 0.0f || !c->moe_pad_expert_input_to_capacity) return 0;
+    return moe_capacity(c, N) < N ? moe_capacity(c, N) : N;
+}
+static inline int64_t moe_rows(const mt_model_config *c, int64_t N) {
+    return moe_region(c, N) ? moe_n(c) * moe_region(c, N) : N * moe_k(c);
+}
 
 /* The token rows of the residual stream a rank holds: N, or N / tp with sequence parallelism. */
 static inline int64_t local_rows(const mt_model_config *c, int64_t N) {
@@ -112,7 +126,8 @@ typedef struct layer_acts {
      * the dispatch map (rows (N*k), pos (N,k) i32), the permuted inputs and the experts' outputs
      * (N*k,C) */
     mt_tensor router_logits, moe_probs, moe_idx, moe_counts, moe_rows, moe_pos, moe_xp, moe_yp;
-    int32_t *counts_h;
+    mt_tensor moe_kept; /* token dropping: the rows each expert keeps (E) i32 */
+    int32_t *counts_h;  /* the experts' row counts (kept ones with dropping) on the host */
 } layer_acts;
 
 typedef struct acts {
@@ -148,6 +163,7 @@ typedef struct acts {
     /* MoE under tensor parallelism or hidden dropout: the combine's output before the residual
      * add (N,C): this rank's partial sum (summed over the group), dropped before the add */
     mt_tensor moe_y;
+    mt_tensor moe_work; /* token dropping: the capacity map's workspace (N*k) i32 */
 } acts;
 
 typedef struct layer_params {

@@ -228,6 +228,11 @@ static const flag flags[] = {
     { "--moe-token-dispatcher-type", F_STR, O(moe_token_dispatcher_type),
       "allgather | alltoall (the same without expert parallelism)" },
     { "--moe-grouped-gemm", F_TRUE, O(noop), "accepted (one GEMM an expert)" },
+    { "--moe-expert-capacity-factor", F_DBL, O(moe_expert_capacity_factor),
+      "each expert's capacity: tokens x topk / experts x this (default: dropless)" },
+    { "--moe-token-drop-policy", F_STR, O(moe_token_drop_policy), "probs | position" },
+    { "--moe-pad-expert-input-to-capacity", F_TRUE, O(moe_pad_expert_input_to_capacity),
+      "every expert runs on its capacity's rows" },
     { "--expert-model-parallel-size", F_INT, O(expert_model_parallel_size), "1" },
     { "--use-distributed-optimizer", F_TRUE, O(use_distributed_optimizer), "ZeRO-1 over DP" },
     { "--overlap-grad-reduce", F_TRUE, O(overlap_grad_reduce),
@@ -298,6 +303,7 @@ void mt_train_args_init(mt_train_args *a) {
     set_str(&a->moe_router_load_balancing_type, "aux_loss");
     set_str(&a->moe_router_score_function, "softmax");
     set_str(&a->moe_token_dispatcher_type, "allgather");
+    set_str(&a->moe_token_drop_policy, "probs");
     a->distributed_timeout_minutes = 10;
     set_str(&a->device, "auto");
     a->rotary_percent = 1.0;
@@ -573,6 +579,22 @@ static mt_status validate_moe(const mt_train_args *a) {
         return MT_ERROR(
             MT_ERR_UNSUPPORTED,
             "--num-experts: MoE layers without biases only (add --disable-bias-linear)");
+    if (strcmp(a->moe_token_drop_policy, "probs") != 0 &&
+        strcmp(a->moe_token_drop_policy, "position") != 0)
+        return BAD("argument --moe-token-drop-policy: invalid choice: '%s' (choose from 'probs', "
+                   "'position')",
+                   a->moe_token_drop_policy);
+    if (!(a->moe_expert_capacity_factor >= 0))
+        return BAD("--moe-expert-capacity-factor must not be negative, got %g",
+                   a->moe_expert_capacity_factor);
+    if (a->moe_pad_expert_input_to_capacity && !(a->moe_expert_capacity_factor > 0))
+        return BAD("moe_expert_capacity_factor must be set to use "
+                   "moe_pad_expert_input_to_capacity");
+    if (a->moe_expert_capacity_factor > 0 && a->sequence_parallel &&
+        a->tensor_model_parallel_size > 1)
+        return MT_ERROR(MT_ERR_UNSUPPORTED,
+                        "--moe-expert-capacity-factor with --sequence-parallel is not supported "
+                        "yet");
     return MT_OK;
 }
 

@@ -414,6 +414,9 @@ static mt_status setup_model(run *r) {
     if (strcmp(a->moe_router_load_balancing_type, "aux_loss") == 0)
         c->moe_aux_loss_coeff = (float)a->moe_aux_loss_coeff;
     c->moe_z_loss_coeff = (float)a->moe_z_loss_coeff;
+    c->moe_expert_capacity_factor = (float)a->moe_expert_capacity_factor;
+    c->moe_token_drop_position = strcmp(a->moe_token_drop_policy, "position") == 0;
+    c->moe_pad_expert_input_to_capacity = a->moe_pad_expert_input_to_capacity;
     if (a->recompute_granularity) {
         int full = strcmp(a->recompute_granularity, "full") == 0;
         c->recompute_granularity = full ? MT_RECOMPUTE_FULL : MT_RECOMPUTE_SELECTIVE;

@@ -161,6 +161,15 @@ typedef struct mt_model_config {
     int moe_ffn_hidden_size; /* 0: ffn_hidden_size */
     float moe_aux_loss_coeff;
     float moe_z_loss_coeff;
+    /* Megatron's token dropping (0: dropless): each expert takes at most
+     * ceil(tokens * topk / experts * moe_expert_capacity_factor) of a micro-batch's tokens, the
+     * most likely (moe_token_drop_position 0, --moe-token-drop-policy probs) or the first
+     * (position); the dropped choices add nothing. moe_pad_expert_input_to_capacity: every expert
+     * runs on that many rows (zeros past its tokens): the GEMMs keep one shape and the tokens per
+     * expert need not reach the host. Not with sequence parallelism yet. */
+    float moe_expert_capacity_factor;
+    int moe_token_drop_position;
+    int moe_pad_expert_input_to_capacity;
 } mt_model_config;
 
 #define MT_MODEL_CONFIG_INIT                                                                   \
@@ -168,7 +177,7 @@ typedef struct mt_model_config {
         sizeof(mt_model_config), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, MT_NORM_LAYERNORM, 0.0f,     \
             MT_POS_LEARNED, 0.0, 0, 0, 1, 0, 0.0f, 1234, MT_F32, 0, MT_RECOMPUTE_NONE,         \
             MT_RECOMPUTE_METHOD_NONE, 0, 0, 0, 0, 0, 0, 0.0f, 0.0f, 0, 0, 0, 0, 0, 0, 0, 0, 0, \
-            0.0f, 0.0f                                                                         \
+            0.0f, 0.0f, 0.0f, 0, 0                                                             \
     }
 
 /* Fills the derived fields (zeros) of cfg in place and checks it; MT_ERR_INVALID_ARG with

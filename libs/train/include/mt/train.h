@@ -89,6 +89,11 @@ typedef struct mt_train_args {
     int num_experts, moe_router_topk, moe_ffn_hidden_size, expert_model_parallel_size;
     double moe_aux_loss_coeff, moe_z_loss_coeff;
     char *moe_router_load_balancing_type, *moe_router_score_function, *moe_token_dispatcher_type;
+    /* token dropping: --moe-expert-capacity-factor (0: dropless), --moe-token-drop-policy
+     * (probs | position), --moe-pad-expert-input-to-capacity */
+    double moe_expert_capacity_factor;
+    char *moe_token_drop_policy;
+    int moe_pad_expert_input_to_capacity;
     int decrease_batch_size_if_needed; /* round the global batch down to a multiple of MBS x DP */
     /* evaluation and logging */
     int64_t eval_interval, eval_iters, log_interval;
