@@ -676,7 +676,8 @@ static mt_status ckpt_bcast(void *ctx, int64_t *value) {
     return mt_comm_broadcast(r->world, &t, &t, 0, NULL);
 }
 
-/* The Hugging Face config.json of GPT-2-, Llama- and Mixtral-shaped models (else NULL), kept in the
+/* The Hugging Face config.json of GPT-2-, Llama-, Qwen3- and Mixtral-shaped models (else NULL),
+ * kept in the
  * checkpoint's args as hf.config so that `mt-convert mt-to-hf` can export it. */
 static json_t *hf_config(const run *r) {
     const mt_model_config *c = &r->mc;
@@ -704,7 +705,18 @@ static json_t *hf_config(const run *r) {
             c->num_moe_experts, "num_experts_per_tok", c->moe_router_topk, "router_aux_loss_coef",
             (double)c->moe_aux_loss_coeff, "output_router_logits", 0);
     if (!ln && rope && c->swiglu && !c->add_bias_linear && !c->rotary_interleaved &&
-        !c->num_moe_experts)
+        !c->num_moe_experts && c->qk_layernorm) /* (the per-head q and k norms: Qwen3's) */
+        return json_pack(
+            "{s:s,s:[s],s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:s,s:f,s:f,s:b,s:b,s:b}", "model_type",
+            "qwen3", "architectures", "Qwen3ForCausalLM", "num_hidden_layers", c->num_layers,
+            "hidden_size", c->hidden_size, "num_attention_heads", c->num_attention_heads,
+            "num_key_value_heads", c->num_query_groups, "head_dim", c->kv_channels,
+            "intermediate_size", c->ffn_hidden_size, "vocab_size", c->vocab_size,
+            "max_position_embeddings", c->max_position_embeddings, "hidden_act", "silu",
+            "rms_norm_eps", r->a->norm_epsilon, "rope_theta", c->rotary_base, "tie_word_embeddings",
+            !c->untie_embeddings_and_output_weights, "attention_bias", 0, "use_sliding_window", 0);
+    if (!ln && rope && c->swiglu && !c->add_bias_linear && !c->rotary_interleaved &&
+        !c->num_moe_experts && !c->qk_layernorm)
         return json_pack(
             "{s:s,s:[s],s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:s,s:f,s:f,s:b,s:b,s:b}", "model_type",
             "llama", "architectures", "LlamaForCausalLM", "num_hidden_layers", c->num_layers,
