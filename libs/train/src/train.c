@@ -677,8 +677,7 @@ static mt_status ckpt_bcast(void *ctx, int64_t *value) {
 }
 
 /* The Hugging Face config.json of GPT-2-, Llama-, Qwen3- and Mixtral-shaped models (else NULL),
- * kept in the
- * checkpoint's args as hf.config so that `mt-convert mt-to-hf` can export it. */
+ * kept in the checkpoint's args as hf.config so that `mt-convert mt-to-hf` can export it. */
 static json_t *hf_config(const run *r) {
     const mt_model_config *c = &r->mc;
     int ln = c->normalization == MT_NORM_LAYERNORM,
@@ -691,42 +690,38 @@ static json_t *hf_config(const run *r) {
                          c->ffn_hidden_size, "vocab_size", c->vocab_size, "n_positions",
                          c->max_position_embeddings, "activation_function", "gelu_new",
                          "layer_norm_epsilon", r->a->norm_epsilon, "tie_word_embeddings", 1);
-    if (!ln && rope && c->swiglu && !c->add_bias_linear && !c->rotary_interleaved &&
-        c->num_moe_experts && !c->qk_layernorm) /* (its MLPs: experts of moe_ffn_hidden_size) */
-        return json_pack(
-            "{s:s,s:[s],s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:s,s:f,s:f,s:b,s:i,s:i,s:f,s:b}",
-            "model_type", "mixtral", "architectures", "MixtralForCausalLM", "num_hidden_layers",
-            c->num_layers, "hidden_size", c->hidden_size, "num_attention_heads",
-            c->num_attention_heads, "num_key_value_heads", c->num_query_groups, "head_dim",
-            c->kv_channels, "intermediate_size", c->moe_ffn_hidden_size, "vocab_size",
-            c->vocab_size, "max_position_embeddings", c->max_position_embeddings, "hidden_act",
-            "silu", "rms_norm_eps", r->a->norm_epsilon, "rope_theta", c->rotary_base,
-            "tie_word_embeddings", !c->untie_embeddings_and_output_weights, "num_local_experts",
-            c->num_moe_experts, "num_experts_per_tok", c->moe_router_topk, "router_aux_loss_coef",
-            (double)c->moe_aux_loss_coeff, "output_router_logits", 0);
-    if (!ln && rope && c->swiglu && !c->add_bias_linear && !c->rotary_interleaved &&
-        !c->num_moe_experts && c->qk_layernorm) /* (the per-head q and k norms: Qwen3's) */
-        return json_pack(
-            "{s:s,s:[s],s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:s,s:f,s:f,s:b,s:b,s:b}", "model_type",
-            "qwen3", "architectures", "Qwen3ForCausalLM", "num_hidden_layers", c->num_layers,
-            "hidden_size", c->hidden_size, "num_attention_heads", c->num_attention_heads,
-            "num_key_value_heads", c->num_query_groups, "head_dim", c->kv_channels,
-            "intermediate_size", c->ffn_hidden_size, "vocab_size", c->vocab_size,
-            "max_position_embeddings", c->max_position_embeddings, "hidden_act", "silu",
-            "rms_norm_eps", r->a->norm_epsilon, "rope_theta", c->rotary_base, "tie_word_embeddings",
-            !c->untie_embeddings_and_output_weights, "attention_bias", 0, "use_sliding_window", 0);
-    if (!ln && rope && c->swiglu && !c->add_bias_linear && !c->rotary_interleaved &&
-        !c->num_moe_experts && !c->qk_layernorm)
-        return json_pack(
-            "{s:s,s:[s],s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:s,s:f,s:f,s:b,s:b,s:b}", "model_type",
-            "llama", "architectures", "LlamaForCausalLM", "num_hidden_layers", c->num_layers,
-            "hidden_size", c->hidden_size, "num_attention_heads", c->num_attention_heads,
-            "num_key_value_heads", c->num_query_groups, "head_dim", c->kv_channels,
-            "intermediate_size", c->ffn_hidden_size, "vocab_size", c->vocab_size,
-            "max_position_embeddings", c->max_position_embeddings, "hidden_act", "silu",
-            "rms_norm_eps", r->a->norm_epsilon, "rope_theta", c->rotary_base, "tie_word_embeddings",
-            !c->untie_embeddings_and_output_weights, "attention_bias", 0, "mlp_bias", 0);
-    return NULL;
+    /* Llama's family: Mixtral (MoE MLPs of moe_ffn_hidden_size), Qwen3 (per-head q and k
+     * norms), Llama; none has both */
+    if (ln || !rope || !c->swiglu || c->add_bias_linear || c->rotary_interleaved ||
+        (c->num_moe_experts && c->qk_layernorm))
+        return NULL;
+    const int moe = c->num_moe_experts > 0, qwen3 = c->qk_layernorm;
+    json_t *h = json_pack(
+        "{s:s,s:[s],s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:s,s:f,s:f,s:b}", "model_type",
+        moe     ? "mixtral"
+        : qwen3 ? "qwen3"
+                : "llama",
+        "architectures",
+        moe     ? "MixtralForCausalLM"
+        : qwen3 ? "Qwen3ForCausalLM"
+                : "LlamaForCausalLM",
+        "num_hidden_layers", c->num_layers, "hidden_size", c->hidden_size, "num_attention_heads",
+        c->num_attention_heads, "num_key_value_heads", c->num_query_groups, "head_dim",
+        c->kv_channels, "intermediate_size", moe ? c->moe_ffn_hidden_size : c->ffn_hidden_size,
+        "vocab_size", c->vocab_size, "max_position_embeddings", c->max_position_embeddings,
+        "hidden_act", "silu", "rms_norm_eps", r->a->norm_epsilon, "rope_theta", c->rotary_base,
+        "tie_word_embeddings", !c->untie_embeddings_and_output_weights);
+    if (!h) return NULL;
+    if (moe) {
+        json_object_set_new(h, "num_local_experts", json_integer(c->num_moe_experts));
+        json_object_set_new(h, "num_experts_per_tok", json_integer(c->moe_router_topk));
+        json_object_set_new(h, "router_aux_loss_coef", json_real(c->moe_aux_loss_coeff));
+        json_object_set_new(h, "output_router_logits", json_false());
+    } else {
+        json_object_set_new(h, "attention_bias", json_false());
+        json_object_set_new(h, qwen3 ? "use_sliding_window" : "mlp_bias", json_false());
+    }
+    return h;
 }
 
 static char *args_json(const run *r) {
