@@ -53,6 +53,11 @@ run droppos --train-iters 4 --moe-expert-capacity-factor 0.5 --moe-token-drop-po
 [ "$(losses "$d/dropless4.json" 1 1)" != "$(losses "$d/drop.json" 1 1)" ] || { echo "FAIL: capacity 0.5 dropped nothing"; exit 1; }
 [ "$(losses "$d/drop.json" 1 1)" != "$(losses "$d/droppos.json" 1 1)" ] || { echo "FAIL: the position policy kept the same tokens"; exit 1; }
 paste <(losses "$d/drop.json" 1 4) <(losses "$d/droppad.json" 1 4) | awk '{ print $2, $4 }' | close "padded to capacity" 1e-6
+# 64 experts, top-1, 64 tokens a micro-batch: experts without tokens (the last one too, at some
+# layer); padded to a capacity above the tokens every expert has rows: the same losses
+run sparse --train-iters 4 --num-experts 64 --moe-router-topk 1
+run sparsepad --train-iters 4 --num-experts 64 --moe-router-topk 1 --moe-expert-capacity-factor 100 --moe-pad-expert-input-to-capacity
+paste <(losses "$d/sparse.json" 1 4) <(losses "$d/sparsepad.json" 1 4) | awk '{ print $2, $4 }' | close "experts without tokens" 1e-6
 echo "ok: token dropping ($(losses "$d/dropless4.json" 1 1 | awk '{print $2}') dropless, $(losses "$d/drop.json" 1 1 | awk '{print $2}') at capacity 0.5)"
 if [ -n "${MT_CONVERT:-}" ]; then
   "$MT_CONVERT" mt-to-hf "$d/ckpt" "$d/hf" 2> "$d/export.log" || { echo "FAIL: export"; cat "$d/export.log"; exit 1; }

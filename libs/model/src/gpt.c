@@ -268,7 +268,9 @@ static mt_status moe_fwd(mt_model *m, int l, layer_acts *la, const layer_params 
                          m->dev, (size_t)E * sizeof(int32_t), s));
         MT_TRY(mt_stream_sync(s));
     }
-    for (int pass = 0; pass < 2; pass++) /* fc1 (GELU fused); SwiGLU over all rows; fc2 */
+    for (int pass = 0; pass < 2; pass++) { /* fc1 (GELU fused); SwiGLU over all rows; fc2 */
+        if (pass == 1 && c->swiglu)
+            OP("fwd.swiglu", mt_swiglu_fwd(&la->fc1_act, &la->fc1_pre, NULL, s));
         for (int e = 0; e < E; e++) {
             int64_t off, n;
             expert_rows(m, la, e, &off, &n);
@@ -287,9 +289,8 @@ static mt_status moe_fwd(mt_model *m, int l, layer_acts *la, const layer_params 
             else
                 OP("fwd.gemm.fc2",
                    mt_linear_fwd(m->blas_x, &y, NULL, &act, W(lp->exp_fc2[e]), NULL, 0, s));
-            if (pass == 0 && e == E - 1 && c->swiglu)
-                OP("fwd.swiglu", mt_swiglu_fwd(&la->fc1_act, &la->fc1_pre, NULL, s));
         }
+    }
     if (!next) return MT_OK;
     if (!m->tp && !hidden_drop(m)) { /* the residual add in the combine */
         OP("fwd.moe.combine",
@@ -334,7 +335,10 @@ static mt_status moe_bwd(mt_model *m, int l, layer_acts *la, const layer_params 
                                                &la->moe_probs, &la->moe_pos, s));
     /* (tensor parallelism: each rank's yp is its share, so are the probabilities' gradients) */
     OP("bwd.tp.moe", mt_tp_all_reduce(m->tp, &a->moe_dprobs, s));
-    for (int pass = 0; pass < 2; pass++) /* fc2 (GELU's backward fused); SwiGLU's; fc1 */
+    for (int pass = 0; pass < 2; pass++) { /* fc2 (GELU's backward fused); SwiGLU's; fc1 */
+        if (pass == 1 && c->swiglu)
+            OP("bwd.swiglu",
+               mt_swiglu_bwd(&a->dfc1_pre, NULL, &a->dfc1_act, &la->fc1_pre, NULL, s));
         for (int e = 0; e < E; e++) {
             int64_t off, n;
             expert_rows(m, la, e, &off, &n);
@@ -364,10 +368,8 @@ static mt_status moe_bwd(mt_model *m, int l, layer_acts *la, const layer_params 
                 OP("bwd.gemm.fc1", mt_linear_bwd(m->blas_x, &dx, G(lp->exp_fc1[e]), NULL, &dh, &x,
                                                  W(lp->exp_fc1[e]), acc, s));
             }
-            if (pass == 0 && e == E - 1 && c->swiglu)
-                OP("bwd.swiglu",
-                   mt_swiglu_bwd(&a->dfc1_pre, NULL, &a->dfc1_act, &la->fc1_pre, NULL, s));
         }
+    }
     /* (tensor parallelism: the experts' input gradient summed, with sequence parallelism
      * reduce-scattered into this rank's rows, before the router's, whole on every rank, is
      * added) */
