@@ -55,6 +55,9 @@ run droppos --train-iters 4 --moe-expert-capacity-factor 0.5 --moe-token-drop-po
 paste <(losses "$d/drop.json" 1 4) <(losses "$d/droppad.json" 1 4) | awk '{ print $2, $4 }' | close "padded to capacity" 1e-6
 # 64 experts, top-1, 64 tokens a micro-batch: experts without tokens (the last one too, at some
 # layer); padded to a capacity above the tokens every expert has rows: the same losses
+# Megatron's --recompute-modules moe_act (and layernorm) with MoE: the same losses, bitwise
+run recact --train-iters 4 --recompute-granularity selective --recompute-modules moe_act layernorm
+[ "$(losses "$d/dropless4.json" 1 4)" = "$(losses "$d/recact.json" 1 4)" ] || { echo "FAIL: moe_act recompute changed the losses"; exit 1; }
 run sparse --train-iters 4 --num-experts 64 --moe-router-topk 1
 run sparsepad --train-iters 4 --num-experts 64 --moe-router-topk 1 --moe-expert-capacity-factor 100 --moe-pad-expert-input-to-capacity
 paste <(losses "$d/sparse.json" 1 4) <(losses "$d/sparsepad.json" 1 4) | awk '{ print $2, $4 }' | close "experts without tokens" 1e-6

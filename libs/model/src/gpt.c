@@ -283,9 +283,11 @@ static mt_status moe_fwd(mt_model *m, int l, layer_acts *la, const layer_params 
             if (pass == 0 && c->swiglu)
                 OP("fwd.gemm.fc1",
                    mt_linear_fwd(m->blas_x, &h, NULL, &x, W(lp->exp_fc1[e]), NULL, 0, s));
-            else if (pass == 0)
-                OP("fwd.gemm.fc1+gelu", mt_linear_fwd(m->blas_x, &act, &h, &x, W(lp->exp_fc1[e]),
-                                                      NULL, MT_GEMM_GELU, s));
+            else if (pass == 0) /* (under moe_act: the GELU the backward repeats bitwise) */
+                OP("fwd.gemm.fc1+gelu",
+                   mt_linear_fwd(m->blas_x, &act, &h, &x, W(lp->exp_fc1[e]), NULL,
+                                 MT_GEMM_GELU | (c->recompute_mlp_act ? MT_GEMM_GELU_RECOMPUTE : 0),
+                                 s));
             else
                 OP("fwd.gemm.fc2",
                    mt_linear_fwd(m->blas_x, &y, NULL, &act, W(lp->exp_fc2[e]), NULL, 0, s));
@@ -335,6 +337,8 @@ static mt_status moe_bwd(mt_model *m, int l, layer_acts *la, const layer_params 
                                                &la->moe_probs, &la->moe_pos, s));
     /* (tensor parallelism: each rank's yp is its share, so are the probabilities' gradients) */
     OP("bwd.tp.moe", mt_tp_all_reduce(m->tp, &a->moe_dprobs, s));
+    if (c->recompute_mlp_act && c->swiglu) /* (moe_act: the shared activation refilled) */
+        OP("bwd.recompute.act", mt_swiglu_fwd(&la->fc1_act, &la->fc1_pre, NULL, s));
     for (int pass = 0; pass < 2; pass++) { /* fc2 (GELU's backward fused); SwiGLU's; fc1 */
         if (pass == 1 && c->swiglu)
             OP("bwd.swiglu",
@@ -360,6 +364,10 @@ static mt_status moe_bwd(mt_model *m, int l, layer_acts *la, const layer_params 
                 MT_TRY(rows_of(&a->dfc1_act, off, n, &dact));
                 OP("bwd.gemm.fc2", mt_linear_bwd(m->blas_x, &dact, G(lp->exp_fc2[e]), NULL, &dy,
                                                  &act, W(lp->exp_fc2[e]), acc, s));
+            } else if (pass == 0 && c->recompute_mlp_act) { /* (the GELU again, into act) */
+                OP("bwd.gemm.fc2+dgelu",
+                   mt_linear_bwd_dgelu_recompute(m->blas_x, &dh, NULL, &h, G(lp->exp_fc2[e]), NULL,
+                                                 &dy, &act, W(lp->exp_fc2[e]), acc, s));
             } else if (pass == 0) {
                 OP("bwd.gemm.fc2+dgelu",
                    mt_linear_bwd_dgelu(m->blas_x, &dh, NULL, &h, G(lp->exp_fc2[e]), NULL, &dy, &act,
@@ -396,6 +404,9 @@ static mt_status moe_bwd(mt_model *m, int l, layer_acts *la, const layer_params 
     if (sp(m)) MT_TRY(rows_of(dl, m->tpr * Nl, Nl, &dl_rows));
     OP("bwd.gemm.router",
        mt_gemm(m->blas, &a->dln, NULL, &dl_rows, W(lp->router_w), NULL, 0, 1.0f, 1.0f, s));
+    if (c->recompute_layernorm) /* (ln2 dropped after the forward: the router's dW reads it) */
+        OP("bwd.recompute.norm",
+           norm_fwd(m, &la->ln2, NULL, NULL, &la->resid_mid, lp->ln2_w, lp->ln2_b, s));
     const mt_tensor *x_in; /* (the whole micro-batch's ln2, gathered again) */
     OP("bwd.tp.gather", ln_rows(m, &la->ln2, &x_in, s));
     OP("bwd.gemm.router",

@@ -36,8 +36,6 @@ static mt_status moe_finalize(mt_model_config *c) {
                    c->tensor_model_parallel_size == 1,
                MT_ERR_UNSUPPORTED,
                "--moe-expert-capacity-factor with --sequence-parallel is not supported yet");
-    MT_REQUIRE(!c->recompute_mlp_act && !c->recompute_layernorm, MT_ERR_UNSUPPORTED,
-               "--num-experts with --recompute-modules mlp_act or layernorm is not supported yet");
     return MT_OK;
 }
 
@@ -436,7 +434,10 @@ static void plan_layer(const mt_model *m, planner *p, layer_acts *la) {
         TAKE(p, &la->moe_pos, MT_I32, N, k);
         TAKE(p, &la->moe_xp, dt, R, C);
         TAKE(p, &la->fc1_pre, dt, R, (c->swiglu ? 2 : 1) * Fe);
-        TAKE(p, &la->fc1_act, dt, R, Fe);
+        if (c->recompute_mlp_act)
+            la->fc1_act = m->a.mlp_act; /* (Megatron's moe_act: refilled before each backward) */
+        else
+            TAKE(p, &la->fc1_act, dt, R, Fe);
         TAKE(p, &la->moe_yp, dt, R, C);
         la->counts_h = p->host ? p->host + (size_t)p->nsets * E : NULL;
         p->nsets++;
@@ -465,7 +466,8 @@ static void plan_acts(mt_model *m, planner *p) {
     const int64_t Nl = local_rows(c, N);
     mt_dtype dt = c->dtype;
     acts *a = &m->a;
-    if (c->recompute_mlp_act) TAKE(p, &a->mlp_act, dt, N, F);
+    if (c->recompute_mlp_act) /* (MoE: the experts' rows) */
+        TAKE(p, &a->mlp_act, dt, moe_n(c) ? moe_rows(c, N) : N, moe_n(c) ? local_moe_ffn(c) : F);
     if (c->recompute_layernorm) TAKE(p, &a->ln_out, dt, Nl, C);
     for (int s = 0; s < a->n_rc; s++)
         plan_layer(m, p, &a->rc[s]);

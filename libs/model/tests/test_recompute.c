@@ -196,7 +196,7 @@ static void test_model(const char *tag) {
     }
     /* selective mlp_act / layernorm: one shared buffer instead of one per layer (two for the
      * norms) */
-    for (int v = 1; v <= 3 && !base.num_moe_experts; v++) { /* (not with MoE yet) */
+    for (int v = 1; v <= 3; v++) { /* (MoE: mlp_act is Megatron's moe_act) */
         mt_model_config sel = with(base, MT_RECOMPUTE_SELECTIVE, MT_RECOMPUTE_METHOD_NONE, 0);
         sel.recompute_mlp_act = v & 1;
         sel.recompute_layernorm = (v & 2) != 0;
@@ -206,7 +206,10 @@ static void test_model(const char *tag) {
                  v & 2 ? " layernorm" : "");
         result got = run(&sel, tok, tgt);
         compare(what, &sel, &want, &got);
-        size_t F = align_up((size_t)B * T * sel.ffn_hidden_size * 4),
+        const int64_t rows = sel.num_moe_experts ? (int64_t)B * T * sel.moe_router_topk : B * T;
+        size_t F = align_up((size_t)rows *
+                            (sel.num_moe_experts ? sel.moe_ffn_hidden_size : sel.ffn_hidden_size) *
+                            4),
                Cb = align_up((size_t)B * T * sel.hidden_size * 4);
         size_t saved = (v & 1 ? (size_t)(L - 1) * F : 0) + (v & 2 ? (size_t)(2 * L - 1) * Cb : 0);
         MT_EXPECT(got.bytes == want.bytes - saved, "%s: mt_model_bytes %zu, want %zu", what,

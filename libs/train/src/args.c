@@ -543,8 +543,6 @@ mt_status mt_train_args_parse(mt_train_args *a, int argc, char **argv) {
     return validate(a);
 }
 
-/* megatron/training/arguments.py and TransformerConfig.__post_init__ */
-/* (per_stage: the most layers a pipeline stage has) */
 /* The mixture-of-experts flags (megatron/training/arguments.py's messages where it has them). */
 static mt_status validate_moe(const mt_train_args *a) {
     if (a->expert_model_parallel_size != 1)
@@ -598,6 +596,8 @@ static mt_status validate_moe(const mt_train_args *a) {
     return MT_OK;
 }
 
+/* megatron/training/arguments.py and TransformerConfig.__post_init__ */
+/* (per_stage: the most layers a pipeline stage has) */
 static mt_status validate_recompute(mt_train_args *a, int per_stage) {
     if (a->recompute_activations) set_str(&a->recompute_granularity, "selective");
     const char *g = a->recompute_granularity, *m = a->recompute_method;
@@ -613,10 +613,11 @@ static mt_status validate_recompute(mt_train_args *a, int per_stage) {
         const char *x = a->recompute_modules[i];
         static const char *const megatron[] = { "moe_act", "mla_up_proj", "mlp", "moe",
                                                 "shared_experts" };
+        if (strcmp(x, "moe_act") == 0 && a->num_experts > 0) continue; /* (the experts' mlp_act) */
         for (size_t k = 0; k < sizeof megatron / sizeof *megatron; k++)
             if (strcmp(x, megatron[k]) == 0)
                 return BAD("--recompute-modules %s is not supported yet (supported: core_attn, "
-                           "layernorm, mlp_act)",
+                           "layernorm, mlp_act; moe_act with --num-experts)",
                            x);
         if (strcmp(x, "core_attn") != 0 && strcmp(x, "layernorm") != 0 && strcmp(x, "mlp_act") != 0)
             return BAD("Invalid choice for recompute_modules: %s (choose from core_attn, "

@@ -425,7 +425,8 @@ static mt_status setup_model(run *r) {
                                                                             : MT_RECOMPUTE_UNIFORM;
         c->recompute_num_layers = a->recompute_num_layers;
         for (int i = 0; i < a->n_recompute_modules; i++)
-            if (strcmp(a->recompute_modules[i], "mlp_act") == 0)
+            if (strcmp(a->recompute_modules[i], "mlp_act") == 0 ||
+                strcmp(a->recompute_modules[i], "moe_act") == 0) /* (moe_act: MoE models only) */
                 c->recompute_mlp_act = 1;
             else if (strcmp(a->recompute_modules[i], "layernorm") == 0)
                 c->recompute_layernorm = 1;

@@ -154,8 +154,8 @@ typedef struct mt_model_config {
      * its share of every expert (fc1's rows, fc2's columns: Megatron's expert tensor parallelism
      * equal to TP), the combine summed over the group; hidden dropout at linear_fc2's site on the
      * combined output; with sequence parallelism every rank routes the whole micro-batch (the
-     * combine reduce-scattered into its rows). No biases (add_bias_linear 0) or selective
-     * recomputation modules with it yet. */
+     * combine reduce-scattered into its rows). recompute_mlp_act applies to the experts'
+     * activation (Megatron's moe_act). No biases (add_bias_linear 0) with it yet. */
     int num_moe_experts;
     int moe_router_topk;     /* 0: 2 */
     int moe_ffn_hidden_size; /* 0: ffn_hidden_size */
