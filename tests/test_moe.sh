@@ -7,17 +7,19 @@
 # (--moe-expert-capacity-factor, padded or not, both policies). With an MPI launcher
 # ($MPIEXEC): 2 data-parallel ranks (also with the distributed optimizer and overlapped buckets,
 # and with hidden dropout), 2 pipeline stages and 2 tensor-parallel ranks (each holding its share
-# of every expert; also with sequence parallelism) give one rank's losses and router losses,
-# also with token dropping. With "cuda": on the GPU.
+# of every expert; also with sequence parallelism; also with biases) give one rank's losses and
+# router losses, also with token dropping. With "cuda": on the GPU.
 source "$(dirname "$0")/pretrain_common.sh"
 d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
 moe=(--normalization RMSNorm --position-embedding-type rope --swiglu --disable-bias-linear
      --untie-embeddings-and-output-weights --group-query-attention --num-query-groups 2
      --num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 64 --moe-aux-loss-coeff 0.01
      --moe-z-loss-coeff 0.001 --moe-grouped-gemm --moe-token-dispatcher-type alltoall)
+MOE=("${moe[@]}")  # (the runs' flags; without --disable-bias-linear for the biased ones)
+moe_bias=(); for f in "${moe[@]}"; do [ "$f" = --disable-bias-linear ] || moe_bias+=("$f"); done
 run() {  # name, then extra flags
   local n=$1; shift
-  tiny_run "$d/$n.json" "${moe[@]}" --metrics-jsonl "$d/$n.jsonl" "$@" > "$d/$n.log" 2>&1 \
+  tiny_run "$d/$n.json" "${MOE[@]}" --metrics-jsonl "$d/$n.jsonl" "$@" > "$d/$n.log" 2>&1 \
     || { echo "FAIL: run $n"; cat "$d/$n.log"; exit 1; }
 }
 run base --train-iters 24 --save "$d/ckpt"
@@ -72,7 +74,7 @@ fi
 if [ -n "${MPIEXEC:-}" ]; then
   mr() {  # name ranks, then extra flags
     local n=$1 np=$2; shift 2
-    "$MPIEXEC" -n "$np" "$MT_PRETRAIN" "${tiny_args[@]}" "${moe[@]}" --golden-values-out "$d/$n.json" \
+    "$MPIEXEC" -n "$np" "$MT_PRETRAIN" "${tiny_args[@]}" "${MOE[@]}" --golden-values-out "$d/$n.json" \
       --metrics-jsonl "$d/$n.jsonl" "$@" > "$d/$n.log" 2>&1 || { echo "FAIL: run $n"; cat "$d/$n.log"; exit 1; }
   }
   run one
@@ -86,9 +88,15 @@ if [ -n "${MPIEXEC:-}" ]; then
   run onecap --moe-expert-capacity-factor 0.5 --moe-pad-expert-input-to-capacity
   mr dpcap 2 --moe-expert-capacity-factor 0.5 --moe-pad-expert-input-to-capacity
   mr tpcap 2 --moe-expert-capacity-factor 0.5 --tensor-model-parallel-size 2
+  MOE=("${moe_bias[@]}")  # experts with biases (fc2's added once under TP)
+  run oneb
+  mr tp2b 2 --tensor-model-parallel-size 2
+  mr tpsp2b 2 --tensor-model-parallel-size 2 --sequence-parallel
+  MOE=("${moe[@]}")
   router() { jq -r '"\(.load_balancing_loss) \(.z_loss)"' "$1"; }
-  for n in dp2 zero pp2 tp2 tpsp2 dpdrop dpcap tpcap; do
+  for n in dp2 zero pp2 tp2 tpsp2 dpdrop dpcap tpcap tp2b tpsp2b; do
     ref=one; [ $n = dpdrop ] && ref=onedrop; [ $n = dpcap ] || [ $n = tpcap ] && ref=onecap
+    [ $n = tp2b ] || [ $n = tpsp2b ] && ref=oneb
     paste <(losses "$d/$ref.json" 1 12) <(losses "$d/$n.json" 1 12) | awk '{ print $2, $4 }' | close "$n losses" 1e-5
     paste -d' ' <(router "$d/$ref.jsonl") <(router "$d/$n.jsonl") | awk '{ print $1, $3; print $2, $4 }' \
       | close "$n router losses" 1e-5

@@ -33,7 +33,6 @@ expect "context parallelism is not supported yet" --context-parallel-size 2
 moe=(--num-experts 4 --disable-bias-linear)
 expect "expert parallelism is not supported yet: --expert-model-parallel-size must be 1" "${moe[@]}" --expert-model-parallel-size 2
 expect "--moe-router-topk (5) must be in [1, --num-experts (4)]" "${moe[@]}" --moe-router-topk 5
-expect "MoE layers without biases only (add --disable-bias-linear)" --num-experts 4
 expect "--moe-router-load-balancing-type sinkhorn is not supported yet" "${moe[@]}" --moe-router-load-balancing-type sinkhorn
 expect "--moe-router-score-function sigmoid is not supported yet" "${moe[@]}" --moe-router-score-function sigmoid
 expect "argument --moe-token-dispatcher-type: invalid choice: 'a2a'" "${moe[@]}" --moe-token-dispatcher-type a2a

@@ -228,6 +228,12 @@ static void expert_rows(const mt_model *m, const layer_acts *la, int e, int64_t 
     *n = region ? region : la->counts_h[e];
 }
 
+/* Mixture of experts: expert e's fc2 bias as its forward adds it: on one tensor-parallel rank
+ * only (the combine is summed over the group), NULL without biases. */
+static const mt_tensor *fc2_b(const mt_model *m, const layer_params *lp, int e) {
+    return m->tpr == 0 ? W(lp->exp_fc2_b[e]) : NULL;
+}
+
 /* Mixture of experts: whether the router losses run (in a training forward, not recomputed). */
 static int moe_losses_on(const mt_model *m) {
     return m->cfg.moe_aux_loss_coeff > 0.0f || m->cfg.moe_z_loss_coeff > 0.0f;
@@ -281,16 +287,16 @@ static mt_status moe_fwd(mt_model *m, int l, layer_acts *la, const layer_params 
             MT_TRY(rows_of(&la->fc1_act, off, n, &act));
             MT_TRY(rows_of(&la->moe_yp, off, n, &y));
             if (pass == 0 && c->swiglu)
-                OP("fwd.gemm.fc1",
-                   mt_linear_fwd(m->blas_x, &h, NULL, &x, W(lp->exp_fc1[e]), NULL, 0, s));
+                OP("fwd.gemm.fc1", mt_linear_fwd(m->blas_x, &h, NULL, &x, W(lp->exp_fc1[e]),
+                                                 W(lp->exp_fc1_b[e]), 0, s));
             else if (pass == 0) /* (under moe_act: the GELU the backward repeats bitwise) */
                 OP("fwd.gemm.fc1+gelu",
-                   mt_linear_fwd(m->blas_x, &act, &h, &x, W(lp->exp_fc1[e]), NULL,
+                   mt_linear_fwd(m->blas_x, &act, &h, &x, W(lp->exp_fc1[e]), W(lp->exp_fc1_b[e]),
                                  MT_GEMM_GELU | (c->recompute_mlp_act ? MT_GEMM_GELU_RECOMPUTE : 0),
                                  s));
             else
-                OP("fwd.gemm.fc2",
-                   mt_linear_fwd(m->blas_x, &y, NULL, &act, W(lp->exp_fc2[e]), NULL, 0, s));
+                OP("fwd.gemm.fc2", mt_linear_fwd(m->blas_x, &y, NULL, &act, W(lp->exp_fc2[e]),
+                                                 fc2_b(m, lp, e), 0, s));
         }
     }
     if (!next) return MT_OK;
@@ -351,6 +357,8 @@ static mt_status moe_bwd(mt_model *m, int l, layer_acts *la, const layer_params 
                 if (!acc && pass == 0) {
                     MT_TRY(mt_fill(G(lp->exp_fc1[e]), 0.0f, s));
                     MT_TRY(mt_fill(G(lp->exp_fc2[e]), 0.0f, s));
+                    if (lp->exp_fc1_b[e]) MT_TRY(mt_fill(G(lp->exp_fc1_b[e]), 0.0f, s));
+                    if (lp->exp_fc2_b[e]) MT_TRY(mt_fill(G(lp->exp_fc2_b[e]), 0.0f, s));
                 }
                 continue;
             }
@@ -362,18 +370,21 @@ static mt_status moe_bwd(mt_model *m, int l, layer_acts *la, const layer_params 
             MT_TRY(rows_of(&a->moe_dxp, off, n, &dx));
             if (pass == 0 && c->swiglu) {
                 MT_TRY(rows_of(&a->dfc1_act, off, n, &dact));
-                OP("bwd.gemm.fc2", mt_linear_bwd(m->blas_x, &dact, G(lp->exp_fc2[e]), NULL, &dy,
-                                                 &act, W(lp->exp_fc2[e]), acc, s));
+                OP("bwd.gemm.fc2",
+                   mt_linear_bwd(m->blas_x, &dact, G(lp->exp_fc2[e]), G(lp->exp_fc2_b[e]), &dy,
+                                 &act, W(lp->exp_fc2[e]), acc, s));
             } else if (pass == 0 && c->recompute_mlp_act) { /* (the GELU again, into act) */
                 OP("bwd.gemm.fc2+dgelu",
-                   mt_linear_bwd_dgelu_recompute(m->blas_x, &dh, NULL, &h, G(lp->exp_fc2[e]), NULL,
-                                                 &dy, &act, W(lp->exp_fc2[e]), acc, s));
+                   mt_linear_bwd_dgelu_recompute(m->blas_x, &dh, G(lp->exp_fc1_b[e]), &h,
+                                                 G(lp->exp_fc2[e]), G(lp->exp_fc2_b[e]), &dy, &act,
+                                                 W(lp->exp_fc2[e]), acc, s));
             } else if (pass == 0) {
                 OP("bwd.gemm.fc2+dgelu",
-                   mt_linear_bwd_dgelu(m->blas_x, &dh, NULL, &h, G(lp->exp_fc2[e]), NULL, &dy, &act,
-                                       W(lp->exp_fc2[e]), acc, s));
+                   mt_linear_bwd_dgelu(m->blas_x, &dh, G(lp->exp_fc1_b[e]), &h, G(lp->exp_fc2[e]),
+                                       G(lp->exp_fc2_b[e]), &dy, &act, W(lp->exp_fc2[e]), acc, s));
             } else {
-                OP("bwd.gemm.fc1", mt_linear_bwd(m->blas_x, &dx, G(lp->exp_fc1[e]), NULL, &dh, &x,
+                OP("bwd.gemm.fc1", mt_linear_bwd(m->blas_x, &dx, G(lp->exp_fc1[e]),
+                                                 c->swiglu ? G(lp->exp_fc1_b[e]) : NULL, &dh, &x,
                                                  W(lp->exp_fc1[e]), acc, s));
             }
         }

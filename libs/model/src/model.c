@@ -21,8 +21,6 @@ static mt_status moe_finalize(mt_model_config *c) {
     MT_REQUIRE(c->moe_aux_loss_coeff >= 0.0f && c->moe_z_loss_coeff >= 0.0f, MT_ERR_INVALID_ARG,
                "--moe-aux-loss-coeff (%g) and --moe-z-loss-coeff (%g) must not be negative",
                (double)c->moe_aux_loss_coeff, (double)c->moe_z_loss_coeff);
-    MT_REQUIRE(!c->add_bias_linear, MT_ERR_UNSUPPORTED,
-               "--num-experts: MoE layers without biases only (add --disable-bias-linear)");
     MT_REQUIRE(c->moe_ffn_hidden_size % c->tensor_model_parallel_size == 0, MT_ERR_INVALID_ARG,
                "--moe-ffn-hidden-size (%d) is not divisible by --tensor-model-parallel-size (%d)",
                c->moe_ffn_hidden_size, c->tensor_model_parallel_size);
@@ -292,9 +290,18 @@ static void build_table(const mt_model_config *c, table *m) {
                 snprintf(x, sizeof x, "mlp.experts.local_experts.%d.linear_fc1.weight", e);
                 P(x, 2, (c->swiglu ? 2 : 1) * Fe, C, std, 0, 0);
                 split_last(m, tp, 0, c->swiglu ? 2 : 1, Fe, c->swiglu ? Fe : 0, 0);
+                if (bias) { /* (column-parallel: split as its rows) */
+                    snprintf(x, sizeof x, "mlp.experts.local_experts.%d.linear_fc1.bias", e);
+                    P(x, 1, (c->swiglu ? 2 : 1) * Fe, 0, 0, 0, 1);
+                    split_last(m, tp, 0, c->swiglu ? 2 : 1, Fe, c->swiglu ? Fe : 0, 0);
+                }
                 snprintf(x, sizeof x, "mlp.experts.local_experts.%d.linear_fc2.weight", e);
                 P(x, 2, C, Fe, out_std, 0, 0);
                 split_last(m, tp, 1, 1, Fe, 0, 0);
+                if (bias) { /* (row-parallel: whole on every rank) */
+                    snprintf(x, sizeof x, "mlp.experts.local_experts.%d.linear_fc2.bias", e);
+                    P(x, 1, C, 0, 0, 0, 1);
+                }
             }
             continue;
         }
@@ -736,19 +743,25 @@ mt_status mt_model_create_tp(const mt_model_config *cfg, int micro_batch_size, m
         if (!moe_n(&m->cfg)) continue;
         const int E = moe_n(&m->cfg);
         if (!m->moe_params)
-            m->moe_params = calloc((size_t)(2 * E * m->cfg.num_layers), sizeof *m->moe_params);
+            m->moe_params = calloc((size_t)(4 * E * m->cfg.num_layers), sizeof *m->moe_params);
         if (!m->moe_params) {
             st = MT_ERROR(MT_ERR_OOM, "layer table");
             goto fail;
         }
-        m->lp[l].exp_fc1 = m->moe_params + (size_t)2 * E * l;
+        m->lp[l].exp_fc1 = m->moe_params + (size_t)4 * E * l;
         m->lp[l].exp_fc2 = m->lp[l].exp_fc1 + E;
+        m->lp[l].exp_fc1_b = m->lp[l].exp_fc2 + E;
+        m->lp[l].exp_fc2_b = m->lp[l].exp_fc1_b + E;
         for (int e = 0; e < E; e++) {
             char x[64];
             snprintf(x, sizeof x, "mlp.experts.local_experts.%d.linear_fc1.weight", e);
             FIND(exp_fc1[e], x);
             snprintf(x, sizeof x, "mlp.experts.local_experts.%d.linear_fc2.weight", e);
             FIND(exp_fc2[e], x);
+            snprintf(x, sizeof x, "mlp.experts.local_experts.%d.linear_fc1.bias", e);
+            FIND(exp_fc1_b[e], x);
+            snprintf(x, sizeof x, "mlp.experts.local_experts.%d.linear_fc2.bias", e);
+            FIND(exp_fc2_b[e], x);
         }
     }
 #undef FIND

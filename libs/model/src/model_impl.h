@@ -169,8 +169,9 @@ typedef struct acts {
 typedef struct layer_params {
     mt_model_param *ln1_w, *ln1_b, *qkv_w, *qkv_b, *proj_w, *proj_b;
     mt_model_param *ln2_w, *ln2_b, *fc1_w, *fc1_b, *fc2_w, *fc2_b;
-    mt_model_param *qn_w, *qn_b, *kn_w, *kn_b;      /* qk_layernorm */
-    mt_model_param *router_w, **exp_fc1, **exp_fc2; /* mixture of experts (E experts) */
+    mt_model_param *qn_w, *qn_b, *kn_w, *kn_b; /* qk_layernorm */
+    /* mixture of experts (E experts; the biases NULL without add_bias_linear) */
+    mt_model_param *router_w, **exp_fc1, **exp_fc2, **exp_fc1_b, **exp_fc2_b;
 } layer_params;
 
 /* What a captured forward_backward depends on besides the model's own buffers. */
@@ -232,7 +233,7 @@ struct mt_model {
     float loss_scale;  /* the training forward's (MoE: the router losses' backward scale) */
     int n_moe;         /* mixture of experts: layer forwards in a->moe_loss */
     int32_t *moe_host; /* mixture of experts: every activation set's tokens per expert */
-    mt_model_param **moe_params; /* the layers' expert tables (lp's exp_fc1, exp_fc2) */
+    mt_model_param **moe_params; /* the layers' expert tables (lp's exp_fc1, exp_fc2, biases) */
     mt_prof *prof;               /* not owned; NULL: no timing */
     mt_model_grad_ready_fn ready_fn;
     void *ready_ctx;

@@ -2,8 +2,8 @@
  * routing is the dense MLP (its probability is 1, its router's gradient 0): with the dense model's
  * fc1/fc2 weights copied into expert 0, a GPT-2-shaped (GELU experts) and a Llama-shaped (SwiGLU)
  * model give the dense model's losses, every shared parameter's gradient and the experts' fc1/fc2
- * gradients equal to the dense ones; the router's gradient is 0. Also under Megatron's moe_act
- * recomputation and with padding to a capacity. (The dense path is checked against Hugging Face
+ * gradients equal to the dense ones (with biases too); the router's gradient is 0. Also under
+ * Megatron's moe_act recomputation and with padding to a capacity. (The dense path is checked against Hugging Face
  * in test_hf_golden.) */
 #include <mt/model.h>
 #include <mt/testkit.h>
@@ -31,19 +31,20 @@ static float *host_f32(const mt_tensor *t) {
 /* The MoE model's name for dense parameter `name` (its expert 0's fc1/fc2; else the same). */
 static void moe_name(const char *name, char *out, size_t len) {
     int l, n = 0;
-    char which[16];
-    if (sscanf(name, "decoder.layers.%d.mlp.%15[a-z_0-9].weight%n", &l, which, &n) == 2 &&
+    char which[32];
+    if (sscanf(name, "decoder.layers.%d.mlp.%31[a-z_0-9.]%n", &l, which, &n) == 2 &&
         n == (int)strlen(name))
-        snprintf(out, len, "decoder.layers.%d.mlp.experts.local_experts.0.%s.weight", l, which);
+        snprintf(out, len, "decoder.layers.%d.mlp.experts.local_experts.0.%s", l, which);
     else
         snprintf(out, len, "%s", name);
 }
 
-static void check(const char *tag, int llama, int act, int pad) {
+static void check(const char *tag, int llama, int act, int pad, int bias) {
     mt_model_config dc = MT_MODEL_CONFIG_INIT;
     dc.num_layers = 2, dc.hidden_size = 64, dc.num_attention_heads = 4, dc.seq_length = T;
-    dc.vocab_size = V, dc.seed = 5, dc.deterministic = 1, dc.add_bias_linear = 0;
+    dc.vocab_size = V, dc.seed = 5, dc.deterministic = 1;
     if (llama) tiny_llama_layers(&dc);
+    dc.add_bias_linear = bias;
     if (act) dc.recompute_granularity = MT_RECOMPUTE_SELECTIVE, dc.recompute_mlp_act = 1;
     mt_model_config mc = dc;
     mc.num_moe_experts = 1, mc.moe_router_topk = 1;
@@ -53,6 +54,8 @@ static void check(const char *tag, int llama, int act, int pad) {
     MT_CHECK(mt_model_create(&mc, B, dev, NULL, NULL, &m));
     for (int i = 0; i < mt_model_num_params(d); i++) { /* the dense weights into the MoE model */
         mt_model_param *p = mt_model_param_at(d, i);
+        if (strstr(p->name, ".bias")) /* (zeros at init: drawn so that their adds show) */
+            MT_CHECK(mt_fill_normal(&p->weight, 0.0f, 0.1f, 77, (uint64_t)i, NULL));
         char nm[160];
         moe_name(p->name, nm, sizeof nm);
         mt_model_param *q = mt_model_param_find(m, nm);
@@ -116,10 +119,13 @@ int main(int argc, char **argv) {
         mt_test_require_gpus(1);
         dev = mt_device_cuda(0);
     }
-    check("gpt2 (GELU experts)", 0, 0, 0);
-    check("gpt2 (GELU experts) moe_act", 0, 1, 0);
-    check("gpt2 (GELU experts) padded", 0, 0, 1);
-    check("llama (SwiGLU experts)", 1, 0, 0);
-    check("llama (SwiGLU experts) moe_act", 1, 1, 0);
+    check("gpt2 (GELU experts)", 0, 0, 0, 0);
+    check("gpt2 (GELU experts) moe_act", 0, 1, 0, 0);
+    check("gpt2 (GELU experts) padded", 0, 0, 1, 0);
+    check("gpt2 with biases (GELU experts)", 0, 0, 0, 1);
+    check("gpt2 with biases (GELU experts) moe_act, padded", 0, 1, 1, 1);
+    check("llama (SwiGLU experts)", 1, 0, 0, 0);
+    check("llama (SwiGLU experts) moe_act", 1, 1, 0, 0);
+    check("llama with biases (SwiGLU experts)", 1, 0, 0, 1);
     return mt_test_result();
 }

@@ -573,10 +573,6 @@ static mt_status validate_moe(const mt_train_args *a) {
         return BAD("argument --moe-token-dispatcher-type: invalid choice: '%s' (choose from "
                    "'allgather', 'alltoall', 'flex')",
                    a->moe_token_dispatcher_type);
-    if (!a->disable_bias_linear)
-        return MT_ERROR(
-            MT_ERR_UNSUPPORTED,
-            "--num-experts: MoE layers without biases only (add --disable-bias-linear)");
     if (strcmp(a->moe_token_drop_policy, "probs") != 0 &&
         strcmp(a->moe_token_drop_policy, "position") != 0)
         return BAD("argument --moe-token-drop-policy: invalid choice: '%s' (choose from 'probs', "

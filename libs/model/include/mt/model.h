@@ -155,7 +155,7 @@ typedef struct mt_model_config {
      * equal to TP), the combine summed over the group; hidden dropout at linear_fc2's site on the
      * combined output; with sequence parallelism every rank routes the whole micro-batch (the
      * combine reduce-scattered into its rows). recompute_mlp_act applies to the experts'
-     * activation (Megatron's moe_act). No biases (add_bias_linear 0) with it yet. */
+     * activation (Megatron's moe_act); add_bias_linear gives each expert fc1 and fc2 biases. */
     int num_moe_experts;
     int moe_router_topk;     /* 0: 2 */
     int moe_ffn_hidden_size; /* 0: ffn_hidden_size */
