@@ -57,6 +57,9 @@ run droppos --train-iters 4 --moe-expert-capacity-factor 0.5 --moe-token-drop-po
 paste <(losses "$d/drop.json" 1 4) <(losses "$d/droppad.json" 1 4) | awk '{ print $2, $4 }' | close "padded to capacity" 1e-6
 # 64 experts, top-1, 64 tokens a micro-batch: experts without tokens (the last one too, at some
 # layer); padded to a capacity above the tokens every expert has rows: the same losses
+# the router's options reach the model: pre-softmax probabilities, a scaling factor
+run presoft --train-iters 4 --moe-router-pre-softmax --moe-router-topk-scaling-factor 2
+[ "$(losses "$d/dropless4.json" 1 1)" != "$(losses "$d/presoft.json" 1 1)" ] || { echo "FAIL: --moe-router-pre-softmax changed nothing"; exit 1; }
 # Megatron's --recompute-modules moe_act (and layernorm) with MoE: the same losses, bitwise
 run recact --train-iters 4 --recompute-granularity selective --recompute-modules moe_act layernorm
 [ "$(losses "$d/dropless4.json" 1 4)" = "$(losses "$d/recact.json" 1 4)" ] || { echo "FAIL: moe_act recompute changed the losses"; exit 1; }

@@ -252,7 +252,9 @@ static mt_status moe_fwd(mt_model *m, int l, layer_acts *la, const layer_params 
     OP("fwd.moe.router", mt_gemm(m->blas, &la->router_logits, NULL, x_in, W(lp->router_w), NULL,
                                  MT_GEMM_TRANS_B, 1.0f, 0.0f, s));
     OP("fwd.moe.route",
-       mt_moe_topk(&la->moe_probs, &la->moe_idx, &la->moe_counts, &la->router_logits, s));
+       mt_moe_topk(&la->moe_probs, &la->moe_idx, &la->moe_counts, &la->router_logits,
+                   &(mt_moe_router){ c->moe_router_pre_softmax, c->moe_router_topk_scaling_factor },
+                   s));
     if (m->train && !m->recomputing && moe_losses_on(m)) {
         OP("fwd.moe.losses", mt_moe_router_losses(&m->a.moe_loss, &la->router_logits,
                                                   &la->moe_counts, c->moe_router_topk, s));
@@ -402,9 +404,11 @@ static mt_status moe_bwd(mt_model *m, int l, layer_acts *la, const layer_params 
     const float scale =
         m->loss_scale * (c->per_token_loss ? (float)((int64_t)m->B * c->seq_length) : 1.0f);
     OP("bwd.moe.router",
-       mt_moe_router_bwd(&a->moe_dlogits, &a->moe_dprobs, &la->moe_probs, &la->moe_idx,
-                         &la->router_logits, &la->moe_counts, c->moe_aux_loss_coeff * scale,
-                         c->moe_z_loss_coeff * scale, s));
+       mt_moe_router_bwd(
+           &a->moe_dlogits, &a->moe_dprobs, &la->moe_probs, &la->moe_idx, &la->router_logits,
+           &la->moe_counts,
+           &(mt_moe_router){ c->moe_router_pre_softmax, c->moe_router_topk_scaling_factor },
+           c->moe_aux_loss_coeff * scale, c->moe_z_loss_coeff * scale, s));
     mt_tensor *dl = &a->moe_dlogits;
     if (c->dtype != MT_F32) { /* (the router's GEMMs in the model dtype) */
         MT_TRY(mt_cast(&a->moe_dlogits_dt, &a->moe_dlogits, s));

@@ -24,6 +24,9 @@ static mt_status moe_finalize(mt_model_config *c) {
     MT_REQUIRE(c->moe_ffn_hidden_size % c->tensor_model_parallel_size == 0, MT_ERR_INVALID_ARG,
                "--moe-ffn-hidden-size (%d) is not divisible by --tensor-model-parallel-size (%d)",
                c->moe_ffn_hidden_size, c->tensor_model_parallel_size);
+    MT_REQUIRE(c->moe_router_topk_scaling_factor >= 0.0f, MT_ERR_INVALID_ARG,
+               "--moe-router-topk-scaling-factor %g must be positive",
+               (double)c->moe_router_topk_scaling_factor);
     MT_REQUIRE(c->moe_expert_capacity_factor >= 0.0f, MT_ERR_INVALID_ARG,
                "--moe-expert-capacity-factor %g must not be negative",
                (double)c->moe_expert_capacity_factor);

@@ -233,6 +233,10 @@ static const flag flags[] = {
     { "--moe-token-drop-policy", F_STR, O(moe_token_drop_policy), "probs | position" },
     { "--moe-pad-expert-input-to-capacity", F_TRUE, O(moe_pad_expert_input_to_capacity),
       "every expert runs on its capacity's rows" },
+    { "--moe-router-pre-softmax", F_TRUE, O(moe_router_pre_softmax),
+      "the softmax over all experts, not renormalised over the top k" },
+    { "--moe-router-topk-scaling-factor", F_DBL, O(moe_router_topk_scaling_factor),
+      "the routing probabilities times this" },
     { "--expert-model-parallel-size", F_INT, O(expert_model_parallel_size), "1" },
     { "--use-distributed-optimizer", F_TRUE, O(use_distributed_optimizer), "ZeRO-1 over DP" },
     { "--overlap-grad-reduce", F_TRUE, O(overlap_grad_reduce),
@@ -578,6 +582,9 @@ static mt_status validate_moe(const mt_train_args *a) {
         return BAD("argument --moe-token-drop-policy: invalid choice: '%s' (choose from 'probs', "
                    "'position')",
                    a->moe_token_drop_policy);
+    if (!(a->moe_router_topk_scaling_factor >= 0))
+        return BAD("--moe-router-topk-scaling-factor must be positive, got %g",
+                   a->moe_router_topk_scaling_factor);
     if (!(a->moe_expert_capacity_factor >= 0))
         return BAD("--moe-expert-capacity-factor must not be negative, got %g",
                    a->moe_expert_capacity_factor);

@@ -417,6 +417,8 @@ static mt_status setup_model(run *r) {
     c->moe_expert_capacity_factor = (float)a->moe_expert_capacity_factor;
     c->moe_token_drop_position = strcmp(a->moe_token_drop_policy, "position") == 0;
     c->moe_pad_expert_input_to_capacity = a->moe_pad_expert_input_to_capacity;
+    c->moe_router_pre_softmax = a->moe_router_pre_softmax;
+    c->moe_router_topk_scaling_factor = (float)a->moe_router_topk_scaling_factor;
     if (a->recompute_granularity) {
         int full = strcmp(a->recompute_granularity, "full") == 0;
         c->recompute_granularity = full ? MT_RECOMPUTE_FULL : MT_RECOMPUTE_SELECTIVE;

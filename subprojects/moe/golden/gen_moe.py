@@ -31,10 +31,13 @@ def save(name, a):
     np.save(os.path.join(HERE, name + ".npy"), np.ascontiguousarray(a))
 
 
-def case(tag, N, E, k, C, seed):
+def case(tag, N, E, k, C, seed, pre_softmax=False, scaling=None):
     g = torch.Generator().manual_seed(seed)
     logits = (torch.randn(N, E, generator=g) * 2).requires_grad_(True)
-    probs, rmap = topk_routing_with_score_function(logits, k, score_function="softmax")
+    probs, rmap = topk_routing_with_score_function(logits, k, use_pre_softmax=pre_softmax,
+                                                   scaling_factor=scaling,
+                                                   score_function="softmax")
+    save(f"{tag}_router", np.array([float(pre_softmax), scaling or 0.0], np.float32))
     counts = rmap.sum(0)
     scores = torch.softmax(logits, dim=-1, dtype=torch.float32)
     aux = switch_load_balancing_loss_func(scores, counts, N, k, E, AUX_COEFF)
@@ -108,6 +111,10 @@ def drop_case(tag, N, E, k, C, seed, factor, policy, pad):
 if __name__ == "__main__":
     case("top2", 37, 8, 2, 24, 1)
     case("top3", 29, 6, 3, 40, 2)
+    # --moe-router-pre-softmax (softmax over all experts, not renormalised over the k) and
+    # --moe-router-topk-scaling-factor
+    case("top2pre", 37, 8, 2, 24, 5, pre_softmax=True, scaling=2.5)
+    case("top3scaled", 29, 6, 3, 40, 6, scaling=2.0)  # (the softmax over the k, scaled)
     drop_case("drop_probs", 37, 8, 2, 24, 3, 0.5, "probs", False)
     drop_case("drop_probs_pad", 37, 8, 2, 24, 3, 0.5, "probs", True)
     drop_case("drop_big", 11, 4, 2, 16, 4, 2.5, "probs", False)  # capacity 14 > N: none dropped

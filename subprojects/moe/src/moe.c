@@ -1,5 +1,6 @@
 /* The front-end: checks shapes, dtypes and devices, then runs the CPU reference or the CUDA
  * kernels (mt/dispatch.h). */
+#include <math.h>
 #include <mt/dispatch.h>
 
 #include "moe_impl.h"
@@ -21,11 +22,21 @@ static mt_status check(const mt_tensor *t, const char *what, int dt, int ndim, c
 }
 #define SHAPE(...) ((int64_t[]){ __VA_ARGS__ })
 
+/* The router options into a (NULL: Megatron's defaults). */
+static mt_status router_opts(moe_args *a, const mt_moe_router *r) {
+    a->pre_softmax = r && r->pre_softmax;
+    a->scaling = r && r->scaling != 0.0f ? r->scaling : 1.0f;
+    MT_REQUIRE(isfinite(a->scaling) && a->scaling > 0.0f, MT_ERR_INVALID_ARG,
+               "--moe-router-topk-scaling-factor %g must be positive", (double)a->scaling);
+    return MT_OK;
+}
+
 mt_status mt_moe_topk(mt_tensor *probs, mt_tensor *idx, mt_tensor *counts, const mt_tensor *logits,
-                      mt_stream s) {
+                      const mt_moe_router *router, mt_stream s) {
     MT_TRY(mt_tensor_check(logits, "logits", 2));
     MT_TRY(mt_tensor_check(idx, "idx", 2));
     moe_args a = { .N = logits->shape[0], .E = logits->shape[1], .k = idx->shape[1] };
+    MT_TRY(router_opts(&a, router));
     const mt_device d = logits->device;
     MT_TRY(check(logits, "logits", MT_F32, 2, SHAPE(a.N, a.E), d));
     MT_REQUIRE(a.k >= 1 && a.k <= a.E, MT_ERR_INVALID_ARG,
@@ -158,9 +169,11 @@ mt_status mt_moe_router_losses(mt_tensor *out, const mt_tensor *logits, const mt
 
 mt_status mt_moe_router_bwd(mt_tensor *dlogits, const mt_tensor *dprobs, const mt_tensor *probs,
                             const mt_tensor *idx, const mt_tensor *logits, const mt_tensor *counts,
-                            float aux_scale, float z_scale, mt_stream s) {
+                            const mt_moe_router *router, float aux_scale, float z_scale,
+                            mt_stream s) {
     moe_args a = { 0 };
     MT_TRY(routing(&a, idx, counts));
+    MT_TRY(router_opts(&a, router));
     const mt_device d = idx->device;
     MT_TRY(check(logits, "logits", MT_F32, 2, SHAPE(a.N, a.E), d));
     MT_TRY(check(dlogits, "dlogits", MT_F32, 2, SHAPE(a.N, a.E), d));

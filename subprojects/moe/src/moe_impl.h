@@ -26,6 +26,8 @@ typedef struct moe_args {
     int64_t R;                /* rows of the permuted tensors (permute and its kin) */
     int64_t capacity, region; /* capacity map: the capacity, each expert's padded rows (0: none) */
     int by_position;          /* capacity map: drop the last tokens, not the least likely */
+    int pre_softmax;          /* router: the softmax over all experts, not over the k */
+    float scaling;            /* router: the probabilities' factor */
     int32_t *scratch;         /* capacity map: N*k ints of workspace (the CUDA kernel's) */
 } moe_args;
 

@@ -107,6 +107,8 @@ static void run_case(const char *tag, mt_dtype rt) {
     float *G = mt_test_golden_f32(nm(tag, "G"), &n, NULL);
     double *losses_g = mt_test_golden_f64(nm(tag, "losses"), &n);
     float *dlogits_g = mt_test_golden_f32(nm(tag, "dlogits"), &n, NULL);
+    float *router_g = mt_test_golden_f32(nm(tag, "router"), &n, NULL);
+    const mt_moe_router ro = { router_g[0] != 0.0f, router_g[1] };
     printf("-- %s: N %lld E %lld top-%lld C %lld, rows %s on %s\n", tag, (long long)N, (long long)E,
            (long long)k, (long long)C, mt_dtype_name(rt), mt_device_is_cuda(dev) ? "cuda" : "cpu");
 
@@ -114,7 +116,7 @@ static void run_case(const char *tag, mt_dtype rt) {
     mt_tensor logits = PUT(logits_h, MT_F32, MT_F32, N, E);
     mt_tensor probs = PUT(NULL, MT_F32, MT_F32, N, k), idx = PUT(NULL, MT_F32, MT_I32, N, k);
     mt_tensor counts = PUT(NULL, MT_F32, MT_I32, E);
-    MT_EXPECT(mt_moe_topk(&probs, &idx, &counts, &logits, NULL) == MT_OK, "topk: %s",
+    MT_EXPECT(mt_moe_topk(&probs, &idx, &counts, &logits, &ro, NULL) == MT_OK, "topk: %s",
               mt_last_error());
     float *p = get(&probs);
     int32_t *id = get(&idx), *cnt = get(&counts);
@@ -144,7 +146,7 @@ static void run_case(const char *tag, mt_dtype rt) {
         for (int64_t j = 0; j < k; j++)
             dp_h[t * k + j] = G[t * E + id[t * k + j]];
     mt_tensor dprobs = PUT(dp_h, MT_F32, MT_F32, N, k), dlogits = PUT(NULL, MT_F32, MT_F32, N, E);
-    MT_EXPECT(mt_moe_router_bwd(&dlogits, &dprobs, &probs, &idx, &logits, &counts, coeffs[0],
+    MT_EXPECT(mt_moe_router_bwd(&dlogits, &dprobs, &probs, &idx, &logits, &counts, &ro, coeffs[0],
                                 coeffs[1], NULL) == MT_OK,
               "router bwd: %s", mt_last_error());
     float *dl = get(&dlogits);
@@ -223,7 +225,7 @@ static void run_case(const char *tag, mt_dtype rt) {
 
     /* refusals */
     mt_tensor idx1 = PUT(NULL, MT_F32, MT_I32, N, E + 1), p1 = PUT(NULL, MT_F32, MT_F32, N, E + 1);
-    MT_EXPECT_STATUS(mt_moe_topk(&p1, &idx1, &counts, &logits, NULL), MT_ERR_INVALID_ARG);
+    MT_EXPECT_STATUS(mt_moe_topk(&p1, &idx1, &counts, &logits, NULL, NULL), MT_ERR_INVALID_ARG);
     MT_EXPECT_STATUS(mt_moe_permute(&xp, &x, &pos, NULL), MT_ERR_INVALID_ARG); /* 2-D rows */
     MT_EXPECT_STATUS(mt_moe_unpermute(&y, &yp, &dlogits, &pos, NULL, NULL), MT_ERR_INVALID_ARG);
     mt_tensor *all[] = { &logits, &probs, &idx, &counts, &losses, &dprobs, &dlogits,
@@ -231,11 +233,11 @@ static void run_case(const char *tag, mt_dtype rt) {
                          &y,      &resid, &dy,  &dyp,    &dpr,    &idx1,   &p1 };
     for (size_t i = 0; i < sizeof all / sizeof *all; i++)
         drop(all[i]);
-    void *host[] = { meta, coeffs, logits_h, probs_g, counts_g, G,    losses_g, dlogits_g,
-                     p,    id,     cnt,      dense,   lo,       dp_h, dl,       rows_g,
-                     rw,   ps,     a,        b,       x_h,      xp_g, xpv,      DXP,
-                     dx_g, dxv,    dx2,      yp_h,    y_g,      DY,   dyp_g,    dprobs_g,
-                     yv,   yr,     dypv,     dprv,    dpr_g };
+    void *host[] = { router_g,  meta, coeffs, logits_h, probs_g, counts_g, G,    losses_g,
+                     dlogits_g, p,    id,     cnt,      dense,   lo,       dp_h, dl,
+                     rows_g,    rw,   ps,     a,        b,       x_h,      xp_g, xpv,
+                     DXP,       dx_g, dxv,    dx2,      yp_h,    y_g,      DY,   dyp_g,
+                     dprobs_g,  yv,   yr,     dypv,     dprv,    dpr_g };
     for (size_t i = 0; i < sizeof host / sizeof *host; i++)
         free(host[i]);
 }
@@ -266,7 +268,7 @@ static void run_drop(const char *tag) {
     mt_tensor counts = PUT(NULL, MT_F32, MT_I32, E), kept = PUT(NULL, MT_F32, MT_I32, E);
     mt_tensor rows = PUT(NULL, MT_F32, MT_I32, R), pos = PUT(NULL, MT_F32, MT_I32, N, k);
     mt_tensor work = PUT(NULL, MT_F32, MT_I32, N * k);
-    MT_CHECK(mt_moe_topk(&probs, &idx, &counts, &logits, NULL));
+    MT_CHECK(mt_moe_topk(&probs, &idx, &counts, &logits, NULL, NULL));
     MT_EXPECT(mt_moe_capacity_map(&rows, &pos, &kept, &work, &idx, &probs, &counts, cap, by_pos,
                                   pad, NULL) == MT_OK,
               "capacity map: %s", mt_last_error());
@@ -341,8 +343,8 @@ static void run_drop(const char *tag) {
         for (int64_t j = 0; j < k; j++)
             dp_h[t * k + j] = ps[t * k + j] >= 0 ? G[t * E + id[t * k + j]] : 0.0f;
     mt_tensor dprobs = PUT(dp_h, MT_F32, MT_F32, N, k), dlogits = PUT(NULL, MT_F32, MT_F32, N, E);
-    MT_CHECK(
-        mt_moe_router_bwd(&dlogits, &dprobs, &probs, &idx, &logits, &counts, 0.0f, 0.0f, NULL));
+    MT_CHECK(mt_moe_router_bwd(&dlogits, &dprobs, &probs, &idx, &logits, &counts, NULL, 0.0f, 0.0f,
+                               NULL));
     float *dl = get(&dlogits);
     mt_test_close_f32("logits' gradient through the dropping", dl, dlogits_g, (size_t)(N * E), 1e-6,
                       1e-5);
@@ -367,6 +369,8 @@ int main(int argc, char **argv) {
     }
     run_case("top2", MT_F32);
     run_case("top3", MT_F32);
+    run_case("top2pre", MT_F32);    /* pre-softmax probabilities, scaled by 2.5 */
+    run_case("top3scaled", MT_F32); /* the softmax over the k, scaled by 2 */
     run_case("top2", MT_BF16);
     run_drop("drop_probs");
     run_drop("drop_probs_pad");

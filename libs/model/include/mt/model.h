@@ -170,6 +170,10 @@ typedef struct mt_model_config {
     float moe_expert_capacity_factor;
     int moe_token_drop_position;
     int moe_pad_expert_input_to_capacity;
+    /* Megatron's --moe-router-pre-softmax (the softmax over all experts at the chosen ones, not
+     * renormalised over the k) and --moe-router-topk-scaling-factor (0: 1); mt_moe_router's */
+    int moe_router_pre_softmax;
+    float moe_router_topk_scaling_factor;
 } mt_model_config;
 
 #define MT_MODEL_CONFIG_INIT                                                                   \
@@ -177,7 +181,7 @@ typedef struct mt_model_config {
         sizeof(mt_model_config), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, MT_NORM_LAYERNORM, 0.0f,     \
             MT_POS_LEARNED, 0.0, 0, 0, 1, 0, 0.0f, 1234, MT_F32, 0, MT_RECOMPUTE_NONE,         \
             MT_RECOMPUTE_METHOD_NONE, 0, 0, 0, 0, 0, 0, 0.0f, 0.0f, 0, 0, 0, 0, 0, 0, 0, 0, 0, \
-            0.0f, 0.0f, 0.0f, 0, 0                                                             \
+            0.0f, 0.0f, 0.0f, 0, 0, 0, 0.0f                                                    \
     }
 
 /* Fills the derived fields (zeros) of cfg in place and checks it; MT_ERR_INVALID_ARG with

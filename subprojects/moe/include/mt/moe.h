@@ -16,12 +16,21 @@
 extern "C" {
 #endif
 
+/* The router's options (Megatron's TopKRouter; zeros: its defaults). */
+typedef struct mt_moe_router {
+    /* --moe-router-pre-softmax: the probabilities are the softmax over all E logits at the chosen
+     * experts, not renormalised over the k (Qwen-MoE's norm_topk_prob false); off: the softmax
+     * over the k chosen logits (= Mixtral's renormalised softmax) */
+    int pre_softmax;
+    float scaling; /* --moe-router-topk-scaling-factor: the probabilities times this (0: 1) */
+} mt_moe_router;
+
 /* Top-k routing of logits (N,E) f32: idx (N,k) i32, each token's k largest logits' experts in
- * descending order (ties: the lower expert first), probs (N,k) f32 the softmax over those k logits
- * (Megatron's default, moe_router_pre_softmax off; equal to Mixtral's softmax over all E
- * renormalised over the k), counts (E) i32 the tokens routed to each expert. */
+ * descending order (ties: the lower expert first), probs (N,k) f32 their probabilities (router:
+ * NULL for Megatron's defaults), counts (E) i32 the tokens routed to each expert. */
 MT_API mt_status mt_moe_topk(mt_tensor *probs, mt_tensor *idx, mt_tensor *counts,
-                             const mt_tensor *logits, mt_stream stream);
+                             const mt_tensor *logits, const mt_moe_router *router,
+                             mt_stream stream);
 
 /* The dispatch map of idx (N,k) and counts (E) (mt_moe_topk's): rows (N*k) i32, the token of each
  * permuted row, grouped by expert in expert order and within an expert in token order (Megatron's
@@ -70,13 +79,15 @@ MT_API mt_status mt_moe_router_losses(mt_tensor *out, const mt_tensor *logits,
                                       const mt_tensor *counts, int topk, mt_stream stream);
 
 /* The router's backward: dlogits (N,E) f32, the gradient of sum(dprobs * probs) + aux_scale *
- * aux + z_scale * z with respect to the logits (probs, idx as mt_moe_topk gave them; aux and z as
+ * aux + z_scale * z with respect to the logits (probs, idx as mt_moe_topk gave them with the same
+ * router options; aux and z as
  * mt_moe_router_losses; the scales are the coefficients times the loss's backward scale, 0 for
  * none). dprobs (N,k) f32. */
 MT_API mt_status mt_moe_router_bwd(mt_tensor *dlogits, const mt_tensor *dprobs,
                                    const mt_tensor *probs, const mt_tensor *idx,
                                    const mt_tensor *logits, const mt_tensor *counts,
-                                   float aux_scale, float z_scale, mt_stream stream);
+                                   const mt_moe_router *router, float aux_scale, float z_scale,
+                                   mt_stream stream);
 
 #ifdef __cplusplus
 }

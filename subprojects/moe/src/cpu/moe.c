@@ -33,10 +33,17 @@ mt_status moe_topk_cpu(const moe_args *a) {
             id[j] = best;
             a->counts[best]++;
         }
+        if (a->pre_softmax) { /* (the softmax over all E: its sum from the largest, id[0]) */
+            for (int64_t e = 0; e < a->E; e++)
+                sum += expf(l[e] - l[id[0]]);
+            for (int64_t j = 0; j < a->k; j++)
+                p[j] = expf(l[id[j]] - l[id[0]]) / sum * a->scaling;
+            continue;
+        }
         for (int64_t j = 0; j < a->k; j++) /* (id[0] holds the largest) */
             sum += p[j] = expf(l[id[j]] - l[id[0]]);
         for (int64_t j = 0; j < a->k; j++)
-            p[j] /= sum;
+            p[j] = p[j] / sum * a->scaling;
     }
     return MT_OK;
 }
@@ -158,8 +165,10 @@ mt_status moe_router_losses_cpu(const moe_args *a) {
     return MT_OK;
 }
 
-/* dl[e] of the softmax over the chosen k: p_j (dp_j - sum_i p_i dp_i) at e = idx[j]; the aux
- * loss's c s_e (counts_e - sum_i s_i counts_i), c = aux_scale E / (k N^2); the z loss's
+/* dl[e] of the softmax over the chosen k: q_j (g_j - sum_i q_i g_i) at e = idx[j], q the
+ * probabilities before the scaling, g = dp times it (so q_j g_j = p_j dp_j); pre_softmax
+ * (q_j = s at idx[j]): q_j g_j at the chosen e and - s_e sum_i q_i g_i at every e; the aux loss's
+ * c s_e (counts_e - sum_i s_i counts_i), c = aux_scale E / (k N^2); the z loss's
  * z_scale 2 lse s_e / N. */
 mt_status moe_router_bwd_cpu(const moe_args *a) {
     float s[a->E];
@@ -176,9 +185,10 @@ mt_status moe_router_bwd_cpu(const moe_args *a) {
             sc += s[e] * (float)a->counts_in[e];
         for (int64_t e = 0; e < a->E; e++)
             dl[e] = c * s[e] * ((float)a->counts_in[e] - sc) +
-                    a->z_scale * 2.0f * lse * s[e] / (float)a->N;
-        for (int64_t j = 0; j < a->k; j++)
-            dl[id[j]] += p[j] * (dp[j] - pdp);
+                    a->z_scale * 2.0f * lse * s[e] / (float)a->N -
+                    (a->pre_softmax ? s[e] * pdp : 0.0f);
+        for (int64_t j = 0; j < a->k; j++) /* (not pre: q_j (g_j - sum) = p_j (dp_j - sum)) */
+            dl[id[j]] += a->pre_softmax ? p[j] * dp[j] : p[j] * (dp[j] - pdp / a->scaling);
     }
     return MT_OK;
 }

@@ -35,10 +35,17 @@ static __global__ void topk_kernel(moe_args a) {
         atomicAdd(&a.counts[best], 1); // why: integer adds, so the counts are exact in any order
     }
     float sum = 0.0f;
+    if (a.pre_softmax) { /* (the softmax over all E: its sum from the largest, id[0]) */
+        for (int64_t e = 0; e < a.E; e++)
+            sum += expf(l[e] - l[id[0]]);
+        for (int64_t j = 0; j < a.k; j++)
+            p[j] = expf(l[id[j]] - l[id[0]]) / sum * a.scaling;
+        return;
+    }
     for (int64_t j = 0; j < a.k; j++)
         sum += p[j] = expf(l[id[j]] - l[id[0]]);
     for (int64_t j = 0; j < a.k; j++)
-        p[j] /= sum;
+        p[j] = p[j] / sum * a.scaling;
 }
 
 extern "C" mt_status moe_topk_cuda(const moe_args *a, mt_stream s) {
@@ -104,10 +111,11 @@ static __global__ void router_bwd_kernel(moe_args a) {
         sc += expf(l[e] - mx) / sum * (float)a.counts_in[e];
     for (int64_t e = 0; e < a.E; e++) {
         const float se = expf(l[e] - mx) / sum;
-        dl[e] = c * se * ((float)a.counts_in[e] - sc) + a.z_scale * 2.0f * lse * se / (float)a.N;
+        dl[e] = c * se * ((float)a.counts_in[e] - sc) + a.z_scale * 2.0f * lse * se / (float)a.N -
+                (a.pre_softmax ? se * pdp : 0.0f);
     }
     for (int64_t j = 0; j < a.k; j++)
-        dl[id[j]] += p[j] * (dp[j] - pdp);
+        dl[id[j]] += a.pre_softmax ? p[j] * dp[j] : p[j] * (dp[j] - pdp / a.scaling);
 }
 
 extern "C" mt_status moe_router_bwd_cuda(const moe_args *a, mt_stream s) {
