@@ -218,14 +218,16 @@ static mt_status rows_of(const mt_tensor *t, int64_t off, int64_t n, mt_tensor *
     return mt_tensor_slice(t, 0, off, n, out);
 }
 
-/* Mixture of experts: expert e's rows of the permuted tensors, [*off, *off + *n): its padded
- * region, or its tokens (kept ones with dropping) after the earlier experts'. */
-static void expert_rows(const mt_model *m, const layer_acts *la, int e, int64_t *off, int64_t *n) {
+/* Mixture of experts: expert e's rows of the permuted tensors (each expert's after the earlier
+ * experts'): its padded region, or its tokens (kept ones with dropping). */
+static int64_t expert_n(const mt_model *m, const layer_acts *la, int e) {
     const int64_t region = moe_region(&m->cfg, (int64_t)m->B * m->cfg.seq_length);
-    *off = 0;
-    for (int i = 0; i < e; i++)
-        *off += region ? region : la->counts_h[i];
-    *n = region ? region : la->counts_h[e];
+    return region ? region : la->counts_h[e];
+}
+
+/* The router's options of the config (mt-moe's). */
+static mt_moe_router router_of(const mt_model_config *c) {
+    return (mt_moe_router){ c->moe_router_pre_softmax, c->moe_router_topk_scaling_factor };
 }
 
 /* Mixture of experts: expert e's fc2 bias as its forward adds it: on one tensor-parallel rank
@@ -251,10 +253,9 @@ static mt_status moe_fwd(mt_model *m, int l, layer_acts *la, const layer_params 
     if (sp(m)) OP("fwd.tp.gather", mt_tp_gather_rows(m->tp, &m->a.ln_all, &la->ln2, s));
     OP("fwd.moe.router", mt_gemm(m->blas, &la->router_logits, NULL, x_in, W(lp->router_w), NULL,
                                  MT_GEMM_TRANS_B, 1.0f, 0.0f, s));
+    const mt_moe_router router = router_of(c);
     OP("fwd.moe.route",
-       mt_moe_topk(&la->moe_probs, &la->moe_idx, &la->moe_counts, &la->router_logits,
-                   &(mt_moe_router){ c->moe_router_pre_softmax, c->moe_router_topk_scaling_factor },
-                   s));
+       mt_moe_topk(&la->moe_probs, &la->moe_idx, &la->moe_counts, &la->router_logits, &router, s));
     if (m->train && !m->recomputing && moe_losses_on(m)) {
         OP("fwd.moe.losses", mt_moe_router_losses(&m->a.moe_loss, &la->router_logits,
                                                   &la->moe_counts, c->moe_router_topk, s));
@@ -279,9 +280,9 @@ static mt_status moe_fwd(mt_model *m, int l, layer_acts *la, const layer_params 
     for (int pass = 0; pass < 2; pass++) { /* fc1 (GELU fused); SwiGLU over all rows; fc2 */
         if (pass == 1 && c->swiglu)
             OP("fwd.swiglu", mt_swiglu_fwd(&la->fc1_act, &la->fc1_pre, NULL, s));
-        for (int e = 0; e < E; e++) {
-            int64_t off, n;
-            expert_rows(m, la, e, &off, &n);
+        int64_t off = 0;
+        for (int e = 0; e < E; off += expert_n(m, la, e++)) {
+            const int64_t n = expert_n(m, la, e);
             mt_tensor x, h, act, y;
             if (!n) continue;
             MT_TRY(rows_of(&la->moe_xp, off, n, &x));
@@ -351,9 +352,9 @@ static mt_status moe_bwd(mt_model *m, int l, layer_acts *la, const layer_params 
         if (pass == 1 && c->swiglu)
             OP("bwd.swiglu",
                mt_swiglu_bwd(&a->dfc1_pre, NULL, &a->dfc1_act, &la->fc1_pre, NULL, s));
-        for (int e = 0; e < E; e++) {
-            int64_t off, n;
-            expert_rows(m, la, e, &off, &n);
+        int64_t off = 0;
+        for (int e = 0; e < E; off += expert_n(m, la, e++)) {
+            const int64_t n = expert_n(m, la, e);
             mt_tensor x, h, act, dy, dact, dh, dx;
             if (!n) {
                 if (!acc && pass == 0) {
@@ -403,12 +404,11 @@ static mt_status moe_bwd(mt_model *m, int l, layer_acts *la, const layer_params 
     }
     const float scale =
         m->loss_scale * (c->per_token_loss ? (float)((int64_t)m->B * c->seq_length) : 1.0f);
+    const mt_moe_router router = router_of(c);
     OP("bwd.moe.router",
-       mt_moe_router_bwd(
-           &a->moe_dlogits, &a->moe_dprobs, &la->moe_probs, &la->moe_idx, &la->router_logits,
-           &la->moe_counts,
-           &(mt_moe_router){ c->moe_router_pre_softmax, c->moe_router_topk_scaling_factor },
-           c->moe_aux_loss_coeff * scale, c->moe_z_loss_coeff * scale, s));
+       mt_moe_router_bwd(&a->moe_dlogits, &a->moe_dprobs, &la->moe_probs, &la->moe_idx,
+                         &la->router_logits, &la->moe_counts, &router,
+                         c->moe_aux_loss_coeff * scale, c->moe_z_loss_coeff * scale, s));
     mt_tensor *dl = &a->moe_dlogits;
     if (c->dtype != MT_F32) { /* (the router's GEMMs in the model dtype) */
         MT_TRY(mt_cast(&a->moe_dlogits_dt, &a->moe_dlogits, s));
