@@ -31,6 +31,8 @@ def rate(b):
         return b["FLOPS"] / 1e12, "TFLOP/s"
     if "bytes_per_second" in b:
         return b["bytes_per_second"] / 1e9, "GB/s"
+    if "tokens_per_second" in b:  # (generation: bench/generate.sh)
+        return b["tokens_per_second"] / 1e3, "ktokens/s"
     return None, ""
 
 

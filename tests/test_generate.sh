@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # functional: mt-generate. The tiny GPT-2, Llama, Qwen3 and Mixtral of mt-convert's tests, imported, give
 # transformers' greedy continuation of a prompt (apps/generate/golden/expected.json, float64
-# there, fp32 here: the smallest top-2 logit gap on the way is 0.07); sampling is reproducible
+# there, fp32 here: the smallest top-2 logit gap on the way is 0.07); the KV cache's continuation
+# is the whole window's (MT_KV_CACHE=0) for chunked and one-token prompts; sampling is reproducible
 # from its seed, varies with it, and top_k 1 is greedy; a checkpoint mt-pretrain just wrote
 # continues a prompt; bad requests are refused with a message.
 source "$(dirname "$0")/pretrain_common.sh"
@@ -16,6 +17,18 @@ for m in gpt2 llama qwen3 mixtral; do
   want=$(jq -r ".$m.greedy | map(tostring) | join(\",\")" "$golden")
   got=$(gen --load "$d/$m" --prompt-ids "$prompt" --tokens-to-generate 10 --greedy) || { echo "FAIL: $m: mt-generate failed"; exit 1; }
   if [ "$got" = "$want" ]; then echo "ok $m greedy: $got"; else echo "FAIL $m greedy: $got, transformers $want"; fail=1; fi
+done
+# the KV cache (prompt chunks of MT_KV_CHUNK tokens, then one token at a time) against the whole
+# window every token (MT_KV_CACHE=0): the same continuation, greedy and sampled
+long=$(for i in $(seq 1 14); do echo $(( (i * 37) % 100 )); done | paste -sd,)
+for m in gpt2 llama qwen3 mixtral; do
+  for how in "--greedy" "--temperature 0.9 --seed 4"; do
+    base=$(MT_KV_CACHE=0 gen --load "$d/$m" --prompt-ids "$long" --tokens-to-generate 12 $how)
+    kv=$(MT_KV_CHUNK=4 gen --load "$d/$m" --prompt-ids "$long" --tokens-to-generate 12 $how)
+    kv1=$(MT_KV_CHUNK=1 gen --load "$d/$m" --prompt-ids "$long" --tokens-to-generate 12 $how)
+    if [ -n "$base" ] && [ "$kv" = "$base" ] && [ "$kv1" = "$base" ]; then echo "ok $m KV cache ($how): $kv"
+    else echo "FAIL $m KV cache ($how): chunks of 4 $kv, of 1 $kv1, no cache $base"; fail=1; fi
+  done
 done
 # sampling (Llama): the same seed the same tokens, another seed others, top_k 1 the greedy ones
 s1=$(gen --load "$d/llama" --prompt-ids 17,3,88 --tokens-to-generate 12 --temperature 1.2 --top_p 0.95 --seed 5)

@@ -76,9 +76,9 @@ static mt_status norm_bwd(mt_model *m, mt_tensor *dx, mt_model_param *w, mt_mode
                           !m->grads_discarded, s);
 }
 
-/* The position ids (mt_model_set_positions), or NULL for 0..T-1. */
+/* The position ids (mt_model_set_positions; over a KV cache pos..pos+T-1), or NULL for 0..T-1. */
 static const mt_tensor *positions(const mt_model *m) {
-    return m->pos.data ? &m->pos : NULL;
+    return m->pos.data ? &m->pos : m->kv ? &m->kv_positions : NULL;
 }
 
 static mt_status rope(mt_model *m, mt_tensor *x, int backward, mt_stream s) {
@@ -429,6 +429,23 @@ static mt_status moe_bwd(mt_model *m, int l, layer_acts *la, const layer_params 
     return MT_OK;
 }
 
+/* Inference over a KV cache (mt_model_set_kv_cache): layer l's k and v of the T tokens into the
+ * cache's rows [pos, pos+T), then q's attention over its rows [0, pos+T) (causal: each query the
+ * last of its keys, mt-attention's bottom-right alignment). */
+static mt_status kv_attn(mt_model *m, int l, mt_tensor *y, mt_tensor *lse, const mt_tensor *q,
+                         const mt_tensor *k, const mt_tensor *v, const mt_attn_config *ac,
+                         mt_stream s) {
+    const int64_t T = m->cfg.seq_length, pos = m->kv_pos;
+    mt_tensor kr, vr, kall, vall;
+    MT_TRY(mt_tensor_slice(&m->kv->k[l], 1, pos, T, &kr));
+    MT_TRY(mt_tensor_slice(&m->kv->v[l], 1, pos, T, &vr));
+    MT_TRY(mt_copy(&kr, k, s));
+    MT_TRY(mt_copy(&vr, v, s));
+    MT_TRY(mt_tensor_slice(&m->kv->k[l], 1, 0, pos + T, &kall));
+    MT_TRY(mt_tensor_slice(&m->kv->v[l], 1, 0, pos + T, &vall));
+    return mt_attn_fwd(y, lse, q, &kall, &vall, ac, s);
+}
+
 static mt_status layer_fwd(mt_model *m, int l, mt_tensor *next, mt_stream s) {
     const mt_model_config *c = &m->cfg;
     acts *a = &m->a;
@@ -448,7 +465,10 @@ static mt_status layer_fwd(mt_model *m, int l, mt_tensor *next, mt_stream s) {
         OP("fwd.rope", rope(m, &k, 0, s));
     }
     MT_TRY(as_bthd(m, &la->atty, local_heads(c), &y));
-    OP("fwd.attn", mt_attn_fwd(&y, &la->lse, &q, &k, &v, &ac, s));
+    if (m->kv) /* (inference: the tokens' keys and values into the cache, attention over it) */
+        OP("fwd.attn", kv_attn(m, l, &y, &la->lse, &q, &k, &v, &ac, s));
+    else
+        OP("fwd.attn", mt_attn_fwd(&y, &la->lse, &q, &k, &v, &ac, s));
     OP("fwd.gemm.proj", linear_drop_add(m, &la->resid_mid, &la->atty, lp->proj_w, lp->proj_b,
                                         &la->resid_in, (uint32_t)(SITE_PROJ + 3 * l), s));
     OP("fwd.norm", norm_fwd(m, &la->ln2, &la->ln2_mean, &la->ln2_rstd, &la->resid_mid, lp->ln2_w,
@@ -641,6 +661,14 @@ static mt_status stage_fwd(mt_model *m, const mt_tensor *tokens, const mt_tensor
                                    MT_XENT_IGNORE_INDEX, s));
     }
     return add_loss(m, s);
+}
+
+/* Training calls need gradients (not an inference model or view) and no KV cache. */
+static mt_status trainable(const mt_model *m, const char *what) {
+    MT_REQUIRE(!m->no_grads, MT_ERR_INVALID_ARG,
+               "%s: this model has no gradients (mt_model_create_inference or _view)", what);
+    MT_REQUIRE(!m->kv, MT_ERR_INVALID_ARG, "%s: a KV cache is set (inference only)", what);
+    return MT_OK;
 }
 
 /* mt_model_forward and mt_model_forward_backward run the whole model: not a pipeline stage. */
@@ -898,6 +926,7 @@ mt_status mt_model_forward_backward(mt_model *m, const mt_tensor *tokens, const 
                                     float loss_scale, mt_stream s) {
     MT_REQUIRE(m && tokens && targets, MT_ERR_INVALID_ARG, "NULL model, tokens or targets");
     MT_TRY(whole_model(m, "mt_model_forward_backward"));
+    MT_TRY(trainable(m, "mt_model_forward_backward"));
     /* (MoE: the tokens per expert come to the host every layer, which no graph can replay) */
     if (m->graphs && !m->prof && mt_device_is_cuda(m->dev) && !moe_n(&m->cfg))
         return fwd_bwd_graph(m, tokens, targets, loss_scale, s);
@@ -942,6 +971,7 @@ mt_status mt_model_pp_forward(mt_model *m, int slot, const mt_tensor *tokens,
     MT_REQUIRE(tokens || !first_stage(c), MT_ERR_INVALID_ARG, "the first stage needs tokens");
     MT_REQUIRE(targets || !train || !last_stage(c), MT_ERR_INVALID_ARG,
                "the last stage's training forward needs targets");
+    if (train) MT_TRY(trainable(m, "mt_model_pp_forward with train"));
     if (train) MT_TRY(check_sample_ids(m));
     m->train = train != 0;
     mt_status st =

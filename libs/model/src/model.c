@@ -578,11 +578,23 @@ static mt_status own_storage(mt_model *m) {
         gbytes += align_up((size_t)m->spec[i].numel * 4, MT_ARENA_ALIGN);
     }
     MT_TRY(mt_arena_create(m->dev, wbytes, &m->w_arena));
-    MT_TRY(mt_arena_create(m->dev, gbytes, &m->g_arena));
+    if (!m->no_grads) MT_TRY(mt_arena_create(m->dev, gbytes, &m->g_arena));
     for (int i = 0; i < m->nparams; i++) {
         param_spec *s = &m->spec[i];
         MT_TRY(mt_tensor_alloc(m->w_arena, m->cfg.dtype, s->ndim, s->shape, &m->params[i].weight));
-        MT_TRY(mt_tensor_alloc(m->g_arena, MT_F32, s->ndim, s->shape, &m->params[i].grad));
+        if (!m->no_grads)
+            MT_TRY(mt_tensor_alloc(m->g_arena, MT_F32, s->ndim, s->shape, &m->params[i].grad));
+    }
+    return MT_OK;
+}
+
+/* A view's weights: src's tensors, parameter by parameter (the same table: the same config). */
+static mt_status shared_storage(mt_model *m, const mt_model *src) {
+    MT_REQUIRE(src->nparams == m->nparams, MT_ERR_INVALID_ARG, "the source model differs");
+    for (int i = 0; i < m->nparams; i++) {
+        MT_REQUIRE(!strcmp(src->params[i].name, m->params[i].name), MT_ERR_INVALID_ARG,
+                   "the source model differs at %s", m->params[i].name);
+        m->params[i].weight = src->params[i].weight;
     }
     return MT_OK;
 }
@@ -658,8 +670,11 @@ mt_status mt_model_create(const mt_model_config *cfg, int micro_batch_size, mt_d
     return mt_model_create_tp(cfg, micro_batch_size, device, NULL, fn, ctx, out);
 }
 
-mt_status mt_model_create_tp(const mt_model_config *cfg, int micro_batch_size, mt_device device,
-                             mt_comm *tp, mt_model_param_fn fn, void *ctx, mt_model **out) {
+/* A model: weights from fn, from src (a view: no initialisation) or its own; gradients unless
+ * no_grads. */
+static mt_status create(const mt_model_config *cfg, int micro_batch_size, mt_device device,
+                        mt_comm *tp, mt_model_param_fn fn, void *ctx, const mt_model *src,
+                        int no_grads, mt_model **out) {
     MT_REQUIRE(out && cfg, MT_ERR_INVALID_ARG, "NULL argument");
     MT_REQUIRE(micro_batch_size > 0, MT_ERR_INVALID_ARG, "--micro-batch-size must be positive");
     *out = NULL;
@@ -669,6 +684,8 @@ mt_status mt_model_create_tp(const mt_model_config *cfg, int micro_batch_size, m
     m->cfg = *cfg;
     m->B = micro_batch_size;
     m->dev = device;
+    m->no_grads = no_grads || src;
+    m->view = src != NULL;
     MT_TRY_GOTO(mt_model_config_finalize(&m->cfg), st, fail);
     if (mt_tp_size(tp) != m->cfg.tensor_model_parallel_size) {
         st = MT_ERROR(MT_ERR_INVALID_ARG,
@@ -711,7 +728,10 @@ mt_status mt_model_create_tp(const mt_model_config *cfg, int micro_batch_size, m
     mt_blas_set_autotune(m->blas, !m->cfg.deterministic);
     if (moe_n(&m->cfg)) MT_TRY_GOTO(mt_blas_create(device, &m->blas_x), st, fail);
     MT_TRY_GOTO(workspace_sizes(m), st, fail);
-    MT_TRY_GOTO(fn ? external_storage(m, fn, ctx) : own_storage(m), st, fail);
+    MT_TRY_GOTO(src  ? shared_storage(m, src)
+                : fn ? external_storage(m, fn, ctx)
+                     : own_storage(m),
+                st, fail);
 
     /* per-layer parameter handles for the forward and backward */
     char n[MT_MODEL_NAME_LEN + 32];
@@ -795,8 +815,8 @@ mt_status mt_model_create_tp(const mt_model_config *cfg, int micro_batch_size, m
     plan_acts(m, &p);
     if (moe_n(&m->cfg)) MT_TRY_GOTO(mt_memset_zero(m->a.moe_loss.data, device, 8, NULL), st, fail);
 
-    MT_TRY_GOTO(init_weights(m), st, fail);
-    MT_TRY_GOTO(mt_model_zero_grad(m, NULL), st, fail);
+    if (!m->view) MT_TRY_GOTO(init_weights(m), st, fail);
+    if (!m->no_grads) MT_TRY_GOTO(mt_model_zero_grad(m, NULL), st, fail);
     MT_TRY_GOTO(
         mt_memset_zero(m->a.loss_sum.data, device, (size_t)m->B * m->cfg.seq_length * 4, NULL), st,
         fail);
@@ -809,8 +829,102 @@ fail:
     return st;
 }
 
+mt_status mt_model_create_tp(const mt_model_config *cfg, int micro_batch_size, mt_device device,
+                             mt_comm *tp, mt_model_param_fn fn, void *ctx, mt_model **out) {
+    return create(cfg, micro_batch_size, device, tp, fn, ctx, NULL, 0, out);
+}
+
+mt_status mt_model_create_inference(const mt_model_config *cfg, int micro_batch_size,
+                                    mt_device device, mt_model **out) {
+    return create(cfg, micro_batch_size, device, NULL, NULL, NULL, NULL, 1, out);
+}
+
+mt_status mt_model_create_view(const mt_model *src, int micro_batch_size, int seq_length,
+                               mt_model **out) {
+    MT_REQUIRE(src && out, MT_ERR_INVALID_ARG, "NULL argument");
+    MT_REQUIRE(!src->tp && pp_n(&src->cfg) == 1, MT_ERR_UNSUPPORTED,
+               "a view of a tensor- or pipeline-parallel model");
+    mt_model_config c = src->cfg;
+    c.seq_length = seq_length;
+    c.logits_chunks = 1; /* (forwards without targets: every token's logits) */
+    return create(&c, micro_batch_size, src->dev, NULL, NULL, NULL, src, 1, out);
+}
+
+mt_status mt_model_kv_cache_create(const mt_model *m, int max_len, mt_model_kv_cache **out) {
+    MT_REQUIRE(m && out, MT_ERR_INVALID_ARG, "NULL argument");
+    MT_REQUIRE(max_len > 0, MT_ERR_INVALID_ARG, "a KV cache of %d positions", max_len);
+    const mt_model_config *c = &m->cfg;
+    MT_REQUIRE(pp_n(c) == 1, MT_ERR_UNSUPPORTED, "a KV cache for a pipeline stage");
+    *out = NULL;
+    mt_model_kv_cache *kc = calloc(1, sizeof *kc);
+    MT_REQUIRE(kc, MT_ERR_OOM, "KV cache");
+    kc->cfg = *c, kc->B = m->B, kc->max_len = max_len, kc->dev = m->dev;
+    const int L = c->num_layers;
+    const int64_t shape[4] = { m->B, max_len, local_groups(c), c->kv_channels };
+    const size_t one =
+        align_up((size_t)(shape[0] * shape[1] * shape[2] * shape[3]) * mt_dtype_size(c->dtype),
+                 MT_ARENA_ALIGN);
+    kc->k = calloc((size_t)L, sizeof *kc->k);
+    kc->v = calloc((size_t)L, sizeof *kc->v);
+    mt_status st = kc->k && kc->v ? MT_OK : MT_ERROR(MT_ERR_OOM, "KV cache tables");
+    if (st == MT_OK) st = mt_arena_create(m->dev, 2 * (size_t)L * one + MT_ARENA_ALIGN, &kc->arena);
+    for (int l = 0; l < L && st == MT_OK; l++) {
+        st = mt_tensor_alloc(kc->arena, c->dtype, 4, shape, &kc->k[l]);
+        if (st == MT_OK) st = mt_tensor_alloc(kc->arena, c->dtype, 4, shape, &kc->v[l]);
+    }
+    if (st != MT_OK) {
+        mt_model_kv_cache_destroy(kc);
+        return st;
+    }
+    *out = kc;
+    return MT_OK;
+}
+
+void mt_model_kv_cache_destroy(mt_model_kv_cache *c) {
+    if (!c) return;
+    mt_arena_destroy(c->arena);
+    free(c->k);
+    free(c->v);
+    free(c);
+}
+
+mt_status mt_model_set_kv_cache(mt_model *m, mt_model_kv_cache *c, int pos) {
+    MT_REQUIRE(m, MT_ERR_INVALID_ARG, "NULL model");
+    m->kv = NULL;
+    if (!c) return MT_OK;
+    const mt_model_config *mc = &m->cfg, *cc = &c->cfg;
+    const int T = mc->seq_length;
+    MT_REQUIRE(c->B == m->B && cc->num_layers == mc->num_layers &&
+                   local_groups(cc) == local_groups(mc) && cc->kv_channels == mc->kv_channels &&
+                   cc->dtype == mc->dtype && mt_device_eq(c->dev, m->dev),
+               MT_ERR_INVALID_ARG, "the KV cache was made for another model shape or device");
+    MT_REQUIRE(pos >= 0 && pos + T <= c->max_len, MT_ERR_INVALID_ARG,
+               "tokens at positions %d..%d: the KV cache holds %d", pos, pos + T - 1, c->max_len);
+    MT_REQUIRE(mc->position_embedding_type != MT_POS_LEARNED ||
+                   pos + T <= mc->max_position_embeddings,
+               MT_ERR_INVALID_ARG, "positions %d..%d: the model has %d position embeddings", pos,
+               pos + T - 1, mc->max_position_embeddings);
+    MT_REQUIRE(!m->ks.data, MT_ERR_UNSUPPORTED, "a KV cache with document masks");
+    if (!m->kv_arena) {
+        MT_TRY(mt_arena_create(m->dev, (size_t)m->B * T * 4 + MT_ARENA_ALIGN, &m->kv_arena));
+        MT_TRY(mt_tensor_alloc(m->kv_arena, MT_I32, 2, (int64_t[]){ m->B, T }, &m->kv_positions));
+    }
+    int32_t *p = malloc((size_t)m->B * T * 4);
+    MT_REQUIRE(p, MT_ERR_OOM, "positions");
+    for (int b = 0; b < m->B; b++)
+        for (int t = 0; t < T; t++)
+            p[b * T + t] = pos + t;
+    mt_status st =
+        mt_memcpy(m->kv_positions.data, m->dev, p, MT_DEVICE_CPU, (size_t)m->B * T * 4, NULL);
+    free(p);
+    MT_TRY(st);
+    m->kv = c, m->kv_pos = pos;
+    return MT_OK;
+}
+
 void mt_model_destroy(mt_model *m) {
     if (!m) return;
+    mt_arena_destroy(m->kv_arena);
     for (int i = 0; i < MODEL_GRAPH_SLOTS; i++)
         mt_graph_destroy(m->gs[i].graph);
     mt_blas_destroy(m->blas);
@@ -913,13 +1027,14 @@ mt_status mt_model_finalize_grads(mt_model *m, mt_stream stream) {
 }
 
 mt_status mt_model_zero_grad(mt_model *m, mt_stream stream) {
+    MT_REQUIRE(m && !m->no_grads, MT_ERR_INVALID_ARG, "a model without gradients");
     for (int i = 0; i < m->nparams; i++)
         MT_TRY(zero_grad_of(m, &m->params[i], stream));
     return MT_OK;
 }
 
 mt_status mt_model_discard_grads(mt_model *m, mt_stream stream) {
-    MT_REQUIRE(m, MT_ERR_INVALID_ARG, "NULL model");
+    MT_REQUIRE(m && !m->no_grads, MT_ERR_INVALID_ARG, "NULL model or one without gradients");
     /* the embedding's backward adds its scatter; an untied wte has no other writer */
     if (m->wpe) MT_TRY(zero_grad_of(m, m->wpe, stream));
     if (m->wte && m->out_w != m->wte) MT_TRY(zero_grad_of(m, m->wte, stream));

@@ -243,6 +243,22 @@ struct mt_model {
     int grads_discarded; /* mt_model_discard_grads: the next backward writes, not adds */
     graph_slot gs[MODEL_GRAPH_SLOTS]; /* [grads_discarded + 2 * (ready_fn != NULL) +
                                          4 * (wait_fn != NULL)] */
+    /* inference (mt_model_create_inference, _view; mt_model_set_kv_cache) */
+    int no_grads;           /* no gradients: forwards only */
+    int view;               /* the weights are another model's */
+    mt_model_kv_cache *kv;  /* NULL: no KV cache */
+    int kv_pos;             /* the first token's position */
+    mt_tensor kv_positions; /* (B,T) i32: kv_pos + t (kv_arena) */
+    mt_arena *kv_arena;
+};
+
+/* Every layer's keys and values: k[l], v[l] (B, max_len, local kv heads, kv channels). */
+struct mt_model_kv_cache {
+    mt_model_config cfg; /* the config of the model it was made for */
+    int B, max_len;
+    mt_device dev;
+    mt_arena *arena;
+    mt_tensor *k, *v;
 };
 
 /* Whether layer l is recomputed (full granularity) and, if so, its group [*g0, *g1]: layers

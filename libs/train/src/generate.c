@@ -1,6 +1,6 @@
 /* mt-generate's and mt-serve's runtime: a checkpoint's model (the Hugging Face config its args keep: GPT-2- and
  * Llama-shaped models of mt-pretrain and of mt-convert's import) on one device, the tokenizer, and
- * mt-infer's generation loop around the model's forward. */
+ * mt-infer's generation loop around the model's forward over a KV cache. */
 #define _GNU_SOURCE /* strcasestr, MSG_NOSIGNAL */
 #include <mt/ckpt.h>
 #include <mt/data.h>
@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 static int geti(json_t *o, const char *k, int dflt) {
@@ -90,26 +91,62 @@ done:
     return st;
 }
 
-/* The model, its tokens buffer and a logits row, for mt-infer's callback. */
+/* The model, its tokens buffers and a logits row, for mt-infer's callback. With a KV cache (the
+ * default; MT_KV_CACHE=0: without, for comparisons) m runs prompt chunks of C tokens (64;
+ * MT_KV_CHUNK sets it) and `one`,
+ * a view of its weights, single tokens; both write the keys and values of their positions into
+ * kv and attend to the positions before. Without, m runs the whole window every token. */
 typedef struct gen {
-    mt_model *m;
+    mt_model *m, *one;
+    mt_model_kv_cache *kv;
     mt_device dev;
-    int T;
+    int T; /* the window: the longest sequence */
+    int C; /* tokens of m's forward: a prompt chunk (KV cache) or the window */
     int64_t V;
-    mt_tensor tok, row; /* (1,T) i32; (1,Vp) f32 on the device */
+    mt_tensor tok, tok1, row; /* (1,C), (1,1) i32; (1,Vp) f32 on the device */
     int32_t *htok;
+    int32_t *cached; /* the tokens whose keys and values kv holds: cached[0..ncached) */
+    int ncached;
 } gen;
 
-/* The logits after tokens[0..n): the forward over the n tokens (the rest of the window zeros,
- * which a causal model's position n - 1 does not see). */
-static mt_status next_logits(void *ctx, const int32_t *tokens, int n, float *logits) {
-    gen *g = ctx;
+/* The logits after tokens[0..n) without a KV cache: the forward over the n tokens (the rest of
+ * the window zeros, which a causal model's position n - 1 does not see). */
+static mt_status window_logits(gen *g, const int32_t *tokens, int n, mt_tensor *last) {
     memset(g->htok, 0, (size_t)g->T * 4);
     memcpy(g->htok, tokens, (size_t)n * 4);
     MT_TRY(mt_memcpy(g->tok.data, g->dev, g->htok, MT_DEVICE_CPU, (size_t)g->T * 4, NULL));
     MT_TRY(mt_model_forward(g->m, &g->tok, NULL, NULL));
-    mt_tensor lg = mt_model_logits(g->m), last;
-    MT_TRY(mt_tensor_slice(&lg, 0, n - 1, 1, &last));
+    mt_tensor lg = mt_model_logits(g->m);
+    return mt_tensor_slice(&lg, 0, n - 1, 1, last);
+}
+
+/* The logits after tokens[0..n) over the KV cache: the positions it holds already (the longest
+ * common prefix with the tokens it was given, but not position n - 1, whose logits are wanted) are
+ * kept, the rest run as prompt chunks of C while that many remain, then one at a time. */
+static mt_status cached_logits(gen *g, const int32_t *tokens, int n, mt_tensor *last) {
+    int p = 0;
+    while (p < g->ncached && p < n - 1 && g->cached[p] == tokens[p])
+        p++;
+    g->ncached = p;
+    mt_model *m = NULL;
+    while (p < n) {
+        const int k = n - p >= g->C ? g->C : 1;
+        m = k == g->C ? g->m : g->one;
+        mt_tensor *tok = k == g->C ? &g->tok : &g->tok1;
+        MT_TRY(mt_memcpy(tok->data, g->dev, tokens + p, MT_DEVICE_CPU, (size_t)k * 4, NULL));
+        MT_TRY(mt_model_set_kv_cache(m, g->kv, p));
+        MT_TRY(mt_model_forward(m, tok, NULL, NULL));
+        memcpy(g->cached + p, tokens + p, (size_t)k * 4);
+        g->ncached = p += k;
+    }
+    mt_tensor lg = mt_model_logits(m);
+    return mt_tensor_slice(&lg, 0, lg.shape[0] - 1, 1, last);
+}
+
+static mt_status next_logits(void *ctx, const int32_t *tokens, int n, float *logits) {
+    gen *g = ctx;
+    mt_tensor last;
+    MT_TRY(g->kv ? cached_logits(g, tokens, n, &last) : window_logits(g, tokens, n, &last));
     MT_TRY(mt_cast(&g->row, &last, NULL));
     return mt_memcpy(logits, MT_DEVICE_CPU, g->row.data, g->dev, (size_t)g->V * 4, NULL);
 }
@@ -175,7 +212,10 @@ typedef struct generator {
 
 static void generator_close(generator *G) {
     free(G->g.htok);
+    free(G->g.cached);
     mt_arena_destroy(G->ar);
+    mt_model_kv_cache_destroy(G->g.kv);
+    mt_model_destroy(G->g.one);
     mt_model_destroy(G->g.m);
     mt_data_tokenizer_destroy(G->tk);
     mt_ckpt_close(G->ck);
@@ -198,28 +238,39 @@ static mt_status generator_open(const mt_generate_args *a, generator *G) {
 }
 
 /* The model with a window of `window` tokens (at most the model's positions), its weights from
- * the checkpoint, on the GPU unless --device cpu or none. */
+ * the checkpoint, on the GPU unless --device cpu or none; with a KV cache of the window (gen). */
 static mt_status generator_model(generator *G, int window) {
     const mt_generate_args *a = G->a;
+    gen *g = &G->g;
     mt_model_config c = G->c;
-    c.seq_length = window < c.max_position_embeddings ? window : c.max_position_embeddings;
-    if (c.seq_length < 1) c.seq_length = 1;
+    g->T = window < c.max_position_embeddings ? window : c.max_position_embeddings;
+    if (g->T < 1) g->T = 1;
+    const int cache = mt_env_int("MT_KV_CACHE", 1) != 0;
+    const int chunk = mt_env_int("MT_KV_CHUNK", 64); /* (prompt chunks; tests set it) */
+    g->C = cache ? (g->T < chunk ? g->T : chunk > 0 ? chunk : 1) : g->T;
+    c.seq_length = g->C;
     int ngpu = 0;
     MT_TRY(mt_device_count(&ngpu));
-    G->g.dev = !strcmp(a->device, "cpu") || ngpu == 0 ? MT_DEVICE_CPU : mt_device_cuda(0);
-    MT_REQUIRE(strcmp(a->device, "cuda") || mt_device_is_cuda(G->g.dev), MT_ERR_UNSUPPORTED,
+    g->dev = !strcmp(a->device, "cpu") || ngpu == 0 ? MT_DEVICE_CPU : mt_device_cuda(0);
+    MT_REQUIRE(strcmp(a->device, "cuda") || mt_device_is_cuda(g->dev), MT_ERR_UNSUPPORTED,
                "--device cuda but no usable GPU");
-    MT_TRY(mt_device_set(G->g.dev));
-    MT_TRY(mt_model_create(&c, 1, G->g.dev, NULL, NULL, &G->g.m));
-    MT_TRY(load_params(G->g.m, G->ck));
-    G->g.T = c.seq_length;
-    G->g.V = c.vocab_size;
-    const int64_t Vp = mt_model_get_config(G->g.m)->padded_vocab_size;
-    MT_TRY(mt_arena_create(G->g.dev, (size_t)(G->g.T * 4 + Vp * 4) + 4 * MT_ARENA_ALIGN, &G->ar));
-    MT_TRY(mt_tensor_alloc(G->ar, MT_I32, 2, (int64_t[]){ 1, G->g.T }, &G->g.tok));
-    MT_TRY(mt_tensor_alloc(G->ar, MT_F32, 2, (int64_t[]){ 1, Vp }, &G->g.row));
-    G->g.htok = malloc((size_t)G->g.T * 4);
-    MT_REQUIRE(G->g.htok, MT_ERR_OOM, "tokens");
+    MT_TRY(mt_device_set(g->dev));
+    MT_TRY(mt_model_create_inference(&c, 1, g->dev, &g->m));
+    MT_TRY(load_params(g->m, G->ck));
+    if (cache) {
+        MT_TRY(mt_model_create_view(g->m, 1, 1, &g->one));
+        MT_TRY(mt_model_kv_cache_create(g->m, g->T, &g->kv));
+        g->cached = malloc((size_t)g->T * 4);
+        MT_REQUIRE(g->cached, MT_ERR_OOM, "tokens");
+    }
+    g->V = c.vocab_size;
+    const int64_t Vp = mt_model_get_config(g->m)->padded_vocab_size;
+    MT_TRY(mt_arena_create(g->dev, (size_t)(g->C * 4 + 4 + Vp * 4) + 6 * MT_ARENA_ALIGN, &G->ar));
+    MT_TRY(mt_tensor_alloc(G->ar, MT_I32, 2, (int64_t[]){ 1, g->C }, &g->tok));
+    MT_TRY(mt_tensor_alloc(G->ar, MT_I32, 2, (int64_t[]){ 1, 1 }, &g->tok1));
+    MT_TRY(mt_tensor_alloc(G->ar, MT_F32, 2, (int64_t[]){ 1, Vp }, &g->row));
+    g->htok = malloc((size_t)g->T * 4);
+    MT_REQUIRE(g->htok, MT_ERR_OOM, "tokens");
     return MT_OK;
 }
 
@@ -274,7 +325,18 @@ mt_status mt_generate_run(const mt_generate_args *a) {
     /* the window: the prompt and what is generated, up to the model's positions */
     if (st == MT_OK) st = generator_model(&G, n + a->tokens_to_generate);
     mt_infer_sampling s = { a->greedy ? 0.0f : a->temperature, a->top_k, a->top_p, a->seed };
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     if (st == MT_OK) st = generator_run(&G, ids, n, a->tokens_to_generate, &s, &total);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    if (st == MT_OK) { /* (stderr: stdout is the text) */
+        const double sec =
+            (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+        fprintf(stderr,
+                "mt-generate: %d new tokens after a prompt of %d in %.3f s: %.1f tokens/s (%s)\n",
+                total - n, n, sec, sec > 0 ? (total - n) / sec : 0.0,
+                G.g.kv ? "KV cache" : "no KV cache: the whole window every token");
+    }
     if (st == MT_OK && (a->print_ids || !G.tk)) {
         for (int i = 0; i < total; i++)
             printf("%s%d", i ? "," : "", ids[i]);

@@ -97,3 +97,28 @@ for name, B, T, H, Hkv, D, causal, scale, *more in CASES:
                    ("dq", q.grad), ("dk", k.grad), ("dv", v.grad)]:
         a = t.detach().numpy() if key == "ids" else t.detach().float().numpy()
         np.save(f"attn_{name}_{key}.npy", a)  # float32: a few KiB
+
+# Forwards over cached keys (a KV cache's decoding and chunked prefill): Tq queries, the last Tq of
+# Tk positions, over Tk keys; causal query i sees keys j <= i + Tk - Tq (the bottom-right causal
+# mask, as a boolean attn_mask: SDPA's is_causal aligns top-left when Tq != Tk). out and lse only.
+# name, B, Tq, Tk, H, Hkv, D, causal
+KV_CASES = [
+    ("kv_mha_q1_k37_d64_causal", 2, 1, 37, 4, 4, 64, 1),
+    ("kv_gqa2_q5_k21_d40_causal", 1, 5, 21, 4, 2, 40, 1),
+    ("kv_mqa_q7_k13_d64", 1, 7, 13, 4, 1, 64, 0),
+    ("kv_gqa2_q70_k300_d128_causal", 1, 70, 300, 4, 2, 128, 1),
+]
+for name, B, Tq, Tk, H, Hkv, D, causal in KV_CASES:
+    q = rnd(B, Tq, H, D).detach()
+    k = rnd(B, Tk, Hkv, D).detach()
+    v = rnd(B, Tk, Hkv, D).detach()
+    sc = 1.0 / math.sqrt(D)
+    qh, kh, vh = (x.transpose(1, 2) for x in (q, k, v))
+    i, j = torch.arange(Tq)[:, None], torch.arange(Tk)[None, :]
+    allowed = (j <= i + Tk - Tq) if causal else torch.ones(Tq, Tk, dtype=torch.bool)
+    s = torch.einsum("bhid,bhjd->bhij", qh, kh.repeat_interleave(H // Hkv, dim=1)) * sc
+    lse = torch.logsumexp(s.masked_fill(~allowed, float("-inf")), dim=-1)
+    out = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=allowed, scale=sc,
+                                         enable_gqa=True).transpose(1, 2)
+    for key, t in (("q", q), ("k", k), ("v", v), ("out", out), ("lse", lse)):
+        np.save(f"attn_{name}_{key}.npy", t.float().numpy())

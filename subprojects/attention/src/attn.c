@@ -5,9 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* A (B,T,heads,D) view with D innermost; heads == 0 takes it from t. */
-static mt_status check_bthd(const mt_tensor *t, const char *what, const mt_tensor *like,
-                            int64_t heads) {
+/* A (B,T,heads,D) view with D innermost; heads == 0 takes it from t; T from like, or (T < 0) free:
+ * keys and values in a forward (attention.h: their T may differ from the queries'). */
+static mt_status check_bthd_t(const mt_tensor *t, const char *what, const mt_tensor *like,
+                              int64_t heads, int64_t T) {
     MT_REQUIRE(t && (t->data || mt_tensor_numel(t) == 0), MT_ERR_INVALID_ARG, "%s is NULL", what);
     MT_REQUIRE(t->ndim == 4, MT_ERR_INVALID_ARG, "%s must be (B,T,H,D), has %d dims", what,
                t->ndim);
@@ -18,24 +19,43 @@ static mt_status check_bthd(const mt_tensor *t, const char *what, const mt_tenso
     if (like) {
         MT_REQUIRE(t->dtype == like->dtype && mt_device_eq(t->device, like->device),
                    MT_ERR_INVALID_ARG, "%s differs from q in dtype or device", what);
-        MT_REQUIRE(t->shape[0] == like->shape[0] && t->shape[1] == like->shape[1] &&
+        if (T == 0) T = like->shape[1];
+        MT_REQUIRE(t->shape[0] == like->shape[0] && (T < 0 || t->shape[1] == T) &&
                        t->shape[3] == like->shape[3] && (heads == 0 || t->shape[2] == heads),
                    MT_ERR_INVALID_ARG,
                    "%s has shape [%lld,%lld,%lld,%lld], expected [%lld,%lld,%lld,%lld]", what,
                    (long long)t->shape[0], (long long)t->shape[1], (long long)t->shape[2],
-                   (long long)t->shape[3], (long long)like->shape[0], (long long)like->shape[1],
-                   (long long)(heads ? heads : t->shape[2]), (long long)like->shape[3]);
+                   (long long)t->shape[3], (long long)like->shape[0],
+                   (long long)(T < 0 ? t->shape[1] : T), (long long)(heads ? heads : t->shape[2]),
+                   (long long)like->shape[3]);
     }
     return MT_OK;
 }
 
+static mt_status check_bthd(const mt_tensor *t, const char *what, const mt_tensor *like,
+                            int64_t heads) {
+    return check_bthd_t(t, what, like, heads, 0);
+}
+
+/* fwd: 1 for the forward, whose keys may outnumber the queries (attention.h). */
 static mt_status resolve(attn_shape *s, const mt_tensor *q, const mt_tensor *k,
-                         const mt_attn_config *cfg) {
+                         const mt_attn_config *cfg, int fwd) {
     MT_REQUIRE(cfg && cfg->size >= sizeof(mt_attn_config), MT_ERR_INVALID_ARG,
                "cfg is NULL or not from MT_ATTN_CONFIG_INIT");
     MT_TRY(check_bthd(q, "q", NULL, 0));
-    MT_TRY(check_bthd(k, "k", q, 0));
+    MT_TRY(check_bthd_t(k, "k", q, 0, fwd ? -1 : 0));
     s->B = q->shape[0], s->T = q->shape[1], s->H = q->shape[2], s->D = q->shape[3];
+    s->Tk = k->shape[1];
+    if (s->Tk != s->T) { /* a forward over cached keys */
+        MT_REQUIRE(!cfg->causal || s->Tk >= s->T, MT_ERR_INVALID_ARG,
+                   "causal attention of %lld queries over %lld keys: the queries are the last "
+                   "keys' positions, so there must be at least as many keys",
+                   (long long)s->T, (long long)s->Tk);
+        MT_REQUIRE(!cfg->key_start && cfg->dropout.p == 0.0f, MT_ERR_UNSUPPORTED,
+                   "document masks and attention dropout need as many keys as queries (%lld "
+                   "keys, %lld queries)",
+                   (long long)s->Tk, (long long)s->T);
+    }
     s->Hkv = k->shape[2];
     MT_REQUIRE(s->Hkv > 0 && s->H % s->Hkv == 0, MT_ERR_INVALID_ARG,
                "q heads %lld not a multiple of kv heads %lld", (long long)s->H, (long long)s->Hkv);
@@ -99,13 +119,14 @@ static mt_status check_lse(const mt_tensor *lse, const attn_shape *s, const mt_t
 mt_status mt_attn_fwd(mt_tensor *out, mt_tensor *lse, const mt_tensor *q, const mt_tensor *k,
                       const mt_tensor *v, const mt_attn_config *cfg, mt_stream stream) {
     attn_shape s;
-    MT_TRY(resolve(&s, q, k, cfg));
-    MT_TRY(check_bthd(v, "v", q, s.Hkv));
+    MT_TRY(resolve(&s, q, k, cfg, 1));
+    MT_TRY(check_bthd_t(v, "v", q, s.Hkv, s.Tk));
     MT_TRY(check_bthd(out, "out", q, s.H));
     MT_TRY(check_lse(lse, &s, q));
     MT_REQUIRE(out->data != q->data && out->data != k->data && out->data != v->data,
                MT_ERR_INVALID_ARG, "out aliases an input");
     if (s.B * s.T * s.H == 0) return MT_OK;
+    MT_REQUIRE(s.Tk > 0, MT_ERR_INVALID_ARG, "attention over no keys");
     return MT_DISPATCH(q->device, attn_fwd_cpu(&s, out, lse, q, k, v),
                        attn_fwd_cuda(&s, out, lse, q, k, v, stream));
 }
@@ -114,7 +135,7 @@ mt_status mt_attn_bwd_workspace(const mt_tensor *q, const mt_tensor *k, const mt
                                 size_t *bytes) {
     attn_shape s = { 0 };
     MT_REQUIRE(bytes, MT_ERR_INVALID_ARG, "bytes is NULL");
-    MT_TRY(resolve(&s, q, k, cfg));
+    MT_TRY(resolve(&s, q, k, cfg, 0));
     *bytes = mt_device_is_cuda(q->device) ? attn_ws_bytes(&s) : 0;
     return MT_OK;
 }
@@ -137,7 +158,7 @@ mt_status mt_attn_bwd_bias(mt_tensor *dq, mt_tensor *dk, mt_tensor *dv, mt_tenso
                            const mt_tensor *out, const mt_tensor *lse, const mt_attn_config *cfg,
                            void *workspace, size_t workspace_bytes, mt_stream stream) {
     attn_shape s = { 0 };
-    MT_TRY(resolve(&s, q, k, cfg));
+    MT_TRY(resolve(&s, q, k, cfg, 0));
     MT_TRY(check_bthd(v, "v", q, s.Hkv));
     MT_TRY(check_bthd(out, "out", q, s.H));
     MT_TRY(check_bthd(dout, "dout", q, s.H));

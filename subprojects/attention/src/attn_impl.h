@@ -45,6 +45,7 @@ MT_PHILOX_FN float attn_drop_factor(const attn_drop *d, int64_t id, int64_t h, i
 
 typedef struct attn_shape {
     int64_t B, T, H, Hkv, D;
+    int64_t Tk;  /* keys (k and v's T): T except in a forward over cached keys (attention.h) */
     float scale; /* resolved: never 0 */
     int causal, deterministic, ds_split;
     int esize;         /* bytes per element of q */

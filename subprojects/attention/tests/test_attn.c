@@ -1,7 +1,8 @@
 /* unit: CPU attention forward/backward against torch SDPA (float64) golden values (causal, full,
  * and with document masks: SDPA given the boolean mask; with attention dropout: softmax, the mask
  * from an independent Philox and P V by hand), also through strided q/k/v views of one fused QKV
- * buffer, and argument validation. */
+ * buffer; forwards over more keys than queries (a KV cache's, bottom-right causal); and argument
+ * validation. */
 #include <mt/attention.h>
 #include <mt/testkit.h>
 
@@ -194,6 +195,39 @@ static void run(const golden_case *c, int fused) {
         free(dv), free(ksi);
 }
 
+/* A forward over cached keys (Tq queries, the last of Tk positions) against the golden, with k and
+ * v as the first Tk rows of a longer cache (B, Tk + 9, Hkv, D), as a KV cache holds them. */
+static void run_kv(const char *name, int causal) {
+    golden_case c = { name, causal, 0.0f, 0, 0.0f };
+    mt_npy qs, ks;
+    float *q = load(&c, "q", &qs), *k = load(&c, "k", &ks), *v = load(&c, "v", NULL);
+    const int64_t B = qs.shape[0], T = qs.shape[1], H = qs.shape[2], D = qs.shape[3];
+    const int64_t Tk = ks.shape[1], Hkv = ks.shape[2], Tmax = Tk + 9;
+    float *kc = calloc((size_t)(B * Tmax * Hkv * D), 4),
+          *vc = calloc((size_t)(B * Tmax * Hkv * D), 4);
+    for (int64_t b = 0; b < B; b++) {
+        memcpy(kc + b * Tmax * Hkv * D, k + b * Tk * Hkv * D, (size_t)(Tk * Hkv * D) * 4);
+        memcpy(vc + b * Tmax * Hkv * D, v + b * Tk * Hkv * D, (size_t)(Tk * Hkv * D) * 4);
+    }
+    mt_tensor tq = mt_tensor_4d(q, MT_F32, B, T, H, D, MT_DEVICE_CPU), tk, tv;
+    mt_tensor kall = mt_tensor_4d(kc, MT_F32, B, Tmax, Hkv, D, MT_DEVICE_CPU);
+    mt_tensor vall = mt_tensor_4d(vc, MT_F32, B, Tmax, Hkv, D, MT_DEVICE_CPU);
+    MT_CHECK(mt_tensor_slice(&kall, 1, 0, Tk, &tk));
+    MT_CHECK(mt_tensor_slice(&vall, 1, 0, Tk, &tv));
+    float *out = malloc((size_t)(B * T * H * D) * 4), *lse = malloc((size_t)(B * H * T) * 4);
+    mt_tensor tout = mt_tensor_4d(out, MT_F32, B, T, H, D, MT_DEVICE_CPU);
+    mt_tensor tlse = mt_tensor_3d(lse, MT_F32, B, H, T, MT_DEVICE_CPU);
+    mt_attn_config cfg = MT_ATTN_CONFIG_INIT;
+    cfg.causal = causal;
+    MT_CHECK(mt_attn_fwd(&tout, &tlse, &tq, &tk, &tv, &cfg, NULL));
+    check("cached keys", &c, out, "out", (size_t)(B * T * H * D));
+    check("cached keys", &c, lse, "lse", (size_t)(B * H * T));
+    /* the backward keeps T keys */
+    size_t ws;
+    MT_EXPECT_STATUS(mt_attn_bwd_workspace(&tq, &tk, &cfg, &ws), MT_ERR_INVALID_ARG);
+    free(q), free(k), free(v), free(kc), free(vc), free(out), free(lse);
+}
+
 static void check_errors(void) {
     float buf[2 * 4 * 8 * 16] = { 0 }, lse[64];
     mt_tensor q = mt_tensor_4d(buf, MT_F32, 2, 4, 6, 16, MT_DEVICE_CPU);
@@ -262,6 +296,19 @@ static void check_errors(void) {
               "dropout ids of 1 row for B = 2: %s", mt_last_error());
     cfg.dropout.sample = NULL;
     MT_EXPECT_STATUS(mt_attn_fwd(&o4, &l4, &q4, &q4, &q4, &cfg, NULL), MT_ERR_INVALID_ARG);
+    /* over cached keys: causal needs at least as many keys as queries; no masks or dropout */
+    mt_tensor k2 = mt_tensor_4d(buf, MT_F32, 2, 2, 4, 16, MT_DEVICE_CPU);
+    mt_tensor k8 = mt_tensor_4d(buf, MT_F32, 2, 8, 4, 16, MT_DEVICE_CPU);
+    cfg = (mt_attn_config)MT_ATTN_CONFIG_INIT;
+    cfg.causal = 1;
+    MT_EXPECT(mt_attn_fwd(&o4, &l4, &q4, &k2, &k2, &cfg, NULL) == MT_ERR_INVALID_ARG &&
+                  strstr(mt_last_error(), "at least as many keys"),
+              "causal, 4 queries over 2 keys: %s", mt_last_error());
+    cfg.causal = 0;
+    MT_CHECK(mt_attn_fwd(&o4, &l4, &q4, &k2, &k2, &cfg, NULL));
+    MT_EXPECT_STATUS(mt_attn_fwd(&o4, &l4, &q4, &k8, &k2, &cfg, NULL), MT_ERR_INVALID_ARG);
+    cfg.dropout = (mt_dropout_config){ 0.1f, 1, 0, &tids, 0, 0 };
+    MT_EXPECT_STATUS(mt_attn_fwd(&o4, &l4, &q4, &k8, &k8, &cfg, NULL), MT_ERR_UNSUPPORTED);
     mt_error_clear();
 }
 
@@ -270,6 +317,10 @@ int main(void) {
         run(&cases[i], 0);
         run(&cases[i], 1);
     }
+    run_kv("kv_mha_q1_k37_d64_causal", 1);
+    run_kv("kv_gqa2_q5_k21_d40_causal", 1);
+    run_kv("kv_mqa_q7_k13_d64", 0);
+    run_kv("kv_gqa2_q70_k300_d128_causal", 1);
     check_errors();
     return mt_test_result();
 }

@@ -380,6 +380,34 @@ MT_API mt_status mt_model_pp_forward(mt_model *m, int slot, const mt_tensor *tok
  * callback sees this stage's levels, then -1. Enqueued on `stream`. */
 MT_API mt_status mt_model_pp_backward(mt_model *m, int slot, mt_stream stream);
 
+/* ---- inference: a model without gradients, views of its weights, and a KV cache ----
+ * A serving loop keeps one model's weights and runs forwards of different token counts over a
+ * KV cache: a chunk of a prompt, then one token at a time. */
+/* As mt_model_create (own weights, initialised the same way) but without gradients: forwards
+ * only (mt_model_forward_backward and the gradient calls refuse it). */
+MT_API mt_status mt_model_create_inference(const mt_model_config *cfg, int micro_batch_size,
+                                           mt_device device, mt_model **out);
+/* A model of src's config and weights (the same storage, not a copy: src's later weight updates
+ * show) for micro-batches of (micro_batch_size, seq_length), without gradients. src must
+ * outlive it; one process, TP 1 and PP 1 (else an error). */
+MT_API mt_status mt_model_create_view(const mt_model *src, int micro_batch_size, int seq_length,
+                                      mt_model **out);
+
+/* Every layer's keys and values (after RoPE and the qk norms) for up to max_len positions of
+ * micro_batch_size sequences, in the model's dtype on its device: (B, max_len, kv heads, kv
+ * channels) a layer. Any model of the same config (mt_model_create_view) may use it. */
+typedef struct mt_model_kv_cache mt_model_kv_cache;
+MT_API mt_status mt_model_kv_cache_create(const mt_model *m, int max_len, mt_model_kv_cache **out);
+MT_API void mt_model_kv_cache_destroy(mt_model_kv_cache *c); /* NULL is a no-op */
+/* Inference over a KV cache (NULL: off): the forwards from now on take their tokens (B,T) as
+ * positions pos .. pos+T-1 of each sequence (their position embeddings or rotary angles), write
+ * their keys and values into the cache's rows [pos, pos+T) and attend to its rows [0, pos+T)
+ * (causal: token t sees the positions up to pos + t), so the cache must already hold the keys of
+ * positions 0 .. pos-1 (earlier forwards). pos + T <= the cache's max_len, and pos + T <=
+ * max_position_embeddings with learned positions. Document masks are refused with it; with
+ * explicit positions (mt_model_set_positions) these win. Blocking (sets a positions buffer). */
+MT_API mt_status mt_model_set_kv_cache(mt_model *m, mt_model_kv_cache *c, int pos);
+
 /* Mixture of experts: the load-balancing and z losses (without their coefficients) of the
  * training forwards since the last call, each the mean over the layers and micro-batches that
  * computed it (a loss whose coefficient is 0 is not computed: NaN; so are both when none ran).

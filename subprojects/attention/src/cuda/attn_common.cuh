@@ -34,6 +34,7 @@ enum {
 };
 struct attn_args {
     int B, T, H, Hkv, D, group, causal, ds_split;
+    int Tk; /* keys: T, or more in a forward over cached keys (attn_fwd_rows_kernel) */
     int tail_heads; /* wgmma grids: the last heads taken a tile per block (block_work) */
     /* the non-causal wgmma backward: its last split_tiles key tiles walked by split_pieces
      * blocks (kv_pass_of), their f32 dK, dV added into split_acc, room for split_cap tiles
@@ -61,6 +62,7 @@ __device__ __forceinline__ int64_t lse_row(const attn_args &a, int b, int h, int
 static inline attn_args attn_make_args(const attn_shape *s, const mt_tensor *const *t) {
     attn_args a;
     a.B = (int)s->B, a.T = (int)s->T, a.H = (int)s->H, a.Hkv = (int)s->Hkv, a.D = (int)s->D;
+    a.Tk = (int)(s->Tk ? s->Tk : s->T);
     a.group = (int)(s->H / s->Hkv), a.causal = s->causal, a.scale = s->scale;
     a.ds_split = s->ds_split, a.tail_heads = 0;
     a.split_tiles = a.split_pieces = a.split_cap = 0, a.split_acc = NULL, a.lse_bulk = 0;

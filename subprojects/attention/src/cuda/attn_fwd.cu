@@ -2,7 +2,7 @@
  * (mma.sync m16n8k16, ldmatrix, double-buffered cp.async K/V tiles, online softmax in the exp2
  * domain, causal tile skipping, GQA by indexing); on Hopper with an sm_90a build, attn_sm90.cu's wgmma
  * version (at D128 without attention dropout, which the mma.sync kernel applies). Anything else: a
- * generic warp-per-row kernel. */
+ * generic warp-per-row kernel. Queries over more keys (a KV cache's decoding): a block per row. */
 #include "attn_common.cuh"
 
 /* Generic path: one warp per query row, 32 keys per step (lane j scores key j0+j), fp32 math. */
@@ -55,6 +55,72 @@ static __global__ void attn_fwd_generic_kernel(attn_args a, T *out, float *lse, 
     for (int c = 0; c < 8; c++)
         if (lane + 32 * c < D) orow[lane + 32 * c] = attn_t<T>::st(o[c] / l);
     if (lane == 0) lse[row / a.T * a.T + i] = (m + log2f(l)) * ATTN_LN2;
+}
+
+/* Queries over cached keys (Tk > T; no document masks or dropout): a block of NW warps per query
+ * row, warp w scoring keys w*32 .. w*32+31, then every NW*32-th run after (lane j key j0+j, as the
+ * generic kernel), each warp with its own running max, sum and output, merged at the end. Causal
+ * query i sees keys j <= i + Tk - T. why a block per row: decoding has B*H rows, too few warps to
+ * fill the GPU at one a row. */
+template <typename T, int NW>
+static __global__ void __launch_bounds__(NW * 32)
+    attn_fwd_rows_kernel(attn_args a, T *out, float *lse, const T *q, const T *k, const T *v) {
+    __shared__ float qs[256], wm[NW], wl[NW], wo[NW][256];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int64_t row = blockIdx.x;
+    const int i = (int)(row % a.T), h = (int)(row / a.T % a.H), b = (int)(row / a.T / a.H);
+    const int hk = h / a.group, D = a.D, n = a.causal ? i + 1 + a.Tk - a.T : a.Tk;
+    const T *qr = q + b * a.st[AQ][0] + i * a.st[AQ][1] + h * a.st[AQ][2];
+    const T *kb = k + b * a.st[AK][0] + hk * a.st[AK][2];
+    const T *vb = v + b * a.st[AV][0] + hk * a.st[AV][2];
+    const float sl2 = a.scale * ATTN_LOG2E;
+    for (int d = threadIdx.x; d < D; d += NW * 32)
+        qs[d] = attn_t<T>::ld(qr[d]) * sl2;
+    __syncthreads();
+    float o[8] = { 0 }, m = -INFINITY, l = 0.0f;
+    for (int j0 = warp * 32; j0 < n; j0 += NW * 32) {
+        const int j = j0 + lane;
+        float s = -INFINITY;
+        if (j < n) {
+            const T *kr = kb + j * a.st[AK][1];
+            s = 0.0f;
+            for (int d = 0; d < D; d++)
+                s += qs[d] * attn_t<T>::ld(kr[d]);
+        }
+        const float mn = fmaxf(m, warp_max(s)); /* finite: lane 0 has key j0 < n */
+        const float alpha = exp2f(m - mn), p = exp2f(s - mn);
+        l = l * alpha + warp_sum(p);
+        m = mn;
+#pragma unroll
+        for (int c = 0; c < 8; c++)
+            o[c] *= alpha;
+        const int cnt = min(32, n - j0);
+        for (int jj = 0; jj < cnt; jj++) {
+            const float pj = __shfl_sync(0xffffffffu, p, jj);
+            const T *vr = vb + (j0 + jj) * a.st[AV][1];
+#pragma unroll
+            for (int c = 0; c < 8; c++)
+                if (lane + 32 * c < D) o[c] += pj * attn_t<T>::ld(vr[lane + 32 * c]);
+        }
+    }
+    if (lane == 0) wm[warp] = m, wl[warp] = l; /* (a warp without keys: -inf and 0) */
+#pragma unroll
+    for (int c = 0; c < 8; c++)
+        if (lane + 32 * c < D) wo[warp][lane + 32 * c] = o[c];
+    __syncthreads();
+    float M = wm[0], L = 0.0f; /* warp 0 always has key 0 */
+    for (int w = 1; w < NW; w++)
+        M = fmaxf(M, wm[w]);
+    for (int w = 0; w < NW; w++)
+        L += wl[w] * exp2f(wm[w] - M);
+    T *orow = out + b * a.st[AO][0] + i * a.st[AO][1] + h * a.st[AO][2];
+    for (int d = threadIdx.x; d < D; d += NW * 32) {
+        float x = 0.0f;
+        for (int w = 0; w < NW; w++)
+            x += wo[w][d] * exp2f(wm[w] - M);
+        orow[d] = attn_t<T>::st(x / L);
+    }
+    if (threadIdx.x == 0) lse[row] = (M + log2f(L)) * ATTN_LN2;
 }
 
 /* Tensor-core path: a block of NW warps owns BR = 16*NW query rows of one (b, h); warp w owns
@@ -160,6 +226,13 @@ template <typename T>
 static mt_status launch(const attn_args &a, int fast, mt_tensor *out, mt_tensor *lse,
                         const mt_tensor *q, const mt_tensor *k, const mt_tensor *v,
                         mt_stream stream) {
+    if (a.Tk != a.T) { /* over cached keys */
+        attn_fwd_rows_kernel<T, 8><<<(unsigned)((int64_t)a.B * a.H * a.T), 256, 0, stream>>>(
+            a, (T *)out->data, (float *)lse->data, (const T *)q->data, (const T *)k->data,
+            (const T *)v->data);
+        MT_CUDA_CHECK_LAUNCH();
+        return MT_OK;
+    }
     if constexpr (sizeof(T) == 2) {
         if (fast && (a.D == 64 || a.D == 128) && attn_sm90_takes(a)) {
             T *o = (T *)out->data;

@@ -1,0 +1,160 @@
+/* gpu: CUDA attention forwards over cached keys (Tq queries, the last of Tk positions, as a KV
+ * cache's decoding and chunked prefill run them; bottom-right causal) against the torch goldens
+ * (f32) and against the CPU reference on the same rounded inputs (f32, bf16, f16; GQA; head dims
+ * 40 to 256; k and v the first Tk rows of a longer cache). Outputs are poisoned first. */
+#include <mt/attention.h>
+#include <mt/testkit.h>
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint64_t draw = 1;
+
+static float rounded(float x, mt_dtype dt) {
+    return dt == MT_BF16  ? mt_bf16_to_f32(mt_f32_to_bf16(x))
+           : dt == MT_F16 ? mt_f16_to_f32(mt_f32_to_f16(x))
+                          : x;
+}
+
+/* host f32 -> a new device buffer of dt (n elements) */
+static void *upload(const float *x, size_t n, mt_dtype dt) {
+    const size_t es = mt_dtype_size(dt);
+    void *tmp = malloc(n * es), *dev = NULL;
+    mt_tensor src = mt_tensor_1d((void *)x, MT_F32, (int64_t)n, MT_DEVICE_CPU);
+    mt_tensor dst = mt_tensor_1d(tmp, dt, (int64_t)n, MT_DEVICE_CPU);
+    MT_CHECK(mt_cast(&dst, &src, NULL));
+    MT_CHECK(mt_device_malloc(&dev, n * es));
+    MT_CHECK(mt_memcpy(dev, mt_device_cuda(0), tmp, MT_DEVICE_CPU, n * es, NULL));
+    free(tmp);
+    return dev;
+}
+
+/* n elements of dt on the device -> host f32 */
+static float *download(const void *dev, size_t n, mt_dtype dt) {
+    const size_t es = mt_dtype_size(dt);
+    void *tmp = malloc(n * es);
+    float *x = malloc(n * 4);
+    MT_CHECK(mt_memcpy(tmp, MT_DEVICE_CPU, dev, mt_device_cuda(0), n * es, NULL));
+    mt_tensor src = mt_tensor_1d(tmp, dt, (int64_t)n, MT_DEVICE_CPU);
+    mt_tensor dst = mt_tensor_1d(x, MT_F32, (int64_t)n, MT_DEVICE_CPU);
+    MT_CHECK(mt_cast(&dst, &src, NULL));
+    free(tmp);
+    return x;
+}
+
+/* One case: q (B,Tq,H,D) and the cache's first Tk of Tmax rows; want_o / want_l the golden (NULL:
+ * the CPU reference on the rounded inputs). */
+static void run(int B, int Tq, int Tk, int Tmax, int H, int Hkv, int D, int causal, mt_dtype dt,
+                const float *q0, const float *k0, const float *v0, const float *want_o,
+                const float *want_l) {
+    const size_t nq = (size_t)B * Tq * H * D, nc = (size_t)B * Tmax * Hkv * D;
+    float *q = malloc(nq * 4), *kc = malloc(nc * 4), *vc = malloc(nc * 4);
+    if (q0) { /* the golden's (B,Tk) k, v into the cache's first rows */
+        memcpy(q, q0, nq * 4);
+        for (int b = 0; b < B; b++) {
+            memcpy(kc + (size_t)b * Tmax * Hkv * D, k0 + (size_t)b * Tk * Hkv * D,
+                   (size_t)Tk * Hkv * D * 4);
+            memcpy(vc + (size_t)b * Tmax * Hkv * D, v0 + (size_t)b * Tk * Hkv * D,
+                   (size_t)Tk * Hkv * D * 4);
+        }
+    } else {
+        mt_test_fill_uniform(q, nq, 77, draw++, -1.5f, 1.5f);
+        mt_test_fill_uniform(kc, nc, 77, draw++, -1.5f, 1.5f);
+        mt_test_fill_uniform(vc, nc, 77, draw++, -1.5f, 1.5f);
+    }
+    for (size_t i = 0; i < nq; i++)
+        q[i] = rounded(q[i], dt);
+    for (size_t i = 0; i < nc; i++)
+        kc[i] = rounded(kc[i], dt), vc[i] = rounded(vc[i], dt);
+    /* the reference: golden, or the CPU's on the same values */
+    float *ro = malloc(nq * 4), *rl = malloc((size_t)B * H * Tq * 4);
+    mt_attn_config cfg = MT_ATTN_CONFIG_INIT;
+    cfg.causal = causal;
+    if (want_o) {
+        memcpy(ro, want_o, nq * 4), memcpy(rl, want_l, (size_t)B * H * Tq * 4);
+    } else {
+        mt_tensor tq = mt_tensor_4d(q, MT_F32, B, Tq, H, D, MT_DEVICE_CPU), tk, tv;
+        mt_tensor ka = mt_tensor_4d(kc, MT_F32, B, Tmax, Hkv, D, MT_DEVICE_CPU);
+        mt_tensor va = mt_tensor_4d(vc, MT_F32, B, Tmax, Hkv, D, MT_DEVICE_CPU);
+        MT_CHECK(mt_tensor_slice(&ka, 1, 0, Tk, &tk));
+        MT_CHECK(mt_tensor_slice(&va, 1, 0, Tk, &tv));
+        mt_tensor to = mt_tensor_4d(ro, MT_F32, B, Tq, H, D, MT_DEVICE_CPU);
+        mt_tensor tl = mt_tensor_3d(rl, MT_F32, B, H, Tq, MT_DEVICE_CPU);
+        MT_CHECK(mt_attn_fwd(&to, &tl, &tq, &tk, &tv, &cfg, NULL));
+    }
+    /* the GPU's, into poisoned outputs */
+    void *dq = upload(q, nq, dt), *dk = upload(kc, nc, dt), *dv = upload(vc, nc, dt);
+    float *poison = malloc(nq * 4);
+    for (size_t i = 0; i < nq; i++)
+        poison[i] = NAN;
+    void *dout = upload(poison, nq, dt), *dl = upload(poison, (size_t)B * H * Tq, MT_F32);
+    mt_tensor tq = mt_tensor_4d(dq, dt, B, Tq, H, D, mt_device_cuda(0)), tk, tv;
+    mt_tensor ka = mt_tensor_4d(dk, dt, B, Tmax, Hkv, D, mt_device_cuda(0));
+    mt_tensor va = mt_tensor_4d(dv, dt, B, Tmax, Hkv, D, mt_device_cuda(0));
+    MT_CHECK(mt_tensor_slice(&ka, 1, 0, Tk, &tk));
+    MT_CHECK(mt_tensor_slice(&va, 1, 0, Tk, &tv));
+    mt_tensor to = mt_tensor_4d(dout, dt, B, Tq, H, D, mt_device_cuda(0));
+    mt_tensor tl = mt_tensor_3d(dl, MT_F32, B, H, Tq, mt_device_cuda(0));
+    MT_CHECK(mt_attn_fwd(&to, &tl, &tq, &tk, &tv, &cfg, NULL));
+    MT_CHECK(mt_stream_sync(NULL));
+    float *go = download(dout, nq, dt), *gl = download(dl, (size_t)B * H * Tq, MT_F32);
+    /* out: the dtype's rounding of values of size ~1; lse: f32 sums */
+    const double tol = dt == MT_BF16 ? 1e-2 : dt == MT_F16 ? 2e-3 : 1e-4;
+    char msg[160];
+    snprintf(msg, sizeof msg, "B%d Tq%d Tk%d (of %d) H%d KV%d D%d %s %s%s out", B, Tq, Tk, Tmax, H,
+             Hkv, D, causal ? "causal" : "full", mt_dtype_name(dt), want_o ? " golden" : "");
+    mt_test_close_f32(msg, go, ro, nq, tol, tol);
+    msg[strlen(msg) - 3] = 0;
+    strcat(msg, "lse");
+    mt_test_close_f32(msg, gl, rl, (size_t)B * H * Tq, 1e-4, 1e-4);
+    mt_device_free(dq), mt_device_free(dk), mt_device_free(dv), mt_device_free(dout);
+    mt_device_free(dl);
+    free(q), free(kc), free(vc), free(ro), free(rl), free(poison), free(go), free(gl);
+}
+
+static void golden(const char *name, int causal) {
+    const char *keys[5] = { "q", "k", "v", "out", "lse" };
+    float *x[5];
+    mt_npy qs, ks;
+    for (int i = 0; i < 5; i++) {
+        char f[128];
+        snprintf(f, sizeof f, "attn_%s_%s.npy", name, keys[i]);
+        x[i] = mt_test_golden_f32(f, NULL, i == 0 ? &qs : i == 1 ? &ks : NULL);
+    }
+    const int B = (int)qs.shape[0], Tq = (int)qs.shape[1], H = (int)qs.shape[2];
+    const int D = (int)qs.shape[3], Tk = (int)ks.shape[1], Hkv = (int)ks.shape[2];
+    run(B, Tq, Tk, Tk + 5, H, Hkv, D, causal, MT_F32, x[0], x[1], x[2], x[3], x[4]);
+    run(B, Tq, Tk, Tk + 5, H, Hkv, D, causal, MT_BF16, x[0], x[1], x[2], NULL, NULL);
+    for (int i = 0; i < 5; i++)
+        free(x[i]);
+}
+
+int main(void) {
+    mt_test_require_gpus(1);
+    golden("kv_mha_q1_k37_d64_causal", 1);
+    golden("kv_gqa2_q5_k21_d40_causal", 1);
+    golden("kv_mqa_q7_k13_d64", 0);
+    golden("kv_gqa2_q70_k300_d128_causal", 1);
+    static const struct {
+        int B, Tq, Tk, Tmax, H, Hkv, D, causal;
+        mt_dtype dt;
+    } cases[] = {
+        /* decoding: one query over the cache, GPT-2 1.5B's and Llama-like heads */
+        { 1, 1, 1, 1024, 25, 25, 64, 1, MT_BF16 },
+        { 1, 1, 1000, 1024, 25, 25, 64, 1, MT_BF16 },
+        { 2, 1, 517, 600, 8, 2, 128, 1, MT_BF16 },
+        { 3, 1, 2049, 4096, 4, 1, 128, 1, MT_F16 },
+        { 1, 1, 300, 300, 2, 2, 256, 1, MT_F32 },
+        /* chunked prefill: a chunk of queries over everything before it and itself */
+        { 1, 64, 64, 1024, 12, 12, 64, 1, MT_BF16 },
+        { 1, 64, 700, 1024, 12, 12, 64, 1, MT_BF16 },
+        { 2, 33, 90, 128, 6, 3, 40, 1, MT_F32 },
+        /* queries over other keys, unmasked */
+        { 2, 9, 300, 300, 4, 4, 96, 0, MT_F16 },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        run(cases[i].B, cases[i].Tq, cases[i].Tk, cases[i].Tmax, cases[i].H, cases[i].Hkv,
+            cases[i].D, cases[i].causal, cases[i].dt, NULL, NULL, NULL, NULL, NULL);
+    return mt_test_result();
+}
