@@ -34,7 +34,7 @@ enum {
 };
 struct attn_args {
     int B, T, H, Hkv, D, group, causal, ds_split;
-    int Tk; /* keys: T, or more in a forward over cached keys (attn_fwd_rows_kernel) */
+    int Tk;         /* keys: T, or more in a forward over cached keys (attn_fwd_rows_kernel) */
     int tail_heads; /* wgmma grids: the last heads taken a tile per block (block_work) */
     /* the non-causal wgmma backward: its last split_tiles key tiles walked by split_pieces
      * blocks (kv_pass_of), their f32 dK, dV added into split_acc, room for split_cap tiles
