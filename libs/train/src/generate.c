@@ -107,7 +107,18 @@ typedef struct gen {
     int32_t *htok;
     int32_t *cached; /* the tokens whose keys and values kv holds: cached[0..ncached) */
     int ncached;
+    mt_prof *prof;    /* MT_PROFILE=1: the forwards' operations, per token at the end */
+    double t_enqueue; /* (with prof) wall seconds in mt_model_forward, enqueueing */
+    long calls;       /* next_logits calls */
 } gen;
+
+/* A forward of m over tok (timed by g->prof when set). */
+static mt_status run_forward(gen *g, mt_model *m, const mt_tensor *tok) {
+    const double t0 = g->prof ? mt_time_now() : 0.0;
+    MT_TRY(mt_model_forward(m, tok, NULL, NULL));
+    if (g->prof) g->t_enqueue += mt_time_now() - t0;
+    return MT_OK;
+}
 
 /* The logits after tokens[0..n) without a KV cache: the forward over the n tokens (the rest of
  * the window zeros, which a causal model's position n - 1 does not see). */
@@ -115,7 +126,7 @@ static mt_status window_logits(gen *g, const int32_t *tokens, int n, mt_tensor *
     memset(g->htok, 0, (size_t)g->T * 4);
     memcpy(g->htok, tokens, (size_t)n * 4);
     MT_TRY(mt_memcpy(g->tok.data, g->dev, g->htok, MT_DEVICE_CPU, (size_t)g->T * 4, NULL));
-    MT_TRY(mt_model_forward(g->m, &g->tok, NULL, NULL));
+    MT_TRY(run_forward(g, g->m, &g->tok));
     mt_tensor lg = mt_model_logits(g->m);
     return mt_tensor_slice(&lg, 0, n - 1, 1, last);
 }
@@ -135,7 +146,7 @@ static mt_status cached_logits(gen *g, const int32_t *tokens, int n, mt_tensor *
         mt_tensor *tok = k == g->C ? &g->tok : &g->tok1;
         MT_TRY(mt_memcpy(tok->data, g->dev, tokens + p, MT_DEVICE_CPU, (size_t)k * 4, NULL));
         MT_TRY(mt_model_set_kv_cache(m, g->kv, p));
-        MT_TRY(mt_model_forward(m, tok, NULL, NULL));
+        MT_TRY(run_forward(g, m, tok));
         memcpy(g->cached + p, tokens + p, (size_t)k * 4);
         g->ncached = p += k;
     }
@@ -148,7 +159,9 @@ static mt_status next_logits(void *ctx, const int32_t *tokens, int n, float *log
     mt_tensor last;
     MT_TRY(g->kv ? cached_logits(g, tokens, n, &last) : window_logits(g, tokens, n, &last));
     MT_TRY(mt_cast(&g->row, &last, NULL));
-    return mt_memcpy(logits, MT_DEVICE_CPU, g->row.data, g->dev, (size_t)g->V * 4, NULL);
+    MT_TRY(mt_memcpy(logits, MT_DEVICE_CPU, g->row.data, g->dev, (size_t)g->V * 4, NULL));
+    g->calls++;
+    return mt_prof_collect(g->prof);
 }
 
 /* Every parameter of m from checkpoint ck (unsharded, as mt-pretrain and mt-convert write). */
@@ -211,6 +224,13 @@ typedef struct generator {
 } generator;
 
 static void generator_close(generator *G) {
+    if (G->g.prof && G->g.calls) {
+        fprintf(stderr,
+                "mt-generate: per token: %.3f ms in mt_model_forward (enqueueing); by operation:\n",
+                1e3 * G->g.t_enqueue / (double)G->g.calls);
+        mt_prof_print(G->g.prof, stderr, (double)G->g.calls);
+    }
+    mt_prof_destroy(G->g.prof);
     free(G->g.htok);
     free(G->g.cached);
     mt_arena_destroy(G->ar);
@@ -262,6 +282,12 @@ static mt_status generator_model(generator *G, int window) {
         MT_TRY(mt_model_kv_cache_create(g->m, g->T, &g->kv));
         g->cached = malloc((size_t)g->T * 4);
         MT_REQUIRE(g->cached, MT_ERR_OOM, "tokens");
+    }
+    const int prof = mt_env_int("MT_PROFILE", 0); /* 2: host time (enqueueing) per operation */
+    if (prof) {
+        MT_TRY(mt_prof_create(&g->prof, prof == 1 && mt_device_is_cuda(g->dev), 8192));
+        mt_model_set_profiler(g->m, g->prof);
+        if (g->one) mt_model_set_profiler(g->one, g->prof);
     }
     g->V = c.vocab_size;
     const int64_t Vp = mt_model_get_config(g->m)->padded_vocab_size;
