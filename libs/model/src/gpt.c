@@ -431,19 +431,15 @@ static mt_status moe_bwd(mt_model *m, int l, layer_acts *la, const layer_params 
 
 /* Inference over a KV cache (mt_model_set_kv_cache): layer l's k and v of the T tokens into the
  * cache's rows [pos, pos+T), then q's attention over its rows [0, pos+T) (causal: each query the
- * last of its keys, mt-attention's bottom-right alignment). */
+ * last of its keys, mt-attention's bottom-right alignment). pos + T comes from the device (kv_len),
+ * so a CUDA graph of the forward replays at any position. */
 static mt_status kv_attn(mt_model *m, int l, mt_tensor *y, mt_tensor *lse, const mt_tensor *q,
                          const mt_tensor *k, const mt_tensor *v, const mt_attn_config *ac,
                          mt_stream s) {
-    const int64_t T = m->cfg.seq_length, pos = m->kv_pos;
-    mt_tensor kr, vr, kall, vall;
-    MT_TRY(mt_tensor_slice(&m->kv->k[l], 1, pos, T, &kr));
-    MT_TRY(mt_tensor_slice(&m->kv->v[l], 1, pos, T, &vr));
-    MT_TRY(mt_copy(&kr, k, s));
-    MT_TRY(mt_copy(&vr, v, s));
-    MT_TRY(mt_tensor_slice(&m->kv->k[l], 1, 0, pos + T, &kall));
-    MT_TRY(mt_tensor_slice(&m->kv->v[l], 1, 0, pos + T, &vall));
-    return mt_attn_fwd(y, lse, q, &kall, &vall, ac, s);
+    MT_TRY(mt_attn_kv_append(&m->kv->k[l], &m->kv->v[l], k, v, &m->kv_len, s));
+    mt_attn_config c = *ac;
+    c.key_len = &m->kv_len;
+    return mt_attn_fwd(y, lse, q, &m->kv->k[l], &m->kv->v[l], &c, s);
 }
 
 static mt_status layer_fwd(mt_model *m, int l, mt_tensor *next, mt_stream s) {
@@ -680,10 +676,56 @@ static mt_status whole_model(const mt_model *m, const char *what) {
     return MT_OK;
 }
 
+typedef struct f_call {
+    mt_model *m;
+    const mt_tensor *tokens;
+} f_call;
+
+static mt_status f_capture(void *ctx, mt_stream s) {
+    f_call *c = ctx;
+    return stage_fwd(c->m, c->tokens, NULL, 0, 0.0f, s);
+}
+
+/* An inference model's forward without targets as a CUDA graph (mt_model_set_cuda_graphs):
+ * captured at the second call with the same tokens buffer, stream, positions and KV cache,
+ * replayed after; the first runs eagerly (cuBLASLt's algorithm choice). A KV cache's position is
+ * read from the device, so one graph serves every decoding step. */
+static mt_status fwd_graph(mt_model *m, const mt_tensor *tokens, mt_stream s) {
+    MT_TRY(check_ids(m, tokens, "tokens"));
+    graph_slot *g = &m->gf;
+    graph_key k;
+    memset(&k, 0, sizeof k);
+    k.tokens = tokens->data, k.stream = s, k.positions = m->pos.data, k.kv = m->kv;
+    const int same = g->seen && memcmp(&k, &g->key, sizeof k) == 0;
+    if (!g->graph || !same) {
+        mt_graph_destroy(g->graph);
+        g->graph = NULL;
+        if (!same) {
+            g->key = k, g->seen = 1;
+            return stage_fwd(m, tokens, NULL, 0, 0.0f, s);
+        }
+        f_call c = { m, tokens };
+        if (mt_graph_capture(f_capture, &c, &g->graph) != MT_OK) {
+            MT_LOG_WARN("CUDA graph capture of the forward failed (%s); running without graphs",
+                        mt_last_error());
+            mt_error_clear();
+            m->graphs = 0;
+            return stage_fwd(m, tokens, NULL, 0, 0.0f, s);
+        }
+    }
+    MT_TRY(mt_graph_launch(g->graph, s));
+    m->slot_tokens[0] = *tokens;
+    return MT_OK;
+}
+
 mt_status mt_model_forward(mt_model *m, const mt_tensor *tokens, const mt_tensor *targets,
                            mt_stream stream) {
     MT_REQUIRE(m && tokens, MT_ERR_INVALID_ARG, "NULL model or tokens");
     MT_TRY(whole_model(m, "mt_model_forward"));
+    /* (inference models only; MoE: the tokens per expert come to the host every layer) */
+    if (m->graphs && m->no_grads && !targets && !m->prof && mt_device_is_cuda(m->dev) &&
+        !moe_n(&m->cfg))
+        return fwd_graph(m, tokens, stream);
     return stage_fwd(m, tokens, targets, 0, 0.0f, stream);
 }
 

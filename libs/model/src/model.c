@@ -905,17 +905,22 @@ mt_status mt_model_set_kv_cache(mt_model *m, mt_model_kv_cache *c, int pos) {
                MT_ERR_INVALID_ARG, "positions %d..%d: the model has %d position embeddings", pos,
                pos + T - 1, mc->max_position_embeddings);
     MT_REQUIRE(!m->ks.data, MT_ERR_UNSUPPORTED, "a KV cache with document masks");
+    const size_t n = (size_t)m->B * (T + 1); /* positions (B,T), then lengths (B) */
     if (!m->kv_arena) {
-        MT_TRY(mt_arena_create(m->dev, (size_t)m->B * T * 4 + MT_ARENA_ALIGN, &m->kv_arena));
-        MT_TRY(mt_tensor_alloc(m->kv_arena, MT_I32, 2, (int64_t[]){ m->B, T }, &m->kv_positions));
+        void *buf;
+        MT_TRY(mt_arena_create(m->dev, n * 4 + MT_ARENA_ALIGN, &m->kv_arena));
+        MT_TRY(mt_arena_alloc(m->kv_arena, n * 4, &buf));
+        m->kv_positions = mt_tensor_2d(buf, MT_I32, m->B, T, m->dev);
+        m->kv_len = mt_tensor_1d((int32_t *)buf + (size_t)m->B * T, MT_I32, m->B, m->dev);
     }
-    int32_t *p = malloc((size_t)m->B * T * 4);
+    int32_t *p = malloc(n * 4);
     MT_REQUIRE(p, MT_ERR_OOM, "positions");
-    for (int b = 0; b < m->B; b++)
+    for (int b = 0; b < m->B; b++) {
         for (int t = 0; t < T; t++)
             p[b * T + t] = pos + t;
-    mt_status st =
-        mt_memcpy(m->kv_positions.data, m->dev, p, MT_DEVICE_CPU, (size_t)m->B * T * 4, NULL);
+        p[(size_t)m->B * T + b] = pos + T;
+    }
+    mt_status st = mt_memcpy(m->kv_positions.data, m->dev, p, MT_DEVICE_CPU, n * 4, NULL);
     free(p);
     MT_TRY(st);
     m->kv = c, m->kv_pos = pos;
@@ -925,6 +930,7 @@ mt_status mt_model_set_kv_cache(mt_model *m, mt_model_kv_cache *c, int pos) {
 void mt_model_destroy(mt_model *m) {
     if (!m) return;
     mt_arena_destroy(m->kv_arena);
+    mt_graph_destroy(m->gf.graph);
     for (int i = 0; i < MODEL_GRAPH_SLOTS; i++)
         mt_graph_destroy(m->gs[i].graph);
     mt_blas_destroy(m->blas);
@@ -1131,6 +1137,8 @@ void mt_model_set_cuda_graphs(mt_model *m, int on) {
             mt_graph_destroy(m->gs[i].graph);
             m->gs[i] = (graph_slot){ 0 };
         }
+        mt_graph_destroy(m->gf.graph);
+        m->gf = (graph_slot){ 0 };
     }
 }
 

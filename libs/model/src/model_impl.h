@@ -174,9 +174,10 @@ typedef struct layer_params {
     mt_model_param *router_w, **exp_fc1, **exp_fc2, **exp_fc1_b, **exp_fc2_b;
 } layer_params;
 
-/* What a captured forward_backward depends on besides the model's own buffers. */
+/* What a captured forward_backward (or inference forward) depends on besides the model's own
+ * buffers. */
 typedef struct graph_key {
-    const void *tokens, *targets, *positions, *sample_ids;
+    const void *tokens, *targets, *positions, *sample_ids, *kv;
     mt_stream stream;
     float loss_scale;
     mt_model_grad_ready_fn ready_fn; /* what the capture recorded of the callbacks' work */
@@ -249,7 +250,9 @@ struct mt_model {
     mt_model_kv_cache *kv;  /* NULL: no KV cache */
     int kv_pos;             /* the first token's position */
     mt_tensor kv_positions; /* (B,T) i32: kv_pos + t (kv_arena) */
+    mt_tensor kv_len;       /* (B) i32: kv_pos + T, the keys after this forward (kv_arena) */
     mt_arena *kv_arena;
+    graph_slot gf; /* mt_model_forward's graph (inference models with graphs on) */
 };
 
 /* Every layer's keys and values: k[l], v[l] (B, max_len, local kv heads, kv channels). */

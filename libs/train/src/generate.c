@@ -277,8 +277,9 @@ static mt_status generator_model(generator *G, int window) {
     MT_TRY(mt_device_set(g->dev));
     MT_TRY(mt_model_create_inference(&c, 1, g->dev, &g->m));
     MT_TRY(load_params(g->m, G->ck));
-    if (cache) {
+    if (cache) { /* (decoding: one CUDA graph; MT_CUDA_GRAPHS=0 turns it off) */
         MT_TRY(mt_model_create_view(g->m, 1, 1, &g->one));
+        mt_model_set_cuda_graphs(g->one, mt_env_int("MT_CUDA_GRAPHS", 1) != 0);
         MT_TRY(mt_model_kv_cache_create(g->m, g->T, &g->kv));
         g->cached = malloc((size_t)g->T * 4);
         MT_REQUIRE(g->cached, MT_ERR_OOM, "tokens");

@@ -46,7 +46,22 @@ static mt_status resolve(attn_shape *s, const mt_tensor *q, const mt_tensor *k,
     MT_TRY(check_bthd_t(k, "k", q, 0, fwd ? -1 : 0));
     s->B = q->shape[0], s->T = q->shape[1], s->H = q->shape[2], s->D = q->shape[3];
     s->Tk = k->shape[1];
-    if (s->Tk != s->T) { /* a forward over cached keys */
+    s->kl = NULL;
+    const mt_tensor *kl = cfg->key_len;
+    if (kl) { /* per-row key counts (a KV cache's lengths) */
+        MT_REQUIRE(fwd, MT_ERR_INVALID_ARG, "key_len is for the forward only");
+        MT_REQUIRE(kl->data && kl->dtype == MT_I32 && kl->ndim == 1 && kl->shape[0] == s->B &&
+                       mt_tensor_is_contiguous(kl) && mt_device_eq(kl->device, q->device),
+                   MT_ERR_INVALID_ARG, "key_len must be contiguous i32 (B) = (%lld) on q's device",
+                   (long long)s->B);
+        s->kl = kl->data;
+        if (!mt_device_is_cuda(q->device)) /* (CUDA relies on them) */
+            for (int64_t b = 0; b < s->B; b++)
+                MT_REQUIRE(s->kl[b] >= s->T && s->kl[b] <= s->Tk, MT_ERR_INVALID_ARG,
+                           "key_len[%lld] = %d: must be in [%lld, %lld] (the queries, the keys)",
+                           (long long)b, s->kl[b], (long long)s->T, (long long)s->Tk);
+    }
+    if (s->Tk != s->T || kl) { /* a forward over cached keys */
         MT_REQUIRE(!cfg->causal || s->Tk >= s->T, MT_ERR_INVALID_ARG,
                    "causal attention of %lld queries over %lld keys: the queries are the last "
                    "keys' positions, so there must be at least as many keys",
@@ -195,4 +210,29 @@ mt_status mt_attn_bwd(mt_tensor *dq, mt_tensor *dk, mt_tensor *dv, const mt_tens
                       void *workspace, size_t workspace_bytes, mt_stream stream) {
     return mt_attn_bwd_bias(dq, dk, dv, NULL, NULL, NULL, 0, dout, q, k, v, out, lse, cfg,
                             workspace, workspace_bytes, stream);
+}
+
+mt_status mt_attn_kv_append(mt_tensor *kcache, mt_tensor *vcache, const mt_tensor *k,
+                            const mt_tensor *v, const mt_tensor *key_len, mt_stream stream) {
+    MT_TRY(check_bthd(kcache, "kcache", NULL, 0));
+    MT_TRY(check_bthd_t(vcache, "vcache", kcache, 0, 0));
+    MT_TRY(check_bthd_t(k, "k", kcache, kcache->shape[2], -1));
+    MT_TRY(check_bthd_t(v, "v", k, kcache->shape[2], 0));
+    const int64_t B = kcache->shape[0], T = k->shape[1], Tmax = kcache->shape[1];
+    MT_REQUIRE(T <= Tmax, MT_ERR_INVALID_ARG, "%lld new tokens for a cache of %lld", (long long)T,
+               (long long)Tmax);
+    MT_REQUIRE(key_len && key_len->data && key_len->dtype == MT_I32 && key_len->ndim == 1 &&
+                   key_len->shape[0] == B && mt_tensor_is_contiguous(key_len) &&
+                   mt_device_eq(key_len->device, k->device),
+               MT_ERR_INVALID_ARG, "key_len must be contiguous i32 (B) = (%lld) on k's device",
+               (long long)B);
+    const int32_t *len = key_len->data;
+    if (!mt_device_is_cuda(k->device))
+        for (int64_t b = 0; b < B; b++)
+            MT_REQUIRE(len[b] >= T && len[b] <= Tmax, MT_ERR_INVALID_ARG,
+                       "key_len[%lld] = %d: must be in [%lld, %lld] (the new tokens, the cache)",
+                       (long long)b, len[b], (long long)T, (long long)Tmax);
+    if (B * T == 0) return MT_OK;
+    return MT_DISPATCH(k->device, attn_kv_append_cpu(kcache, vcache, k, v, len),
+                       attn_kv_append_cuda(kcache, vcache, k, v, len, stream));
 }

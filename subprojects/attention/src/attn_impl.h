@@ -50,6 +50,7 @@ typedef struct attn_shape {
     int causal, deterministic, ds_split;
     int esize;         /* bytes per element of q */
     const int32_t *ks; /* cfg.key_start's (B,T) data on q's device, or NULL */
+    const int32_t *kl; /* cfg.key_len's (B) data on q's device, or NULL (Tk keys a row) */
     attn_drop drop;
 } attn_shape;
 
@@ -107,6 +108,10 @@ mt_status attn_bwd_cpu(const attn_shape *s, mt_tensor *dq, mt_tensor *dk, mt_ten
                        const mt_tensor *dout, const mt_tensor *q, const mt_tensor *k,
                        const mt_tensor *v, const mt_tensor *out, const mt_tensor *lse,
                        const attn_bias *bias);
+mt_status attn_kv_append_cpu(mt_tensor *kc, mt_tensor *vc, const mt_tensor *k, const mt_tensor *v,
+                             const int32_t *len);
+mt_status attn_kv_append_cuda(mt_tensor *kc, mt_tensor *vc, const mt_tensor *k, const mt_tensor *v,
+                              const int32_t *len, mt_stream stream);
 mt_status attn_fwd_cuda(const attn_shape *s, mt_tensor *out, mt_tensor *lse, const mt_tensor *q,
                         const mt_tensor *k, const mt_tensor *v, mt_stream stream);
 mt_status attn_bwd_cuda(const attn_shape *s, mt_tensor *dq, mt_tensor *dk, mt_tensor *dv,

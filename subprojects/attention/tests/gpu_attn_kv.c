@@ -1,7 +1,8 @@
 /* gpu: CUDA attention forwards over cached keys (Tq queries, the last of Tk positions, as a KV
  * cache's decoding and chunked prefill run them; bottom-right causal) against the torch goldens
  * (f32) and against the CPU reference on the same rounded inputs (f32, bf16, f16; GQA; head dims
- * 40 to 256; k and v the first Tk rows of a longer cache). Outputs are poisoned first. */
+ * 40 to 256; k and v the first Tk rows of a longer cache); with per-row lengths on the device
+ * (key_len) after mt_attn_kv_append. Outputs are poisoned first. */
 #include <mt/attention.h>
 #include <mt/testkit.h>
 
@@ -113,6 +114,92 @@ static void run(int B, int Tq, int Tk, int Tmax, int H, int Hkv, int D, int caus
     free(q), free(kc), free(vc), free(ro), free(rl), free(poison), free(go), free(gl);
 }
 
+/* A KV cache's step with lengths on the device: rows of each sequence's cache past its length,
+ * and the T rows the step appends, are NaN; the T new keys and values go in by mt_attn_kv_append
+ * (GPU and CPU), then attention with key_len over the whole cache. The GPU's appended rows must
+ * be the CPU's, its out and lse the CPU's. */
+static void run_len(int B, int Tq, int Tmax, int H, int Hkv, int D, int causal, mt_dtype dt,
+                    const int32_t *len) {
+    const size_t nq = (size_t)B * Tq * H * D, nc = (size_t)B * Tmax * Hkv * D;
+    const size_t nn = (size_t)B * Tq * Hkv * D;
+    float *q = malloc(nq * 4), *kc = malloc(nc * 4), *vc = malloc(nc * 4);
+    float *kn = malloc(nn * 4), *vn = malloc(nn * 4);
+    mt_test_fill_uniform(q, nq, 78, draw++, -1.5f, 1.5f);
+    mt_test_fill_uniform(kc, nc, 78, draw++, -1.5f, 1.5f);
+    mt_test_fill_uniform(vc, nc, 78, draw++, -1.5f, 1.5f);
+    mt_test_fill_uniform(kn, nn, 78, draw++, -1.5f, 1.5f);
+    mt_test_fill_uniform(vn, nn, 78, draw++, -1.5f, 1.5f);
+    for (size_t i = 0; i < nq; i++)
+        q[i] = rounded(q[i], dt);
+    for (size_t i = 0; i < nn; i++)
+        kn[i] = rounded(kn[i], dt), vn[i] = rounded(vn[i], dt);
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < Tmax; t++)
+            for (int e = 0; e < Hkv * D; e++) {
+                const size_t i = ((size_t)b * Tmax + t) * Hkv * D + e;
+                const int gone = t >= len[b] - Tq; /* (the appended rows and those past them) */
+                kc[i] = gone ? NAN : rounded(kc[i], dt);
+                vc[i] = gone ? NAN : rounded(vc[i], dt);
+            }
+    mt_attn_config cfg = MT_ATTN_CONFIG_INIT;
+    cfg.causal = causal;
+    /* the GPU's (uploaded before the CPU appends into kc, vc) */
+    void *dq = upload(q, nq, dt), *dk = upload(kc, nc, dt), *dv = upload(vc, nc, dt);
+    void *dkn = upload(kn, nn, dt), *dvn = upload(vn, nn, dt), *dl = NULL, *dout = NULL;
+    int32_t *dlen = NULL;
+    MT_CHECK(mt_device_malloc(&dl, (size_t)B * H * Tq * 4));
+    MT_CHECK(mt_device_malloc(&dout, nq * mt_dtype_size(dt)));
+    MT_CHECK(mt_device_malloc((void **)&dlen, (size_t)B * 4));
+    MT_CHECK(mt_memcpy(dlen, mt_device_cuda(0), len, MT_DEVICE_CPU, (size_t)B * 4, NULL));
+    const mt_device g = mt_device_cuda(0);
+    mt_tensor gq = mt_tensor_4d(dq, dt, B, Tq, H, D, g);
+    mt_tensor gk = mt_tensor_4d(dk, dt, B, Tmax, Hkv, D, g);
+    mt_tensor gv = mt_tensor_4d(dv, dt, B, Tmax, Hkv, D, g);
+    mt_tensor gkn = mt_tensor_4d(dkn, dt, B, Tq, Hkv, D, g);
+    mt_tensor gvn = mt_tensor_4d(dvn, dt, B, Tq, Hkv, D, g);
+    mt_tensor go = mt_tensor_4d(dout, dt, B, Tq, H, D, g);
+    mt_tensor gl = mt_tensor_3d(dl, MT_F32, B, H, Tq, g);
+    mt_tensor glen = mt_tensor_1d(dlen, MT_I32, B, g);
+    MT_CHECK(mt_attn_kv_append(&gk, &gv, &gkn, &gvn, &glen, NULL));
+    cfg.key_len = &glen;
+    MT_CHECK(mt_attn_fwd(&go, &gl, &gq, &gk, &gv, &cfg, NULL));
+    MT_CHECK(mt_stream_sync(NULL));
+    /* the CPU's */
+    mt_tensor cq = mt_tensor_4d(q, MT_F32, B, Tq, H, D, MT_DEVICE_CPU);
+    mt_tensor ck = mt_tensor_4d(kc, MT_F32, B, Tmax, Hkv, D, MT_DEVICE_CPU);
+    mt_tensor cv = mt_tensor_4d(vc, MT_F32, B, Tmax, Hkv, D, MT_DEVICE_CPU);
+    mt_tensor ckn = mt_tensor_4d(kn, MT_F32, B, Tq, Hkv, D, MT_DEVICE_CPU);
+    mt_tensor cvn = mt_tensor_4d(vn, MT_F32, B, Tq, Hkv, D, MT_DEVICE_CPU);
+    float *ro = malloc(nq * 4), *rl = malloc((size_t)B * H * Tq * 4);
+    mt_tensor co = mt_tensor_4d(ro, MT_F32, B, Tq, H, D, MT_DEVICE_CPU);
+    mt_tensor cl = mt_tensor_3d(rl, MT_F32, B, H, Tq, MT_DEVICE_CPU);
+    mt_tensor clen = mt_tensor_1d((void *)len, MT_I32, B, MT_DEVICE_CPU);
+    MT_CHECK(mt_attn_kv_append(&ck, &cv, &ckn, &cvn, &clen, NULL));
+    cfg.key_len = &clen;
+    MT_CHECK(mt_attn_fwd(&co, &cl, &cq, &ck, &cv, &cfg, NULL));
+    /* the appended caches: every row below its length equal */
+    float *gkc = download(dk, nc, dt), *gvc = download(dv, nc, dt);
+    size_t bad = 0;
+    for (int b = 0; b < B; b++)
+        for (size_t i = (size_t)b * Tmax * Hkv * D; i < ((size_t)b * Tmax + len[b]) * Hkv * D; i++)
+            bad += gkc[i] != kc[i] || gvc[i] != vc[i];
+    MT_EXPECT(bad == 0, "B%d Tq%d Tmax%d %s: %zu cache values differ after the append", B, Tq, Tmax,
+              mt_dtype_name(dt), bad);
+    float *o = download(dout, nq, dt), *l = download(dl, (size_t)B * H * Tq, MT_F32);
+    const double tol = dt == MT_BF16 ? 1e-2 : dt == MT_F16 ? 2e-3 : 1e-4;
+    char msg[160];
+    snprintf(msg, sizeof msg, "key_len B%d Tq%d (cache %d, lengths %d..) H%d KV%d D%d %s %s out", B,
+             Tq, Tmax, len[0], H, Hkv, D, causal ? "causal" : "full", mt_dtype_name(dt));
+    mt_test_close_f32(msg, o, ro, nq, tol, tol);
+    msg[strlen(msg) - 3] = 0;
+    strcat(msg, "lse");
+    mt_test_close_f32(msg, l, rl, (size_t)B * H * Tq, 1e-4, 1e-4);
+    mt_device_free(dq), mt_device_free(dk), mt_device_free(dv), mt_device_free(dkn);
+    mt_device_free(dvn), mt_device_free(dl), mt_device_free(dout), mt_device_free(dlen);
+    free(q), free(kc), free(vc), free(kn), free(vn), free(ro), free(rl), free(gkc), free(gvc);
+    free(o), free(l);
+}
+
 static void golden(const char *name, int causal) {
     const char *keys[5] = { "q", "k", "v", "out", "lse" };
     float *x[5];
@@ -156,5 +243,10 @@ int main(void) {
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         run(cases[i].B, cases[i].Tq, cases[i].Tk, cases[i].Tmax, cases[i].H, cases[i].Hkv,
             cases[i].D, cases[i].causal, cases[i].dt, NULL, NULL, NULL, NULL, NULL);
+    /* lengths on the device: decoding rows at different positions, a prefill chunk */
+    run_len(3, 1, 1024, 12, 12, 64, 1, MT_BF16, (const int32_t[]){ 1, 700, 1024 });
+    run_len(2, 1, 300, 8, 2, 128, 1, MT_F16, (const int32_t[]){ 17, 256 });
+    run_len(2, 16, 200, 4, 4, 64, 1, MT_BF16, (const int32_t[]){ 16, 133 });
+    run_len(1, 5, 40, 4, 2, 40, 1, MT_F32, (const int32_t[]){ 23 });
     return mt_test_result();
 }

@@ -222,6 +222,41 @@ static void run_kv(const char *name, int causal) {
     MT_CHECK(mt_attn_fwd(&tout, &tlse, &tq, &tk, &tv, &cfg, NULL));
     check("cached keys", &c, out, "out", (size_t)(B * T * H * D));
     check("cached keys", &c, lse, "lse", (size_t)(B * H * T));
+    /* the same keys appended in two pieces (mt_attn_kv_append) to a cache of NaN rows, then the
+     * whole cache with key_len = Tk (the rows past it, NaN, must not be read) */
+    const size_t nc = (size_t)(B * Tmax * Hkv * D);
+    float *kn = malloc(nc * 4), *vn = malloc(nc * 4);
+    for (size_t i = 0; i < nc; i++)
+        kn[i] = vn[i] = NAN;
+    mt_tensor kna = mt_tensor_4d(kn, MT_F32, B, Tmax, Hkv, D, MT_DEVICE_CPU);
+    mt_tensor vna = mt_tensor_4d(vn, MT_F32, B, Tmax, Hkv, D, MT_DEVICE_CPU);
+    int32_t len[8];
+    mt_tensor tlen = mt_tensor_1d(len, MT_I32, B, MT_DEVICE_CPU);
+    const int64_t half = Tk / 2;
+    for (int piece = 0; piece < 2; piece++) {
+        const int64_t r0 = piece ? half : 0, r1 = piece ? Tk : half;
+        mt_tensor kp, vp;
+        MT_CHECK(mt_tensor_slice(&kall, 1, r0, r1 - r0, &kp));
+        MT_CHECK(mt_tensor_slice(&vall, 1, r0, r1 - r0, &vp));
+        for (int64_t b = 0; b < B; b++)
+            len[b] = (int32_t)r1;
+        MT_CHECK(mt_attn_kv_append(&kna, &vna, &kp, &vp, &tlen, NULL));
+    }
+    int same = 1;
+    for (int64_t b = 0; b < B; b++)
+        same &=
+            !memcmp(kn + b * Tmax * Hkv * D, kc + b * Tmax * Hkv * D, (size_t)(Tk * Hkv * D) * 4) &&
+            !memcmp(vn + b * Tmax * Hkv * D, vc + b * Tmax * Hkv * D, (size_t)(Tk * Hkv * D) * 4);
+    MT_EXPECT(same, "%s: mt_attn_kv_append's rows differ from the keys and values", name);
+    cfg.key_len = &tlen; /* (len = Tk from the last piece) */
+    memset(out, 0, (size_t)(B * T * H * D) * 4);
+    MT_CHECK(mt_attn_fwd(&tout, &tlse, &tq, &kna, &vna, &cfg, NULL));
+    check("key_len", &c, out, "out", (size_t)(B * T * H * D));
+    check("key_len", &c, lse, "lse", (size_t)(B * H * T));
+    len[0] = (int32_t)Tmax + 1; /* past the cache */
+    MT_EXPECT_STATUS(mt_attn_fwd(&tout, &tlse, &tq, &kna, &vna, &cfg, NULL), MT_ERR_INVALID_ARG);
+    MT_EXPECT_STATUS(mt_attn_kv_append(&kna, &vna, &tk, &tv, &tlen, NULL), MT_ERR_INVALID_ARG);
+    free(kn), free(vn);
     /* the backward keeps T keys */
     size_t ws;
     MT_EXPECT_STATUS(mt_attn_bwd_workspace(&tq, &tk, &cfg, &ws), MT_ERR_INVALID_ARG);

@@ -320,7 +320,10 @@ MT_API mt_status mt_model_discard_grads(mt_model *m, mt_stream stream);
  * NULL: off). The caller owns the profiler and collects and prints it. */
 MT_API void mt_model_set_profiler(mt_model *m, mt_prof *p);
 
-/* CUDA graphs for mt_model_forward_backward (1: on; default off): the second call with the same
+/* CUDA graphs for mt_model_forward_backward, and for an inference model's (mt_model_create_inference,
+ * _view) mt_model_forward without targets (tokens buffer, stream, positions buffer and KV cache
+ * the same: a KV cache's position is read on the device, so decoding replays one graph), without
+ * MoE layers (1: on; default off): the second call with the same
  * tokens and targets buffers, loss scale and stream records the step into a graph and later ones
  * replay it, without the per-kernel launch gaps; the first call runs eagerly (cuBLASLt's
  * algorithm choice and other first-use work happen there). Not used while a profiler is set; a

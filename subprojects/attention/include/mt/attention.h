@@ -14,7 +14,10 @@ extern "C" {
 /* Layout and stride rules, for every call below:
  * - q, out, dout, dq are (B,T,H,D); k, v, dk, dv are (B,T,Hkv,D), with H a multiple of Hkv
  *   (Hkv == H: multi-head, 1 < Hkv < H: GQA, Hkv == 1: MQA; query head h reads kv head
- *   h / (H/Hkv)). D <= 256. Queries and keys share T; causal masks key j > query i.
+ *   h / (H/Hkv)). D <= 256. Causal masks key j > query i.
+ * - The forward's k and v may hold more rows than q (Tk > T: a KV cache's keys): the queries are
+ *   then the last T of the Tk positions, and causal query i sees keys j <= i + Tk - T (the
+ *   bottom-right alignment; cfg.key_len gives per-row lengths instead). The backward takes Tk == T.
  * - Strides are free (in elements) except that D is innermost (stride 1), so q, k and v may be
  *   slices along dim 2 of one fused (B,T,(H+2*Hkv)*D) QKV buffer viewed as (B,T,H+2*Hkv,D).
  *   The CUDA tensor-core path also needs D in {64,128}, 16-byte aligned data and strides that
@@ -47,14 +50,17 @@ typedef struct mt_attn_config {
      * it on the tensor-core kernels for bf16/f16 with D 64 or 128 (at D128 the mma.sync ones,
      * not the wgmma ones), else on the generic ones. */
     mt_dropout_config dropout;
+    /* Forwards over a KV cache whose length lives on the device (a CUDA graph of the forward then
+     * stays valid as it grows): NULL, or a contiguous (B) i32 tensor on q's device, read when the
+     * kernels run. Row b's T queries are then the last T of its first key_len[b] keys (T <=
+     * key_len[b] <= k's T), the keys it attends to (causal: query i sees keys j <= i + key_len[b]
+     * - T); keys past key_len[b] are not read. Forward only, without document masks or dropout;
+     * the CPU checks the lengths, CUDA relies on them. */
+    const mt_tensor *key_len;
 } mt_attn_config;
 
-#define MT_ATTN_CONFIG_INIT                            \
-    {                                                  \
-        sizeof(mt_attn_config), 0.0f, 0, 0, 0, NULL, { \
-            0.0f, 0, 0, NULL, 0, 0                     \
-        }                                              \
-    }
+#define MT_ATTN_CONFIG_INIT \
+    { sizeof(mt_attn_config), 0.0f, 0, 0, 0, NULL, { 0.0f, 0, 0, NULL, 0, 0 }, NULL }
 
 /* out = softmax(scale * q k^T [+ causal mask]) v per (batch, head), and lse per row (kept for
  * the backward). Enqueued on `stream` for CUDA tensors; blocking on the CPU. out must not alias
@@ -89,6 +95,14 @@ MT_API mt_status mt_attn_bwd_bias(mt_tensor *dq, mt_tensor *dk, mt_tensor *dv, m
                                   const mt_tensor *v, const mt_tensor *out, const mt_tensor *lse,
                                   const mt_attn_config *cfg, void *workspace,
                                   size_t workspace_bytes, mt_stream stream);
+
+/* A KV cache's append: the T new tokens' keys and values k, v (B,T,Hkv,D) into rows
+ * key_len[b] - T .. key_len[b] - 1 of kcache, vcache (B,Tmax,Hkv,D) for each b (key_len: the (B)
+ * i32 lengths after the append, on the tensors' device, read when the copy runs, as
+ * mt_attn_config.key_len). The CPU checks T <= key_len[b] <= Tmax; CUDA relies on it. Enqueued on
+ * `stream` for CUDA tensors. */
+MT_API mt_status mt_attn_kv_append(mt_tensor *kcache, mt_tensor *vcache, const mt_tensor *k,
+                                   const mt_tensor *v, const mt_tensor *key_len, mt_stream stream);
 
 #ifdef __cplusplus
 }

@@ -18,7 +18,8 @@ mt_status attn_fwd_cpu(const attn_shape *s, mt_tensor *out, mt_tensor *lse, cons
     for (int64_t b = 0; b < s->B; b++)
         for (int64_t h = 0; h < s->H; h++)
             for (int64_t i = 0; i < s->T; i++) {
-                int64_t hk = h / group, n = s->causal ? i + 1 + s->Tk - s->T : s->Tk;
+                const int64_t L = s->kl ? s->kl[b] : s->Tk; /* the row's keys */
+                int64_t hk = h / group, n = s->causal ? i + 1 + L - s->T : L;
                 const int64_t j0 = s->ks ? s->ks[b * s->T + i] : 0; /* document masks */
                 double m = -INFINITY, l = 0.0;
                 for (int64_t j = j0; j < n; j++) {
@@ -41,5 +42,21 @@ mt_status attn_fwd_cpu(const attn_shape *s, mt_tensor *out, mt_tensor *lse, cons
                 lse_f[(b * s->H + h) * s->T + i] = (float)(m + log(l));
             }
     free(p), free(o);
+    return MT_OK;
+}
+
+/* The KV cache's append: row b's T tokens into rows len[b] - T .. len[b] - 1. */
+mt_status attn_kv_append_cpu(mt_tensor *kc, mt_tensor *vc, const mt_tensor *k, const mt_tensor *v,
+                             const int32_t *len) {
+    const int64_t B = k->shape[0], T = k->shape[1], Hkv = k->shape[2], D = k->shape[3];
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t h = 0; h < Hkv; h++) {
+                const int64_t row = len[b] - T + t;
+                for (int64_t d = 0; d < D; d++) {
+                    st(kc, at(kc, b, row, h) + d, ld(k, at(k, b, t, h) + d));
+                    st(vc, at(vc, b, row, h) + d, ld(v, at(v, b, t, h) + d));
+                }
+            }
     return MT_OK;
 }

@@ -45,6 +45,7 @@ struct attn_args {
     float scale;
     int64_t st[A_NT][3];
     const int *ks;  /* document masks: key_start (B,T), or NULL (attention.h) */
+    const int *kl;  /* a KV cache's lengths: key_len (B), or NULL (Tk keys a row) */
     attn_drop drop; /* attention dropout (drop.ids NULL: none); the generic kernels only */
 };
 
@@ -67,6 +68,7 @@ static inline attn_args attn_make_args(const attn_shape *s, const mt_tensor *con
     a.ds_split = s->ds_split, a.tail_heads = 0;
     a.split_tiles = a.split_pieces = a.split_cap = 0, a.split_acc = NULL, a.lse_bulk = 0;
     a.ks = s->ks;
+    a.kl = s->kl;
     a.drop = s->drop;
     for (int i = 0; i < A_NT; i++)
         for (int j = 0; j < 3; j++)

@@ -60,7 +60,7 @@ static __global__ void attn_fwd_generic_kernel(attn_args a, T *out, float *lse, 
 /* Queries over cached keys (Tk > T; no document masks or dropout): a block of NW warps per query
  * row, warp w scoring keys w*32 .. w*32+31, then every NW*32-th run after (lane j key j0+j, as the
  * generic kernel), each warp with its own running max, sum and output, merged at the end. Causal
- * query i sees keys j <= i + Tk - T. why a block per row: decoding has B*H rows, too few warps to
+ * query i sees keys j <= i + L - T, L = key_len[b] or Tk. why a block per row: decoding has B*H rows, too few warps to
  * fill the GPU at one a row. */
 template <typename T, int NW>
 static __global__ void __launch_bounds__(NW * 32)
@@ -69,7 +69,8 @@ static __global__ void __launch_bounds__(NW * 32)
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int64_t row = blockIdx.x;
     const int i = (int)(row % a.T), h = (int)(row / a.T % a.H), b = (int)(row / a.T / a.H);
-    const int hk = h / a.group, D = a.D, n = a.causal ? i + 1 + a.Tk - a.T : a.Tk;
+    const int nk = a.kl ? a.kl[b] : a.Tk; /* the row's keys */
+    const int hk = h / a.group, D = a.D, n = a.causal ? i + 1 + nk - a.T : nk;
     const T *qr = q + b * a.st[AQ][0] + i * a.st[AQ][1] + h * a.st[AQ][2];
     const T *kb = k + b * a.st[AK][0] + hk * a.st[AK][2];
     const T *vb = v + b * a.st[AV][0] + hk * a.st[AV][2];
@@ -226,7 +227,7 @@ template <typename T>
 static mt_status launch(const attn_args &a, int fast, mt_tensor *out, mt_tensor *lse,
                         const mt_tensor *q, const mt_tensor *k, const mt_tensor *v,
                         mt_stream stream) {
-    if (a.Tk != a.T) { /* over cached keys */
+    if (a.Tk != a.T || a.kl) { /* over cached keys */
         attn_fwd_rows_kernel<T, 8><<<(unsigned)((int64_t)a.B * a.H * a.T), 256, 0, stream>>>(
             a, (T *)out->data, (float *)lse->data, (const T *)q->data, (const T *)k->data,
             (const T *)v->data);
@@ -250,6 +251,73 @@ static mt_status launch(const attn_args &a, int fast, mt_tensor *out, mt_tensor 
         (const T *)v->data);
     MT_CUDA_CHECK_LAUNCH();
     return MT_OK;
+}
+
+/* The KV cache's append: a thread per 16 bytes (8 bf16/f16 or 4 f32) of a row's head when D
+ * allows, else per element; row b's token t to row len[b] - T + t. */
+template <typename T, int VEC>
+static __global__ void attn_kv_append_kernel(T *kc, T *vc, const T *k, const T *v, const int *len,
+                                             int B, int Tn, int Hkv, int D, attn_args a) {
+    const int64_t per = (int64_t)Hkv * (D / VEC), n = (int64_t)B * Tn * per;
+    for (int64_t x = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; x < 2 * n;
+         x += (int64_t)gridDim.x * blockDim.x) {
+        const int which = x >= n; /* 0: keys, 1: values */
+        const int64_t y = x - which * n, r = y / per, c = y % per;
+        const int b = (int)(r / Tn), t = (int)(r % Tn), h = (int)(c / (D / VEC));
+        const int d = (int)(c % (D / VEC)) * VEC, row = len[b] - Tn + t;
+        const int s = which ? AV : AQ, dd = which ? AK : AO; /* (src, dst strides) */
+        const T *src = (which ? v : k) + b * a.st[s][0] + t * a.st[s][1] + h * a.st[s][2] + d;
+        T *dst =
+            (which ? vc : kc) + b * a.st[dd][0] + (int64_t)row * a.st[dd][1] + h * a.st[dd][2] + d;
+        if constexpr (VEC > 1)
+            *(uint4 *)dst = *(const uint4 *)src;
+        else
+            *dst = *src;
+    }
+}
+
+template <typename T>
+static mt_status kv_append(const attn_args &a, mt_tensor *kc, mt_tensor *vc, const mt_tensor *k,
+                           const mt_tensor *v, const int32_t *len, mt_stream stream) {
+    const int B = (int)k->shape[0], Tn = (int)k->shape[1], Hkv = (int)k->shape[2];
+    const int D = (int)k->shape[3];
+    constexpr int V16 = 16 / (int)sizeof(T);
+    const bool vec =
+        D % V16 == 0 && attn_aligned(kc) && attn_aligned(vc) && attn_aligned(k) && attn_aligned(v);
+    const int64_t n = 2 * (int64_t)B * Tn * Hkv * (vec ? D / V16 : D);
+    const unsigned grid = (unsigned)((n + 255) / 256 < 4096 ? (n + 255) / 256 : 4096);
+    if (vec)
+        attn_kv_append_kernel<T, V16>
+            <<<grid, 256, 0, stream>>>((T *)kc->data, (T *)vc->data, (const T *)k->data,
+                                       (const T *)v->data, len, B, Tn, Hkv, D, a);
+    else
+        attn_kv_append_kernel<T, 1>
+            <<<grid, 256, 0, stream>>>((T *)kc->data, (T *)vc->data, (const T *)k->data,
+                                       (const T *)v->data, len, B, Tn, Hkv, D, a);
+    MT_CUDA_CHECK_LAUNCH();
+    return MT_OK;
+}
+
+extern "C" mt_status attn_kv_append_cuda(mt_tensor *kc, mt_tensor *vc, const mt_tensor *k,
+                                         const mt_tensor *v, const int32_t *len, mt_stream stream) {
+    attn_args a;
+    memset(&a, 0, sizeof a);
+    const mt_tensor *ts[4] = { k, v, kc,
+                               vc }; /* strides: k's in slot AQ, v's AV, kc's AO, vc's AK */
+    const int slot[4] = { AQ, AV, AO, AK };
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 3; j++)
+            a.st[slot[i]][j] = ts[i]->stride[j];
+    switch (k->dtype) {
+    case MT_F32:
+        return kv_append<float>(a, kc, vc, k, v, len, stream);
+    case MT_BF16:
+        return kv_append<__nv_bfloat16>(a, kc, vc, k, v, len, stream);
+    case MT_F16:
+        return kv_append<__half>(a, kc, vc, k, v, len, stream);
+    default:
+        return MT_ERROR(MT_ERR_UNSUPPORTED, "KV cache dtype %s", mt_dtype_name(k->dtype));
+    }
 }
 
 extern "C" mt_status attn_fwd_cuda(const attn_shape *s, mt_tensor *out, mt_tensor *lse,
