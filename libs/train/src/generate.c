@@ -107,16 +107,19 @@ typedef struct gen {
     int32_t *htok;
     int32_t *cached; /* the tokens whose keys and values kv holds: cached[0..ncached) */
     int ncached;
-    mt_prof *prof;    /* MT_PROFILE=1: the forwards' operations, per token at the end */
-    double t_enqueue; /* (with prof) wall seconds in mt_model_forward, enqueueing */
+    mt_prof *prof;    /* MT_PROFILE=1 or 2: the forwards' operations, per token at the end */
+    int timing;       /* MT_PROFILE set: the wall times below */
+    double t_enqueue; /* wall seconds in mt_model_forward (enqueueing) */
+    double t_logits;  /* in next_logits: the logits to the host (waiting for the GPU) */
+    double t_call;    /* in next_logits */
     long calls;       /* next_logits calls */
 } gen;
 
 /* A forward of m over tok (timed by g->prof when set). */
 static mt_status run_forward(gen *g, mt_model *m, const mt_tensor *tok) {
-    const double t0 = g->prof ? mt_time_now() : 0.0;
+    const double t0 = g->timing ? mt_time_now() : 0.0;
     MT_TRY(mt_model_forward(m, tok, NULL, NULL));
-    if (g->prof) g->t_enqueue += mt_time_now() - t0;
+    if (g->timing) g->t_enqueue += mt_time_now() - t0;
     return MT_OK;
 }
 
@@ -157,9 +160,12 @@ static mt_status cached_logits(gen *g, const int32_t *tokens, int n, mt_tensor *
 static mt_status next_logits(void *ctx, const int32_t *tokens, int n, float *logits) {
     gen *g = ctx;
     mt_tensor last;
+    const double t0 = g->timing ? mt_time_now() : 0.0;
     MT_TRY(g->kv ? cached_logits(g, tokens, n, &last) : window_logits(g, tokens, n, &last));
+    const double t1 = g->timing ? mt_time_now() : 0.0;
     MT_TRY(mt_cast(&g->row, &last, NULL));
     MT_TRY(mt_memcpy(logits, MT_DEVICE_CPU, g->row.data, g->dev, (size_t)g->V * 4, NULL));
+    if (g->timing) g->t_logits += mt_time_now() - t1, g->t_call += mt_time_now() - t0;
     g->calls++;
     return mt_prof_collect(g->prof);
 }
@@ -224,10 +230,13 @@ typedef struct generator {
 } generator;
 
 static void generator_close(generator *G) {
-    if (G->g.prof && G->g.calls) {
+    if (G->g.timing && G->g.calls) {
+        const double k = 1e3 / (double)G->g.calls;
         fprintf(stderr,
-                "mt-generate: per token: %.3f ms in mt_model_forward (enqueueing); by operation:\n",
-                1e3 * G->g.t_enqueue / (double)G->g.calls);
+                "mt-generate: per token, ms: %.3f for the logits (%.3f in mt_model_forward, "
+                "enqueueing; %.3f bringing them to the host)%s\n",
+                k * G->g.t_call, k * G->g.t_enqueue, k * G->g.t_logits,
+                G->g.prof ? "; by operation:" : "");
         mt_prof_print(G->g.prof, stderr, (double)G->g.calls);
     }
     mt_prof_destroy(G->g.prof);
@@ -284,8 +293,10 @@ static mt_status generator_model(generator *G, int window) {
         g->cached = malloc((size_t)g->T * 4);
         MT_REQUIRE(g->cached, MT_ERR_OOM, "tokens");
     }
-    const int prof = mt_env_int("MT_PROFILE", 0); /* 2: host time (enqueueing) per operation */
-    if (prof) {
+    /* MT_PROFILE: 1 GPU, 2 host time per operation (no CUDA graphs then); 3 the wall times only */
+    const int prof = mt_env_int("MT_PROFILE", 0);
+    g->timing = prof != 0;
+    if (prof == 1 || prof == 2) {
         MT_TRY(mt_prof_create(&g->prof, prof == 1 && mt_device_is_cuda(g->dev), 8192));
         mt_model_set_profiler(g->m, g->prof);
         if (g->one) mt_model_set_profiler(g->one, g->prof);
