@@ -1,6 +1,7 @@
 /* mt-infer: text generation around a model's forward (a callback): Hugging Face's and Megatron's
  * sampling (temperature, top-k, top-p, greedy) and the generation loop. The CPU reference; the
- * KV cache, batching and a server are not here yet. */
+ * KV cache is the callback's (libs/model's mt_model_kv_cache in mt-generate); batching is not here
+ * yet. */
 #ifndef MT_INFER_H
 #define MT_INFER_H
 
@@ -36,7 +37,8 @@ MT_API mt_status mt_infer_sample(const float *logits, int64_t V, const mt_infer_
                                  uint64_t step, float *scratch, int32_t *token);
 
 /* The model: the logits (V floats) of the position after tokens[0..n) given those tokens
- * (n <= max_len). */
+ * (n <= max_len). The generation loop passes the whole sequence each step, one token longer; a
+ * callback with a KV cache runs only the tokens past what it cached. */
 typedef struct mt_infer_model {
     void *ctx;
     mt_status (*next_logits)(void *ctx, const int32_t *tokens, int n, float *logits);
