@@ -135,8 +135,8 @@ int main(int argc, char **argv) {
                                      "gemm_dw_f32",
                                      "gemm_fwd_bias_gelu_noaux",
                                      "gemm_dx_dgelu_sum" };
-        static gemm_case cases[40];
-        static char names[40][96];
+        static gemm_case cases[48];
+        static char names[48][96];
         int n = 0;
 #define GEMM_CASE(OP, M_, N_, K_)                                                             \
     do {                                                                                      \
@@ -167,6 +167,12 @@ int main(int argc, char **argv) {
         for (int l = 0; l < 4; l++)
             for (int op = 0; op < 6; op++)
                 if (op != 1 && op != 4) GEMM_CASE(op, 32768, big[l][0], big[l][1]);
+        /* decoding: one token's rows (the GEMV kernel, gemv.cu): 124M's qkv, fc1 with GELU and
+         * LM head, 1.5B's fc1 */
+        GEMM_CASE(0, 1, 2304, 768);
+        GEMM_CASE(1, 1, 3072, 768);
+        GEMM_CASE(0, 1, 50304, 768);
+        GEMM_CASE(0, 1, 6400, 1600);
 #undef GEMM_CASE
     }
 #endif

@@ -80,6 +80,10 @@ mt_status gemm_cuda(blas_lt *lt, const gemm_args *g, mt_stream stream);
  * MT_ERR_UNSUPPORTED, with nothing done, for every other case, device or build (without an error
  * message when switched off by MT_GEMM_SM90=0 or not built for sm_90a). */
 mt_status gemm_sm90_cuda(const gemm_args *g, mt_stream stream);
+/* g as a GEMV when it has at most 4 rows of bf16/f16 x (M,K) times w (N,K)^T, 16-byte aligned
+ * rows, with any of alpha, beta (cin), bias and GELU (pre_gelu kept) (gemv.cu; MT_GEMM_GEMV=0
+ * turns it off). MT_ERR_UNSUPPORTED, with nothing done and no message, for anything else. */
+mt_status gemm_gemv_cuda(const gemm_args *g, mt_stream stream);
 /* The DGELU GEMM g that also leaves dx_sum (+)= the column sums of c (fp32 sums of the values
  * before rounding): gemm_sm90_cuda's partial sums in the handle's workspace, then their column
  * sums. MT_ERR_UNSUPPORTED (nothing done) where that kernel does not take g or the partial sums do

@@ -1,7 +1,8 @@
 /* gpu: cuBLASLt GEMMs equal the CPU reference on fresh random input in f32 (exact fp32 compute),
  * bf16 and f16: nn.Linear forward with bias and GELU epilogues (fused, and the fallback when the
  * pre-GELU row stride is not a multiple of 8), the backward with fp32 accumulation and the bias
- * gradient, batched transposes with beta; repeated calls hit the plan cache; PyTorch goldens. */
+ * gradient, batched transposes with beta; repeated calls hit the plan cache; a few rows of bf16/f16
+ * (the GEMV kernel, gemv.cu) with every epilogue; PyTorch goldens. */
 #define _POSIX_C_SOURCE 200809L /* setenv */
 #include <mt/tensor.h>
 #include <mt/testkit.h>
@@ -331,6 +332,14 @@ int main(void) {
         bias_grad(dt, 2053, 776); /* many row groups; the last column block partly used */
         bias_grad(dt, 4099, 20);  /* 20 columns: the unvectorised kernel */
         batched(dt, 3, 17, 24, 40);
+        /* a few rows (decoding): bf16/f16 take the GEMV kernel (gemv.cu) when K % 8 == 0; f32
+         * (cuBLASLt) at short contractions only, whose fp32 sums stay within its tolerance */
+        linear(dt, 4, 40, 24);
+        linear(dt, 1, 20, 16); /* K % 8 != 0: cuBLASLt */
+        if (dt == MT_F32) continue;
+        linear(dt, 1, 768, 2304);
+        linear(dt, 3, 1600, 101); /* an odd column count: a warp's second column past N */
+        linear(dt, 2, 4096, 8);
     }
     sm90();
     golden();

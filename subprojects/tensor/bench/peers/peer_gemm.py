@@ -41,4 +41,18 @@ res.add(f"gemm_dx_dgelu/torch/bf16_M{M}_N768_K3072",
         time_cuda(lambda: torch.ops.aten.gelu_backward(torch.matmul(dy, w), pre,
                                                        approximate="tanh")),
         flops_per_iter=2.0 * M * 768 * 3072)
+# decoding: one token's row (bench_gemm.c's M1 cases)
+for N, K, gelu in ((2304, 768, False), (3072, 768, True), (50304, 768, False), (6400, 1600, False)):
+    g = torch.Generator(device="cuda").manual_seed(42)
+    x = torch.rand(1, K, device="cuda", dtype=torch.bfloat16, generator=g) * 2 - 1
+    w = torch.rand(N, K, device="cuda", dtype=torch.bfloat16, generator=g) * 2 - 1
+    b = torch.rand(N, device="cuda", dtype=torch.bfloat16, generator=g) * 2 - 1
+    shape = f"bf16_M1_N{N}_K{K}"
+    if gelu:
+        res.add(f"gemm_fwd_bias_gelu/torch/{shape}",
+                time_cuda(lambda: F.gelu(F.linear(x, w, b), approximate="tanh")),
+                flops_per_iter=2.0 * N * K)
+    else:
+        res.add(f"gemm_fwd/torch/{shape}", time_cuda(lambda: torch.matmul(x, w.t())),
+                flops_per_iter=2.0 * N * K)
 res.write()

@@ -316,6 +316,7 @@ static int unfused(void) {
 mt_status gemm_cuda(blas_lt *lt, const gemm_args *g, mt_stream stream) {
     int64_t base = g->bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
     lt_plan *p;
+    if (gemm_gemv_cuda(g, stream) == MT_OK) return MT_OK; /* (a few rows: decoding) */
     if ((g->dgelu || (g->gelu && g->pre_gelu)) && gemm_sm90_cuda(g, stream) == MT_OK) return MT_OK;
     mt_error_clear();
     if (g->dgelu) {
