@@ -298,41 +298,34 @@ static mt_status launch_mma(const attn_args &a, mt_tensor *out, mt_tensor *lse, 
     return MT_OK;
 }
 
+/* Queries over cached keys: a block per row, 16-byte slices of a key at D 64, 128, 256 (bf16,
+ * f16, aligned), else a lane per key. */
+template <typename T>
+static mt_status launch_rows(const attn_args &a, int fast, T *o, float *lse, const T *q, const T *k,
+                             const T *v, mt_stream stream) {
+    const unsigned rows = (unsigned)((int64_t)a.B * a.H * a.T);
+    auto kernel = attn_fwd_rows_kernel<T, 8>;
+    unsigned threads = 256;
+    if constexpr (sizeof(T) == 2) {
+        if (fast && (a.D == 64 || a.D == 128 || a.D == 256)) {
+            kernel = a.D == 64    ? attn_fwd_rows_vec_kernel<T, 8, 4>
+                     : a.D == 128 ? attn_fwd_rows_vec_kernel<T, 16, 4>
+                                  : attn_fwd_rows_vec_kernel<T, 32, 4>;
+            threads = 128;
+        }
+    }
+    kernel<<<rows, threads, 0, stream>>>(a, o, lse, q, k, v);
+    MT_CUDA_CHECK_LAUNCH();
+    return MT_OK;
+}
+
 template <typename T>
 static mt_status launch(const attn_args &a, int fast, mt_tensor *out, mt_tensor *lse,
                         const mt_tensor *q, const mt_tensor *k, const mt_tensor *v,
                         mt_stream stream) {
-    if (a.Tk != a.T || a.kl) { /* over cached keys */
-        const unsigned rows = (unsigned)((int64_t)a.B * a.H * a.T);
-        if constexpr (sizeof(T) == 2) {
-            if (fast && a.D == 64) {
-                attn_fwd_rows_vec_kernel<T, 8, 4><<<rows, 128, 0, stream>>>(
-                    a, (T *)out->data, (float *)lse->data, (const T *)q->data, (const T *)k->data,
-                    (const T *)v->data);
-                MT_CUDA_CHECK_LAUNCH();
-                return MT_OK;
-            }
-            if (fast && a.D == 128) {
-                attn_fwd_rows_vec_kernel<T, 16, 4><<<rows, 128, 0, stream>>>(
-                    a, (T *)out->data, (float *)lse->data, (const T *)q->data, (const T *)k->data,
-                    (const T *)v->data);
-                MT_CUDA_CHECK_LAUNCH();
-                return MT_OK;
-            }
-            if (fast && a.D == 256) {
-                attn_fwd_rows_vec_kernel<T, 32, 4><<<rows, 128, 0, stream>>>(
-                    a, (T *)out->data, (float *)lse->data, (const T *)q->data, (const T *)k->data,
-                    (const T *)v->data);
-                MT_CUDA_CHECK_LAUNCH();
-                return MT_OK;
-            }
-        }
-        attn_fwd_rows_kernel<T, 8><<<(unsigned)((int64_t)a.B * a.H * a.T), 256, 0, stream>>>(
-            a, (T *)out->data, (float *)lse->data, (const T *)q->data, (const T *)k->data,
-            (const T *)v->data);
-        MT_CUDA_CHECK_LAUNCH();
-        return MT_OK;
-    }
+    if (a.Tk != a.T || a.kl) /* over cached keys */
+        return launch_rows<T>(a, fast, (T *)out->data, (float *)lse->data, (const T *)q->data,
+                              (const T *)k->data, (const T *)v->data, stream);
     if constexpr (sizeof(T) == 2) {
         if (fast && (a.D == 64 || a.D == 128) && attn_sm90_takes(a)) {
             T *o = (T *)out->data;
