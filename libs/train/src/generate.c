@@ -93,9 +93,9 @@ done:
 
 /* The model, its tokens buffers and a logits row, for mt-infer's callback. With a KV cache (the
  * default; MT_KV_CACHE=0: without, for comparisons) m runs prompt chunks of C tokens (64;
- * MT_KV_CHUNK sets it) and `one`,
- * a view of its weights, single tokens; both write the keys and values of their positions into
- * kv and attend to the positions before. Without, m runs the whole window every token. */
+ * MT_KV_CHUNK sets it) and `one`, a view of its weights, single tokens; both write the keys and
+ * values of their positions into kv and attend to the positions before. Without, m runs the whole
+ * window every token. */
 typedef struct gen {
     mt_model *m, *one;
     mt_model_kv_cache *kv;
@@ -115,7 +115,7 @@ typedef struct gen {
     long calls;       /* next_logits calls */
 } gen;
 
-/* A forward of m over tok (timed by g->prof when set). */
+/* A forward of m over tok (its enqueueing timed with g->timing). */
 static mt_status run_forward(gen *g, mt_model *m, const mt_tensor *tok) {
     const double t0 = g->timing ? mt_time_now() : 0.0;
     MT_TRY(mt_model_forward(m, tok, NULL, NULL));
