@@ -888,22 +888,62 @@ void mt_model_kv_cache_destroy(mt_model_kv_cache *c) {
     free(c);
 }
 
+mt_status mt_model_kv_cache_row(mt_model_kv_cache *c, int b, mt_model_kv_cache **out) {
+    MT_REQUIRE(c && out, MT_ERR_INVALID_ARG, "NULL argument");
+    MT_REQUIRE(b >= 0 && b < c->B, MT_ERR_INVALID_ARG, "row %d of a KV cache of %d", b, c->B);
+    *out = NULL;
+    const int L = c->cfg.num_layers;
+    mt_model_kv_cache *r = calloc(1, sizeof *r);
+    if (r) r->k = calloc((size_t)L, sizeof *r->k), r->v = calloc((size_t)L, sizeof *r->v);
+    if (!r || !r->k || !r->v) {
+        mt_model_kv_cache_destroy(r);
+        return MT_ERROR(MT_ERR_OOM, "KV cache row");
+    }
+    r->cfg = c->cfg, r->B = 1, r->max_len = c->max_len, r->dev = c->dev; /* (no arena: c's) */
+    mt_status st = MT_OK;
+    for (int l = 0; l < L && st == MT_OK; l++) {
+        st = mt_tensor_slice(&c->k[l], 0, b, 1, &r->k[l]);
+        if (st == MT_OK) st = mt_tensor_slice(&c->v[l], 0, b, 1, &r->v[l]);
+    }
+    if (st != MT_OK) {
+        mt_model_kv_cache_destroy(r);
+        return st;
+    }
+    *out = r;
+    return MT_OK;
+}
+
 mt_status mt_model_set_kv_cache(mt_model *m, mt_model_kv_cache *c, int pos) {
+    MT_REQUIRE(m, MT_ERR_INVALID_ARG, "NULL model");
+    int *rows = malloc((size_t)m->B * sizeof *rows);
+    MT_REQUIRE(rows, MT_ERR_OOM, "positions");
+    for (int b = 0; b < m->B; b++)
+        rows[b] = pos;
+    const mt_status st = mt_model_set_kv_cache_rows(m, c, rows);
+    free(rows);
+    return st;
+}
+
+mt_status mt_model_set_kv_cache_rows(mt_model *m, mt_model_kv_cache *c, const int *pos) {
     MT_REQUIRE(m, MT_ERR_INVALID_ARG, "NULL model");
     m->kv = NULL;
     if (!c) return MT_OK;
+    MT_REQUIRE(pos, MT_ERR_INVALID_ARG, "NULL positions");
     const mt_model_config *mc = &m->cfg, *cc = &c->cfg;
     const int T = mc->seq_length;
     MT_REQUIRE(c->B == m->B && cc->num_layers == mc->num_layers &&
                    local_groups(cc) == local_groups(mc) && cc->kv_channels == mc->kv_channels &&
                    cc->dtype == mc->dtype && mt_device_eq(c->dev, m->dev),
                MT_ERR_INVALID_ARG, "the KV cache was made for another model shape or device");
-    MT_REQUIRE(pos >= 0 && pos + T <= c->max_len, MT_ERR_INVALID_ARG,
-               "tokens at positions %d..%d: the KV cache holds %d", pos, pos + T - 1, c->max_len);
-    MT_REQUIRE(mc->position_embedding_type != MT_POS_LEARNED ||
-                   pos + T <= mc->max_position_embeddings,
-               MT_ERR_INVALID_ARG, "positions %d..%d: the model has %d position embeddings", pos,
-               pos + T - 1, mc->max_position_embeddings);
+    for (int b = 0; b < m->B; b++) {
+        MT_REQUIRE(pos[b] >= 0 && pos[b] + T <= c->max_len, MT_ERR_INVALID_ARG,
+                   "tokens at positions %d..%d: the KV cache holds %d", pos[b], pos[b] + T - 1,
+                   c->max_len);
+        MT_REQUIRE(mc->position_embedding_type != MT_POS_LEARNED ||
+                       pos[b] + T <= mc->max_position_embeddings,
+                   MT_ERR_INVALID_ARG, "positions %d..%d: the model has %d position embeddings",
+                   pos[b], pos[b] + T - 1, mc->max_position_embeddings);
+    }
     MT_REQUIRE(!m->ks.data, MT_ERR_UNSUPPORTED, "a KV cache with document masks");
     const size_t n = (size_t)m->B * (T + 1); /* positions (B,T), then lengths (B) */
     if (!m->kv_arena) {
@@ -917,13 +957,13 @@ mt_status mt_model_set_kv_cache(mt_model *m, mt_model_kv_cache *c, int pos) {
     MT_REQUIRE(p, MT_ERR_OOM, "positions");
     for (int b = 0; b < m->B; b++) {
         for (int t = 0; t < T; t++)
-            p[b * T + t] = pos + t;
-        p[(size_t)m->B * T + b] = pos + T;
+            p[b * T + t] = pos[b] + t;
+        p[(size_t)m->B * T + b] = pos[b] + T;
     }
     mt_status st = mt_memcpy(m->kv_positions.data, m->dev, p, MT_DEVICE_CPU, n * 4, NULL);
     free(p);
     MT_TRY(st);
-    m->kv = c, m->kv_pos = pos;
+    m->kv = c;
     return MT_OK;
 }
 

@@ -248,9 +248,8 @@ struct mt_model {
     int no_grads;           /* no gradients: forwards only */
     int view;               /* the weights are another model's */
     mt_model_kv_cache *kv;  /* NULL: no KV cache */
-    int kv_pos;             /* the first token's position */
-    mt_tensor kv_positions; /* (B,T) i32: kv_pos + t (kv_arena) */
-    mt_tensor kv_len;       /* (B) i32: kv_pos + T, the keys after this forward (kv_arena) */
+    mt_tensor kv_positions; /* (B,T) i32: row b's pos[b] + t (kv_arena) */
+    mt_tensor kv_len;       /* (B) i32: pos[b] + T, the keys after this forward (kv_arena) */
     mt_arena *kv_arena;
     graph_slot gf; /* mt_model_forward's graph (inference models with graphs on) */
 };

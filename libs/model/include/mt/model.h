@@ -410,6 +410,13 @@ MT_API void mt_model_kv_cache_destroy(mt_model_kv_cache *c); /* NULL is a no-op 
  * max_position_embeddings with learned positions. Document masks are refused with it; with
  * explicit positions (mt_model_set_positions) these win. Blocking (sets a positions buffer). */
 MT_API mt_status mt_model_set_kv_cache(mt_model *m, mt_model_kv_cache *c, int pos);
+/* As mt_model_set_kv_cache with each sequence at its own position: row b's tokens are positions
+ * pos[b] .. pos[b]+T-1 (pos: B ints on the host), so sequences of different lengths decode in one
+ * forward. */
+MT_API mt_status mt_model_set_kv_cache_rows(mt_model *m, mt_model_kv_cache *c, const int *pos);
+/* Row b of a cache as a cache of one sequence over the same storage, for models of micro-batch
+ * 1 (a prompt's prefill into its row of a batch's cache). Destroy it before c. */
+MT_API mt_status mt_model_kv_cache_row(mt_model_kv_cache *c, int b, mt_model_kv_cache **out);
 
 /* Mixture of experts: the load-balancing and z losses (without their coefficients) of the
  * training forwards since the last call, each the mean over the layers and micro-batches that
