@@ -113,6 +113,16 @@ typedef struct gen {
     double t_logits;  /* in next_logits: the logits to the host (waiting for the GPU) */
     double t_call;    /* in next_logits */
     long calls;       /* next_logits calls */
+    /* mt-serve's batches (several prompts decoded together): a cache of nb rows (its rows as
+     * one-sequence caches for the prompts' prefill through m and one), a view of nb rows for the
+     * one-token steps, each row's cached tokens, and the step's tokens and logits */
+    int nb;
+    mt_model *bone;
+    mt_model_kv_cache *bkv, **brow;
+    int32_t **bcached;
+    int *bncached;
+    mt_arena *bar;
+    mt_tensor btok, blogits; /* (nb,1) i32; (nb,Vp) f32 */
 } gen;
 
 /* A forward of m over tok (its enqueueing timed with g->timing). */
@@ -134,24 +144,26 @@ static mt_status window_logits(gen *g, const int32_t *tokens, int n, mt_tensor *
     return mt_tensor_slice(&lg, 0, n - 1, 1, last);
 }
 
-/* The logits after tokens[0..n) over the KV cache: the positions it holds already (the longest
- * common prefix with the tokens it was given, but not position n - 1, whose logits are wanted) are
- * kept, the rest run as prompt chunks of C while that many remain, then one at a time. */
-static mt_status cached_logits(gen *g, const int32_t *tokens, int n, mt_tensor *last) {
+/* The logits after tokens[0..n) over the one-sequence KV cache kv, which holds the keys and values
+ * of cached[0..*ncached): the positions it holds already (the longest common prefix with the
+ * tokens, but not position n - 1, whose logits are wanted) are kept, the rest run as prompt
+ * chunks of C while that many remain, then one at a time. */
+static mt_status cached_logits(gen *g, mt_model_kv_cache *kv, int32_t *cached, int *ncached,
+                               const int32_t *tokens, int n, mt_tensor *last) {
     int p = 0;
-    while (p < g->ncached && p < n - 1 && g->cached[p] == tokens[p])
+    while (p < *ncached && p < n - 1 && cached[p] == tokens[p])
         p++;
-    g->ncached = p;
+    *ncached = p;
     mt_model *m = NULL;
     while (p < n) {
         const int k = n - p >= g->C ? g->C : 1;
         m = k == g->C ? g->m : g->one;
         mt_tensor *tok = k == g->C ? &g->tok : &g->tok1;
         MT_TRY(mt_memcpy(tok->data, g->dev, tokens + p, MT_DEVICE_CPU, (size_t)k * 4, NULL));
-        MT_TRY(mt_model_set_kv_cache(m, g->kv, p));
+        MT_TRY(mt_model_set_kv_cache(m, kv, p));
         MT_TRY(run_forward(g, m, tok));
-        memcpy(g->cached + p, tokens + p, (size_t)k * 4);
-        g->ncached = p += k;
+        memcpy(cached + p, tokens + p, (size_t)k * 4);
+        *ncached = p += k;
     }
     mt_tensor lg = mt_model_logits(m);
     return mt_tensor_slice(&lg, 0, lg.shape[0] - 1, 1, last);
@@ -161,13 +173,104 @@ static mt_status next_logits(void *ctx, const int32_t *tokens, int n, float *log
     gen *g = ctx;
     mt_tensor last;
     const double t0 = g->timing ? mt_time_now() : 0.0;
-    MT_TRY(g->kv ? cached_logits(g, tokens, n, &last) : window_logits(g, tokens, n, &last));
+    MT_TRY(g->kv ? cached_logits(g, g->kv, g->cached, &g->ncached, tokens, n, &last)
+                 : window_logits(g, tokens, n, &last));
     const double t1 = g->timing ? mt_time_now() : 0.0;
     MT_TRY(mt_cast(&g->row, &last, NULL));
     MT_TRY(mt_memcpy(logits, MT_DEVICE_CPU, g->row.data, g->dev, (size_t)g->V * 4, NULL));
     if (g->timing) g->t_logits += mt_time_now() - t1, g->t_call += mt_time_now() - t0;
     g->calls++;
     return mt_prof_collect(g->prof);
+}
+
+/* Drops the batch state (gen's nb rows). */
+static void batch_free(gen *g) {
+    for (int b = 0; b < g->nb; b++) {
+        if (g->brow) mt_model_kv_cache_destroy(g->brow[b]);
+        if (g->bcached) free(g->bcached[b]);
+    }
+    free(g->brow), free(g->bcached), free(g->bncached);
+    mt_model_kv_cache_destroy(g->bkv);
+    mt_model_destroy(g->bone);
+    mt_arena_destroy(g->bar);
+    g->brow = NULL, g->bcached = NULL, g->bncached = NULL, g->bkv = NULL, g->bone = NULL;
+    g->bar = NULL, g->nb = 0;
+}
+
+/* The batch state for nb rows (kept while the batch size stays). */
+static mt_status batch_make(gen *g, int nb) {
+    if (g->nb == nb) return MT_OK;
+    batch_free(g);
+    g->nb = nb;
+    g->brow = calloc((size_t)nb, sizeof *g->brow);
+    g->bcached = calloc((size_t)nb, sizeof *g->bcached);
+    g->bncached = calloc((size_t)nb, sizeof *g->bncached);
+    MT_REQUIRE(g->brow && g->bcached && g->bncached, MT_ERR_OOM, "a batch of %d", nb);
+    MT_TRY(mt_model_create_view(g->m, nb, 1, &g->bone));
+    mt_model_set_cuda_graphs(g->bone, mt_env_int("MT_CUDA_GRAPHS", 1) != 0);
+    MT_TRY(mt_model_kv_cache_create(g->bone, g->T, &g->bkv));
+    for (int b = 0; b < nb; b++) {
+        MT_TRY(mt_model_kv_cache_row(g->bkv, b, &g->brow[b]));
+        g->bcached[b] = malloc((size_t)g->T * 4);
+        MT_REQUIRE(g->bcached[b], MT_ERR_OOM, "tokens");
+    }
+    const int64_t Vp = mt_model_get_config(g->m)->padded_vocab_size;
+    MT_TRY(
+        mt_arena_create(g->dev, (size_t)nb * (4 + (size_t)Vp * 4) + 4 * MT_ARENA_ALIGN, &g->bar));
+    MT_TRY(mt_tensor_alloc(g->bar, MT_I32, 2, (int64_t[]){ nb, 1 }, &g->btok));
+    return mt_tensor_alloc(g->bar, MT_F32, 2, (int64_t[]){ nb, Vp }, &g->blogits);
+}
+
+/* mt-infer's batch callback: rows whose cache lacks more than their last token (the prompts'
+ * prefill) run alone over their rows of the cache (cached_logits); when every live row needs
+ * one token, one step of the nb-row view at each row's position runs them together, the finished
+ * rows their last cached token again (the same keys and values at the same position). */
+static mt_status batch_logits(void *ctx, int32_t *const *tokens, const int *n, const int *live,
+                              int nb, float *logits) {
+    gen *g = ctx;
+    int together = 1, *pos = malloc((size_t)nb * sizeof *pos);
+    int32_t *tok = malloc((size_t)nb * 4);
+    MT_REQUIRE(pos && tok, MT_ERR_OOM, "a batch of %d", nb);
+    for (int b = 0; b < nb; b++) {
+        const int c = g->bncached[b];
+        if (live[b])
+            together &= c == n[b] - 1 && !memcmp(g->bcached[b], tokens[b], (size_t)c * 4);
+        else
+            together &= c >= 1;
+    }
+    mt_status st = MT_OK;
+    if (!together) { /* each live row alone */
+        for (int b = 0; b < nb && st == MT_OK; b++) {
+            if (!live[b]) continue;
+            mt_tensor last;
+            st = cached_logits(g, g->brow[b], g->bcached[b], &g->bncached[b], tokens[b], n[b],
+                               &last);
+            if (st == MT_OK) st = mt_cast(&g->row, &last, NULL);
+            if (st == MT_OK)
+                st = mt_memcpy(logits + (size_t)b * g->V, MT_DEVICE_CPU, g->row.data, g->dev,
+                               (size_t)g->V * 4, NULL);
+        }
+        free(pos), free(tok);
+        return st;
+    }
+    for (int b = 0; b < nb; b++) {
+        pos[b] = live[b] ? n[b] - 1 : g->bncached[b] - 1;
+        tok[b] = live[b] ? tokens[b][pos[b]] : g->bcached[b][pos[b]];
+    }
+    st = mt_memcpy(g->btok.data, g->dev, tok, MT_DEVICE_CPU, (size_t)nb * 4, NULL);
+    if (st == MT_OK) st = mt_model_set_kv_cache_rows(g->bone, g->bkv, pos);
+    if (st == MT_OK) st = run_forward(g, g->bone, &g->btok);
+    mt_tensor lg = mt_model_logits(g->bone);
+    if (st == MT_OK) st = mt_cast(&g->blogits, &lg, NULL);
+    const int64_t Vp = g->blogits.shape[1];
+    for (int b = 0; b < nb && st == MT_OK; b++) {
+        st = mt_memcpy(logits + (size_t)b * g->V, MT_DEVICE_CPU,
+                       (const float *)g->blogits.data + (size_t)b * Vp, g->dev, (size_t)g->V * 4,
+                       NULL);
+        if (live[b]) g->bcached[b][pos[b]] = tok[b], g->bncached[b] = pos[b] + 1;
+    }
+    free(pos), free(tok);
+    return st;
 }
 
 /* Every parameter of m from checkpoint ck (unsharded, as mt-pretrain and mt-convert write). */
@@ -240,6 +343,7 @@ static void generator_close(generator *G) {
         mt_prof_print(G->g.prof, stderr, (double)G->g.calls);
     }
     mt_prof_destroy(G->g.prof);
+    batch_free(&G->g);
     free(G->g.htok);
     free(G->g.cached);
     mt_arena_destroy(G->ar);
@@ -343,6 +447,15 @@ static mt_status generator_run(generator *G, int32_t *ids, int n, int max_new,
     /* (mt_cast converts the whole padded row; the callback hands mt-infer the first V) */
     mt_infer_model im = { &G->g, next_logits, G->g.V, G->g.T, G->eod };
     return mt_infer_generate(&im, ids, n, max_new, s, total);
+}
+
+/* Several prompts decoded together (mt-serve's requests of several prompts, with the KV cache):
+ * ids[b] holds prompt b (n[b] tokens) and room for max_new more; total[b] its length after. */
+static mt_status generator_run_batch(generator *G, int32_t *const *ids, const int *n, int nb,
+                                     int max_new, const mt_infer_sampling *s, int *total) {
+    MT_TRY(batch_make(&G->g, nb)); /* (a row's cache is reused as far as its prompt matches) */
+    mt_infer_batch_model bm = { &G->g, batch_logits, G->g.V, G->g.T, G->eod };
+    return mt_infer_generate_batch(&bm, ids, n, nb, max_new, s, total);
 }
 
 mt_status mt_generate_run(const mt_generate_args *a) {
@@ -460,32 +573,45 @@ static int serve_api(generator *G, const char *body, json_t **out) {
     if ((v = json_object_get(req, "random_seed"))) s.seed = (uint64_t)json_integer_value(v);
     if (!msg[0] && max_new < 0) snprintf(msg, sizeof msg, "tokens_to_generate must be >= 0");
     json_t *texts = json_array(), *toks = json_array();
-    int32_t *ids = malloc((size_t)(G->c.max_position_embeddings + 1) * sizeof *ids);
-    for (size_t i = 0; !msg[0] && i < json_array_size(prompts); i++) {
-        const char *p = json_string_value(json_array_get(prompts, i));
-        int n = 0, total = 0;
+    const int np = req && json_is_array(prompts) ? (int)json_array_size(prompts) : 0;
+    const size_t room = (size_t)G->c.max_position_embeddings + (max_new > 0 ? (size_t)max_new : 0);
+    int32_t **ids = calloc((size_t)np + 1, sizeof *ids);
+    int *n = calloc((size_t)np + 1, sizeof *n), *total = calloc((size_t)np + 1, sizeof *total);
+    mt_status st = ids && n && total ? MT_OK : MT_ERROR(MT_ERR_OOM, "token buffers");
+    for (int i = 0; !msg[0] && st == MT_OK && i < np; i++) { /* every prompt, then generation */
+        const char *p = json_string_value(json_array_get(prompts, (size_t)i));
+        ids[i] = malloc(room * sizeof **ids);
+        st = !p        ? MT_ERROR(MT_ERR_INVALID_ARG, "prompts[%d] is not a string", i)
+             : !ids[i] ? MT_ERROR(MT_ERR_OOM, "token buffer")
+                       : prompt_of(G, p, NULL, ids[i], &n[i]);
+    }
+    /* several prompts together over the KV cache (MT_SERVE_BATCH=0: one after another) */
+    const int together = np > 1 && G->g.kv && mt_env_int("MT_SERVE_BATCH", 1) != 0;
+    if (!msg[0] && st == MT_OK && together)
+        st = generator_run_batch(G, ids, n, np, max_new, &s, total);
+    for (int i = 0; !msg[0] && st == MT_OK && !together && i < np; i++)
+        st = generator_run(G, ids[i], n[i], max_new, &s, &total[i]);
+    for (int i = 0; !msg[0] && st == MT_OK && i < np; i++) {
         char *text = NULL;
         size_t len = 0, cap = 0;
-        mt_status st = !p     ? MT_ERROR(MT_ERR_INVALID_ARG, "prompts[%zu] is not a string", i)
-                       : !ids ? MT_ERROR(MT_ERR_OOM, "token buffer")
-                              : prompt_of(G, p, NULL, ids, &n);
-        if (st == MT_OK) st = generator_run(G, ids, n, max_new, &s, &total);
-        if (st == MT_OK)
-            st = mt_data_tokenizer_decode(G->tk, ids, (size_t)total, &text, &len, &cap);
-        if (st != MT_OK) { /* (the message without its file:line and code) */
-            const char *e = mt_last_error(), *q = strstr(e, ": MT_ERR_");
-            if (q && (q = strstr(q + 2, ": "))) e = q + 2;
-            snprintf(msg, sizeof msg, "%s", e);
-            mt_error_clear();
-            break;
-        }
+        st = mt_data_tokenizer_decode(G->tk, ids[i], (size_t)total[i], &text, &len, &cap);
+        if (st != MT_OK) break;
         json_array_append_new(texts, json_stringn(text, len));
         json_t *t = json_array();
-        for (int k = 0; k < total; k++)
-            json_array_append_new(t, json_integer(ids[k]));
+        for (int k = 0; k < total[i]; k++)
+            json_array_append_new(t, json_integer(ids[i][k]));
         json_array_append_new(toks, t);
         free(text);
     }
+    if (!msg[0] && st != MT_OK) { /* (the message without its file:line and code) */
+        const char *e = mt_last_error(), *q = strstr(e, ": MT_ERR_");
+        if (q && (q = strstr(q + 2, ": "))) e = q + 2;
+        snprintf(msg, sizeof msg, "%s", e);
+        mt_error_clear();
+    }
+    for (int i = 0; ids && i < np; i++)
+        free(ids[i]);
+    free(n), free(total);
     free(ids);
     json_decref(req);
     if (msg[0]) {

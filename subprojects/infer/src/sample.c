@@ -104,3 +104,42 @@ mt_status mt_infer_generate(const mt_infer_model *m, int32_t *tokens, int n_prom
     *n_out = n;
     return st;
 }
+
+mt_status mt_infer_generate_batch(const mt_infer_batch_model *m, int32_t *const *tokens,
+                                  const int *n_prompt, int B, int max_new,
+                                  const mt_infer_sampling *s, int *n_out) {
+    MT_REQUIRE(m && m->next_logits && tokens && n_prompt && s && n_out && B > 0, MT_ERR_INVALID_ARG,
+               "NULL argument or a batch of %d", B);
+    MT_REQUIRE(max_new >= 0, MT_ERR_INVALID_ARG, "%d tokens to generate", max_new);
+    for (int b = 0; b < B; b++)
+        MT_REQUIRE(n_prompt[b] >= 1 && n_prompt[b] <= m->max_len, MT_ERR_INVALID_ARG,
+                   "prompt %d has %d tokens; the model takes 1 to %d", b, n_prompt[b], m->max_len);
+    float *buf = malloc((size_t)m->vocab * (size_t)(B + 1) * sizeof *buf);
+    int *live = malloc((size_t)B * sizeof *live);
+    if (!buf || !live) {
+        free(buf), free(live);
+        return MT_ERROR(MT_ERR_OOM, "logits of %d rows", B);
+    }
+    float *scratch = buf + (size_t)m->vocab * (size_t)B;
+    for (int b = 0; b < B; b++)
+        n_out[b] = n_prompt[b], live[b] = n_prompt[b] < m->max_len;
+    mt_status st = MT_OK;
+    for (int k = 0; k < max_new && st == MT_OK; k++) {
+        int any = 0;
+        for (int b = 0; b < B; b++)
+            any |= live[b];
+        if (!any) break;
+        st = m->next_logits(m->ctx, tokens, n_out, live, B, buf);
+        for (int b = 0; b < B && st == MT_OK; b++) {
+            if (!live[b]) continue;
+            int32_t *t = &tokens[b][n_out[b]];
+            st = mt_infer_sample(buf + (size_t)m->vocab * (size_t)b, m->vocab, s, (uint64_t)k,
+                                 scratch, t);
+            if (st != MT_OK) break;
+            n_out[b]++;
+            live[b] = *t != m->eod && n_out[b] < m->max_len;
+        }
+    }
+    free(buf), free(live);
+    return st;
+}

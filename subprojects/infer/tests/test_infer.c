@@ -112,8 +112,67 @@ static void test_generate(void) {
         MT_EXPECT_STATUS(mt_infer_probs(l, 10, &bad[i], p), MT_ERR_INVALID_ARG);
 }
 
+/* A batch model of V = 10 whose next-token distribution depends on the row's whole sequence (its
+ * sum and length), so that a row fed another row's tokens shows. */
+static void seq_logits(const int32_t *t, int n, float *logits) {
+    int sum = 0;
+    for (int i = 0; i < n; i++)
+        sum += t[i];
+    for (int i = 0; i < 10; i++)
+        logits[i] = (float)((sum * 7 + n * 3 + i * 5) % 11) * 0.4f;
+}
+
+static mt_status seq_one(void *ctx, const int32_t *tokens, int n, float *logits) {
+    (void)ctx;
+    seq_logits(tokens, n, logits);
+    return MT_OK;
+}
+
+static mt_status seq_batch(void *ctx, int32_t *const *tokens, const int *n, const int *live, int B,
+                           float *logits) {
+    int *calls = ctx;
+    ++*calls;
+    for (int b = 0; b < B; b++)
+        if (live[b]) seq_logits(tokens[b], n[b], logits + 10 * b);
+    return MT_OK;
+}
+
+/* mt_infer_generate_batch: each row's continuation is mt_infer_generate's for it alone (sampled
+ * and greedy), rows of different prompt lengths, one stopping early at eod or at max_len. */
+static void test_generate_batch(void) {
+    const int32_t prompts[3][4] = { { 1, 2, 3, 4 }, { 5 }, { 9, 9 } };
+    const int np[3] = { 4, 1, 2 };
+    const mt_infer_sampling ss[2] = { { 0.9f, 0, 0.0f, 21 }, { 0.0f, 0, 0.0f, 1 } };
+    for (int si = 0; si < 2; si++)
+        for (int eod = -1; eod < 10; eod += 4) {
+            int32_t rows[3][24], *tp[3] = { rows[0], rows[1], rows[2] };
+            int n_out[3], calls = 0;
+            for (int b = 0; b < 3; b++)
+                memcpy(rows[b], prompts[b], sizeof prompts[b]);
+            mt_infer_batch_model bm = { &calls, seq_batch, 10, 14, eod };
+            MT_CHECK(mt_infer_generate_batch(&bm, tp, np, 3, 12, &ss[si], n_out));
+            for (int b = 0; b < 3; b++) {
+                int32_t alone[24];
+                int n = 0;
+                memcpy(alone, prompts[b], sizeof prompts[b]);
+                mt_infer_model m = { NULL, seq_one, 10, 14, eod };
+                MT_CHECK(mt_infer_generate(&m, alone, np[b], 12, &ss[si], &n));
+                MT_EXPECT(n == n_out[b] && !memcmp(alone, rows[b], (size_t)n * 4),
+                          "batch row %d (%s, eod %d): %d tokens, alone %d", b,
+                          si ? "greedy" : "sampled", eod, n_out[b], n);
+            }
+            MT_EXPECT(calls <= 12, "%d calls for 12 tokens", calls);
+        }
+    int32_t r[4] = { 1 }, *rp[1] = { r };
+    int n1 = 0, n_out[1];
+    mt_infer_batch_model bm = { NULL, seq_batch, 10, 4, -1 };
+    MT_EXPECT_STATUS(mt_infer_generate_batch(&bm, rp, &n1, 1, 2, &ss[1], n_out),
+                     MT_ERR_INVALID_ARG);
+}
+
 int main(void) {
     test_warpers();
     test_generate();
+    test_generate_batch();
     return mt_test_result();
 }

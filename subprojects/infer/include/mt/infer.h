@@ -52,6 +52,25 @@ typedef struct mt_infer_model {
 MT_API mt_status mt_infer_generate(const mt_infer_model *m, int32_t *tokens, int n_prompt,
                                    int max_new, const mt_infer_sampling *s, int *n_out);
 
+/* Several sequences decoded together: row b's next-token logits (V floats at logits + b V) after
+ * tokens[b][0..n[b]), for the rows with live[b] != 0 (the others' are not read). */
+typedef struct mt_infer_batch_model {
+    void *ctx;
+    mt_status (*next_logits)(void *ctx, int32_t *const *tokens, const int *n, const int *live,
+                             int B, float *logits);
+    int64_t vocab;
+    int max_len;
+    int32_t eod;
+} mt_infer_batch_model;
+
+/* mt_infer_generate for B prompts at once (tokens[b] has room for n_prompt[b] + max_new): row b's
+ * draws are the ones mt_infer_generate makes for it alone (draw k for its k-th new token), so each
+ * row gets its own continuation; a row stops after an eod or at max_len while the others go on.
+ * n_out[b]: row b's length then. */
+MT_API mt_status mt_infer_generate_batch(const mt_infer_batch_model *m, int32_t *const *tokens,
+                                         const int *n_prompt, int B, int max_new,
+                                         const mt_infer_sampling *s, int *n_out);
+
 #ifdef __cplusplus
 }
 #endif
