@@ -2,7 +2,8 @@
 # functional: mt-serve. A tiny GPT-2-tokenized checkpoint of mt-pretrain, served on a free port:
 # PUT /api (Megatron's text generation server's call) answers the same continuation and tokens
 # as mt-generate with the same settings, for two prompts at once, also over POST; three prompts of
-# different lengths, decoded together over the KV cache, each mt-generate's; a request that
+# different lengths, decoded over the KV cache two at a time (MT_SERVE_BATCH=2: a batch of two,
+# then one alone), each mt-generate's; a request that
 # is not JSON, without prompts, or with a prompt beyond the model's positions gets 400 and a
 # message; another path 404, GET 405; the server then keeps serving, and returns after
 # --max-requests.
@@ -15,7 +16,7 @@ tiny_run "$d/p.json" --tokenizer-type GPT2BPETokenizer --train-iters 3 --lr-warm
 dev=(--device "${MT_TEST_DEVICE:-cpu}")
 want=$("$MT_GENERATE" --load "$d/ck" "${dev[@]}" --prompt "In the beginning" --tokens-to-generate 6 \
   --temperature 0.9 --top_p 0.95 --seed 11 --print-ids) || { echo "FAIL: mt-generate"; exit 1; }
-timeout 120 "$MT_SERVE" --load "$d/ck" "${dev[@]}" --port 0 --max-requests 9 --tokens-to-generate 6 > "$d/serve.log" 2>&1 &
+MT_SERVE_BATCH=2 timeout 120 "$MT_SERVE" --load "$d/ck" "${dev[@]}" --port 0 --max-requests 9 --tokens-to-generate 6 > "$d/serve.log" 2>&1 &
 pid=$!
 for _ in $(seq 100); do grep -q "listening on" "$d/serve.log" && break; sleep 0.1; done
 url=$(grep -o "http://[0-9.:]*/api" "$d/serve.log") || { echo "FAIL: no server"; cat "$d/serve.log"; exit 1; }
@@ -32,7 +33,7 @@ if [ "$code" = 200 ] && [ "$got_ids" = "$(echo "$want" | head -1)" ] && [ "$got_
 else echo "FAIL PUT /api: $code $json; mt-generate: $want"; fail=1; fi
 r2=$(req POST '{"prompts": ["In the beginning"], "temperature": 0.9, "top_p": 0.95, "random_seed": 11}')
 [ "$(echo "$r2" | tail -n +2 | jq -r '.text[0]')" = "$got_text" ] && echo "ok POST" || { echo "FAIL POST: $r2"; fail=1; }
-# three prompts at once (prefilled alone, decoded together): each row mt-generate's for its prompt
+# three prompts (two prefilled alone and decoded together, then one): each mt-generate's
 ps=("In the beginning God created" "And" "Then the LORD said unto")
 r4=$(req PUT '{"prompts": ["In the beginning God created", "And", "Then the LORD said unto"], "tokens_to_generate": 7, "temperature": 0.8, "top_k": 20, "random_seed": 5}')
 for i in 0 1 2; do

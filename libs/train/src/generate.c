@@ -585,12 +585,15 @@ static int serve_api(generator *G, const char *body, json_t **out) {
              : !ids[i] ? MT_ERROR(MT_ERR_OOM, "token buffer")
                        : prompt_of(G, p, NULL, ids[i], &n[i]);
     }
-    /* several prompts together over the KV cache (MT_SERVE_BATCH=0: one after another) */
-    const int together = np > 1 && G->g.kv && mt_env_int("MT_SERVE_BATCH", 1) != 0;
-    if (!msg[0] && st == MT_OK && together)
-        st = generator_run_batch(G, ids, n, np, max_new, &s, total);
-    for (int i = 0; !msg[0] && st == MT_OK && !together && i < np; i++)
-        st = generator_run(G, ids[i], n[i], max_new, &s, &total[i]);
+    /* prompts together over the KV cache, at most MT_SERVE_BATCH (8) at a time: each row is a
+     * window of keys and values (0 or 1: one after another) */
+    const int most = G->g.kv ? mt_env_int("MT_SERVE_BATCH", 8) : 1;
+    for (int i = 0; !msg[0] && st == MT_OK && i < np;) {
+        const int k = np - i < most ? np - i : most > 1 ? most : 1;
+        st = k > 1 ? generator_run_batch(G, ids + i, n + i, k, max_new, &s, total + i)
+                   : generator_run(G, ids[i], n[i], max_new, &s, &total[i]);
+        i += k;
+    }
     for (int i = 0; !msg[0] && st == MT_OK && i < np; i++) {
         char *text = NULL;
         size_t len = 0, cap = 0;
