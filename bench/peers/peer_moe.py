@@ -8,7 +8,7 @@ import sys
 import torch
 from transformers import MixtralConfig, MixtralForCausalLM
 
-from common import Results, time_cuda
+from common import Results, time_train_step
 
 T = 1024
 
@@ -33,22 +33,15 @@ for case in sys.argv[2:]:
     with torch.device("cuda"):
         model = MixtralForCausalLM(cfg).to(torch.bfloat16)
     impl = getattr(model.config, "_experts_implementation", None)
-    opt = torch.optim.AdamW(model.parameters(), lr=6e-4, fused=True)
     x = torch.randint(0, V, (MB, T), device="cuda")
-
-    def step():
-        opt.zero_grad(set_to_none=True)
-        loss = model(x, labels=x).loss
-        loss.backward()
-        opt.step()
-    try:
-        ms = time_cuda(step, warmup=3, iters=10)
+    ms = time_train_step(model, x)
+    if ms is None:
+        print(f"{name}: out of memory", file=sys.stderr)
+    else:
         res.add(f"moe/torch/{name}_B{MB}_T1024", ms, flops_per_iter=flops(L, H, NH, G, F, K, V, MB))
         print(f"{name}: {MB * T / ms * 1e3:.0f} tokens/s (experts: {impl}), peak memory "
               f"{torch.cuda.max_memory_allocated() / 2**20:.0f} MB", file=sys.stderr)
-    except torch.OutOfMemoryError:
-        print(f"{name}: out of memory", file=sys.stderr)
-    del model, opt
+    del model
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
 res.write(sys.argv[1])

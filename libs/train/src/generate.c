@@ -169,6 +169,13 @@ static mt_status cached_logits(gen *g, mt_model_kv_cache *kv, int32_t *cached, i
     return mt_tensor_slice(&lg, 0, lg.shape[0] - 1, 1, last);
 }
 
+/* A row of logits (padded vocabulary, the model dtype, on the device) as the first V floats of dst
+ * on the host. */
+static mt_status logits_to_host(gen *g, const mt_tensor *row, float *dst) {
+    MT_TRY(mt_cast(&g->row, row, NULL));
+    return mt_memcpy(dst, MT_DEVICE_CPU, g->row.data, g->dev, (size_t)g->V * 4, NULL);
+}
+
 static mt_status next_logits(void *ctx, const int32_t *tokens, int n, float *logits) {
     gen *g = ctx;
     mt_tensor last;
@@ -176,8 +183,7 @@ static mt_status next_logits(void *ctx, const int32_t *tokens, int n, float *log
     MT_TRY(g->kv ? cached_logits(g, g->kv, g->cached, &g->ncached, tokens, n, &last)
                  : window_logits(g, tokens, n, &last));
     const double t1 = g->timing ? mt_time_now() : 0.0;
-    MT_TRY(mt_cast(&g->row, &last, NULL));
-    MT_TRY(mt_memcpy(logits, MT_DEVICE_CPU, g->row.data, g->dev, (size_t)g->V * 4, NULL));
+    MT_TRY(logits_to_host(g, &last, logits));
     if (g->timing) g->t_logits += mt_time_now() - t1, g->t_call += mt_time_now() - t0;
     g->calls++;
     return mt_prof_collect(g->prof);
@@ -245,10 +251,7 @@ static mt_status batch_logits(void *ctx, int32_t *const *tokens, const int *n, c
             mt_tensor last;
             st = cached_logits(g, g->brow[b], g->bcached[b], &g->bncached[b], tokens[b], n[b],
                                &last);
-            if (st == MT_OK) st = mt_cast(&g->row, &last, NULL);
-            if (st == MT_OK)
-                st = mt_memcpy(logits + (size_t)b * g->V, MT_DEVICE_CPU, g->row.data, g->dev,
-                               (size_t)g->V * 4, NULL);
+            if (st == MT_OK) st = logits_to_host(g, &last, logits + (size_t)b * g->V);
         }
         free(pos), free(tok);
         return st;

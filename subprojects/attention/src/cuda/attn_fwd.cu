@@ -58,6 +58,27 @@ static __global__ void attn_fwd_generic_kernel(attn_args a, T *out, float *lse, 
     if (lane == 0) lse[row / a.T * a.T + i] = (m + log2f(l)) * ATTN_LN2;
 }
 
+/* The end of a rows kernel: ng partial softmax states (running max m[g] in the log2 domain, sum
+ * l[g], unnormalised output o[g * ld .. + D)) in shared memory merged into the row's output and
+ * lse by the block's nthreads threads. A state without keys is -inf and 0; state 0 has key 0. */
+template <typename T>
+static __device__ __forceinline__ void rows_merge(const float *m, const float *l, const float *o,
+                                                  int ng, int ld, int D, int nthreads, T *orow,
+                                                  float *lse) {
+    float M = m[0], L = 0.0f;
+    for (int g = 1; g < ng; g++)
+        M = fmaxf(M, m[g]);
+    for (int g = 0; g < ng; g++)
+        L += l[g] * exp2f(m[g] - M);
+    for (int d = threadIdx.x; d < D; d += nthreads) {
+        float x = 0.0f;
+        for (int g = 0; g < ng; g++)
+            x += o[g * ld + d] * exp2f(m[g] - M);
+        orow[d] = attn_t<T>::st(x / L);
+    }
+    if (threadIdx.x == 0) *lse = (M + log2f(L)) * ATTN_LN2;
+}
+
 /* Queries over cached keys (Tk > T; no document masks or dropout): a block of NW warps per query
  * row, warp w scoring keys w*32 .. w*32+31, then every NW*32-th run after (lane j key j0+j, as the
  * generic kernel), each warp with its own running max, sum and output, merged at the end. Causal
@@ -110,19 +131,8 @@ static __global__ void __launch_bounds__(NW * 32)
     for (int c = 0; c < 8; c++)
         if (lane + 32 * c < D) wo[warp][lane + 32 * c] = o[c];
     __syncthreads();
-    float M = wm[0], L = 0.0f; /* warp 0 always has key 0 */
-    for (int w = 1; w < NW; w++)
-        M = fmaxf(M, wm[w]);
-    for (int w = 0; w < NW; w++)
-        L += wl[w] * exp2f(wm[w] - M);
-    T *orow = out + b * a.st[AO][0] + i * a.st[AO][1] + h * a.st[AO][2];
-    for (int d = threadIdx.x; d < D; d += NW * 32) {
-        float x = 0.0f;
-        for (int w = 0; w < NW; w++)
-            x += wo[w][d] * exp2f(wm[w] - M);
-        orow[d] = attn_t<T>::st(x / L);
-    }
-    if (threadIdx.x == 0) lse[row] = (M + log2f(L)) * ATTN_LN2;
+    rows_merge<T>(wm, wl, &wo[0][0], NW, 256, D, NW * 32,
+                  out + b * a.st[AO][0] + i * a.st[AO][1] + h * a.st[AO][2], &lse[row]);
 }
 
 /* The same for 16-byte aligned bf16/f16 rows of D = 8 * TPK (64, 128, 256): TPK threads share a
@@ -183,20 +193,8 @@ static __global__ void __launch_bounds__(NW * 32)
     for (int c = 0; c < 8; c++)
         go[grp][d0 + c] = o[c];
     __syncthreads();
-    float M = gm[0]; /* group 0 has key 0 */
-    for (int g = 1; g < G; g++)
-        M = fmaxf(M, gm[g]);
-    float L = 0.0f;
-    for (int g = 0; g < G; g++)
-        L += gl[g] * exp2f(gm[g] - M);
-    T *orow = out + b * a.st[AO][0] + i * a.st[AO][1] + h * a.st[AO][2];
-    for (int d = threadIdx.x; d < D; d += NW * 32) {
-        float x = 0.0f;
-        for (int g = 0; g < G; g++)
-            x += go[g][d] * exp2f(gm[g] - M);
-        orow[d] = attn_t<T>::st(x / L);
-    }
-    if (threadIdx.x == 0) lse[row] = (M + log2f(L)) * ATTN_LN2;
+    rows_merge<T>(gm, gl, &go[0][0], G, D + 1, D, NW * 32,
+                  out + b * a.st[AO][0] + i * a.st[AO][1] + h * a.st[AO][2], &lse[row]);
 }
 
 /* Tensor-core path: a block of NW warps owns BR = 16*NW query rows of one (b, h); warp w owns

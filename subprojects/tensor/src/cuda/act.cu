@@ -4,17 +4,6 @@
 
 template <typename T, int W> struct alignas(sizeof(T) * W) act_pack { T v[W]; };
 
-/* tanh(u) = 1 - 2 / (exp(2u) + 1), within ~1e-7 absolute of tanhf. */
-static __device__ __forceinline__ float tanh_fast(float u) {
-    // why: tanhf's exact path costs about as much time as the memory traffic of GELU
-    return 1.0f - __fdividef(2.0f, __expf(2.0f * u) + 1.0f);
-}
-
-static __device__ __forceinline__ float gelu_f(float x) {
-    const float k = 0.7978845608028654f; /* sqrt(2/pi) */
-    return 0.5f * x * (1.0f + tanh_fast(k * (x + 0.044715f * x * x * x)));
-}
-
 static __device__ __forceinline__ float gelu_grad_f(float x) {
     const float k = 0.7978845608028654f;
     float t = tanh_fast(k * (x + 0.044715f * x * x * x));

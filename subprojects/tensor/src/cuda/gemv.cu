@@ -11,27 +11,6 @@
 #define GEMV_COLS  2 /* output columns per warp */
 #define GEMV_WARPS 4
 
-static __device__ __forceinline__ float gemv_gelu(float x) { /* (act.cu's) */
-    const float k = 0.7978845608028654f;
-    const float u = k * (x + 0.044715f * x * x * x);
-    return 0.5f * x * (1.0f + (1.0f - __fdividef(2.0f, __expf(2.0f * u) + 1.0f)));
-}
-
-template <typename T> static __device__ __forceinline__ float to_f(T x);
-template <> __device__ __forceinline__ float to_f(__nv_bfloat16 x) {
-    return __bfloat162float(x);
-}
-template <> __device__ __forceinline__ float to_f(__half x) {
-    return __half2float(x);
-}
-template <typename T> static __device__ __forceinline__ T from_f(float x);
-template <> __device__ __forceinline__ __nv_bfloat16 from_f(float x) {
-    return __float2bfloat16(x);
-}
-template <> __device__ __forceinline__ __half from_f(float x) {
-    return __float2half(x);
-}
-
 template <typename T, int M>
 static __global__ void __launch_bounds__(GEMV_WARPS * 32)
     gemv_kernel(gemm_args g, const T *__restrict__ a, const T *__restrict__ b) {
@@ -60,7 +39,7 @@ static __global__ void __launch_bounds__(GEMV_WARPS * 32)
                 const T *w = (const T *)&bv[c];
 #pragma unroll
                 for (int e = 0; e < 8; e++)
-                    acc[m][c] += to_f(x[e]) * to_f(w[e]);
+                    acc[m][c] += ldf(x[e]) * ldf(w[e]);
             }
         }
     }
@@ -83,14 +62,14 @@ static __global__ void __launch_bounds__(GEMV_WARPS * 32)
             if (mm == m && cc == c) v = acc[mm][cc];
     v *= g.alpha;
     const int64_t ic = m * g.ldc + n;
-    if (g.beta != 0.0f) v += g.beta * to_f(((const T *)(g.cin ? g.cin : g.c))[ic]);
-    if (g.bias) v += to_f(((const T *)g.bias)[n]);
+    if (g.beta != 0.0f) v += g.beta * ldf(((const T *)(g.cin ? g.cin : g.c))[ic]);
+    if (g.bias) v += ldf(((const T *)g.bias)[n]);
     if (g.gelu) {
-        const T pre = from_f<T>(v);
+        const T pre = stf<T>(v);
         if (g.pre_gelu) ((T *)g.pre_gelu)[m * g.ldpre + n] = pre;
-        v = gemv_gelu(to_f(pre)); /* (of the stored value, as gemm_gelu_apply) */
+        v = gelu_f(ldf(pre)); /* (of the stored value, as gemm_gelu_apply) */
     }
-    ((T *)g.c)[ic] = from_f<T>(v);
+    ((T *)g.c)[ic] = stf<T>(v);
 }
 
 template <typename T, int M> static mt_status launch(const gemm_args *g, mt_stream stream) {
