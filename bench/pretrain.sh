@@ -6,8 +6,11 @@
 #   bench/pretrain.sh BUILD_DIR OUT_DIR          (env: MT_PRETRAIN_ITERS=30, MT_PRETRAIN_CASES,
 #                                                 MT_PRETRAIN_PEER=0: no PyTorch peer,
 #                                                 MT_PRETRAIN_DEVICE=cpu: a dry run of the script)
-# A case is name:layers:hidden:heads:micro-batch[:m1+m2[:chunks]]; m1+m2 (- for none) adds
-# --recompute-granularity selective --recompute-modules m1 m2, chunks --logits-chunks. Each case
+# A case is name:layers:hidden:heads:micro-batch[:m1+m2[:chunks[:global-batch]]]; m1+m2 (- for
+# none) adds --recompute-granularity selective --recompute-modules m1 m2, chunks (- for none)
+# --logits-chunks, global-batch --global-batch-size (default the micro-batch: one micro-batch an
+# iteration; larger accumulates gradients over global / micro micro-batches, and the case runs
+# MT_PRETRAIN_ITERS micro-batches' worth of iterations, at least 4). Each case
 # also reports what llm.c (train_gpt2.cu, its defaults) allocates at the same shape and batch
 # (llmc_mib below), the issue's memory bound.
 set -uo pipefail
@@ -16,7 +19,7 @@ top=$(cd "$(dirname "$0")/.." && pwd)
 iters=${MT_PRETRAIN_ITERS:-30}
 # name layers hidden heads micro-batch [recomputed modules]
 # (the plain shapes against PyTorch; the others within llm.c's memory at their batch)
-cases=${MT_PRETRAIN_CASES:-"gpt2_124M:12:768:12:16 gpt2_124M:12:768:12:16:-:4 gpt2_124M:12:768:12:64:-:4 gpt2_124M:12:768:12:128:-:8 gpt2_1558M:48:1600:25:8 gpt2_1558M:48:1600:25:8:mlp_act+layernorm gpt2_1558M:48:1600:25:16:mlp_act gpt2_1558M:48:1600:25:32:mlp_act gpt2_1558M:48:1600:25:48:mlp_act"}
+cases=${MT_PRETRAIN_CASES:-"gpt2_124M:12:768:12:16 gpt2_124M:12:768:12:16:-:4 gpt2_124M:12:768:12:64:-:4 gpt2_124M:12:768:12:128:-:8 gpt2_124M:12:768:12:64:-:4:512 gpt2_1558M:48:1600:25:8 gpt2_1558M:48:1600:25:8:mlp_act+layernorm gpt2_1558M:48:1600:25:16:mlp_act gpt2_1558M:48:1600:25:32:mlp_act gpt2_1558M:48:1600:25:48:mlp_act gpt2_1558M:48:1600:25:32:mlp_act:-:512"}
 # llm.c's device allocations in MiB for layers, hidden, heads, B (T=1024, Vp=50304), from the sizes
 # in its train_gpt2.cu with the defaults (-w 1 master weights, -r 1 GELU recomputed, cuDNN
 # attention): bf16 params and grads, fp32 AdamW m, v and master weights; per layer 14 (B,T,C)
@@ -54,20 +57,23 @@ echo '{"benchmarks": [' > "$out/pretrain.json"
 sep=""
 peer_cases=""
 for c in $cases; do
-  IFS=: read -r name L H NH MB rc lc <<< "$c"
-  extra=(); tag=""
+  IFS=: read -r name L H NH MB rc lc gbs <<< "$c"
+  extra=(); tag=""; GB=${gbs:-$MB}; it=$iters
   if [ -n "${rc:-}" ] && [ "$rc" != - ]; then
     extra=(--recompute-granularity selective --recompute-modules ${rc//+/ }); tag=_rc-$rc
   fi
-  if [ -n "${lc:-}" ]; then extra+=(--logits-chunks "$lc"); tag=${tag}_lc$lc; fi
+  if [ -n "${lc:-}" ] && [ "$lc" != - ]; then extra+=(--logits-chunks "$lc"); tag=${tag}_lc$lc; fi
+  if [ "$GB" != "$MB" ]; then
+    tag=${tag}_gbs$GB; it=$((iters * MB / GB)); [ "$it" -ge 4 ] || it=4
+  fi
   [ -n "$tag" ] || peer_cases="$peer_cases $name:$L:$H:$NH:$MB"
   log="$out/pretrain_${name}_B$MB$tag.log"
   smi_start "$log.smi"
   "$b/apps/pretrain/mt-pretrain" --num-layers "$L" --hidden-size "$H" --num-attention-heads "$NH" \
     --attention-dropout 0 --hidden-dropout 0 \
     --seq-length 1024 --max-position-embeddings 1024 --micro-batch-size "$MB" \
-    --global-batch-size "$MB" --mock-data --tokenizer-type GPT2BPETokenizer --bf16 \
-    --train-iters "$iters" --lr 6e-4 --lr-warmup-iters 2 --log-interval 10 --log-throughput \
+    --global-batch-size "$GB" --mock-data --tokenizer-type GPT2BPETokenizer --bf16 \
+    --train-iters "$it" --lr 6e-4 --lr-warmup-iters 2 --log-interval 10 --log-throughput \
     --device "${MT_PRETRAIN_DEVICE:-cuda}" "${extra[@]}" > "$log" 2>&1
   gpu=$(smi_stop "$log.smi")
   s=$(grep '^\[summary\]' "$log")
