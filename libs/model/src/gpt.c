@@ -241,6 +241,58 @@ static int moe_losses_on(const mt_model *m) {
     return m->cfg.moe_aux_loss_coeff > 0.0f || m->cfg.moe_z_loss_coeff > 0.0f;
 }
 
+/* Mixture of experts: the experts' GEMMs that experts_gemm runs. */
+enum {
+    EXP_FWD,
+    EXP_DX,
+    EXP_DW
+};
+
+/* Mixture of experts without biases (SwiGLU experts): each expert's linear over its rows of the
+ * permuted tensors, all experts' as grouped GEMMs (one launch where cuBLAS has it, instead of one
+ * GEMM and one cuBLASLt plan per expert and row count). EXP_FWD: out = in w_e^T; EXP_DX:
+ * out = in w_e; EXP_DW: w_e's grad (+)= in^T x (out unused). Experts without rows are skipped. */
+static mt_status experts_gemm(const mt_model *m, const layer_acts *la, int op, mt_tensor *out,
+                              const mt_tensor *in, const mt_tensor *x, mt_model_param *const *w,
+                              int acc, mt_stream s) {
+    enum {
+        CHUNK = 64
+    };
+    mt_tensor cs[CHUNK], as[CHUNK], bs[CHUNK];
+    mt_tensor *cp[CHUNK];
+    const mt_tensor *ap[CHUNK], *bp[CHUNK];
+    const int E = moe_n(&m->cfg);
+    const int flags = op == EXP_FWD ? MT_GEMM_TRANS_B : op == EXP_DW ? MT_GEMM_TRANS_A : 0;
+    int n = 0;
+    int64_t off = 0;
+    for (int e = 0; e < E; off += expert_n(m, la, e++)) {
+        const int64_t rows = expert_n(m, la, e);
+        if (rows) {
+            MT_TRY(rows_of(in, off, rows, &as[n]));
+            ap[n] = &as[n];
+            if (op == EXP_DW) {
+                MT_TRY(rows_of(x, off, rows, &bs[n]));
+                cp[n] = G(w[e]), bp[n] = &bs[n];
+            } else {
+                MT_TRY(rows_of(out, off, rows, &cs[n]));
+                cp[n] = &cs[n], bp[n] = W(w[e]);
+            }
+            n++;
+        }
+        if (n == CHUNK || (e == E - 1 && n)) {
+            MT_TRY(mt_gemm_grouped(m->blas_x, n, cp, ap, bp, flags, 1.0f,
+                                   op == EXP_DW && acc ? 1.0f : 0.0f, s));
+            n = 0;
+        }
+    }
+    return MT_OK;
+}
+
+/* Mixture of experts: whether experts_gemm runs the experts' linears (SwiGLU, no biases). */
+static int experts_grouped(const mt_model *m, const layer_params *lp) {
+    return m->cfg.swiglu && !lp->exp_fc1_b[0] && !lp->exp_fc2_b[0];
+}
+
 /* The MoE MLP's forward from ln2: the router's logits, top-k and dispatch map (the tokens per
  * expert come to the host: the experts' row counts), the permuted rows through each expert's
  * fc1, activation and fc2, and (next != NULL) the combine with the residual add into next. */
@@ -277,7 +329,15 @@ static mt_status moe_fwd(mt_model *m, int l, layer_acts *la, const layer_params 
                          m->dev, (size_t)E * sizeof(int32_t), s));
         MT_TRY(mt_stream_sync(s));
     }
-    for (int pass = 0; pass < 2; pass++) { /* fc1 (GELU fused); SwiGLU over all rows; fc2 */
+    const int grouped = experts_grouped(m, lp);
+    if (grouped) {
+        OP("fwd.gemm.fc1",
+           experts_gemm(m, la, EXP_FWD, &la->fc1_pre, &la->moe_xp, NULL, lp->exp_fc1, 0, s));
+        OP("fwd.swiglu", mt_swiglu_fwd(&la->fc1_act, &la->fc1_pre, NULL, s));
+        OP("fwd.gemm.fc2",
+           experts_gemm(m, la, EXP_FWD, &la->moe_yp, &la->fc1_act, NULL, lp->exp_fc2, 0, s));
+    }
+    for (int pass = 0; pass < 2 && !grouped; pass++) { /* fc1 (GELU fused); SwiGLU; fc2 */
         if (pass == 1 && c->swiglu)
             OP("fwd.swiglu", mt_swiglu_fwd(&la->fc1_act, &la->fc1_pre, NULL, s));
         int64_t off = 0;
@@ -348,7 +408,24 @@ static mt_status moe_bwd(mt_model *m, int l, layer_acts *la, const layer_params 
     OP("bwd.tp.moe", mt_tp_all_reduce(m->tp, &a->moe_dprobs, s));
     if (c->recompute_mlp_act && c->swiglu) /* (moe_act: the shared activation refilled) */
         OP("bwd.recompute.act", mt_swiglu_fwd(&la->fc1_act, &la->fc1_pre, NULL, s));
-    for (int pass = 0; pass < 2; pass++) { /* fc2 (GELU's backward fused); SwiGLU's; fc1 */
+    const int grouped = experts_grouped(m, lp);
+    if (grouped) { /* (an expert without tokens: its grads zeroed when written) */
+        for (int e = 0; e < E && !acc; e++)
+            if (!expert_n(m, la, e)) {
+                MT_TRY(mt_fill(G(lp->exp_fc1[e]), 0.0f, s));
+                MT_TRY(mt_fill(G(lp->exp_fc2[e]), 0.0f, s));
+            }
+        OP("bwd.gemm.fc2",
+           experts_gemm(m, la, EXP_DX, &a->dfc1_act, &a->moe_dyp, NULL, lp->exp_fc2, acc, s));
+        OP("bwd.gemm.fc2",
+           experts_gemm(m, la, EXP_DW, NULL, &a->moe_dyp, &la->fc1_act, lp->exp_fc2, acc, s));
+        OP("bwd.swiglu", mt_swiglu_bwd(&a->dfc1_pre, NULL, &a->dfc1_act, &la->fc1_pre, NULL, s));
+        OP("bwd.gemm.fc1",
+           experts_gemm(m, la, EXP_DX, &a->moe_dxp, &a->dfc1_pre, NULL, lp->exp_fc1, acc, s));
+        OP("bwd.gemm.fc1",
+           experts_gemm(m, la, EXP_DW, NULL, &a->dfc1_pre, &la->moe_xp, lp->exp_fc1, acc, s));
+    }
+    for (int pass = 0; pass < 2 && !grouped; pass++) { /* fc2 (GELU's fused); SwiGLU's; fc1 */
         if (pass == 1 && c->swiglu)
             OP("bwd.swiglu",
                mt_swiglu_bwd(&a->dfc1_pre, NULL, &a->dfc1_act, &la->fc1_pre, NULL, s));

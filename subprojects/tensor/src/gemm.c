@@ -237,6 +237,47 @@ mt_status mt_gemm(mt_blas *blas, mt_tensor *c, mt_tensor *pre_gelu, const mt_ten
     return MT_DISPATCH(c->device, gemm_host(&g), gemm_cuda(blas->lt, &g, stream));
 }
 
+mt_status mt_gemm_grouped(mt_blas *blas, int n, mt_tensor *const *c, const mt_tensor *const *a,
+                          const mt_tensor *const *b, int flags, float alpha, float beta,
+                          mt_stream stream) {
+    MT_REQUIRE(n >= 0 && (n == 0 || (c && a && b)), MT_ERR_INVALID_ARG,
+               "grouped gemm: %d problems, NULL arrays", n);
+    MT_REQUIRE((flags & ~(MT_GEMM_TRANS_A | MT_GEMM_TRANS_B)) == 0, MT_ERR_INVALID_ARG,
+               "grouped gemm: flags may only hold MT_GEMM_TRANS_A and MT_GEMM_TRANS_B");
+    if (n == 0) return MT_OK;
+    gemm_args *g = malloc((size_t)n * sizeof *g);
+    MT_REQUIRE(g, MT_ERR_OOM, "grouped gemm: %d problems", n);
+    int k = 0; /* the non-empty problems, all checked before any runs */
+    mt_status st = MT_OK;
+    for (int i = 0; i < n && st == MT_OK; i++) {
+        int empty;
+        st = gemm_setup(&g[k], &empty, blas, c[i], NULL, a[i], b[i], NULL, flags, alpha, beta);
+        if (st != MT_OK) break;
+        if (c[i]->ndim != 2 || a[i]->ndim != 2 || b[i]->ndim != 2 || c[i]->dtype != c[0]->dtype ||
+            a[i]->dtype != a[0]->dtype || !mt_device_eq(c[i]->device, c[0]->device))
+            st = MT_ERROR(MT_ERR_INVALID_ARG,
+                          "grouped gemm: problem %d is not rank 2 or differs from problem 0 in "
+                          "dtype or device",
+                          i);
+        else if (!empty)
+            k++;
+    }
+    const int cuda = mt_device_is_cuda(c[0]->device);
+    if (st == MT_OK && cuda && k > 1) {
+#if MT_HAVE_CUDA
+        st = gemm_grouped_cuda(blas->lt, k, g, stream);
+#else
+        st = MT_ERR_UNSUPPORTED;
+#endif
+        if (st == MT_OK) k = 0; /* done */
+        if (st == MT_ERR_UNSUPPORTED) mt_error_clear(), st = MT_OK;
+    }
+    for (int i = 0; i < k && st == MT_OK; i++) /* one by one */
+        st = MT_DISPATCH(c[0]->device, gemm_host(&g[i]), gemm_cuda(blas->lt, &g[i], stream));
+    free(g);
+    return st;
+}
+
 mt_status mt_linear_fwd(mt_blas *blas, mt_tensor *y, mt_tensor *pre_gelu, const mt_tensor *x,
                         const mt_tensor *w, const mt_tensor *bias, int flags, mt_stream stream) {
     MT_REQUIRE((flags & ~(MT_GEMM_GELU | MT_GEMM_GELU_RECOMPUTE)) == 0, MT_ERR_INVALID_ARG,

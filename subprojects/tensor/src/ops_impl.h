@@ -90,6 +90,14 @@ mt_status gemm_gemv_cuda(const gemm_args *g, mt_stream stream);
  * not fit the workspace. */
 mt_status gemm_dgelu_colsum_cuda(blas_lt *lt, const gemm_args *g, mt_tensor *dx_sum, int accumulate,
                                  mt_stream stream);
+/* The n problems g[0..n) (plain, rank 2, one dtype combination, none empty) as one cuBLAS grouped
+ * GEMM; MT_ERR_UNSUPPORTED (nothing done, no message) where cuBLAS has none for the dtypes or
+ * MT_GEMM_GROUPED=0. */
+mt_status gemm_grouped_cuda(blas_lt *lt, int n, const gemm_args *g, mt_stream stream);
+/* dst[0..n) = src[0..n) on `stream` (n <= GEMM_PTRS_MAX), pointers from a kernel's parameters
+ * (no host copy, so a graph capture may hold it). */
+#define GEMM_PTRS_MAX 192
+mt_status gemm_ptrs_cuda(void **dst, const void *const *src, int n, mt_stream stream);
 /* Overrides MT_GEMM_AUTOTUNE for this handle (see mt_blas_set_autotune). */
 void blas_lt_set_autotune(blas_lt *lt, int on);
 /* The weight-gradient GEMM g (c = dw, a = dy transposed) that also writes dbias (+)= the sum of

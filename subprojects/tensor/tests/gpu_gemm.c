@@ -2,7 +2,8 @@
  * bf16 and f16: nn.Linear forward with bias and GELU epilogues (fused, and the fallback when the
  * pre-GELU row stride is not a multiple of 8), the backward with fp32 accumulation and the bias
  * gradient, batched transposes with beta; repeated calls hit the plan cache; a few rows of bf16/f16
- * (the GEMV kernel, gemv.cu) with every epilogue; PyTorch goldens. */
+ * (the GEMV kernel, gemv.cu) with every epilogue; grouped GEMMs (a mixture of experts' three);
+ * PyTorch goldens. */
 #define _POSIX_C_SOURCE 200809L /* setenv */
 #include <mt/tensor.h>
 #include <mt/testkit.h>
@@ -295,6 +296,76 @@ static void batched(mt_dtype dt, int64_t B, int64_t M, int64_t N, int64_t K) {
     }
 }
 
+/* mt_gemm_grouped: a mixture of experts' three GEMMs over n experts with the given row counts
+ * (some empty; their rows one after another in shared tensors, so most slices start unaligned
+ * to 16 bytes when K or N is odd), each problem against the CPU's mt_gemm: y_e = x_e w_e^T,
+ * dx_e = dy_e w_e, and dw_e += dy_e^T x_e (f32 for 16-bit inputs, beta 1). */
+static void grouped(mt_dtype dt, int n, const int64_t *rows, int64_t K, int64_t N) {
+    mt_arena_reset(ar);
+    double tol = dt == MT_F32 ? 1e-5 : dt == MT_F16 ? 1.25e-3 : 1e-2;
+    const mt_dtype gdt = MT_F32; /* the grads */
+    int64_t R = 0;
+    for (int e = 0; e < n; e++)
+        R += rows[e];
+    int64_t sx[2] = { R, K }, sy[2] = { R, N }, sw[2] = { N, K };
+    mt_tensor hx = host_rand(dt, 2, sx), hdy = host_rand(dt, 2, sy);
+    mt_tensor dx_in = dev(&hx, dt, 2, sx), ddy = dev(&hdy, dt, 2, sy);
+    mt_tensor hy = host_empty(dt, 2, sy), hdx = host_empty(dt, 2, sx);
+    mt_tensor dy_out = dev(NULL, dt, 2, sy), dx_out = dev(NULL, dt, 2, sx);
+    mt_tensor *hw = calloc((size_t)n, sizeof *hw), *dw = calloc((size_t)n, sizeof *dw);
+    mt_tensor *hg = calloc((size_t)n, sizeof *hg), *dg = calloc((size_t)n, sizeof *dg);
+    mt_tensor *hs = calloc((size_t)n * 6, sizeof *hs), *ds = calloc((size_t)n * 6, sizeof *ds);
+    mt_tensor **c = calloc((size_t)n, sizeof *c);
+    const mt_tensor **a = calloc((size_t)n, sizeof *a), **b = calloc((size_t)n, sizeof *b);
+    int64_t off = 0;
+    for (int e = 0; e < n; off += rows[e++]) {
+        hw[e] = host_rand(dt, 2, sw), dw[e] = dev(&hw[e], dt, 2, sw);
+        hg[e] = host_rand(gdt, 2, sw), dg[e] = dev(&hg[e], gdt, 2, sw);
+        /* the slices: x, y, dy, dx on the host (hs) and the device (ds) */
+        const mt_tensor *hsrc[4] = { &hx, &hy, &hdy, &hdx },
+                        *dsrc[4] = { &dx_in, &dy_out, &ddy, &dx_out };
+        for (int t = 0; t < 4; t++) {
+            MT_CHECK(mt_tensor_slice(hsrc[t], 0, off, rows[e], &hs[e * 6 + t]));
+            MT_CHECK(mt_tensor_slice(dsrc[t], 0, off, rows[e], &ds[e * 6 + t]));
+        }
+    }
+    char what[96];
+    snprintf(what, sizeof what, "grouped %s n=%d K=%lld N=%lld", mt_dtype_name(dt), n, (long long)K,
+             (long long)N);
+    /* y_e = x_e w_e^T */
+    for (int e = 0; e < n; e++) {
+        MT_CHECK(mt_gemm(NULL, &hs[e * 6 + 1], NULL, &hs[e * 6], &hw[e], NULL, MT_GEMM_TRANS_B,
+                         1.0f, 0.0f, NULL));
+        c[e] = &ds[e * 6 + 1], a[e] = &ds[e * 6], b[e] = &dw[e];
+    }
+    MT_CHECK(mt_gemm_grouped(blas, n, c, a, b, MT_GEMM_TRANS_B, 1.0f, 0.0f, NULL));
+    cmp(what, "y", &dy_out, &hy, tol);
+    /* dx_e = dy_e w_e */
+    for (int e = 0; e < n; e++) {
+        MT_CHECK(
+            mt_gemm(NULL, &hs[e * 6 + 3], NULL, &hs[e * 6 + 2], &hw[e], NULL, 0, 1.0f, 0.0f, NULL));
+        c[e] = &ds[e * 6 + 3], a[e] = &ds[e * 6 + 2], b[e] = &dw[e];
+    }
+    MT_CHECK(mt_gemm_grouped(blas, n, c, a, b, 0, 1.0f, 0.0f, NULL));
+    cmp(what, "dx", &dx_out, &hdx, tol);
+    /* dw_e += dy_e^T x_e (an empty expert's grad stays as it was) */
+    for (int e = 0; e < n; e++) {
+        if (rows[e])
+            MT_CHECK(mt_gemm(NULL, &hg[e], NULL, &hs[e * 6 + 2], &hs[e * 6], NULL, MT_GEMM_TRANS_A,
+                             1.0f, 1.0f, NULL));
+        c[e] = &dg[e], a[e] = &ds[e * 6 + 2], b[e] = &ds[e * 6];
+    }
+    MT_CHECK(mt_gemm_grouped(blas, n, c, a, b, MT_GEMM_TRANS_A, 1.0f, 1.0f, NULL));
+    for (int e = 0; e < n; e++) {
+        char k[32];
+        snprintf(k, sizeof k, "dw[%d]", e);
+        cmp(what, k, &dg[e], &hg[e], dt == MT_F32 ? 1e-5 : 1e-4); /* (f32 sums of exact products) */
+        free(hw[e].data), free(hg[e].data);
+    }
+    free(hx.data), free(hdy.data), free(hy.data), free(hdx.data);
+    free(hw), free(dw), free(hg), free(dg), free(hs), free(ds), free(c), free(a), free(b);
+}
+
 /* The GPU against the PyTorch golden values directly (f32 linear with GELU). */
 static void golden(void) {
     mt_arena_reset(ar);
@@ -340,6 +411,17 @@ int main(void) {
         linear(dt, 1, 768, 2304);
         linear(dt, 3, 1600, 101); /* an odd column count: a warp's second column past N */
         linear(dt, 2, 4096, 8);
+    }
+    /* mt_gemm_grouped: experts of a few to hundreds of rows, some without (the second case
+     * unaligned: odd K and N); 70 problems run as two cuBLAS groups */
+    const int64_t rows6[6] = { 0, 1, 37, 200, 5, 513 }, rows3[3] = { 19, 0, 64 };
+    int64_t rows70[70];
+    for (int e = 0; e < 70; e++)
+        rows70[e] = (e * 7) % 23;
+    for (int d = 0; d < 3; d++) {
+        grouped(dtypes[d], 6, rows6, 128, 192);
+        grouped(dtypes[d], 3, rows3, 21, 13);
+        grouped(dtypes[d], 70, rows70, 32, 40);
     }
     sm90();
     golden();

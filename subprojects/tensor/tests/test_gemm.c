@@ -228,6 +228,48 @@ int main(void) {
                      MT_ERR_INVALID_ARG); /* DGELU with a bias */
     MT_EXPECT_STATUS(mt_gemm(NULL, &c, NULL, &a, &b35, NULL, MT_GEMM_DGELU, 1.0f, 0.0f, NULL),
                      MT_ERR_INVALID_ARG); /* DGELU without pre_gelu */
+    /* grouped GEMMs: on the CPU each as mt_gemm (bitwise); refusals before anything runs */
+    {
+        float x[6 * 4], w[2][3 * 4], y[6 * 3], want[6 * 3];
+        mt_test_fill_uniform(x, 24, 7, 0, -1.0f, 1.0f);
+        mt_test_fill_uniform(w[0], 12, 8, 0, -1.0f, 1.0f);
+        mt_test_fill_uniform(w[1], 12, 9, 0, -1.0f, 1.0f);
+        for (int i = 0; i < 18; i++)
+            y[i] = NAN;
+        mt_tensor xt = mt_tensor_2d(x, MT_F32, 6, 4, MT_DEVICE_CPU);
+        mt_tensor wt[2] = { mt_tensor_2d(w[0], MT_F32, 3, 4, MT_DEVICE_CPU),
+                            mt_tensor_2d(w[1], MT_F32, 3, 4, MT_DEVICE_CPU) };
+        mt_tensor yt = mt_tensor_2d(y, MT_F32, 6, 3, MT_DEVICE_CPU),
+                  wy = mt_tensor_2d(want, MT_F32, 6, 3, MT_DEVICE_CPU);
+        mt_tensor xs[2], ys[2], ws[2];
+        const int64_t off[2] = { 0, 2 }, n[2] = { 2, 4 };
+        mt_tensor *cp[2];
+        const mt_tensor *ap[2], *bp[2];
+        for (int e = 0; e < 2; e++) {
+            MT_CHECK(mt_tensor_slice(&xt, 0, off[e], n[e], &xs[e]));
+            MT_CHECK(mt_tensor_slice(&yt, 0, off[e], n[e], &ys[e]));
+            MT_CHECK(mt_tensor_slice(&wy, 0, off[e], n[e], &ws[e]));
+            MT_CHECK(mt_gemm(NULL, &ws[e], NULL, &xs[e], &wt[e], NULL, MT_GEMM_TRANS_B, 1.0f, 0.0f,
+                             NULL));
+            cp[e] = &ys[e], ap[e] = &xs[e], bp[e] = &wt[e];
+        }
+        MT_CHECK(mt_gemm_grouped(NULL, 2, cp, ap, bp, MT_GEMM_TRANS_B, 1.0f, 0.0f, NULL));
+        MT_EXPECT(memcmp(y, want, sizeof y) == 0, "grouped gemm differs from mt_gemm on the CPU");
+        MT_CHECK(mt_gemm_grouped(NULL, 0, NULL, NULL, NULL, 0, 1.0f, 0.0f, NULL));
+        MT_EXPECT_STATUS(mt_gemm_grouped(NULL, 2, cp, ap, bp, MT_GEMM_GELU, 1.0f, 0.0f, NULL),
+                         MT_ERR_INVALID_ARG); /* no epilogues */
+        for (int i = 0; i < 18; i++)
+            y[i] = NAN;
+        mt_tensor wbad = mt_tensor_2d(w[1], MT_F32, 4, 3, MT_DEVICE_CPU);
+        bp[1] = &wbad; /* problem 1's K mismatch: problem 0 must not run either */
+        MT_EXPECT_STATUS(mt_gemm_grouped(NULL, 2, cp, ap, bp, MT_GEMM_TRANS_B, 1.0f, 0.0f, NULL),
+                         MT_ERR_INVALID_ARG);
+        MT_EXPECT(isnan(y[0]), "a refused grouped gemm wrote problem 0");
+        mt_tensor wh = mt_tensor_2d(w[1], MT_BF16, 3, 4, MT_DEVICE_CPU), xh = xs[1];
+        xh.dtype = MT_BF16, bp[1] = &wh, ap[1] = &xh; /* another dtype than problem 0's */
+        MT_EXPECT_STATUS(mt_gemm_grouped(NULL, 2, cp, ap, bp, MT_GEMM_TRANS_B, 1.0f, 0.0f, NULL),
+                         MT_ERR_INVALID_ARG);
+    }
     dgelu();
     mt_blas *blas;
     MT_CHECK(mt_blas_create(MT_DEVICE_CPU, &blas));

@@ -1,5 +1,7 @@
 /* Strided copy on CUDA: one element (or one 16-byte pack of a contiguous innermost dim) a
  * thread. */
+#include <string.h>
+
 #include "common.cuh"
 
 template <typename E>
@@ -48,6 +50,23 @@ extern "C" mt_status copy_cuda(mt_tensor *dst, const mt_tensor *src, mt_stream s
     default:
         return MT_ERROR(MT_ERR_UNSUPPORTED, "copy of %zu-byte elements", mt_dtype_size(dst->dtype));
     }
+    MT_CUDA_CHECK_LAUNCH();
+    return MT_OK;
+}
+
+struct gemm_ptrs {
+    const void *p[GEMM_PTRS_MAX];
+};
+
+static __global__ void gemm_ptrs_kernel(void **dst, gemm_ptrs src, int n) {
+    if ((int)threadIdx.x < n) dst[threadIdx.x] = (void *)src.p[threadIdx.x];
+}
+
+extern "C" mt_status gemm_ptrs_cuda(void **dst, const void *const *src, int n, mt_stream stream) {
+    MT_REQUIRE(n > 0 && n <= GEMM_PTRS_MAX, MT_ERR_INVALID_ARG, "gemm_ptrs: %d pointers", n);
+    gemm_ptrs a;
+    memcpy(a.p, src, (size_t)n * sizeof *src);
+    gemm_ptrs_kernel<<<1, GEMM_PTRS_MAX, 0, (cudaStream_t)stream>>>(dst, a, n);
     MT_CUDA_CHECK_LAUNCH();
     return MT_OK;
 }

@@ -1,6 +1,7 @@
 /* cuBLASLt GEMMs for mt_gemm: row-major calls mapped onto column-major cuBLASLt (C^T = B^T A^T),
  * with a per-handle cache of descriptors, layouts and the heuristic's algorithm per shape. */
 #include <cublasLt.h>
+#include <cublas_v2.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -47,6 +48,11 @@ struct blas_lt {
     int autotune;        /* blas_lt_set_autotune (MT_GEMM_AUTOTUNE, when set, wins) */
     lt_plan plans[LT_PLANS];
     int next; /* round-robin eviction */
+    /* the grouped GEMM's (gemm_grouped_cuda), made on first use: a cuBLAS handle on the same
+     * workspace, GEMM_PTRS_MAX device pointers, and the dtype pairs cuBLAS refused */
+    cublasHandle_t cublas;
+    void **ptrs;
+    unsigned refused; /* bit ab_dtype * 8 + c_dtype */
 };
 
 mt_status blas_lt_create(blas_lt **out) {
@@ -89,6 +95,8 @@ void blas_lt_destroy(blas_lt *lt) {
         plan_free(&lt->plans[i]);
     cudaFree(lt->workspace);
     cudaFree(lt->bias_scratch);
+    if (lt->cublas) cublasDestroy(lt->cublas);
+    cudaFree(lt->ptrs);
     cublasLtDestroy(lt->handle);
     free(lt);
 }
@@ -414,4 +422,78 @@ mt_status gemm_dw_bgrad_cuda(blas_lt *lt, const gemm_args *g, mt_tensor *dbias, 
 
 void blas_lt_set_autotune(blas_lt *lt, int on) {
     lt->autotune = on;
+}
+
+/* MT_GEMM_GROUPED=0: mt_gemm_grouped runs its GEMMs one by one, for comparisons. */
+static int grouped_on(void) {
+    static int v = MT_ENV_UNREAD;
+    return env_switch("MT_GEMM_GROUPED", &v, 1);
+}
+
+/* A chunk of at most GEMM_PTRS_MAX / 3 problems: column-major D^T = op(b^T) op(a^T) per problem,
+ * a group of one each (cuBLAS's groups share a shape; ours differ). */
+static mt_status grouped_chunk(blas_lt *lt, int n, const gemm_args *g, mt_stream stream) {
+    cublasOperation_t ta[GEMM_PTRS_MAX / 3], tb[GEMM_PTRS_MAX / 3];
+    int m[GEMM_PTRS_MAX / 3], nn[GEMM_PTRS_MAX / 3], k[GEMM_PTRS_MAX / 3], one[GEMM_PTRS_MAX / 3];
+    int lda[GEMM_PTRS_MAX / 3], ldb[GEMM_PTRS_MAX / 3], ldc[GEMM_PTRS_MAX / 3];
+    float alpha[GEMM_PTRS_MAX / 3], beta[GEMM_PTRS_MAX / 3];
+    const void *p[GEMM_PTRS_MAX];
+    for (int i = 0; i < n; i++) {
+        const gemm_args *q = &g[i];
+        if (q->M > INT32_MAX || q->N > INT32_MAX || q->K > INT32_MAX || q->lda > INT32_MAX ||
+            q->ldb > INT32_MAX || q->ldc > INT32_MAX)
+            return MT_ERR_UNSUPPORTED;
+        ta[i] = q->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+        tb[i] = q->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+        m[i] = (int)q->N, nn[i] = (int)q->M, k[i] = (int)q->K, one[i] = 1;
+        lda[i] = (int)q->ldb, ldb[i] = (int)q->lda, ldc[i] = (int)q->ldc;
+        alpha[i] = q->alpha, beta[i] = q->beta;
+        p[i] = q->b, p[n + i] = q->a, p[2 * n + i] = q->c;
+    }
+    MT_TRY(gemm_ptrs_cuda(lt->ptrs, p, 3 * n, stream));
+    MT_CUBLAS_TRY(cublasSetStream(lt->cublas, (cudaStream_t)stream));
+    cublasStatus_t st = cublasGemmGroupedBatchedEx(
+        lt->cublas, ta, tb, m, nn, k, alpha, (const void *const *)lt->ptrs, cuda_type(g->ab_dtype),
+        lda, (const void *const *)lt->ptrs + n, cuda_type(g->ab_dtype), ldb, beta, lt->ptrs + 2 * n,
+        cuda_type(g->c_dtype), ldc, n, one, CUBLAS_COMPUTE_32F);
+    if (st == CUBLAS_STATUS_NOT_SUPPORTED || st == CUBLAS_STATUS_INVALID_VALUE)
+        return MT_ERR_UNSUPPORTED;
+    MT_CUBLAS_TRY(st);
+    return MT_OK;
+}
+
+mt_status gemm_grouped_cuda(blas_lt *lt, int n, const gemm_args *g, mt_stream stream) {
+    const unsigned bit = 1u << (g->ab_dtype * 8 + g->c_dtype);
+    if (!grouped_on() || (lt->refused & bit)) return MT_ERR_UNSUPPORTED;
+    if (!lt->cublas) {
+        if (cublasCreate(&lt->cublas) != CUBLAS_STATUS_SUCCESS) {
+            lt->cublas = NULL;
+            return MT_ERR_UNSUPPORTED;
+        }
+        /* cuBLAS's calls share the cuBLASLt workspace: one stream's calls run in order */
+        if (cublasSetWorkspace(lt->cublas, lt->workspace, lt->workspace_bytes) !=
+                CUBLAS_STATUS_SUCCESS ||
+            cudaMalloc((void **)&lt->ptrs, GEMM_PTRS_MAX * sizeof(void *)) != cudaSuccess) {
+            (void)cudaGetLastError();
+            cublasDestroy(lt->cublas);
+            lt->cublas = NULL, lt->ptrs = NULL;
+            return MT_ERR_UNSUPPORTED;
+        }
+    }
+    for (int i = 0; i < n; i += GEMM_PTRS_MAX / 3) {
+        const int c = n - i < GEMM_PTRS_MAX / 3 ? n - i : GEMM_PTRS_MAX / 3;
+        mt_status st = grouped_chunk(lt, c, g + i, stream);
+        if (st == MT_ERR_UNSUPPORTED && i == 0) { /* (the first chunk: nothing done yet) */
+            lt->refused |= bit;
+            MT_LOG_DEBUG("grouped gemm: cuBLAS has none for %s -> %s; one by one",
+                         mt_dtype_name(g->ab_dtype), mt_dtype_name(g->c_dtype));
+            return MT_ERR_UNSUPPORTED;
+        }
+        if (st == MT_ERR_UNSUPPORTED) /* a later chunk: its GEMMs one by one */
+            for (int j = 0; j < c; j++)
+                MT_TRY(gemm_cuda(lt, &g[i + j], stream));
+        else
+            MT_TRY(st);
+    }
+    return MT_OK;
 }

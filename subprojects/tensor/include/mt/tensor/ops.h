@@ -108,6 +108,18 @@ MT_API mt_status mt_gemm(mt_blas *blas, mt_tensor *c, mt_tensor *pre_gelu, const
                          const mt_tensor *b, const mt_tensor *bias, int flags, float alpha,
                          float beta, mt_stream stream);
 
+/* n plain GEMMs in one call: c[i] = alpha * op(a[i]) op(b[i]) + beta * c[i] for i < n, each as
+ * mt_gemm without bias or GELU (flags: MT_GEMM_TRANS_A and MT_GEMM_TRANS_B only, shared by all),
+ * rank-2 operands of one dtype combination on one device. Their shapes differ freely (a mixture of
+ * experts' tokens per expert); empty problems are skipped. On CUDA the n GEMMs are one launch
+ * (cuBLAS's grouped GEMM, cublasGemmGroupedBatchedEx) where cuBLAS offers it for the dtypes, else
+ * mt_gemm's one by one (MT_GEMM_GROUPED=0 forces that, for comparisons); the CPU runs mt_gemm's
+ * one by one. The results match mt_gemm's within its rounding (another algorithm), not bitwise.
+ * Enqueued on `stream` (capturable: nothing is copied from the host). */
+MT_API mt_status mt_gemm_grouped(mt_blas *blas, int n, mt_tensor *const *c,
+                                 const mt_tensor *const *a, const mt_tensor *const *b, int flags,
+                                 float alpha, float beta, mt_stream stream);
+
 /* nn.Linear forward: y(N,out) = x(N,in) @ w(out,in)^T [+ bias(out)], optionally through GELU
  * (flags 0, MT_GEMM_GELU or MT_GEMM_GELU | MT_GEMM_GELU_RECOMPUTE; pre_gelu as in mt_gemm).
  * Enqueued on `stream`. */
