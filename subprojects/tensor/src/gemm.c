@@ -263,7 +263,7 @@ mt_status mt_gemm_grouped(mt_blas *blas, int n, mt_tensor *const *c, const mt_te
             k++;
     }
     const int cuda = mt_device_is_cuda(c[0]->device);
-    if (st == MT_OK && cuda && k > 1) {
+    if (st == MT_OK && cuda && k > 0) {
 #if MT_HAVE_CUDA
         st = gemm_grouped_cuda(blas->lt, k, g, stream);
 #else

@@ -90,9 +90,9 @@ mt_status gemm_gemv_cuda(const gemm_args *g, mt_stream stream);
  * not fit the workspace. */
 mt_status gemm_dgelu_colsum_cuda(blas_lt *lt, const gemm_args *g, mt_tensor *dx_sum, int accumulate,
                                  mt_stream stream);
-/* The n problems g[0..n) (plain, rank 2, one dtype combination, none empty) as one cuBLAS grouped
- * GEMM; MT_ERR_UNSUPPORTED (nothing done, no message) where cuBLAS has none for the dtypes or
- * MT_GEMM_GROUPED=0. */
+/* The n problems g[0..n) (plain, rank 2, one dtype combination, none empty) as cuBLAS grouped
+ * GEMMs, or one by one on plans cached for rounded row counts where cuBLAS has none for the
+ * dtypes; MT_ERR_UNSUPPORTED (nothing done, no message) with MT_GEMM_GROUPED=0. */
 mt_status gemm_grouped_cuda(blas_lt *lt, int n, const gemm_args *g, mt_stream stream);
 /* dst[0..n) = src[0..n) on `stream` (n <= GEMM_PTRS_MAX), pointers from a kernel's parameters
  * (no host copy, so a graph capture may hold it). */

@@ -415,6 +415,9 @@ int main(void) {
     /* mt_gemm_grouped: experts of a few to hundreds of rows, some without (the second case
      * unaligned: odd K and N); 70 problems run as two cuBLAS groups */
     const int64_t rows6[6] = { 0, 1, 37, 200, 5, 513 }, rows3[3] = { 19, 0, 64 };
+    /* bf16/f16 weight gradients (no cuBLAS grouped GEMM into f32): 100 runs on the plan of 256
+     * rows, which must be back at 256 for the exact 256 after it */
+    const int64_t rows2[2] = { 100, 256 };
     int64_t rows70[70];
     for (int e = 0; e < 70; e++)
         rows70[e] = (e * 7) % 23;
@@ -422,6 +425,7 @@ int main(void) {
         grouped(dtypes[d], 6, rows6, 128, 192);
         grouped(dtypes[d], 3, rows3, 21, 13);
         grouped(dtypes[d], 70, rows70, 32, 40);
+        grouped(dtypes[d], 2, rows2, 64, 48);
     }
     sm90();
     golden();

@@ -462,9 +462,55 @@ static mt_status grouped_chunk(blas_lt *lt, int n, const gemm_args *g, mt_stream
     return MT_OK;
 }
 
+/* The layouts of plan p set to g's dims (g of p's transposes, dtypes and strides). */
+static mt_status plan_dims(lt_plan *p, const gemm_args *g) {
+    const uint64_t d[3][2] = {
+        { (uint64_t)(g->trans_b ? g->K : g->N), (uint64_t)(g->trans_b ? g->N : g->K) },
+        { (uint64_t)(g->trans_a ? g->M : g->K), (uint64_t)(g->trans_a ? g->K : g->M) },
+        { (uint64_t)g->N, (uint64_t)g->M }
+    };
+    cublasLtMatrixLayout_t l[3] = { p->la, p->lb, p->lc };
+    for (int i = 0; i < 3; i++) {
+        MT_CUBLAS_TRY(cublasLtMatrixLayoutSetAttribute(l[i], CUBLASLT_MATRIX_LAYOUT_ROWS, &d[i][0],
+                                                       sizeof d[i][0]));
+        MT_CUBLAS_TRY(cublasLtMatrixLayoutSetAttribute(l[i], CUBLASLT_MATRIX_LAYOUT_COLS, &d[i][1],
+                                                       sizeof d[i][1]));
+    }
+    return MT_OK;
+}
+
+/* A grouped GEMM's problem run alone (where cuBLAS has no grouped GEMM for the dtypes: bf16 and
+ * f16 into f32, the experts' weight gradients). Their row counts change every step, and a
+ * heuristic call per new shape costs more than the GEMM, so the plan is the one of the shape with
+ * M and K rounded up to multiples of 256 where they are not a contiguous dim (row counts are not),
+ * its layouts set to the exact dims for the call and back after it. An algorithm that refuses
+ * the exact dims leaves it to the exact shape's own plan. */
+static mt_status gemm_flex(blas_lt *lt, const gemm_args *g, mt_stream stream) {
+    gemm_args r = *g;
+    if (!g->trans_a) r.M = (g->M + 255) / 256 * 256;
+    if (g->trans_a && !g->trans_b) r.K = (g->K + 255) / 256 * 256;
+    if ((r.M == g->M && r.K == g->K) || g->batch != 1) return gemm_cuda(lt, g, stream);
+    lt_plan *p;
+    MT_TRY(plan_get(lt, &r, CUBLASLT_EPILOGUE_DEFAULT, &p));
+    MT_TRY(plan_dims(p, g));
+    cublasStatus_t st = cublasLtMatmul(lt->handle, p->op, &g->alpha, g->b, p->la, g->a, p->lb,
+                                       &g->beta, g->c, p->lc, g->c, p->lc, &p->algo, lt->workspace,
+                                       lt->workspace_bytes, (cudaStream_t)stream);
+    MT_TRY(plan_dims(p, &r));
+    if (st == CUBLAS_STATUS_NOT_SUPPORTED || st == CUBLAS_STATUS_INVALID_VALUE)
+        return gemm_cuda(lt, g, stream);
+    MT_CUBLAS_TRY(st);
+    return MT_OK;
+}
+
 mt_status gemm_grouped_cuda(blas_lt *lt, int n, const gemm_args *g, mt_stream stream) {
     const unsigned bit = 1u << (g->ab_dtype * 8 + g->c_dtype);
-    if (!grouped_on() || (lt->refused & bit)) return MT_ERR_UNSUPPORTED;
+    if (!grouped_on()) return MT_ERR_UNSUPPORTED;
+    if (lt->refused & bit) {
+        for (int i = 0; i < n; i++)
+            MT_TRY(gemm_flex(lt, &g[i], stream));
+        return MT_OK;
+    }
     if (!lt->cublas) {
         if (cublasCreate(&lt->cublas) != CUBLAS_STATUS_SUCCESS) {
             lt->cublas = NULL;
@@ -483,15 +529,14 @@ mt_status gemm_grouped_cuda(blas_lt *lt, int n, const gemm_args *g, mt_stream st
     for (int i = 0; i < n; i += GEMM_PTRS_MAX / 3) {
         const int c = n - i < GEMM_PTRS_MAX / 3 ? n - i : GEMM_PTRS_MAX / 3;
         mt_status st = grouped_chunk(lt, c, g + i, stream);
-        if (st == MT_ERR_UNSUPPORTED && i == 0) { /* (the first chunk: nothing done yet) */
+        if (st == MT_ERR_UNSUPPORTED && i == 0 && !(lt->refused & bit)) {
             lt->refused |= bit;
             MT_LOG_DEBUG("grouped gemm: cuBLAS has none for %s -> %s; one by one",
                          mt_dtype_name(g->ab_dtype), mt_dtype_name(g->c_dtype));
-            return MT_ERR_UNSUPPORTED;
         }
-        if (st == MT_ERR_UNSUPPORTED) /* a later chunk: its GEMMs one by one */
+        if (st == MT_ERR_UNSUPPORTED) /* this chunk's GEMMs one by one */
             for (int j = 0; j < c; j++)
-                MT_TRY(gemm_cuda(lt, &g[i + j], stream));
+                MT_TRY(gemm_flex(lt, &g[i + j], stream));
         else
             MT_TRY(st);
     }

@@ -112,8 +112,10 @@ MT_API mt_status mt_gemm(mt_blas *blas, mt_tensor *c, mt_tensor *pre_gelu, const
  * mt_gemm without bias or GELU (flags: MT_GEMM_TRANS_A and MT_GEMM_TRANS_B only, shared by all),
  * rank-2 operands of one dtype combination on one device. Their shapes differ freely (a mixture of
  * experts' tokens per expert); empty problems are skipped. On CUDA the n GEMMs are one launch
- * (cuBLAS's grouped GEMM, cublasGemmGroupedBatchedEx) where cuBLAS offers it for the dtypes, else
- * mt_gemm's one by one (MT_GEMM_GROUPED=0 forces that, for comparisons); the CPU runs mt_gemm's
+ * (cuBLAS's grouped GEMM, cublasGemmGroupedBatchedEx) where cuBLAS offers it for the dtypes; bf16
+ * and f16 into f32 (weight gradients), which it does not, run one by one on cuBLASLt plans cached
+ * for the shapes with row counts rounded up to multiples of 256 (no heuristic call per new row
+ * count). MT_GEMM_GROUPED=0 runs mt_gemm's one by one, for comparisons; the CPU runs mt_gemm's
  * one by one. The results match mt_gemm's within its rounding (another algorithm), not bitwise.
  * Enqueued on `stream` (capturable: nothing is copied from the host). */
 MT_API mt_status mt_gemm_grouped(mt_blas *blas, int n, mt_tensor *const *c,
