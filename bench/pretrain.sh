@@ -19,7 +19,7 @@ top=$(cd "$(dirname "$0")/.." && pwd)
 iters=${MT_PRETRAIN_ITERS:-30}
 # name layers hidden heads micro-batch [recomputed modules]
 # (the plain shapes against PyTorch; the others within llm.c's memory at their batch)
-cases=${MT_PRETRAIN_CASES:-"gpt2_124M:12:768:12:16 gpt2_124M:12:768:12:16:-:4 gpt2_124M:12:768:12:64:-:4 gpt2_124M:12:768:12:128:-:8 gpt2_124M:12:768:12:64:-:4:512 gpt2_1558M:48:1600:25:8 gpt2_1558M:48:1600:25:8:mlp_act+layernorm gpt2_1558M:48:1600:25:16:mlp_act gpt2_1558M:48:1600:25:32:mlp_act gpt2_1558M:48:1600:25:48:mlp_act gpt2_1558M:48:1600:25:32:mlp_act:-:512"}
+cases=${MT_PRETRAIN_CASES:-"gpt2_124M:12:768:12:16 gpt2_124M:12:768:12:16:-:4 gpt2_124M:12:768:12:64:-:4 gpt2_124M:12:768:12:128:-:8 gpt2_1558M:48:1600:25:8 gpt2_1558M:48:1600:25:8:mlp_act+layernorm gpt2_1558M:48:1600:25:16:mlp_act gpt2_1558M:48:1600:25:32:mlp_act gpt2_1558M:48:1600:25:48:mlp_act"}
 # llm.c's device allocations in MiB for layers, hidden, heads, B (T=1024, Vp=50304), from the sizes
 # in its train_gpt2.cu with the defaults (-w 1 master weights, -r 1 GELU recomputed, cuDNN
 # attention): bf16 params and grads, fp32 AdamW m, v and master weights; per layer 14 (B,T,C)
