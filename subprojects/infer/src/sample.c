@@ -105,6 +105,34 @@ mt_status mt_infer_generate(const mt_infer_model *m, int32_t *tokens, int n_prom
     return st;
 }
 
+mt_status mt_infer_batch_step(const mt_infer_batch_model *m, int32_t *const *tokens, int *n, int *k,
+                              const int *max_new, const mt_infer_sampling *s, int *live, int B,
+                              float *logits, float *scratch) {
+    MT_REQUIRE(m && m->next_logits && tokens && n && k && max_new && s && live && logits &&
+                   scratch && B > 0,
+               MT_ERR_INVALID_ARG, "NULL argument or a batch of %d", B);
+    int any = 0;
+    for (int b = 0; b < B; b++) {
+        if (!live[b]) continue;
+        MT_REQUIRE(tokens[b] && n[b] >= 1 && n[b] < m->max_len && k[b] >= 0 && k[b] < max_new[b],
+                   MT_ERR_INVALID_ARG,
+                   "row %d: %d tokens (the model takes up to %d) and %d of %d generated", b, n[b],
+                   m->max_len, k[b], max_new[b]);
+        any = 1;
+    }
+    if (!any) return MT_OK;
+    MT_TRY(m->next_logits(m->ctx, tokens, n, live, B, logits));
+    for (int b = 0; b < B; b++) {
+        if (!live[b]) continue;
+        int32_t *t = &tokens[b][n[b]];
+        MT_TRY(mt_infer_sample(logits + (size_t)m->vocab * (size_t)b, m->vocab, &s[b],
+                               (uint64_t)k[b], scratch, t));
+        n[b]++, k[b]++;
+        live[b] = *t != m->eod && n[b] < m->max_len && k[b] < max_new[b];
+    }
+    return MT_OK;
+}
+
 mt_status mt_infer_generate_batch(const mt_infer_batch_model *m, int32_t *const *tokens,
                                   const int *n_prompt, int B, int max_new,
                                   const mt_infer_sampling *s, int *n_out) {
@@ -115,31 +143,25 @@ mt_status mt_infer_generate_batch(const mt_infer_batch_model *m, int32_t *const 
         MT_REQUIRE(n_prompt[b] >= 1 && n_prompt[b] <= m->max_len, MT_ERR_INVALID_ARG,
                    "prompt %d has %d tokens; the model takes 1 to %d", b, n_prompt[b], m->max_len);
     float *buf = malloc((size_t)m->vocab * (size_t)(B + 1) * sizeof *buf);
-    int *live = malloc((size_t)B * sizeof *live);
-    if (!buf || !live) {
-        free(buf), free(live);
+    int *live = malloc((size_t)B * 3 * sizeof *live);
+    mt_infer_sampling *sb = malloc((size_t)B * sizeof *sb);
+    if (!buf || !live || !sb) {
+        free(buf), free(live), free(sb);
         return MT_ERROR(MT_ERR_OOM, "logits of %d rows", B);
     }
-    float *scratch = buf + (size_t)m->vocab * (size_t)B;
-    for (int b = 0; b < B; b++)
-        n_out[b] = n_prompt[b], live[b] = n_prompt[b] < m->max_len;
+    int *k = live + B, *most = live + 2 * B, any = 0;
+    for (int b = 0; b < B; b++) {
+        n_out[b] = n_prompt[b], k[b] = 0, most[b] = max_new, sb[b] = *s;
+        any |= live[b] = max_new > 0 && n_prompt[b] < m->max_len;
+    }
     mt_status st = MT_OK;
-    for (int k = 0; k < max_new && st == MT_OK; k++) {
-        int any = 0;
+    while (any && st == MT_OK) {
+        st = mt_infer_batch_step(m, tokens, n_out, k, most, sb, live, B, buf,
+                                 buf + (size_t)m->vocab * (size_t)B);
+        any = 0;
         for (int b = 0; b < B; b++)
             any |= live[b];
-        if (!any) break;
-        st = m->next_logits(m->ctx, tokens, n_out, live, B, buf);
-        for (int b = 0; b < B && st == MT_OK; b++) {
-            if (!live[b]) continue;
-            int32_t *t = &tokens[b][n_out[b]];
-            st = mt_infer_sample(buf + (size_t)m->vocab * (size_t)b, m->vocab, s, (uint64_t)k,
-                                 scratch, t);
-            if (st != MT_OK) break;
-            n_out[b]++;
-            live[b] = *t != m->eod && n_out[b] < m->max_len;
-        }
     }
-    free(buf), free(live);
+    free(buf), free(live), free(sb);
     return st;
 }

@@ -170,9 +170,60 @@ static void test_generate_batch(void) {
                      MT_ERR_INVALID_ARG);
 }
 
+/* mt_infer_batch_step: rows of different prompts, lengths, sampling and max_new join two slots as
+ * they free up (a row joining while the other is mid-way), each row's continuation
+ * mt_infer_generate's for it alone; a live row with nothing left to generate is refused. */
+static void test_batch_step(void) {
+    const int32_t prompts[4][4] = { { 1, 2, 3, 4 }, { 5 }, { 9, 9 }, { 2, 8, 1 } };
+    const int np[4] = { 4, 1, 2, 3 }, most[4] = { 9, 3, 6, 0 };
+    const mt_infer_sampling ss[4] = {
+        { 0.9f, 0, 0.0f, 21 }, { 0.0f, 0, 0.0f, 1 }, { 1.3f, 4, 0.9f, 7 }, { 0.5f, 0, 0.0f, 3 }
+    };
+    for (int eod = -1; eod < 10; eod += 5) {
+        int32_t rows[4][24], *tok[2] = { NULL, NULL };
+        int n[2] = { 0, 0 }, k[2] = { 0, 0 }, mx[2] = { 0, 0 }, live[2] = { 0, 0 };
+        int row_of[2] = { -1, -1 }, n_out[4] = { 0 }, next = 0, joined_mid = 0, calls = 0;
+        mt_infer_sampling sb[2] = { ss[0], ss[0] };
+        float logits[20], scratch[10];
+        mt_infer_batch_model bm = { &calls, seq_batch, 10, 14, eod };
+        for (int step = 0; step < 40; step++) {
+            for (int b = 0; b < 2; b++) /* rows join the free slots */
+                while (!live[b] && next < 4) {
+                    const int r = next++;
+                    memcpy(rows[r], prompts[r], sizeof prompts[r]);
+                    tok[b] = rows[r], n[b] = np[r], k[b] = 0, mx[b] = most[r], sb[b] = ss[r];
+                    row_of[b] = r, n_out[r] = np[r];
+                    live[b] = most[r] > 0;
+                    joined_mid |= live[b] && live[1 - b] && k[1 - b] > 0;
+                }
+            MT_CHECK(mt_infer_batch_step(&bm, tok, n, k, mx, sb, live, 2, logits, scratch));
+            for (int b = 0; b < 2; b++)
+                if (row_of[b] >= 0) n_out[row_of[b]] = n[b];
+        }
+        MT_EXPECT(joined_mid, "eod %d: no row joined while the other was mid-way", eod);
+        for (int r = 0; r < 4; r++) {
+            int32_t alone[24];
+            int na = 0;
+            memcpy(alone, prompts[r], sizeof prompts[r]);
+            mt_infer_model m = { NULL, seq_one, 10, 14, eod };
+            MT_CHECK(mt_infer_generate(&m, alone, np[r], most[r], &ss[r], &na));
+            MT_EXPECT(na == n_out[r] && !memcmp(alone, rows[r], (size_t)na * 4),
+                      "continuous row %d (eod %d): %d tokens, alone %d", r, eod, n_out[r], na);
+        }
+    }
+    int32_t r[4] = { 1 }, *rp[1] = { r };
+    int n1 = 1, k1 = 2, m1 = 2, live1 = 1;
+    float logits[10], scratch[10];
+    mt_infer_batch_model bm = { NULL, seq_batch, 10, 4, -1 };
+    MT_EXPECT_STATUS(mt_infer_batch_step(&bm, rp, &n1, &k1, &m1, &(mt_infer_sampling){ 0 }, &live1,
+                                         1, logits, scratch),
+                     MT_ERR_INVALID_ARG); /* its 2 of 2 tokens made, still live */
+}
+
 int main(void) {
     test_warpers();
     test_generate();
     test_generate_batch();
+    test_batch_step();
     return mt_test_result();
 }

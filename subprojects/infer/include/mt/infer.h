@@ -1,7 +1,7 @@
 /* mt-infer: text generation around a model's forward (a callback): Hugging Face's and Megatron's
- * sampling (temperature, top-k, top-p, greedy) and the generation loop. The CPU reference; the
- * KV cache is the callback's (libs/model's mt_model_kv_cache in mt-generate); batching is not here
- * yet. */
+ * sampling (temperature, top-k, top-p, greedy) and the generation loops, for one sequence, a
+ * batch, and continuous batching (rows joining and leaving a batch between steps). The KV cache is
+ * the callback's (libs/model's mt_model_kv_cache in mt-generate and mt-serve). */
 #ifndef MT_INFER_H
 #define MT_INFER_H
 
@@ -70,6 +70,18 @@ typedef struct mt_infer_batch_model {
 MT_API mt_status mt_infer_generate_batch(const mt_infer_batch_model *m, int32_t *const *tokens,
                                          const int *n_prompt, int B, int max_new,
                                          const mt_infer_sampling *s, int *n_out);
+
+/* One step of continuous batching over B slots (rows join and leave between steps): for every
+ * row with live[b] != 0, the logits after tokens[b][0..n[b]) (one m->next_logits call for all),
+ * then its token drawn with its own s[b] as draw k[b] (its k[b]-th new token: the draw
+ * mt_infer_generate makes for it alone), appended at tokens[b][n[b]]; n[b] and k[b] go up, and
+ * live[b] goes to 0 after an eod, at m->max_len or at k[b] = max_new[b]. A row joins a free slot
+ * with its prompt in tokens[b] (room for max_new[b] more), n[b] its length, k[b] = 0 and live[b]
+ * = 1 (a row with nothing to generate, max_new[b] = 0 or n[b] = max_len, must not be live).
+ * logits: B * m->vocab floats; scratch: m->vocab. */
+MT_API mt_status mt_infer_batch_step(const mt_infer_batch_model *m, int32_t *const *tokens, int *n,
+                                     int *k, const int *max_new, const mt_infer_sampling *s,
+                                     int *live, int B, float *logits, float *scratch);
 
 #ifdef __cplusplus
 }
