@@ -6,7 +6,8 @@
 # then one alone), each mt-generate's; a request that
 # is not JSON, without prompts, or with a prompt beyond the model's positions gets 400 and a
 # message; another path 404, GET 405; the server then keeps serving, and returns after
-# --max-requests.
+# --max-requests. Continuous batching: requests arriving while others decode join the batch, each
+# prompt still mt-generate's.
 source "$(dirname "$0")/pretrain_common.sh"
 command -v curl > /dev/null || { echo "SKIP: needs curl"; exit 77; }
 d=$(mktemp -d); pid=
@@ -57,4 +58,41 @@ r3=$(req PUT '{"prompts": ["And"], "tokens_to_generate": 2}')
 [ "$(echo "$r3" | head -1)" = 200 ] && echo "ok still serving" || { echo "FAIL after errors: $r3"; fail=1; }
 wait $pid; rc=$?; pid=
 [ $rc = 0 ] && echo "ok returned after --max-requests" || { echo "FAIL: mt-serve rc $rc"; cat "$d/serve.log"; fail=1; }
+
+# continuous batching: three slots, each step slowed to 50 ms so that requests overlap. A (two
+# prompts, sampled) starts; B (greedy) joins its third slot mid-way; C waits for a free slot and
+# joins while B decodes. Every prompt gets mt-generate's continuation with its request's settings.
+MT_SERVE_BATCH=3 MT_SERVE_STEP_DELAY_MS=50 timeout 120 "$MT_SERVE" --load "$d/ck" "${dev[@]}" --port 0 \
+  --max-requests 3 --tokens-to-generate 6 > "$d/serve2.log" 2>&1 &
+pid=$!
+for _ in $(seq 100); do grep -q "listening on" "$d/serve2.log" && break; sleep 0.1; done
+url=$(grep -o "http://[0-9.:]*/api" "$d/serve2.log") || { echo "FAIL: no server"; cat "$d/serve2.log"; exit 1; }
+bodies=('{"prompts": ["In the beginning", "And God said"], "tokens_to_generate": 10, "temperature": 0.9, "top_p": 0.95, "random_seed": 11}'
+        '{"prompts": ["Then the LORD"], "tokens_to_generate": 8, "temperature": 0}'
+        '{"prompts": ["And"], "tokens_to_generate": 6, "temperature": 0.7, "top_k": 10, "random_seed": 9}')
+for i in 0 1 2; do
+  req PUT "${bodies[$i]}" > "$d/r$i.out" &
+  sleep 0.2
+done
+wait %2 %3 %4 2> /dev/null; wait $pid; rc=$?; pid=
+[ $rc = 0 ] || { echo "FAIL: mt-serve rc $rc"; cat "$d/serve2.log"; fail=1; }
+check() {  # response-file index prompt flags...
+  local f=$1 i=$2 p=$3; shift 3
+  local w g
+  w=$("$MT_GENERATE" --load "$d/ck" "${dev[@]}" --prompt "$p" "$@" --print-ids 2> /dev/null | head -1)
+  g=$(tail -n +2 "$f" | jq -r ".tokens[$i] | map(tostring) | join(\",\")")
+  [ -n "$w" ] && [ "$g" = "$w" ] && echo "ok continuous: '$p' = mt-generate: $g" \
+    || { echo "FAIL continuous '$p': $g, mt-generate $w"; fail=1; }
+}
+check "$d/r0.out" 0 "In the beginning" --tokens-to-generate 10 --temperature 0.9 --top_p 0.95 --seed 11
+check "$d/r0.out" 1 "And God said" --tokens-to-generate 10 --temperature 0.9 --top_p 0.95 --seed 11
+check "$d/r1.out" 0 "Then the LORD" --tokens-to-generate 8 --greedy
+check "$d/r2.out" 0 "And" --tokens-to-generate 6 --temperature 0.7 --top_k 10 --seed 9
+# B and C were decoded beside other requests' rows (the server's line per request)
+for k in 2 3; do
+  line=$(grep "request $k:" "$d/serve2.log")
+  n=$(echo "$line" | sed -n 's/.*beside at most \([0-9]*\) rows.*/\1/p')
+  [ -n "$n" ] && [ "$n" -ge 1 ] && echo "ok request $k joined a running batch: $line" \
+    || { echo "FAIL: request $k did not overlap: '$line'"; cat "$d/serve2.log"; fail=1; }
+done
 exit $fail

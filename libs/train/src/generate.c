@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <jansson.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -229,8 +230,9 @@ static mt_status batch_make(gen *g, int nb) {
 
 /* mt-infer's batch callback: rows whose cache lacks more than their last token (the prompts'
  * prefill) run alone over their rows of the cache (cached_logits); when every live row needs
- * one token, one step of the nb-row view at each row's position runs them together, the finished
- * rows their last cached token again (the same keys and values at the same position). */
+ * one token, one step of the nb-row view at each row's position runs them together, the other
+ * rows their last cached token again (the same keys and values at the same position; a row never
+ * used token 0 at position 0, which its cache then holds). */
 static mt_status batch_logits(void *ctx, int32_t *const *tokens, const int *n, const int *live,
                               int nb, float *logits) {
     gen *g = ctx;
@@ -239,10 +241,7 @@ static mt_status batch_logits(void *ctx, int32_t *const *tokens, const int *n, c
     MT_REQUIRE(pos && tok, MT_ERR_OOM, "a batch of %d", nb);
     for (int b = 0; b < nb; b++) {
         const int c = g->bncached[b];
-        if (live[b])
-            together &= c == n[b] - 1 && !memcmp(g->bcached[b], tokens[b], (size_t)c * 4);
-        else
-            together &= c >= 1;
+        if (live[b]) together &= c == n[b] - 1 && !memcmp(g->bcached[b], tokens[b], (size_t)c * 4);
     }
     mt_status st = MT_OK;
     if (!together) { /* each live row alone */
@@ -256,9 +255,9 @@ static mt_status batch_logits(void *ctx, int32_t *const *tokens, const int *n, c
         free(pos), free(tok);
         return st;
     }
-    for (int b = 0; b < nb; b++) {
-        pos[b] = live[b] ? n[b] - 1 : g->bncached[b] - 1;
-        tok[b] = live[b] ? tokens[b][pos[b]] : g->bcached[b][pos[b]];
+    for (int b = 0; b < nb; b++) { /* (a row never used: token 0 at position 0) */
+        pos[b] = live[b] ? n[b] - 1 : g->bncached[b] ? g->bncached[b] - 1 : 0;
+        tok[b] = live[b] ? tokens[b][pos[b]] : g->bncached[b] ? g->bcached[b][pos[b]] : 0;
     }
     st = mt_memcpy(g->btok.data, g->dev, tok, MT_DEVICE_CPU, (size_t)nb * 4, NULL);
     if (st == MT_OK) st = mt_model_set_kv_cache_rows(g->bone, g->bkv, pos);
@@ -270,7 +269,7 @@ static mt_status batch_logits(void *ctx, int32_t *const *tokens, const int *n, c
         st = mt_memcpy(logits + (size_t)b * g->V, MT_DEVICE_CPU,
                        (const float *)g->blogits.data + (size_t)b * Vp, g->dev, (size_t)g->V * 4,
                        NULL);
-        if (live[b]) g->bcached[b][pos[b]] = tok[b], g->bncached[b] = pos[b] + 1;
+        if (live[b] || !g->bncached[b]) g->bcached[b][pos[b]] = tok[b], g->bncached[b] = pos[b] + 1;
     }
     free(pos), free(tok);
     return st;
@@ -452,15 +451,6 @@ static mt_status generator_run(generator *G, int32_t *ids, int n, int max_new,
     return mt_infer_generate(&im, ids, n, max_new, s, total);
 }
 
-/* Several prompts decoded together (mt-serve's requests of several prompts, with the KV cache):
- * ids[b] holds prompt b (n[b] tokens) and room for max_new more; total[b] its length after. */
-static mt_status generator_run_batch(generator *G, int32_t *const *ids, const int *n, int nb,
-                                     int max_new, const mt_infer_sampling *s, int *total) {
-    MT_TRY(batch_make(&G->g, nb)); /* (a row's cache is reused as far as its prompt matches) */
-    mt_infer_batch_model bm = { &G->g, batch_logits, G->g.V, G->g.T, G->eod };
-    return mt_infer_generate_batch(&bm, ids, n, nb, max_new, s, total);
-}
-
 mt_status mt_generate_run(const mt_generate_args *a) {
     MT_REQUIRE(a, MT_ERR_INVALID_ARG, "NULL arguments");
     MT_REQUIRE(!a->prompt != !a->prompt_ids, MT_ERR_INVALID_ARG,
@@ -508,35 +498,6 @@ mt_status mt_generate_run(const mt_generate_args *a) {
 
 /* ---- mt-serve: Megatron's text generation server's REST call over HTTP/1.1 ---- */
 
-/* Reads one request (headers, then Content-Length bytes of body, at most 1 MiB) into *buf. */
-static int read_request(int fd, char **buf, size_t *len, size_t *body) {
-    size_t cap = 4096, n = 0, need = 0;
-    char *b = malloc(cap + 1);
-    if (!b) return -1;
-    for (;;) {
-        if (n == cap) {
-            if (cap >= (1u << 20)) break;
-            char *nb = realloc(b, 2 * cap + 1);
-            if (!nb) break;
-            b = nb, cap *= 2;
-        }
-        ssize_t k = recv(fd, b + n, cap - n, 0);
-        if (k <= 0) break;
-        n += (size_t)k;
-        b[n] = 0;
-        char *end = strstr(b, "\r\n\r\n");
-        if (!end) continue;
-        const char *cl = strcasestr(b, "\r\ncontent-length:");
-        need = (size_t)(end + 4 - b) + (cl && cl < end ? strtoul(cl + 17, NULL, 10) : 0);
-        if (n >= need) {
-            *buf = b, *len = n, *body = (size_t)(end + 4 - b);
-            return 0;
-        }
-    }
-    free(b);
-    return -1;
-}
-
 static void respond(int fd, int code, json_t *j) {
     char *s = json_dumps(j, JSON_COMPACT);
     const char *why = code == 200   ? "OK"
@@ -553,90 +514,276 @@ static void respond(int fd, int code, json_t *j) {
     json_decref(j);
 }
 
+/* A request of mt-serve: its prompts' tokens (room for max_new more each), the sampling, and, as
+ * continuous batching goes, how many prompts have joined the batch and how many are not done. */
+typedef struct serve_req {
+    int fd, id;
+    int np, joined, left;
+    int32_t **ids;
+    int *n, *total;
+    int max_new;
+    mt_infer_sampling s;
+    int beside; /* the most rows of other requests decoded beside its rows in one step */
+    double t0;  /* when it was read */
+    struct serve_req *next; /* the queue of requests with prompts still to join */
+} serve_req;
+
+static void req_free(serve_req *r) {
+    if (!r) return;
+    for (int i = 0; r->ids && i < r->np; i++)
+        free(r->ids[i]);
+    free(r->ids), free(r->n), free(r->total);
+    free(r);
+}
+
 /* {"prompts": [text, ...], "tokens_to_generate": N, "temperature": T, "top_k": K, "top_p": P,
- * "random_seed": S} (Megatron's names; the run's flags give the defaults) ->
- * {"text": [prompt and continuation, ...], "tokens": [[ids], ...]}; a bad request is 400 with
- * {"message": why}. */
-static int serve_api(generator *G, const char *body, json_t **out) {
+ * "random_seed": S} (Megatron's names; the run's flags give the defaults) into a request whose
+ * prompts are tokenized; 0, or 400 with msg (why). */
+static int req_parse(generator *G, const char *body, serve_req *r, char *msg, size_t msz) {
     const mt_generate_args *a = G->a;
     json_error_t je;
-    json_t *req = json_loads(body, 0, &je), *prompts = json_object_get(req, "prompts");
-    char msg[512] = "";
+    json_t *req = json_loads(body, 0, &je), *prompts = json_object_get(req, "prompts"), *v;
+    msg[0] = 0;
     if (!req)
-        snprintf(msg, sizeof msg, "the body is not JSON: %s", je.text);
+        snprintf(msg, msz, "the body is not JSON: %s", je.text);
     else if (!json_is_array(prompts) || json_array_size(prompts) == 0)
-        snprintf(msg, sizeof msg, "prompts: a non-empty list of strings is required");
-    json_t *v;
-    int max_new = (v = json_object_get(req, "tokens_to_generate")) ? (int)json_integer_value(v)
-                                                                   : a->tokens_to_generate;
-    mt_infer_sampling s = { a->greedy ? 0.0f : a->temperature, a->top_k, a->top_p, a->seed };
-    if ((v = json_object_get(req, "temperature"))) s.temperature = (float)json_number_value(v);
-    if ((v = json_object_get(req, "top_k"))) s.top_k = (int)json_integer_value(v);
-    if ((v = json_object_get(req, "top_p"))) s.top_p = (float)json_number_value(v);
-    if ((v = json_object_get(req, "random_seed"))) s.seed = (uint64_t)json_integer_value(v);
-    if (!msg[0] && max_new < 0) snprintf(msg, sizeof msg, "tokens_to_generate must be >= 0");
-    json_t *texts = json_array(), *toks = json_array();
-    const int np = req && json_is_array(prompts) ? (int)json_array_size(prompts) : 0;
-    const size_t room = (size_t)G->c.max_position_embeddings + (max_new > 0 ? (size_t)max_new : 0);
-    int32_t **ids = calloc((size_t)np + 1, sizeof *ids);
-    int *n = calloc((size_t)np + 1, sizeof *n), *total = calloc((size_t)np + 1, sizeof *total);
-    mt_status st = ids && n && total ? MT_OK : MT_ERROR(MT_ERR_OOM, "token buffers");
-    for (int i = 0; !msg[0] && st == MT_OK && i < np; i++) { /* every prompt, then generation */
+        snprintf(msg, msz, "prompts: a non-empty list of strings is required");
+    r->max_new = (v = json_object_get(req, "tokens_to_generate")) ? (int)json_integer_value(v)
+                                                                  : a->tokens_to_generate;
+    r->s = (mt_infer_sampling){ a->greedy ? 0.0f : a->temperature, a->top_k, a->top_p, a->seed };
+    if ((v = json_object_get(req, "temperature"))) r->s.temperature = (float)json_number_value(v);
+    if ((v = json_object_get(req, "top_k"))) r->s.top_k = (int)json_integer_value(v);
+    if ((v = json_object_get(req, "top_p"))) r->s.top_p = (float)json_number_value(v);
+    if ((v = json_object_get(req, "random_seed"))) r->s.seed = (uint64_t)json_integer_value(v);
+    if (!msg[0] && r->max_new < 0) snprintf(msg, msz, "tokens_to_generate must be >= 0");
+    r->np = !msg[0] ? (int)json_array_size(prompts) : 0;
+    const size_t room =
+        (size_t)G->c.max_position_embeddings + (r->max_new > 0 ? (size_t)r->max_new : 0);
+    r->ids = calloc((size_t)r->np + 1, sizeof *r->ids);
+    r->n = calloc((size_t)r->np + 1, sizeof *r->n);
+    r->total = calloc((size_t)r->np + 1, sizeof *r->total);
+    mt_status st = r->ids && r->n && r->total ? MT_OK : MT_ERROR(MT_ERR_OOM, "token buffers");
+    for (int i = 0; !msg[0] && st == MT_OK && i < r->np; i++) {
         const char *p = json_string_value(json_array_get(prompts, (size_t)i));
-        ids[i] = malloc(room * sizeof **ids);
-        st = !p        ? MT_ERROR(MT_ERR_INVALID_ARG, "prompts[%d] is not a string", i)
-             : !ids[i] ? MT_ERROR(MT_ERR_OOM, "token buffer")
-                       : prompt_of(G, p, NULL, ids[i], &n[i]);
+        r->ids[i] = malloc(room * sizeof **r->ids);
+        st = !p           ? MT_ERROR(MT_ERR_INVALID_ARG, "prompts[%d] is not a string", i)
+             : !r->ids[i] ? MT_ERROR(MT_ERR_OOM, "token buffer")
+                          : prompt_of(G, p, NULL, r->ids[i], &r->n[i]);
+        r->total[i] = r->n[i];
     }
-    /* prompts together over the KV cache, at most MT_SERVE_BATCH (8) at a time: each row is a
-     * window of keys and values (0 or 1: one after another) */
-    const int most = G->g.kv ? mt_env_int("MT_SERVE_BATCH", 8) : 1;
-    for (int i = 0; !msg[0] && st == MT_OK && i < np;) {
-        const int k = np - i < most ? np - i : most > 1 ? most : 1;
-        st = k > 1 ? generator_run_batch(G, ids + i, n + i, k, max_new, &s, total + i)
-                   : generator_run(G, ids[i], n[i], max_new, &s, &total[i]);
-        i += k;
-    }
-    for (int i = 0; !msg[0] && st == MT_OK && i < np; i++) {
-        char *text = NULL;
-        size_t len = 0, cap = 0;
-        st = mt_data_tokenizer_decode(G->tk, ids[i], (size_t)total[i], &text, &len, &cap);
-        if (st != MT_OK) break;
-        json_array_append_new(texts, json_stringn(text, len));
-        json_t *t = json_array();
-        for (int k = 0; k < total[i]; k++)
-            json_array_append_new(t, json_integer(ids[i][k]));
-        json_array_append_new(toks, t);
-        free(text);
-    }
+    json_decref(req);
     if (!msg[0] && st != MT_OK) { /* (the message without its file:line and code) */
         const char *e = mt_last_error(), *q = strstr(e, ": MT_ERR_");
         if (q && (q = strstr(q + 2, ": "))) e = q + 2;
-        snprintf(msg, sizeof msg, "%s", e);
+        snprintf(msg, msz, "%s", e);
         mt_error_clear();
     }
-    for (int i = 0; ids && i < np; i++)
-        free(ids[i]);
-    free(n), free(total);
-    free(ids);
-    json_decref(req);
-    if (msg[0]) {
-        json_decref(texts), json_decref(toks);
-        *out = json_pack("{s:s}", "message", msg);
-        return 400;
+    r->left = r->np;
+    return msg[0] ? 400 : 0;
+}
+
+/* The answer to a request whose rows are all done: {"text": [prompt and continuation, ...],
+ * "tokens": [[ids], ...]} (200), or 400 with the message of a failure. */
+static void req_answer(generator *G, serve_req *r, const char *fail) {
+    json_t *texts = json_array(), *toks = json_array();
+    mt_status st = MT_OK;
+    for (int i = 0; !fail && st == MT_OK && i < r->np; i++) {
+        char *text = NULL;
+        size_t len = 0, cap = 0;
+        st = mt_data_tokenizer_decode(G->tk, r->ids[i], (size_t)r->total[i], &text, &len, &cap);
+        if (st != MT_OK) break;
+        json_array_append_new(texts, json_stringn(text, len));
+        json_t *t = json_array();
+        for (int k = 0; k < r->total[i]; k++)
+            json_array_append_new(t, json_integer(r->ids[i][k]));
+        json_array_append_new(toks, t);
+        free(text);
     }
-    *out = json_pack("{s:o,s:o}", "text", texts, "tokens", toks);
-    return 200;
+    if (!fail && st != MT_OK) fail = mt_last_error();
+    if (fail) {
+        json_decref(texts), json_decref(toks);
+        respond(r->fd, 400, json_pack("{s:s}", "message", fail));
+        mt_error_clear();
+    } else {
+        int made = 0;
+        for (int i = 0; i < r->np; i++)
+            made += r->total[i] - r->n[i];
+        respond(r->fd, 200, json_pack("{s:o,s:o}", "text", texts, "tokens", toks));
+        fprintf(stderr,
+                "mt-serve: request %d: %d prompts, %d new tokens in %.3f s, beside at most %d "
+                "rows of other requests\n",
+                r->id, r->np, made, mt_time_now() - r->t0, r->beside);
+    }
+    close(r->fd);
+}
+
+/* A request run alone (without the KV cache, or MT_SERVE_BATCH=1): its prompts one after
+ * another. NULL, or the failure's message. */
+static const char *req_run_alone(generator *G, serve_req *r) {
+    for (int i = 0; i < r->np; i++)
+        if (generator_run(G, r->ids[i], r->n[i], r->max_new, &r->s, &r->total[i]) != MT_OK)
+            return mt_last_error();
+    return NULL;
+}
+
+/* Continuous batching: B slots of the batch (gen's nb rows); a slot holds a row (one prompt of a
+ * request) from its joining to its last token. */
+typedef struct serve_batch {
+    int B;
+    int32_t **tok;
+    int *n, *k, *most, *live, *prompt;
+    mt_infer_sampling *s;
+    serve_req **owner;
+    float *logits;          /* B V, then V of scratch */
+    serve_req *head, *tail; /* requests with prompts still to join */
+} serve_batch;
+
+static void sb_free(serve_batch *q) {
+    free(q->tok), free(q->n), free(q->s), free(q->owner), free(q->logits); /* (n holds k too) */
+}
+
+static mt_status sb_make(serve_batch *q, int B, int64_t V) {
+    memset(q, 0, sizeof *q);
+    q->B = B;
+    q->tok = calloc((size_t)B, sizeof *q->tok);
+    q->n = calloc((size_t)B * 5, sizeof *q->n);
+    q->s = calloc((size_t)B, sizeof *q->s);
+    q->owner = calloc((size_t)B, sizeof *q->owner);
+    q->logits = malloc((size_t)V * (size_t)(B + 1) * sizeof *q->logits);
+    MT_REQUIRE(q->tok && q->n && q->s && q->owner && q->logits, MT_ERR_OOM, "a batch of %d", B);
+    q->k = q->n + B, q->most = q->n + 2 * B, q->live = q->n + 3 * B, q->prompt = q->n + 4 * B;
+    return MT_OK;
+}
+
+/* Rows done in slots: their requests' totals; a request whose rows are all done is answered.
+ * Returns the requests answered. */
+static int sb_reap(generator *G, serve_batch *q) {
+    int answered = 0;
+    for (int b = 0; b < q->B; b++) {
+        serve_req *r = q->owner[b];
+        if (!r || q->live[b]) continue;
+        r->total[q->prompt[b]] = q->n[b];
+        q->owner[b] = NULL;
+        if (--r->left == 0 && r->joined == r->np) {
+            req_answer(G, r, NULL);
+            req_free(r);
+            answered++;
+        }
+    }
+    return answered;
+}
+
+/* The queue's prompts into free slots (a row with nothing to generate is done at once). */
+static void sb_join(generator *G, serve_batch *q) {
+    for (int b = 0; b < q->B && q->head; b++) {
+        if (q->owner[b]) continue;
+        serve_req *r = q->head;
+        const int i = r->joined++;
+        if (r->joined == r->np) q->head = r->next;
+        if (!q->head) q->tail = NULL;
+        q->owner[b] = r, q->prompt[b] = i;
+        q->tok[b] = r->ids[i], q->n[b] = r->n[i], q->k[b] = 0, q->most[b] = r->max_new;
+        q->s[b] = r->s;
+        q->live[b] = r->max_new > 0 && r->n[i] < G->g.T;
+    }
+}
+
+/* One step of every live row; a failure answers their requests with its message. Returns the
+ * requests answered. */
+static int sb_step(generator *G, serve_batch *q) {
+    int live = 0;
+    for (int b = 0; b < q->B; b++)
+        live += q->live[b];
+    if (!live) return 0;
+    for (int b = 0; b < q->B; b++) { /* (other requests' rows beside this one's) */
+        serve_req *r = q->owner[b];
+        if (!r || !q->live[b]) continue;
+        int own = 0;
+        for (int c = 0; c < q->B; c++)
+            own += q->live[c] && q->owner[c] == r;
+        if (live - own > r->beside) r->beside = live - own;
+    }
+    mt_infer_batch_model bm = { &G->g, batch_logits, G->g.V, G->g.T, G->eod };
+    mt_status st = mt_infer_batch_step(&bm, q->tok, q->n, q->k, q->most, q->s, q->live, q->B,
+                                       q->logits, q->logits + (size_t)G->g.V * (size_t)q->B);
+    const int delay = mt_env_int("MT_SERVE_STEP_DELAY_MS", 0); /* (tests: requests overlap) */
+    if (delay > 0) usleep((useconds_t)delay * 1000u);
+    if (st == MT_OK) return 0;
+    /* every request with a row in a slot fails: answered once, its other rows dropped */
+    char msg[512];
+    const char *e = mt_last_error(), *p = strstr(e, ": MT_ERR_");
+    if (p && (p = strstr(p + 2, ": "))) e = p + 2;
+    snprintf(msg, sizeof msg, "%s", e);
+    mt_error_clear();
+    int answered = 0;
+    for (int b = 0; b < q->B; b++) {
+        serve_req *r = q->owner[b];
+        if (!r) continue;
+        for (int c = b; c < q->B; c++)
+            if (q->owner[c] == r) q->owner[c] = NULL, q->live[c] = 0;
+        if (r->joined < r->np) { /* (still queued: out of the queue) */
+            serve_req **pp = &q->head, *prev = NULL;
+            while (*pp && *pp != r)
+                prev = *pp, pp = &(*pp)->next;
+            if (*pp) *pp = r->next;
+            if (q->tail == r) q->tail = prev;
+        }
+        req_answer(G, r, msg);
+        req_free(r);
+        answered++;
+    }
+    return answered;
+}
+
+/* A connection whose request is being read (at most 1 MiB: headers, then Content-Length bytes). */
+typedef struct serve_conn {
+    int fd;
+    char *buf;
+    size_t n, cap;
+} serve_conn;
+
+#define SERVE_CONNS 64 /* requests read at once (more wait in the listen backlog) */
+
+/* Reads what c's socket has: 1 when its request is complete (c->buf holds it; *body its start),
+ * 0 when more is to come, -1 when the peer closed or the request is too long. */
+static int conn_read(serve_conn *c, size_t *body) {
+    if (c->n == c->cap) {
+        if (c->cap >= (1u << 20)) return -1;
+        size_t cap = c->cap ? 2 * c->cap : 4096;
+        char *b = realloc(c->buf, cap + 1);
+        if (!b) return -1;
+        c->buf = b, c->cap = cap;
+    }
+    ssize_t k = recv(c->fd, c->buf + c->n, c->cap - c->n, MSG_DONTWAIT);
+    if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return 0;
+    if (k <= 0) return -1;
+    c->n += (size_t)k;
+    c->buf[c->n] = 0;
+    char *end = strstr(c->buf, "\r\n\r\n");
+    if (!end) return 0;
+    const char *cl = strcasestr(c->buf, "\r\ncontent-length:");
+    const size_t need =
+        (size_t)(end + 4 - c->buf) + (cl && cl < end ? strtoul(cl + 17, NULL, 10) : 0);
+    if (need > (1u << 20)) return -1;
+    *body = (size_t)(end + 4 - c->buf);
+    return c->n >= need;
 }
 
 mt_status mt_serve_run(const mt_generate_args *a, const char *host, int port, int max_requests) {
     MT_REQUIRE(a, MT_ERR_INVALID_ARG, "NULL arguments");
     generator G;
     int fd = -1;
+    serve_batch q;
+    memset(&q, 0, sizeof q);
     mt_status st = generator_open(a, &G);
     if (st == MT_OK && !G.tk)
         st = MT_ERROR(MT_ERR_INVALID_ARG, "mt-serve takes text prompts: it needs a tokenizer");
     if (st == MT_OK) st = generator_model(&G, G.c.max_position_embeddings);
+    /* continuous batching over the KV cache: up to MT_SERVE_BATCH (8) prompts of any requests
+     * decoded together, each row a window of keys and values (1: one prompt after another) */
+    const int B = st == MT_OK && G.g.kv ? mt_env_int("MT_SERVE_BATCH", 8) : 1;
+    if (st == MT_OK && B > 1) st = batch_make(&G.g, B);
+    if (st == MT_OK && B > 1) st = sb_make(&q, B, G.g.V);
     struct sockaddr_in addr;
     memset(&addr, 0, sizeof addr);
     addr.sin_family = AF_INET;
@@ -651,34 +798,91 @@ mt_status mt_serve_run(const mt_generate_args *a, const char *host, int port, in
         st = MT_ERROR(MT_ERR_IO, "cannot listen on %s:%d: %s", host, port, strerror(errno));
     socklen_t al = sizeof addr;
     if (st == MT_OK && getsockname(fd, (struct sockaddr *)&addr, &al) == 0) {
-        printf("mt-serve: listening on http://%s:%d/api (PUT or POST)\n", host,
-               ntohs(addr.sin_port));
+        printf("mt-serve: listening on http://%s:%d/api (PUT or POST)%s\n", host,
+               ntohs(addr.sin_port), B > 1 ? "; continuous batching" : "");
         fflush(stdout);
     }
-    for (int served = 0; st == MT_OK && (max_requests <= 0 || served < max_requests); served++) {
-        int c = accept(fd, NULL, NULL);
-        if (c < 0) {
-            if (errno == EINTR) continue;
-            st = MT_ERROR(MT_ERR_IO, "accept: %s", strerror(errno));
+    serve_conn conns[SERVE_CONNS];
+    int nconn = 0, accepted = 0, answered = 0, ids = 0;
+    /* until --max-requests are accepted and answered (0: for ever) */
+    while (st == MT_OK && (max_requests <= 0 || answered < max_requests)) {
+        int busy = q.head != NULL;
+        for (int b = 0; b < q.B; b++)
+            busy |= q.live[b];
+        struct pollfd pf[SERVE_CONNS + 1];
+        const int listening = nconn < SERVE_CONNS && (max_requests <= 0 || accepted < max_requests);
+        pf[0] = (struct pollfd){ listening ? fd : -1, POLLIN, 0 };
+        for (int i = 0; i < nconn; i++)
+            pf[i + 1] = (struct pollfd){ conns[i].fd, POLLIN, 0 };
+        if (poll(pf, (nfds_t)nconn + 1, busy ? 0 : -1) < 0 && errno != EINTR) {
+            st = MT_ERROR(MT_ERR_IO, "poll: %s", strerror(errno));
             break;
         }
-        char *buf = NULL;
-        size_t len = 0, body = 0;
-        if (read_request(c, &buf, &len, &body) != 0) {
-            respond(c, 400, json_pack("{s:s}", "message", "an incomplete or too long request"));
-        } else if (strncmp(buf, "PUT /api ", 9) && strncmp(buf, "POST /api ", 10)) {
-            const int api = !strncmp(strchr(buf, ' ') ? strchr(buf, ' ') : buf, " /api ", 6);
-            respond(c, api ? 405 : 404,
-                    json_pack("{s:s}", "message",
-                              api ? "use PUT (or POST) /api" : "the only path is /api"));
-        } else {
-            json_t *out = NULL;
-            int code = serve_api(&G, buf + body, &out);
-            respond(c, code, out);
+        for (int i = nconn - 1; i >= 0; i--) { /* (the requests being read) */
+            if (!(pf[i + 1].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+            serve_conn *c = &conns[i];
+            size_t body = 0;
+            const int got = conn_read(c, &body);
+            if (got == 0) continue;
+            const int cfd = c->fd;
+            char *buf = c->buf;
+            conns[i] = conns[--nconn]; /* (no longer read) */
+            if (got < 0) {
+                respond(cfd, 400,
+                        json_pack("{s:s}", "message", "an incomplete or too long request"));
+                close(cfd), free(buf), answered++;
+                continue;
+            }
+            if (strncmp(buf, "PUT /api ", 9) && strncmp(buf, "POST /api ", 10)) {
+                const int api = !strncmp(strchr(buf, ' ') ? strchr(buf, ' ') : buf, " /api ", 6);
+                respond(cfd, api ? 405 : 404,
+                        json_pack("{s:s}", "message",
+                                  api ? "use PUT (or POST) /api" : "the only path is /api"));
+                close(cfd), free(buf), answered++;
+                continue;
+            }
+            serve_req *r = calloc(1, sizeof *r);
+            char msg[512] = "out of memory";
+            if (!r || req_parse(&G, buf + body, r, msg, sizeof msg)) {
+                respond(cfd, 400, json_pack("{s:s}", "message", msg));
+                close(cfd), free(buf), req_free(r), answered++;
+                continue;
+            }
+            free(buf);
+            r->fd = cfd, r->id = ++ids, r->t0 = mt_time_now();
+            if (B > 1) { /* (its prompts join the batch as slots free up) */
+                if (q.tail)
+                    q.tail->next = r;
+                else
+                    q.head = r;
+                q.tail = r;
+            } else {
+                req_answer(&G, r, req_run_alone(&G, r));
+                req_free(r), answered++;
+            }
         }
-        free(buf);
-        close(c);
+        if (pf[0].revents & POLLIN) {
+            int c = accept(fd, NULL, NULL);
+            if (c >= 0)
+                conns[nconn++] = (serve_conn){ c, NULL, 0, 0 }, accepted++;
+            else if (errno != EINTR && errno != EAGAIN && errno != ECONNABORTED)
+                st = MT_ERROR(MT_ERR_IO, "accept: %s", strerror(errno));
+        }
+        if (B > 1) {
+            sb_join(&G, &q);
+            answered += sb_reap(&G, &q); /* (rows with nothing to generate) */
+            answered += sb_step(&G, &q);
+            answered += sb_reap(&G, &q);
+        }
     }
+    for (int i = 0; i < nconn; i++)
+        close(conns[i].fd), free(conns[i].buf);
+    while (q.head) { /* (only after a failure: requests not answered) */
+        serve_req *r = q.head;
+        q.head = r->next;
+        close(r->fd), req_free(r);
+    }
+    sb_free(&q);
     if (fd >= 0) close(fd);
     generator_close(&G);
     return st;
