@@ -63,19 +63,38 @@ wait $pid; rc=$?; pid=
 # prompts, sampled) starts; B (greedy) joins its third slot mid-way; C waits for a free slot and
 # joins while B decodes. Every prompt gets mt-generate's continuation with its request's settings.
 MT_SERVE_BATCH=3 MT_SERVE_STEP_DELAY_MS=50 timeout 120 "$MT_SERVE" --load "$d/ck" "${dev[@]}" --port 0 \
-  --max-requests 3 --tokens-to-generate 6 > "$d/serve2.log" 2>&1 &
+  --max-requests 6 --tokens-to-generate 6 > "$d/serve2.log" 2>&1 &
 pid=$!
 for _ in $(seq 100); do grep -q "listening on" "$d/serve2.log" && break; sleep 0.1; done
 url=$(grep -o "http://[0-9.:]*/api" "$d/serve2.log") || { echo "FAIL: no server"; cat "$d/serve2.log"; exit 1; }
 bodies=('{"prompts": ["In the beginning", "And God said"], "tokens_to_generate": 10, "temperature": 0.9, "top_p": 0.95, "random_seed": 11}'
         '{"prompts": ["Then the LORD"], "tokens_to_generate": 8, "temperature": 0}'
         '{"prompts": ["And"], "tokens_to_generate": 6, "temperature": 0.7, "top_k": 10, "random_seed": 9}')
+cpids=()
 for i in 0 1 2; do
   req PUT "${bodies[$i]}" > "$d/r$i.out" &
+  cpids+=($!)
   sleep 0.2
 done
-wait %2 %3 %4 2> /dev/null; wait $pid; rc=$?; pid=
-[ $rc = 0 ] || { echo "FAIL: mt-serve rc $rc"; cat "$d/serve2.log"; fail=1; }
+wait "${cpids[@]}"
+# requests are read without blocking: a complete request is answered while another connection has
+# sent half of its own, which is answered once complete; a client that leaves mid-request costs
+# nothing but its own answer
+port=$(echo "$url" | sed 's/.*:\([0-9]*\)\/api/\1/')
+b5='{"prompts": ["And"], "tokens_to_generate": 2, "temperature": 0}'
+exec 3<> "/dev/tcp/127.0.0.1/$port"
+printf 'PUT /api HTTP/1.1\r\nContent-Length: %d\r\n\r\n%s' "${#b5}" "${b5:0:10}" >&3
+r6=$(timeout 20 curl -s -X PUT -d "$b5" -w '\n%{http_code}' "$url" | tail -1)
+[ "$r6" = 200 ] && echo "ok answered while another request is half sent" \
+  || { echo "FAIL: a request behind a half-sent one: $r6"; fail=1; }
+printf '%s' "${b5:10}" >&3
+r5=$(timeout 20 cat <&3); exec 3<&-
+echo "$r5" | head -1 | grep -q "200 OK" && echo "$r5" | grep -q '"text"' && echo "ok the half-sent request, completed" \
+  || { echo "FAIL: the half-sent request: $r5"; fail=1; }
+exec 4<> "/dev/tcp/127.0.0.1/$port"; printf 'PUT /api HTTP/1.1\r\nContent-Le' >&4; exec 4<&-
+wait $pid; rc=$?; pid=
+[ $rc = 0 ] && echo "ok returned after --max-requests (6, one client gone)" \
+  || { echo "FAIL: mt-serve rc $rc"; cat "$d/serve2.log"; fail=1; }
 check() {  # response-file index prompt flags...
   local f=$1 i=$2 p=$3; shift 3
   local w g
