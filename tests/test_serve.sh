@@ -62,6 +62,7 @@ wait $pid; rc=$?; pid=
 # continuous batching: three slots, each step slowed to 50 ms so that requests overlap. A (two
 # prompts, sampled) starts; B (greedy) joins its third slot mid-way; C waits for a free slot and
 # joins while B decodes. Every prompt gets mt-generate's continuation with its request's settings.
+export MT_KV_CHUNK=2 # (prompts prefilled in chunks of 2, in mt-generate too)
 MT_SERVE_BATCH=3 MT_SERVE_STEP_DELAY_MS=50 timeout 120 "$MT_SERVE" --load "$d/ck" "${dev[@]}" --port 0 \
   --max-requests 6 --tokens-to-generate 6 > "$d/serve2.log" 2>&1 &
 pid=$!

@@ -228,38 +228,35 @@ static mt_status batch_make(gen *g, int nb) {
     return mt_tensor_alloc(g->bar, MT_F32, 2, (int64_t[]){ nb, Vp }, &g->blogits);
 }
 
-/* mt-infer's batch callback: rows whose cache lacks more than their last token (the prompts'
- * prefill) run alone over their rows of the cache (cached_logits); when every live row needs
- * one token, one step of the nb-row view at each row's position runs them together, the other
- * rows their last cached token again (the same keys and values at the same position; a row never
- * used token 0 at position 0, which its cache then holds). */
+/* mt-infer's batch callback: one step of the nb-row view at each row's position, every row
+ * together. A live row whose cache lacks more than its last token (a prompt that joined) first
+ * gets the rest of its prompt into its row of the cache alone (cached_logits up to the token
+ * before its last), so joining costs its prefill and not a step of every row alone. The other
+ * rows run their last cached token again (the same keys and values at the same position; a row
+ * never used token 0 at position 0, which its cache then holds). */
 static mt_status batch_logits(void *ctx, int32_t *const *tokens, const int *n, const int *live,
                               int nb, float *logits) {
     gen *g = ctx;
-    int together = 1, *pos = malloc((size_t)nb * sizeof *pos);
-    int32_t *tok = malloc((size_t)nb * 4);
-    MT_REQUIRE(pos && tok, MT_ERR_OOM, "a batch of %d", nb);
-    for (int b = 0; b < nb; b++) {
-        const int c = g->bncached[b];
-        if (live[b]) together &= c == n[b] - 1 && !memcmp(g->bcached[b], tokens[b], (size_t)c * 4);
-    }
     mt_status st = MT_OK;
-    if (!together) { /* each live row alone */
-        for (int b = 0; b < nb && st == MT_OK; b++) {
-            if (!live[b]) continue;
-            mt_tensor last;
-            st = cached_logits(g, g->brow[b], g->bcached[b], &g->bncached[b], tokens[b], n[b],
+    for (int b = 0; b < nb && st == MT_OK; b++) {
+        const int c = g->bncached[b];
+        if (!live[b] || (c == n[b] - 1 && !memcmp(g->bcached[b], tokens[b], (size_t)c * 4)))
+            continue;
+        mt_tensor last;
+        if (n[b] > 1)
+            st = cached_logits(g, g->brow[b], g->bcached[b], &g->bncached[b], tokens[b], n[b] - 1,
                                &last);
-            if (st == MT_OK) st = logits_to_host(g, &last, logits + (size_t)b * g->V);
-        }
-        free(pos), free(tok);
-        return st;
+        else
+            g->bncached[b] = 0;
     }
-    for (int b = 0; b < nb; b++) { /* (a row never used: token 0 at position 0) */
+    int *pos = malloc((size_t)nb * sizeof *pos);
+    int32_t *tok = malloc((size_t)nb * 4);
+    if (st == MT_OK && (!pos || !tok)) st = MT_ERROR(MT_ERR_OOM, "a batch of %d", nb);
+    for (int b = 0; b < nb && st == MT_OK; b++) {
         pos[b] = live[b] ? n[b] - 1 : g->bncached[b] ? g->bncached[b] - 1 : 0;
         tok[b] = live[b] ? tokens[b][pos[b]] : g->bncached[b] ? g->bcached[b][pos[b]] : 0;
     }
-    st = mt_memcpy(g->btok.data, g->dev, tok, MT_DEVICE_CPU, (size_t)nb * 4, NULL);
+    if (st == MT_OK) st = mt_memcpy(g->btok.data, g->dev, tok, MT_DEVICE_CPU, (size_t)nb * 4, NULL);
     if (st == MT_OK) st = mt_model_set_kv_cache_rows(g->bone, g->bkv, pos);
     if (st == MT_OK) st = run_forward(g, g->bone, &g->btok);
     mt_tensor lg = mt_model_logits(g->bone);
