@@ -52,7 +52,7 @@ struct blas_lt {
      * workspace, GEMM_PTRS_MAX device pointers, and the dtype pairs cuBLAS refused */
     cublasHandle_t cublas;
     void **ptrs;
-    unsigned refused; /* bit ab_dtype * 8 + c_dtype */
+    unsigned refused; /* bit ab_dtype * 8 + c_dtype (f32, bf16, f16: gemm_setup takes no other) */
 };
 
 mt_status blas_lt_create(blas_lt **out) {
