@@ -115,4 +115,31 @@ for k in 2 3; do
   [ -n "$n" ] && [ "$n" -ge 1 ] && echo "ok request $k joined a running batch: $line" \
     || { echo "FAIL: request $k did not overlap: '$line'"; cat "$d/serve2.log"; fail=1; }
 done
+
+# Megatron's response fields, against transformers (apps/generate/golden/expected.json, float64):
+# the imported tiny GPT-2 and Llama with the NullTokenizer (prompts and texts are ids with spaces
+# between them): greedy tokens, "segments" (each token's text) and "logprobs" (each token's
+# log-probability after the first, within 1e-4)
+golden=$(dirname "$0")/../apps/generate/golden/expected.json
+for m in gpt2 llama; do
+  "$MT_CONVERT" hf-to-mt "$(dirname "$0")/../apps/convert/golden/logits_$m" "$d/hf_$m" > /dev/null 2>&1 \
+    || { echo "FAIL: import $m"; fail=1; continue; }
+  timeout 60 "$MT_SERVE" --load "$d/hf_$m" "${dev[@]}" --tokenizer-type NullTokenizer --port 0 \
+    --max-requests 1 > "$d/serve_$m.log" 2>&1 &
+  pid=$!
+  for _ in $(seq 100); do grep -q "listening on" "$d/serve_$m.log" && break; sleep 0.1; done
+  url=$(grep -o "http://[0-9.:]*/api" "$d/serve_$m.log") || { echo "FAIL: no server"; cat "$d/serve_$m.log"; exit 1; }
+  prompt=$(jq -r ".$m.prompt | map(tostring) | join(\" \")" "$golden")
+  r=$(req PUT "{\"prompts\": [\"$prompt\"], \"tokens_to_generate\": 10, \"temperature\": 0, \"logprobs\": true}" | tail -n +2)
+  wait $pid; pid=
+  want=$(jq -c ".$m.greedy" "$golden")
+  err=$(jq -n --argjson a "$(echo "$r" | jq -c '.logprobs[0]')" --argjson b "$(jq -c ".$m.logprobs" "$golden")" \
+    'if ($a | length) != ($b | length) then 1e9 else [range(0; $a | length) | $a[.] - $b[.] | if . < 0 then -. else . end] | max end')
+  if [ "$(echo "$r" | jq -c '.tokens[0]')" = "$want" ] \
+     && [ "$(echo "$r" | jq -c '.segments[0] | map(tonumber)')" = "$want" ] \
+     && [ "$(echo "$r" | jq -r '.text[0]')" = "$(echo "$want" | jq -r 'map(tostring) | join(" ")')" ] \
+     && awk -v e="$err" 'BEGIN { exit !(e <= 1e-4) }'; then
+    echo "ok $m: tokens, segments and text = transformers' greedy; logprobs within $err"
+  else echo "FAIL $m: $r; want tokens $want, logprobs off by $err"; fail=1; fi
+done
 exit $fail

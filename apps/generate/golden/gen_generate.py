@@ -1,7 +1,9 @@
 """Golden of test_generate.sh: transformers' greedy generation (generate(do_sample=False)) from the
 tiny GPT-2, Llama, Qwen3 and Mixtral (session 34) that mt-convert's tests import (apps/convert/golden/logits_<m>: V 100),
 in float64, for a fixed prompt: expected.json {model: {"prompt": ids, "greedy": the prompt and 10
-new ids, "min_gap": the smallest gap between the two largest logits along the way}}. A gap far
+new ids, "min_gap": the smallest gap between the two largest logits along the way, "logprobs": the
+log-probability of each token of "greedy" after the first given the ones before it (Megatron's
+text generation server's logprobs; log_softmax of the whole sequence's logits)}}. A gap far
 above float32's rounding makes the argmax the same in our fp32 forward.
 Versions: torch (CPU), transformers 5.24.0. Rerun from this directory: python3 gen_generate.py"""
 import json
@@ -24,7 +26,9 @@ for m in ("gpt2", "llama", "qwen3", "mixtral"):
             top2 = model(torch.tensor([seq])).logits[0, -1].topk(2).values
             gap = min(gap, (top2[0] - top2[1]).item())
             seq.append(model(torch.tensor([seq])).logits[0, -1].argmax().item())
+        lp = torch.log_softmax(model(torch.tensor([seq])).logits[0, :-1], dim=-1)
+        logprobs = lp.gather(1, torch.tensor(seq[1:])[:, None])[:, 0].tolist()
     assert gen[0].tolist() == seq, (m, gen[0].tolist(), seq)
-    out[m] = {"prompt": prompt, "greedy": seq, "min_gap": gap}
+    out[m] = {"prompt": prompt, "greedy": seq, "min_gap": gap, "logprobs": logprobs}
     print(m, seq, "min gap", gap)
 json.dump(out, open("expected.json", "w"), indent=1)

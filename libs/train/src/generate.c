@@ -11,6 +11,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <jansson.h>
+#include <math.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <stdint.h>
@@ -520,8 +521,9 @@ typedef struct serve_req {
     int *n, *total;
     int max_new;
     mt_infer_sampling s;
-    int beside; /* the most rows of other requests decoded beside its rows in one step */
-    double t0;  /* when it was read */
+    int logprobs; /* "logprobs": true: each token's log-probability in the answer */
+    int beside;   /* the most rows of other requests decoded beside its rows in one step */
+    double t0;    /* when it was read */
     struct serve_req *next; /* the queue of requests with prompts still to join */
 } serve_req;
 
@@ -552,6 +554,7 @@ static int req_parse(generator *G, const char *body, serve_req *r, char *msg, si
     if ((v = json_object_get(req, "top_k"))) r->s.top_k = (int)json_integer_value(v);
     if ((v = json_object_get(req, "top_p"))) r->s.top_p = (float)json_number_value(v);
     if ((v = json_object_get(req, "random_seed"))) r->s.seed = (uint64_t)json_integer_value(v);
+    r->logprobs = json_is_true(json_object_get(req, "logprobs"));
     if (!msg[0] && r->max_new < 0) snprintf(msg, msz, "tokens_to_generate must be >= 0");
     r->np = !msg[0] ? (int)json_array_size(prompts) : 0;
     const size_t room =
@@ -579,33 +582,105 @@ static int req_parse(generator *G, const char *body, serve_req *r, char *msg, si
     return msg[0] ? 400 : 0;
 }
 
-/* The answer to a request whose rows are all done: {"text": [prompt and continuation, ...],
- * "tokens": [[ids], ...]} (200), or 400 with the message of a failure. */
-static void req_answer(generator *G, serve_req *r, const char *fail) {
-    json_t *texts = json_array(), *toks = json_array();
+/* lp[t - 1] = log p(tokens[t] | tokens[0..t)) for t = 1..n-1 (Megatron's logprobs): the model
+ * over the sequence again, in prompt chunks over the one-sequence KV cache (then one token at a
+ * time) or the whole window without it; log-softmax of each position's logits in double. */
+static mt_status score_tokens(gen *g, const int32_t *tokens, int n, double *lp) {
+    float *row = malloc((size_t)g->V * sizeof *row);
+    MT_REQUIRE(row, MT_ERR_OOM, "a row of logits");
     mt_status st = MT_OK;
+    for (int p = 0; p < n - 1 && st == MT_OK;) {
+        mt_model *m = g->m;
+        int k = n - 1 - p; /* positions p..p+k-1 score their next tokens */
+        if (g->kv) {       /* (the cache then holds this sequence: mt-generate's prefix is reset) */
+            const int chunk = k >= g->C;
+            m = chunk ? g->m : g->one;
+            k = chunk ? g->C : 1;
+            mt_tensor *tok = chunk ? &g->tok : &g->tok1;
+            st = mt_memcpy(tok->data, g->dev, tokens + p, MT_DEVICE_CPU, (size_t)k * 4, NULL);
+            if (st == MT_OK) st = mt_model_set_kv_cache(m, g->kv, p);
+            if (st == MT_OK) st = run_forward(g, m, tok);
+            g->ncached = 0;
+        } else {
+            memset(g->htok, 0, (size_t)g->T * 4);
+            memcpy(g->htok, tokens, (size_t)n * 4);
+            st = mt_memcpy(g->tok.data, g->dev, g->htok, MT_DEVICE_CPU, (size_t)g->T * 4, NULL);
+            if (st == MT_OK) st = run_forward(g, m, &g->tok);
+        }
+        const mt_tensor lg = mt_model_logits(m);
+        for (int r = 0; r < k && st == MT_OK; r++) {
+            mt_tensor one;
+            st = mt_tensor_slice(&lg, 0, r, 1, &one);
+            if (st == MT_OK) st = logits_to_host(g, &one, row);
+            double mx = -INFINITY, sum = 0.0;
+            for (int64_t v = 0; v < g->V; v++)
+                mx = row[v] > mx ? row[v] : mx;
+            for (int64_t v = 0; v < g->V; v++)
+                sum += exp((double)row[v] - mx);
+            lp[p + r] = (double)row[tokens[p + r + 1]] - mx - log(sum);
+        }
+        p += k;
+    }
+    free(row);
+    return st;
+}
+
+/* A JSON string of text (len bytes): U+FFFD for a piece that is not UTF-8 (a byte-level BPE token
+ * alone can be part of a character). */
+static json_t *json_text(const char *text, size_t len) {
+    json_t *j = json_stringn(text, len);
+    return j ? j : json_string("\xef\xbf\xbd");
+}
+
+/* The answer to a request whose rows are all done: {"text": [prompt and continuation, ...],
+ * "segments": [[each token's text], ...], "tokens": [[ids], ...]} and, when asked for,
+ * "logprobs": [[log p of each token after the first], ...] (200), or 400 with the message of a
+ * failure. */
+static void req_answer(generator *G, serve_req *r, const char *fail) {
+    json_t *texts = json_array(), *toks = json_array(), *segs = json_array(), *lps = json_array();
+    mt_status st = MT_OK;
+    char *text = NULL;
+    size_t len = 0, cap = 0;
     for (int i = 0; !fail && st == MT_OK && i < r->np; i++) {
-        char *text = NULL;
-        size_t len = 0, cap = 0;
+        len = 0; /* (decode appends) */
         st = mt_data_tokenizer_decode(G->tk, r->ids[i], (size_t)r->total[i], &text, &len, &cap);
         if (st != MT_OK) break;
-        json_array_append_new(texts, json_stringn(text, len));
-        json_t *t = json_array();
-        for (int k = 0; k < r->total[i]; k++)
+        json_array_append_new(texts, json_text(text, len));
+        json_t *t = json_array(), *sg = json_array();
+        for (int k = 0; k < r->total[i] && st == MT_OK; k++) {
             json_array_append_new(t, json_integer(r->ids[i][k]));
+            len = 0;
+            st = mt_data_tokenizer_decode(G->tk, &r->ids[i][k], 1, &text, &len, &cap);
+            if (st == MT_OK) json_array_append_new(sg, json_text(text, len));
+        }
         json_array_append_new(toks, t);
-        free(text);
+        json_array_append_new(segs, sg);
+        if (!r->logprobs || st != MT_OK) continue;
+        double *lp = malloc((size_t)r->total[i] * sizeof *lp);
+        st = lp ? score_tokens(&G->g, r->ids[i], r->total[i], lp)
+                : MT_ERROR(MT_ERR_OOM, "log-probabilities");
+        json_t *l = json_array();
+        for (int k = 0; st == MT_OK && k < r->total[i] - 1; k++)
+            json_array_append_new(l, json_real(lp[k]));
+        json_array_append_new(lps, l);
+        free(lp);
     }
+    free(text);
     if (!fail && st != MT_OK) fail = mt_last_error();
     if (fail) {
-        json_decref(texts), json_decref(toks);
+        json_decref(texts), json_decref(toks), json_decref(segs), json_decref(lps);
         respond(r->fd, 400, json_pack("{s:s}", "message", fail));
         mt_error_clear();
     } else {
         int made = 0;
         for (int i = 0; i < r->np; i++)
             made += r->total[i] - r->n[i];
-        respond(r->fd, 200, json_pack("{s:o,s:o}", "text", texts, "tokens", toks));
+        json_t *out = json_pack("{s:o,s:o,s:o}", "text", texts, "segments", segs, "tokens", toks);
+        if (r->logprobs)
+            json_object_set_new(out, "logprobs", lps);
+        else
+            json_decref(lps);
+        respond(r->fd, 200, out);
         fprintf(stderr,
                 "mt-serve: request %d: %d prompts, %d new tokens in %.3f s, beside at most %d "
                 "rows of other requests\n",
@@ -773,8 +848,8 @@ mt_status mt_serve_run(const mt_generate_args *a, const char *host, int port, in
     serve_batch q;
     memset(&q, 0, sizeof q);
     mt_status st = generator_open(a, &G);
-    if (st == MT_OK && !G.tk)
-        st = MT_ERROR(MT_ERR_INVALID_ARG, "mt-serve takes text prompts: it needs a tokenizer");
+    /* NullTokenizer: prompts and texts are ids with spaces between them (Megatron's) */
+    if (st == MT_OK && !G.tk) st = mt_data_tokenizer_null_create(G.c.vocab_size, &G.tk);
     if (st == MT_OK) st = generator_model(&G, G.c.max_position_embeddings);
     /* continuous batching over the KV cache: up to MT_SERVE_BATCH (8) prompts of any requests
      * decoded together, each row a window of keys and values (1: one prompt after another) */
