@@ -52,7 +52,7 @@ bad() {  # code message method body [url]
 bad 400 "the body is not JSON" PUT '{"prompts": ['
 bad 400 "prompts: a non-empty list of strings is required" PUT '{"tokens_to_generate": 3}'
 bad 400 "the model takes 32" PUT "{\"prompts\": [\"$(printf 'word %.0s' $(seq 40))\"]}"
-bad 404 "the only path is /api" PUT '{}' "${url%/api}/other"
+bad 404 "the paths are /api and /completions" PUT '{}' "${url%/api}/other"
 bad 405 "use PUT (or POST) /api" GET ''
 r3=$(req PUT '{"prompts": ["And"], "tokens_to_generate": 2}')
 [ "$(echo "$r3" | head -1)" = 200 ] && echo "ok still serving" || { echo "FAIL after errors: $r3"; fail=1; }
@@ -119,18 +119,24 @@ done
 # Megatron's response fields, against transformers (apps/generate/golden/expected.json, float64):
 # the imported tiny GPT-2 and Llama with the NullTokenizer (prompts and texts are ids with spaces
 # between them): greedy tokens, "segments" (each token's text) and "logprobs" (each token's
-# log-probability after the first, within 1e-4)
+# log-probability after the first, within 1e-4); OpenAI's /completions (Megatron's dynamic
+# server's) with echo, top-2 logprobs and a greedy continuation, likewise
 golden=$(dirname "$0")/../apps/generate/golden/expected.json
 for m in gpt2 llama; do
   "$MT_CONVERT" hf-to-mt "$(dirname "$0")/../apps/convert/golden/logits_$m" "$d/hf_$m" > /dev/null 2>&1 \
     || { echo "FAIL: import $m"; fail=1; continue; }
   timeout 60 "$MT_SERVE" --load "$d/hf_$m" "${dev[@]}" --tokenizer-type NullTokenizer --port 0 \
-    --max-requests 1 > "$d/serve_$m.log" 2>&1 &
+    --max-requests 4 > "$d/serve_$m.log" 2>&1 &
   pid=$!
   for _ in $(seq 100); do grep -q "listening on" "$d/serve_$m.log" && break; sleep 0.1; done
   url=$(grep -o "http://[0-9.:]*/api" "$d/serve_$m.log") || { echo "FAIL: no server"; cat "$d/serve_$m.log"; exit 1; }
   prompt=$(jq -r ".$m.prompt | map(tostring) | join(\" \")" "$golden")
   r=$(req PUT "{\"prompts\": [\"$prompt\"], \"tokens_to_generate\": 10, \"temperature\": 0, \"logprobs\": true}" | tail -n +2)
+  # OpenAI's completions (Megatron's dynamic server): the prompt scored (echo, max_tokens 0, the
+  # top 2 alternatives), then the greedy continuation of the prompt given as ids
+  c1=$(req POST "{\"prompt\": \"$prompt\", \"max_tokens\": 0, \"echo\": true, \"logprobs\": 2}" "${url%/api}/v1/completions" | tail -n +2)
+  c2=$(req POST "{\"prompt\": $(jq -c ".$m.prompt" "$golden"), \"max_tokens\": 10, \"temperature\": 0, \"logprobs\": 0}" "${url%/api}/completions" | tail -n +2)
+  c3=$(req POST '{"max_tokens": 3}' "${url%/api}/completions")
   wait $pid; pid=
   want=$(jq -c ".$m.greedy" "$golden")
   err=$(jq -n --argjson a "$(echo "$r" | jq -c '.logprobs[0]')" --argjson b "$(jq -c ".$m.logprobs" "$golden")" \
@@ -141,5 +147,28 @@ for m in gpt2 llama; do
      && awk -v e="$err" 'BEGIN { exit !(e <= 1e-4) }'; then
     echo "ok $m: tokens, segments and text = transformers' greedy; logprobs within $err"
   else echo "FAIL $m: $r; want tokens $want, logprobs off by $err"; fail=1; fi
+  # c1: token_logprobs = [null] + the prompt's; top_logprobs the golden top 2 (ids as texts)
+  e1=$(jq -n --argjson c "$c1" --slurpfile g "$golden" --arg m "$m" '
+    ($g[0][$m]) as $w | ($c.choices[0].logprobs) as $l | ($w.prompt | length) as $n
+    | if ($l.token_logprobs | length) != $n or $l.token_logprobs[0] != null or $l.top_logprobs[0] != null
+      then 1e9 else
+      [range(1; $n) | . as $k
+       | ($l.token_logprobs[$k] - $w.logprobs[$k - 1]),
+         ($w.top2[$k - 1][] as $t | ($l.top_logprobs[$k][$t[0] | tostring] // 1e9) - $t[1])]
+      | map(if . < 0 then -. else . end) | max end')
+  # c2: the greedy ids, finish "length", usage, generation_log_probs = the golden ones
+  e2=$(jq -n --argjson c "$c2" --slurpfile g "$golden" --arg m "$m" '
+    ($g[0][$m]) as $w | ($c.choices[0]) as $x | ($w.prompt | length) as $n
+    | if ($x.generation_token_ids != $w.greedy[$n:]) or $x.finish_reason != "length"
+         or $c.usage != {"prompt_tokens": $n, "completion_tokens": 10, "total_tokens": ($n + 10)}
+         or $x.text != ($w.greedy[$n:] | map(tostring) | join(" "))
+      then 1e9 else
+      [range(0; 10) | ($x.generation_log_probs[.] - $w.logprobs[$n - 1 + .])
+       | if . < 0 then -. else . end] | max end')
+  if awk -v a="$e1" -v b="$e2" 'BEGIN { exit !(a <= 1e-4 && b <= 1e-4) }'; then
+    echo "ok $m /completions: echo logprobs and top 2 within $e1, greedy continuation within $e2"
+  else echo "FAIL $m /completions: $e1 $e2: $c1 / $c2"; fail=1; fi
+  echo "$c3" | head -1 | grep -q 400 && echo "$c3" | grep -q "prompt: a text" && echo "ok /completions without a prompt: 400" \
+    || { echo "FAIL /completions without a prompt: $c3"; fail=1; }
 done
 exit $fail

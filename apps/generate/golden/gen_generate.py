@@ -3,7 +3,9 @@ tiny GPT-2, Llama, Qwen3 and Mixtral (session 34) that mt-convert's tests import
 in float64, for a fixed prompt: expected.json {model: {"prompt": ids, "greedy": the prompt and 10
 new ids, "min_gap": the smallest gap between the two largest logits along the way, "logprobs": the
 log-probability of each token of "greedy" after the first given the ones before it (Megatron's
-text generation server's logprobs; log_softmax of the whole sequence's logits)}}. A gap far
+text generation server's logprobs; log_softmax of the whole sequence's logits), "top2": at each
+position of "greedy" but the last, the two most likely next tokens as [id, log-probability]
+(mt-serve's /completions top_logprobs)}}. A gap far
 above float32's rounding makes the argmax the same in our fp32 forward.
 Versions: torch (CPU), transformers 5.24.0. Rerun from this directory: python3 gen_generate.py"""
 import json
@@ -28,7 +30,11 @@ for m in ("gpt2", "llama", "qwen3", "mixtral"):
             seq.append(model(torch.tensor([seq])).logits[0, -1].argmax().item())
         lp = torch.log_softmax(model(torch.tensor([seq])).logits[0, :-1], dim=-1)
         logprobs = lp.gather(1, torch.tensor(seq[1:])[:, None])[:, 0].tolist()
+        top = lp.topk(2, dim=-1)
+        top2 = [[[i, v] for i, v in zip(ids_, vals)]
+                for ids_, vals in zip(top.indices.tolist(), top.values.tolist())]
     assert gen[0].tolist() == seq, (m, gen[0].tolist(), seq)
-    out[m] = {"prompt": prompt, "greedy": seq, "min_gap": gap, "logprobs": logprobs}
+    out[m] = {"prompt": prompt, "greedy": seq, "min_gap": gap, "logprobs": logprobs,
+              "top2": top2}
     print(m, seq, "min gap", gap)
 json.dump(out, open("expected.json", "w"), indent=1)

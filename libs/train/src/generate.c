@@ -521,9 +521,11 @@ typedef struct serve_req {
     int *n, *total;
     int max_new;
     mt_infer_sampling s;
-    int logprobs; /* "logprobs": true: each token's log-probability in the answer */
-    int beside;   /* the most rows of other requests decoded beside its rows in one step */
-    double t0;    /* when it was read */
+    int logprobs;    /* "logprobs": true: each token's log-probability in the answer */
+    int completions; /* POST /completions (OpenAI's format) rather than PUT /api */
+    int echo, top_n; /* /completions: the prompt in the answer; its logprobs' alternatives */
+    int beside;      /* the most rows of other requests decoded beside its rows in one step */
+    double t0;       /* when it was read */
     struct serve_req *next; /* the queue of requests with prompts still to join */
 } serve_req;
 
@@ -535,9 +537,57 @@ static void req_free(serve_req *r) {
     free(r);
 }
 
-/* {"prompts": [text, ...], "tokens_to_generate": N, "temperature": T, "top_k": K, "top_p": P,
- * "random_seed": S} (Megatron's names; the run's flags give the defaults) into a request whose
- * prompts are tokenized; 0, or 400 with msg (why). */
+/* r's np prompts from the JSON list `prompts` (or the one prompt `one`): each a text (the
+ * tokenizer) or, with ids_ok, a list of token ids; each with room for max_new more tokens. */
+static mt_status req_prompts(generator *G, serve_req *r, json_t *prompts, json_t *one, int ids_ok) {
+    r->np = one ? 1 : (int)json_array_size(prompts);
+    const size_t room =
+        (size_t)G->c.max_position_embeddings + (r->max_new > 0 ? (size_t)r->max_new : 0);
+    r->ids = calloc((size_t)r->np + 1, sizeof *r->ids);
+    r->n = calloc((size_t)r->np + 1, sizeof *r->n);
+    r->total = calloc((size_t)r->np + 1, sizeof *r->total);
+    MT_REQUIRE(r->ids && r->n && r->total, MT_ERR_OOM, "token buffers");
+    const int maxT = G->c.max_position_embeddings;
+    for (int i = 0; i < r->np; i++) {
+        json_t *p = one ? one : json_array_get(prompts, (size_t)i);
+        r->ids[i] = malloc(room * sizeof **r->ids);
+        MT_REQUIRE(r->ids[i], MT_ERR_OOM, "token buffer");
+        if (json_is_string(p)) {
+            MT_TRY(prompt_of(G, json_string_value(p), NULL, r->ids[i], &r->n[i]));
+        } else {
+            MT_REQUIRE(ids_ok && json_is_array(p), MT_ERR_INVALID_ARG,
+                       ids_ok ? "prompt %d is neither a string nor a list of token ids"
+                              : "prompts[%d] is not a string",
+                       i);
+            const int n = (int)json_array_size(p);
+            MT_REQUIRE(n >= 1 && n <= maxT, MT_ERR_INVALID_ARG,
+                       "the prompt has %d tokens; the model takes 1 to %d", n, maxT);
+            for (int k = 0; k < n; k++) {
+                json_t *t = json_array_get(p, (size_t)k);
+                const json_int_t id = json_integer_value(t);
+                MT_REQUIRE(json_is_integer(t) && id >= 0 && id < G->c.vocab_size,
+                           MT_ERR_INVALID_ARG, "prompt %d: token %d is not an id below %d", i, k,
+                           G->c.vocab_size);
+                r->ids[i][k] = (int32_t)id;
+            }
+            r->n[i] = n;
+        }
+        r->total[i] = r->n[i];
+    }
+    return MT_OK;
+}
+
+/* A failure's message for a 400 (without its file:line and code) into msg, once. */
+static void req_failed(char *msg, size_t msz) {
+    const char *e = mt_last_error(), *q = strstr(e, ": MT_ERR_");
+    if (q && (q = strstr(q + 2, ": "))) e = q + 2;
+    if (!msg[0]) snprintf(msg, msz, "%s", e);
+    mt_error_clear();
+}
+
+/* PUT /api: {"prompts": [text, ...], "tokens_to_generate": N, "temperature": T, "top_k": K,
+ * "top_p": P, "random_seed": S, "logprobs": B} (Megatron's names; the run's flags give the
+ * defaults) into a request whose prompts are tokenized; 0, or 400 with msg (why). */
 static int req_parse(generator *G, const char *body, serve_req *r, char *msg, size_t msz) {
     const mt_generate_args *a = G->a;
     json_error_t je;
@@ -556,36 +606,60 @@ static int req_parse(generator *G, const char *body, serve_req *r, char *msg, si
     if ((v = json_object_get(req, "random_seed"))) r->s.seed = (uint64_t)json_integer_value(v);
     r->logprobs = json_is_true(json_object_get(req, "logprobs"));
     if (!msg[0] && r->max_new < 0) snprintf(msg, msz, "tokens_to_generate must be >= 0");
-    r->np = !msg[0] ? (int)json_array_size(prompts) : 0;
-    const size_t room =
-        (size_t)G->c.max_position_embeddings + (r->max_new > 0 ? (size_t)r->max_new : 0);
-    r->ids = calloc((size_t)r->np + 1, sizeof *r->ids);
-    r->n = calloc((size_t)r->np + 1, sizeof *r->n);
-    r->total = calloc((size_t)r->np + 1, sizeof *r->total);
-    mt_status st = r->ids && r->n && r->total ? MT_OK : MT_ERROR(MT_ERR_OOM, "token buffers");
-    for (int i = 0; !msg[0] && st == MT_OK && i < r->np; i++) {
-        const char *p = json_string_value(json_array_get(prompts, (size_t)i));
-        r->ids[i] = malloc(room * sizeof **r->ids);
-        st = !p           ? MT_ERROR(MT_ERR_INVALID_ARG, "prompts[%d] is not a string", i)
-             : !r->ids[i] ? MT_ERROR(MT_ERR_OOM, "token buffer")
-                          : prompt_of(G, p, NULL, r->ids[i], &r->n[i]);
-        r->total[i] = r->n[i];
-    }
+    if (!msg[0] && req_prompts(G, r, prompts, NULL, 0) != MT_OK) req_failed(msg, msz);
     json_decref(req);
-    if (!msg[0] && st != MT_OK) { /* (the message without its file:line and code) */
-        const char *e = mt_last_error(), *q = strstr(e, ": MT_ERR_");
-        if (q && (q = strstr(q + 2, ": "))) e = q + 2;
-        snprintf(msg, msz, "%s", e);
-        mt_error_clear();
-    }
+    r->left = r->np;
+    return msg[0] ? 400 : 0;
+}
+
+#define SERVE_TOP_MAX 20 /* /completions: the most logprobs alternatives */
+
+/* POST /completions (or /v1/completions; OpenAI's legacy completions, as Megatron's dynamic
+ * server has them): {"prompt": a text, a list of token ids, or a list of either, "max_tokens": N
+ * (16), "temperature": T (1), "top_p": P (1), "top_k": K (0), "seed": S (the run's), "echo": B,
+ * "logprobs": the alternatives per token (0 to 20; absent or null: no logprobs)}; 0, or 400 with
+ * msg. */
+static int req_parse_completions(generator *G, const char *body, serve_req *r, char *msg,
+                                 size_t msz) {
+    json_error_t je;
+    json_t *req = json_loads(body, 0, &je), *p = json_object_get(req, "prompt"), *v;
+    msg[0] = 0;
+    r->completions = 1;
+    const int many = json_is_array(p) && json_array_size(p) > 0 &&
+                     !json_is_integer(json_array_get(p, 0)); /* (a list of prompts) */
+    if (!req)
+        snprintf(msg, msz, "the body is not JSON: %s", je.text);
+    else if (!json_is_string(p) && !(json_is_array(p) && json_array_size(p) > 0))
+        snprintf(msg, msz,
+                 "prompt: a text, a list of token ids, or a non-empty list of either is required");
+    r->max_new = (v = json_object_get(req, "max_tokens")) ? (int)json_integer_value(v) : 16;
+    r->s = (mt_infer_sampling){ 1.0f, 0, 1.0f, G->a->seed };
+    if ((v = json_object_get(req, "temperature"))) r->s.temperature = (float)json_number_value(v);
+    if ((v = json_object_get(req, "top_k"))) r->s.top_k = (int)json_integer_value(v);
+    if ((v = json_object_get(req, "top_p"))) r->s.top_p = (float)json_number_value(v);
+    if ((v = json_object_get(req, "seed"))) r->s.seed = (uint64_t)json_integer_value(v);
+    r->echo = json_is_true(json_object_get(req, "echo"));
+    v = json_object_get(req, "logprobs");
+    r->top_n = v && !json_is_null(v) ? (int)json_integer_value(v) : -1;
+    r->logprobs = r->top_n >= 0;
+    if (!msg[0] && r->max_new < 0) snprintf(msg, msz, "max_tokens must be >= 0");
+    if (!msg[0] && v && !json_is_null(v) &&
+        (!json_is_integer(v) || r->top_n < 0 || r->top_n > SERVE_TOP_MAX))
+        snprintf(msg, msz, "logprobs: an integer from 0 to %d", SERVE_TOP_MAX);
+    if (!msg[0] && req_prompts(G, r, many ? p : NULL, many ? NULL : p, 1) != MT_OK)
+        req_failed(msg, msz);
+    json_decref(req);
     r->left = r->np;
     return msg[0] ? 400 : 0;
 }
 
 /* lp[t - 1] = log p(tokens[t] | tokens[0..t)) for t = 1..n-1 (Megatron's logprobs): the model
  * over the sequence again, in prompt chunks over the one-sequence KV cache (then one token at a
- * time) or the whole window without it; log-softmax of each position's logits in double. */
-static mt_status score_tokens(gen *g, const int32_t *tokens, int n, double *lp) {
+ * time) or the whole window without it; log-softmax of each position's logits in double. With
+ * top_n > 0 also each position's top_n most likely tokens (top_id, top_lp: top_n a position,
+ * most likely first, the lower id first among equals). */
+static mt_status score_tokens(gen *g, const int32_t *tokens, int n, double *lp, int top_n,
+                              int32_t *top_id, double *top_lp) {
     float *row = malloc((size_t)g->V * sizeof *row);
     MT_REQUIRE(row, MT_ERR_OOM, "a row of logits");
     mt_status st = MT_OK;
@@ -617,7 +691,22 @@ static mt_status score_tokens(gen *g, const int32_t *tokens, int n, double *lp) 
                 mx = row[v] > mx ? row[v] : mx;
             for (int64_t v = 0; v < g->V; v++)
                 sum += exp((double)row[v] - mx);
-            lp[p + r] = (double)row[tokens[p + r + 1]] - mx - log(sum);
+            const double lse = mx + log(sum);
+            lp[p + r] = (double)row[tokens[p + r + 1]] - lse;
+            int32_t *ti = top_id + (size_t)(p + r) * (size_t)(top_n > 0 ? top_n : 0);
+            double *tl = top_lp + (size_t)(p + r) * (size_t)(top_n > 0 ? top_n : 0);
+            for (int t = 0; t < top_n; t++)
+                ti[t] = -1;
+            for (int64_t v = 0; v < g->V && top_n > 0; v++) { /* (insertion into the top_n) */
+                int t = top_n;
+                while (t > 0 && (ti[t - 1] < 0 || row[v] > row[ti[t - 1]]))
+                    t--;
+                if (t == top_n) continue;
+                memmove(ti + t + 1, ti + t, (size_t)(top_n - 1 - t) * sizeof *ti);
+                ti[t] = (int32_t)v;
+            }
+            for (int t = 0; t < top_n; t++)
+                tl[t] = ti[t] >= 0 ? (double)row[ti[t]] - lse : -INFINITY;
         }
         p += k;
     }
@@ -632,16 +721,20 @@ static json_t *json_text(const char *text, size_t len) {
     return j ? j : json_string("\xef\xbf\xbd");
 }
 
-/* The answer to a request whose rows are all done: {"text": [prompt and continuation, ...],
- * "segments": [[each token's text], ...], "tokens": [[ids], ...]} and, when asked for,
- * "logprobs": [[log p of each token after the first], ...] (200), or 400 with the message of a
- * failure. */
-static void req_answer(generator *G, serve_req *r, const char *fail) {
+/* PUT /api's answer: {"text": [prompt and continuation, ...], "segments": [[each token's text],
+ * ...], "tokens": [[ids], ...]} and, when asked for, "logprobs": [[log p of each token after the
+ * first], ...]. */
+static mt_status answer_api(generator *G, serve_req *r, json_t **out) {
     json_t *texts = json_array(), *toks = json_array(), *segs = json_array(), *lps = json_array();
+    *out = json_pack("{s:o,s:o,s:o}", "text", texts, "segments", segs, "tokens", toks);
+    if (r->logprobs)
+        json_object_set_new(*out, "logprobs", lps);
+    else
+        json_decref(lps);
     mt_status st = MT_OK;
     char *text = NULL;
     size_t len = 0, cap = 0;
-    for (int i = 0; !fail && st == MT_OK && i < r->np; i++) {
+    for (int i = 0; st == MT_OK && i < r->np; i++) {
         len = 0; /* (decode appends) */
         st = mt_data_tokenizer_decode(G->tk, r->ids[i], (size_t)r->total[i], &text, &len, &cap);
         if (st != MT_OK) break;
@@ -657,7 +750,7 @@ static void req_answer(generator *G, serve_req *r, const char *fail) {
         json_array_append_new(segs, sg);
         if (!r->logprobs || st != MT_OK) continue;
         double *lp = malloc((size_t)r->total[i] * sizeof *lp);
-        st = lp ? score_tokens(&G->g, r->ids[i], r->total[i], lp)
+        st = lp ? score_tokens(&G->g, r->ids[i], r->total[i], lp, 0, NULL, NULL)
                 : MT_ERROR(MT_ERR_OOM, "log-probabilities");
         json_t *l = json_array();
         for (int k = 0; st == MT_OK && k < r->total[i] - 1; k++)
@@ -666,20 +759,124 @@ static void req_answer(generator *G, serve_req *r, const char *fail) {
         free(lp);
     }
     free(text);
+    return st;
+}
+
+/* The text of ids[0..n) as a JSON string (text, len, cap: the decoder's buffer). */
+static mt_status decoded(generator *G, const int32_t *ids, int n, char **text, size_t *len,
+                         size_t *cap, json_t **out) {
+    *len = 0; /* (decode appends) */
+    MT_TRY(mt_data_tokenizer_decode(G->tk, ids, (size_t)n, text, len, cap));
+    *out = json_text(*text, *len);
+    return MT_OK;
+}
+
+/* /completions' logprobs of choice i (its tokens from `from`: 0 with echo, else the generated
+ * ones): {"tokens": [texts], "token_logprobs": [...; null for the first token of a sequence],
+ * "top_logprobs": [{text: logprob} of the top_n most likely, ...], "text_offset": [each token's
+ * byte offset in the choice's text]}, and Megatron's generation_log_probs into c. */
+static mt_status completion_logprobs(generator *G, serve_req *r, int i, int from, json_t *c) {
+    const int n = r->n[i], total = r->total[i], tn = r->top_n;
+    const int32_t *ids = r->ids[i];
+    double *lp = malloc((size_t)total * (1 + (size_t)tn) * sizeof *lp);
+    int32_t *tid = malloc(((size_t)total * (size_t)tn + 1) * sizeof *tid);
+    mt_status st = lp && tid ? MT_OK : MT_ERROR(MT_ERR_OOM, "log-probabilities");
+    if (st == MT_OK) st = score_tokens(&G->g, ids, total, lp, tn, tid, lp + total);
+    json_t *tokens = json_array(), *tlp = json_array(), *top = json_array(), *off = json_array();
+    json_t *glp = json_array();
+    char *text = NULL;
+    size_t len = 0, cap = 0, whole = 0;
+    for (int k = from; st == MT_OK && k < total; k++) {
+        json_t *t;
+        st = decoded(G, ids + k, 1, &text, &len, &cap, &t);
+        if (st != MT_OK) break;
+        const size_t one = len;
+        json_array_append_new(tokens, t);
+        st = decoded(G, ids + from, k + 1 - from, &text, &len, &cap, &t); /* (its end) */
+        json_decref(t);
+        whole = len;
+        json_array_append_new(off, json_integer((json_int_t)(whole - one)));
+        json_array_append_new(tlp, k ? json_real(lp[k - 1]) : json_null());
+        if (k >= n) json_array_append_new(glp, json_real(lp[k - 1]));
+        if (!k) {
+            json_array_append_new(top, json_null());
+            continue;
+        }
+        json_t *alt = json_object();
+        for (int a = 0; st == MT_OK && a < tn; a++) {
+            const int32_t v = tid[(size_t)(k - 1) * (size_t)tn + (size_t)a];
+            if (v < 0) continue;
+            len = 0;
+            st = mt_data_tokenizer_decode(G->tk, &v, 1, &text, &len, &cap);
+            char key[256];
+            snprintf(key, sizeof key, "%.*s", (int)(len < 255 ? len : 255), text);
+            if (st == MT_OK)
+                json_object_set_new(
+                    alt, key, json_real(lp[total + (size_t)(k - 1) * (size_t)tn + (size_t)a]));
+        }
+        json_array_append_new(top, alt);
+    }
+    free(text), free(lp), free(tid);
+    json_object_set_new(c, "logprobs",
+                        json_pack("{s:o,s:o,s:o,s:o}", "tokens", tokens, "token_logprobs", tlp,
+                                  "top_logprobs", top, "text_offset", off));
+    json_object_set_new(c, "generation_log_probs", glp);
+    return st;
+}
+
+/* /completions' answer: {"id", "object": "text_completion", "created", "model", "choices":
+ * [{"index", "text" (the continuation; with echo the prompt and it), "logprobs" (null unless
+ * asked for), "finish_reason" ("stop" after the end-of-document token, else "length"),
+ * "prompt_token_ids", "generation_token_ids"}, ...], "usage": {"prompt_tokens",
+ * "completion_tokens", "total_tokens"}}. */
+static mt_status answer_completions(generator *G, serve_req *r, json_t **out) {
+    json_t *choices = json_array();
+    int ptok = 0, ctok = 0;
+    char *text = NULL;
+    size_t len = 0, cap = 0;
+    mt_status st = MT_OK;
+    for (int i = 0; st == MT_OK && i < r->np; i++) {
+        const int n = r->n[i], total = r->total[i], from = r->echo ? 0 : n;
+        const int32_t *ids = r->ids[i];
+        ptok += n, ctok += total - n;
+        json_t *t, *pids = json_array(), *gids = json_array();
+        st = decoded(G, ids + from, total - from, &text, &len, &cap, &t);
+        if (st != MT_OK) break;
+        for (int k = 0; k < total; k++)
+            json_array_append_new(k < n ? pids : gids, json_integer(ids[k]));
+        const int stop = total > n && G->eod >= 0 && ids[total - 1] == G->eod;
+        json_t *c = json_pack("{s:i,s:o,s:n,s:s,s:o,s:o}", "index", i, "text", t, "logprobs",
+                              "finish_reason", stop ? "stop" : "length", "prompt_token_ids", pids,
+                              "generation_token_ids", gids);
+        if (r->logprobs) st = completion_logprobs(G, r, i, from, c);
+        json_array_append_new(choices, c);
+    }
+    free(text);
+    static long served;
+    char id[32];
+    snprintf(id, sizeof id, "cmpl-%ld", ++served);
+    *out = json_pack("{s:s,s:s,s:I,s:s,s:o,s:{s:i,s:i,s:i}}", "id", id, "object", "text_completion",
+                     "created", (json_int_t)time(NULL), "model", G->a->load, "choices", choices,
+                     "usage", "prompt_tokens", ptok, "completion_tokens", ctok, "total_tokens",
+                     ptok + ctok);
+    return st;
+}
+
+/* The answer to a request whose rows are all done (answer_api or answer_completions: 200), or 400
+ * with the message of a failure. */
+static void req_answer(generator *G, serve_req *r, const char *fail) {
+    json_t *out = NULL;
+    mt_status st = MT_OK;
+    if (!fail) st = r->completions ? answer_completions(G, r, &out) : answer_api(G, r, &out);
     if (!fail && st != MT_OK) fail = mt_last_error();
     if (fail) {
-        json_decref(texts), json_decref(toks), json_decref(segs), json_decref(lps);
+        json_decref(out);
         respond(r->fd, 400, json_pack("{s:s}", "message", fail));
         mt_error_clear();
     } else {
         int made = 0;
         for (int i = 0; i < r->np; i++)
             made += r->total[i] - r->n[i];
-        json_t *out = json_pack("{s:o,s:o,s:o}", "text", texts, "segments", segs, "tokens", toks);
-        if (r->logprobs)
-            json_object_set_new(out, "logprobs", lps);
-        else
-            json_decref(lps);
         respond(r->fd, 200, out);
         fprintf(stderr,
                 "mt-serve: request %d: %d prompts, %d new tokens in %.3f s, beside at most %d "
@@ -905,17 +1102,25 @@ mt_status mt_serve_run(const mt_generate_args *a, const char *host, int port, in
                 close(cfd), free(buf), answered++;
                 continue;
             }
-            if (strncmp(buf, "PUT /api ", 9) && strncmp(buf, "POST /api ", 10)) {
-                const int api = !strncmp(strchr(buf, ' ') ? strchr(buf, ' ') : buf, " /api ", 6);
-                respond(cfd, api ? 405 : 404,
+            const int api = !strncmp(buf, "PUT /api ", 9) || !strncmp(buf, "POST /api ", 10);
+            const int cmpl = !strncmp(buf, "POST /completions ", 18) ||
+                             !strncmp(buf, "POST /v1/completions ", 21);
+            if (!api && !cmpl) {
+                const char *path = strchr(buf, ' ') ? strchr(buf, ' ') : buf;
+                const int known = !strncmp(path, " /api ", 6) ||
+                                  !strncmp(path, " /completions ", 14) ||
+                                  !strncmp(path, " /v1/completions ", 17);
+                respond(cfd, known ? 405 : 404,
                         json_pack("{s:s}", "message",
-                                  api ? "use PUT (or POST) /api" : "the only path is /api"));
+                                  known ? "use PUT (or POST) /api, or POST /completions"
+                                        : "the paths are /api and /completions (/v1/completions)"));
                 close(cfd), free(buf), answered++;
                 continue;
             }
             serve_req *r = calloc(1, sizeof *r);
             char msg[512] = "out of memory";
-            if (!r || req_parse(&G, buf + body, r, msg, sizeof msg)) {
+            if (!r || (api ? req_parse(&G, buf + body, r, msg, sizeof msg)
+                           : req_parse_completions(&G, buf + body, r, msg, sizeof msg))) {
                 respond(cfd, 400, json_pack("{s:s}", "message", msg));
                 close(cfd), free(buf), req_free(r), answered++;
                 continue;
