@@ -1,7 +1,8 @@
 /* mt-generate: a checkpoint's continuation of a prompt (mt-infer's sampling over libs/model's
  * forward). Megatron's sampling names: --temperature, --top_k, --top_p, --tokens-to-generate.
  * Built a second time with MT_SERVE=1 as mt-serve: the model loaded once, prompts over HTTP
- * (Megatron's text generation server's PUT /api); the flags then give the defaults. */
+ * (Megatron's text generation server's PUT /api, and OpenAI's POST /completions as Megatron's
+ * dynamic server has it), decoded with continuous batching; the flags then give the defaults. */
 #include <mt/train.h>
 
 #include <stdio.h>

@@ -168,8 +168,12 @@ MT_API mt_status mt_generate_run(const mt_generate_args *a);
 /* mt-serve: the model loaded once (its whole window), then Megatron's text generation server's
  * REST call over HTTP/1.1 on host:port (0: any free port; the line "listening on ..." names it):
  * PUT (or POST) /api with {"prompts": [...], "tokens_to_generate", "temperature", "top_k",
- * "top_p", "random_seed"} answers {"text": [...], "tokens": [[...]]}, a bad request 400 with
- * {"message"}. One request at a time; max_requests > 0: returns after that many. */
+ * "top_p", "random_seed", "logprobs"} answers {"text": [...], "segments": [[...]], "tokens":
+ * [[...]]} (and "logprobs": [[...]]); POST /completions or /v1/completions takes OpenAI's legacy
+ * completions call (Megatron's dynamic server's); a bad request gets 400 with {"message"}.
+ * Requests are read without blocking and decoded with continuous batching over the KV cache
+ * (MT_SERVE_BATCH rows, 8; 1 or no cache: one prompt after another); max_requests > 0: returns
+ * after answering that many. */
 MT_API mt_status mt_serve_run(const mt_generate_args *a, const char *host, int port,
                               int max_requests);
 
