@@ -126,7 +126,7 @@ for m in gpt2 llama; do
   "$MT_CONVERT" hf-to-mt "$(dirname "$0")/../apps/convert/golden/logits_$m" "$d/hf_$m" > /dev/null 2>&1 \
     || { echo "FAIL: import $m"; fail=1; continue; }
   timeout 60 "$MT_SERVE" --load "$d/hf_$m" "${dev[@]}" --tokenizer-type NullTokenizer --port 0 \
-    --max-requests 4 > "$d/serve_$m.log" 2>&1 &
+    --max-requests 6 > "$d/serve_$m.log" 2>&1 &
   pid=$!
   for _ in $(seq 100); do grep -q "listening on" "$d/serve_$m.log" && break; sleep 0.1; done
   url=$(grep -o "http://[0-9.:]*/api" "$d/serve_$m.log") || { echo "FAIL: no server"; cat "$d/serve_$m.log"; exit 1; }
@@ -137,6 +137,11 @@ for m in gpt2 llama; do
   c1=$(req POST "{\"prompt\": \"$prompt\", \"max_tokens\": 0, \"echo\": true, \"logprobs\": 2}" "${url%/api}/v1/completions" | tail -n +2)
   c2=$(req POST "{\"prompt\": $(jq -c ".$m.prompt" "$golden"), \"max_tokens\": 10, \"temperature\": 0, \"logprobs\": 0}" "${url%/api}/completions" | tail -n +2)
   c3=$(req POST '{"max_tokens": 3}' "${url%/api}/completions")
+  # stop texts: the continuation ends with the token that completes the first one found, the
+  # text before it (the greedy continuation's 2nd token as one stop, its 2nd and 3rd as another)
+  g2=$(jq -r ".$m.greedy[6]" "$golden"); g23=$(jq -r ".$m.greedy[6:8] | map(tostring) | join(\" \")" "$golden")
+  s1=$(req POST "{\"prompt\": \"$prompt\", \"max_tokens\": 10, \"temperature\": 0, \"stop\": [\"999\", \"$g23\"]}" "${url%/api}/completions" | tail -n +2)
+  s2=$(req POST "{\"prompt\": \"$prompt\", \"max_tokens\": 10, \"temperature\": 0, \"stop\": \"$g2\", \"echo\": true}" "${url%/api}/completions" | tail -n +2)
   wait $pid; pid=
   want=$(jq -c ".$m.greedy" "$golden")
   err=$(jq -n --argjson a "$(echo "$r" | jq -c '.logprobs[0]')" --argjson b "$(jq -c ".$m.logprobs" "$golden")" \
@@ -170,5 +175,13 @@ for m in gpt2 llama; do
   else echo "FAIL $m /completions: $e1 $e2: $c1 / $c2"; fail=1; fi
   echo "$c3" | head -1 | grep -q 400 && echo "$c3" | grep -q "prompt: a text" && echo "ok /completions without a prompt: 400" \
     || { echo "FAIL /completions without a prompt: $c3"; fail=1; }
+  w=$(jq -c ".$m.greedy" "$golden")
+  if [ "$(echo "$s1" | jq -c '.choices[0].generation_token_ids')" = "$(echo "$w" | jq -c '.[5:8]')" ] \
+     && [ "$(echo "$s1" | jq -r '.choices[0].text')" = "$(echo "$w" | jq -r '.[5:6] | map(tostring) | join(" ")') " ] \
+     && [ "$(echo "$s1" | jq -r '.choices[0].finish_reason')" = stop ] \
+     && [ "$(echo "$s2" | jq -c '.choices[0].generation_token_ids')" = "$(echo "$w" | jq -c '.[5:7]')" ] \
+     && [ "$(echo "$s2" | jq -r '.choices[0].text')" = "$prompt $(echo "$w" | jq -r '.[5]') " ]; then
+    echo "ok $m /completions stop texts: $(echo "$s1" | jq -c '.choices[0].text'), echo $(echo "$s2" | jq -c '.choices[0].text')"
+  else echo "FAIL $m /completions stop texts: $s1 / $s2"; fail=1; fi
 done
 exit $fail

@@ -512,6 +512,8 @@ static void respond(int fd, int code, json_t *j) {
     json_decref(j);
 }
 
+#define SERVE_STOPS 4 /* /completions: the most stop texts (OpenAI's) */
+
 /* A request of mt-serve: its prompts' tokens (room for max_new more each), the sampling, and, as
  * continuous batching goes, how many prompts have joined the batch and how many are not done. */
 typedef struct serve_req {
@@ -524,8 +526,10 @@ typedef struct serve_req {
     int logprobs;    /* "logprobs": true: each token's log-probability in the answer */
     int completions; /* POST /completions (OpenAI's format) rather than PUT /api */
     int echo, top_n; /* /completions: the prompt in the answer; its logprobs' alternatives */
-    int beside;      /* the most rows of other requests decoded beside its rows in one step */
-    double t0;       /* when it was read */
+    char *stop[SERVE_STOPS]; /* /completions: texts that end a continuation (NULL: none) */
+    size_t *cut;             /* per prompt: where its continuation's text ends (SIZE_MAX: all) */
+    int beside; /* the most rows of other requests decoded beside its rows in one step */
+    double t0;  /* when it was read */
     struct serve_req *next; /* the queue of requests with prompts still to join */
 } serve_req;
 
@@ -533,7 +537,9 @@ static void req_free(serve_req *r) {
     if (!r) return;
     for (int i = 0; r->ids && i < r->np; i++)
         free(r->ids[i]);
-    free(r->ids), free(r->n), free(r->total);
+    free(r->ids), free(r->n), free(r->total), free(r->cut);
+    for (int i = 0; i < SERVE_STOPS; i++)
+        free(r->stop[i]);
     free(r);
 }
 
@@ -546,7 +552,10 @@ static mt_status req_prompts(generator *G, serve_req *r, json_t *prompts, json_t
     r->ids = calloc((size_t)r->np + 1, sizeof *r->ids);
     r->n = calloc((size_t)r->np + 1, sizeof *r->n);
     r->total = calloc((size_t)r->np + 1, sizeof *r->total);
-    MT_REQUIRE(r->ids && r->n && r->total, MT_ERR_OOM, "token buffers");
+    r->cut = malloc(((size_t)r->np + 1) * sizeof *r->cut);
+    MT_REQUIRE(r->ids && r->n && r->total && r->cut, MT_ERR_OOM, "token buffers");
+    for (int i = 0; i < r->np; i++)
+        r->cut[i] = SIZE_MAX;
     const int maxT = G->c.max_position_embeddings;
     for (int i = 0; i < r->np; i++) {
         json_t *p = one ? one : json_array_get(prompts, (size_t)i);
@@ -617,8 +626,8 @@ static int req_parse(generator *G, const char *body, serve_req *r, char *msg, si
 /* POST /completions (or /v1/completions; OpenAI's legacy completions, as Megatron's dynamic
  * server has them): {"prompt": a text, a list of token ids, or a list of either, "max_tokens": N
  * (16), "temperature": T (1), "top_p": P (1), "top_k": K (0), "seed": S (the run's), "echo": B,
- * "logprobs": the alternatives per token (0 to 20; absent or null: no logprobs)}; 0, or 400 with
- * msg. */
+ * "stop": a text or up to 4, "logprobs": the alternatives per token (0 to 20; absent or null: no
+ * logprobs)}; 0, or 400 with msg. */
 static int req_parse_completions(generator *G, const char *body, serve_req *r, char *msg,
                                  size_t msz) {
     json_error_t je;
@@ -639,6 +648,20 @@ static int req_parse_completions(generator *G, const char *body, serve_req *r, c
     if ((v = json_object_get(req, "top_p"))) r->s.top_p = (float)json_number_value(v);
     if ((v = json_object_get(req, "seed"))) r->s.seed = (uint64_t)json_integer_value(v);
     r->echo = json_is_true(json_object_get(req, "echo"));
+    json_t *stop = json_object_get(req, "stop");
+    const int nstop = json_is_string(stop)  ? 1
+                      : json_is_array(stop) ? (int)json_array_size(stop)
+                                            : 0;
+    if (!msg[0] && stop && !json_is_null(stop) && (nstop < 1 || nstop > SERVE_STOPS))
+        snprintf(msg, msz, "stop: a text or a list of 1 to %d texts", SERVE_STOPS);
+    for (int i = 0; !msg[0] && i < nstop && nstop <= SERVE_STOPS; i++) {
+        const char *t =
+            json_string_value(json_is_string(stop) ? stop : json_array_get(stop, (size_t)i));
+        if (!t || !t[0])
+            snprintf(msg, msz, "stop: a text or a list of 1 to %d texts, none empty", SERVE_STOPS);
+        else if (!(r->stop[i] = strdup(t)))
+            snprintf(msg, msz, "out of memory");
+    }
     v = json_object_get(req, "logprobs");
     r->top_n = v && !json_is_null(v) ? (int)json_integer_value(v) : -1;
     r->logprobs = r->top_n >= 0;
@@ -840,11 +863,18 @@ static mt_status answer_completions(generator *G, serve_req *r, json_t **out) {
         const int32_t *ids = r->ids[i];
         ptok += n, ctok += total - n;
         json_t *t, *pids = json_array(), *gids = json_array();
-        st = decoded(G, ids + from, total - from, &text, &len, &cap, &t);
+        size_t gen_len = 0; /* (a stop text: the text ends where it starts) */
+        if (r->cut[i] != SIZE_MAX)
+            st = mt_data_tokenizer_decode(G->tk, ids + n, (size_t)(total - n), &text, &gen_len,
+                                          &cap);
+        if (st == MT_OK) st = decoded(G, ids + from, total - from, &text, &len, &cap, &t);
         if (st != MT_OK) break;
+        if (r->cut[i] != SIZE_MAX) /* (the text ends with the continuation's) */
+            json_decref(t), t = json_text(text, len - gen_len + r->cut[i]);
         for (int k = 0; k < total; k++)
             json_array_append_new(k < n ? pids : gids, json_integer(ids[k]));
-        const int stop = total > n && G->eod >= 0 && ids[total - 1] == G->eod;
+        const int stop =
+            r->cut[i] != SIZE_MAX || (total > n && G->eod >= 0 && ids[total - 1] == G->eod);
         json_t *c = json_pack("{s:i,s:o,s:n,s:s,s:o,s:o}", "index", i, "text", t, "logprobs",
                               "finish_reason", stop ? "stop" : "length", "prompt_token_ids", pids,
                               "generation_token_ids", gids);
@@ -886,12 +916,43 @@ static void req_answer(generator *G, serve_req *r, const char *fail) {
     close(r->fd);
 }
 
+/* Whether prompt i's continuation up to `total` tokens holds one of the request's stop texts: 1
+ * with r->cut[i] at the first one's start in the continuation's text, else 0. */
+static int stop_hit(generator *G, serve_req *r, int i, int total) {
+    if (!r->stop[0] || total <= r->n[i]) return 0;
+    char *text = NULL;
+    size_t len = 0, cap = 0, at = SIZE_MAX;
+    if (mt_data_tokenizer_decode(G->tk, r->ids[i] + r->n[i], (size_t)(total - r->n[i]), &text, &len,
+                                 &cap) != MT_OK) {
+        mt_error_clear();
+        return 0;
+    }
+    for (int k = 0; k < SERVE_STOPS && r->stop[k]; k++) {
+        const size_t sl = strlen(r->stop[k]);
+        for (size_t p = 0; p + sl <= len && p < at; p++)
+            if (!memcmp(text + p, r->stop[k], sl)) {
+                at = p;
+                break;
+            }
+    }
+    free(text);
+    if (at == SIZE_MAX) return 0;
+    r->cut[i] = at;
+    return 1;
+}
+
 /* A request run alone (without the KV cache, or MT_SERVE_BATCH=1): its prompts one after
  * another. NULL, or the failure's message. */
 static const char *req_run_alone(generator *G, serve_req *r) {
-    for (int i = 0; i < r->np; i++)
+    for (int i = 0; i < r->np; i++) {
         if (generator_run(G, r->ids[i], r->n[i], r->max_new, &r->s, &r->total[i]) != MT_OK)
             return mt_last_error();
+        for (int t = r->n[i] + 1; r->stop[0] && t <= r->total[i]; t++) /* (as continuous) */
+            if (stop_hit(G, r, i, t)) {
+                r->total[i] = t;
+                break;
+            }
+    }
     return NULL;
 }
 
@@ -900,7 +961,7 @@ static const char *req_run_alone(generator *G, serve_req *r) {
 typedef struct serve_batch {
     int B;
     int32_t **tok;
-    int *n, *k, *most, *live, *prompt;
+    int *n, *k, *most, *live, *prompt, *was; /* (was: live before the step) */
     mt_infer_sampling *s;
     serve_req **owner;
     float *logits;          /* B V, then V of scratch */
@@ -915,12 +976,13 @@ static mt_status sb_make(serve_batch *q, int B, int64_t V) {
     memset(q, 0, sizeof *q);
     q->B = B;
     q->tok = calloc((size_t)B, sizeof *q->tok);
-    q->n = calloc((size_t)B * 5, sizeof *q->n);
+    q->n = calloc((size_t)B * 6, sizeof *q->n);
     q->s = calloc((size_t)B, sizeof *q->s);
     q->owner = calloc((size_t)B, sizeof *q->owner);
     q->logits = malloc((size_t)V * (size_t)(B + 1) * sizeof *q->logits);
     MT_REQUIRE(q->tok && q->n && q->s && q->owner && q->logits, MT_ERR_OOM, "a batch of %d", B);
     q->k = q->n + B, q->most = q->n + 2 * B, q->live = q->n + 3 * B, q->prompt = q->n + 4 * B;
+    q->was = q->n + 5 * B;
     return MT_OK;
 }
 
@@ -973,8 +1035,12 @@ static int sb_step(generator *G, serve_batch *q) {
         if (live - own > r->beside) r->beside = live - own;
     }
     mt_infer_batch_model bm = { &G->g, batch_logits, G->g.V, G->g.T, G->eod };
+    memcpy(q->was, q->live, (size_t)q->B * sizeof *q->was);
     mt_status st = mt_infer_batch_step(&bm, q->tok, q->n, q->k, q->most, q->s, q->live, q->B,
                                        q->logits, q->logits + (size_t)G->g.V * (size_t)q->B);
+    for (int b = 0; b < q->B && st == MT_OK; b++) /* (a stop text ends a row too) */
+        if (q->owner[b] && q->was[b] && stop_hit(G, q->owner[b], q->prompt[b], q->n[b]))
+            q->live[b] = 0;
     const int delay = mt_env_int("MT_SERVE_STEP_DELAY_MS", 0); /* (tests: requests overlap) */
     if (delay > 0) usleep((useconds_t)delay * 1000u);
     if (st == MT_OK) return 0;
