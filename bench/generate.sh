@@ -54,7 +54,7 @@ for c in $cases; do
   pids=()
   for i in $(seq 2 9); do curl -s -X PUT -d "$(body "$i")" "$url" > /dev/null & pids+=($!); done
   wait "${pids[@]}"; t2=$(date +%s.%N); wait $sp
-  made() { sed -n "s/.*request \($1\): 1 prompts, \([0-9]*\) new tokens.*/\2/p" "$sl" | awk '{ s += $1 } END { print s + 0 }'; }
+  made() { sed -n "s/.*request \($1\): 1 prompt, \([0-9]*\) new tokens.*/\2/p" "$sl" | awk '{ s += $1 } END { print s + 0 }'; }
   one=$(awk -v n="$(made 2)" -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", n / (b - a) }')
   eight=$(awk -v n="$(made '[3-9]\|10')" -v a="$t1" -v b="$t2" 'BEGIN { printf "%.1f", n / (b - a) }')
   echo "$name: mt-serve, one request alone: $one tokens/s; 8 requests at once: $eight tokens/s in all"

@@ -909,9 +909,9 @@ static void req_answer(generator *G, serve_req *r, const char *fail) {
             made += r->total[i] - r->n[i];
         respond(r->fd, 200, out);
         fprintf(stderr,
-                "mt-serve: request %d: %d prompts, %d new tokens in %.3f s, beside at most %d "
+                "mt-serve: request %d: %d prompt%s, %d new tokens in %.3f s, beside at most %d "
                 "rows of other requests\n",
-                r->id, r->np, made, mt_time_now() - r->t0, r->beside);
+                r->id, r->np, r->np == 1 ? "" : "s", made, mt_time_now() - r->t0, r->beside);
     }
     close(r->fd);
 }
