@@ -408,13 +408,15 @@ static mt_status moe_bwd(mt_model *m, int l, layer_acts *la, const layer_params 
     OP("bwd.tp.moe", mt_tp_all_reduce(m->tp, &a->moe_dprobs, s));
     if (c->recompute_mlp_act && c->swiglu) /* (moe_act: the shared activation refilled) */
         OP("bwd.recompute.act", mt_swiglu_fwd(&la->fc1_act, &la->fc1_pre, NULL, s));
+    for (int e = 0; e < E && !acc; e++) /* (an expert without tokens: its grads zeroed) */
+        if (!expert_n(m, la, e)) {
+            MT_TRY(mt_fill(G(lp->exp_fc1[e]), 0.0f, s));
+            MT_TRY(mt_fill(G(lp->exp_fc2[e]), 0.0f, s));
+            if (lp->exp_fc1_b[e]) MT_TRY(mt_fill(G(lp->exp_fc1_b[e]), 0.0f, s));
+            if (lp->exp_fc2_b[e]) MT_TRY(mt_fill(G(lp->exp_fc2_b[e]), 0.0f, s));
+        }
     const int grouped = experts_grouped(m, lp);
-    if (grouped) { /* (an expert without tokens: its grads zeroed when written) */
-        for (int e = 0; e < E && !acc; e++)
-            if (!expert_n(m, la, e)) {
-                MT_TRY(mt_fill(G(lp->exp_fc1[e]), 0.0f, s));
-                MT_TRY(mt_fill(G(lp->exp_fc2[e]), 0.0f, s));
-            }
+    if (grouped) {
         OP("bwd.gemm.fc2",
            experts_gemm(m, la, EXP_DX, &a->dfc1_act, &a->moe_dyp, NULL, lp->exp_fc2, acc, s));
         OP("bwd.gemm.fc2",
@@ -433,15 +435,7 @@ static mt_status moe_bwd(mt_model *m, int l, layer_acts *la, const layer_params 
         for (int e = 0; e < E; off += expert_n(m, la, e++)) {
             const int64_t n = expert_n(m, la, e);
             mt_tensor x, h, act, dy, dact, dh, dx;
-            if (!n) {
-                if (!acc && pass == 0) {
-                    MT_TRY(mt_fill(G(lp->exp_fc1[e]), 0.0f, s));
-                    MT_TRY(mt_fill(G(lp->exp_fc2[e]), 0.0f, s));
-                    if (lp->exp_fc1_b[e]) MT_TRY(mt_fill(G(lp->exp_fc1_b[e]), 0.0f, s));
-                    if (lp->exp_fc2_b[e]) MT_TRY(mt_fill(G(lp->exp_fc2_b[e]), 0.0f, s));
-                }
-                continue;
-            }
+            if (!n) continue;
             MT_TRY(rows_of(&la->moe_xp, off, n, &x));
             MT_TRY(rows_of(&la->fc1_pre, off, n, &h));
             MT_TRY(rows_of(&la->fc1_act, off, n, &act));

@@ -586,12 +586,27 @@ static mt_status req_prompts(generator *G, serve_req *r, json_t *prompts, json_t
     return MT_OK;
 }
 
-/* A failure's message for a 400 (without its file:line and code) into msg, once. */
-static void req_failed(char *msg, size_t msz) {
+/* The last error's message for a 400: without its file:line and code (valid until the error is
+ * cleared). */
+static const char *error_text(void) {
     const char *e = mt_last_error(), *q = strstr(e, ": MT_ERR_");
     if (q && (q = strstr(q + 2, ": "))) e = q + 2;
-    if (!msg[0]) snprintf(msg, msz, "%s", e);
+    return e;
+}
+
+/* A failure's message for a 400 into msg, once; the error cleared. */
+static void req_failed(char *msg, size_t msz) {
+    if (!msg[0]) snprintf(msg, msz, "%s", error_text());
     mt_error_clear();
+}
+
+/* A request's sampling fields over its defaults in *s (seed_key: the seed's name). */
+static void req_sampling(json_t *req, const char *seed_key, mt_infer_sampling *s) {
+    json_t *v;
+    if ((v = json_object_get(req, "temperature"))) s->temperature = (float)json_number_value(v);
+    if ((v = json_object_get(req, "top_k"))) s->top_k = (int)json_integer_value(v);
+    if ((v = json_object_get(req, "top_p"))) s->top_p = (float)json_number_value(v);
+    if ((v = json_object_get(req, seed_key))) s->seed = (uint64_t)json_integer_value(v);
 }
 
 /* PUT /api: {"prompts": [text, ...], "tokens_to_generate": N, "temperature": T, "top_k": K,
@@ -609,10 +624,7 @@ static int req_parse(generator *G, const char *body, serve_req *r, char *msg, si
     r->max_new = (v = json_object_get(req, "tokens_to_generate")) ? (int)json_integer_value(v)
                                                                   : a->tokens_to_generate;
     r->s = (mt_infer_sampling){ a->greedy ? 0.0f : a->temperature, a->top_k, a->top_p, a->seed };
-    if ((v = json_object_get(req, "temperature"))) r->s.temperature = (float)json_number_value(v);
-    if ((v = json_object_get(req, "top_k"))) r->s.top_k = (int)json_integer_value(v);
-    if ((v = json_object_get(req, "top_p"))) r->s.top_p = (float)json_number_value(v);
-    if ((v = json_object_get(req, "random_seed"))) r->s.seed = (uint64_t)json_integer_value(v);
+    req_sampling(req, "random_seed", &r->s);
     r->logprobs = json_is_true(json_object_get(req, "logprobs"));
     if (!msg[0] && r->max_new < 0) snprintf(msg, msz, "tokens_to_generate must be >= 0");
     if (!msg[0] && req_prompts(G, r, prompts, NULL, 0) != MT_OK) req_failed(msg, msz);
@@ -643,10 +655,7 @@ static int req_parse_completions(generator *G, const char *body, serve_req *r, c
                  "prompt: a text, a list of token ids, or a non-empty list of either is required");
     r->max_new = (v = json_object_get(req, "max_tokens")) ? (int)json_integer_value(v) : 16;
     r->s = (mt_infer_sampling){ 1.0f, 0, 1.0f, G->a->seed };
-    if ((v = json_object_get(req, "temperature"))) r->s.temperature = (float)json_number_value(v);
-    if ((v = json_object_get(req, "top_k"))) r->s.top_k = (int)json_integer_value(v);
-    if ((v = json_object_get(req, "top_p"))) r->s.top_p = (float)json_number_value(v);
-    if ((v = json_object_get(req, "seed"))) r->s.seed = (uint64_t)json_integer_value(v);
+    req_sampling(req, "seed", &r->s);
     r->echo = json_is_true(json_object_get(req, "echo"));
     json_t *stop = json_object_get(req, "stop");
     const int nstop = json_is_string(stop)  ? 1
@@ -744,6 +753,15 @@ static json_t *json_text(const char *text, size_t len) {
     return j ? j : json_string("\xef\xbf\xbd");
 }
 
+/* The text of ids[0..n) as a JSON string (text, len, cap: the decoder's buffer). */
+static mt_status decoded(generator *G, const int32_t *ids, int n, char **text, size_t *len,
+                         size_t *cap, json_t **out) {
+    *len = 0; /* (decode appends) */
+    MT_TRY(mt_data_tokenizer_decode(G->tk, ids, (size_t)n, text, len, cap));
+    *out = json_text(*text, *len);
+    return MT_OK;
+}
+
 /* PUT /api's answer: {"text": [prompt and continuation, ...], "segments": [[each token's text],
  * ...], "tokens": [[ids], ...]} and, when asked for, "logprobs": [[log p of each token after the
  * first], ...]. */
@@ -758,16 +776,13 @@ static mt_status answer_api(generator *G, serve_req *r, json_t **out) {
     char *text = NULL;
     size_t len = 0, cap = 0;
     for (int i = 0; st == MT_OK && i < r->np; i++) {
-        len = 0; /* (decode appends) */
-        st = mt_data_tokenizer_decode(G->tk, r->ids[i], (size_t)r->total[i], &text, &len, &cap);
-        if (st != MT_OK) break;
-        json_array_append_new(texts, json_text(text, len));
-        json_t *t = json_array(), *sg = json_array();
+        json_t *whole, *t = json_array(), *sg = json_array(), *one;
+        st = decoded(G, r->ids[i], r->total[i], &text, &len, &cap, &whole);
+        if (st == MT_OK) json_array_append_new(texts, whole);
         for (int k = 0; k < r->total[i] && st == MT_OK; k++) {
             json_array_append_new(t, json_integer(r->ids[i][k]));
-            len = 0;
-            st = mt_data_tokenizer_decode(G->tk, &r->ids[i][k], 1, &text, &len, &cap);
-            if (st == MT_OK) json_array_append_new(sg, json_text(text, len));
+            st = decoded(G, &r->ids[i][k], 1, &text, &len, &cap, &one);
+            if (st == MT_OK) json_array_append_new(sg, one);
         }
         json_array_append_new(toks, t);
         json_array_append_new(segs, sg);
@@ -783,15 +798,6 @@ static mt_status answer_api(generator *G, serve_req *r, json_t **out) {
     }
     free(text);
     return st;
-}
-
-/* The text of ids[0..n) as a JSON string (text, len, cap: the decoder's buffer). */
-static mt_status decoded(generator *G, const int32_t *ids, int n, char **text, size_t *len,
-                         size_t *cap, json_t **out) {
-    *len = 0; /* (decode appends) */
-    MT_TRY(mt_data_tokenizer_decode(G->tk, ids, (size_t)n, text, len, cap));
-    *out = json_text(*text, *len);
-    return MT_OK;
 }
 
 /* /completions' logprobs of choice i (its tokens from `from`: 0 with echo, else the generated
@@ -898,7 +904,7 @@ static void req_answer(generator *G, serve_req *r, const char *fail) {
     json_t *out = NULL;
     mt_status st = MT_OK;
     if (!fail) st = r->completions ? answer_completions(G, r, &out) : answer_api(G, r, &out);
-    if (!fail && st != MT_OK) fail = mt_last_error();
+    if (!fail && st != MT_OK) fail = error_text();
     if (fail) {
         json_decref(out);
         respond(r->fd, 400, json_pack("{s:s}", "message", fail));
@@ -946,7 +952,7 @@ static int stop_hit(generator *G, serve_req *r, int i, int total) {
 static const char *req_run_alone(generator *G, serve_req *r) {
     for (int i = 0; i < r->np; i++) {
         if (generator_run(G, r->ids[i], r->n[i], r->max_new, &r->s, &r->total[i]) != MT_OK)
-            return mt_last_error();
+            return error_text();
         for (int t = r->n[i] + 1; r->stop[0] && t <= r->total[i]; t++) /* (as continuous) */
             if (stop_hit(G, r, i, t)) {
                 r->total[i] = t;
@@ -1045,11 +1051,8 @@ static int sb_step(generator *G, serve_batch *q) {
     if (delay > 0) usleep((useconds_t)delay * 1000u);
     if (st == MT_OK) return 0;
     /* every request with a row in a slot fails: answered once, its other rows dropped */
-    char msg[512];
-    const char *e = mt_last_error(), *p = strstr(e, ": MT_ERR_");
-    if (p && (p = strstr(p + 2, ": "))) e = p + 2;
-    snprintf(msg, sizeof msg, "%s", e);
-    mt_error_clear();
+    char msg[512] = "";
+    req_failed(msg, sizeof msg);
     int answered = 0;
     for (int b = 0; b < q->B; b++) {
         serve_req *r = q->owner[b];

@@ -18,6 +18,12 @@ static float rounded(float x, mt_dtype dt) {
                           : x;
 }
 
+/* x[0..n) rounded to dt in place (the values the device holds) */
+static void round_all(float *x, size_t n, mt_dtype dt) {
+    for (size_t i = 0; i < n; i++)
+        x[i] = rounded(x[i], dt);
+}
+
 /* host f32 -> a new device buffer of dt (n elements) */
 static void *upload(const float *x, size_t n, mt_dtype dt) {
     const size_t es = mt_dtype_size(dt);
@@ -64,10 +70,9 @@ static void run(int B, int Tq, int Tk, int Tmax, int H, int Hkv, int D, int caus
         mt_test_fill_uniform(kc, nc, 77, draw++, -1.5f, 1.5f);
         mt_test_fill_uniform(vc, nc, 77, draw++, -1.5f, 1.5f);
     }
-    for (size_t i = 0; i < nq; i++)
-        q[i] = rounded(q[i], dt);
-    for (size_t i = 0; i < nc; i++)
-        kc[i] = rounded(kc[i], dt), vc[i] = rounded(vc[i], dt);
+    round_all(q, nq, dt);
+    round_all(kc, nc, dt);
+    round_all(vc, nc, dt);
     /* the reference: golden, or the CPU's on the same values */
     float *ro = malloc(nq * 4), *rl = malloc((size_t)B * H * Tq * 4);
     mt_attn_config cfg = MT_ATTN_CONFIG_INIT;
@@ -129,10 +134,9 @@ static void run_len(int B, int Tq, int Tmax, int H, int Hkv, int D, int causal, 
     mt_test_fill_uniform(vc, nc, 78, draw++, -1.5f, 1.5f);
     mt_test_fill_uniform(kn, nn, 78, draw++, -1.5f, 1.5f);
     mt_test_fill_uniform(vn, nn, 78, draw++, -1.5f, 1.5f);
-    for (size_t i = 0; i < nq; i++)
-        q[i] = rounded(q[i], dt);
-    for (size_t i = 0; i < nn; i++)
-        kn[i] = rounded(kn[i], dt), vn[i] = rounded(vn[i], dt);
+    round_all(q, nq, dt);
+    round_all(kn, nn, dt);
+    round_all(vn, nn, dt);
     for (int b = 0; b < B; b++)
         for (int t = 0; t < Tmax; t++)
             for (int e = 0; e < Hkv * D; e++) {
