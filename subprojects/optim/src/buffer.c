@@ -26,6 +26,7 @@ mt_status mt_optim_buffer_create(const mt_optim_buffer_config *cfg, mt_optim_buf
                MT_ERR_UNSUPPORTED, "param dtype %s (f32, bf16 or f16)",
                mt_dtype_name(c.param_dtype));
     if (c.dp_size < 1) c.dp_size = 1;
+    if (c.expert_dp_size < 1) c.expert_dp_size = c.dp_size;
     mt_optim_buffer *b = calloc(1, sizeof *b);
     MT_REQUIRE(b, MT_ERR_OOM, "buffer header");
     b->cfg = c;
@@ -39,6 +40,7 @@ void mt_optim_buffer_destroy(mt_optim_buffer *b) {
         free(b->params[i].name);
     free(b->params);
     free(b->bucket_off);
+    free(b->bucket_expert);
     free(b);
 }
 
@@ -87,6 +89,7 @@ mt_status mt_optim_buffer_add(mt_optim_buffer *b, const char *name, int ndim, co
         p->decay = 0;
     else
         p->decay = !(ndim == 1 || ends_with(name, ".bias")); /* Megatron's no_wd rule */
+    p->expert = (flags & MT_OPTIM_PARAM_EXPERT) != 0;
     p->in_norm = !(flags & MT_OPTIM_PARAM_SHARED) &&
                  !((flags & MT_OPTIM_PARAM_TP_REPLICATED) && b->cfg.tp_rank != 0);
     if (index) *index = b->n_params;
@@ -103,9 +106,9 @@ mt_status mt_optim_buffer_finalize(mt_optim_buffer *b, size_t *bytes) {
     MT_REQUIRE(b, MT_ERR_INVALID_ARG, "buffer is NULL");
     MT_REQUIRE(!b->finalized, MT_ERR_INVALID_ARG, "buffer already finalized");
     MT_REQUIRE(b->n_params > 0, MT_ERR_INVALID_ARG, "no parameters registered");
-    const int64_t bucket_pad = (int64_t)b->cfg.dp_size * 2 * MT_OPTIM_ALIGN;
     b->bucket_off = malloc(((size_t)b->n_params + 1) * sizeof *b->bucket_off);
-    MT_REQUIRE(b->bucket_off, MT_ERR_OOM, "bucket table");
+    b->bucket_expert = malloc(((size_t)b->n_params + 1) * sizeof *b->bucket_expert);
+    MT_REQUIRE(b->bucket_off && b->bucket_expert, MT_ERR_OOM, "bucket table");
     b->bucket_off[0] = 0;
     int nb = 0;
     int64_t off = 0, bucket_start = 0;
@@ -115,9 +118,12 @@ mt_status mt_optim_buffer_finalize(mt_optim_buffer *b, size_t *bytes) {
         p->padded = round_up(p->numel, MT_OPTIM_ALIGN);
         p->bucket = nb;
         off += p->padded;
+        /* (a bucket is all expert parameters or none: they are reduced over other groups) */
         int full = b->cfg.bucket_numel > 0 && off - bucket_start >= b->cfg.bucket_numel;
-        if (full || i == 0) {
-            off = round_up(off, bucket_pad);
+        if (full || i == 0 || b->params[i - 1].expert != p->expert) {
+            const int dp = p->expert ? b->cfg.expert_dp_size : b->cfg.dp_size;
+            off = round_up(off, (int64_t)dp * 2 * MT_OPTIM_ALIGN);
+            b->bucket_expert[nb] = p->expert;
             b->bucket_off[++nb] = off;
             bucket_start = off;
         }
@@ -214,6 +220,7 @@ mt_status mt_optim_buffer_info(const mt_optim_buffer *b, int i, mt_optim_param_i
     out->bucket = p->bucket;
     out->decay = p->decay;
     out->in_norm = p->in_norm;
+    out->expert = p->expert;
     return MT_OK;
 }
 
@@ -241,6 +248,7 @@ mt_status mt_optim_buffer_bucket(const mt_optim_buffer *b, int k, mt_optim_bucke
     memset(out, 0, sizeof *out);
     out->offset = b->bucket_off[k];
     out->numel = b->bucket_off[k + 1] - b->bucket_off[k];
+    out->expert = b->bucket_expert[k];
     if (b->param_data) {
         char *pb = (char *)b->param_data + out->offset * mt_dtype_size(b->cfg.param_dtype);
         out->params = mt_tensor_1d(pb, b->cfg.param_dtype, out->numel, b->cfg.device);

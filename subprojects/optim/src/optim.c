@@ -12,12 +12,14 @@
 typedef struct optim_range {
     int64_t start, local, n;
     int64_t pad_in_norm; /* padding elements inside counted groups (subtracted from zeros) */
+    int expert;          /* expert parameters (their statistics reduced over expert_mp) */
 } optim_range;
 
 struct mt_optim {
     mt_optim_config cfg;
     mt_optim_buffer *b;
     int dp_size, dp_rank, sharded;
+    int edp_size, edp_rank, has_expert; /* expert-data-parallel group; any expert bucket */
     int64_t local_numel;
     float *master, *exp_avg, *exp_avg_sq; /* local_numel each (master NULL for f32 params) */
     double *scratch;                      /* device: OPTIM_STATS_BLOCKS * 3 */
@@ -30,6 +32,16 @@ struct mt_optim {
 
 static size_t round_bytes(size_t x) {
     return (x + MT_ARENA_ALIGN - 1) / MT_ARENA_ALIGN * MT_ARENA_ALIGN;
+}
+
+/* The data-parallel group of bucket k's parameters: its size, this rank's place, the comm. */
+static int bucket_expert(const mt_optim_buffer *b, int k) {
+    return b->bucket_expert[k];
+}
+
+static int group_size(const mt_optim_config *cfg, int expert) {
+    struct mt_comm *c = expert ? cfg->expert_dp : cfg->dp;
+    return c ? mt_comm_size(c) : 1;
 }
 
 static mt_status check_config(const mt_optim_config *cfg, const mt_optim_buffer *b, int *dp_size) {
@@ -48,23 +60,40 @@ static mt_status check_config(const mt_optim_config *cfg, const mt_optim_buffer 
                (double)cfg->adam_eps);
     MT_REQUIRE(cfg->sgd_momentum >= 0.0f, MT_ERR_INVALID_ARG, "Invalid momentum value: %g",
                (double)cfg->sgd_momentum);
-    *dp_size = cfg->dp ? mt_comm_size(cfg->dp) : 1;
-    if (cfg->use_distributed_optimizer)
+    *dp_size = group_size(cfg, 0);
+    int experts = 0;
+    for (int k = 0; k < b->n_buckets; k++)
+        experts |= bucket_expert(b, k);
+    if (cfg->use_distributed_optimizer) {
         MT_REQUIRE(b->cfg.dp_size == *dp_size, MT_ERR_INVALID_ARG,
                    "buffer planned for dp_size %d, data-parallel group has %d", b->cfg.dp_size,
                    *dp_size);
+        MT_REQUIRE(!experts || b->cfg.expert_dp_size == group_size(cfg, 1), MT_ERR_INVALID_ARG,
+                   "buffer planned for expert_dp_size %d, expert-data-parallel group has %d",
+                   b->cfg.expert_dp_size, group_size(cfg, 1));
+    }
     return MT_OK;
 }
 
-static int64_t local_numel(const mt_optim_config *cfg, const mt_optim_buffer *b, int dp) {
-    return cfg->use_distributed_optimizer ? b->numel / dp : b->numel;
+/* This rank's elements of bucket k: its shard with the distributed optimizer, else all. */
+static int64_t bucket_local(const mt_optim_config *cfg, const mt_optim_buffer *b, int k) {
+    const int64_t n = b->bucket_off[k + 1] - b->bucket_off[k];
+    return cfg->use_distributed_optimizer ? n / group_size(cfg, bucket_expert(b, k)) : n;
 }
 
-/* Elements of the bf16 reduction scratch: the largest bucket (0 when grads are reduced in fp32). */
-static int64_t bf16_scratch_numel(const mt_optim_config *cfg, const mt_optim_buffer *b, int dp) {
+static int64_t local_numel(const mt_optim_config *cfg, const mt_optim_buffer *b) {
     int64_t n = 0;
-    for (int k = 0; cfg->grad_reduce_in_bf16 && dp > 1 && k < b->n_buckets; k++)
-        if (b->bucket_off[k + 1] - b->bucket_off[k] > n)
+    for (int k = 0; k < b->n_buckets; k++)
+        n += bucket_local(cfg, b, k);
+    return n;
+}
+
+/* Elements of the bf16 reduction scratch: the largest bucket reduced over more than one rank (0
+ * when grads are reduced in fp32). */
+static int64_t bf16_scratch_numel(const mt_optim_config *cfg, const mt_optim_buffer *b) {
+    int64_t n = 0;
+    for (int k = 0; cfg->grad_reduce_in_bf16 && k < b->n_buckets; k++)
+        if (group_size(cfg, bucket_expert(b, k)) > 1 && b->bucket_off[k + 1] - b->bucket_off[k] > n)
             n = b->bucket_off[k + 1] - b->bucket_off[k];
     return n;
 }
@@ -74,12 +103,12 @@ mt_status mt_optim_state_bytes(const mt_optim_config *cfg, const mt_optim_buffer
     int dp;
     MT_TRY(check_config(cfg, b, &dp));
     MT_REQUIRE(bytes, MT_ERR_INVALID_ARG, "bytes is NULL");
-    size_t n = (size_t)local_numel(cfg, b, dp) * 4;
+    size_t n = (size_t)local_numel(cfg, b) * 4;
     size_t total = round_bytes(n);                                 /* exp_avg */
     if (cfg->kind == MT_OPTIM_ADAMW) total += round_bytes(n);      /* exp_avg_sq */
     if (b->cfg.param_dtype != MT_F32) total += round_bytes(n);     /* master */
     total += round_bytes(OPTIM_STATS_BLOCKS * 3 * sizeof(double)); /* scratch */
-    total += round_bytes((size_t)bf16_scratch_numel(cfg, b, dp) * 2);
+    total += round_bytes((size_t)bf16_scratch_numel(cfg, b) * 2);
     *bytes = total;
     return MT_OK;
 }
@@ -89,24 +118,32 @@ static int64_t overlap(int64_t a0, int64_t a1, int64_t b0, int64_t b1) {
     return hi > lo ? hi - lo : 0;
 }
 
+/* The ranges this rank updates: each bucket's shard (distributed optimizer), else runs of
+ * buckets of one kind (the whole buffer without expert parameters). */
 static mt_status plan_ranges(mt_optim *o) {
     const mt_optim_buffer *b = o->b;
-    o->n_ranges = o->sharded ? b->n_buckets : 1;
-    o->ranges = calloc((size_t)o->n_ranges, sizeof *o->ranges);
-    MT_REQUIRE(o->ranges, MT_ERR_OOM, "%d ranges", o->n_ranges);
+    o->ranges = calloc((size_t)b->n_buckets, sizeof *o->ranges);
+    MT_REQUIRE(o->ranges, MT_ERR_OOM, "%d ranges", b->n_buckets);
     int64_t local = 0;
+    o->n_ranges = 0;
+    for (int k = 0; k < b->n_buckets; k++) {
+        const int ex = bucket_expert(b, k);
+        const int64_t s = bucket_local(&o->cfg, b, k);
+        optim_range *r = &o->ranges[o->n_ranges];
+        if (!o->sharded && o->n_ranges && r[-1].expert == ex) { /* (one run: extended) */
+            r[-1].n += s;
+            local += s;
+            continue;
+        }
+        r->start = b->bucket_off[k] + (o->sharded ? (ex ? o->edp_rank : o->dp_rank) * s : 0);
+        r->n = s;
+        r->expert = ex;
+        r->local = local;
+        local += s;
+        o->n_ranges++;
+    }
     for (int k = 0; k < o->n_ranges; k++) {
         optim_range *r = &o->ranges[k];
-        if (o->sharded) {
-            int64_t s = (b->bucket_off[k + 1] - b->bucket_off[k]) / o->dp_size;
-            r->start = b->bucket_off[k] + (int64_t)o->dp_rank * s;
-            r->n = s;
-        } else {
-            r->start = 0;
-            r->n = b->numel;
-        }
-        r->local = local;
-        local += r->n;
         for (int i = 0; i < b->n_params; i++) {
             const optim_param *p = &b->params[i];
             if (p->in_norm)
@@ -134,8 +171,12 @@ mt_status mt_optim_create(const mt_optim_config *cfg, mt_optim_buffer *b, mt_are
     o->grad_mult = 1.0;
     o->dp_size = dp;
     o->dp_rank = cfg->dp ? mt_comm_rank(cfg->dp) : 0;
-    o->sharded = cfg->use_distributed_optimizer && dp > 1;
-    o->local_numel = local_numel(cfg, b, dp);
+    o->edp_size = group_size(cfg, 1);
+    o->edp_rank = cfg->expert_dp ? mt_comm_rank(cfg->expert_dp) : 0;
+    for (int k = 0; k < b->n_buckets; k++)
+        o->has_expert |= bucket_expert(b, k);
+    o->sharded = cfg->use_distributed_optimizer && (dp > 1 || (o->has_expert && o->edp_size > 1));
+    o->local_numel = local_numel(cfg, b);
     mt_status st = plan_ranges(o);
     size_t n = (size_t)o->local_numel * 4;
     mt_device dev = b->cfg.device;
@@ -163,7 +204,7 @@ mt_status mt_optim_create(const mt_optim_config *cfg, mt_optim_buffer *b, mt_are
     }
     MT_TRY_GOTO(mt_arena_alloc(arena, OPTIM_STATS_BLOCKS * 3 * sizeof(double), &p), st, fail);
     o->scratch = p;
-    const int64_t nb16 = bf16_scratch_numel(cfg, b, dp);
+    const int64_t nb16 = bf16_scratch_numel(cfg, b);
     if (nb16 > 0) {
         MT_TRY_GOTO(mt_arena_alloc(arena, (size_t)nb16 * 2, &p), st, fail);
         o->bf16_grads = p;
@@ -210,25 +251,31 @@ mt_status mt_optim_reduce_bucket(mt_optim *o, int k, mt_stream stream) {
     MT_REQUIRE(o, MT_ERR_INVALID_ARG, "optimizer is NULL");
     MT_REQUIRE(k >= 0 && k < o->b->n_buckets, MT_ERR_INVALID_ARG, "bucket %d of %d", k,
                o->b->n_buckets);
-    if (!o->cfg.dp || o->dp_size == 1) return MT_OK;
     mt_optim_bucket bk;
     MT_TRY(mt_optim_buffer_bucket(o->b, k, &bk));
+    struct mt_comm *comm = bk.expert ? o->cfg.expert_dp : o->cfg.dp;
+    const int n = bk.expert ? o->edp_size : o->dp_size, me = bk.expert ? o->edp_rank : o->dp_rank;
+    /* (an expert's grads: summed over expert_dp, divided by dp's size: the average times this) */
+    const double mult = bk.expert ? (double)n / o->dp_size : 1.0;
+    if (!comm || n == 1)
+        return mult != 1.0 ? mt_scale(&bk.grads, &bk.grads, (float)mult, stream) : MT_OK;
     mt_tensor g = bk.grads; /* what is reduced: the grads, or their bf16 copy */
     if (o->bf16_grads) {
         g = mt_tensor_1d(o->bf16_grads, MT_BF16, bk.numel, o->b->cfg.device);
         MT_TRY(mt_cast(&g, &bk.grads, stream));
     }
-    int64_t s = bk.numel / o->dp_size, at = (int64_t)o->dp_rank * s;
+    int64_t s = bk.numel / n, at = (int64_t)me * s;
     mt_tensor shard, out = bk.grads; /* what this rank keeps, and where it goes */
     if (!o->sharded) {
-        MT_TRY(mt_comm_allreduce(o->cfg.dp, &g, &g, MT_REDOP_AVG, stream));
+        MT_TRY(mt_comm_allreduce(comm, &g, &g, MT_REDOP_AVG, stream));
         shard = g;
     } else {
         MT_TRY(mt_tensor_slice(&g, 0, at, s, &shard));
-        MT_TRY(mt_comm_reduce_scatter(o->cfg.dp, &shard, &g, MT_REDOP_AVG, stream));
+        MT_TRY(mt_comm_reduce_scatter(comm, &shard, &g, MT_REDOP_AVG, stream));
         MT_TRY(mt_tensor_slice(&bk.grads, 0, at, s, &out));
     }
-    return o->bf16_grads ? mt_cast(&out, &shard, stream) : MT_OK;
+    if (o->bf16_grads) MT_TRY(mt_cast(&out, &shard, stream));
+    return mult != 1.0 ? mt_scale(&out, &out, (float)mult, stream) : MT_OK;
 }
 
 mt_status mt_optim_gather_bucket(mt_optim *o, int k, mt_stream stream) {
@@ -238,10 +285,12 @@ mt_status mt_optim_gather_bucket(mt_optim *o, int k, mt_stream stream) {
     if (!o->sharded) return MT_OK;
     mt_optim_bucket bk;
     MT_TRY(mt_optim_buffer_bucket(o->b, k, &bk));
-    int64_t sn = bk.numel / o->dp_size;
+    const int n = bk.expert ? o->edp_size : o->dp_size, me = bk.expert ? o->edp_rank : o->dp_rank;
+    if (n == 1) return MT_OK;
+    int64_t sn = bk.numel / n;
     mt_tensor shard;
-    MT_TRY(mt_tensor_slice(&bk.params, 0, (int64_t)o->dp_rank * sn, sn, &shard));
-    return mt_comm_allgather(o->cfg.dp, &bk.params, &shard, stream);
+    MT_TRY(mt_tensor_slice(&bk.params, 0, (int64_t)me * sn, sn, &shard));
+    return mt_comm_allgather(bk.expert ? o->cfg.expert_dp : o->cfg.dp, &bk.params, &shard, stream);
 }
 
 mt_status mt_optim_reduce_grads(mt_optim *o, mt_stream stream) {
@@ -286,21 +335,32 @@ static mt_status reduce_stats(mt_optim *o, struct mt_comm *comm, optim_stats *s,
     return st;
 }
 
+/* The statistics of the grads: each kind's (dense, expert) summed over the shards of its
+ * data-parallel group and over its model-parallel group, then added. */
 static mt_status grad_stats(mt_optim *o, optim_stats *s, mt_stream stream) {
     const mt_optim_buffer *b = o->b;
-    memset(s, 0, sizeof *s);
+    optim_stats kind[2];
+    memset(kind, 0, sizeof kind);
     for (int k = 0; k < o->n_ranges; k++) {
         const optim_range *r = &o->ranges[k];
         optim_stats_args a = { r->n, r->start, b->norm_mask, b->grad_data + r->start };
-        optim_stats rs;
+        optim_stats rs, *t = &kind[r->expert];
         MT_TRY(MT_DISPATCH(b->cfg.device, optim_stats_cpu(&a, &rs),
                            optim_stats_cuda(&a, o->scratch, &rs, stream)));
-        s->sumsq += rs.sumsq;
-        s->zeros += rs.zeros - (double)r->pad_in_norm; // why: padding is zero but no grad
-        s->nonfinite += rs.nonfinite;
+        t->sumsq += rs.sumsq;
+        t->zeros += rs.zeros - (double)r->pad_in_norm; // why: padding is zero but no grad
+        t->nonfinite += rs.nonfinite;
     }
-    if (o->sharded) MT_TRY(reduce_stats(o, o->cfg.dp, s, stream));
-    if (o->cfg.mp) MT_TRY(reduce_stats(o, o->cfg.mp, s, stream));
+    if (o->sharded && o->cfg.dp) MT_TRY(reduce_stats(o, o->cfg.dp, &kind[0], stream));
+    if (o->cfg.mp) MT_TRY(reduce_stats(o, o->cfg.mp, &kind[0], stream));
+    if (o->has_expert) {
+        if (o->sharded && o->cfg.expert_dp)
+            MT_TRY(reduce_stats(o, o->cfg.expert_dp, &kind[1], stream));
+        if (o->cfg.expert_mp) MT_TRY(reduce_stats(o, o->cfg.expert_mp, &kind[1], stream));
+    }
+    s->sumsq = kind[0].sumsq + kind[1].sumsq;
+    s->zeros = kind[0].zeros + kind[1].zeros;
+    s->nonfinite = kind[0].nonfinite + kind[1].nonfinite;
     return MT_OK;
 }
 

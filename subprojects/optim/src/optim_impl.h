@@ -14,7 +14,7 @@ typedef struct optim_param {
     int ndim;
     int64_t shape[MT_MAX_DIMS];
     int64_t numel, padded, offset;
-    int bucket, decay, in_norm;
+    int bucket, decay, in_norm, expert;
 } optim_param;
 
 struct mt_optim_buffer {
@@ -22,6 +22,7 @@ struct mt_optim_buffer {
     optim_param *params;
     int n_params, cap_params;
     int64_t *bucket_off; /* n_buckets + 1 boundaries */
+    int *bucket_expert;  /* per bucket: 1 if it holds expert parameters */
     int n_buckets;
     int64_t numel; /* padded total */
     int finalized;

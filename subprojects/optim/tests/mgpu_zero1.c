@@ -19,6 +19,8 @@ int main(void) {
     zr_run(w, dev, MT_F32);
     zr_run(w, dev, MT_BF16);
     zr_bf16_rounding(w, dev);
+    zr_expert(w, dev, MT_F32);
+    zr_expert(w, dev, MT_BF16);
     mt_comm_destroy(w);
     return mt_test_result();
 }

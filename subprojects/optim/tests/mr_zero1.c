@@ -60,6 +60,8 @@ int main(void) {
     zr_run(w, MT_DEVICE_CPU, MT_BF16);
     zr_bf16_rounding(w, MT_DEVICE_CPU);
     mp_norm(w);
+    zr_expert(w, MT_DEVICE_CPU, MT_F32);
+    zr_expert(w, MT_DEVICE_CPU, MT_BF16);
     mt_comm_destroy(w);
     return mt_test_result();
 }

@@ -207,3 +207,107 @@ static void zr_bf16_rounding(mt_comm *w, mt_device dev) {
         zr_destroy(&r);
     }
 }
+
+/* Expert parallelism over the world (one rank per expert-parallel rank pair: ep 2, ranks r and
+ * r ^ 1 hold different experts, r and r + 2 the same): params 1 and 4 are experts. Every mode
+ * (all-reduce, ZeRO-1, either in bf16) against a local reference fed the grads Megatron's DDP
+ * gives: the others averaged over the world, an expert's summed over the ranks holding it and
+ * divided by the world's size. No clipping (the reference sees only its own experts); the grad
+ * norm is checked against the sum over every rank's experts and the others once. */
+static void zr_expert(mt_comm *w, mt_device dev, mt_dtype dt) {
+    const int rank = mt_comm_rank(w), n = mt_comm_size(w), ep = 2, edp = n / 2;
+    mt_comm *edp_c, *emp_c;
+    MT_CHECK(mt_comm_split(w, rank % ep, rank / ep, "expert-dp", &edp_c));
+    MT_CHECK(mt_comm_split(w, rank / ep, rank % ep, "expert-mp", &emp_c));
+    for (int mode = 0; mode < 4; mode++) { /* | 1: ZeRO-1, | 2: in bf16 */
+        zr_rig v, c;
+        for (int ref = 0; ref < 2; ref++) {
+            zr_rig *r = ref ? &c : &v;
+            mt_optim_buffer_config bc = MT_OPTIM_BUFFER_CONFIG_INIT;
+            bc.param_dtype = dt;
+            bc.device = dev;
+            bc.bucket_numel = 500;
+            bc.dp_size = ref ? 1 : n;
+            bc.expert_dp_size = ref ? 1 : edp;
+            MT_CHECK(mt_optim_buffer_create(&bc, &r->b));
+            for (int i = 0; i < ZR_NP; i++) {
+                const int ex = !ref && (i == 1 || i == 4);
+                MT_CHECK(mt_optim_buffer_add(
+                    r->b, zr_names[i], zr_ndims[i], zr_shapes[i],
+                    (i == 5 ? MT_OPTIM_PARAM_SHARED : 0) | (ex ? MT_OPTIM_PARAM_EXPERT : 0), NULL));
+            }
+            size_t bytes, sbytes;
+            MT_CHECK(mt_optim_buffer_finalize(r->b, &bytes));
+            mt_optim_config oc = MT_OPTIM_CONFIG_INIT;
+            oc.clip_grad = 0.0f;
+            oc.use_distributed_optimizer = !ref && (mode & 1);
+            oc.grad_reduce_in_bf16 = !ref && (mode & 2);
+            oc.dp = ref ? NULL : w;
+            oc.expert_dp = ref ? NULL : edp_c;
+            oc.expert_mp = ref ? NULL : emp_c;
+            MT_CHECK(mt_optim_state_bytes(&oc, r->b, &sbytes));
+            MT_CHECK(mt_arena_create(dev, bytes + sbytes, &r->ar));
+            MT_CHECK(mt_optim_buffer_bind(r->b, r->ar));
+            MT_CHECK(mt_optim_create(&oc, r->b, r->ar, &r->o));
+        }
+        for (int k = 0; k < mt_optim_buffer_num_buckets(v.b); k++) { /* one kind a bucket */
+            mt_optim_bucket bk;
+            MT_CHECK(mt_optim_buffer_bucket(v.b, k, &bk));
+            for (int i = 0; i < ZR_NP; i++) {
+                mt_optim_param_info in;
+                MT_CHECK(mt_optim_buffer_info(v.b, i, &in));
+                if (in.offset >= bk.offset && in.offset < bk.offset + bk.numel)
+                    MT_EXPECT(in.expert == bk.expert && in.expert == (i == 1 || i == 4),
+                              "param %d (expert %d) in bucket %d (expert %d)", i, in.expert, k,
+                              bk.expert);
+            }
+        }
+        for (int t = 0; t < 3; t++) {
+            zr_set_grads(&v, rank, n, t, -1);
+            mt_tensor g; /* the reference's grads: as above */
+            MT_CHECK(mt_optim_buffer_grads(c.b, &g));
+            float *x = calloc((size_t)mt_tensor_numel(&g), 4);
+            double sumsq = 0.0;
+            for (int i = 0; i < ZR_NP; i++) {
+                mt_optim_param_info in;
+                MT_CHECK(mt_optim_buffer_info(c.b, i, &in));
+                const int ex = i == 1 || i == 4;
+                for (int64_t j = 0; j < in.numel; j++) {
+                    double s[2] = { 0.0, 0.0 }; /* (per expert-parallel rank) */
+                    for (int q = 0; q < n; q++)
+                        s[q % ep] += zr_grad(q, t, i, j);
+                    x[in.offset + j] = (float)((ex ? s[rank % ep] : s[0] + s[1]) / n);
+                    if (i == 5) continue;
+                    if (ex)
+                        sumsq += (s[0] / n) * (s[0] / n) + (s[1] / n) * (s[1] / n);
+                    else
+                        sumsq += (s[0] + s[1]) / n * ((s[0] + s[1]) / n);
+                }
+            }
+            mt_tensor h = mt_tensor_1d(x, MT_F32, mt_tensor_numel(&g), MT_DEVICE_CPU);
+            MT_CHECK(mt_tensor_copy(&g, &h, NULL));
+            free(x);
+            mt_optim_step_info iv, ic;
+            MT_CHECK(mt_optim_step(c.o, 1e-2 * (t + 1), 0.1, NULL, &ic, NULL));
+            MT_CHECK(mt_optim_reduce_grads(v.o, NULL));
+            MT_CHECK(mt_optim_step(v.o, 1e-2 * (t + 1), 0.1, NULL, &iv, NULL));
+            MT_EXPECT(iv.grad_norm == sqrt(sumsq), "mode %d step %d rank %d: norm %.17g want %.17g",
+                      mode, t, rank, iv.grad_norm, sqrt(sumsq));
+            float *pc = zr_params(&c), *pv = zr_params(&v);
+            for (int i = 0; i < ZR_NP; i++) { /* (the two buffers lay parameters out apart) */
+                mt_optim_param_info a, b;
+                MT_CHECK(mt_optim_buffer_info(v.b, i, &a));
+                MT_CHECK(mt_optim_buffer_info(c.b, i, &b));
+                char what[128];
+                snprintf(what, sizeof what, "%s expert-parallel mode %d step %d rank %d param %d",
+                         mt_dtype_name(dt), mode, t, rank, i);
+                mt_test_close_f32(what, pv + a.offset, pc + b.offset, (size_t)a.numel, 0.0, 0.0);
+            }
+            free(pc), free(pv);
+        }
+        zr_destroy(&v);
+        zr_destroy(&c);
+    }
+    mt_comm_destroy(emp_c);
+    mt_comm_destroy(edp_c);
+}

@@ -32,9 +32,11 @@ typedef struct mt_optim_buffer_config {
     int64_t bucket_numel; /* --ddp-bucket-size (elements); <= 0: one bucket */
     int dp_size;          /* data-parallel size the buckets are padded for; < 1: 1 */
     int tp_rank;          /* this rank in its tensor-parallel group (for TP-replicated params) */
+    int expert_dp_size;   /* expert-data-parallel size the expert buckets are padded for (expert
+                             parallelism: dp_size / expert_model_parallel_size); < 1: dp_size */
 } mt_optim_buffer_config;
 #define MT_OPTIM_BUFFER_CONFIG_INIT \
-    { sizeof(mt_optim_buffer_config), MT_F32, { MT_DEVICE_KIND_CPU, 0 }, 0, 1, 0 }
+    { sizeof(mt_optim_buffer_config), MT_F32, { MT_DEVICE_KIND_CPU, 0 }, 0, 1, 0, 0 }
 
 /* Flags of mt_optim_buffer_add. Without a DECAY flag Megatron's rule applies: no weight decay for
  * 1-D params (biases, norm weights) and names ending in ".bias". */
@@ -45,6 +47,8 @@ enum {
                                          left out of the grad norm and zero count */
     MT_OPTIM_PARAM_TP_REPLICATED = 8, /* the same on every TP rank (not tensor-parallel): counted
                                          in the grad norm on TP rank 0 only */
+    MT_OPTIM_PARAM_EXPERT = 16,       /* an expert's (expert parallelism): in buckets of its own,
+                                         reduced over the expert-data-parallel group */
 };
 
 typedef struct mt_optim_param_info {
@@ -56,10 +60,12 @@ typedef struct mt_optim_param_info {
     int bucket;
     int decay;   /* 1 if weight decay applies */
     int in_norm; /* 1 if counted in the global grad norm on this rank */
+    int expert;  /* 1 for MT_OPTIM_PARAM_EXPERT */
 } mt_optim_param_info;
 
 typedef struct mt_optim_bucket {
     int64_t offset, numel; /* elements of the buffer, padding included */
+    int expert;            /* 1: expert parameters only (else none) */
     mt_tensor params;      /* 1-D views of the bucket (after bind) */
     mt_tensor grads;
 } mt_optim_bucket;
@@ -147,11 +153,19 @@ typedef struct mt_optim_config {
     int grad_reduce_in_bf16;  /* average the grads over `dp` in bf16 (--grad-reduce-in-bf16): each
                                  bucket is rounded to bf16, reduced, and widened back into the fp32
                                  grads (half the bytes on the wire) */
+    /* Expert parallelism (MT_OPTIM_PARAM_EXPERT buckets), Megatron's expert groups: an expert's
+     * grads are summed over `expert_dp` (the ranks holding the same experts) and divided by the
+     * size of `dp` (each expert saw the tokens of its expert-parallel group's data-parallel
+     * ranks), its shards with the distributed optimizer over `expert_dp`, and its grad norm and
+     * Inf/NaN reduced over `expert_mp` (tensor x expert x pipeline parallel) where the others'
+     * go over `mp`. NULL: one rank. */
+    struct mt_comm *expert_dp;
+    struct mt_comm *expert_mp;
 } mt_optim_config;
 #define MT_OPTIM_CONFIG_INIT                                                                     \
     {                                                                                            \
         sizeof(mt_optim_config), MT_OPTIM_ADAMW, 0.9f, 0.999f, 1e-8f, 0.9f, 1.0f, 0, 1, 0, NULL, \
-            NULL, 0, 0                                                                           \
+            NULL, 0, 0, NULL, NULL                                                               \
     }
 
 typedef struct mt_optim mt_optim;
@@ -181,8 +195,9 @@ MT_API void mt_optim_destroy(mt_optim *o);
 /* Averages the grads of bucket k over the data-parallel group: all-reduce, or with
  * use_distributed_optimizer reduce-scatter into this rank's shard (other shards are then stale);
  * in bf16 with grad_reduce_in_bf16 (calls on one stream may share its scratch: they are ordered).
- * Call for every bucket (in order, as backward finishes them) before mt_optim_step. Device:
- * enqueued on `stream`; host: blocking. No-op without `dp`. */
+ * An expert bucket: over `expert_dp`, times expert_dp's size / dp's size. Call for every bucket
+ * (in order, as backward finishes them) before mt_optim_step. Device: enqueued on `stream`; host:
+ * blocking. No-op without `dp` (and, for an expert bucket, with expert_dp's size = dp's). */
 MT_API mt_status mt_optim_reduce_bucket(mt_optim *o, int k, mt_stream stream);
 /* mt_optim_reduce_bucket for every bucket. */
 MT_API mt_status mt_optim_reduce_grads(mt_optim *o, mt_stream stream);
