@@ -12,13 +12,14 @@ for a random G, the permuted rows of x, the combine of random expert outputs yp 
 of sum(DY * y) with respect to yp and the probabilities, and of sum(DXP * permuted) w.r.t. x.
 Token dropping (drop_*: apply_router_token_dropping, --moe-expert-capacity-factor, drop policy
 probs, with and without --moe-pad-expert-input-to-capacity; a capacity above the tokens): see
-drop_case."""
+drop_case. Expert parallelism's plan (ep2, ep4): see ep_case."""
 import math
 import os
 
 import numpy as np
 import torch
 from megatron.core.transformer.moe.moe_utils import (apply_router_token_dropping, permute,
+                                                     sort_chunks_by_idxs,
                                                      switch_load_balancing_loss_func,
                                                      topk_routing_with_score_function, unpermute,
                                                      z_loss_func)
@@ -108,6 +109,36 @@ def drop_case(tag, N, E, k, C, seed, factor, policy, pad):
     save(f"{tag}_dprobs", p.grad.numpy())
 
 
+def ep_case(tag, ep, E, seed):
+    """Expert parallelism as MoEAlltoAllTokenDispatcher plans it (TP 1): every rank's tokens per
+    expert (ep, E) (zeros included), and for each rank its input_splits (rows sent to each rank),
+    output_splits (received), the rows of each local expert, and the chunk sort of the received
+    rows (sort_chunks_by_idxs with sort_input_by_local_experts) and its restore
+    (restore_output_by_local_experts), applied to row numbers."""
+    g = torch.Generator().manual_seed(seed)
+    counts = torch.randint(0, 6, (ep, E), generator=g)
+    counts[0, 1] = 0
+    El = E // ep
+    chunk = torch.arange(E)
+    sort_idx = chunk.reshape(-1, El).T.ravel()
+    restore_idx = chunk.reshape(El, -1).T.ravel()
+    save(f"{tag}_counts", counts.numpy().astype(np.int32))
+    for r in range(ep):
+        per_local = counts[:, r * El:(r + 1) * El]  # num_global_tokens_per_local_expert
+        send = counts[r].reshape(ep, El).sum(1)
+        recv = per_local.sum(1)
+        n = int(recv.sum())
+        rows = torch.arange(n)
+        srt, _ = sort_chunks_by_idxs(rows, per_local.ravel(), sort_idx)
+        back, _ = sort_chunks_by_idxs(torch.arange(n), per_local.T.ravel(), restore_idx)
+        assert torch.equal(back[srt], torch.arange(n))
+        save(f"{tag}_r{r}_send", send.numpy().astype(np.int32))
+        save(f"{tag}_r{r}_recv", recv.numpy().astype(np.int32))
+        save(f"{tag}_r{r}_local", per_local.sum(0).numpy().astype(np.int32))
+        save(f"{tag}_r{r}_sort", srt.numpy().astype(np.int32))
+        save(f"{tag}_r{r}_unsort", back.numpy().astype(np.int32))
+
+
 if __name__ == "__main__":
     case("top2", 37, 8, 2, 24, 1)
     case("top3", 29, 6, 3, 40, 2)
@@ -118,3 +149,5 @@ if __name__ == "__main__":
     drop_case("drop_probs", 37, 8, 2, 24, 3, 0.5, "probs", False)
     drop_case("drop_probs_pad", 37, 8, 2, 24, 3, 0.5, "probs", True)
     drop_case("drop_big", 11, 4, 2, 16, 4, 2.5, "probs", False)  # capacity 14 > N: none dropped
+    ep_case("ep2", 2, 6, 7)
+    ep_case("ep4", 4, 8, 8)

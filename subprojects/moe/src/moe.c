@@ -1,6 +1,9 @@
 /* The front-end: checks shapes, dtypes and devices, then runs the CPU reference or the CUDA
  * kernels (mt/dispatch.h). */
 #include <math.h>
+#include <stdlib.h>
+
+#include <mt/comm.h>
 #include <mt/dispatch.h>
 
 #include "moe_impl.h"
@@ -182,4 +185,102 @@ mt_status mt_moe_router_bwd(mt_tensor *dlogits, const mt_tensor *dprobs, const m
     a.dlogits = dlogits->data, a.dprobs = dprobs->data, a.probs_in = probs->data;
     a.logits = logits->data, a.aux_scale = aux_scale, a.z_scale = z_scale;
     return MT_DISPATCH(d, moe_router_bwd_cpu(&a), moe_router_bwd_cuda(&a, s));
+}
+
+/* ---- expert parallelism: the plan on the host, the exchange over mt-comm ---- */
+
+static mt_status ep_check(const int32_t *counts_all, int ep, int rank, int E) {
+    MT_REQUIRE(counts_all, MT_ERR_INVALID_ARG, "counts_all is NULL");
+    MT_REQUIRE(ep >= 1 && E >= 1 && E % ep == 0, MT_ERR_INVALID_ARG,
+               "%d experts do not split over %d expert-parallel ranks", E, ep);
+    MT_REQUIRE(rank >= 0 && rank < ep, MT_ERR_INVALID_ARG, "rank %d of %d", rank, ep);
+    for (int i = 0; i < ep * E; i++)
+        MT_REQUIRE(counts_all[i] >= 0, MT_ERR_INVALID_ARG, "rank %d's count of expert %d is %d",
+                   i / E, i % E, (int)counts_all[i]);
+    return MT_OK;
+}
+
+mt_status mt_moe_ep_counts(const int32_t *counts_all, int ep, int rank, int experts, int64_t *send,
+                           int64_t *recv, int64_t *local) {
+    MT_TRY(ep_check(counts_all, ep, rank, experts));
+    const int El = experts / ep;
+    for (int le = 0; local && le < El; le++)
+        local[le] = 0;
+    for (int j = 0; j < ep; j++) {
+        int64_t s = 0, r = 0;
+        for (int le = 0; le < El; le++) {
+            s += counts_all[rank * experts + j * El + le];              /* mine, for j's experts */
+            const int64_t c = counts_all[j * experts + rank * El + le]; /* j's, for mine */
+            r += c;
+            if (local) local[le] += c;
+        }
+        if (send) send[j] = s;
+        if (recv) recv[j] = r;
+    }
+    return MT_OK;
+}
+
+mt_status mt_moe_ep_sort(const int32_t *counts_all, int ep, int rank, int experts, int inverse,
+                         int32_t *rows, int64_t n) {
+    MT_TRY(ep_check(counts_all, ep, rank, experts));
+    MT_REQUIRE(rows || n == 0, MT_ERR_INVALID_ARG, "rows is NULL");
+    const int El = experts / ep;
+    const int32_t *c = counts_all + rank * El; /* c[j * experts + le]: from j for local le */
+    int64_t total = 0;
+    for (int j = 0; j < ep; j++)
+        for (int le = 0; le < El; le++)
+            total += c[j * experts + le];
+    MT_REQUIRE(total == n, MT_ERR_INVALID_ARG, "%lld rows given, %lld received", (long long)n,
+               (long long)total);
+    MT_REQUIRE(n <= INT32_MAX, MT_ERR_UNSUPPORTED, "%lld rows", (long long)n);
+    int64_t out = 0; /* expert-major row: local expert le's rows from rank 0, 1, ... */
+    for (int le = 0; le < El; le++)
+        for (int j = 0; j < ep; j++) {
+            int64_t in = 0; /* received row of (j, le)'s first: ranks before j, then j's chunks */
+            for (int q = 0; q < j; q++)
+                for (int e = 0; e < El; e++)
+                    in += c[q * experts + e];
+            for (int e = 0; e < le; e++)
+                in += c[j * experts + e];
+            for (int64_t t = 0; t < c[j * experts + le]; t++, out++) {
+                if (inverse)
+                    rows[in + t] = (int32_t)out;
+                else
+                    rows[out] = (int32_t)(in + t);
+            }
+        }
+    return MT_OK;
+}
+
+mt_status mt_moe_ep_exchange(struct mt_comm *ep, mt_tensor *dst, const mt_tensor *src,
+                             const int64_t *send, const int64_t *recv, mt_stream s) {
+    MT_REQUIRE(ep && send && recv, MT_ERR_INVALID_ARG, "NULL group or counts");
+    MT_TRY(mt_tensor_check(src, "src", 2));
+    MT_TRY(mt_tensor_check(dst, "dst", 2));
+    MT_REQUIRE(mt_tensor_is_contiguous(src) && mt_tensor_is_contiguous(dst), MT_ERR_INVALID_ARG,
+               "src and dst must be contiguous");
+    MT_REQUIRE(src->dtype == dst->dtype && src->shape[1] == dst->shape[1], MT_ERR_INVALID_ARG,
+               "src (%s, %lld columns) and dst (%s, %lld columns) differ",
+               mt_dtype_name(src->dtype), (long long)src->shape[1], mt_dtype_name(dst->dtype),
+               (long long)dst->shape[1]);
+    const int n = mt_comm_size(ep);
+    const int64_t C = src->shape[1];
+    int64_t *sc = malloc(2 * (size_t)n * sizeof *sc), *rc = sc + n, ts = 0, tr = 0; /* elements */
+    MT_REQUIRE(sc, MT_ERR_OOM, "counts of %d ranks", n);
+    for (int j = 0; j < n; j++) {
+        sc[j] = send[j] * C, rc[j] = recv[j] * C;
+        ts += send[j], tr += recv[j];
+    }
+    mt_tensor sv, dv; /* (the rows sent and received) */
+    mt_status st =
+        ts <= src->shape[0] && tr <= dst->shape[0]
+            ? MT_OK
+            : MT_ERROR(MT_ERR_INVALID_ARG, "%lld rows to send from %lld, %lld to receive into %lld",
+                       (long long)ts, (long long)src->shape[0], (long long)tr,
+                       (long long)dst->shape[0]);
+    if (st == MT_OK) st = mt_tensor_slice(src, 0, 0, ts, &sv);
+    if (st == MT_OK) st = mt_tensor_slice(dst, 0, 0, tr, &dv);
+    if (st == MT_OK) st = mt_comm_alltoallv(ep, &dv, rc, &sv, sc, s);
+    free(sc);
+    return st;
 }

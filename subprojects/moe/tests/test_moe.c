@@ -359,6 +359,71 @@ static void run_drop(const char *tag) {
         free(host[i]);
 }
 
+/* A golden int array as int64 (n: its length). */
+static int64_t *golden_i64(const char *tag, const char *what, size_t *n) {
+    float *f = mt_test_golden_f32(nm(tag, what), n, NULL);
+    int64_t *v = malloc(sizeof(int64_t) * (*n + 1));
+    for (size_t i = 0; i < *n; i++)
+        v[i] = (int64_t)f[i];
+    free(f);
+    return v;
+}
+
+/* Expert parallelism's plan (host) against MoEAlltoAllTokenDispatcher's for every rank: the rows
+ * sent to and received from each rank, each local expert's, and the sort of the received rows
+ * and its inverse (sort_chunks_by_idxs); then refusals. */
+static void run_ep(const char *tag, int ep, int E) {
+    size_t nc;
+    int64_t *c64 = golden_i64(tag, "counts", &nc);
+    MT_EXPECT(nc == (size_t)(ep * E), "%s: %zu counts", tag, nc);
+    int32_t counts[64];
+    for (size_t i = 0; i < nc; i++)
+        counts[i] = (int32_t)c64[i];
+    for (int r = 0; r < ep; r++) {
+        char t[32], w[64];
+        snprintf(t, sizeof t, "%s_r%d", tag, r);
+        size_t n1, n2, n3, ns, nu;
+        int64_t *send = golden_i64(t, "send", &n1), *recv = golden_i64(t, "recv", &n2);
+        int64_t *local = golden_i64(t, "local", &n3), *srt = golden_i64(t, "sort", &ns);
+        int64_t *uns = golden_i64(t, "unsort", &nu);
+        int64_t gs[16], gr[16], gl[16], rows = 0;
+        MT_CHECK(mt_moe_ep_counts(counts, ep, r, E, gs, gr, gl));
+        snprintf(w, sizeof w, "%s send", t);
+        mt_test_equal_i64(w, gs, send, n1);
+        snprintf(w, sizeof w, "%s recv", t);
+        mt_test_equal_i64(w, gr, recv, n2);
+        snprintf(w, sizeof w, "%s local", t);
+        mt_test_equal_i64(w, gl, local, n3);
+        for (int j = 0; j < ep; j++)
+            rows += gr[j];
+        MT_EXPECT((size_t)rows == ns && ns == nu, "%s: %lld rows received, golden %zu", t,
+                  (long long)rows, ns);
+        int32_t *ix = malloc(sizeof(int32_t) * (ns + 1));
+        int64_t *ix64 = malloc(sizeof(int64_t) * (ns + 1));
+        for (int inv = 0; inv < 2; inv++) {
+            MT_CHECK(mt_moe_ep_sort(counts, ep, r, E, inv, ix, (int64_t)ns));
+            for (size_t i = 0; i < ns; i++)
+                ix64[i] = ix[i];
+            snprintf(w, sizeof w, "%s %s", t, inv ? "unsort" : "sort");
+            mt_test_equal_i64(w, ix64, inv ? uns : srt, ns);
+        }
+        MT_EXPECT(mt_moe_ep_sort(counts, ep, r, E, 0, ix, (int64_t)ns + 1) == MT_ERR_INVALID_ARG,
+                  "%s: a wrong row count was taken", t);
+        mt_error_clear();
+        free(ix), free(ix64), free(send), free(recv), free(local), free(srt), free(uns);
+    }
+    int64_t x[16];
+    MT_EXPECT(mt_moe_ep_counts(counts, ep, 0, E + 1, x, x, x) == MT_ERR_INVALID_ARG,
+              "%d experts over %d ranks taken", E + 1, ep);
+    MT_EXPECT(mt_moe_ep_counts(counts, ep, ep, E, x, x, x) == MT_ERR_INVALID_ARG,
+              "rank %d of %d taken", ep, ep);
+    counts[1] = -1;
+    MT_EXPECT(mt_moe_ep_counts(counts, ep, 0, E, x, x, x) == MT_ERR_INVALID_ARG,
+              "a negative count taken");
+    mt_error_clear();
+    free(c64);
+}
+
 int main(int argc, char **argv) {
     const int cuda = argc > 1 && strcmp(argv[1], "cuda") == 0;
     if (cuda) {
@@ -375,5 +440,7 @@ int main(int argc, char **argv) {
     run_drop("drop_probs");
     run_drop("drop_probs_pad");
     run_drop("drop_big");
+    run_ep("ep2", 2, 6);
+    run_ep("ep4", 4, 8);
     return mt_test_result();
 }

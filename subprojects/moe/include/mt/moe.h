@@ -89,6 +89,37 @@ MT_API mt_status mt_moe_router_bwd(mt_tensor *dlogits, const mt_tensor *dprobs,
                                    const mt_moe_router *router, float aux_scale, float z_scale,
                                    mt_stream stream);
 
+/* ---- expert parallelism (Megatron's MoEAlltoAllTokenDispatcher) ----
+ * E experts over the ep ranks of an expert-parallel group, rank r holding experts
+ * [r E/ep, (r+1) E/ep) (its local experts). Each rank permutes its own tokens by expert
+ * (mt_moe_dispatch_map, mt_moe_permute: the rows bound for rank j are consecutive, after rank
+ * j-1's) and sends each rank its rows for that rank's experts (mt_moe_ep_exchange). A rank
+ * receives from each rank in turn that rank's rows for each of its local experts, and sorts them
+ * expert-major (a local expert's rows from rank 0, then from rank 1, ...: Megatron's
+ * sort_chunks_by_idxs) for its experts' GEMMs. The way back is the reverse: the unsort, then the
+ * exchange with send and recv swapped. counts_all (ep, E) i32 on the host: every rank's tokens
+ * per expert (mt_moe_topk's counts, all-gathered in rank order). */
+
+/* send (ep): the rows this rank sends each rank; recv (ep): the rows it receives from each;
+ * local (E/ep): the rows of each local expert, from every rank. Any of them may be NULL.
+ * MT_ERR_INVALID_ARG unless ep divides E, 0 <= rank < ep and every count is >= 0. */
+MT_API mt_status mt_moe_ep_counts(const int32_t *counts_all, int ep, int rank, int experts,
+                                  int64_t *send, int64_t *recv, int64_t *local);
+/* The sort of the n rows received (n: the sum of recv): rows[r] is the received row that
+ * expert-major row r takes (mt_moe_permute(sorted, received, rows)); inverse: rows[q] is the
+ * expert-major row that received row q takes back (the unsort, by mt_moe_permute too). */
+MT_API mt_status mt_moe_ep_sort(const int32_t *counts_all, int ep, int rank, int experts,
+                                int inverse, int32_t *rows, int64_t n);
+
+struct mt_comm; /* <mt/comm.h> */
+/* The all-to-all of rows over the expert-parallel group `ep` (mt_comm_alltoallv): src's first
+ * sum(send) rows go to the ranks in turn, send[j] rows to rank j; recv[i] rows from rank i land
+ * in dst in rank order. src (Rs,C) and dst (Rd,C) one dtype on the comm's side (host or device),
+ * Rs >= sum(send), Rd >= sum(recv). The counts must agree pairwise (mt_moe_ep_counts of the same
+ * counts_all). */
+MT_API mt_status mt_moe_ep_exchange(struct mt_comm *ep, mt_tensor *dst, const mt_tensor *src,
+                                    const int64_t *send, const int64_t *recv, mt_stream stream);
+
 #ifdef __cplusplus
 }
 #endif
