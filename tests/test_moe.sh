@@ -8,7 +8,9 @@
 # ($MPIEXEC): 2 data-parallel ranks (also with the distributed optimizer and overlapped buckets,
 # and with hidden dropout), 2 pipeline stages and 2 tensor-parallel ranks (each holding its share
 # of every expert; also with sequence parallelism; also with biases) give one rank's losses and
-# router losses, also with token dropping. With "cuda": on the GPU.
+# router losses, also with token dropping; so do 2 expert-parallel ranks (with the distributed
+# optimizer, 4 data-parallel ranks, tensor and sequence parallelism, 2 stages, full recompute,
+# biases), and their checkpoint resumes on one rank. With "cuda": on the GPU.
 source "$(dirname "$0")/pretrain_common.sh"
 d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
 moe=(--normalization RMSNorm --position-embedding-type rope --swiglu --disable-bias-linear
@@ -91,15 +93,31 @@ if [ -n "${MPIEXEC:-}" ]; then
   run onecap --moe-expert-capacity-factor 0.5 --moe-pad-expert-input-to-capacity
   mr dpcap 2 --moe-expert-capacity-factor 0.5 --moe-pad-expert-input-to-capacity
   mr tpcap 2 --moe-expert-capacity-factor 0.5 --tensor-model-parallel-size 2
+  # expert parallelism: each rank holds 2 of the 4 experts, the rows go by all-to-all
+  ep=(--expert-model-parallel-size 2)
+  mr ep2 2 "${ep[@]}"
+  mr ep2zero 2 "${ep[@]}" --use-distributed-optimizer --overlap-grad-reduce --ddp-bucket-size 3000
+  mr ep2dp4 4 "${ep[@]}" --use-distributed-optimizer  # (experts' grads over 2 ranks holding each)
+  mr ep2tp2 4 "${ep[@]}" --tensor-model-parallel-size 2 --sequence-parallel
+  mr ep2pp2 4 "${ep[@]}" --pipeline-model-parallel-size 2
+  mr ep2rec 2 "${ep[@]}" --recompute-granularity full --recompute-method uniform --recompute-num-layers 1
+  # a checkpoint of expert-parallel ranks (each writes its experts, by global index) resumed
+  # on one rank: iterations 7..12 as one rank's
+  mr ep2first 2 "${ep[@]}" --use-distributed-optimizer --exit-interval 6 --save "$d/epck"
+  run fromep --load "$d/epck"
+  grep -q "successfully loaded checkpoint from $d/epck .* at iteration 6" "$d/fromep.log" \
+    || { echo "FAIL: the one-rank run did not resume from the expert-parallel checkpoint"; cat "$d/fromep.log"; exit 1; }
+  paste <(losses "$d/one.json" 7 12) <(losses "$d/fromep.json" 7 12) | awk '{ print $2, $4 }' | close "resumed from expert parallel" 1e-5
   MOE=("${moe_bias[@]}")  # experts with biases (fc2's added once under TP)
   run oneb
   mr tp2b 2 --tensor-model-parallel-size 2
   mr tpsp2b 2 --tensor-model-parallel-size 2 --sequence-parallel
+  mr ep2b 2 "${ep[@]}"  # (experts with biases run one GEMM each)
   MOE=("${moe[@]}")
   router() { jq -r '"\(.load_balancing_loss) \(.z_loss)"' "$1"; }
-  for n in dp2 zero pp2 tp2 tpsp2 dpdrop dpcap tpcap tp2b tpsp2b; do
+  for n in dp2 zero pp2 tp2 tpsp2 dpdrop dpcap tpcap tp2b tpsp2b ep2 ep2zero ep2dp4 ep2tp2 ep2pp2 ep2rec ep2b; do
     ref=one; [ $n = dpdrop ] && ref=onedrop; [ $n = dpcap ] || [ $n = tpcap ] && ref=onecap
-    [ $n = tp2b ] || [ $n = tpsp2b ] && ref=oneb
+    [ $n = tp2b ] || [ $n = tpsp2b ] || [ $n = ep2b ] && ref=oneb
     paste <(losses "$d/$ref.json" 1 12) <(losses "$d/$n.json" 1 12) | awk '{ print $2, $4 }' | close "$n losses" 1e-5
     paste -d' ' <(router "$d/$ref.jsonl") <(router "$d/$n.jsonl") | awk '{ print $1, $3; print $2, $4 }' \
       | close "$n router losses" 1e-5

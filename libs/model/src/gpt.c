@@ -218,11 +218,66 @@ static mt_status rows_of(const mt_tensor *t, int64_t off, int64_t n, mt_tensor *
     return mt_tensor_slice(t, 0, off, n, out);
 }
 
-/* Mixture of experts: expert e's rows of the permuted tensors (each expert's after the earlier
- * experts'): its padded region, or its tokens (kept ones with dropping). */
+/* Mixture of experts: this rank's expert e's rows of the experts' tensors (each expert's after
+ * the earlier experts'): its padded region, or its tokens (kept ones with dropping); with expert
+ * parallelism expert moe_first + e's tokens of every rank. */
 static int64_t expert_n(const mt_model *m, const layer_acts *la, int e) {
-    const int64_t region = moe_region(&m->cfg, (int64_t)m->B * m->cfg.seq_length);
-    return region ? region : la->counts_h[e];
+    const mt_model_config *c = &m->cfg;
+    const int64_t region = moe_region(c, (int64_t)m->B * c->seq_length);
+    int64_t n = 0;
+    for (int r = 0; r < ep_n(c) && !region; r++)
+        n += la->counts_h[r * moe_n(c) + moe_first(c) + e];
+    return region ? region : n;
+}
+
+/* Expert parallelism: the plan of layer la's rows (m->ep_counts: the rows sent to each rank,
+ * then those received) and the sort's row map (inverse: the unsort's) into a->moe_sort; *n the
+ * rows received. */
+static mt_status ep_plan(mt_model *m, const layer_acts *la, int inverse, int64_t *n, mt_stream s) {
+    const mt_model_config *c = &m->cfg;
+    const int ep = ep_n(c), r = c->expert_model_parallel_rank;
+    int64_t *recv = m->ep_counts + ep;
+    MT_TRY(mt_moe_ep_counts(la->counts_h, ep, r, moe_n(c), m->ep_counts, recv, NULL));
+    *n = 0;
+    for (int j = 0; j < ep; j++)
+        *n += recv[j];
+    MT_TRY(mt_moe_ep_sort(la->counts_h, ep, r, moe_n(c), inverse, m->ep_rows_h, *n));
+    return mt_memcpy(m->a.moe_sort.data, m->dev, m->ep_rows_h, MT_DEVICE_CPU, (size_t)*n * 4, s);
+}
+
+/* Expert parallelism, out (this rank's experts' rows, expert-major) from in (this rank's rows
+ * permuted by expert, N*k): the rows for each rank's experts sent there, the rows received
+ * sorted (Megatron's token dispatch; in the backward, the combine's gradient). */
+static mt_status ep_dispatch(mt_model *m, const layer_acts *la, mt_tensor *out, const mt_tensor *in,
+                             mt_stream s) {
+    acts *a = &m->a;
+    int64_t n;
+    MT_TRY(ep_plan(m, la, 0, &n, s));
+    MT_TRY(
+        mt_moe_ep_exchange(m->ep, &a->moe_xr, in, m->ep_counts, m->ep_counts + ep_n(&m->cfg), s));
+    if (!n) return MT_OK;
+    mt_tensor o, map;
+    MT_TRY(rows_of(out, 0, n, &o));
+    MT_TRY(mt_tensor_slice(&a->moe_sort, 0, 0, n, &map));
+    return mt_moe_permute(&o, &a->moe_xr, &map, s);
+}
+
+/* Expert parallelism, the way back: out (N*k, as this rank permuted them) from in (this rank's
+ * experts' rows, expert-major): unsorted, each row sent back to the rank it came from (the
+ * experts' outputs; in the backward, their inputs' gradient). */
+static mt_status ep_return(mt_model *m, const layer_acts *la, mt_tensor *out, const mt_tensor *in,
+                           mt_stream s) {
+    acts *a = &m->a;
+    int64_t n;
+    MT_TRY(ep_plan(m, la, 1, &n, s));
+    if (n) {
+        mt_tensor xr, map;
+        MT_TRY(rows_of(&a->moe_xr, 0, n, &xr));
+        MT_TRY(mt_tensor_slice(&a->moe_sort, 0, 0, n, &map));
+        MT_TRY(mt_moe_permute(&xr, in, &map, s));
+    }
+    return mt_moe_ep_exchange(m->ep, out, &a->moe_xr, m->ep_counts + ep_n(&m->cfg), m->ep_counts,
+                              s);
 }
 
 /* The router's options of the config (mt-moe's). */
@@ -261,7 +316,7 @@ static mt_status experts_gemm(const mt_model *m, const layer_acts *la, int op, m
     mt_tensor cs[CHUNK], as[CHUNK], bs[CHUNK];
     mt_tensor *cp[CHUNK];
     const mt_tensor *ap[CHUNK], *bp[CHUNK];
-    const int E = moe_n(&m->cfg);
+    const int E = moe_local(&m->cfg);
     const int flags = op == EXP_FWD ? MT_GEMM_TRANS_B : op == EXP_DW ? MT_GEMM_TRANS_A : 0;
     int n = 0;
     int64_t off = 0;
@@ -288,6 +343,25 @@ static mt_status experts_gemm(const mt_model *m, const layer_acts *la, int op, m
     return MT_OK;
 }
 
+/* Mixture of experts: the experts' SwiGLU over the rows they have (expert parallelism: fewer than
+ * their buffers'), forward (fc1_act) or backward (dfc1_pre). */
+static mt_status experts_swiglu(mt_model *m, const layer_acts *la, int backward, mt_stream s) {
+    acts *a = &m->a;
+    int64_t n = 0;
+    for (int e = 0; e < moe_local(&m->cfg); e++)
+        n += expert_n(m, la, e);
+    if (!n) return MT_OK;
+    mt_tensor pre, act, dpre, dact;
+    MT_TRY(rows_of(&la->fc1_pre, 0, n, &pre));
+    if (!backward) {
+        MT_TRY(rows_of(&la->fc1_act, 0, n, &act));
+        return mt_swiglu_fwd(&act, &pre, NULL, s);
+    }
+    MT_TRY(rows_of(&a->dfc1_pre, 0, n, &dpre));
+    MT_TRY(rows_of(&a->dfc1_act, 0, n, &dact));
+    return mt_swiglu_bwd(&dpre, NULL, &dact, &pre, NULL, s);
+}
+
 /* Mixture of experts: whether experts_gemm runs the experts' linears (SwiGLU, no biases). */
 static int experts_grouped(const mt_model *m, const layer_params *lp) {
     return m->cfg.swiglu && !lp->exp_fc1_b[0] && !lp->exp_fc2_b[0];
@@ -299,7 +373,9 @@ static int experts_grouped(const mt_model *m, const layer_params *lp) {
 static mt_status moe_fwd(mt_model *m, int l, layer_acts *la, const layer_params *lp,
                          mt_tensor *next, mt_stream s) {
     const mt_model_config *c = &m->cfg;
-    const int E = moe_n(c);
+    const int E = moe_local(c); /* (this rank's experts) */
+    MT_REQUIRE(ep_n(c) == 1 || m->ep, MT_ERR_INVALID_ARG,
+               "expert parallelism of %d: no group given (mt_model_set_expert_group)", ep_n(c));
     /* (sequence parallelism: every rank routes the whole micro-batch's tokens, gathered) */
     const mt_tensor *x_in = sp(m) ? &m->a.ln_all : &la->ln2;
     if (sp(m)) OP("fwd.tp.gather", mt_tp_gather_rows(m->tp, &m->a.ln_all, &la->ln2, s));
@@ -324,31 +400,37 @@ static mt_status moe_fwd(mt_model *m, int l, layer_acts *la, const layer_params 
         OP("fwd.moe.map",
            mt_moe_dispatch_map(&la->moe_rows, &la->moe_pos, &la->moe_idx, &la->moe_counts, s));
     OP("fwd.moe.permute", mt_moe_permute(&la->moe_xp, x_in, &la->moe_rows, s));
+    const mt_tensor *counts = drop ? &la->moe_kept : &la->moe_counts;
+    if (m->ep) { /* (expert parallelism: every rank's, rank-major) */
+        OP("fwd.moe.counts", mt_comm_allgather(m->ep, &m->a.moe_counts_all, counts, s));
+        counts = &m->a.moe_counts_all;
+    }
     if (!moe_region(c, Nt)) { /* the experts' row counts to the host (padded: fixed) */
-        MT_TRY(mt_memcpy(la->counts_h, MT_DEVICE_CPU, (drop ? la->moe_kept : la->moe_counts).data,
-                         m->dev, (size_t)E * sizeof(int32_t), s));
+        MT_TRY(mt_memcpy(la->counts_h, MT_DEVICE_CPU, counts->data, m->dev,
+                         (size_t)moe_n(c) * ep_n(c) * sizeof(int32_t), s));
         MT_TRY(mt_stream_sync(s));
     }
+    /* (expert parallelism: the experts' rows arrive from every rank, their outputs go back) */
+    mt_tensor *ye = m->ep ? &m->a.moe_ye : &la->moe_yp;
+    if (m->ep) OP("fwd.moe.dispatch", ep_dispatch(m, la, &la->moe_xe, &la->moe_xp, s));
     const int grouped = experts_grouped(m, lp);
     if (grouped) {
         OP("fwd.gemm.fc1",
-           experts_gemm(m, la, EXP_FWD, &la->fc1_pre, &la->moe_xp, NULL, lp->exp_fc1, 0, s));
-        OP("fwd.swiglu", mt_swiglu_fwd(&la->fc1_act, &la->fc1_pre, NULL, s));
-        OP("fwd.gemm.fc2",
-           experts_gemm(m, la, EXP_FWD, &la->moe_yp, &la->fc1_act, NULL, lp->exp_fc2, 0, s));
+           experts_gemm(m, la, EXP_FWD, &la->fc1_pre, &la->moe_xe, NULL, lp->exp_fc1, 0, s));
+        OP("fwd.swiglu", experts_swiglu(m, la, 0, s));
+        OP("fwd.gemm.fc2", experts_gemm(m, la, EXP_FWD, ye, &la->fc1_act, NULL, lp->exp_fc2, 0, s));
     }
     for (int pass = 0; pass < 2 && !grouped; pass++) { /* fc1 (GELU fused); SwiGLU; fc2 */
-        if (pass == 1 && c->swiglu)
-            OP("fwd.swiglu", mt_swiglu_fwd(&la->fc1_act, &la->fc1_pre, NULL, s));
+        if (pass == 1 && c->swiglu) OP("fwd.swiglu", experts_swiglu(m, la, 0, s));
         int64_t off = 0;
         for (int e = 0; e < E; off += expert_n(m, la, e++)) {
             const int64_t n = expert_n(m, la, e);
             mt_tensor x, h, act, y;
             if (!n) continue;
-            MT_TRY(rows_of(&la->moe_xp, off, n, &x));
+            MT_TRY(rows_of(&la->moe_xe, off, n, &x));
             MT_TRY(rows_of(&la->fc1_pre, off, n, &h));
             MT_TRY(rows_of(&la->fc1_act, off, n, &act));
-            MT_TRY(rows_of(&la->moe_yp, off, n, &y));
+            MT_TRY(rows_of(ye, off, n, &y));
             if (pass == 0 && c->swiglu)
                 OP("fwd.gemm.fc1", mt_linear_fwd(m->blas_x, &h, NULL, &x, W(lp->exp_fc1[e]),
                                                  W(lp->exp_fc1_b[e]), 0, s));
@@ -362,6 +444,7 @@ static mt_status moe_fwd(mt_model *m, int l, layer_acts *la, const layer_params 
                                                  fc2_b(m, lp, e), 0, s));
         }
     }
+    if (m->ep) OP("fwd.moe.return", ep_return(m, la, &la->moe_yp, ye, s));
     if (!next) return MT_OK;
     if (!m->tp && !hidden_drop(m)) { /* the residual add in the combine */
         OP("fwd.moe.combine",
@@ -393,7 +476,7 @@ static mt_status moe_bwd(mt_model *m, int l, layer_acts *la, const layer_params 
                          mt_stream s) {
     const mt_model_config *c = &m->cfg;
     acts *a = &m->a;
-    const int E = moe_n(c);
+    const int E = moe_local(c);     /* (this rank's experts) */
     const mt_tensor *dy = &a->dres; /* (hidden dropout: the dropped gradient) */
     if (hidden_drop(m)) OP("bwd.dropout", drop_grad(m, (uint32_t)(SITE_FC2 + 3 * l), &dy, s));
     if (sp(m)) { /* (every row's gradient: the combine ran over the whole micro-batch) */
@@ -406,8 +489,10 @@ static mt_status moe_bwd(mt_model *m, int l, layer_acts *la, const layer_params 
                                                &la->moe_probs, &la->moe_pos, s));
     /* (tensor parallelism: each rank's yp is its share, so are the probabilities' gradients) */
     OP("bwd.tp.moe", mt_tp_all_reduce(m->tp, &a->moe_dprobs, s));
+    /* (expert parallelism: the outputs' gradients go where the experts are, moe_dye) */
+    if (m->ep) OP("bwd.moe.dispatch", ep_dispatch(m, la, &a->moe_dye, &a->moe_dyp, s));
     if (c->recompute_mlp_act && c->swiglu) /* (moe_act: the shared activation refilled) */
-        OP("bwd.recompute.act", mt_swiglu_fwd(&la->fc1_act, &la->fc1_pre, NULL, s));
+        OP("bwd.recompute.act", experts_swiglu(m, la, 0, s));
     for (int e = 0; e < E && !acc; e++) /* (an expert without tokens: its grads zeroed) */
         if (!expert_n(m, la, e)) {
             MT_TRY(mt_fill(G(lp->exp_fc1[e]), 0.0f, s));
@@ -418,30 +503,28 @@ static mt_status moe_bwd(mt_model *m, int l, layer_acts *la, const layer_params 
     const int grouped = experts_grouped(m, lp);
     if (grouped) {
         OP("bwd.gemm.fc2",
-           experts_gemm(m, la, EXP_DX, &a->dfc1_act, &a->moe_dyp, NULL, lp->exp_fc2, acc, s));
+           experts_gemm(m, la, EXP_DX, &a->dfc1_act, &a->moe_dye, NULL, lp->exp_fc2, acc, s));
         OP("bwd.gemm.fc2",
-           experts_gemm(m, la, EXP_DW, NULL, &a->moe_dyp, &la->fc1_act, lp->exp_fc2, acc, s));
-        OP("bwd.swiglu", mt_swiglu_bwd(&a->dfc1_pre, NULL, &a->dfc1_act, &la->fc1_pre, NULL, s));
+           experts_gemm(m, la, EXP_DW, NULL, &a->moe_dye, &la->fc1_act, lp->exp_fc2, acc, s));
+        OP("bwd.swiglu", experts_swiglu(m, la, 1, s));
         OP("bwd.gemm.fc1",
-           experts_gemm(m, la, EXP_DX, &a->moe_dxp, &a->dfc1_pre, NULL, lp->exp_fc1, acc, s));
+           experts_gemm(m, la, EXP_DX, &a->moe_dxe, &a->dfc1_pre, NULL, lp->exp_fc1, acc, s));
         OP("bwd.gemm.fc1",
-           experts_gemm(m, la, EXP_DW, NULL, &a->dfc1_pre, &la->moe_xp, lp->exp_fc1, acc, s));
+           experts_gemm(m, la, EXP_DW, NULL, &a->dfc1_pre, &la->moe_xe, lp->exp_fc1, acc, s));
     }
     for (int pass = 0; pass < 2 && !grouped; pass++) { /* fc2 (GELU's fused); SwiGLU's; fc1 */
-        if (pass == 1 && c->swiglu)
-            OP("bwd.swiglu",
-               mt_swiglu_bwd(&a->dfc1_pre, NULL, &a->dfc1_act, &la->fc1_pre, NULL, s));
+        if (pass == 1 && c->swiglu) OP("bwd.swiglu", experts_swiglu(m, la, 1, s));
         int64_t off = 0;
         for (int e = 0; e < E; off += expert_n(m, la, e++)) {
             const int64_t n = expert_n(m, la, e);
             mt_tensor x, h, act, dy, dact, dh, dx;
             if (!n) continue;
-            MT_TRY(rows_of(&la->moe_xp, off, n, &x));
+            MT_TRY(rows_of(&la->moe_xe, off, n, &x));
             MT_TRY(rows_of(&la->fc1_pre, off, n, &h));
             MT_TRY(rows_of(&la->fc1_act, off, n, &act));
-            MT_TRY(rows_of(&a->moe_dyp, off, n, &dy));
+            MT_TRY(rows_of(&a->moe_dye, off, n, &dy));
             MT_TRY(rows_of(&a->dfc1_pre, off, n, &dh));
-            MT_TRY(rows_of(&a->moe_dxp, off, n, &dx));
+            MT_TRY(rows_of(&a->moe_dxe, off, n, &dx));
             if (pass == 0 && c->swiglu) {
                 MT_TRY(rows_of(&a->dfc1_act, off, n, &dact));
                 OP("bwd.gemm.fc2",
@@ -463,6 +546,8 @@ static mt_status moe_bwd(mt_model *m, int l, layer_acts *la, const layer_params 
             }
         }
     }
+    /* (expert parallelism: the inputs' gradients back to the ranks of their tokens) */
+    if (m->ep) OP("bwd.moe.return", ep_return(m, la, &a->moe_dxp, &a->moe_dxe, s));
     /* (tensor parallelism: the experts' input gradient summed, with sequence parallelism
      * reduce-scattered into this rank's rows, before the router's, whole on every rank, is
      * added) */

@@ -37,6 +37,17 @@ static mt_status moe_finalize(mt_model_config *c) {
                    c->tensor_model_parallel_size == 1,
                MT_ERR_UNSUPPORTED,
                "--moe-expert-capacity-factor with --sequence-parallel is not supported yet");
+    const int ep = c->expert_model_parallel_size;
+    MT_REQUIRE(ep >= 0 && (ep <= 1 || c->num_moe_experts % ep == 0), MT_ERR_INVALID_ARG,
+               "Number of experts (%d) should be a multiple of expert model parallel_size (%d).",
+               c->num_moe_experts, ep);
+    MT_REQUIRE(c->expert_model_parallel_rank >= 0 && c->expert_model_parallel_rank < (ep ? ep : 1),
+               MT_ERR_INVALID_ARG, "expert_model_parallel_rank %d of %d",
+               c->expert_model_parallel_rank, ep);
+    MT_REQUIRE(ep <= 1 || c->moe_expert_capacity_factor == 0.0f, MT_ERR_UNSUPPORTED,
+               "--moe-expert-capacity-factor with --expert-model-parallel-size %d is not supported "
+               "yet (dropless only)",
+               ep);
     return MT_OK;
 }
 
@@ -288,7 +299,8 @@ static void build_table(const mt_model_config *c, table *m) {
         if (moe_n(c)) { /* (no biases, no tensor parallelism: moe_finalize) */
             const int64_t Fe = c->moe_ffn_hidden_size; /* (expert TP = TP: Megatron's default) */
             P("mlp.router.weight", 2, moe_n(c), C, std, 0, 0);
-            for (int e = 0; e < moe_n(c); e++) {
+            /* (expert parallelism: this rank's experts, by global index) */
+            for (int e = moe_first(c); e < moe_first(c) + moe_local(c); e++) {
                 char x[64];
                 snprintf(x, sizeof x, "mlp.experts.local_experts.%d.linear_fc1.weight", e);
                 P(x, 2, (c->swiglu ? 2 : 1) * Fe, C, std, 0, 0);
@@ -435,6 +447,7 @@ static void plan_layer(const mt_model *m, planner *p, layer_acts *la) {
     TAKE(p, &la->ln2_rstd, MT_F32, Nl);
     if (moe_n(c)) { /* the permuted rows: N*k, each expert's consecutive */
         const int64_t E = moe_n(c), k = moe_k(c), Fe = local_moe_ffn(c), R = moe_rows(c, N);
+        const int64_t Re = moe_expert_rows(c, N); /* (this rank's experts' rows) */
         TAKE(p, &la->router_logits, MT_F32, N, E);
         TAKE(p, &la->moe_probs, MT_F32, N, k);
         TAKE(p, &la->moe_idx, MT_I32, N, k);
@@ -443,13 +456,17 @@ static void plan_layer(const mt_model *m, planner *p, layer_acts *la) {
         TAKE(p, &la->moe_rows, MT_I32, R);
         TAKE(p, &la->moe_pos, MT_I32, N, k);
         TAKE(p, &la->moe_xp, dt, R, C);
-        TAKE(p, &la->fc1_pre, dt, R, (c->swiglu ? 2 : 1) * Fe);
+        if (ep_n(c) > 1)
+            TAKE(p, &la->moe_xe, dt, Re, C);
+        else
+            la->moe_xe = la->moe_xp;
+        TAKE(p, &la->fc1_pre, dt, Re, (c->swiglu ? 2 : 1) * Fe);
         if (c->recompute_mlp_act)
             la->fc1_act = m->a.mlp_act; /* (Megatron's moe_act: refilled before each backward) */
         else
-            TAKE(p, &la->fc1_act, dt, R, Fe);
+            TAKE(p, &la->fc1_act, dt, Re, Fe);
         TAKE(p, &la->moe_yp, dt, R, C);
-        la->counts_h = p->host ? p->host + (size_t)p->nsets * E : NULL;
+        la->counts_h = p->host ? p->host + (size_t)p->nsets * E * ep_n(c) : NULL;
         p->nsets++;
         return;
     }
@@ -477,7 +494,8 @@ static void plan_acts(mt_model *m, planner *p) {
     mt_dtype dt = c->dtype;
     acts *a = &m->a;
     if (c->recompute_mlp_act) /* (MoE: the experts' rows) */
-        TAKE(p, &a->mlp_act, dt, moe_n(c) ? moe_rows(c, N) : N, moe_n(c) ? local_moe_ffn(c) : F);
+        TAKE(p, &a->mlp_act, dt, moe_n(c) ? moe_expert_rows(c, N) : N,
+             moe_n(c) ? local_moe_ffn(c) : F);
     if (c->recompute_layernorm) TAKE(p, &a->ln_out, dt, Nl, C);
     for (int s = 0; s < a->n_rc; s++)
         plan_layer(m, p, &a->rc[s]);
@@ -521,16 +539,27 @@ static void plan_acts(mt_model *m, planner *p) {
     TAKE(p, &a->dqkv, dt, N, QKV);
     if (moe_n(c)) { /* (the experts' rows: N*k of this rank's moe_ffn_hidden_size) */
         const int64_t E = moe_n(c), k = moe_k(c), Fe = local_moe_ffn(c), R = moe_rows(c, N);
+        const int64_t Re = moe_expert_rows(c, N);
         TAKE(p, &a->moe_loss, MT_F32, 2);
         if (tp || c->hidden_dropout > 0.0f) TAKE(p, &a->moe_y, dt, N, C);
         if (c->moe_expert_capacity_factor > 0.0f) TAKE(p, &a->moe_work, MT_I32, N * k);
         TAKE(p, &a->moe_dyp, dt, R, C);
         TAKE(p, &a->moe_dxp, dt, R, C);
+        if (ep_n(c) > 1) {
+            TAKE(p, &a->moe_ye, dt, Re, C);
+            TAKE(p, &a->moe_dye, dt, Re, C);
+            TAKE(p, &a->moe_dxe, dt, Re, C);
+            TAKE(p, &a->moe_xr, dt, Re, C);
+            TAKE(p, &a->moe_sort, MT_I32, Re);
+            TAKE(p, &a->moe_counts_all, MT_I32, ep_n(c), E);
+        } else {
+            a->moe_dye = a->moe_dyp, a->moe_dxe = a->moe_dxp;
+        }
         TAKE(p, &a->moe_dprobs, MT_F32, N, k);
         TAKE(p, &a->moe_dlogits, MT_F32, N, E);
         TAKE(p, &a->moe_dlogits_dt, dt, N, E);
-        if (c->swiglu) TAKE(p, &a->dfc1_act, dt, R, Fe);
-        TAKE(p, &a->dfc1_pre, dt, R, (c->swiglu ? 2 : 1) * Fe);
+        if (c->swiglu) TAKE(p, &a->dfc1_act, dt, Re, Fe);
+        TAKE(p, &a->dfc1_pre, dt, Re, (c->swiglu ? 2 : 1) * Fe);
     } else {
         if (c->swiglu) TAKE(p, &a->dfc1_act, dt, N, F); /* GELU's backward rides on fc2's GEMM */
         TAKE(p, &a->dfc1_pre, dt, N, F1);
@@ -665,6 +694,22 @@ static mt_status init_weights(mt_model *m) {
     return st;
 }
 
+mt_status mt_model_set_expert_group(mt_model *m, mt_comm *ep) {
+    MT_REQUIRE(m, MT_ERR_INVALID_ARG, "model is NULL");
+    const mt_model_config *c = &m->cfg;
+    MT_REQUIRE(ep_n(c) > 1, MT_ERR_INVALID_ARG,
+               "an expert-parallel group for a model without expert parallelism");
+    MT_REQUIRE(ep && mt_comm_size(ep) == ep_n(c) &&
+                   mt_comm_rank(ep) == c->expert_model_parallel_rank,
+               MT_ERR_INVALID_ARG,
+               "the expert-parallel group has %d rank(s) (this one %d), the config's "
+               "expert_model_parallel_size is %d (rank %d)",
+               ep ? mt_comm_size(ep) : 0, ep ? mt_comm_rank(ep) : -1, ep_n(c),
+               c->expert_model_parallel_rank);
+    m->ep = ep;
+    return MT_OK;
+}
+
 mt_status mt_model_create(const mt_model_config *cfg, int micro_batch_size, mt_device device,
                           mt_model_param_fn fn, void *ctx, mt_model **out) {
     return mt_model_create_tp(cfg, micro_batch_size, device, NULL, fn, ctx, out);
@@ -764,7 +809,7 @@ static mt_status create(const mt_model_config *cfg, int micro_batch_size, mt_dev
         FIND(kn_b, "self_attention.k_layernorm.bias");
         FIND(router_w, "mlp.router.weight");
         if (!moe_n(&m->cfg)) continue;
-        const int E = moe_n(&m->cfg);
+        const int E = moe_local(&m->cfg), e0 = moe_first(&m->cfg); /* (this rank's experts) */
         if (!m->moe_params)
             m->moe_params = calloc((size_t)(4 * E * m->cfg.num_layers), sizeof *m->moe_params);
         if (!m->moe_params) {
@@ -777,13 +822,13 @@ static mt_status create(const mt_model_config *cfg, int micro_batch_size, mt_dev
         m->lp[l].exp_fc2_b = m->lp[l].exp_fc1_b + E;
         for (int e = 0; e < E; e++) {
             char x[64];
-            snprintf(x, sizeof x, "mlp.experts.local_experts.%d.linear_fc1.weight", e);
+            snprintf(x, sizeof x, "mlp.experts.local_experts.%d.linear_fc1.weight", e0 + e);
             FIND(exp_fc1[e], x);
-            snprintf(x, sizeof x, "mlp.experts.local_experts.%d.linear_fc2.weight", e);
+            snprintf(x, sizeof x, "mlp.experts.local_experts.%d.linear_fc2.weight", e0 + e);
             FIND(exp_fc2[e], x);
-            snprintf(x, sizeof x, "mlp.experts.local_experts.%d.linear_fc1.bias", e);
+            snprintf(x, sizeof x, "mlp.experts.local_experts.%d.linear_fc1.bias", e0 + e);
             FIND(exp_fc1_b[e], x);
-            snprintf(x, sizeof x, "mlp.experts.local_experts.%d.linear_fc2.bias", e);
+            snprintf(x, sizeof x, "mlp.experts.local_experts.%d.linear_fc2.bias", e0 + e);
             FIND(exp_fc2_b[e], x);
         }
     }
@@ -805,8 +850,14 @@ static mt_status create(const mt_model_config *cfg, int micro_batch_size, mt_dev
     void *abase;
     MT_TRY_GOTO(mt_arena_alloc(m->a_arena, p.off, &abase), st, fail);
     if (moe_n(&m->cfg)) {
-        m->moe_host = calloc((size_t)p.nsets * (size_t)moe_n(&m->cfg) + 1, sizeof(int32_t));
-        if (!m->moe_host) {
+        const size_t per = (size_t)moe_n(&m->cfg) * (size_t)ep_n(&m->cfg);
+        m->moe_host = calloc((size_t)p.nsets * per + 1, sizeof(int32_t));
+        if (ep_n(&m->cfg) > 1) {
+            m->ep_counts = calloc(2 * (size_t)ep_n(&m->cfg), sizeof(int64_t));
+            m->ep_rows_h =
+                calloc((size_t)moe_expert_rows(&m->cfg, (int64_t)m->B * m->cfg.seq_length) + 1, 4);
+        }
+        if (!m->moe_host || (ep_n(&m->cfg) > 1 && (!m->ep_counts || !m->ep_rows_h))) {
             st = MT_ERROR(MT_ERR_OOM, "MoE counts");
             goto fail;
         }
@@ -985,6 +1036,8 @@ void mt_model_destroy(mt_model *m) {
     free(m->lp);
     free(m->moe_params);
     free(m->moe_host);
+    free(m->ep_counts);
+    free(m->ep_rows_h);
     free(m->spec);
     free(m->params);
     free(m);

@@ -102,6 +102,23 @@ static inline int64_t moe_rows(const mt_model_config *c, int64_t N) {
     return moe_region(c, N) ? moe_n(c) * moe_region(c, N) : N * moe_k(c);
 }
 
+/* Expert parallelism: its ranks (1: none), this rank's experts [moe_first, + moe_local), and the
+ * rows they can receive: each of the ep ranks' N tokens sends each rank at most min(k, its
+ * experts) rows (without expert parallelism: the permuted rows). */
+static inline int ep_n(const mt_model_config *c) {
+    return c->expert_model_parallel_size > 1 ? c->expert_model_parallel_size : 1;
+}
+static inline int moe_local(const mt_model_config *c) {
+    return moe_n(c) / ep_n(c);
+}
+static inline int moe_first(const mt_model_config *c) {
+    return ep_n(c) > 1 ? c->expert_model_parallel_rank * moe_local(c) : 0;
+}
+static inline int64_t moe_expert_rows(const mt_model_config *c, int64_t N) {
+    const int64_t k = moe_k(c) < moe_local(c) ? moe_k(c) : moe_local(c);
+    return ep_n(c) > 1 ? ep_n(c) * N * k : moe_rows(c, N);
+}
+
 /* The token rows of the residual stream a rank holds: N, or N / tp with sequence parallelism. */
 static inline int64_t local_rows(const mt_model_config *c, int64_t N) {
     return c->sequence_parallel ? N / tp_n(c) : N;
@@ -127,7 +144,11 @@ typedef struct layer_acts {
      * (N*k,C) */
     mt_tensor router_logits, moe_probs, moe_idx, moe_counts, moe_rows, moe_pos, moe_xp, moe_yp;
     mt_tensor moe_kept; /* token dropping: the rows each expert keeps (E) i32 */
-    int32_t *counts_h;  /* the experts' row counts (kept ones with dropping) on the host */
+    int32_t *counts_h;  /* the experts' row counts (kept ones with dropping) on the host; with
+                           expert parallelism every rank's (ep,E), rank-major */
+    /* the rows this rank's experts run on (fc1's input): moe_xp, or with expert parallelism the
+     * rows received, expert-major (moe_expert_rows) */
+    mt_tensor moe_xe;
 } layer_acts;
 
 typedef struct acts {
@@ -164,6 +185,11 @@ typedef struct acts {
      * add (N,C): this rank's partial sum (summed over the group), dropped before the add */
     mt_tensor moe_y;
     mt_tensor moe_work; /* token dropping: the capacity map's workspace (N*k) i32 */
+    /* expert parallelism (else views of the above): the experts' outputs (moe_ye) and the
+     * gradients of their outputs and inputs (moe_dye, moe_dxe), expert-major; the rows as sent
+     * or received (moe_xr); all (moe_expert_rows, C). The sort's row map (moe_expert_rows) i32;
+     * every rank's tokens per expert (ep,E) i32 */
+    mt_tensor moe_ye, moe_dye, moe_dxe, moe_xr, moe_sort, moe_counts_all;
 } acts;
 
 typedef struct layer_params {
@@ -207,6 +233,9 @@ struct mt_model {
      * tried: 17% slower at 8 experts of 2048 x 5632, no faster at 16 of 1024 x 1408.) */
     mt_blas *blas_x;
     mt_comm *tp;         /* tensor-parallel group (NULL: TP 1) */
+    mt_comm *ep;         /* expert-parallel group (mt_model_set_expert_group; NULL: none) */
+    int64_t *ep_counts;  /* expert parallelism: rows sent to, received from each rank (2 ep) */
+    int32_t *ep_rows_h;  /* expert parallelism: the sort's row map on the host */
     int tpr;             /* this rank's place in it */
     mt_tp_async tpa;     /* CUDA, MT_TP_ASYNC=1: the column-parallel backwards' collectives
                             beside their dW GEMMs (off by default: no faster on GPT-2 124M at

@@ -549,11 +549,19 @@ mt_status mt_train_args_parse(mt_train_args *a, int argc, char **argv) {
 
 /* The mixture-of-experts flags (megatron/training/arguments.py's messages where it has them). */
 static mt_status validate_moe(const mt_train_args *a) {
-    if (a->expert_model_parallel_size != 1)
-        return MT_ERROR(MT_ERR_UNSUPPORTED, "expert parallelism is not supported yet: "
-                                            "--expert-model-parallel-size must be 1");
+    const int ep = a->expert_model_parallel_size;
+    if (ep < 1) return BAD("--expert-model-parallel-size must be positive, got %d", ep);
     if (a->num_experts < 0) return BAD("--num-experts must be positive, got %d", a->num_experts);
+    if (ep > 1 && !a->num_experts)
+        return BAD("num_experts must be non None to use expert model parallelism");
     if (!a->num_experts) return MT_OK;
+    if (a->num_experts % ep != 0)
+        return BAD("Number of experts should be a multiple of expert model parallel_size.");
+    if (ep > 1 && a->moe_expert_capacity_factor > 0)
+        return MT_ERROR(MT_ERR_UNSUPPORTED,
+                        "--moe-expert-capacity-factor with --expert-model-parallel-size %d is not "
+                        "supported yet (dropless only)",
+                        ep);
     if (a->moe_router_topk < 1 || a->moe_router_topk > a->num_experts)
         return BAD("--moe-router-topk (%d) must be in [1, --num-experts (%d)]", a->moe_router_topk,
                    a->num_experts);

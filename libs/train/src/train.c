@@ -33,6 +33,12 @@ typedef struct run {
      * Megatron's model-parallel group; tp itself for one stage) */
     mt_comm *tp, *dp, *dp_own, *pp, *emb_own, *emb, *mp_own, *mp;
     int tp_size, tp_rank, dp_size, dp_rank, pp_size, pp_rank;
+    /* expert parallelism (Megatron's expert grid tp-ep-dp-pp, expert TP = TP): the data-parallel
+     * ranks of a stage in groups of ep_size consecutive ones (ep: they hold different experts),
+     * edp: the ranks holding the same experts, emp: tensor x expert x pipeline (the expert grads'
+     * norm); NULL when not split (one rank) */
+    mt_comm *ep, *edp, *emp;
+    int ep_size, ep_rank, edp_size, edp_rank;
     mt_device dev;
     int64_t vocab, eod;
     mt_model_config mc;
@@ -249,6 +255,21 @@ static mt_status setup_world(run *r) {
                                  &r->mp_own));
     }
     r->mp = pp > 1 && tp > 1 ? r->mp_own : pp > 1 ? r->pp : r->tp;
+    const int ep = a->expert_model_parallel_size;
+    MT_REQUIRE(r->dp_size % ep == 0, MT_ERR_INVALID_ARG,
+               "world size (%d) is not divisible by tensor model parallel size (%d) times expert "
+               "model parallel size (%d) times pipeline model parallel size (%d)",
+               r->nranks, tp, ep, pp);
+    r->ep_size = ep, r->ep_rank = r->dp_rank % ep;
+    r->edp_size = r->dp_size / ep, r->edp_rank = r->dp_rank / ep;
+    if (ep > 1) {
+        MT_TRY(mt_comm_split(r->world, (r->pp_rank * r->edp_size + r->edp_rank) * tp + r->tp_rank,
+                             r->ep_rank, "ep", &r->ep));
+        if (r->edp_size > 1)
+            MT_TRY(mt_comm_split(r->world, (r->pp_rank * ep + r->ep_rank) * tp + r->tp_rank,
+                                 r->edp_rank, "expert-dp", &r->edp));
+        MT_TRY(mt_comm_split(r->world, r->edp_rank, r->rank, "expert-mp", &r->emp));
+    }
     int ngpu = 0;
     MT_TRY(mt_device_count(&ngpu));
     mt_device d = mt_comm_device(r->world);
@@ -362,6 +383,7 @@ static mt_status register_param(void *ctx, const char *name, int ndim, const int
         if (r->pp_size > 1 && r->pp_rank == r->pp_size - 1 &&
             strcmp(name, "embedding.word_embeddings.weight") == 0)
             flags |= MT_OPTIM_PARAM_SHARED;
+        if (r->ep_size > 1 && strstr(name, ".mlp.experts.")) flags |= MT_OPTIM_PARAM_EXPERT;
         return mt_optim_buffer_add(r->buf, name, ndim, shape, flags, NULL);
     }
     MT_TRY(mt_optim_buffer_find(r->buf, name, &idx));
@@ -419,6 +441,8 @@ static mt_status setup_model(run *r) {
     c->moe_pad_expert_input_to_capacity = a->moe_pad_expert_input_to_capacity;
     c->moe_router_pre_softmax = a->moe_router_pre_softmax;
     c->moe_router_topk_scaling_factor = (float)a->moe_router_topk_scaling_factor;
+    c->expert_model_parallel_size = r->ep_size;
+    c->expert_model_parallel_rank = r->ep_rank;
     if (a->recompute_granularity) {
         int full = strcmp(a->recompute_granularity, "full") == 0;
         c->recompute_granularity = full ? MT_RECOMPUTE_FULL : MT_RECOMPUTE_SELECTIVE;
@@ -442,6 +466,7 @@ static mt_status setup_model(run *r) {
                           ? a->ddp_bucket_size
                           : (40000000 > 1000000 * r->dp_size ? 40000000 : 1000000 * r->dp_size);
     bc.dp_size = r->dp_size;
+    bc.expert_dp_size = r->edp_size;
     bc.tp_rank = r->tp_rank;
     MT_TRY(mt_optim_buffer_create(&bc, &r->buf));
     MT_TRY(mt_model_list_params(c, register_param, r));
@@ -450,6 +475,7 @@ static mt_status setup_model(run *r) {
     MT_TRY(mt_arena_create(r->dev, bytes, &r->buf_arena));
     MT_TRY(mt_optim_buffer_bind(r->buf, r->buf_arena));
     MT_TRY(mt_model_create_tp(c, a->micro_batch_size, r->dev, r->tp, register_param, r, &r->model));
+    if (r->ep) MT_TRY(mt_model_set_expert_group(r->model, r->ep));
     r->nslots = mt_model_pp_slots(r->model);
     /* the forward and backward as one CUDA graph from the second micro-batch on (MT_CUDA_GRAPHS=0:
      * off, for comparison); the profiler runs without it */
@@ -469,6 +495,8 @@ static mt_status setup_model(run *r) {
     oc.grad_reduce_in_bf16 = a->grad_reduce_in_bf16;
     oc.dp = r->dp_size > 1 ? r->dp : NULL;
     oc.mp = r->mp; /* the grad norm's split parameters (and stages) are summed over it */
+    oc.expert_dp = r->edp;
+    oc.expert_mp = r->emp;
     MT_TRY(mt_optim_state_bytes(&oc, r->buf, &bytes));
     MT_TRY(mt_arena_create(r->dev, bytes, &r->opt_arena));
     MT_TRY(mt_optim_create(&oc, r->buf, r->opt_arena, &r->opt));
@@ -769,12 +797,20 @@ typedef struct piece_list {
 
 static const char *state_kinds[3] = { "master", "exp_avg", "exp_avg_sq" };
 
-/* Which copy of a tensor this rank holds: one per data-parallel rank unless `sharded` (the
- * distributed optimizer's state), one per tensor-parallel rank if the parameter is not split. */
+/* Whether parameter `name` is an expert's under expert parallelism (held by the expert-data-
+ * parallel ranks, not by every data-parallel one). */
+static int expert_param(const run *r, const char *name) {
+    return r->ep_size > 1 && strstr(name, ".mlp.experts.") != NULL;
+}
+
+/* Which copy of a tensor this rank holds: one per data-parallel rank (an expert's: per
+ * expert-data-parallel rank) unless `sharded` (the distributed optimizer's state), one per
+ * tensor-parallel rank if the parameter is not split. */
 static int replica_of(const run *r, const mt_model_param *p, int sharded) {
     const int whole = p->tp_axis < 0;
+    const int dpr = expert_param(r, p->name) ? r->edp_rank : r->dp_rank;
     if (p->pp_shared) return 1; /* (the first stage writes the tied embedding) */
-    return (sharded ? 0 : r->dp_rank) * (whole ? r->tp_size : 1) + (whole ? r->tp_rank : 0);
+    return (sharded ? 0 : dpr) * (whole ? r->tp_size : 1) + (whole ? r->tp_rank : 0);
 }
 
 /* Appends the boxes of parameter p's local elements [s, e) (row-major in this rank's shard), held
@@ -833,12 +869,14 @@ static mt_status state_pieces(run *r, piece_list *l, int model) {
     mt_tensor st[3];
     MT_TRY(mt_optim_state(r->opt, &st[0], &st[1], &st[2]));
     int dist = r->a->use_distributed_optimizer && r->dp_size > 1;
-    int shards = dist ? r->dp_size : 1, me = dist ? r->dp_rank : 0;
     int np = mt_optim_buffer_num_params(r->buf), nb = mt_optim_buffer_num_buckets(r->buf);
     int64_t local = 0; /* where bucket k's shard starts in the state views */
     for (int k = 0; k < nb; k++) {
         mt_optim_bucket b;
         MT_TRY(mt_optim_buffer_bucket(r->buf, k, &b));
+        /* (an expert bucket is sharded over the expert-data-parallel group) */
+        const int shards = !dist ? 1 : b.expert ? r->edp_size : r->dp_size;
+        const int me = !dist ? 0 : b.expert ? r->edp_rank : r->dp_rank;
         int64_t shard = b.numel / shards, lo = b.offset + me * shard, hi = lo + shard;
         for (int i = 0; i < np; i++) {
             mt_optim_param_info info;
@@ -1835,6 +1873,9 @@ static void teardown(run *r) {
     free(r->launched);
     mt_prof_destroy(r->prof);
     mt_comm_destroy(r->tp);
+    mt_comm_destroy(r->ep);
+    mt_comm_destroy(r->edp);
+    mt_comm_destroy(r->emp);
     mt_comm_destroy(r->dp_own);
     mt_comm_destroy(r->mp_own);
     mt_comm_destroy(r->emb_own);
@@ -1917,6 +1958,8 @@ mt_status mt_train_run(const mt_train_args *a) {
             params += mt_tensor_numel(&mt_model_param_at(r.model, i)->weight);
         char pp[48] = ""; /* (Megatron's grid order: tp, dp, pp) */
         if (r.pp_size > 1) snprintf(pp, sizeof pp, " x pipeline parallel %d", r.pp_size);
+        if (r.ep_size > 1) /* (the experts over expert-parallel ranks of the data-parallel ones) */
+            snprintf(pp + strlen(pp), sizeof pp - strlen(pp), ", expert parallel %d", r.ep_size);
         char kind[64]; /* (MoE: Mixtral-style with the Llama choices) */
         snprintf(kind, sizeof kind, "%s",
                  r.mc.normalization == MT_NORM_RMSNORM ? "Llama-style" : "GPT");
@@ -1927,9 +1970,9 @@ mt_status mt_train_run(const mt_train_args *a) {
         printf("> building %s model: %lld parameters%s, padded vocab %d, %d rank(s) on %s, %s, "
                "%d micro-batch(es) per iteration (tensor parallel %d x data parallel %d%s)\n",
                kind, (long long)params,
-               r.pp_size > 1   ? " on this rank (the last pipeline stage's)"
-               : r.tp_size > 1 ? " on this tensor-parallel rank"
-                               : "",
+               r.pp_size > 1                    ? " on this rank (the last pipeline stage's)"
+               : r.tp_size > 1 || r.ep_size > 1 ? " on this rank"
+                                                : "",
                r.mc.padded_vocab_size, r.nranks, mt_device_is_cuda(r.dev) ? "cuda" : "cpu",
                a->bf16   ? "bf16"
                : a->fp16 ? "fp16"

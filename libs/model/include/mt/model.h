@@ -174,6 +174,16 @@ typedef struct mt_model_config {
      * renormalised over the k) and --moe-router-topk-scaling-factor (0: 1); mt_moe_router's */
     int moe_router_pre_softmax;
     float moe_router_topk_scaling_factor;
+    /* Megatron's expert parallelism (--expert-model-parallel-size; 0 or 1: none): the experts
+     * split over an expert-parallel group of that many ranks, rank r (this rank's,
+     * expert_model_parallel_rank) holding experts [r E/ep, (r+1) E/ep) (their parameters named
+     * by global expert index, so a checkpoint's names do not depend on ep). Each rank routes its
+     * own tokens and sends every rank the rows for its experts, an all-to-all of variable rows
+     * (Megatron's MoEAlltoAllTokenDispatcher); the expert outputs come back the same way.
+     * mt_model_set_expert_group gives the group; calls are then collective over it. Dropless
+     * only (no moe_expert_capacity_factor). */
+    int expert_model_parallel_size;
+    int expert_model_parallel_rank;
 } mt_model_config;
 
 #define MT_MODEL_CONFIG_INIT                                                                   \
@@ -181,7 +191,7 @@ typedef struct mt_model_config {
         sizeof(mt_model_config), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, MT_NORM_LAYERNORM, 0.0f,     \
             MT_POS_LEARNED, 0.0, 0, 0, 1, 0, 0.0f, 1234, MT_F32, 0, MT_RECOMPUTE_NONE,         \
             MT_RECOMPUTE_METHOD_NONE, 0, 0, 0, 0, 0, 0, 0.0f, 0.0f, 0, 0, 0, 0, 0, 0, 0, 0, 0, \
-            0.0f, 0.0f, 0.0f, 0, 0, 0, 0.0f                                                    \
+            0.0f, 0.0f, 0.0f, 0, 0, 0, 0.0f, 0, 0                                              \
     }
 
 /* Fills the derived fields (zeros) of cfg in place and checks it; MT_ERR_INVALID_ARG with
@@ -246,6 +256,10 @@ MT_API mt_status mt_model_create_tp(const mt_model_config *cfg, int micro_batch_
                                     mt_device device, mt_comm *tp, mt_model_param_fn fn, void *ctx,
                                     mt_model **out);
 MT_API void mt_model_destroy(mt_model *m); /* NULL is a no-op */
+/* Expert parallelism (cfg.expert_model_parallel_size > 1): the expert-parallel group, whose size
+ * must be the config's and this rank's place in it expert_model_parallel_rank. Before the first
+ * forward; the group must outlive the model. Host tensors go over MPI, device tensors over NCCL. */
+MT_API mt_status mt_model_set_expert_group(mt_model *m, mt_comm *ep);
 /* Whether parameter `name` of a model of `cfg` is split by tensor parallelism (its tp_axis, 0 or
  * 1) or whole on every rank (-1): for a caller that lays out storage before creating the model
  * (an optimizer counting replicated parameters once). -2 for a name the model does not have. */
