@@ -60,15 +60,16 @@ wait $pid; rc=$?; pid=
 [ $rc = 0 ] && echo "ok returned after --max-requests" || { echo "FAIL: mt-serve rc $rc"; cat "$d/serve.log"; fail=1; }
 
 # continuous batching: three slots, each step slowed to 50 ms so that requests overlap. A (two
-# prompts, sampled) starts; B (greedy) joins its third slot mid-way; C waits for a free slot and
-# joins while B decodes. Every prompt gets mt-generate's continuation with its request's settings.
+# prompts, sampled, 16 tokens) starts; B (greedy, 8) joins its third slot mid-way; C waits for a
+# free slot and joins while A still decodes (A's 16 steps outlast B's by far: on a GPU A's first
+# steps can be slow enough that B starts beside them). Every prompt gets mt-generate's continuation with its request's settings.
 export MT_KV_CHUNK=2 # (prompts prefilled in chunks of 2, in mt-generate too)
 MT_SERVE_BATCH=3 MT_SERVE_STEP_DELAY_MS=50 timeout 120 "$MT_SERVE" --load "$d/ck" "${dev[@]}" --port 0 \
   --max-requests 6 --tokens-to-generate 6 > "$d/serve2.log" 2>&1 &
 pid=$!
 for _ in $(seq 100); do grep -q "listening on" "$d/serve2.log" && break; sleep 0.1; done
 url=$(grep -o "http://[0-9.:]*/api" "$d/serve2.log") || { echo "FAIL: no server"; cat "$d/serve2.log"; exit 1; }
-bodies=('{"prompts": ["In the beginning", "And God said"], "tokens_to_generate": 10, "temperature": 0.9, "top_p": 0.95, "random_seed": 11}'
+bodies=('{"prompts": ["In the beginning", "And God said"], "tokens_to_generate": 16, "temperature": 0.9, "top_p": 0.95, "random_seed": 11}'
         '{"prompts": ["Then the LORD"], "tokens_to_generate": 8, "temperature": 0}'
         '{"prompts": ["And"], "tokens_to_generate": 6, "temperature": 0.7, "top_k": 10, "random_seed": 9}')
 cpids=()
@@ -104,8 +105,8 @@ check() {  # response-file index prompt flags...
   [ -n "$w" ] && [ "$g" = "$w" ] && echo "ok continuous: '$p' = mt-generate: $g" \
     || { echo "FAIL continuous '$p': $g, mt-generate $w"; fail=1; }
 }
-check "$d/r0.out" 0 "In the beginning" --tokens-to-generate 10 --temperature 0.9 --top_p 0.95 --seed 11
-check "$d/r0.out" 1 "And God said" --tokens-to-generate 10 --temperature 0.9 --top_p 0.95 --seed 11
+check "$d/r0.out" 0 "In the beginning" --tokens-to-generate 16 --temperature 0.9 --top_p 0.95 --seed 11
+check "$d/r0.out" 1 "And God said" --tokens-to-generate 16 --temperature 0.9 --top_p 0.95 --seed 11
 check "$d/r1.out" 0 "Then the LORD" --tokens-to-generate 8 --greedy
 check "$d/r2.out" 0 "And" --tokens-to-generate 6 --temperature 0.7 --top_k 10 --seed 9
 # B and C were decoded beside other requests' rows (the server's line per request)
