@@ -230,57 +230,20 @@ static int64_t expert_n(const mt_model *m, const layer_acts *la, int e) {
     return region ? region : n;
 }
 
-/* Expert parallelism: the plan of layer la's rows (m->ep_counts: the rows sent to each rank,
- * then those received; *n the rows received) and, with maps, the sort's and unsort's row maps
- * into la->moe_map (one copy a layer forward: a copy from pageable memory waits for the stream,
- * and the backward reuses them). */
-static mt_status ep_plan(mt_model *m, layer_acts *la, int maps, int64_t *n, mt_stream s) {
-    const mt_model_config *c = &m->cfg;
-    const int ep = ep_n(c), r = c->expert_model_parallel_rank;
-    int64_t *recv = m->ep_counts + ep;
-    MT_TRY(mt_moe_ep_counts(la->counts_h, ep, r, moe_n(c), m->ep_counts, recv, NULL));
-    *n = 0;
-    for (int j = 0; j < ep; j++)
-        *n += recv[j];
-    if (!maps) return MT_OK;
-    MT_TRY(mt_moe_ep_sort(la->counts_h, ep, r, moe_n(c), 0, m->ep_rows_h, *n));
-    MT_TRY(mt_moe_ep_sort(la->counts_h, ep, r, moe_n(c), 1, m->ep_rows_h + *n, *n));
-    return mt_memcpy(la->moe_map.data, m->dev, m->ep_rows_h, MT_DEVICE_CPU, (size_t)*n * 8, s);
-}
-
 /* Expert parallelism, out (this rank's experts' rows, expert-major) from in (this rank's rows
- * permuted by expert, N*k): the rows for each rank's experts sent there, the rows received
- * sorted (Megatron's token dispatch; in the backward, the combine's gradient). */
-static mt_status ep_dispatch(mt_model *m, layer_acts *la, mt_tensor *out, const mt_tensor *in,
+ * permuted by expert, N*k): each row sent to the rank of its expert, straight to its place
+ * (Megatron's token dispatch; in the backward, the combine's gradient). */
+static mt_status ep_dispatch(mt_model *m, const layer_acts *la, mt_tensor *out, const mt_tensor *in,
                              mt_stream s) {
-    acts *a = &m->a;
-    int64_t n;
-    MT_TRY(ep_plan(m, la, 0, &n, s));
-    MT_TRY(
-        mt_moe_ep_exchange(m->ep, &a->moe_xr, in, m->ep_counts, m->ep_counts + ep_n(&m->cfg), s));
-    if (!n) return MT_OK;
-    mt_tensor o, map;
-    MT_TRY(rows_of(out, 0, n, &o));
-    MT_TRY(mt_tensor_slice(&la->moe_map, 0, 0, n, &map));
-    return mt_moe_permute(&o, &a->moe_xr, &map, s);
+    return mt_moe_ep_dispatch(m->ep, out, in, la->counts_h, moe_n(&m->cfg), s);
 }
 
 /* Expert parallelism, the way back: out (N*k, as this rank permuted them) from in (this rank's
- * experts' rows, expert-major): unsorted, each row sent back to the rank it came from (the
- * experts' outputs; in the backward, their inputs' gradient). */
-static mt_status ep_return(mt_model *m, layer_acts *la, mt_tensor *out, const mt_tensor *in,
+ * experts' rows, expert-major), each row to the rank it came from (the experts' outputs; in the
+ * backward, their inputs' gradient). */
+static mt_status ep_return(mt_model *m, const layer_acts *la, mt_tensor *out, const mt_tensor *in,
                            mt_stream s) {
-    acts *a = &m->a;
-    int64_t n;
-    MT_TRY(ep_plan(m, la, 0, &n, s));
-    if (n) {
-        mt_tensor xr, map;
-        MT_TRY(rows_of(&a->moe_xr, 0, n, &xr));
-        MT_TRY(mt_tensor_slice(&la->moe_map, 0, n, n, &map));
-        MT_TRY(mt_moe_permute(&xr, in, &map, s));
-    }
-    return mt_moe_ep_exchange(m->ep, out, &a->moe_xr, m->ep_counts + ep_n(&m->cfg), m->ep_counts,
-                              s);
+    return mt_moe_ep_combine(m->ep, out, in, la->counts_h, moe_n(&m->cfg), s);
 }
 
 /* The router's options of the config (mt-moe's). */
@@ -415,11 +378,7 @@ static mt_status moe_fwd(mt_model *m, int l, layer_acts *la, const layer_params 
     }
     /* (expert parallelism: the experts' rows arrive from every rank, their outputs go back) */
     mt_tensor *ye = m->ep ? &m->a.moe_ye : &la->moe_yp;
-    if (m->ep) { /* (the row maps uploaded once: the backward's exchanges reuse them) */
-        int64_t n;
-        MT_TRY(ep_plan(m, la, 1, &n, s));
-        OP("fwd.moe.dispatch", ep_dispatch(m, la, &la->moe_xe, &la->moe_xp, s));
-    }
+    if (m->ep) OP("fwd.moe.dispatch", ep_dispatch(m, la, &la->moe_xe, &la->moe_xp, s));
     const int grouped = experts_grouped(m, lp);
     if (grouped) {
         OP("fwd.gemm.fc1",

@@ -456,12 +456,10 @@ static void plan_layer(const mt_model *m, planner *p, layer_acts *la) {
         TAKE(p, &la->moe_rows, MT_I32, R);
         TAKE(p, &la->moe_pos, MT_I32, N, k);
         TAKE(p, &la->moe_xp, dt, R, C);
-        if (ep_n(c) > 1) {
+        if (ep_n(c) > 1)
             TAKE(p, &la->moe_xe, dt, Re, C);
-            TAKE(p, &la->moe_map, MT_I32, 2 * Re);
-        } else {
+        else
             la->moe_xe = la->moe_xp;
-        }
         TAKE(p, &la->fc1_pre, dt, Re, (c->swiglu ? 2 : 1) * Fe);
         if (c->recompute_mlp_act)
             la->fc1_act = m->a.mlp_act; /* (Megatron's moe_act: refilled before each backward) */
@@ -551,7 +549,6 @@ static void plan_acts(mt_model *m, planner *p) {
             TAKE(p, &a->moe_ye, dt, Re, C);
             TAKE(p, &a->moe_dye, dt, Re, C);
             TAKE(p, &a->moe_dxe, dt, Re, C);
-            TAKE(p, &a->moe_xr, dt, Re, C);
             TAKE(p, &a->moe_counts_all, MT_I32, ep_n(c), E);
         } else {
             a->moe_dye = a->moe_dyp, a->moe_dxe = a->moe_dxp;
@@ -853,13 +850,7 @@ static mt_status create(const mt_model_config *cfg, int micro_batch_size, mt_dev
     if (moe_n(&m->cfg)) {
         const size_t per = (size_t)moe_n(&m->cfg) * (size_t)ep_n(&m->cfg);
         m->moe_host = calloc((size_t)p.nsets * per + 1, sizeof(int32_t));
-        if (ep_n(&m->cfg) > 1) {
-            m->ep_counts = calloc(2 * (size_t)ep_n(&m->cfg), sizeof(int64_t));
-            m->ep_rows_h = /* (the sort's and the unsort's) */
-                calloc(2 * (size_t)moe_expert_rows(&m->cfg, (int64_t)m->B * m->cfg.seq_length) + 1,
-                       4);
-        }
-        if (!m->moe_host || (ep_n(&m->cfg) > 1 && (!m->ep_counts || !m->ep_rows_h))) {
+        if (!m->moe_host) {
             st = MT_ERROR(MT_ERR_OOM, "MoE counts");
             goto fail;
         }
@@ -1038,8 +1029,6 @@ void mt_model_destroy(mt_model *m) {
     free(m->lp);
     free(m->moe_params);
     free(m->moe_host);
-    free(m->ep_counts);
-    free(m->ep_rows_h);
     free(m->spec);
     free(m->params);
     free(m);

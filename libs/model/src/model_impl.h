@@ -149,9 +149,6 @@ typedef struct layer_acts {
     /* the rows this rank's experts run on (fc1's input): moe_xp, or with expert parallelism the
      * rows received, expert-major (moe_expert_rows) */
     mt_tensor moe_xe;
-    /* expert parallelism: the sort's row map of the rows received, then the unsort's, each of the
-     * rows received (2 moe_expert_rows) i32 */
-    mt_tensor moe_map;
 } layer_acts;
 
 typedef struct acts {
@@ -189,9 +186,9 @@ typedef struct acts {
     mt_tensor moe_y;
     mt_tensor moe_work; /* token dropping: the capacity map's workspace (N*k) i32 */
     /* expert parallelism (else views of the above): the experts' outputs (moe_ye) and the
-     * gradients of their outputs and inputs (moe_dye, moe_dxe), expert-major; the rows as sent
-     * or received (moe_xr); all (moe_expert_rows, C). Every rank's tokens per expert (ep,E) i32 */
-    mt_tensor moe_ye, moe_dye, moe_dxe, moe_xr, moe_counts_all;
+     * gradients of their outputs and inputs (moe_dye, moe_dxe), expert-major, (moe_expert_rows,
+     * C). Every rank's tokens per expert (ep,E) i32 */
+    mt_tensor moe_ye, moe_dye, moe_dxe, moe_counts_all;
 } acts;
 
 typedef struct layer_params {
@@ -236,8 +233,6 @@ struct mt_model {
     mt_blas *blas_x;
     mt_comm *tp;         /* tensor-parallel group (NULL: TP 1) */
     mt_comm *ep;         /* expert-parallel group (mt_model_set_expert_group; NULL: none) */
-    int64_t *ep_counts;  /* expert parallelism: rows sent to, received from each rank (2 ep) */
-    int32_t *ep_rows_h;  /* expert parallelism: the sort's and unsort's row maps on the host */
     int tpr;             /* this rank's place in it */
     mt_tp_async tpa;     /* CUDA, MT_TP_ASYNC=1: the column-parallel backwards' collectives
                             beside their dW GEMMs (off by default: no faster on GPT-2 124M at

@@ -284,3 +284,89 @@ mt_status mt_moe_ep_exchange(struct mt_comm *ep, mt_tensor *dst, const mt_tensor
     free(sc);
     return st;
 }
+
+/* mt_moe_ep_dispatch (combine 0) and mt_moe_ep_combine (1): this rank's chunk with rank j for
+ * local expert le of j (sending) or of this rank (receiving) is one send and one receive. The
+ * permuted side holds this rank's rows by global expert (P: offsets); the expert-major side its
+ * experts' rows by (local expert, source rank) (Q). */
+static mt_status ep_chunks(struct mt_comm *ep, mt_tensor *out, const mt_tensor *in,
+                           const int32_t *c, int E, int combine, mt_stream s) {
+    MT_REQUIRE(ep, MT_ERR_INVALID_ARG, "NULL group");
+    const int n = mt_comm_size(ep), me = mt_comm_rank(ep);
+    MT_TRY(ep_check(c, n, me, E));
+    MT_TRY(mt_tensor_check(in, "in", 2));
+    MT_TRY(mt_tensor_check(out, "out", 2));
+    MT_REQUIRE(mt_tensor_is_contiguous(in) && mt_tensor_is_contiguous(out), MT_ERR_INVALID_ARG,
+               "in and out must be contiguous");
+    MT_REQUIRE(in->dtype == out->dtype && in->shape[1] == out->shape[1], MT_ERR_INVALID_ARG,
+               "in (%s, %lld columns) and out (%s, %lld columns) differ", mt_dtype_name(in->dtype),
+               (long long)in->shape[1], mt_dtype_name(out->dtype), (long long)out->shape[1]);
+    const int El = E / n;
+    const mt_tensor *perm = combine ? out : in, *loc = combine ? in : out;
+    int64_t *P = malloc(((size_t)E + 1 + (size_t)El * n) * sizeof *P), *Q = P + E + 1;
+    mt_p2p_op *ops = malloc(2 * (size_t)E * sizeof *ops + 1);
+    mt_tensor *views = malloc(2 * (size_t)E * sizeof *views + 1);
+    mt_status st = P && ops && views ? MT_OK : MT_ERROR(MT_ERR_OOM, "chunks of %d experts", E);
+    if (st != MT_OK) goto done;
+    P[0] = 0;
+    for (int e = 0; e < E; e++)
+        P[e + 1] = P[e] + c[me * E + e];
+    int64_t q = 0;
+    for (int le = 0; le < El; le++)
+        for (int i = 0; i < n; i++)
+            Q[le * n + i] = q, q += c[i * E + me * El + le];
+    if (P[E] > perm->shape[0] || q > loc->shape[0]) {
+        st = MT_ERROR(MT_ERR_INVALID_ARG,
+                      "the counts place %lld permuted rows (%lld given) and %lld expert rows "
+                      "(%lld given)",
+                      (long long)P[E], (long long)perm->shape[0], (long long)q,
+                      (long long)loc->shape[0]);
+        goto done;
+    }
+    int k = 0;
+    for (int j = 0; j < n && st == MT_OK; j++)
+        for (int le = 0; le < El && st == MT_OK; le++) {
+            const int64_t ns = c[me * E + j * El + le]; /* mine, for j's expert le */
+            const int64_t nr = c[j * E + me * El + le]; /* j's, for my expert le */
+            const int64_t ps = P[j * El + le], ql = Q[le * n + j];
+            mt_tensor a, b;
+            if (j == me) { /* (this rank's own rows: copied) */
+                if (!ns) continue;
+                st = mt_tensor_slice(perm, 0, ps, ns, &a);
+                if (st == MT_OK) st = mt_tensor_slice(loc, 0, ql, ns, &b);
+                if (st == MT_OK)
+                    st = combine ? mt_tensor_copy(&a, &b, s) : mt_tensor_copy(&b, &a, s);
+                continue;
+            }
+            /* dispatch: my rows for j's expert out, j's rows for mine in; combine: the reverse */
+            const int64_t out_n = combine ? nr : ns, in_n = combine ? ns : nr;
+            if (out_n) {
+                st = combine ? mt_tensor_slice(loc, 0, ql, nr, &views[k])
+                             : mt_tensor_slice(perm, 0, ps, ns, &views[k]);
+                ops[k] = (mt_p2p_op){ MT_P2P_SEND, &views[k], j };
+                k++;
+            }
+            if (in_n && st == MT_OK) {
+                st = combine ? mt_tensor_slice(perm, 0, ps, ns, &views[k])
+                             : mt_tensor_slice(loc, 0, ql, nr, &views[k]);
+                ops[k] = (mt_p2p_op){ MT_P2P_RECV, &views[k], j };
+                k++;
+            }
+        }
+    if (st == MT_OK) st = mt_comm_p2p_batch(ep, ops, k, s);
+done:
+    free(P);
+    free(ops);
+    free(views);
+    return st;
+}
+
+mt_status mt_moe_ep_dispatch(struct mt_comm *ep, mt_tensor *out, const mt_tensor *in,
+                             const int32_t *counts_all, int experts, mt_stream s) {
+    return ep_chunks(ep, out, in, counts_all, experts, 0, s);
+}
+
+mt_status mt_moe_ep_combine(struct mt_comm *ep, mt_tensor *out, const mt_tensor *in,
+                            const int32_t *counts_all, int experts, mt_stream s) {
+    return ep_chunks(ep, out, in, counts_all, experts, 1, s);
+}

@@ -120,6 +120,19 @@ struct mt_comm; /* <mt/comm.h> */
 MT_API mt_status mt_moe_ep_exchange(struct mt_comm *ep, mt_tensor *dst, const mt_tensor *src,
                                     const int64_t *send, const int64_t *recv, mt_stream stream);
 
+/* The exchange and the sort in one, each row sent straight to its place: dispatch moves this
+ * rank's permuted rows `in` (N*k,C) to the ranks of their experts, into each rank's `out` in
+ * expert-major order (what mt_moe_ep_exchange then mt_moe_permute with mt_moe_ep_sort's map
+ * give); combine is its reverse (expert-major `in` back into the permuted `out`, each row to the
+ * rank it came from). One send and one receive a (rank, local expert) chunk, batched
+ * (mt_comm_p2p_batch: NCCL or MPI), this rank's own chunks copied. counts_all as above, the same
+ * on every rank of `ep`; the tensors one dtype and width, with at least the rows the counts
+ * place. */
+MT_API mt_status mt_moe_ep_dispatch(struct mt_comm *ep, mt_tensor *out, const mt_tensor *in,
+                                    const int32_t *counts_all, int experts, mt_stream stream);
+MT_API mt_status mt_moe_ep_combine(struct mt_comm *ep, mt_tensor *out, const mt_tensor *in,
+                                   const int32_t *counts_all, int experts, mt_stream stream);
+
 #ifdef __cplusplus
 }
 #endif
