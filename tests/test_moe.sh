@@ -108,6 +108,11 @@ if [ -n "${MPIEXEC:-}" ]; then
   grep -q "successfully loaded checkpoint from $d/epck .* at iteration 6" "$d/fromep.log" \
     || { echo "FAIL: the one-rank run did not resume from the expert-parallel checkpoint"; cat "$d/fromep.log"; exit 1; }
   paste <(losses "$d/one.json" 7 12) <(losses "$d/fromep.json" 7 12) | awk '{ print $2, $4 }' | close "resumed from expert parallel" 1e-5
+  if [ -n "${MT_CONVERT:-}" ]; then  # (every expert's tensors, whichever rank wrote them)
+    "$MT_CONVERT" mt-to-hf "$d/epck" "$d/ephf" 2> "$d/epexport.log" || { echo "FAIL: export of the EP checkpoint"; cat "$d/epexport.log"; exit 1; }
+    [ "$(jq -r .num_local_experts "$d/ephf/config.json")" = 4 ] || { echo "FAIL: EP export's config"; exit 1; }
+    echo "ok: the expert-parallel checkpoint exported as a Hugging Face Mixtral"
+  fi
   MOE=("${moe_bias[@]}")  # experts with biases (fc2's added once under TP)
   run oneb
   mr tp2b 2 --tensor-model-parallel-size 2
