@@ -10,7 +10,7 @@
 # of every expert; also with sequence parallelism; also with biases) give one rank's losses and
 # router losses, also with token dropping; so do 2 expert-parallel ranks (with the distributed
 # optimizer, 4 data-parallel ranks, tensor and sequence parallelism, 2 stages, full recompute,
-# biases), and their checkpoint resumes on one rank. With "cuda": on the GPU.
+# biases, token dropping padded or not), and their checkpoint resumes on one rank. With "cuda": on the GPU.
 source "$(dirname "$0")/pretrain_common.sh"
 d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
 moe=(--normalization RMSNorm --position-embedding-type rope --swiglu --disable-bias-linear
@@ -101,6 +101,11 @@ if [ -n "${MPIEXEC:-}" ]; then
   mr ep2tp2 4 "${ep[@]}" --tensor-model-parallel-size 2 --sequence-parallel
   mr ep2pp2 4 "${ep[@]}" --pipeline-model-parallel-size 2
   mr ep2rec 2 "${ep[@]}" --recompute-granularity full --recompute-method uniform --recompute-num-layers 1
+  # with token dropping: each rank drops its own tokens (padded: every rank sends each expert
+  # its region, whatever the routing)
+  mr ep2cap 2 "${ep[@]}" --moe-expert-capacity-factor 0.5 --moe-pad-expert-input-to-capacity
+  run onedropc --moe-expert-capacity-factor 0.5
+  mr ep2drop 2 "${ep[@]}" --moe-expert-capacity-factor 0.5
   # a checkpoint of expert-parallel ranks (each writes its experts, by global index) resumed
   # on one rank: iterations 7..12 as one rank's
   mr ep2first 2 "${ep[@]}" --use-distributed-optimizer --exit-interval 6 --save "$d/epck"
@@ -120,8 +125,9 @@ if [ -n "${MPIEXEC:-}" ]; then
   mr ep2b 2 "${ep[@]}"  # (experts with biases run one GEMM each)
   MOE=("${moe[@]}")
   router() { jq -r '"\(.load_balancing_loss) \(.z_loss)"' "$1"; }
-  for n in dp2 zero pp2 tp2 tpsp2 dpdrop dpcap tpcap tp2b tpsp2b ep2 ep2zero ep2dp4 ep2tp2 ep2pp2 ep2rec ep2b; do
-    ref=one; [ $n = dpdrop ] && ref=onedrop; [ $n = dpcap ] || [ $n = tpcap ] && ref=onecap
+  for n in dp2 zero pp2 tp2 tpsp2 dpdrop dpcap tpcap tp2b tpsp2b ep2 ep2zero ep2dp4 ep2tp2 ep2pp2 ep2rec ep2b ep2cap ep2drop; do
+    ref=one; [ $n = dpdrop ] && ref=onedrop; [ $n = dpcap ] || [ $n = tpcap ] || [ $n = ep2cap ] && ref=onecap
+    [ $n = ep2drop ] && ref=onedropc
     [ $n = tp2b ] || [ $n = tpsp2b ] || [ $n = ep2b ] && ref=oneb
     paste <(losses "$d/$ref.json" 1 12) <(losses "$d/$n.json" 1 12) | awk '{ print $2, $4 }' | close "$n losses" 1e-5
     paste -d' ' <(router "$d/$ref.jsonl") <(router "$d/$n.jsonl") | awk '{ print $1, $3; print $2, $4 }' \

@@ -33,7 +33,6 @@ expect "context parallelism is not supported yet" --context-parallel-size 2
 moe=(--num-experts 4 --disable-bias-linear)
 expect "Number of experts should be a multiple of expert model parallel_size." "${moe[@]}" --expert-model-parallel-size 3
 expect "num_experts must be non None to use expert model parallelism" --expert-model-parallel-size 2
-expect "--moe-expert-capacity-factor with --expert-model-parallel-size 2 is not supported yet" "${moe[@]}" --expert-model-parallel-size 2 --moe-expert-capacity-factor 1
 expect "--moe-router-topk (5) must be in [1, --num-experts (4)]" "${moe[@]}" --moe-router-topk 5
 expect "--moe-router-load-balancing-type sinkhorn is not supported yet" "${moe[@]}" --moe-router-load-balancing-type sinkhorn
 expect "--moe-router-score-function sigmoid is not supported yet" "${moe[@]}" --moe-router-score-function sigmoid

@@ -227,7 +227,7 @@ static int64_t expert_n(const mt_model *m, const layer_acts *la, int e) {
     int64_t n = 0;
     for (int r = 0; r < ep_n(c) && !region; r++)
         n += la->counts_h[r * moe_n(c) + moe_first(c) + e];
-    return region ? region : n;
+    return region ? region * ep_n(c) : n;
 }
 
 /* Expert parallelism, out (this rank's experts' rows, expert-major) from in (this rank's rows
@@ -367,11 +367,14 @@ static mt_status moe_fwd(mt_model *m, int l, layer_acts *la, const layer_params 
            mt_moe_dispatch_map(&la->moe_rows, &la->moe_pos, &la->moe_idx, &la->moe_counts, s));
     OP("fwd.moe.permute", mt_moe_permute(&la->moe_xp, x_in, &la->moe_rows, s));
     const mt_tensor *counts = drop ? &la->moe_kept : &la->moe_counts;
-    if (m->ep) { /* (expert parallelism: every rank's, rank-major) */
+    const int64_t region = moe_region(c, Nt);
+    if (m->ep && !region) { /* (expert parallelism: every rank's, rank-major) */
         OP("fwd.moe.counts", mt_comm_allgather(m->ep, &m->a.moe_counts_all, counts, s));
         counts = &m->a.moe_counts_all;
     }
-    if (!moe_region(c, Nt)) { /* the experts' row counts to the host (padded: fixed) */
+    for (int i = 0; m->ep && region && i < moe_n(c) * ep_n(c); i++) /* (padded: every region's) */
+        la->counts_h[i] = (int32_t)region;
+    if (!region) { /* the experts' row counts to the host (padded: fixed) */
         MT_TRY(mt_memcpy(la->counts_h, MT_DEVICE_CPU, counts->data, m->dev,
                          (size_t)moe_n(c) * ep_n(c) * sizeof(int32_t), s));
         MT_TRY(mt_stream_sync(s));

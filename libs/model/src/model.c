@@ -44,10 +44,6 @@ static mt_status moe_finalize(mt_model_config *c) {
     MT_REQUIRE(c->expert_model_parallel_rank >= 0 && c->expert_model_parallel_rank < (ep ? ep : 1),
                MT_ERR_INVALID_ARG, "expert_model_parallel_rank %d of %d",
                c->expert_model_parallel_rank, ep);
-    MT_REQUIRE(ep <= 1 || c->moe_expert_capacity_factor == 0.0f, MT_ERR_UNSUPPORTED,
-               "--moe-expert-capacity-factor with --expert-model-parallel-size %d is not supported "
-               "yet (dropless only)",
-               ep);
     return MT_OK;
 }
 

@@ -104,7 +104,8 @@ static inline int64_t moe_rows(const mt_model_config *c, int64_t N) {
 
 /* Expert parallelism: its ranks (1: none), this rank's experts [moe_first, + moe_local), and the
  * rows they can receive: each of the ep ranks' N tokens sends each rank at most min(k, its
- * experts) rows (without expert parallelism: the permuted rows). */
+ * experts) rows, or padded to capacity each rank its region for each of them (without expert
+ * parallelism: the permuted rows). */
 static inline int ep_n(const mt_model_config *c) {
     return c->expert_model_parallel_size > 1 ? c->expert_model_parallel_size : 1;
 }
@@ -116,7 +117,8 @@ static inline int moe_first(const mt_model_config *c) {
 }
 static inline int64_t moe_expert_rows(const mt_model_config *c, int64_t N) {
     const int64_t k = moe_k(c) < moe_local(c) ? moe_k(c) : moe_local(c);
-    return ep_n(c) > 1 ? ep_n(c) * N * k : moe_rows(c, N);
+    if (ep_n(c) == 1) return moe_rows(c, N);
+    return moe_region(c, N) ? ep_n(c) * moe_local(c) * moe_region(c, N) : ep_n(c) * N * k;
 }
 
 /* The token rows of the residual stream a rank holds: N, or N / tp with sequence parallelism. */

@@ -557,11 +557,6 @@ static mt_status validate_moe(const mt_train_args *a) {
     if (!a->num_experts) return MT_OK;
     if (a->num_experts % ep != 0)
         return BAD("Number of experts should be a multiple of expert model parallel_size.");
-    if (ep > 1 && a->moe_expert_capacity_factor > 0)
-        return MT_ERROR(MT_ERR_UNSUPPORTED,
-                        "--moe-expert-capacity-factor with --expert-model-parallel-size %d is not "
-                        "supported yet (dropless only)",
-                        ep);
     if (a->moe_router_topk < 1 || a->moe_router_topk > a->num_experts)
         return BAD("--moe-router-topk (%d) must be in [1, --num-experts (%d)]", a->moe_router_topk,
                    a->num_experts);

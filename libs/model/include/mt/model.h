@@ -180,8 +180,10 @@ typedef struct mt_model_config {
      * by global expert index, so a checkpoint's names do not depend on ep). Each rank routes its
      * own tokens and sends every rank the rows for its experts, an all-to-all of variable rows
      * (Megatron's MoEAlltoAllTokenDispatcher); the expert outputs come back the same way.
-     * mt_model_set_expert_group gives the group; calls are then collective over it. Dropless
-     * only (no moe_expert_capacity_factor). */
+     * mt_model_set_expert_group gives the group; calls are then collective over it. With token
+     * dropping each rank drops its own tokens (the capacity of its micro-batch, as Megatron);
+     * padded to capacity every rank sends each expert its region, and the counts need no
+     * exchange. */
     int expert_model_parallel_size;
     int expert_model_parallel_rank;
 } mt_model_config;
