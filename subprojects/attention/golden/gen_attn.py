@@ -122,3 +122,30 @@ for name, B, Tq, Tk, H, Hkv, D, causal in KV_CASES:
                                          enable_gqa=True).transpose(1, 2)
     for key, t in (("q", q), ("k", k), ("v", v), ("out", out), ("lse", lse)):
         np.save(f"attn_{name}_{key}.npy", t.float().numpy())
+
+# Backwards over a key prefix (context parallelism: a rank's chunk of Tq queries, the last of the
+# Tk positions, over the keys up to them): the KV cases' bottom-right mask, with dout and the
+# gradients (dk, dv over all Tk keys).
+# name, B, Tq, Tk, H, Hkv, D, causal
+KVB_CASES = [
+    ("kvb_gqa2_q6_k20_d40_causal", 2, 6, 20, 4, 2, 40, 1),
+    ("kvb_mha_q16_k48_d64_causal", 1, 16, 48, 4, 4, 64, 1),
+    ("kvb_mqa_q5_k9_d64", 1, 5, 9, 4, 1, 64, 0),
+]
+for name, B, Tq, Tk, H, Hkv, D, causal in KVB_CASES:
+    q = rnd(B, Tq, H, D)
+    k = rnd(B, Tk, Hkv, D)
+    v = rnd(B, Tk, Hkv, D)
+    dout = rnd(B, Tq, H, D).detach()
+    sc = 1.0 / math.sqrt(D)
+    qh, kh, vh = (x.transpose(1, 2) for x in (q, k, v))
+    i, j = torch.arange(Tq)[:, None], torch.arange(Tk)[None, :]
+    allowed = (j <= i + Tk - Tq) if causal else torch.ones(Tq, Tk, dtype=torch.bool)
+    s = torch.einsum("bhid,bhjd->bhij", qh, kh.repeat_interleave(H // Hkv, dim=1)) * sc
+    lse = torch.logsumexp(s.masked_fill(~allowed, float("-inf")), dim=-1)
+    out = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=allowed, scale=sc,
+                                         enable_gqa=True).transpose(1, 2)
+    out.backward(dout)
+    for key, t in (("q", q), ("k", k), ("v", v), ("dout", dout), ("out", out), ("lse", lse),
+                   ("dq", q.grad), ("dk", k.grad), ("dv", v.grad)):
+        np.save(f"attn_{name}_{key}.npy", t.detach().float().numpy())

@@ -43,7 +43,7 @@ static mt_status resolve(attn_shape *s, const mt_tensor *q, const mt_tensor *k,
     MT_REQUIRE(cfg && cfg->size >= sizeof(mt_attn_config), MT_ERR_INVALID_ARG,
                "cfg is NULL or not from MT_ATTN_CONFIG_INIT");
     MT_TRY(check_bthd(q, "q", NULL, 0));
-    MT_TRY(check_bthd_t(k, "k", q, 0, fwd ? -1 : 0));
+    MT_TRY(check_bthd_t(k, "k", q, 0, -1));
     s->B = q->shape[0], s->T = q->shape[1], s->H = q->shape[2], s->D = q->shape[3];
     s->Tk = k->shape[1];
     s->kl = NULL;
@@ -61,7 +61,7 @@ static mt_status resolve(attn_shape *s, const mt_tensor *q, const mt_tensor *k,
                            "key_len[%lld] = %d: must be in [%lld, %lld] (the queries, the keys)",
                            (long long)b, s->kl[b], (long long)s->T, (long long)s->Tk);
     }
-    if (s->Tk != s->T || kl) { /* a forward over cached keys */
+    if (s->Tk != s->T || kl) { /* a forward over cached keys, or a backward over a key prefix */
         MT_REQUIRE(!cfg->causal || s->Tk >= s->T, MT_ERR_INVALID_ARG,
                    "causal attention of %lld queries over %lld keys: the queries are the last "
                    "keys' positions, so there must be at least as many keys",
@@ -146,13 +146,63 @@ mt_status mt_attn_fwd(mt_tensor *out, mt_tensor *lse, const mt_tensor *q, const 
                        attn_fwd_cuda(&s, out, lse, q, k, v, stream));
 }
 
+/* CUDA, keys outnumbering the queries (Tk > T) in the backward: the queries padded to Tk rows in
+ * front (zero q, out and dout, lse 1e30: every padded row's weights are 0, so it adds nothing to
+ * dk, dv or a bias sum) for the kernels' square causal mask. Bytes of the padded q, out, dout, dq
+ * (B,Tk,H,D) and lse (B,H,Tk), each 256-byte aligned, before the kernels' own workspace. */
+static size_t pad_bytes(const attn_shape *s) {
+    if (s->Tk == s->T) return 0;
+    const size_t rows = (size_t)(s->B * s->Tk * s->H * s->D) * (size_t)s->esize;
+    const size_t lse = (size_t)(s->B * s->H * s->Tk) * 4;
+    return 4 * ((rows + 255) / 256 * 256) + (lse + 255) / 256 * 256;
+}
+
+static size_t bwd_ws_bytes(const attn_shape *s) {
+    attn_shape p = *s;
+    p.T = s->Tk;
+    return pad_bytes(s) + attn_ws_bytes(&p);
+}
+
 mt_status mt_attn_bwd_workspace(const mt_tensor *q, const mt_tensor *k, const mt_attn_config *cfg,
                                 size_t *bytes) {
     attn_shape s = { 0 };
     MT_REQUIRE(bytes, MT_ERR_INVALID_ARG, "bytes is NULL");
     MT_TRY(resolve(&s, q, k, cfg, 0));
-    *bytes = mt_device_is_cuda(q->device) ? attn_ws_bytes(&s) : 0;
+    *bytes = mt_device_is_cuda(q->device) ? bwd_ws_bytes(&s) : 0;
     return MT_OK;
+}
+
+/* The backward over a key prefix on CUDA (pad_bytes): the queries' rows padded in front, the
+ * square backward, dq's last T rows. */
+static mt_status bwd_padded(const attn_shape *s, mt_tensor *dq, mt_tensor *dk, mt_tensor *dv,
+                            const mt_tensor *dout, const mt_tensor *q, const mt_tensor *k,
+                            const mt_tensor *v, const mt_tensor *out, const mt_tensor *lse,
+                            const attn_bias *bias, void *workspace, mt_stream stream) {
+    const int64_t B = s->B, T = s->T, Tk = s->Tk, H = s->H, D = s->D, off = Tk - T;
+    const size_t rows = (size_t)(B * Tk * H * D) * (size_t)s->esize, rb = (rows + 255) / 256 * 256;
+    char *w = workspace;
+    mt_tensor pad[4]; /* q, out, dout, dq */
+    const mt_tensor *src[3] = { q, out, dout };
+    for (int i = 0; i < 4; i++) {
+        pad[i] = mt_tensor_make(w + i * rb, q->dtype, 4, (int64_t[]){ B, Tk, H, D }, q->device);
+        if (i == 3) break;
+        mt_tensor tail;
+        MT_TRY(mt_fill(&pad[i], 0.0f, stream));
+        MT_TRY(mt_tensor_slice(&pad[i], 1, off, T, &tail));
+        MT_TRY(mt_copy(&tail, src[i], stream));
+    }
+    mt_tensor lp = mt_tensor_make(w + 4 * rb, MT_F32, 3, (int64_t[]){ B, H, Tk }, q->device), lt;
+    MT_TRY(mt_fill(&lp, 1e30f, stream));
+    MT_TRY(mt_tensor_slice(&lp, 2, off, T, &lt));
+    MT_TRY(mt_copy(&lt, lse, stream));
+    attn_shape p = *s;
+    p.T = Tk;
+    MT_TRY(MT_DISPATCH(q->device, MT_ERROR(MT_ERR_INTERNAL, "padded backward on the CPU"),
+                       attn_bwd_cuda(&p, &pad[3], dk, dv, &pad[2], &pad[0], k, v, &pad[1], &lp,
+                                     bias, w + pad_bytes(s), stream)));
+    mt_tensor dq_tail;
+    MT_TRY(mt_tensor_slice(&pad[3], 1, off, T, &dq_tail));
+    return mt_copy(dq, &dq_tail, stream);
 }
 
 /* A bias sum: f32, contiguous, n elements on q's device; NULL is fine. */
@@ -174,17 +224,20 @@ mt_status mt_attn_bwd_bias(mt_tensor *dq, mt_tensor *dk, mt_tensor *dv, mt_tenso
                            void *workspace, size_t workspace_bytes, mt_stream stream) {
     attn_shape s = { 0 };
     MT_TRY(resolve(&s, q, k, cfg, 0));
-    MT_TRY(check_bthd(v, "v", q, s.Hkv));
+    MT_TRY(check_bthd_t(v, "v", q, s.Hkv, s.Tk));
     MT_TRY(check_bthd(out, "out", q, s.H));
     MT_TRY(check_bthd(dout, "dout", q, s.H));
     MT_TRY(check_bthd(dq, "dq", q, s.H));
-    MT_TRY(check_bthd(dk, "dk", q, s.Hkv));
-    MT_TRY(check_bthd(dv, "dv", q, s.Hkv));
+    MT_TRY(check_bthd_t(dk, "dk", q, s.Hkv, s.Tk));
+    MT_TRY(check_bthd_t(dv, "dv", q, s.Hkv, s.Tk));
     MT_TRY(check_lse(lse, &s, q));
+    MT_REQUIRE(s.Tk >= s.T, MT_ERR_INVALID_ARG,
+               "the backward of %lld queries needs at least as many keys (%lld)", (long long)s.T,
+               (long long)s.Tk);
     MT_TRY(check_bias(dbq, "dbq", s.H * s.D, q));
     MT_TRY(check_bias(dbk, "dbk", s.Hkv * s.D, q));
     MT_TRY(check_bias(dbv, "dbv", s.Hkv * s.D, q));
-    size_t need = mt_device_is_cuda(q->device) ? attn_ws_bytes(&s) : 0;
+    size_t need = mt_device_is_cuda(q->device) ? bwd_ws_bytes(&s) : 0;
     MT_REQUIRE(workspace_bytes >= need && (need == 0 || workspace), MT_ERR_INVALID_ARG,
                "workspace has %zu bytes, needs %zu (mt_attn_bwd_workspace)", workspace_bytes, need);
     MT_REQUIRE(((uintptr_t)workspace & 255) == 0, MT_ERR_INVALID_ARG,
@@ -199,6 +252,8 @@ mt_status mt_attn_bwd_bias(mt_tensor *dq, mt_tensor *dk, mt_tensor *dv, mt_tenso
                                       stream));
         return MT_OK;
     }
+    if (s.Tk > s.T && mt_device_is_cuda(q->device))
+        return bwd_padded(&s, dq, dk, dv, dout, q, k, v, out, lse, bp, workspace, stream);
     return MT_DISPATCH(
         q->device, attn_bwd_cpu(&s, dq, dk, dv, dout, q, k, v, out, lse, bp),
         attn_bwd_cuda(&s, dq, dk, dv, dout, q, k, v, out, lse, bp, workspace, stream));

@@ -1,4 +1,4 @@
-/* gpu: CUDA attention forwards over cached keys (Tq queries, the last of Tk positions, as a KV
+/* gpu: CUDA attention forwards (and backwards) over cached keys (Tq queries, the last of Tk positions, as a KV
  * cache's decoding and chunked prefill run them; bottom-right causal) against the torch goldens
  * (f32) and against the CPU reference on the same rounded inputs (f32, bf16, f16; GQA; head dims
  * 40 to 256; k and v the first Tk rows of a longer cache); with per-row lengths on the device
@@ -204,6 +204,108 @@ static void run_len(int B, int Tq, int Tmax, int H, int Hkv, int D, int causal, 
     free(o), free(l);
 }
 
+/* The backward over a key prefix (context parallelism; CUDA pads the queries in front): the GPU's
+ * out, lse, dq, dk and dv against the CPU reference's on the same rounded inputs (which the
+ * kvb_* goldens check in test_attn), or against the golden (f32); outputs poisoned first. */
+static void run_bwd(int B, int Tq, int Tk, int H, int Hkv, int D, int causal, mt_dtype dt,
+                    float **gold) {
+    const size_t nq = (size_t)B * Tq * H * D, nk = (size_t)B * Tk * Hkv * D;
+    const size_t nl = (size_t)B * H * Tq;
+    float *x[4]; /* q, k, v, dout */
+    const size_t n[4] = { nq, nk, nk, nq };
+    for (int i = 0; i < 4; i++) {
+        x[i] = malloc(n[i] * 4);
+        if (gold)
+            memcpy(x[i], gold[i], n[i] * 4);
+        else
+            mt_test_fill_uniform(x[i], n[i], 78, draw++, -1.5f, 1.5f);
+        round_all(x[i], n[i], dt);
+    }
+    mt_attn_config cfg = MT_ATTN_CONFIG_INIT;
+    cfg.causal = causal;
+    float *r[5]; /* out, lse, dq, dk, dv: the reference */
+    const size_t nr[5] = { nq, nl, nq, nk, nk };
+    for (int i = 0; i < 5; i++)
+        r[i] = malloc(nr[i] * 4);
+    mt_tensor c_q = mt_tensor_4d(x[0], MT_F32, B, Tq, H, D, MT_DEVICE_CPU);
+    mt_tensor c_k = mt_tensor_4d(x[1], MT_F32, B, Tk, Hkv, D, MT_DEVICE_CPU);
+    mt_tensor c_v = mt_tensor_4d(x[2], MT_F32, B, Tk, Hkv, D, MT_DEVICE_CPU);
+    mt_tensor c_do = mt_tensor_4d(x[3], MT_F32, B, Tq, H, D, MT_DEVICE_CPU);
+    mt_tensor c_o = mt_tensor_4d(r[0], MT_F32, B, Tq, H, D, MT_DEVICE_CPU);
+    mt_tensor c_l = mt_tensor_3d(r[1], MT_F32, B, H, Tq, MT_DEVICE_CPU);
+    mt_tensor c_dq = mt_tensor_4d(r[2], MT_F32, B, Tq, H, D, MT_DEVICE_CPU);
+    mt_tensor c_dk = mt_tensor_4d(r[3], MT_F32, B, Tk, Hkv, D, MT_DEVICE_CPU);
+    mt_tensor c_dv = mt_tensor_4d(r[4], MT_F32, B, Tk, Hkv, D, MT_DEVICE_CPU);
+    if (gold) {
+        for (int i = 0; i < 5; i++)
+            memcpy(r[i], gold[4 + i], nr[i] * 4);
+    } else {
+        MT_CHECK(mt_attn_fwd(&c_o, &c_l, &c_q, &c_k, &c_v, &cfg, NULL));
+        MT_CHECK(mt_attn_bwd(&c_dq, &c_dk, &c_dv, &c_do, &c_q, &c_k, &c_v, &c_o, &c_l, &cfg, NULL,
+                             0, NULL));
+    }
+    const mt_device g = mt_device_cuda(0);
+    void *d[4], *o[5];
+    for (int i = 0; i < 4; i++)
+        d[i] = upload(x[i], n[i], dt);
+    float *poison = malloc((nq > nk ? nq : nk) * 4);
+    for (size_t i = 0; i < (nq > nk ? nq : nk); i++)
+        poison[i] = NAN;
+    for (int i = 0; i < 5; i++)
+        o[i] = upload(poison, nr[i], i == 1 ? MT_F32 : dt);
+    mt_tensor g_q = mt_tensor_4d(d[0], dt, B, Tq, H, D, g);
+    mt_tensor g_k = mt_tensor_4d(d[1], dt, B, Tk, Hkv, D, g);
+    mt_tensor g_v = mt_tensor_4d(d[2], dt, B, Tk, Hkv, D, g);
+    mt_tensor g_do = mt_tensor_4d(d[3], dt, B, Tq, H, D, g);
+    mt_tensor g_o = mt_tensor_4d(o[0], dt, B, Tq, H, D, g);
+    mt_tensor g_l = mt_tensor_3d(o[1], MT_F32, B, H, Tq, g);
+    mt_tensor g_dq = mt_tensor_4d(o[2], dt, B, Tq, H, D, g);
+    mt_tensor g_dk = mt_tensor_4d(o[3], dt, B, Tk, Hkv, D, g);
+    mt_tensor g_dv = mt_tensor_4d(o[4], dt, B, Tk, Hkv, D, g);
+    size_t wsb = 0;
+    void *ws = NULL;
+    MT_CHECK(mt_attn_bwd_workspace(&g_q, &g_k, &cfg, &wsb));
+    MT_CHECK(mt_device_malloc(&ws, wsb + 256));
+    MT_CHECK(mt_attn_fwd(&g_o, &g_l, &g_q, &g_k, &g_v, &cfg, NULL));
+    MT_CHECK(
+        mt_attn_bwd(&g_dq, &g_dk, &g_dv, &g_do, &g_q, &g_k, &g_v, &g_o, &g_l, &cfg, ws, wsb, NULL));
+    MT_CHECK(mt_stream_sync(NULL));
+    /* f32: sums in another order; bf16/f16: the kernels' roundings (P, dS) of O(1) values */
+    const double tol = dt == MT_BF16 ? 5e-2 : dt == MT_F16 ? 1e-2 : 1e-4;
+    static const char *what[5] = { "out", "lse", "dq", "dk", "dv" };
+    for (int i = 0; i < 5; i++) {
+        float *got = download(o[i], nr[i], i == 1 ? MT_F32 : dt);
+        char msg[160];
+        snprintf(msg, sizeof msg, "backward B%d Tq%d Tk%d H%d KV%d D%d %s %s%s %s", B, Tq, Tk, H,
+                 Hkv, D, causal ? "causal" : "full", mt_dtype_name(dt), gold ? " golden" : "",
+                 what[i]);
+        mt_test_close_f32(msg, got, r[i], nr[i], i == 1 ? 1e-4 : tol, i == 1 ? 1e-4 : tol);
+        free(got);
+        mt_device_free(o[i]);
+    }
+    for (int i = 0; i < 4; i++)
+        free(x[i]), mt_device_free(d[i]);
+    for (int i = 0; i < 5; i++)
+        free(r[i]);
+    free(poison);
+    mt_device_free(ws);
+}
+
+static void golden_bwd(const char *name, int causal) {
+    const char *keys[9] = { "q", "k", "v", "dout", "out", "lse", "dq", "dk", "dv" };
+    float *x[9];
+    mt_npy qs, ks;
+    for (int i = 0; i < 9; i++) {
+        char f[128];
+        snprintf(f, sizeof f, "attn_%s_%s.npy", name, keys[i]);
+        x[i] = mt_test_golden_f32(f, NULL, i == 0 ? &qs : i == 1 ? &ks : NULL);
+    }
+    run_bwd((int)qs.shape[0], (int)qs.shape[1], (int)ks.shape[1], (int)qs.shape[2],
+            (int)ks.shape[2], (int)qs.shape[3], causal, MT_F32, x);
+    for (int i = 0; i < 9; i++)
+        free(x[i]);
+}
+
 static void golden(const char *name, int causal) {
     const char *keys[5] = { "q", "k", "v", "out", "lse" };
     float *x[5];
@@ -252,5 +354,15 @@ int main(void) {
     run_len(2, 1, 300, 8, 2, 128, 1, MT_F16, (const int32_t[]){ 17, 256 });
     run_len(2, 16, 200, 4, 4, 64, 1, MT_BF16, (const int32_t[]){ 16, 133 });
     run_len(1, 5, 40, 4, 2, 40, 1, MT_F32, (const int32_t[]){ 23 });
+    /* backwards over a key prefix: the goldens; the tensor-core shapes (D 64 and 128, bf16 and
+     * f16), a context-parallel rank's chunks of a 1024 sequence */
+    golden_bwd("kvb_gqa2_q6_k20_d40_causal", 1);
+    golden_bwd("kvb_mha_q16_k48_d64_causal", 1);
+    golden_bwd("kvb_mqa_q5_k9_d64", 0);
+    run_bwd(2, 256, 256, 12, 12, 64, 1, MT_BF16, NULL); /* (Tk = T: the square path) */
+    run_bwd(2, 256, 1024, 12, 12, 64, 1, MT_BF16, NULL);
+    run_bwd(1, 128, 384, 8, 2, 128, 1, MT_BF16, NULL);
+    run_bwd(1, 64, 200, 4, 4, 64, 1, MT_F16, NULL);
+    run_bwd(2, 33, 90, 6, 3, 40, 1, MT_F32, NULL);
     return mt_test_result();
 }

@@ -263,6 +263,54 @@ static void run_kv(const char *name, int causal) {
     free(q), free(k), free(v), free(kc), free(vc), free(out), free(lse);
 }
 
+/* The backward over a key prefix (context parallelism: the queries the last Tq of Tk positions):
+ * out, lse, dq, dk and dv against torch's autograd of the bottom-right mask; also with the q, k
+ * and v of one fused buffer, and refused with fewer keys than queries. */
+static void run_kvb(const char *name, int causal) {
+    golden_case c = { name, causal, 0.0f, 0, 0.0f };
+    mt_npy qs, ks;
+    float *q = load(&c, "q", &qs), *k = load(&c, "k", &ks), *v = load(&c, "v", NULL);
+    float *dout = load(&c, "dout", NULL);
+    const int64_t B = qs.shape[0], T = qs.shape[1], H = qs.shape[2], D = qs.shape[3];
+    const int64_t Tk = ks.shape[1], Hkv = ks.shape[2];
+    const size_t nq = (size_t)(B * T * H * D), nk = (size_t)(B * Tk * Hkv * D);
+    float *out = malloc(nq * 4), *lse = malloc((size_t)(B * H * T) * 4), *dq = malloc(nq * 4);
+    float *dk = malloc(nk * 4), *dv = malloc(nk * 4);
+    mt_tensor tq = mt_tensor_4d(q, MT_F32, B, T, H, D, MT_DEVICE_CPU);
+    mt_tensor tk = mt_tensor_4d(k, MT_F32, B, Tk, Hkv, D, MT_DEVICE_CPU);
+    mt_tensor tv = mt_tensor_4d(v, MT_F32, B, Tk, Hkv, D, MT_DEVICE_CPU);
+    mt_tensor tdo = mt_tensor_4d(dout, MT_F32, B, T, H, D, MT_DEVICE_CPU);
+    mt_tensor to = mt_tensor_4d(out, MT_F32, B, T, H, D, MT_DEVICE_CPU);
+    mt_tensor tl = mt_tensor_3d(lse, MT_F32, B, H, T, MT_DEVICE_CPU);
+    mt_tensor tdq = mt_tensor_4d(dq, MT_F32, B, T, H, D, MT_DEVICE_CPU);
+    mt_tensor tdk = mt_tensor_4d(dk, MT_F32, B, Tk, Hkv, D, MT_DEVICE_CPU);
+    mt_tensor tdv = mt_tensor_4d(dv, MT_F32, B, Tk, Hkv, D, MT_DEVICE_CPU);
+    mt_attn_config cfg = MT_ATTN_CONFIG_INIT;
+    cfg.causal = causal;
+    MT_CHECK(mt_attn_fwd(&to, &tl, &tq, &tk, &tv, &cfg, NULL));
+    check("key prefix", &c, out, "out", nq);
+    check("key prefix", &c, lse, "lse", (size_t)(B * H * T));
+    size_t ws = 1;
+    MT_CHECK(mt_attn_bwd_workspace(&tq, &tk, &cfg, &ws));
+    MT_EXPECT(ws == 0, "%s: a CPU workspace of %zu bytes", name, ws);
+    MT_CHECK(mt_attn_bwd(&tdq, &tdk, &tdv, &tdo, &tq, &tk, &tv, &to, &tl, &cfg, NULL, 0, NULL));
+    check("key prefix", &c, dq, "dq", nq);
+    check("key prefix", &c, dk, "dk", nk);
+    check("key prefix", &c, dv, "dv", nk);
+    /* fewer keys than queries: the forward takes it when not causal, the backward never */
+    if (T > 1) {
+        mt_tensor k1, v1, dk1, dv1;
+        MT_CHECK(mt_tensor_slice(&tk, 1, 0, T - 1, &k1));
+        MT_CHECK(mt_tensor_slice(&tv, 1, 0, T - 1, &v1));
+        MT_CHECK(mt_tensor_slice(&tdk, 1, 0, T - 1, &dk1));
+        MT_CHECK(mt_tensor_slice(&tdv, 1, 0, T - 1, &dv1));
+        MT_EXPECT_STATUS(
+            mt_attn_bwd(&tdq, &dk1, &dv1, &tdo, &tq, &k1, &v1, &to, &tl, &cfg, NULL, 0, NULL),
+            MT_ERR_INVALID_ARG);
+    }
+    free(q), free(k), free(v), free(dout), free(out), free(lse), free(dq), free(dk), free(dv);
+}
+
 static void check_errors(void) {
     float buf[2 * 4 * 8 * 16] = { 0 }, lse[64];
     mt_tensor q = mt_tensor_4d(buf, MT_F32, 2, 4, 6, 16, MT_DEVICE_CPU);
@@ -356,6 +404,9 @@ int main(void) {
     run_kv("kv_gqa2_q5_k21_d40_causal", 1);
     run_kv("kv_mqa_q7_k13_d64", 0);
     run_kv("kv_gqa2_q70_k300_d128_causal", 1);
+    run_kvb("kvb_gqa2_q6_k20_d40_causal", 1);
+    run_kvb("kvb_mha_q16_k48_d64_causal", 1);
+    run_kvb("kvb_mqa_q5_k9_d64", 0);
     check_errors();
     return mt_test_result();
 }

@@ -17,7 +17,10 @@ extern "C" {
  *   h / (H/Hkv)). D <= 256. Causal masks key j > query i.
  * - The forward's k and v may hold more rows than q (Tk > T: a KV cache's keys): the queries are
  *   then the last T of the Tk positions, and causal query i sees keys j <= i + Tk - T (the
- *   bottom-right alignment; cfg.key_len gives per-row lengths instead). The backward takes Tk == T.
+ *   bottom-right alignment; cfg.key_len gives per-row lengths instead). The backward takes
+ *   Tk >= T (dk, dv then (B,Tk,Hkv,D)): a context-parallel rank's queries over the sequence's keys
+ *   up to theirs. CUDA runs it with the queries padded in front to Tk rows that add nothing (its
+ *   cost is the square's; its workspace holds the padded tensors).
  * - Strides are free (in elements) except that D is innermost (stride 1), so q, k and v may be
  *   slices along dim 2 of one fused (B,T,(H+2*Hkv)*D) QKV buffer viewed as (B,T,H+2*Hkv,D).
  *   The CUDA tensor-core path also needs D in {64,128}, 16-byte aligned data and strides that

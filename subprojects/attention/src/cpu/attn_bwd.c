@@ -11,7 +11,7 @@ static mt_status grads(const attn_shape *s, mt_tensor *dq, mt_tensor *dk, mt_ten
                        const mt_tensor *dout, const mt_tensor *q, const mt_tensor *k,
                        const mt_tensor *v, const mt_tensor *out, const mt_tensor *lse) {
     int64_t group = s->H / s->Hkv, D = s->D;
-    size_t nkv = (size_t)(s->B * s->T * s->Hkv * D);
+    size_t nkv = (size_t)(s->B * s->Tk * s->Hkv * D); /* (Tk >= T: the last T are the queries) */
     double *gk = calloc(nkv, sizeof *gk), *gv = calloc(nkv, sizeof *gv);
     double *gq = malloc((size_t)D * sizeof *gq);
     if (!gk || !gv || !gq) {
@@ -22,7 +22,7 @@ static mt_status grads(const attn_shape *s, mt_tensor *dq, mt_tensor *dk, mt_ten
     for (int64_t b = 0; b < s->B; b++)
         for (int64_t h = 0; h < s->H; h++)
             for (int64_t i = 0; i < s->T; i++) {
-                int64_t hk = h / group, n = s->causal ? i + 1 : s->T;
+                int64_t hk = h / group, n = s->causal ? i + 1 + s->Tk - s->T : s->Tk;
                 const int64_t j0 = s->ks ? s->ks[b * s->T + i] : 0; /* document masks */
                 int64_t qo = at(q, b, i, h), go = at(dout, b, i, h), oo = at(out, b, i, h);
                 double L = lse_f[(b * s->H + h) * s->T + i], Di = 0.0;
@@ -37,8 +37,8 @@ static mt_status grads(const attn_shape *s, mt_tensor *dq, mt_tensor *dk, mt_ten
                     for (int64_t d = 0; d < D; d++)
                         dp += ld(dout, go + d) * ld(v, vo + d);
                     double ds = p * (dp * f - Di) * s->scale;
-                    double *gkj = gk + ((b * s->T + j) * s->Hkv + hk) * D;
-                    double *gvj = gv + ((b * s->T + j) * s->Hkv + hk) * D;
+                    double *gkj = gk + ((b * s->Tk + j) * s->Hkv + hk) * D;
+                    double *gvj = gv + ((b * s->Tk + j) * s->Hkv + hk) * D;
                     for (int64_t d = 0; d < D; d++) {
                         gq[d] += ds * ld(k, ko + d);
                         gkj[d] += ds * ld(q, qo + d);
@@ -50,10 +50,10 @@ static mt_status grads(const attn_shape *s, mt_tensor *dq, mt_tensor *dk, mt_ten
                     st(dq, dqo + d, gq[d]);
             }
     for (int64_t b = 0; b < s->B; b++)
-        for (int64_t j = 0; j < s->T; j++)
+        for (int64_t j = 0; j < s->Tk; j++)
             for (int64_t hk = 0; hk < s->Hkv; hk++) {
-                const double *gkj = gk + ((b * s->T + j) * s->Hkv + hk) * D;
-                const double *gvj = gv + ((b * s->T + j) * s->Hkv + hk) * D;
+                const double *gkj = gk + ((b * s->Tk + j) * s->Hkv + hk) * D;
+                const double *gvj = gv + ((b * s->Tk + j) * s->Hkv + hk) * D;
                 int64_t ko = at(dk, b, j, hk), vo = at(dv, b, j, hk);
                 for (int64_t d = 0; d < D; d++) {
                     st(dk, ko + d, gkj[d]);
@@ -73,7 +73,7 @@ static void colsum(mt_tensor *sum, int accumulate, const attn_shape *s, const mt
         for (int64_t d = 0; d < D; d++) {
             double acc = 0.0;
             for (int64_t b = 0; b < s->B; b++)
-                for (int64_t t = 0; t < s->T; t++)
+                for (int64_t t = 0; t < x->shape[1]; t++)
                     acc += ld(x, at(x, b, t, h) + d);
             o[h * D + d] = (float)(accumulate ? o[h * D + d] + acc : acc);
         }
