@@ -554,6 +554,125 @@ static mt_status moe_bwd(mt_model *m, int l, layer_acts *la, const layer_params 
     return MT_OK;
 }
 
+/* Context parallelism: this rank's chunk h of a sequence (0: the first half of its tokens, global
+ * chunk r; 1: the second, chunk 2 cp - 1 - r), and views of it: x's rows (a (B,T,...) tensor),
+ * its half of lse's storage ((B,H,T/2) contiguous), the keys and values of the sequence up to it
+ * (of a->cp_kv, or of kv: (B, cp T, 2G, D)). */
+static int cp_chunk(const mt_model *m, int rank, int h) {
+    return h ? 2 * cp_n(&m->cfg) - 1 - rank : rank;
+}
+
+static mt_status cp_rows(const mt_model *m, const mt_tensor *x, int h, mt_tensor *out) {
+    const int64_t c2 = m->cfg.seq_length / 2;
+    return mt_tensor_slice(x, 1, h * c2, c2, out);
+}
+
+static mt_tensor cp_lse(const mt_model *m, const mt_tensor *lse, int h) {
+    const int64_t B = lse->shape[0], H = lse->shape[1], c2 = lse->shape[2] / 2;
+    return mt_tensor_make((float *)lse->data + h * B * H * c2, MT_F32, 3, (int64_t[]){ B, H, c2 },
+                          m->dev);
+}
+
+static mt_status cp_prefix(const mt_model *m, const mt_tensor *kv, int h, mt_tensor *k,
+                           mt_tensor *v) {
+    const int64_t c2 = m->cfg.seq_length / 2, G = kv->shape[2] / 2;
+    mt_tensor p;
+    MT_TRY(mt_tensor_slice(kv, 1, 0, (cp_chunk(m, m->cfg.context_parallel_rank, h) + 1) * c2, &p));
+    MT_TRY(mt_tensor_slice(&p, 2, 0, G, k));
+    return mt_tensor_slice(&p, 2, G, G, v);
+}
+
+/* Rank j's block of a->cp_kva as (B,T,2G,D). */
+static mt_tensor cp_block(const mt_model *m, int j) {
+    const acts *a = &m->a;
+    const int64_t *sh = a->cp_kvl.shape, n = sh[0] * sh[1] * sh[2] * sh[3];
+    return mt_tensor_make((char *)a->cp_kva.data + j * n * (int64_t)mt_dtype_size(m->cfg.dtype),
+                          m->cfg.dtype, 4, sh, m->dev);
+}
+
+/* Context parallelism: this layer's keys and values of every rank in sequence order (a->cp_kv):
+ * this rank's copied out of qkv, all-gathered, each rank's two chunks put in their places.
+ * back: the reverse for their gradient: a->cp_dkv's chunks to their ranks' blocks, the sum over
+ * the ranks reduce-scattered (into a->cp_kvl), then into dk and dv. */
+static mt_status cp_exchange(mt_model *m, mt_tensor *k, mt_tensor *v, int back, mt_stream s) {
+    acts *a = &m->a;
+    const int64_t G = k->shape[2], n = mt_tensor_numel(&a->cp_kvl);
+    mt_tensor kl, vl, flat = mt_tensor_1d(a->cp_kvl.data, m->cfg.dtype, n, m->dev);
+    MT_TRY(mt_tensor_slice(&a->cp_kvl, 2, 0, G, &kl));
+    MT_TRY(mt_tensor_slice(&a->cp_kvl, 2, G, G, &vl));
+    if (!back) {
+        MT_TRY(mt_copy(&kl, k, s));
+        MT_TRY(mt_copy(&vl, v, s));
+        MT_TRY(mt_comm_allgather(m->cp, &a->cp_kva, &flat, s));
+    }
+    for (int j = 0; j < cp_n(&m->cfg); j++)
+        for (int h = 0; h < 2; h++) {
+            mt_tensor blk = cp_block(m, j), x, g;
+            const int64_t c2 = m->cfg.seq_length / 2;
+            MT_TRY(cp_rows(m, &blk, h, &x));
+            MT_TRY(
+                mt_tensor_slice(back ? &a->cp_dkv : &a->cp_kv, 1, cp_chunk(m, j, h) * c2, c2, &g));
+            MT_TRY(back ? mt_copy(&x, &g, s) : mt_copy(&g, &x, s));
+        }
+    if (!back) return MT_OK;
+    MT_TRY(mt_comm_reduce_scatter(m->cp, &flat, &a->cp_kva, MT_REDOP_SUM, s));
+    MT_TRY(mt_copy(k, &kl, s));
+    return mt_copy(v, &vl, s);
+}
+
+/* Context parallelism, the attention forward: each chunk's queries over the sequence's keys up to
+ * theirs (the keys all-gathered). */
+static mt_status cp_attn_fwd(mt_model *m, mt_tensor *y, mt_tensor *lse, const mt_tensor *q,
+                             mt_tensor *k, mt_tensor *v, const mt_attn_config *ac, mt_stream s) {
+    MT_REQUIRE(m->cp, MT_ERR_INVALID_ARG,
+               "context parallelism of %d: no group given (mt_model_set_context_group)",
+               cp_n(&m->cfg));
+    MT_REQUIRE(!ac->key_start, MT_ERR_UNSUPPORTED,
+               "document masks with context parallelism are not supported yet");
+    MT_TRY(cp_exchange(m, k, v, 0, s));
+    for (int h = 0; h < 2; h++) {
+        mt_tensor qh, yh, kh, vh, lh = cp_lse(m, lse, h);
+        MT_TRY(cp_rows(m, q, h, &qh));
+        MT_TRY(cp_rows(m, y, h, &yh));
+        MT_TRY(cp_prefix(m, &m->a.cp_kv, h, &kh, &vh));
+        MT_TRY(mt_attn_fwd(&yh, &lh, &qh, &kh, &vh, ac, s));
+    }
+    return MT_OK;
+}
+
+/* Context parallelism, the attention backward: the keys gathered again, each chunk's gradients
+ * (its dq; the keys' and values' up to it, summed in a->cp_dkv), which go back to their ranks. */
+static mt_status cp_attn_bwd(mt_model *m, mt_tensor *dq, mt_tensor *dk, mt_tensor *dv,
+                             const mt_tensor *dy, const mt_tensor *q, mt_tensor *k, mt_tensor *v,
+                             const mt_tensor *y, const mt_tensor *lse, const mt_attn_config *ac,
+                             mt_stream s) {
+    acts *a = &m->a;
+    MT_TRY(cp_exchange(m, k, v, 0, s));
+    MT_TRY(mt_fill(&a->cp_dkv, 0.0f, s));
+    const int64_t B = m->B, row = a->cp_dkv.shape[1] * a->cp_dkv.shape[2] * a->cp_dkv.shape[3];
+    for (int h = 0; h < 2; h++) {
+        mt_tensor qh, yh, dqh, dyh, kh, vh, dkh, dvh, lh = cp_lse(m, lse, h);
+        MT_TRY(cp_rows(m, q, h, &qh));
+        MT_TRY(cp_rows(m, y, h, &yh));
+        MT_TRY(cp_rows(m, dq, h, &dqh));
+        MT_TRY(cp_rows(m, dy, h, &dyh));
+        MT_TRY(cp_prefix(m, &a->cp_kv, h, &kh, &vh));
+        MT_TRY(cp_prefix(m, &a->cp_tmp, h, &dkh, &dvh));
+        MT_TRY(mt_attn_bwd(&dqh, &dkh, &dvh, &dyh, &qh, &kh, &vh, &yh, &lh, ac, a->ws.data,
+                           m->ws_bytes, s));
+        const int64_t n = kh.shape[1] * a->cp_dkv.shape[2] * a->cp_dkv.shape[3];
+        const size_t es = mt_dtype_size(m->cfg.dtype);
+        for (int64_t b = 0; b < B; b++) { /* (each sequence's prefix is contiguous) */
+            mt_tensor d =
+                mt_tensor_1d((char *)a->cp_dkv.data + b * row * es, m->cfg.dtype, n, m->dev);
+            mt_tensor t =
+                mt_tensor_1d((char *)a->cp_tmp.data + b * row * es, m->cfg.dtype, n, m->dev);
+            MT_TRY(mt_axpy(&d, 1.0f, &t, s));
+        }
+    }
+    return cp_exchange(m, dk, dv, 1, s);
+}
+
 /* Inference over a KV cache (mt_model_set_kv_cache): layer l's k and v of the T tokens into the
  * cache's rows [pos, pos+T), then q's attention over its rows [0, pos+T) (causal: each query the
  * last of its keys, mt-attention's bottom-right alignment). pos + T comes from the device (kv_len),
@@ -588,6 +707,8 @@ static mt_status layer_fwd(mt_model *m, int l, mt_tensor *next, mt_stream s) {
     MT_TRY(as_bthd(m, &la->atty, local_heads(c), &y));
     if (m->kv) /* (inference: the tokens' keys and values into the cache, attention over it) */
         OP("fwd.attn", kv_attn(m, l, &y, &la->lse, &q, &k, &v, &ac, s));
+    else if (cp_n(c) > 1) /* (context parallelism: over every rank's keys up to each chunk) */
+        OP("fwd.attn", cp_attn_fwd(m, &y, &la->lse, &q, &k, &v, &ac, s));
     else
         OP("fwd.attn", mt_attn_fwd(&y, &la->lse, &q, &k, &v, &ac, s));
     OP("fwd.gemm.proj", linear_drop_add(m, &la->resid_mid, &la->atty, lp->proj_w, lp->proj_b,
@@ -949,18 +1070,21 @@ static mt_status backward(mt_model *m, int lm_head, mt_stream s) {
         /* qkv's bias gradient from the attention backward, which needs no pass over dqkv for
          * it; with rotary embeddings between, the column sums of dqkv (qkv's linear backward) */
         mt_tensor db[3];
-        const int bias_here =
-            lp->qkv_b && c->position_embedding_type != MT_POS_ROPE && !c->qk_layernorm;
+        const int bias_here = lp->qkv_b && c->position_embedding_type != MT_POS_ROPE &&
+                              !c->qk_layernorm && cp_n(c) == 1;
         if (bias_here) {
             const int64_t nh = local_heads(c), ng = local_groups(c), hd = c->kv_channels;
             MT_TRY(mt_tensor_slice(&lp->qkv_b->grad, 0, 0, nh * hd, &db[0]));
             MT_TRY(mt_tensor_slice(&lp->qkv_b->grad, 0, nh * hd, ng * hd, &db[1]));
             MT_TRY(mt_tensor_slice(&lp->qkv_b->grad, 0, (nh + ng) * hd, ng * hd, &db[2]));
         }
-        OP("bwd.attn",
-           mt_attn_bwd_bias(&dq, &dk, &dv, bias_here ? &db[0] : NULL, bias_here ? &db[1] : NULL,
-                            bias_here ? &db[2] : NULL, acc, &dy, &q, &k, &v, &y, &la->lse, &ac,
-                            a->ws.data, m->ws_bytes, s));
+        if (cp_n(c) > 1) /* (context parallelism: the keys' gradients summed over the ranks) */
+            OP("bwd.attn", cp_attn_bwd(m, &dq, &dk, &dv, &dy, &q, &k, &v, &y, &la->lse, &ac, s));
+        else
+            OP("bwd.attn",
+               mt_attn_bwd_bias(&dq, &dk, &dv, bias_here ? &db[0] : NULL, bias_here ? &db[1] : NULL,
+                                bias_here ? &db[2] : NULL, acc, &dy, &q, &k, &v, &y, &la->lse, &ac,
+                                a->ws.data, m->ws_bytes, s));
         if (c->position_embedding_type == MT_POS_ROPE) {
             OP("bwd.rope", rope(m, &dq, 1, s));
             OP("bwd.rope", rope(m, &dk, 1, s));

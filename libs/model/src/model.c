@@ -47,6 +47,23 @@ static mt_status moe_finalize(mt_model_config *c) {
     return MT_OK;
 }
 
+/* The context-parallel fields: what works with them. */
+static mt_status cp_finalize(const mt_model_config *c) {
+    const int cp = c->context_parallel_size;
+    MT_REQUIRE(cp >= 0 && c->context_parallel_rank >= 0 && c->context_parallel_rank < (cp ? cp : 1),
+               MT_ERR_INVALID_ARG, "context_parallel_rank %d of %d", c->context_parallel_rank, cp);
+    if (cp <= 1) return MT_OK;
+    MT_REQUIRE(c->seq_length % 2 == 0, MT_ERR_INVALID_ARG,
+               "context parallelism: a rank's %d tokens of a sequence must be two equal chunks",
+               c->seq_length);
+    MT_REQUIRE(c->tensor_model_parallel_size <= 1 && c->pipeline_model_parallel_size <= 1 &&
+                   !c->num_moe_experts && c->attention_dropout == 0.0f,
+               MT_ERR_UNSUPPORTED,
+               "context parallelism with tensor, pipeline or expert parallelism, MoE or attention "
+               "dropout is not supported yet");
+    return MT_OK;
+}
+
 mt_status mt_model_config_finalize(mt_model_config *c) {
     MT_REQUIRE(c && c->size >= sizeof(mt_model_config), MT_ERR_INVALID_ARG,
                "config is NULL or from an older header");
@@ -161,7 +178,8 @@ mt_status mt_model_config_finalize(mt_model_config *c) {
     MT_REQUIRE(!c->recompute_layernorm || c->recompute_granularity == MT_RECOMPUTE_SELECTIVE,
                MT_ERR_INVALID_ARG,
                "recompute_modules layernorm needs recompute_granularity: selective");
-    return moe_finalize(c);
+    MT_TRY(moe_finalize(c));
+    return cp_finalize(c);
 }
 
 mt_status mt_model_stage_layers(const mt_model_config *c, int stage, int *first, int *count) {
@@ -493,6 +511,14 @@ static void plan_acts(mt_model *m, planner *p) {
         TAKE(p, &a->mlp_act, dt, moe_n(c) ? moe_expert_rows(c, N) : N,
              moe_n(c) ? local_moe_ffn(c) : F);
     if (c->recompute_layernorm) TAKE(p, &a->ln_out, dt, Nl, C);
+    if (cp_n(c) > 1) {
+        const int64_t cp = cp_n(c), KV = 2 * G;
+        TAKE(p, &a->cp_kvl, dt, B, T, KV, D);
+        TAKE(p, &a->cp_kva, dt, cp * B * T * KV * D);
+        TAKE(p, &a->cp_kv, dt, B, cp * T, KV, D);
+        TAKE(p, &a->cp_dkv, dt, B, cp * T, KV, D);
+        TAKE(p, &a->cp_tmp, dt, B, cp * T, KV, D);
+    }
     for (int s = 0; s < a->n_rc; s++)
         plan_layer(m, p, &a->rc[s]);
     const int l0 = stage_l0(c), nl = stage_nl(c), last = last_stage(c);
@@ -582,6 +608,11 @@ static mt_status workspace_sizes(mt_model *m) {
     ac.deterministic = c->deterministic;
     size_t wa = 0, we = 0;
     MT_TRY(mt_attn_bwd_workspace(&q, &k, &ac, &wa));
+    if (cp_n(c) > 1) { /* (a chunk's queries over the keys up to it: the longest, every key) */
+        mt_tensor qc = mt_tensor_4d(shape_only, c->dtype, B, T / 2, H, D, m->dev);
+        mt_tensor kc = mt_tensor_4d(shape_only, c->dtype, B, T * cp_n(c), G, D, m->dev);
+        MT_TRY(mt_attn_bwd_workspace(&qc, &kc, &ac, &wa));
+    }
     /* (with position ids the position table is sorted too: the larger table's bits) */
     int64_t rows =
         local_vocab(c) > c->max_position_embeddings ? local_vocab(c) : c->max_position_embeddings;
@@ -686,6 +717,21 @@ static mt_status init_weights(mt_model *m) {
     if (tmp && st == MT_OK) st = mt_stream_sync(NULL); /* before the scratch goes */
     mt_arena_destroy(tmp);
     return st;
+}
+
+mt_status mt_model_set_context_group(mt_model *m, mt_comm *cp) {
+    MT_REQUIRE(m, MT_ERR_INVALID_ARG, "model is NULL");
+    const mt_model_config *c = &m->cfg;
+    MT_REQUIRE(cp_n(c) > 1, MT_ERR_INVALID_ARG,
+               "a context-parallel group for a model without context parallelism");
+    MT_REQUIRE(cp && mt_comm_size(cp) == cp_n(c) && mt_comm_rank(cp) == c->context_parallel_rank,
+               MT_ERR_INVALID_ARG,
+               "the context-parallel group has %d rank(s) (this one %d), the config's "
+               "context_parallel_size is %d (rank %d)",
+               cp ? mt_comm_size(cp) : 0, cp ? mt_comm_rank(cp) : -1, cp_n(c),
+               c->context_parallel_rank);
+    m->cp = cp;
+    return MT_OK;
 }
 
 mt_status mt_model_set_expert_group(mt_model *m, mt_comm *ep) {

@@ -121,6 +121,11 @@ static inline int64_t moe_expert_rows(const mt_model_config *c, int64_t N) {
     return moe_region(c, N) ? ep_n(c) * moe_local(c) * moe_region(c, N) : ep_n(c) * N * k;
 }
 
+/* Context parallelism: its ranks (1: none). */
+static inline int cp_n(const mt_model_config *c) {
+    return c->context_parallel_size > 1 ? c->context_parallel_size : 1;
+}
+
 /* The token rows of the residual stream a rank holds: N, or N / tp with sequence parallelism. */
 static inline int64_t local_rows(const mt_model_config *c, int64_t N) {
     return c->sequence_parallel ? N / tp_n(c) : N;
@@ -191,6 +196,11 @@ typedef struct acts {
      * gradients of their outputs and inputs (moe_dye, moe_dxe), expert-major, (moe_expert_rows,
      * C). Every rank's tokens per expert (ep,E) i32 */
     mt_tensor moe_ye, moe_dye, moe_dxe, moe_counts_all;
+    /* context parallelism: a layer's keys|values (B,T,2G,D) as this rank holds them (kvl; the
+     * reduce-scattered gradient in the backward), every rank's gathered (kva, (cp,B,T,2G,D); the
+     * gradient rank-major before its reduce-scatter), in sequence order (kv, (B,cp T,2G,D)), their
+     * gradient (dkv) and one chunk's part of it (tmp), both (B,cp T,2G,D) */
+    mt_tensor cp_kvl, cp_kva, cp_kv, cp_dkv, cp_tmp;
 } acts;
 
 typedef struct layer_params {
@@ -235,6 +245,7 @@ struct mt_model {
     mt_blas *blas_x;
     mt_comm *tp;         /* tensor-parallel group (NULL: TP 1) */
     mt_comm *ep;         /* expert-parallel group (mt_model_set_expert_group; NULL: none) */
+    mt_comm *cp;         /* context-parallel group (mt_model_set_context_group; NULL: none) */
     int tpr;             /* this rank's place in it */
     mt_tp_async tpa;     /* CUDA, MT_TP_ASYNC=1: the column-parallel backwards' collectives
                             beside their dW GEMMs (off by default: no faster on GPT-2 124M at

@@ -853,9 +853,20 @@ static mt_status validate(mt_train_args *a) {
             most = n > most ? n : most;
         }
     }
-    if (a->context_parallel_size != 1)
-        return MT_ERROR(MT_ERR_UNSUPPORTED, "context parallelism is not supported yet: "
-                                            "--context-parallel-size must be 1");
+    const int cp = a->context_parallel_size;
+    if (cp < 1) return BAD("--context-parallel-size must be positive, got %d", cp);
+    if (cp > 1 && a->seq_length % (2 * cp) != 0)
+        return BAD("seq-length should be a multiple of 2 * context-parallel-size if "
+                   "context-parallel-size != 1 (--seq-length %d, --context-parallel-size %d)",
+                   a->seq_length, cp);
+    if (cp > 1 && (a->tensor_model_parallel_size > 1 || a->pipeline_model_parallel_size > 1 ||
+                   a->num_experts || a->reset_attention_mask || a->reset_position_ids ||
+                   a->attention_dropout > 0 || a->eod_mask_loss || a->calculate_per_token_loss))
+        return MT_ERROR(MT_ERR_UNSUPPORTED,
+                        "--context-parallel-size %d with tensor or pipeline parallelism, MoE, "
+                        "--reset-attention-mask, --reset-position-ids, --attention-dropout, "
+                        "--eod-mask-loss or --calculate-per-token-loss is not supported yet",
+                        cp);
     MT_TRY(validate_moe(a));
     if (a->tensor_model_parallel_size == 1) a->sequence_parallel = 0; /* as Megatron */
     if (a->sequence_parallel) {

@@ -39,6 +39,12 @@ typedef struct run {
      * norm); NULL when not split (one rank) */
     mt_comm *ep, *edp, *emp;
     int ep_size, ep_rank, edp_size, edp_rank;
+    /* context parallelism (Megatron's order tp-cp-ep-dp-pp; TP and PP 1 for now): cp, the ranks
+     * that share each sequence; the gradients are reduced over the data- and context-parallel
+     * ranks together (dp, of gdp_size ranks, this one gdp_rank; = dp without CP) */
+    mt_comm *cp;
+    int cp_size, cp_rank, gdp_size, gdp_rank;
+    int32_t *hcp; /* context parallelism: this rank's chunks of a host batch's tokens (B, T/cp) */
     mt_device dev;
     int64_t vocab, eod;
     mt_model_config mc;
@@ -237,10 +243,18 @@ static mt_status setup_world(run *r) {
                r->nranks, tp, pp);
     r->tp_size = tp, r->tp_rank = r->rank % tp;
     r->pp_size = pp, r->pp_rank = r->rank / (r->nranks / pp);
-    r->dp_size = r->nranks / (tp * pp), r->dp_rank = r->rank / tp % r->dp_size;
+    const int cp = a->context_parallel_size;
+    MT_REQUIRE(r->nranks % (tp * pp * cp) == 0, MT_ERR_INVALID_ARG,
+               "world size (%d) is not divisible by tensor model parallel size (%d) times context "
+               "parallel size (%d) times pipeline model parallel size (%d)",
+               r->nranks, tp, cp, pp);
+    r->cp_size = cp, r->cp_rank = r->rank / tp % cp;
+    r->dp_size = r->nranks / (tp * pp * cp), r->dp_rank = r->rank / (tp * cp) % r->dp_size;
+    r->gdp_size = r->dp_size * cp, r->gdp_rank = r->rank / tp % r->gdp_size;
+    if (cp > 1) MT_TRY(mt_comm_split(r->world, r->dp_rank, r->cp_rank, "cp", &r->cp));
     const int stage_rank = r->rank % (tp * r->dp_size); /* this rank's place in its stage */
     if (tp > 1) MT_TRY(mt_comm_split(r->world, r->rank / tp, r->tp_rank, "tp", &r->tp));
-    if (tp * pp > 1 && r->dp_size > 1)
+    if (tp * pp > 1 && r->dp_size > 1) /* (context parallelism: TP and PP 1, dp the world) */
         MT_TRY(mt_comm_split(r->world, r->pp_rank * tp + r->tp_rank, r->dp_rank, "dp", &r->dp_own));
     r->dp = tp * pp > 1 ? r->dp_own : r->world;
     if (pp > 1) {
@@ -443,6 +457,9 @@ static mt_status setup_model(run *r) {
     c->moe_router_topk_scaling_factor = (float)a->moe_router_topk_scaling_factor;
     c->expert_model_parallel_size = r->ep_size;
     c->expert_model_parallel_rank = r->ep_rank;
+    c->context_parallel_size = r->cp_size; /* (this rank's share of each sequence) */
+    c->context_parallel_rank = r->cp_rank;
+    c->seq_length = a->seq_length / r->cp_size;
     if (a->recompute_granularity) {
         int full = strcmp(a->recompute_granularity, "full") == 0;
         c->recompute_granularity = full ? MT_RECOMPUTE_FULL : MT_RECOMPUTE_SELECTIVE;
@@ -464,8 +481,8 @@ static mt_status setup_model(run *r) {
     bc.device = r->dev;
     bc.bucket_numel = a->ddp_bucket_size
                           ? a->ddp_bucket_size
-                          : (40000000 > 1000000 * r->dp_size ? 40000000 : 1000000 * r->dp_size);
-    bc.dp_size = r->dp_size;
+                          : (40000000 > 1000000 * r->gdp_size ? 40000000 : 1000000 * r->gdp_size);
+    bc.dp_size = r->gdp_size;
     bc.expert_dp_size = r->edp_size;
     bc.tp_rank = r->tp_rank;
     MT_TRY(mt_optim_buffer_create(&bc, &r->buf));
@@ -476,6 +493,7 @@ static mt_status setup_model(run *r) {
     MT_TRY(mt_optim_buffer_bind(r->buf, r->buf_arena));
     MT_TRY(mt_model_create_tp(c, a->micro_batch_size, r->dev, r->tp, register_param, r, &r->model));
     if (r->ep) MT_TRY(mt_model_set_expert_group(r->model, r->ep));
+    if (r->cp) MT_TRY(mt_model_set_context_group(r->model, r->cp));
     r->nslots = mt_model_pp_slots(r->model);
     /* the forward and backward as one CUDA graph from the second micro-batch on (MT_CUDA_GRAPHS=0:
      * off, for comparison); the profiler runs without it */
@@ -490,10 +508,10 @@ static mt_status setup_model(run *r) {
     oc.clip_grad = (float)a->clip_grad;
     oc.log_num_zeros_in_grad = a->log_num_zeros_in_grad;
     oc.use_distributed_optimizer = a->use_distributed_optimizer;
-    r->pgather = a->overlap_param_gather && a->use_distributed_optimizer && r->dp_size > 1;
+    r->pgather = a->overlap_param_gather && a->use_distributed_optimizer && r->gdp_size > 1;
     oc.overlap_param_gather = r->pgather;
     oc.grad_reduce_in_bf16 = a->grad_reduce_in_bf16;
-    oc.dp = r->dp_size > 1 ? r->dp : NULL;
+    oc.dp = r->gdp_size > 1 ? r->dp : NULL;
     oc.mp = r->mp; /* the grad norm's split parameters (and stages) are summed over it */
     oc.expert_dp = r->edp;
     oc.expert_mp = r->emp;
@@ -572,15 +590,30 @@ static mt_status setup_io(run *r) {
     r->ks = calloc((size_t)S, sizeof(mt_tensor));
     r->sid = calloc((size_t)S, sizeof(mt_tensor));
     MT_REQUIRE(r->tok && r->tgt && r->pos && r->ks && r->sid, MT_ERR_OOM, "batch slots");
+    const int64_t Tl = T / r->cp_size; /* (context parallelism: this rank's tokens a sequence) */
+    if (r->cp_size > 1) {
+        r->hcp = calloc((size_t)(B * Tl), sizeof *r->hcp);
+        MT_REQUIRE(r->hcp, MT_ERR_OOM, "batch buffers");
+    }
     MT_TRY(mt_arena_create(r->dev,
                            (size_t)S * ((size_t)(4 * B * T * 4 + 8 * B) + 6 * MT_ARENA_ALIGN) +
                                MT_ARENA_ALIGN + 64,
                            &r->io_arena));
     for (int k = 0; k < S; k++) {
-        MT_TRY(mt_tensor_alloc(r->io_arena, MT_I32, 2, (int64_t[]){ B, T }, &r->tok[k]));
-        MT_TRY(mt_tensor_alloc(r->io_arena, MT_I32, 2, (int64_t[]){ B, T }, &r->tgt[k]));
-        if (a->reset_position_ids)
-            MT_TRY(mt_tensor_alloc(r->io_arena, MT_I32, 2, (int64_t[]){ B, T }, &r->pos[k]));
+        MT_TRY(mt_tensor_alloc(r->io_arena, MT_I32, 2, (int64_t[]){ B, Tl }, &r->tok[k]));
+        MT_TRY(mt_tensor_alloc(r->io_arena, MT_I32, 2, (int64_t[]){ B, Tl }, &r->tgt[k]));
+        if (a->reset_position_ids || r->cp_size > 1)
+            MT_TRY(mt_tensor_alloc(r->io_arena, MT_I32, 2, (int64_t[]){ B, Tl }, &r->pos[k]));
+        if (r->cp_size > 1) { /* the positions of this rank's chunks, the same every batch */
+            const int64_t c2 = Tl / 2;
+            for (int64_t b = 0; b < B; b++)
+                for (int64_t t = 0; t < Tl; t++) {
+                    const int64_t g = t < c2 ? r->cp_rank : 2 * r->cp_size - 1 - r->cp_rank;
+                    r->hcp[b * Tl + t] = (int32_t)(g * c2 + t % c2);
+                }
+            MT_TRY(mt_memcpy(r->pos[k].data, r->dev, r->hcp, MT_DEVICE_CPU, (size_t)(B * Tl) * 4,
+                             NULL));
+        }
         if (docs) MT_TRY(mt_tensor_alloc(r->io_arena, MT_I32, 2, (int64_t[]){ B, T }, &r->ks[k]));
         /* the dropout masks are keyed by the sample (mt_model_set_sample_ids) */
         if (drop) MT_TRY(mt_tensor_alloc(r->io_arena, MT_I64, 1, (int64_t[]){ B }, &r->sid[k]));
@@ -636,10 +669,24 @@ static mt_status read_batch(run *r, mt_data_dataset *ds, mt_data_sampler *s, int
     return MT_OK;
 }
 
+/* Host tokens (B,T) to device ones: all of them, or with context parallelism this rank's two
+ * chunks of each sequence (Megatron's get_batch_on_this_cp_rank). */
+static mt_status upload_ids(run *r, void *dst, const int32_t *src) {
+    const int64_t B = r->a->micro_batch_size, T = r->a->seq_length, cp = r->cp_size;
+    if (cp == 1) return mt_memcpy(dst, r->dev, src, MT_DEVICE_CPU, (size_t)(B * T) * 4, NULL);
+    const int64_t c2 = T / (2 * cp), Tl = T / cp;
+    for (int64_t b = 0; b < B; b++)
+        for (int h = 0; h < 2; h++) {
+            const int64_t g = h ? 2 * cp - 1 - r->cp_rank : r->cp_rank;
+            memcpy(r->hcp + b * Tl + h * c2, src + b * T + g * c2, (size_t)c2 * 4);
+        }
+    return mt_memcpy(dst, r->dev, r->hcp, MT_DEVICE_CPU, (size_t)(B * Tl) * 4, NULL);
+}
+
 /* Host batch `slot` to device slot `k`'s tokens, targets, positions, key starts, sample ids. */
 static mt_status upload_batch(run *r, int slot, int k) {
     size_t n = (size_t)(r->a->micro_batch_size * r->a->seq_length);
-    MT_TRY(mt_memcpy(r->tok[k].data, r->dev, r->htok + slot * n, MT_DEVICE_CPU, n * 4, NULL));
+    MT_TRY(upload_ids(r, r->tok[k].data, r->htok + slot * n));
     if (r->hpos)
         MT_TRY(mt_memcpy(r->pos[k].data, r->dev, r->hpos + slot * n, MT_DEVICE_CPU, n * 4, NULL));
     if (r->hks)
@@ -648,13 +695,13 @@ static mt_status upload_batch(run *r, int slot, int k) {
         const size_t B = (size_t)r->a->micro_batch_size;
         MT_TRY(mt_memcpy(r->sid[k].data, r->dev, r->hsid + slot * B, MT_DEVICE_CPU, B * 8, NULL));
     }
-    return mt_memcpy(r->tgt[k].data, r->dev, r->htgt + slot * n, MT_DEVICE_CPU, n * 4, NULL);
+    return upload_ids(r, r->tgt[k].data, r->htgt + slot * n);
 }
 
 /* The model reads device slot k's positions, key starts and sample ids from now on (those that
  * the run has). */
 static mt_status use_slot(run *r, int k) {
-    if (r->hpos) MT_TRY(mt_model_set_positions(r->model, &r->pos[k]));
+    if (r->hpos || r->cp_size > 1) MT_TRY(mt_model_set_positions(r->model, &r->pos[k]));
     if (r->hks) MT_TRY(mt_model_set_key_starts(r->model, &r->ks[k]));
     if (r->hsid) MT_TRY(mt_model_set_sample_ids(r->model, &r->sid[k]));
     return MT_OK;
@@ -808,7 +855,7 @@ static int expert_param(const run *r, const char *name) {
  * tensor-parallel rank if the parameter is not split. */
 static int replica_of(const run *r, const mt_model_param *p, int sharded) {
     const int whole = p->tp_axis < 0;
-    const int dpr = expert_param(r, p->name) ? r->edp_rank : r->dp_rank;
+    const int dpr = expert_param(r, p->name) ? r->edp_rank : r->gdp_rank;
     if (p->pp_shared) return 1; /* (the first stage writes the tied embedding) */
     return (sharded ? 0 : dpr) * (whole ? r->tp_size : 1) + (whole ? r->tp_rank : 0);
 }
@@ -868,15 +915,15 @@ static mt_status state_pieces(run *r, piece_list *l, int model) {
     }
     mt_tensor st[3];
     MT_TRY(mt_optim_state(r->opt, &st[0], &st[1], &st[2]));
-    int dist = r->a->use_distributed_optimizer && r->dp_size > 1;
+    int dist = r->a->use_distributed_optimizer && r->gdp_size > 1;
     int np = mt_optim_buffer_num_params(r->buf), nb = mt_optim_buffer_num_buckets(r->buf);
     int64_t local = 0; /* where bucket k's shard starts in the state views */
     for (int k = 0; k < nb; k++) {
         mt_optim_bucket b;
         MT_TRY(mt_optim_buffer_bucket(r->buf, k, &b));
         /* (an expert bucket is sharded over the expert-data-parallel group) */
-        const int shards = !dist ? 1 : b.expert ? r->edp_size : r->dp_size;
-        const int me = !dist ? 0 : b.expert ? r->edp_rank : r->dp_rank;
+        const int shards = !dist ? 1 : b.expert ? r->edp_size : r->gdp_size;
+        const int me = !dist ? 0 : b.expert ? r->edp_rank : r->gdp_rank;
         int64_t shard = b.numel / shards, lo = b.offset + me * shard, hi = lo + shard;
         for (int i = 0; i < np; i++) {
             mt_optim_param_info info;
@@ -907,7 +954,7 @@ static mt_status save_checkpoint(run *r) {
     if (!r->writer) {
         mt_ckpt_writer_config wc = MT_CKPT_WRITER_CONFIG_INIT;
         wc.dir = a->save;
-        wc.layout.dp = r->dp_size;
+        wc.layout.dp = r->gdp_size;
         wc.layout.tp = r->tp_size;
         wc.layout.pp = r->pp_size;
         wc.async = a->async_save;
@@ -1376,7 +1423,7 @@ static void events_free(mt_event *ev, int n) {
 
 /* Each bucket's level: the lowest grad-ready level of its parameters (mt_model_grad_ready_fn). */
 static mt_status setup_overlap(run *r) {
-    r->overlap = r->a->overlap_grad_reduce && r->dp_size > 1;
+    r->overlap = r->a->overlap_grad_reduce && r->gdp_size > 1;
     if (!r->overlap) return MT_OK;
     int nb = r->n_buckets = mt_optim_buffer_num_buckets(r->buf);
     r->bucket_level = malloc((size_t)nb * sizeof(int));
@@ -1873,6 +1920,8 @@ static void teardown(run *r) {
     free(r->launched);
     mt_prof_destroy(r->prof);
     mt_comm_destroy(r->tp);
+    mt_comm_destroy(r->cp);
+    free(r->hcp);
     mt_comm_destroy(r->ep);
     mt_comm_destroy(r->edp);
     mt_comm_destroy(r->emp);
@@ -1958,6 +2007,8 @@ mt_status mt_train_run(const mt_train_args *a) {
             params += mt_tensor_numel(&mt_model_param_at(r.model, i)->weight);
         char pp[48] = ""; /* (Megatron's grid order: tp, dp, pp) */
         if (r.pp_size > 1) snprintf(pp, sizeof pp, " x pipeline parallel %d", r.pp_size);
+        if (r.cp_size > 1) /* (each sequence over context-parallel ranks) */
+            snprintf(pp + strlen(pp), sizeof pp - strlen(pp), " x context parallel %d", r.cp_size);
         if (r.ep_size > 1) /* (the experts over expert-parallel ranks of the data-parallel ones) */
             snprintf(pp + strlen(pp), sizeof pp - strlen(pp), ", expert parallel %d", r.ep_size);
         char kind[64]; /* (MoE: Mixtral-style with the Llama choices) */

@@ -186,6 +186,17 @@ typedef struct mt_model_config {
      * exchange. */
     int expert_model_parallel_size;
     int expert_model_parallel_rank;
+    /* Megatron's context parallelism (--context-parallel-size; 0 or 1: none): each sequence of
+     * cp * seq_length tokens is cut into 2 cp chunks and rank r (context_parallel_rank) holds
+     * chunks r and 2 cp - 1 - r (Megatron's balance of causal work), seq_length being its share:
+     * the caller gives it those tokens, their targets and their positions
+     * (mt_model_set_positions). Each layer's keys and values are all-gathered over the group
+     * (mt_model_set_context_group; Megatron's allgather cp_comm_type), each chunk's queries attend
+     * to the keys up to theirs, and the keys' and values' gradients are reduce-scattered back.
+     * Not yet with tensor, pipeline or expert parallelism, MoE, document masks or attention
+     * dropout. */
+    int context_parallel_size;
+    int context_parallel_rank;
 } mt_model_config;
 
 #define MT_MODEL_CONFIG_INIT                                                                   \
@@ -193,7 +204,7 @@ typedef struct mt_model_config {
         sizeof(mt_model_config), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, MT_NORM_LAYERNORM, 0.0f,     \
             MT_POS_LEARNED, 0.0, 0, 0, 1, 0, 0.0f, 1234, MT_F32, 0, MT_RECOMPUTE_NONE,         \
             MT_RECOMPUTE_METHOD_NONE, 0, 0, 0, 0, 0, 0, 0.0f, 0.0f, 0, 0, 0, 0, 0, 0, 0, 0, 0, \
-            0.0f, 0.0f, 0.0f, 0, 0, 0, 0.0f, 0, 0                                              \
+            0.0f, 0.0f, 0.0f, 0, 0, 0, 0.0f, 0, 0, 0, 0                                        \
     }
 
 /* Fills the derived fields (zeros) of cfg in place and checks it; MT_ERR_INVALID_ARG with
@@ -262,6 +273,9 @@ MT_API void mt_model_destroy(mt_model *m); /* NULL is a no-op */
  * must be the config's and this rank's place in it expert_model_parallel_rank. Before the first
  * forward; the group must outlive the model. Host tensors go over MPI, device tensors over NCCL. */
 MT_API mt_status mt_model_set_expert_group(mt_model *m, mt_comm *ep);
+/* Context parallelism (cfg.context_parallel_size > 1): the context-parallel group, of the config's
+ * size, this rank at context_parallel_rank. Before the first forward; it must outlive the model. */
+MT_API mt_status mt_model_set_context_group(mt_model *m, mt_comm *cp);
 /* Whether parameter `name` of a model of `cfg` is split by tensor parallelism (its tp_axis, 0 or
  * 1) or whole on every rank (-1): for a caller that lays out storage before creating the model
  * (an optimizer counting replicated parameters once). -2 for a name the model does not have. */

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# multirank: context parallelism (--context-parallel-size). Each sequence is cut into 2 cp chunks,
+# rank r holding chunks r and 2 cp - 1 - r; each layer's keys and values are all-gathered, and
+# their gradients reduce-scattered back. The loss curve of CP 2 and CP 4 (GPT-2: learned
+# positions, biases; Llama: RoPE, GQA, SwiGLU), of CP 2 x DP 2 with the distributed optimizer,
+# overlapped buckets and full recompute, and with logits chunks and evaluation, equals one rank's
+# (relative 1e-5); a CP 2 checkpoint resumes on one rank. With "cuda": on 2 GPUs (fp32 1e-4,
+# bf16 1e-2), else on the CPU over MPI.
+source "$(dirname "$0")/pretrain_common.sh"
+d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
+dev=(); tol=1e-5
+if [ "${1:-}" = cuda ]; then
+  n=$(nvidia-smi -L 2>/dev/null | wc -l)
+  [ "$n" -ge 2 ] || { echo "skip: needs 2 GPUs, found $n"; exit 77; }
+  dev=(--device cuda); tol=1e-4
+fi
+[ -n "${MPIEXEC:-}" ] || { echo "skip: no MPI launcher"; exit 77; }
+llama=(--normalization RMSNorm --position-embedding-type rope --swiglu --disable-bias-linear
+       --untie-embeddings-and-output-weights --group-query-attention --num-query-groups 2)
+one() {  # name, then flags
+  local n=$1; shift
+  tiny_run "$d/$n.json" "${dev[@]}" "$@" > "$d/$n.log" 2>&1 || { echo "FAIL: run $n"; cat "$d/$n.log"; exit 1; }
+}
+mr() {  # name ranks reference tolerance, then flags
+  local n=$1 np=$2 ref=$3 t=$4; shift 4
+  "$MPIEXEC" -n "$np" "$MT_PRETRAIN" "${tiny_args[@]}" "${dev[@]}" --golden-values-out "$d/$n.json" \
+    "$@" > "$d/$n.log" 2>&1 || { echo "FAIL: run $n"; cat "$d/$n.log"; exit 1; }
+  grep -q "context parallel" "$d/$n.log" || { echo "FAIL: $n not context-parallel"; cat "$d/$n.log"; exit 1; }
+  paste <(losses "$d/$ref.json" 1 12) <(losses "$d/$n.json" 1 12) | awk '{ print $2, $4 }' \
+    | close "$n losses" "$t" || exit 1
+}
+one gpt
+one llama "${llama[@]}"
+mr gpt_cp2 2 gpt $tol --context-parallel-size 2
+mr llama_cp2 2 llama $tol "${llama[@]}" --context-parallel-size 2
+if [ -z "${dev[*]}" ]; then  # (4 ranks: the CPU only)
+  mr gpt_cp4 4 gpt $tol --context-parallel-size 4
+  mr llama_cp2dp2 4 llama $tol "${llama[@]}" --context-parallel-size 2 --use-distributed-optimizer \
+    --overlap-grad-reduce --ddp-bucket-size 3000 --recompute-granularity full \
+    --recompute-method uniform --recompute-num-layers 1
+fi
+one gpt_lc --logits-chunks 3 --eval-interval 6 --eval-iters 2
+mr gpt_cp2_lc 2 gpt_lc $tol --context-parallel-size 2 --logits-chunks 3 --eval-interval 6 --eval-iters 2
+grep "validation loss" "$d/gpt_lc.log" | grep -o "lm loss value: [^|]*" > "$d/v1"
+grep "validation loss" "$d/gpt_cp2_lc.log" | grep -o "lm loss value: [^|]*" > "$d/v2"
+[ -s "$d/v1" ] && paste -d' ' <(awk '{ print $4 }' "$d/v1") <(awk '{ print $4 }' "$d/v2") \
+  | close "validation losses" "$tol" || { echo "FAIL: validation losses"; exit 1; }
+if [ "${1:-}" = cuda ]; then  # bf16
+  one gpt_bf16 --bf16
+  mr gpt_cp2_bf16 2 gpt_bf16 1e-2 --bf16 --context-parallel-size 2
+fi
+# a CP 2 checkpoint resumed on one rank: iterations 7..12 as one rank's
+"$MPIEXEC" -n 2 "$MT_PRETRAIN" "${tiny_args[@]}" "${dev[@]}" "${llama[@]}" --context-parallel-size 2 \
+  --exit-interval 6 --save "$d/ck" > "$d/first.log" 2>&1 || { echo "FAIL: run first"; cat "$d/first.log"; exit 1; }
+one resumed "${llama[@]}" --load "$d/ck"
+grep -q "at iteration 6" "$d/resumed.log" || { echo "FAIL: no resume"; cat "$d/resumed.log"; exit 1; }
+paste <(losses "$d/llama.json" 7 12) <(losses "$d/resumed.json" 7 12) | awk '{ print $2, $4 }' \
+  | close "resumed from CP 2" "$tol"
