@@ -629,13 +629,33 @@ static mt_status cp_attn_fwd(mt_model *m, mt_tensor *y, mt_tensor *lse, const mt
                cp_n(&m->cfg));
     MT_REQUIRE(!ac->key_start, MT_ERR_UNSUPPORTED,
                "document masks with context parallelism are not supported yet");
+    acts *a = &m->a;
     MT_TRY(cp_exchange(m, k, v, 0, s));
     for (int h = 0; h < 2; h++) {
         mt_tensor qh, yh, kh, vh, lh = cp_lse(m, lse, h);
         MT_TRY(cp_rows(m, q, h, &qh));
         MT_TRY(cp_rows(m, y, h, &yh));
-        MT_TRY(cp_prefix(m, &m->a.cp_kv, h, &kh, &vh));
-        MT_TRY(mt_attn_fwd(&yh, &lh, &qh, &kh, &vh, ac, s));
+        MT_TRY(cp_prefix(m, &a->cp_kv, h, &kh, &vh));
+        const int64_t L = kh.shape[1], c2 = qh.shape[1];
+        if (L == c2 || !mt_device_is_cuda(m->dev)) {
+            MT_TRY(mt_attn_fwd(&yh, &lh, &qh, &kh, &vh, ac, s));
+            continue;
+        }
+        /* CUDA: the queries padded in front to the square, whose tensor-core kernels run it (its
+         * forward over more keys than queries is a kernel for decoding's few rows); the padded
+         * rows' outputs are not used */
+        mt_tensor qp, op, lp, t;
+        MT_TRY(mt_tensor_slice(&a->cp_qp, 1, 0, L, &qp));
+        MT_TRY(mt_tensor_slice(&a->cp_op, 1, 0, L, &op));
+        lp = mt_tensor_make(a->cp_lp.data, MT_F32, 3, (int64_t[]){ m->B, qh.shape[2], L }, m->dev);
+        MT_TRY(mt_fill(&qp, 0.0f, s));
+        MT_TRY(mt_tensor_slice(&qp, 1, L - c2, c2, &t));
+        MT_TRY(mt_copy(&t, &qh, s));
+        MT_TRY(mt_attn_fwd(&op, &lp, &qp, &kh, &vh, ac, s));
+        MT_TRY(mt_tensor_slice(&op, 1, L - c2, c2, &t));
+        MT_TRY(mt_copy(&yh, &t, s));
+        MT_TRY(mt_tensor_slice(&lp, 2, L - c2, c2, &t));
+        MT_TRY(mt_copy(&lh, &t, s));
     }
     return MT_OK;
 }

@@ -201,6 +201,9 @@ typedef struct acts {
      * gradient rank-major before its reduce-scatter), in sequence order (kv, (B,cp T,2G,D)), their
      * gradient (dkv) and one chunk's part of it (tmp), both (B,cp T,2G,D) */
     mt_tensor cp_kvl, cp_kva, cp_kv, cp_dkv, cp_tmp;
+    /* context parallelism on CUDA: a chunk's queries padded to the keys' length, their output
+     * (B, cp T, H, D) and lse (B, H, cp T) (the forward over a key prefix, as a square) */
+    mt_tensor cp_qp, cp_op, cp_lp;
 } acts;
 
 typedef struct layer_params {
