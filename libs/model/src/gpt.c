@@ -644,10 +644,13 @@ static mt_status cp_attn_fwd(mt_model *m, mt_tensor *y, mt_tensor *lse, const mt
         /* CUDA: the queries padded in front to the square, whose tensor-core kernels run it (its
          * forward over more keys than queries is a kernel for decoding's few rows); the padded
          * rows' outputs are not used */
-        mt_tensor qp, op, lp, t;
-        MT_TRY(mt_tensor_slice(&a->cp_qp, 1, 0, L, &qp));
-        MT_TRY(mt_tensor_slice(&a->cp_op, 1, 0, L, &op));
-        lp = mt_tensor_make(a->cp_lp.data, MT_F32, 3, (int64_t[]){ m->B, qh.shape[2], L }, m->dev);
+        const int64_t H = qh.shape[2], D = qh.shape[3]; /* (contiguous (B,L,...) in the buffers) */
+        mt_tensor qp =
+            mt_tensor_make(a->cp_qp.data, m->cfg.dtype, 4, (int64_t[]){ m->B, L, H, D }, m->dev);
+        mt_tensor op =
+            mt_tensor_make(a->cp_op.data, m->cfg.dtype, 4, (int64_t[]){ m->B, L, H, D }, m->dev);
+        mt_tensor lp = mt_tensor_make(a->cp_lp.data, MT_F32, 3, (int64_t[]){ m->B, H, L }, m->dev),
+                  t;
         MT_TRY(mt_fill(&qp, 0.0f, s));
         MT_TRY(mt_tensor_slice(&qp, 1, L - c2, c2, &t));
         MT_TRY(mt_copy(&t, &qh, s));
