@@ -724,35 +724,26 @@ static mt_status init_weights(mt_model *m) {
     return st;
 }
 
-mt_status mt_model_set_context_group(mt_model *m, mt_comm *cp) {
+/* A parallel group of the config's size n, this rank at `rank` in it, into *dst. */
+static mt_status set_group(mt_model *m, mt_comm *g, int n, int rank, const char *what,
+                           const char *field, mt_comm **dst) {
     MT_REQUIRE(m, MT_ERR_INVALID_ARG, "model is NULL");
-    const mt_model_config *c = &m->cfg;
-    MT_REQUIRE(cp_n(c) > 1, MT_ERR_INVALID_ARG,
-               "a context-parallel group for a model without context parallelism");
-    MT_REQUIRE(cp && mt_comm_size(cp) == cp_n(c) && mt_comm_rank(cp) == c->context_parallel_rank,
-               MT_ERR_INVALID_ARG,
-               "the context-parallel group has %d rank(s) (this one %d), the config's "
-               "context_parallel_size is %d (rank %d)",
-               cp ? mt_comm_size(cp) : 0, cp ? mt_comm_rank(cp) : -1, cp_n(c),
-               c->context_parallel_rank);
-    m->cp = cp;
+    MT_REQUIRE(n > 1, MT_ERR_INVALID_ARG, "a %s group for a model without %s", what, what);
+    MT_REQUIRE(g && mt_comm_size(g) == n && mt_comm_rank(g) == rank, MT_ERR_INVALID_ARG,
+               "the %s group has %d rank(s) (this one %d), the config's %s_size is %d (rank %d)",
+               what, g ? mt_comm_size(g) : 0, g ? mt_comm_rank(g) : -1, field, n, rank);
+    *dst = g;
     return MT_OK;
 }
 
+mt_status mt_model_set_context_group(mt_model *m, mt_comm *cp) {
+    return set_group(m, cp, m ? cp_n(&m->cfg) : 0, m ? m->cfg.context_parallel_rank : 0,
+                     "context-parallel", "context_parallel", m ? &m->cp : NULL);
+}
+
 mt_status mt_model_set_expert_group(mt_model *m, mt_comm *ep) {
-    MT_REQUIRE(m, MT_ERR_INVALID_ARG, "model is NULL");
-    const mt_model_config *c = &m->cfg;
-    MT_REQUIRE(ep_n(c) > 1, MT_ERR_INVALID_ARG,
-               "an expert-parallel group for a model without expert parallelism");
-    MT_REQUIRE(ep && mt_comm_size(ep) == ep_n(c) &&
-                   mt_comm_rank(ep) == c->expert_model_parallel_rank,
-               MT_ERR_INVALID_ARG,
-               "the expert-parallel group has %d rank(s) (this one %d), the config's "
-               "expert_model_parallel_size is %d (rank %d)",
-               ep ? mt_comm_size(ep) : 0, ep ? mt_comm_rank(ep) : -1, ep_n(c),
-               c->expert_model_parallel_rank);
-    m->ep = ep;
-    return MT_OK;
+    return set_group(m, ep, m ? ep_n(&m->cfg) : 0, m ? m->cfg.expert_model_parallel_rank : 0,
+                     "expert-parallel", "expert_model_parallel", m ? &m->ep : NULL);
 }
 
 mt_status mt_model_create(const mt_model_config *cfg, int micro_batch_size, mt_device device,

@@ -108,10 +108,11 @@ KV_CASES = [
     ("kv_mqa_q7_k13_d64", 1, 7, 13, 4, 1, 64, 0),
     ("kv_gqa2_q70_k300_d128_causal", 1, 70, 300, 4, 2, 128, 1),
 ]
-for name, B, Tq, Tk, H, Hkv, D, causal in KV_CASES:
-    q = rnd(B, Tq, H, D).detach()
-    k = rnd(B, Tk, Hkv, D).detach()
-    v = rnd(B, Tk, Hkv, D).detach()
+
+
+def prefix_attention(q, k, v, causal):
+    """out (B,Tq,H,D) and lse (B,H,Tq) of q's Tq queries, the last of k's Tk positions."""
+    (B, Tq, H, D), Tk, Hkv = q.shape, k.shape[1], k.shape[2]
     sc = 1.0 / math.sqrt(D)
     qh, kh, vh = (x.transpose(1, 2) for x in (q, k, v))
     i, j = torch.arange(Tq)[:, None], torch.arange(Tk)[None, :]
@@ -120,6 +121,14 @@ for name, B, Tq, Tk, H, Hkv, D, causal in KV_CASES:
     lse = torch.logsumexp(s.masked_fill(~allowed, float("-inf")), dim=-1)
     out = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=allowed, scale=sc,
                                          enable_gqa=True).transpose(1, 2)
+    return out, lse
+
+
+for name, B, Tq, Tk, H, Hkv, D, causal in KV_CASES:
+    q = rnd(B, Tq, H, D).detach()
+    k = rnd(B, Tk, Hkv, D).detach()
+    v = rnd(B, Tk, Hkv, D).detach()
+    out, lse = prefix_attention(q, k, v, causal)
     for key, t in (("q", q), ("k", k), ("v", v), ("out", out), ("lse", lse)):
         np.save(f"attn_{name}_{key}.npy", t.float().numpy())
 
@@ -137,14 +146,7 @@ for name, B, Tq, Tk, H, Hkv, D, causal in KVB_CASES:
     k = rnd(B, Tk, Hkv, D)
     v = rnd(B, Tk, Hkv, D)
     dout = rnd(B, Tq, H, D).detach()
-    sc = 1.0 / math.sqrt(D)
-    qh, kh, vh = (x.transpose(1, 2) for x in (q, k, v))
-    i, j = torch.arange(Tq)[:, None], torch.arange(Tk)[None, :]
-    allowed = (j <= i + Tk - Tq) if causal else torch.ones(Tq, Tk, dtype=torch.bool)
-    s = torch.einsum("bhid,bhjd->bhij", qh, kh.repeat_interleave(H // Hkv, dim=1)) * sc
-    lse = torch.logsumexp(s.masked_fill(~allowed, float("-inf")), dim=-1)
-    out = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=allowed, scale=sc,
-                                         enable_gqa=True).transpose(1, 2)
+    out, lse = prefix_attention(q, k, v, causal)
     out.backward(dout)
     for key, t in (("q", q), ("k", k), ("v", v), ("dout", dout), ("out", out), ("lse", lse),
                    ("dq", q.grad), ("dk", k.grad), ("dv", v.grad)):
