@@ -4,7 +4,8 @@
 # their gradients reduce-scattered back. The loss curve of CP 2 and CP 4 (GPT-2: learned
 # positions, biases; Llama: RoPE, GQA, SwiGLU), of CP 2 x DP 2 with the distributed optimizer,
 # overlapped buckets and full recompute, and with logits chunks and evaluation, equals one rank's
-# (relative 1e-5); a CP 2 checkpoint resumes on one rank. With "cuda": on 2 GPUs (fp32 1e-4,
+# (relative 1e-5), and so do CP 2 x TP 2 (with and without sequence parallelism) and CP 2 x PP 2
+# (Megatron's rank order tp-cp-dp-pp); a CP 2 checkpoint resumes on one rank. With "cuda": on 2 GPUs (fp32 1e-4,
 # bf16 1e-2), else on the CPU over MPI.
 source "$(dirname "$0")/pretrain_common.sh"
 d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
@@ -38,6 +39,10 @@ if [ -z "${dev[*]}" ]; then  # (4 ranks: the CPU only)
   mr llama_cp2dp2 4 llama $tol "${llama[@]}" --context-parallel-size 2 --use-distributed-optimizer \
     --overlap-grad-reduce --ddp-bucket-size 3000 --recompute-granularity full \
     --recompute-method uniform --recompute-num-layers 1
+  mr llama_cp2tp2 4 llama $tol "${llama[@]}" --context-parallel-size 2 --tensor-model-parallel-size 2 \
+    --sequence-parallel
+  mr gpt_cp2tp2 4 gpt $tol --context-parallel-size 2 --tensor-model-parallel-size 2
+  mr gpt_cp2pp2 4 gpt $tol --context-parallel-size 2 --pipeline-model-parallel-size 2
 fi
 one gpt_lc --logits-chunks 3 --eval-interval 6 --eval-iters 2
 mr gpt_cp2_lc 2 gpt_lc $tol --context-parallel-size 2 --logits-chunks 3 --eval-interval 6 --eval-iters 2

@@ -859,11 +859,10 @@ static mt_status validate(mt_train_args *a) {
         return BAD("seq-length should be a multiple of 2 * context-parallel-size if "
                    "context-parallel-size != 1 (--seq-length %d, --context-parallel-size %d)",
                    a->seq_length, cp);
-    if (cp > 1 && (a->tensor_model_parallel_size > 1 || a->pipeline_model_parallel_size > 1 ||
-                   a->num_experts || a->reset_attention_mask || a->reset_position_ids ||
+    if (cp > 1 && (a->num_experts || a->reset_attention_mask || a->reset_position_ids ||
                    a->attention_dropout > 0 || a->eod_mask_loss || a->calculate_per_token_loss))
         return MT_ERROR(MT_ERR_UNSUPPORTED,
-                        "--context-parallel-size %d with tensor or pipeline parallelism, MoE, "
+                        "--context-parallel-size %d with MoE, "
                         "--reset-attention-mask, --reset-position-ids, --attention-dropout, "
                         "--eod-mask-loss or --calculate-per-token-loss is not supported yet",
                         cp);

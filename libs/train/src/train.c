@@ -39,8 +39,8 @@ typedef struct run {
      * norm); NULL when not split (one rank) */
     mt_comm *ep, *edp, *emp;
     int ep_size, ep_rank, edp_size, edp_rank;
-    /* context parallelism (Megatron's order tp-cp-ep-dp-pp; TP and PP 1 for now): cp, the ranks
-     * that share each sequence; the gradients are reduced over the data- and context-parallel
+    /* context parallelism (Megatron's order tp-cp-ep-dp-pp): cp, the ranks that share each
+     * sequence; the gradients are reduced over the data- and context-parallel
      * ranks together (dp, of gdp_size ranks, this one gdp_rank; = dp without CP) */
     mt_comm *cp;
     int cp_size, cp_rank, gdp_size, gdp_rank;
@@ -251,11 +251,14 @@ static mt_status setup_world(run *r) {
     r->cp_size = cp, r->cp_rank = r->rank / tp % cp;
     r->dp_size = r->nranks / (tp * pp * cp), r->dp_rank = r->rank / (tp * cp) % r->dp_size;
     r->gdp_size = r->dp_size * cp, r->gdp_rank = r->rank / tp % r->gdp_size;
-    if (cp > 1) MT_TRY(mt_comm_split(r->world, r->dp_rank, r->cp_rank, "cp", &r->cp));
-    const int stage_rank = r->rank % (tp * r->dp_size); /* this rank's place in its stage */
+    if (cp > 1)
+        MT_TRY(mt_comm_split(r->world, (r->pp_rank * r->dp_size + r->dp_rank) * tp + r->tp_rank,
+                             r->cp_rank, "cp", &r->cp));
+    const int stage_rank = r->rank % (tp * r->gdp_size); /* this rank's place in its stage */
     if (tp > 1) MT_TRY(mt_comm_split(r->world, r->rank / tp, r->tp_rank, "tp", &r->tp));
-    if (tp * pp > 1 && r->dp_size > 1) /* (context parallelism: TP and PP 1, dp the world) */
-        MT_TRY(mt_comm_split(r->world, r->pp_rank * tp + r->tp_rank, r->dp_rank, "dp", &r->dp_own));
+    if (tp * pp > 1 && r->gdp_size > 1) /* (dp: the data- and context-parallel ranks) */
+        MT_TRY(
+            mt_comm_split(r->world, r->pp_rank * tp + r->tp_rank, r->gdp_rank, "dp", &r->dp_own));
     r->dp = tp * pp > 1 ? r->dp_own : r->world;
     if (pp > 1) {
         MT_TRY(mt_comm_split(r->world, stage_rank, r->pp_rank, "pp", &r->pp));
@@ -265,7 +268,7 @@ static mt_status setup_world(run *r) {
                 mt_comm_split(r->world, ends ? stage_rank : -1, r->pp_rank, "embd", &r->emb_own));
         r->emb = pp > 2 ? r->emb_own : r->pp;
         if (tp > 1)
-            MT_TRY(mt_comm_split(r->world, r->dp_rank, r->pp_rank * tp + r->tp_rank, "mp",
+            MT_TRY(mt_comm_split(r->world, r->gdp_rank, r->pp_rank * tp + r->tp_rank, "mp",
                                  &r->mp_own));
     }
     r->mp = pp > 1 && tp > 1 ? r->mp_own : pp > 1 ? r->pp : r->tp;

@@ -193,7 +193,7 @@ typedef struct mt_model_config {
      * (mt_model_set_positions). Each layer's keys and values are all-gathered over the group
      * (mt_model_set_context_group; Megatron's allgather cp_comm_type), each chunk's queries attend
      * to the keys up to theirs, and the keys' and values' gradients are reduce-scattered back.
-     * Not yet with tensor, pipeline or expert parallelism, MoE, document masks or attention
+     * With tensor and pipeline parallelism too; not yet with MoE, document masks or attention
      * dropout. */
     int context_parallel_size;
     int context_parallel_rank;
