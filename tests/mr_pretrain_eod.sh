@@ -4,7 +4,8 @@
 # the mean of micro-batch means averages over the ranks' micro-batches; the per-token loss
 # divides the ranks' summed gradients by every rank's counted tokens (the reported loss is the
 # ranks' loss sums over their token counts in both). Also with the distributed optimizer and
-# overlapped reductions.
+# overlapped reductions, and with 2 context-parallel ranks (each half of every sequence: their
+# counted tokens differ, so each micro-batch's mean is over both ranks' counts).
 source "$(dirname "$0")/pretrain_common.sh"
 : "${MT_PREPROCESS:?}"
 d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
@@ -15,8 +16,9 @@ for mode in mean pt; do
   extra=(--eod-mask-loss); [ $mode = pt ] && extra+=(--calculate-per-token-loss)
   "$MT_PRETRAIN" "${common[@]}" "${extra[@]}" --golden-values-out "$d/$mode-1.json" \
     --metrics-jsonl "$d/$mode-1.jsonl" > "$d/$mode-1.log" 2>&1 || { cat "$d/$mode-1.log"; exit 1; }
-  for v in dp zero; do
+  for v in dp zero cp; do
     more=(); [ $v = zero ] && more=(--use-distributed-optimizer --overlap-grad-reduce --ddp-bucket-size 3000)
+    [ $v = cp ] && more=(--context-parallel-size 2)  # (each rank half of each sequence)
     "$MPIEXEC" -n 2 "$MT_PRETRAIN" "${common[@]}" "${extra[@]}" "${more[@]}" \
       --golden-values-out "$d/$mode-$v.json" --metrics-jsonl "$d/$mode-$v.jsonl" > "$d/$mode-$v.log" 2>&1 \
       || { cat "$d/$mode-$v.log"; exit 1; }

@@ -30,7 +30,7 @@ expect "Must use --overlap-param-gather with --overlap-grad-reduce" --overlap-pa
 expect "Number of layers should be divisible by the pipeline-model-parallel size (--num-layers 2, --pipeline-model-parallel-size 3)" --pipeline-model-parallel-size 3
 expect "seq-length should be a multiple of 2 * context-parallel-size" --context-parallel-size 3
 expect "--context-parallel-size 2 with MoE" --context-parallel-size 2 --num-experts 4 --disable-bias-linear
-expect "--context-parallel-size 2 with MoE" --context-parallel-size 2 --eod-mask-loss
+expect "--context-parallel-size 2 with MoE" --context-parallel-size 2 --reset-attention-mask
 # mixture of experts: what the MoE layers do not take yet, and bad routing settings
 moe=(--num-experts 4 --disable-bias-linear)
 expect "Number of experts should be a multiple of expert model parallel_size." "${moe[@]}" --expert-model-parallel-size 3

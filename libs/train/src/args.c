@@ -860,12 +860,13 @@ static mt_status validate(mt_train_args *a) {
                    "context-parallel-size != 1 (--seq-length %d, --context-parallel-size %d)",
                    a->seq_length, cp);
     if (cp > 1 && (a->num_experts || a->reset_attention_mask || a->reset_position_ids ||
-                   a->attention_dropout > 0 || a->eod_mask_loss || a->calculate_per_token_loss))
-        return MT_ERROR(MT_ERR_UNSUPPORTED,
-                        "--context-parallel-size %d with MoE, "
-                        "--reset-attention-mask, --reset-position-ids, --attention-dropout, "
-                        "--eod-mask-loss or --calculate-per-token-loss is not supported yet",
-                        cp);
+                   a->attention_dropout > 0))
+        return MT_ERROR(
+            MT_ERR_UNSUPPORTED,
+            "--context-parallel-size %d with MoE, "
+            "--reset-attention-mask, --reset-position-ids or --attention-dropout is not "
+            "supported yet",
+            cp);
     MT_TRY(validate_moe(a));
     if (a->tensor_model_parallel_size == 1) a->sequence_parallel = 0; /* as Megatron */
     if (a->sequence_parallel) {

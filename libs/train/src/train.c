@@ -62,12 +62,14 @@ typedef struct run {
     int num_micro;
     int64_t last_eval; /* iteration of the last validation line in the JSONL metrics */
     int64_t *ids, *text;
-    int32_t *htok, *htgt; /* [0]: evaluation's batch; [1]: the next training micro-batch */
-    int32_t *hpos;        /* --reset-position-ids: their position ids (else NULL) */
-    int32_t *hks;         /* --reset-attention-mask: their key starts (else NULL) */
-    int64_t *hsid;        /* dropout: each row's sample index (the sampler's; else NULL) */
-    int64_t *dstart;      /* a row's document starts (mt_data_doc_starts) */
-    int64_t hcount[2];    /* the counted targets (not ignored) of each host batch */
+    int32_t *htok, *htgt;  /* [0]: evaluation's batch; [1]: the next training micro-batch */
+    int32_t *hpos;         /* --reset-position-ids: their position ids (else NULL) */
+    int32_t *hks;          /* --reset-attention-mask: their key starts (else NULL) */
+    int64_t *hsid;         /* dropout: each row's sample index (the sampler's; else NULL) */
+    int64_t *dstart;       /* a row's document starts (mt_data_doc_starts) */
+    int64_t hcount[2];     /* the counted targets (not ignored) of each host batch (with context
+                             parallelism: of this rank's chunks) */
+    int64_t hcount_all[2]; /* context parallelism: of the whole sequences */
     /* the device's micro-batches, one a slot of the model's (a pipeline stage keeps several in
      * flight; else one): tokens, targets, --reset-position-ids' position ids,
      * --reset-attention-mask's key starts, dropout's sample ids (B) i64 (else unallocated) */
@@ -647,7 +649,8 @@ static mt_status read_batch(run *r, mt_data_dataset *ds, mt_data_sampler *s, int
     int64_t got = mt_data_sampler_next(s, r->ids);
     MT_REQUIRE(got == B, MT_ERR_INTERNAL, "data sampler exhausted (%lld of %lld samples)",
                (long long)got, (long long)B);
-    r->hcount[slot] = 0;
+    r->hcount[slot] = r->hcount_all[slot] = 0;
+    const int64_t c2 = T / (2 * r->cp_size), cpr = r->cp_rank, last = 2 * r->cp_size - 1;
     if (r->hsid) memcpy(r->hsid + slot * B, r->ids, (size_t)B * sizeof *r->ids);
     for (int64_t b = 0; b < B; b++) {
         MT_TRY(mt_data_dataset_get(ds, r->ids[b], r->text + b * (T + 1), NULL));
@@ -657,7 +660,9 @@ static mt_status read_batch(run *r, mt_data_dataset *ds, mt_data_sampler *s, int
             tgt[i] = (int32_t)r->text[b * (T + 1) + t + 1];
             /* --eod-mask-loss: Megatron's loss_mask is 0 where the input token is EOD */
             if (a->eod_mask_loss && tok[i] == r->eod) tgt[i] = MT_XENT_IGNORE_INDEX;
-            r->hcount[slot] += tgt[i] != MT_XENT_IGNORE_INDEX;
+            const int64_t g = t / c2; /* (context parallelism: whose chunk) */
+            r->hcount[slot] += tgt[i] != MT_XENT_IGNORE_INDEX && (g == cpr || g == last - cpr);
+            r->hcount_all[slot] += tgt[i] != MT_XENT_IGNORE_INDEX;
         }
         /* --reset-position-ids and --reset-attention-mask (megatron's
          * _get_ltor_masks_and_position_ids): positions restart at each document's first token,
@@ -1283,6 +1288,15 @@ static void write_golden(const run *r) {
 
 /* ---- pipeline parallelism: this rank's model as an mt-pp stage (1F1B, forward-only) ---- */
 
+/* The loss scale of the staged training micro-batch (host slot 1) on this rank. With context
+ * parallelism the model averages over this rank's counted tokens and the micro-batch's mean is
+ * over every rank's (Megatron's loss_func sums both over the group): cp times this rank's share
+ * of the counted tokens, exactly 1 unless the chunks' masks differ. Per-token loss needs none. */
+static float micro_scale(const run *r, float gs) {
+    if (r->cp_size == 1 || r->a->calculate_per_token_loss || !r->hcount_all[1]) return gs;
+    return (float)(gs * r->cp_size * (double)r->hcount[1] / (double)r->hcount_all[1]);
+}
+
 /* The state of a training iteration's micro-batches on this rank. */
 typedef struct micro_run {
     run *r;
@@ -1299,10 +1313,10 @@ static mt_status stage_forward(void *ctx, int mb, int slot) {
     run *r = mr->r;
     (void)mb;
     mr->counted += r->hcount[1];
+    const float gs = micro_scale(r, mr->grad_scale);
     MT_TRY(upload_batch(r, 1, slot));
     MT_TRY(use_slot(r, slot));
-    MT_TRY(
-        mt_model_pp_forward(r->model, slot, &r->tok[slot], &r->tgt[slot], 1, mr->grad_scale, NULL));
+    MT_TRY(mt_model_pp_forward(r->model, slot, &r->tok[slot], &r->tgt[slot], 1, gs, NULL));
     if (++mr->fwd < mr->num_micro || mr->more) MT_TRY(read_batch(r, r->train_ds, &r->train_s, 1));
     return MT_OK;
 }
@@ -1709,7 +1723,8 @@ static mt_status train(run *r) {
          * the iteration, a constant (a CUDA graph replays it), whose sum the step rescales by
          * (every rank's tokens / the counted ones): Megatron's sum over the global batch's counted
          * tokens (its all-reduce sums where ours averages: the ranks' factor is in the first) */
-        const int64_t rank_tokens = (int64_t)num_micro * a->micro_batch_size * a->seq_length;
+        const int64_t rank_tokens =
+            (int64_t)num_micro * a->micro_batch_size * (a->seq_length / r->cp_size);
         float grad_scale = (r->scale_p ? r->scale_p->scale : 1.0f) /
                            (a->calculate_per_token_loss ? (float)rank_tokens : (float)num_micro);
         int64_t counted = 0;
@@ -1718,10 +1733,11 @@ static mt_status train(run *r) {
         if (r->pp) MT_TRY(mt_pp_1f1b(&st, num_micro));
         for (int m = 0; !r->pp && m < num_micro; m++) {
             counted += r->hcount[1];
+            const float gs = micro_scale(r, grad_scale);
             MT_TRY(upload_batch(r, 1, 0));
             mt_model_set_grad_ready(r->model, r->overlap && m == num_micro - 1 ? grad_ready : NULL,
                                     r);
-            MT_TRY(mt_model_forward_backward(r->model, &r->tok[0], &r->tgt[0], grad_scale, NULL));
+            MT_TRY(mt_model_forward_backward(r->model, &r->tok[0], &r->tgt[0], gs, NULL));
             /* the next micro-batch's reading while the GPU runs this one (the checkpoint keeps
              * consumed samples, not the sampler, so a staged batch is read again on resume) */
             if (m + 1 < num_micro || r->iteration + 1 < end)
@@ -1740,7 +1756,7 @@ static mt_status train(run *r) {
         if (a->calculate_per_token_loss) {
             double c = (double)counted;
             MT_TRY(allreduce_on(r, r->dp, &c, 1, MT_REDOP_SUM));
-            mt_optim_set_grad_multiplier(r->opt, (double)rank_tokens * r->dp_size / c);
+            mt_optim_set_grad_multiplier(r->opt, (double)rank_tokens * r->gdp_size / c);
         }
         double lr = mt_optim_sched_lr(&r->sched, (double)r->sched_steps);
         double wd = mt_optim_sched_wd(&r->sched, (double)r->sched_steps);
