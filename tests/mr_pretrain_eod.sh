@@ -5,15 +5,17 @@
 # divides the ranks' summed gradients by every rank's counted tokens (the reported loss is the
 # ranks' loss sums over their token counts in both). Also with the distributed optimizer and
 # overlapped reductions, and with 2 context-parallel ranks (each half of every sequence: their
-# counted tokens differ, so each micro-batch's mean is over both ranks' counts).
+# counted tokens differ, so each micro-batch's mean is over both ranks' counts). With
+# --reset-position-ids (positions restarting after each EOD) too.
 source "$(dirname "$0")/pretrain_common.sh"
 : "${MT_PREPROCESS:?}"
 d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
 eod_corpus "$d"
 common=("${eod_args[@]}" --data-path "$d/v_text_document" --data-cache-path "$d/cache"
         --train-iters 12 --eval-interval 6 --eval-iters 2 --split 90,10,0)
-for mode in mean pt; do
+for mode in mean pt pos; do
   extra=(--eod-mask-loss); [ $mode = pt ] && extra+=(--calculate-per-token-loss)
+  [ $mode = pos ] && extra=(--reset-position-ids)  # (each rank's chunks of every document's positions)
   "$MT_PRETRAIN" "${common[@]}" "${extra[@]}" --golden-values-out "$d/$mode-1.json" \
     --metrics-jsonl "$d/$mode-1.jsonl" > "$d/$mode-1.log" 2>&1 || { cat "$d/$mode-1.log"; exit 1; }
   for v in dp zero cp; do

@@ -859,13 +859,11 @@ static mt_status validate(mt_train_args *a) {
         return BAD("seq-length should be a multiple of 2 * context-parallel-size if "
                    "context-parallel-size != 1 (--seq-length %d, --context-parallel-size %d)",
                    a->seq_length, cp);
-    if (cp > 1 && (a->num_experts || a->reset_attention_mask || a->reset_position_ids ||
-                   a->attention_dropout > 0))
+    if (cp > 1 && (a->num_experts || a->reset_attention_mask || a->attention_dropout > 0))
         return MT_ERROR(
             MT_ERR_UNSUPPORTED,
-            "--context-parallel-size %d with MoE, "
-            "--reset-attention-mask, --reset-position-ids or --attention-dropout is not "
-            "supported yet",
+            "--context-parallel-size %d with MoE, --reset-attention-mask or --attention-dropout "
+            "is not supported yet",
             cp);
     MT_TRY(validate_moe(a));
     if (a->tensor_model_parallel_size == 1) a->sequence_parallel = 0; /* as Megatron */

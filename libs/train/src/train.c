@@ -695,8 +695,7 @@ static mt_status upload_ids(run *r, void *dst, const int32_t *src) {
 static mt_status upload_batch(run *r, int slot, int k) {
     size_t n = (size_t)(r->a->micro_batch_size * r->a->seq_length);
     MT_TRY(upload_ids(r, r->tok[k].data, r->htok + slot * n));
-    if (r->hpos)
-        MT_TRY(mt_memcpy(r->pos[k].data, r->dev, r->hpos + slot * n, MT_DEVICE_CPU, n * 4, NULL));
+    if (r->hpos) MT_TRY(upload_ids(r, r->pos[k].data, r->hpos + slot * n));
     if (r->hks)
         MT_TRY(mt_memcpy(r->ks[k].data, r->dev, r->hks + slot * n, MT_DEVICE_CPU, n * 4, NULL));
     if (r->hsid) {
