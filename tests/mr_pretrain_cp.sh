@@ -35,7 +35,7 @@ one llama "${llama[@]}"
 mr gpt_cp2 2 gpt $tol --context-parallel-size 2
 mr llama_cp2 2 llama $tol "${llama[@]}" --context-parallel-size 2
 if [ -z "${dev[*]}" ]; then  # (4 ranks: the CPU only)
-  mr gpt_cp4 4 gpt $tol --context-parallel-size 4
+  mr gpt_cp4 4 gpt $tol --context-parallel-size 4 --cp-comm-type a2a  # (all-gathered all the same)
   mr llama_cp2dp2 4 llama $tol "${llama[@]}" --context-parallel-size 2 --use-distributed-optimizer \
     --overlap-grad-reduce --ddp-bucket-size 3000 --recompute-granularity full \
     --recompute-method uniform --recompute-num-layers 1

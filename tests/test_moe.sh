@@ -95,7 +95,7 @@ if [ -n "${MPIEXEC:-}" ]; then
   mr tpcap 2 --moe-expert-capacity-factor 0.5 --tensor-model-parallel-size 2
   # expert parallelism: each rank holds 2 of the 4 experts, the rows go by all-to-all
   ep=(--expert-model-parallel-size 2)
-  mr ep2 2 "${ep[@]}"
+  mr ep2 2 "${ep[@]}" --expert-tensor-parallel-size 1  # (= TP: Megatron's default)
   mr ep2zero 2 "${ep[@]}" --use-distributed-optimizer --overlap-grad-reduce --ddp-bucket-size 3000
   mr ep2dp4 4 "${ep[@]}" --use-distributed-optimizer  # (experts' grads over 2 ranks holding each)
   mr ep2tp2 4 "${ep[@]}" --tensor-model-parallel-size 2 --sequence-parallel

@@ -29,6 +29,8 @@ expect "--overlap-param-gather only supported with distributed optimizer" --over
 expect "Must use --overlap-param-gather with --overlap-grad-reduce" --overlap-param-gather --use-distributed-optimizer
 expect "Number of layers should be divisible by the pipeline-model-parallel size (--num-layers 2, --pipeline-model-parallel-size 3)" --pipeline-model-parallel-size 3
 expect "seq-length should be a multiple of 2 * context-parallel-size" --context-parallel-size 3
+expect "argument --cp-comm-type: invalid choice: 'ring'" --cp-comm-type ring
+expect "--expert-tensor-parallel-size 2: only the tensor-parallel size (1) is supported yet" --num-experts 4 --disable-bias-linear --expert-tensor-parallel-size 2
 expect "--context-parallel-size 2 with MoE" --context-parallel-size 2 --num-experts 4 --disable-bias-linear
 expect "--context-parallel-size 2 with MoE" --context-parallel-size 2 --reset-attention-mask
 # mixture of experts: what the MoE layers do not take yet, and bad routing settings

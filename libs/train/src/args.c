@@ -216,6 +216,10 @@ static const flag flags[] = {
     { "--decoder-last-pipeline-num-layers", F_INT, O(decoder_last_pipeline_num_layers),
       "layers of the last pipeline stage (which also runs the output layer and the loss)" },
     { "--context-parallel-size", F_INT, O(context_parallel_size), "1" },
+    { "--cp-comm-type", F_STR, O(cp_comm_type),
+      "p2p | a2a | allgather | a2a+p2p (accepted: keys and values are all-gathered)" },
+    { "--expert-tensor-parallel-size", F_INT, O(expert_tensor_parallel_size),
+      "experts' tensor parallelism (default and only: --tensor-model-parallel-size)" },
     { "--num-experts", F_INT, O(num_experts), "MoE: experts a layer (default: dense MLPs)" },
     { "--moe-router-topk", F_INT, O(moe_router_topk), "MoE: experts a token (2)" },
     { "--moe-ffn-hidden-size", F_INT, O(moe_ffn_hidden_size),
@@ -307,6 +311,7 @@ void mt_train_args_init(mt_train_args *a) {
     set_str(&a->moe_router_load_balancing_type, "aux_loss");
     set_str(&a->moe_router_score_function, "softmax");
     set_str(&a->moe_token_dispatcher_type, "allgather");
+    set_str(&a->cp_comm_type, "p2p");
     set_str(&a->moe_token_drop_policy, "probs");
     a->distributed_timeout_minutes = 10;
     set_str(&a->device, "auto");
@@ -551,6 +556,12 @@ mt_status mt_train_args_parse(mt_train_args *a, int argc, char **argv) {
 static mt_status validate_moe(const mt_train_args *a) {
     const int ep = a->expert_model_parallel_size;
     if (ep < 1) return BAD("--expert-model-parallel-size must be positive, got %d", ep);
+    if (a->expert_tensor_parallel_size &&
+        a->expert_tensor_parallel_size != a->tensor_model_parallel_size)
+        return MT_ERROR(MT_ERR_UNSUPPORTED,
+                        "--expert-tensor-parallel-size %d: only the tensor-parallel size (%d) is "
+                        "supported yet (each rank holds its share of every local expert)",
+                        a->expert_tensor_parallel_size, a->tensor_model_parallel_size);
     if (a->num_experts < 0) return BAD("--num-experts must be positive, got %d", a->num_experts);
     if (ep > 1 && !a->num_experts)
         return BAD("num_experts must be non None to use expert model parallelism");
@@ -855,6 +866,11 @@ static mt_status validate(mt_train_args *a) {
     }
     const int cp = a->context_parallel_size;
     if (cp < 1) return BAD("--context-parallel-size must be positive, got %d", cp);
+    if (strcmp(a->cp_comm_type, "p2p") != 0 && strcmp(a->cp_comm_type, "a2a") != 0 &&
+        strcmp(a->cp_comm_type, "allgather") != 0 && strcmp(a->cp_comm_type, "a2a+p2p") != 0)
+        return BAD("argument --cp-comm-type: invalid choice: '%s' (choose from 'p2p', 'a2a', "
+                   "'allgather', 'a2a+p2p')",
+                   a->cp_comm_type);
     if (cp > 1 && a->seq_length % (2 * cp) != 0)
         return BAD("seq-length should be a multiple of 2 * context-parallel-size if "
                    "context-parallel-size != 1 (--seq-length %d, --context-parallel-size %d)",

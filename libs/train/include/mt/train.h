@@ -108,6 +108,11 @@ typedef struct mt_train_args {
     int async_save, no_save_optim, no_load_optim, no_load_rng, finetune;
     /* parallelism */
     int tensor_model_parallel_size, pipeline_model_parallel_size, context_parallel_size;
+    /* --cp-comm-type (p2p | a2a | allgather | a2a+p2p; the keys and values are all-gathered
+     * whichever: the same results), --expert-tensor-parallel-size (0: the tensor-parallel size,
+     * the only one taken yet) */
+    char *cp_comm_type;
+    int expert_tensor_parallel_size;
     /* --decoder-first/last-pipeline-num-layers: an uneven pipeline split (0: even) */
     int decoder_first_pipeline_num_layers, decoder_last_pipeline_num_layers;
     int sequence_parallel; /* --sequence-parallel (with tensor parallelism; else ignored) */
