@@ -113,6 +113,16 @@ if [ -n "${MPIEXEC:-}" ]; then
   grep -q "successfully loaded checkpoint from $d/epck .* at iteration 6" "$d/fromep.log" \
     || { echo "FAIL: the one-rank run did not resume from the expert-parallel checkpoint"; cat "$d/fromep.log"; exit 1; }
   paste <(losses "$d/one.json" 7 12) <(losses "$d/fromep.json" 7 12) | awk '{ print $2, $4 }' | close "resumed from expert parallel" 1e-5
+  # and on 2 expert-parallel ranks again (each reads its experts; the others' are not unexpected)
+  "$MPIEXEC" -n 2 "$MT_PRETRAIN" "${tiny_args[@]}" "${MOE[@]}" "${ep[@]}" --use-distributed-optimizer \
+    --load "$d/epck" --golden-values-out "$d/ep2second.json" > "$d/ep2second.log" 2>&1 \
+    || { echo "FAIL: EP 2 resume"; cat "$d/ep2second.log"; exit 1; }
+  paste <(losses "$d/one.json" 7 12) <(losses "$d/ep2second.json" 7 12) | awk '{ print $2, $4 }' | close "EP 2 resumed on EP 2" 1e-5
+  if [ -n "${MT_CONVERT:-}" ]; then  # a Hugging Face Mixtral's import fine-tuned with EP 2
+    run fromhf --load "$d/back" --finetune
+    mr fromhf_ep2 2 "${ep[@]}" --load "$d/back" --finetune
+    paste <(losses "$d/fromhf.json" 1 12) <(losses "$d/fromhf_ep2.json" 1 12) | awk '{ print $2, $4 }' | close "HF import fine-tuned on EP 2" 1e-5
+  fi
   if [ -n "${MT_CONVERT:-}" ]; then  # (every expert's tensors, whichever rank wrote them)
     "$MT_CONVERT" mt-to-hf "$d/epck" "$d/ephf" 2> "$d/epexport.log" || { echo "FAIL: export of the EP checkpoint"; cat "$d/epexport.log"; exit 1; }
     [ "$(jq -r .num_local_experts "$d/ephf/config.json")" = 4 ] || { echo "FAIL: EP export's config"; exit 1; }

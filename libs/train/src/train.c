@@ -1108,9 +1108,10 @@ static mt_status unexpected_keys(run *r, mt_ckpt *c) {
     char list[512] = "";
     int n = 0;
     size_t k = 0;
-    /* every stage's names (the whole model's), listed once */
+    /* every stage's names (the whole model's, every expert's), listed once */
     mt_model_config whole = r->mc;
     whole.pipeline_model_parallel_size = 1, whole.pipeline_model_parallel_rank = 0;
+    whole.expert_model_parallel_size = 1, whole.expert_model_parallel_rank = 0;
     whole.num_layers_in_first_pipeline_stage = whole.num_layers_in_last_pipeline_stage = 0;
     name_list names = { NULL, 0, 0 };
     mt_status st = mt_model_list_params(&whole, add_name, &names);
