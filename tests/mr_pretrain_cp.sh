@@ -5,8 +5,8 @@
 # positions, biases; Llama: RoPE, GQA, SwiGLU), of CP 2 x DP 2 with the distributed optimizer,
 # overlapped buckets and full recompute, and with logits chunks and evaluation, equals one rank's
 # (relative 1e-5), and so do CP 2 x TP 2 (with and without sequence parallelism) and CP 2 x PP 2
-# (Megatron's rank order tp-cp-dp-pp); a CP 2 checkpoint resumes on one rank. With "cuda": on 2 GPUs (fp32 1e-4,
-# bf16 1e-2), else on the CPU over MPI.
+# (Megatron's rank order tp-cp-dp-pp); a CP 2 checkpoint resumes on one rank and on CP 2. With
+# "cuda": on 2 GPUs (fp32 1e-4, bf16 1e-2), else on the CPU over MPI.
 source "$(dirname "$0")/pretrain_common.sh"
 d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
 dev=(); tol=1e-5
@@ -61,3 +61,9 @@ one resumed "${llama[@]}" --load "$d/ck"
 grep -q "at iteration 6" "$d/resumed.log" || { echo "FAIL: no resume"; cat "$d/resumed.log"; exit 1; }
 paste <(losses "$d/llama.json" 7 12) <(losses "$d/resumed.json" 7 12) | awk '{ print $2, $4 }' \
   | close "resumed from CP 2" "$tol"
+# and on 2 context-parallel ranks again
+"$MPIEXEC" -n 2 "$MT_PRETRAIN" "${tiny_args[@]}" "${dev[@]}" "${llama[@]}" --context-parallel-size 2 \
+  --load "$d/ck" --golden-values-out "$d/resumed2.json" > "$d/resumed2.log" 2>&1 \
+  || { echo "FAIL: CP 2 resume on CP 2"; cat "$d/resumed2.log"; exit 1; }
+paste <(losses "$d/llama.json" 7 12) <(losses "$d/resumed2.json" 7 12) | awk '{ print $2, $4 }' \
+  | close "CP 2 resumed on CP 2" "$tol"
