@@ -390,6 +390,12 @@ static mt_status setup_data(run *r) {
     return MT_OK;
 }
 
+/* Whether parameter `name` is an expert's under expert parallelism (held by the expert-data-
+ * parallel ranks, not by every data-parallel one). */
+static int expert_param(const run *r, const char *name) {
+    return r->ep_size > 1 && strstr(name, ".mlp.experts.") != NULL;
+}
+
 static mt_status register_param(void *ctx, const char *name, int ndim, const int64_t *shape,
                                 int no_wd, mt_tensor *weight, mt_tensor *grad) {
     run *r = ctx;
@@ -402,7 +408,7 @@ static mt_status register_param(void *ctx, const char *name, int ndim, const int
         if (r->pp_size > 1 && r->pp_rank == r->pp_size - 1 &&
             strcmp(name, "embedding.word_embeddings.weight") == 0)
             flags |= MT_OPTIM_PARAM_SHARED;
-        if (r->ep_size > 1 && strstr(name, ".mlp.experts.")) flags |= MT_OPTIM_PARAM_EXPERT;
+        if (expert_param(r, name)) flags |= MT_OPTIM_PARAM_EXPERT;
         return mt_optim_buffer_add(r->buf, name, ndim, shape, flags, NULL);
     }
     MT_TRY(mt_optim_buffer_find(r->buf, name, &idx));
@@ -850,12 +856,6 @@ typedef struct piece_list {
 } piece_list;
 
 static const char *state_kinds[3] = { "master", "exp_avg", "exp_avg_sq" };
-
-/* Whether parameter `name` is an expert's under expert parallelism (held by the expert-data-
- * parallel ranks, not by every data-parallel one). */
-static int expert_param(const run *r, const char *name) {
-    return r->ep_size > 1 && strstr(name, ".mlp.experts.") != NULL;
-}
 
 /* Which copy of a tensor this rank holds: one per data-parallel rank (an expert's: per
  * expert-data-parallel rank) unless `sharded` (the distributed optimizer's state), one per

@@ -226,43 +226,45 @@ mt_status mt_moe_ep_sort(const int32_t *counts_all, int ep, int rank, int expert
     MT_REQUIRE(rows || n == 0, MT_ERR_INVALID_ARG, "rows is NULL");
     const int El = experts / ep;
     const int32_t *c = counts_all + rank * El; /* c[j * experts + le]: from j for local le */
-    int64_t total = 0;
-    for (int j = 0; j < ep; j++)
+    int64_t *at = malloc(((size_t)ep * El + 1) * sizeof *at), total = 0;
+    MT_REQUIRE(at, MT_ERR_OOM, "offsets of %d chunks", ep * El);
+    for (int j = 0; j < ep; j++) /* (the received order: rank j's chunk of local expert le) */
         for (int le = 0; le < El; le++)
-            total += c[j * experts + le];
-    MT_REQUIRE(total == n, MT_ERR_INVALID_ARG, "%lld rows given, %lld received", (long long)n,
-               (long long)total);
-    MT_REQUIRE(n <= INT32_MAX, MT_ERR_UNSUPPORTED, "%lld rows", (long long)n);
+            at[j * El + le] = total, total += c[j * experts + le];
+    mt_status st = total == n ? MT_OK
+                              : MT_ERROR(MT_ERR_INVALID_ARG, "%lld rows given, %lld received",
+                                         (long long)n, (long long)total);
+    if (st == MT_OK && n > INT32_MAX) st = MT_ERROR(MT_ERR_UNSUPPORTED, "%lld rows", (long long)n);
     int64_t out = 0; /* expert-major row: local expert le's rows from rank 0, 1, ... */
-    for (int le = 0; le < El; le++)
-        for (int j = 0; j < ep; j++) {
-            int64_t in = 0; /* received row of (j, le)'s first: ranks before j, then j's chunks */
-            for (int q = 0; q < j; q++)
-                for (int e = 0; e < El; e++)
-                    in += c[q * experts + e];
-            for (int e = 0; e < le; e++)
-                in += c[j * experts + e];
-            for (int64_t t = 0; t < c[j * experts + le]; t++, out++) {
+    for (int le = 0; le < El && st == MT_OK; le++)
+        for (int j = 0; j < ep; j++)
+            for (int64_t t = 0, in = at[j * El + le]; t < c[j * experts + le]; t++, out++) {
                 if (inverse)
                     rows[in + t] = (int32_t)out;
                 else
                     rows[out] = (int32_t)(in + t);
             }
-        }
+    free(at);
+    return st;
+}
+
+/* The rows an exchange moves: a and b contiguous (rows, C), one dtype and width. */
+static mt_status ep_rows(const mt_tensor *a, const char *an, const mt_tensor *b, const char *bn) {
+    MT_TRY(mt_tensor_check(a, an, 2));
+    MT_TRY(mt_tensor_check(b, bn, 2));
+    MT_REQUIRE(mt_tensor_is_contiguous(a) && mt_tensor_is_contiguous(b), MT_ERR_INVALID_ARG,
+               "%s and %s must be contiguous", an, bn);
+    MT_REQUIRE(a->dtype == b->dtype && a->shape[1] == b->shape[1], MT_ERR_INVALID_ARG,
+               "%s (%s, %lld columns) and %s (%s, %lld columns) differ", an,
+               mt_dtype_name(a->dtype), (long long)a->shape[1], bn, mt_dtype_name(b->dtype),
+               (long long)b->shape[1]);
     return MT_OK;
 }
 
 mt_status mt_moe_ep_exchange(struct mt_comm *ep, mt_tensor *dst, const mt_tensor *src,
                              const int64_t *send, const int64_t *recv, mt_stream s) {
     MT_REQUIRE(ep && send && recv, MT_ERR_INVALID_ARG, "NULL group or counts");
-    MT_TRY(mt_tensor_check(src, "src", 2));
-    MT_TRY(mt_tensor_check(dst, "dst", 2));
-    MT_REQUIRE(mt_tensor_is_contiguous(src) && mt_tensor_is_contiguous(dst), MT_ERR_INVALID_ARG,
-               "src and dst must be contiguous");
-    MT_REQUIRE(src->dtype == dst->dtype && src->shape[1] == dst->shape[1], MT_ERR_INVALID_ARG,
-               "src (%s, %lld columns) and dst (%s, %lld columns) differ",
-               mt_dtype_name(src->dtype), (long long)src->shape[1], mt_dtype_name(dst->dtype),
-               (long long)dst->shape[1]);
+    MT_TRY(ep_rows(src, "src", dst, "dst"));
     const int n = mt_comm_size(ep);
     const int64_t C = src->shape[1];
     int64_t *sc = malloc(2 * (size_t)n * sizeof *sc), *rc = sc + n, ts = 0, tr = 0; /* elements */
@@ -294,13 +296,7 @@ static mt_status ep_chunks(struct mt_comm *ep, mt_tensor *out, const mt_tensor *
     MT_REQUIRE(ep, MT_ERR_INVALID_ARG, "NULL group");
     const int n = mt_comm_size(ep), me = mt_comm_rank(ep);
     MT_TRY(ep_check(c, n, me, E));
-    MT_TRY(mt_tensor_check(in, "in", 2));
-    MT_TRY(mt_tensor_check(out, "out", 2));
-    MT_REQUIRE(mt_tensor_is_contiguous(in) && mt_tensor_is_contiguous(out), MT_ERR_INVALID_ARG,
-               "in and out must be contiguous");
-    MT_REQUIRE(in->dtype == out->dtype && in->shape[1] == out->shape[1], MT_ERR_INVALID_ARG,
-               "in (%s, %lld columns) and out (%s, %lld columns) differ", mt_dtype_name(in->dtype),
-               (long long)in->shape[1], mt_dtype_name(out->dtype), (long long)out->shape[1]);
+    MT_TRY(ep_rows(in, "in", out, "out"));
     const int El = E / n;
     const mt_tensor *perm = combine ? out : in, *loc = combine ? in : out;
     int64_t *P = malloc(((size_t)E + 1 + (size_t)El * n) * sizeof *P), *Q = P + E + 1;
@@ -328,27 +324,24 @@ static mt_status ep_chunks(struct mt_comm *ep, mt_tensor *out, const mt_tensor *
         for (int le = 0; le < El && st == MT_OK; le++) {
             const int64_t ns = c[me * E + j * El + le]; /* mine, for j's expert le */
             const int64_t nr = c[j * E + me * El + le]; /* j's, for my expert le */
-            const int64_t ps = P[j * El + le], ql = Q[le * n + j];
-            mt_tensor a, b;
-            if (j == me) { /* (this rank's own rows: copied) */
-                if (!ns) continue;
-                st = mt_tensor_slice(perm, 0, ps, ns, &a);
-                if (st == MT_OK) st = mt_tensor_slice(loc, 0, ql, ns, &b);
-                if (st == MT_OK)
-                    st = combine ? mt_tensor_copy(&a, &b, s) : mt_tensor_copy(&b, &a, s);
+            /* pv: my rows for j's expert le (permuted side); lv: j's rows for my expert le
+             * (expert side). Dispatch sends pv and receives lv; combine the reverse. */
+            mt_tensor pv, lv;
+            st = mt_tensor_slice(perm, 0, P[j * El + le], ns, &pv);
+            if (st == MT_OK) st = mt_tensor_slice(loc, 0, Q[le * n + j], nr, &lv);
+            if (st != MT_OK) break;
+            if (j == me) { /* (this rank's own rows: copied; ns == nr) */
+                if (ns) st = combine ? mt_tensor_copy(&pv, &lv, s) : mt_tensor_copy(&lv, &pv, s);
                 continue;
             }
-            /* dispatch: my rows for j's expert out, j's rows for mine in; combine: the reverse */
-            const int64_t out_n = combine ? nr : ns, in_n = combine ? ns : nr;
-            if (out_n) {
-                st = combine ? mt_tensor_slice(loc, 0, ql, nr, &views[k])
-                             : mt_tensor_slice(perm, 0, ps, ns, &views[k]);
+            const mt_tensor *snd = combine ? &lv : &pv, *rcv = combine ? &pv : &lv;
+            if (snd->shape[0]) {
+                views[k] = *snd;
                 ops[k] = (mt_p2p_op){ MT_P2P_SEND, &views[k], j };
                 k++;
             }
-            if (in_n && st == MT_OK) {
-                st = combine ? mt_tensor_slice(perm, 0, ps, ns, &views[k])
-                             : mt_tensor_slice(loc, 0, ql, nr, &views[k]);
+            if (rcv->shape[0]) {
+                views[k] = *rcv;
                 ops[k] = (mt_p2p_op){ MT_P2P_RECV, &views[k], j };
                 k++;
             }
