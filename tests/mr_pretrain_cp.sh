@@ -6,7 +6,8 @@
 # overlapped buckets and full recompute, and with logits chunks and evaluation, equals one rank's
 # (relative 1e-5), and so do CP 2 x TP 2 (with and without sequence parallelism) and CP 2 x PP 2
 # (Megatron's rank order tp-cp-dp-pp); a CP 2 checkpoint resumes on one rank and on CP 2. With
-# "cuda": on 2 GPUs (fp32 1e-4, bf16 1e-2), else on the CPU over MPI.
+# "cuda": on 2 GPUs (fp32 1e-4, bf16 1e-2; also 512-token sequences, whose 128-token chunks take
+# mt-attention's key-prefix kernels unpadded), else on the CPU over MPI.
 source "$(dirname "$0")/pretrain_common.sh"
 d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
 dev=(); tol=1e-5
@@ -20,12 +21,16 @@ llama=(--normalization RMSNorm --position-embedding-type rope --swiglu --disable
        --untie-embeddings-and-output-weights --group-query-attention --num-query-groups 2)
 one() {  # name, then flags
   local n=$1; shift
-  tiny_run "$d/$n.json" "${dev[@]}" "$@" > "$d/$n.log" 2>&1 || { echo "FAIL: run $n"; cat "$d/$n.log"; exit 1; }
+  tiny_run "$d/$n.json" "${dev[@]}" --metrics-jsonl "$d/$n.jsonl" "$@" > "$d/$n.log" 2>&1 \
+    || { echo "FAIL: run $n"; cat "$d/$n.log"; exit 1; }
 }
+# FLOPs per token of a run's JSONL (TFLOP/s/GPU x ranks / tokens/s) from iteration 2 on
+flops() { jq -r --argjson n "$2" 'select(.iteration >= 2 and ."tokens per s" != null) |
+  ."TFLOP/s/GPU" * $n * 1e12 / ."tokens per s"' "$1"; }
 mr() {  # name ranks reference tolerance, then flags
   local n=$1 np=$2 ref=$3 t=$4; shift 4
   "$MPIEXEC" -n "$np" "$MT_PRETRAIN" "${tiny_args[@]}" "${dev[@]}" --golden-values-out "$d/$n.json" \
-    "$@" > "$d/$n.log" 2>&1 || { echo "FAIL: run $n"; cat "$d/$n.log"; exit 1; }
+    --metrics-jsonl "$d/$n.jsonl" "$@" > "$d/$n.log" 2>&1 || { echo "FAIL: run $n"; cat "$d/$n.log"; exit 1; }
   grep -q "context parallel" "$d/$n.log" || { echo "FAIL: $n not context-parallel"; cat "$d/$n.log"; exit 1; }
   paste <(losses "$d/$ref.json" 1 12) <(losses "$d/$n.json" 1 12) | awk '{ print $2, $4 }' \
     | close "$n losses" "$t" || exit 1
@@ -34,6 +39,9 @@ one gpt
 one llama "${llama[@]}"
 mr gpt_cp2 2 gpt $tol --context-parallel-size 2
 mr llama_cp2 2 llama $tol "${llama[@]}" --context-parallel-size 2
+# Megatron's FLOPs count the whole sequence, whose attention is quadratic: the same per token
+paste <(flops "$d/gpt.jsonl" 1) <(flops "$d/gpt_cp2.jsonl" 2) | close "FLOPs per token" 2e-3 \
+  || { echo "FAIL: FLOPs per token"; exit 1; }
 if [ -z "${dev[*]}" ]; then  # (4 ranks: the CPU only)
   mr gpt_cp4 4 gpt $tol --context-parallel-size 4 --cp-comm-type a2a  # (all-gathered all the same)
   mr llama_cp2dp2 4 llama $tol "${llama[@]}" --context-parallel-size 2 --use-distributed-optimizer \
@@ -53,6 +61,15 @@ grep "validation loss" "$d/gpt_cp2_lc.log" | grep -o "lm loss value: [^|]*" > "$
 if [ "${1:-}" = cuda ]; then  # bf16
   one gpt_bf16 --bf16
   mr gpt_cp2_bf16 2 gpt_bf16 1e-2 --bf16 --context-parallel-size 2
+  # chunks of 128 tokens, heads of 64 and 128: mt-attention's tensor-core kernels over the key
+  # prefix as it is (MT_ATTN_PREFIX_ALIGN), no padded queries
+  long=(--bf16 --seq-length 512 --max-position-embeddings 512 --micro-batch-size 1)
+  one gpt_long "${long[@]}" --hidden-size 128 --num-attention-heads 2
+  mr gpt_long_cp2 2 gpt_long 1e-2 "${long[@]}" --hidden-size 128 --num-attention-heads 2 \
+    --context-parallel-size 2
+  one llama_long "${llama[@]}" "${long[@]}" --hidden-size 256 --num-attention-heads 2 --num-query-groups 1
+  mr llama_long_cp2 2 llama_long 1e-2 "${llama[@]}" "${long[@]}" --hidden-size 256 \
+    --num-attention-heads 2 --num-query-groups 1 --context-parallel-size 2
 fi
 # a CP 2 checkpoint resumed on one rank: iterations 7..12 as one rank's
 "$MPIEXEC" -n 2 "$MT_PRETRAIN" "${tiny_args[@]}" "${dev[@]}" "${llama[@]}" --context-parallel-size 2 \

@@ -637,13 +637,13 @@ static mt_status cp_attn_fwd(mt_model *m, mt_tensor *y, mt_tensor *lse, const mt
         MT_TRY(cp_rows(m, y, h, &yh));
         MT_TRY(cp_prefix(m, &a->cp_kv, h, &kh, &vh));
         const int64_t L = kh.shape[1], c2 = qh.shape[1];
-        if (L == c2 || !mt_device_is_cuda(m->dev)) {
+        if (L == c2 || !cp_padded(&m->cfg, m->dev)) {
             MT_TRY(mt_attn_fwd(&yh, &lh, &qh, &kh, &vh, ac, s));
             continue;
         }
-        /* CUDA: the queries padded in front to the square, whose tensor-core kernels run it (its
-         * forward over more keys than queries is a kernel for decoding's few rows); the padded
-         * rows' outputs are not used */
+        /* cp_padded: the queries padded in front to the square, whose tensor-core kernels run it
+         * (mt-attention's forward over a key prefix not in whole tiles is a kernel for decoding's
+         * few rows); the padded rows' outputs are not used */
         const int64_t H = qh.shape[2], D = qh.shape[3]; /* (contiguous (B,L,...) in the buffers) */
         mt_tensor qp =
             mt_tensor_make(a->cp_qp.data, m->cfg.dtype, 4, (int64_t[]){ m->B, L, H, D }, m->dev);

@@ -515,7 +515,7 @@ static void plan_acts(mt_model *m, planner *p) {
         TAKE(p, &a->cp_kv, dt, B, cp * T, KV, D);
         TAKE(p, &a->cp_dkv, dt, B, cp * T, KV, D);
         TAKE(p, &a->cp_tmp, dt, B, cp * T, KV, D);
-        if (mt_device_is_cuda(m->dev)) {
+        if (cp_padded(c, m->dev)) {
             TAKE(p, &a->cp_qp, dt, B, cp * T, H, D);
             TAKE(p, &a->cp_op, dt, B, cp * T, H, D);
             TAKE(p, &a->cp_lp, MT_F32, B * H * cp * T);

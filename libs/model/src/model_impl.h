@@ -126,6 +126,13 @@ static inline int cp_n(const mt_model_config *c) {
     return c->context_parallel_size > 1 ? c->context_parallel_size : 1;
 }
 
+/* Context parallelism on CUDA, whose chunks (seq_length / 2 tokens) are not a multiple of
+ * MT_ATTN_PREFIX_ALIGN: mt-attention's forward over a key prefix would take its kernel for
+ * decoding's few rows, so the model pads each chunk's queries in front to the square (cp_qp). */
+static inline int cp_padded(const mt_model_config *c, mt_device dev) {
+    return cp_n(c) > 1 && mt_device_is_cuda(dev) && c->seq_length / 2 % MT_ATTN_PREFIX_ALIGN != 0;
+}
+
 /* The token rows of the residual stream a rank holds: N, or N / tp with sequence parallelism. */
 static inline int64_t local_rows(const mt_model_config *c, int64_t N) {
     return c->sequence_parallel ? N / tp_n(c) : N;

@@ -1709,7 +1709,9 @@ static mt_status train(run *r) {
             !(a->save_interval && r->iteration % a->save_interval == 0))
             MT_TRY(save_checkpoint(r));
         prev_micro = num_micro;
-        const double flops_iter = mt_model_flops_per_iteration(&r->mc, gbs);
+        mt_model_config whole = r->mc; /* (context parallelism: the whole sequence's FLOPs) */
+        whole.seq_length = a->seq_length;
+        const double flops_iter = mt_model_flops_per_iteration(&whole, gbs);
         double t0 = mt_time_now();
         if (r->prof && r->iteration - first_iter == 2) /* after warm-up */
             mt_model_set_profiler(r->model, r->prof);
@@ -1809,7 +1811,7 @@ static mt_status train(run *r) {
                 r->jsonl,
                 "{\"iteration\":%lld,\"lm loss\":%.6f,\"learning rate\":%.6e,\"loss scale\":%.1f,"
                 "\"grad norm\":%s,\"num zeros\":%lld,\"elapsed ms\":%.3f,\"tokens per s\":%.1f,"
-                "\"TFLOP/s/GPU\":%.3f,\"skipped\":%d",
+                "\"TFLOP/s/GPU\":%.6g,\"skipped\":%d",
                 (long long)r->iteration, loss, lr_after, loss_scale, gn, (long long)info.num_zeros,
                 dt * 1e3, (double)gbs * a->seq_length / dt, tflops, info.skipped);
             if (isfinite(moe[0])) fprintf(r->jsonl, ",\"load_balancing_loss\":%.6f", moe[0]);

@@ -146,7 +146,8 @@ mt_status mt_attn_fwd(mt_tensor *out, mt_tensor *lse, const mt_tensor *q, const 
                        attn_fwd_cuda(&s, out, lse, q, k, v, stream));
 }
 
-/* CUDA, keys outnumbering the queries (Tk > T) in the backward: the queries padded to Tk rows in
+/* CUDA, keys outnumbering the queries (Tk > T) in the backward, where the square's kernels do
+ * not take them as they are (attn_bwd_prefix_direct): the queries padded to Tk rows in
  * front (zero q, out and dout, lse 1e30: every padded row's weights are 0, so it adds nothing to
  * dk, dv or a bias sum) for the kernels' square causal mask. Bytes of the padded q, out, dout, dq
  * (B,Tk,H,D) and lse (B,H,Tk), each 256-byte aligned, before the kernels' own workspace. */
@@ -252,7 +253,12 @@ mt_status mt_attn_bwd_bias(mt_tensor *dq, mt_tensor *dk, mt_tensor *dv, mt_tenso
                                       stream));
         return MT_OK;
     }
-    if (s.Tk > s.T && mt_device_is_cuda(q->device))
+    int direct = 0; /* a key prefix on the square's kernels as it stands (attention.h) */
+#if MT_HAVE_CUDA
+    const mt_tensor *ts[8] = { q, k, v, out, dout, dq, dk, dv };
+    direct = s.Tk > s.T && mt_device_is_cuda(q->device) && attn_bwd_prefix_direct(&s, ts);
+#endif
+    if (s.Tk > s.T && mt_device_is_cuda(q->device) && !direct)
         return bwd_padded(&s, dq, dk, dv, dout, q, k, v, out, lse, bp, workspace, stream);
     return MT_DISPATCH(
         q->device, attn_bwd_cpu(&s, dq, dk, dv, dout, q, k, v, out, lse, bp),

@@ -114,6 +114,9 @@ mt_status attn_kv_append_cuda(mt_tensor *kc, mt_tensor *vc, const mt_tensor *k, 
                               const int32_t *len, mt_stream stream);
 mt_status attn_fwd_cuda(const attn_shape *s, mt_tensor *out, mt_tensor *lse, const mt_tensor *q,
                         const mt_tensor *k, const mt_tensor *v, mt_stream stream);
+/* 1 if attn_bwd_cuda runs a backward over a key prefix (Tk > T) on the square's kernels, given
+ * t = { q, k, v, out, dout, dq, dk, dv }; else src/attn.c pads the queries (bwd_padded). */
+int attn_bwd_prefix_direct(const attn_shape *s, const mt_tensor *const *t);
 mt_status attn_bwd_cuda(const attn_shape *s, mt_tensor *dq, mt_tensor *dk, mt_tensor *dv,
                         const mt_tensor *dout, const mt_tensor *q, const mt_tensor *k,
                         const mt_tensor *v, const mt_tensor *out, const mt_tensor *lse,

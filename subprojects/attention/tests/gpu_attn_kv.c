@@ -204,7 +204,8 @@ static void run_len(int B, int Tq, int Tmax, int H, int Hkv, int D, int causal, 
     free(o), free(l);
 }
 
-/* The backward over a key prefix (context parallelism; CUDA pads the queries in front): the GPU's
+/* The backward over a key prefix (context parallelism; CUDA runs it on the square's kernels or
+ * pads the queries in front, attention.h): the GPU's
  * out, lse, dq, dk and dv against the CPU reference's on the same rounded inputs (which the
  * kvb_* goldens check in test_attn), or against the golden (f32); outputs poisoned first. */
 static void run_bwd(int B, int Tq, int Tk, int H, int Hkv, int D, int causal, mt_dtype dt,
@@ -343,6 +344,10 @@ int main(void) {
         { 1, 64, 64, 1024, 12, 12, 64, 1, MT_BF16 },
         { 1, 64, 700, 1024, 12, 12, 64, 1, MT_BF16 },
         { 2, 33, 90, 128, 6, 3, 40, 1, MT_F32 },
+        /* a key prefix in whole tiles (MT_ATTN_PREFIX_ALIGN): the square's kernels */
+        { 2, 128, 640, 1024, 12, 4, 64, 1, MT_BF16 },
+        { 1, 200, 456, 600, 8, 8, 128, 1, MT_F16 },
+        { 1, 72, 328, 328, 4, 2, 128, 1, MT_BF16 },
         /* queries over other keys, unmasked */
         { 2, 9, 300, 300, 4, 4, 96, 0, MT_F16 },
     };
@@ -355,7 +360,8 @@ int main(void) {
     run_len(2, 16, 200, 4, 4, 64, 1, MT_BF16, (const int32_t[]){ 16, 133 });
     run_len(1, 5, 40, 4, 2, 40, 1, MT_F32, (const int32_t[]){ 23 });
     /* backwards over a key prefix: the goldens; the tensor-core shapes (D 64 and 128, bf16 and
-     * f16), a context-parallel rank's chunks of a 1024 sequence */
+     * f16), a context-parallel rank's chunks of a 1024 sequence; whole tiles of extra keys (the
+     * square's kernels, also with a last query tile part full) and not (padded) */
     golden_bwd("kvb_gqa2_q6_k20_d40_causal", 1);
     golden_bwd("kvb_mha_q16_k48_d64_causal", 1);
     golden_bwd("kvb_mqa_q5_k9_d64", 0);
@@ -363,6 +369,9 @@ int main(void) {
     run_bwd(2, 256, 1024, 12, 12, 64, 1, MT_BF16, NULL);
     run_bwd(1, 128, 384, 8, 2, 128, 1, MT_BF16, NULL);
     run_bwd(1, 64, 200, 4, 4, 64, 1, MT_F16, NULL);
+    run_bwd(2, 100, 356, 8, 2, 64, 1, MT_BF16, NULL);
+    run_bwd(1, 200, 328, 4, 4, 128, 1, MT_F16, NULL);
+    run_bwd(3, 72, 584, 6, 6, 128, 1, MT_BF16, NULL);
     run_bwd(2, 33, 90, 6, 3, 40, 1, MT_F32, NULL);
     return mt_test_result();
 }

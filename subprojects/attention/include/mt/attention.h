@@ -19,8 +19,12 @@ extern "C" {
  *   then the last T of the Tk positions, and causal query i sees keys j <= i + Tk - T (the
  *   bottom-right alignment; cfg.key_len gives per-row lengths instead). The backward takes
  *   Tk >= T (dk, dv then (B,Tk,Hkv,D)): a context-parallel rank's queries over the sequence's keys
- *   up to theirs. CUDA runs it with the queries padded in front to Tk rows that add nothing (its
- *   cost is the square's; its workspace holds the padded tensors).
+ *   up to theirs. On CUDA, causal calls whose extra keys Tk - T are a multiple of
+ *   MT_ATTN_PREFIX_ALIGN run on the square's tensor-core kernels (bf16/f16, D 64 or 128; the
+ *   backward on Hopper's, not deterministic), which skip the first Tk - T rows of the Tk x Tk
+ *   square: they cost the queries' share. Otherwise the forward takes a kernel made for
+ *   decoding's few rows (a block per query), and the backward pads the queries in front to Tk
+ *   rows that add nothing (the square's cost; the workspace holds the padded tensors).
  * - Strides are free (in elements) except that D is innermost (stride 1), so q, k and v may be
  *   slices along dim 2 of one fused (B,T,(H+2*Hkv)*D) QKV buffer viewed as (B,T,H+2*Hkv,D).
  *   The CUDA tensor-core path also needs D in {64,128}, 16-byte aligned data and strides that
@@ -61,6 +65,9 @@ typedef struct mt_attn_config {
      * the CPU checks the lengths, CUDA relies on them. */
     const mt_tensor *key_len;
 } mt_attn_config;
+
+/* The multiple of extra keys (Tk - T) that the CUDA tensor-core kernels take (above). */
+#define MT_ATTN_PREFIX_ALIGN 128
 
 #define MT_ATTN_CONFIG_INIT \
     { sizeof(mt_attn_config), 0.0f, 0, 0, 0, NULL, { 0.0f, 0, 0, NULL, 0, 0 }, NULL }

@@ -702,8 +702,10 @@ static mt_status launch_fused(const attn_args &a, T *dq, T *dk, T *dv, const T *
               : attn_bwd_prep_kernel<T, D, false, false>)<<<blocks, 256, 0, st>>>(a, Dv, dqa, o,
                                                                                   dout, parts_o);
     MT_CUDA_CHECK_LAUNCH();
-    if (tiled) { /* the tiled accumulator */
-        MT_TRY((attn_bwd_sm90<T, D>(a, dk, dv, dqa, q, k, v, dout, lse, Dv, stream)));
+    if (tiled) { /* the tiled accumulator; a key prefix's queries as the square's last rows */
+        const attn_args g = a.Tk != a.T ? attn_prefix_args(a) : a;
+        MT_TRY((attn_bwd_sm90<T, D>(g, dk, dv, dqa, q - (int64_t)g.qoff * a.st[AQ][1], k, v,
+                                    dout - (int64_t)g.qoff * a.st[ADO][1], lse, Dv, stream)));
         (qsum ? attn_bwd_dq_convert_kernel<T, D, true, true>
               : attn_bwd_dq_convert_kernel<T, D, true, false>)<<<blocks, 256, 0, st>>>(a, dq, dqa,
                                                                                        parts_q);
@@ -809,12 +811,24 @@ static mt_status launch(const attn_args &a, int fast, mt_tensor *dq, mt_tensor *
     return bias_colsum<T>(a, bias->dv, bias->accumulate, dv, parts[0], stream);
 }
 
+/* Whether the fused Hopper backward takes these tensors (attn_bwd_fused, attn_sm90_takes, every
+ * operand attn_aligned) with a key prefix (attn_prefix_ok): the square's kernels without padding. */
+extern "C" int attn_bwd_prefix_direct(const attn_shape *s, const mt_tensor *const *t) {
+    const attn_args a = attn_make_args(s, t);
+    int ok = attn_bwd_fused(s) && attn_prefix_ok(a) && attn_sm90_takes(attn_prefix_args(a));
+    for (int i = 0; i < A_NT; i++)
+        ok = ok && attn_aligned(t[i]);
+    return ok;
+}
+
 extern "C" mt_status attn_bwd_cuda(const attn_shape *s, mt_tensor *dq, mt_tensor *dk, mt_tensor *dv,
                                    const mt_tensor *dout, const mt_tensor *q, const mt_tensor *k,
                                    const mt_tensor *v, const mt_tensor *out, const mt_tensor *lse,
                                    const attn_bias *bias, void *workspace, mt_stream stream) {
     const mt_tensor *t[A_NT] = { q, k, v, out, dout, dq, dk, dv };
     attn_args a = attn_make_args(s, t);
+    if (s->Tk != s->T && !attn_bwd_prefix_direct(s, t)) /* (src/attn.c pads the others) */
+        return MT_ERROR(MT_ERR_INTERNAL, "attention backward over a key prefix: not direct");
     int fast = 1; /* (dropout: not the fused kernels, attn_bwd_fused) */
     for (int i = 0; i < A_NT; i++)
         fast = fast && attn_aligned(t[i]);

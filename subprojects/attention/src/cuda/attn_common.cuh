@@ -34,7 +34,12 @@ enum {
 };
 struct attn_args {
     int B, T, H, Hkv, D, group, causal, ds_split;
-    int Tk;         /* keys: T, or more in a forward over cached keys (attn_fwd_rows_kernel) */
+    int Tk; /* keys: T, or more in a forward over cached keys (attn_fwd_rows_kernel) */
+    /* Queries over a key prefix in the square kernels (attn_prefix_args): T is then the keys'
+     * count and the queries are rows qoff .. T - 1 of that square (Tq = T - qoff of them; q, out,
+     * dout and dq passed as if row 0 were the square's), lse, Di and dQ's accumulator have Tq
+     * rows. Otherwise qoff 0 and Tq = T. */
+    int qoff, Tq;
     int tail_heads; /* wgmma grids: the last heads taken a tile per block (block_work) */
     /* the non-causal wgmma backward: its last split_tiles key tiles walked by split_pieces
      * blocks (kv_pass_of), their f32 dK, dV added into split_acc, room for split_cap tiles
@@ -55,15 +60,16 @@ __device__ __forceinline__ int key_start_of(const attn_args &a, int b, int i) {
     return a.ks ? a.ks[(int64_t)b * a.T + min(i, a.T - 1)] : 0;
 }
 
-/* Index of row q0 of head h, batch b in lse and Di ((B, H, T) floats). */
+/* Index of row q0 of head h, batch b in lse and Di ((B, H, Tq) floats; q0 from qoff on). */
 __device__ __forceinline__ int64_t lse_row(const attn_args &a, int b, int h, int q0) {
-    return ((int64_t)b * a.H + h) * a.T + q0;
+    return ((int64_t)b * a.H + h) * a.Tq + q0 - a.qoff;
 }
 
 static inline attn_args attn_make_args(const attn_shape *s, const mt_tensor *const *t) {
     attn_args a;
     a.B = (int)s->B, a.T = (int)s->T, a.H = (int)s->H, a.Hkv = (int)s->Hkv, a.D = (int)s->D;
     a.Tk = (int)(s->Tk ? s->Tk : s->T);
+    a.qoff = 0, a.Tq = a.T;
     a.group = (int)(s->H / s->Hkv), a.causal = s->causal, a.scale = s->scale;
     a.ds_split = s->ds_split, a.tail_heads = 0;
     a.split_tiles = a.split_pieces = a.split_cap = 0, a.split_acc = NULL, a.lse_bulk = 0;
@@ -74,6 +80,27 @@ static inline attn_args attn_make_args(const attn_shape *s, const mt_tensor *con
         for (int j = 0; j < 3; j++)
             a.st[i][j] = t[i] ? t[i]->stride[j] : 0;
     return a;
+}
+
+/* Causal queries over a key prefix (Tk > T, the queries the last Tk - T keys' positions) run on
+ * the square kernels when the prefix's extra keys fill whole query tiles (128 rows: every
+ * kernel's tile divides it; attention.h's MT_ATTN_PREFIX_ALIGN): the square of Tk rows whose
+ * first Tk - T rows (whole tiles) are never visited. */
+static inline int attn_prefix_ok(const attn_args &a) {
+    return a.causal && !a.kl && !a.ks && !a.drop.ids && a.Tk > a.T &&
+           (a.Tk - a.T) % MT_ATTN_PREFIX_ALIGN == 0;
+}
+/* a as that square: T = Tk, qoff = Tk - T (the caller shifts q, out, dout and dq back by qoff
+ * rows: attn_rows_back). */
+static inline attn_args attn_prefix_args(const attn_args &a) {
+    attn_args p = a;
+    p.qoff = a.Tk - a.T, p.Tq = a.T, p.T = a.Tk;
+    return p;
+}
+/* A (B,T,heads,D) operand's pointer moved back by n rows (row i of the result is row i - n of
+ * t; only rows from n on are ever read or written). */
+template <typename T> static inline T *attn_rows_back(const mt_tensor *t, int n) {
+    return (T *)t->data - (int64_t)n * t->stride[1];
 }
 
 /* 1 if t can feed the tensor-core kernels: 16-byte aligned rows. */
@@ -290,10 +317,11 @@ struct q_block {
     int b, h, hk, q0, qn, nk;
 };
 template <int BR, int BC> __device__ __forceinline__ q_block q_block_of(const attn_args &a) {
-    const int nq = (a.T + BR - 1) / BR, nk_all = (a.T + BC - 1) / BC;
+    const int nq = (a.Tq + BR - 1) / BR, nk_all = (a.T + BC - 1) / BC;
     // why: tiles are y, heads x, and blocks start x-fastest: every head's longest rows go first
     const int qt = a.causal ? nq - 1 - (int)blockIdx.y : (int)blockIdx.y;
-    const int b = blockIdx.x / a.H, h = blockIdx.x % a.H, q0 = qt * BR, qn = min(BR, a.T - q0);
+    const int b = blockIdx.x / a.H, h = blockIdx.x % a.H, q0 = a.qoff + qt * BR,
+              qn = min(BR, a.T - q0);
     return { b, h, h / a.group, q0, qn, key_tiles<BC>(a, nk_all, q0, qn) };
 }
 

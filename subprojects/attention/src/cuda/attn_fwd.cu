@@ -279,8 +279,8 @@ static __global__ void __launch_bounds__(NW * 32)
 }
 
 template <typename T, int D, int NW>
-static mt_status launch_mma(const attn_args &a, mt_tensor *out, mt_tensor *lse, const mt_tensor *q,
-                            const mt_tensor *k, const mt_tensor *v, mt_stream stream) {
+static mt_status launch_mma(const attn_args &a, T *out, float *lse, const T *q, const T *k,
+                            const T *v, mt_stream stream) {
     constexpr int BR = 16 * NW, BC = 64;
     const int smem = (BR + 4 * BC) * D * (int)sizeof(T);
     const auto kernel = a.drop.ids ? (a.ks ? attn_fwd_mma_kernel<T, D, NW, true, true>
@@ -288,10 +288,8 @@ static mt_status launch_mma(const attn_args &a, mt_tensor *out, mt_tensor *lse, 
                                    : (a.ks ? attn_fwd_mma_kernel<T, D, NW, true, false>
                                            : attn_fwd_mma_kernel<T, D, NW, false, false>);
     MT_TRY(attn_smem_attr(kernel, smem));
-    dim3 grid(a.B * a.H, (a.T + BR - 1) / BR);
-    kernel<<<grid, NW * 32, smem, stream>>>(a, (T *)out->data, (float *)lse->data,
-                                            (const T *)q->data, (const T *)k->data,
-                                            (const T *)v->data);
+    dim3 grid(a.B * a.H, (a.Tq + BR - 1) / BR);
+    kernel<<<grid, NW * 32, smem, stream>>>(a, out, lse, q, k, v);
     MT_CUDA_CHECK_LAUNCH();
     return MT_OK;
 }
@@ -321,19 +319,22 @@ template <typename T>
 static mt_status launch(const attn_args &a, int fast, mt_tensor *out, mt_tensor *lse,
                         const mt_tensor *q, const mt_tensor *k, const mt_tensor *v,
                         mt_stream stream) {
-    if (a.Tk != a.T || a.kl) /* over cached keys */
-        return launch_rows<T>(a, fast, (T *)out->data, (float *)lse->data, (const T *)q->data,
-                              (const T *)k->data, (const T *)v->data, stream);
+    T *o = (T *)out->data;
+    float *L = (float *)lse->data;
+    const T *tq = (const T *)q->data, *tk = (const T *)k->data, *tv = (const T *)v->data;
+    const bool tc = sizeof(T) == 2 && fast && (a.D == 64 || a.D == 128); /* tensor cores */
+    attn_args g = a;
+    if (a.Tk != a.T || a.kl) { /* over cached keys */
+        if (!tc || !attn_prefix_ok(a)) return launch_rows<T>(a, fast, o, L, tq, tk, tv, stream);
+        g = attn_prefix_args(a); /* a key prefix in whole tiles: the square's kernels */
+        o = attn_rows_back<T>(out, g.qoff), tq = attn_rows_back<const T>(q, g.qoff);
+    }
     if constexpr (sizeof(T) == 2) {
-        if (fast && (a.D == 64 || a.D == 128) && attn_sm90_takes(a)) {
-            T *o = (T *)out->data;
-            float *L = (float *)lse->data;
-            const T *tq = (const T *)q->data, *tk = (const T *)k->data, *tv = (const T *)v->data;
-            return a.D == 64 ? attn_fwd_sm90<T, 64>(a, o, L, tq, tk, tv, stream)
-                             : attn_fwd_sm90<T, 128>(a, o, L, tq, tk, tv, stream);
-        }
-        if (fast && a.D == 64) return launch_mma<T, 64, 4>(a, out, lse, q, k, v, stream);
-        if (fast && a.D == 128) return launch_mma<T, 128, 8>(a, out, lse, q, k, v, stream);
+        if (tc && attn_sm90_takes(g))
+            return a.D == 64 ? attn_fwd_sm90<T, 64>(g, o, L, tq, tk, tv, stream)
+                             : attn_fwd_sm90<T, 128>(g, o, L, tq, tk, tv, stream);
+        if (tc && a.D == 64) return launch_mma<T, 64, 4>(g, o, L, tq, tk, tv, stream);
+        if (tc && a.D == 128) return launch_mma<T, 128, 8>(g, o, L, tq, tk, tv, stream);
     }
     int64_t rows = (int64_t)a.B * a.H * a.T;
     attn_fwd_generic_kernel<T><<<(unsigned)((rows + 3) / 4), 128, 0, stream>>>(

@@ -186,7 +186,7 @@ template <int BR, int BC>
 __device__ __forceinline__ q_pass q_pass_of(const attn_args &a, int nq, int nk_all, int pt,
                                             int pass) {
     const int qt = a.causal && !pass ? nq - 1 - pt : pt;
-    const int q0 = qt * BR, qn = min(BR, a.T - q0);
+    const int q0 = a.qoff + qt * BR, qn = min(BR, a.T - q0);
     return { q0, qn, key_tiles<BC>(a, nk_all, q0, qn) };
 }
 
@@ -218,7 +218,7 @@ static __global__ void __launch_bounds__(128, 2)
     extern __shared__ __align__(1024) unsigned char smem[];
     T *sQ = (T *)smem, *sK = sQ + BR * D, *sV = sK + 2 * BC * D;
     const int wl = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int nq = (a.T + BR - 1) / BR, nk_all = (a.T + BC - 1) / BC;
+    const int nq = (a.Tq + BR - 1) / BR, nk_all = (a.T + BC - 1) / BC;
     int pt, bh, npass;
     block_work(a, a.B * a.H, nq, pt, bh, npass);
     const int b = bh / a.H, h = bh % a.H, hk = h / a.group;
@@ -317,7 +317,7 @@ static __global__ void __launch_bounds__(256, 1)
     T *sK = (T *)smem, *sV = sK + 2 * BC * D, *sQ = sV + 2 * BC * D;
     const int wg = threadIdx.x >> 7, wl = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
     const bool producer = threadIdx.x == 128;
-    const int nq = (a.T + BR - 1) / BR, nk_all = (a.T + BC - 1) / BC;
+    const int nq = (a.Tq + BR - 1) / BR, nk_all = (a.T + BC - 1) / BC;
     int pt, bh, npass;
     block_work(a, a.B * a.H, nq, pt, bh, npass);
     const int b = bh / a.H, h = bh % a.H, hk = h / a.group;
@@ -602,7 +602,7 @@ static mt_status fwd_wg2(const attn_args &a, T *out, float *lse, const T *q, con
     MT_TRY(attn_smem_attr(attn_fwd_sm90_wg2_kernel<T, BC, DOCS>, smem));
     attn_args g = a;
     const dim3 grid = plan_grid(g, attn_fwd_sm90_wg2_kernel<T, BC, DOCS>, 256, smem, a.B * a.H,
-                                (a.T + 127) / 128);
+                                (a.Tq + 127) / 128);
     attn_fwd_sm90_wg2_kernel<T, BC, DOCS><<<grid, 256, smem, stream>>>(g, out, lse, q, tk, tv, tq);
     MT_CUDA_CHECK_LAUNCH();
     return MT_OK;
@@ -621,7 +621,7 @@ static mt_status fwd_d64(const attn_args &a, T *out, float *lse, const T *q, con
         MT_TRY(attn_smem_attr(attn_fwd_sm90_kernel<T, D, DOCS, DROP>, smem));
         attn_args g = a;
         const dim3 grid = plan_grid(g, attn_fwd_sm90_kernel<T, D, DOCS, DROP>, 128, smem, a.B * a.H,
-                                    (a.T + BR - 1) / BR);
+                                    (a.Tq + BR - 1) / BR);
         attn_fwd_sm90_kernel<T, D, DOCS, DROP><<<grid, 128, smem, stream>>>(g, out, lse, q, tk, tv);
         MT_CUDA_CHECK_LAUNCH();
     }
@@ -743,7 +743,8 @@ static __global__ void __launch_bounds__(NWG * 128, 3 - NWG)
      * walks as many query tiles as any other; the middle tile of an odd count alone); non-causal,
      * one tile, or a split run's part of one or two */
     const int nkt = (a.T + BC - 1) / BC, nq = (a.T + BR - 1) / BR;
-    __shared__ uint64_t bar[2]; /* Q and dO of buffer 0, 1 (TMA) */
+    const int nqa = (a.Tq + BR - 1) / BR; /* dqa's tiles of a head */
+    __shared__ uint64_t bar[2];           /* Q and dO of buffer 0, 1 (TMA) */
     if (threadIdx.x == 0) mt_mbar_init(&bar[0], 1), mt_mbar_init(&bar[1], 1);
     const float sl2 = a.scale * ATTN_LOG2E;
     int g0 = 0;  /* tiles walked by earlier passes */
@@ -753,7 +754,8 @@ static __global__ void __launch_bounds__(NWG * 128, 3 - NWG)
         if (!kv_pass_of(a, a.B * a.Hkv, nkt, a.group * nq, pass, w)) break;
         const int b = w.bh / a.Hkv, hk = w.bh % a.Hkv, k0 = w.kt * BC;
         const int64_t sid = DROP ? a.drop.ids[b] : 0; /* attention dropout: the row's sample id */
-        const int it0 = a.causal ? k0 / BR : 0,
+        /* (a key prefix's queries start at row qoff, a whole tile's) */
+        const int it0 = (a.causal ? max(k0, a.qoff) : a.qoff) / BR,
                   nqt = kv_walk_tiles<BR, DOCS>(a, b, it0, nq, k0 + BC - 1);
         /* this pass walks tiles n0 .. n0 + ntile - 1 (bwd_tile_of) */
         const int n0 = w.n0, ntile = w.n1 < 0 ? a.group * nqt : w.n1 - n0;
@@ -799,7 +801,7 @@ static __global__ void __launch_bounds__(NWG * 128, 3 - NWG)
             if (threadIdx.x != 0) return;
             int h, q0;
             bwd_tile_of<BR>(a, hk, it0, nqt, n0 + n, h, q0);
-            bulk_add_f32(dqa + (((int64_t)b * a.H + h) * nq * BR + q0) * D,
+            bulk_add_f32(dqa + (((int64_t)b * a.H + h) * nqa * BR + q0 - a.qoff) * D,
                          sDQ + ((g0 + n) & 1) * BR * D, BR * D * 4);
             bulk_commit();
             bulk_wait_read<1>();
@@ -951,7 +953,8 @@ static mt_status bwd_sm90_launch(const attn_args &a, T *dk, T *dv, float *dqa, c
     MT_TRY(attn_smem_attr(kernel, smem));
     attn_args g = a;
     // why: lse and Di rows then start 16-byte aligned, as bulk copies need
-    g.lse_bulk = lse_bulk_on() && a.T % 4 == 0 && ((uintptr_t)lse | (uintptr_t)Dv) % 16 == 0 &&
+    g.lse_bulk = lse_bulk_on() && a.Tq % 4 == 0 && a.qoff % 4 == 0 &&
+                 ((uintptr_t)lse | (uintptr_t)Dv) % 16 == 0 &&
                  !DOCS; /* (document masks: their key starts come by cp.async) */
     const int nkt = (a.T + BC - 1) / BC, tiles = a.B * a.Hkv * nkt;
     dim3 grid = plan_grid(g, kernel, NWG * 128, smem, a.B * a.Hkv, nkt);
