@@ -4,15 +4,16 @@
 # of T tokens, on one GPU and with --context-parallel-size 2 on two (each GPU half of every
 # sequence). Prints mt-pretrain's summary lines (tokens/s of all GPUs, memory a GPU).
 #   bench/cp.sh BUILD_DIR OUT_DIR      (env: MT_CP_T="8192 16384", MT_CP_ITERS=20, MT_CP_FLAGS:
-#                                      more flags for the CP 2 runs, MT_PROFILE=1: the per-op times)
+#                                      more flags for the CP 2 runs, MT_PROFILE=1: the per-op times,
+#                                      MT_CP_STREAMS=0: a rank's two chunks on one stream)
 set -uo pipefail
 b=$1; out=$2; mkdir -p "$out"
-export MT_PROFILE=${MT_PROFILE:-0}
+export MT_PROFILE=${MT_PROFILE:-0} MT_CP_STREAMS=${MT_CP_STREAMS:-1}
 for T in ${MT_CP_T:-8192 16384}; do
   for cp in 1 2; do
     launch=(); more=()
     if [ "$cp" -gt 1 ]; then
-      launch=(mpiexec -n "$cp" --allow-run-as-root --oversubscribe -x NCCL_NVLS_ENABLE=0 -x MT_PROFILE)
+      launch=(mpiexec -n "$cp" --allow-run-as-root --oversubscribe -x NCCL_NVLS_ENABLE=0 -x MT_PROFILE -x MT_CP_STREAMS)
       read -r -a more <<< "${MT_CP_FLAGS:-}"
     fi
     log="$out/cp${cp}_T$T.log"

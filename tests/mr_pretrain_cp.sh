@@ -62,8 +62,10 @@ if [ "${1:-}" = cuda ]; then  # bf16
   one gpt_bf16 --bf16
   mr gpt_cp2_bf16 2 gpt_bf16 1e-2 --bf16 --context-parallel-size 2
   # chunks of 128 tokens, heads of 64 and 128: mt-attention's tensor-core kernels over the key
-  # prefix as it is (MT_ATTN_PREFIX_ALIGN), no padded queries
-  long=(--bf16 --seq-length 512 --max-position-embeddings 512 --micro-batch-size 1)
+  # prefix as it is (MT_ATTN_PREFIX_ALIGN), no padded queries, a rank's chunks on two streams.
+  # (--lr 1e-3: at 3e-3 this Llama's bf16 curve spikes and one GPU alone moved 0.75% at step 10
+  # with only its attention grid's order changed, on an H100; at 1e-3 every path within 3e-4)
+  long=(--bf16 --seq-length 512 --max-position-embeddings 512 --micro-batch-size 1 --lr 1e-3)
   one gpt_long "${long[@]}" --hidden-size 128 --num-attention-heads 2
   mr gpt_long_cp2 2 gpt_long 1e-2 "${long[@]}" --hidden-size 128 --num-attention-heads 2 \
     --context-parallel-size 2

@@ -620,6 +620,30 @@ static mt_status cp_exchange(mt_model *m, mt_tensor *k, mt_tensor *v, int back, 
     return mt_copy(v, &vl, s);
 }
 
+/* cp_two_streams: the side stream waits for s's work so far; s for the side stream's. */
+static mt_status cp_fork(mt_model *m, mt_stream s) {
+    MT_TRY(mt_event_record(m->cp_fork, s));
+    return mt_stream_wait_event(m->cp_side, m->cp_fork);
+}
+static mt_status cp_join(mt_model *m, mt_stream s) {
+    MT_TRY(mt_event_record(m->cp_join, m->cp_side));
+    return mt_stream_wait_event(s, m->cp_join);
+}
+
+/* a->cp_dkv += t's rows of a chunk's key prefix (kn keys of each sequence). */
+static mt_status cp_add_prefix(mt_model *m, const mt_tensor *t, int64_t kn, mt_stream s) {
+    acts *a = &m->a;
+    const int64_t row = a->cp_dkv.shape[1] * a->cp_dkv.shape[2] * a->cp_dkv.shape[3];
+    const int64_t n = kn * a->cp_dkv.shape[2] * a->cp_dkv.shape[3];
+    const size_t es = mt_dtype_size(m->cfg.dtype);
+    for (int64_t b = 0; b < m->B; b++) { /* (each sequence's prefix is contiguous) */
+        mt_tensor d = mt_tensor_1d((char *)a->cp_dkv.data + b * row * es, m->cfg.dtype, n, m->dev);
+        mt_tensor x = mt_tensor_1d((char *)t->data + b * row * es, m->cfg.dtype, n, m->dev);
+        MT_TRY(mt_axpy(&d, 1.0f, &x, s));
+    }
+    return MT_OK;
+}
+
 /* Context parallelism, the attention forward: each chunk's queries over the sequence's keys up to
  * theirs (the keys all-gathered). */
 static mt_status cp_attn_fwd(mt_model *m, mt_tensor *y, mt_tensor *lse, const mt_tensor *q,
@@ -631,6 +655,8 @@ static mt_status cp_attn_fwd(mt_model *m, mt_tensor *y, mt_tensor *lse, const mt
                "document masks with context parallelism are not supported yet");
     acts *a = &m->a;
     MT_TRY(cp_exchange(m, k, v, 0, s));
+    const int two = m->cp_side != NULL; /* (cp_two_streams) */
+    if (two) MT_TRY(cp_fork(m, s));
     for (int h = 0; h < 2; h++) {
         mt_tensor qh, yh, kh, vh, lh = cp_lse(m, lse, h);
         MT_TRY(cp_rows(m, q, h, &qh));
@@ -638,7 +664,7 @@ static mt_status cp_attn_fwd(mt_model *m, mt_tensor *y, mt_tensor *lse, const mt
         MT_TRY(cp_prefix(m, &a->cp_kv, h, &kh, &vh));
         const int64_t L = kh.shape[1], c2 = qh.shape[1];
         if (L == c2 || !cp_padded(&m->cfg, m->dev)) {
-            MT_TRY(mt_attn_fwd(&yh, &lh, &qh, &kh, &vh, ac, s));
+            MT_TRY(mt_attn_fwd(&yh, &lh, &qh, &kh, &vh, ac, two && h ? m->cp_side : s));
             continue;
         }
         /* cp_padded: the queries padded in front to the square, whose tensor-core kernels run it
@@ -660,7 +686,7 @@ static mt_status cp_attn_fwd(mt_model *m, mt_tensor *y, mt_tensor *lse, const mt
         MT_TRY(mt_tensor_slice(&lp, 2, L - c2, c2, &t));
         MT_TRY(mt_copy(&lh, &t, s));
     }
-    return MT_OK;
+    return two ? cp_join(m, s) : MT_OK;
 }
 
 /* Context parallelism, the attention backward: the keys gathered again, each chunk's gradients
@@ -672,26 +698,29 @@ static mt_status cp_attn_bwd(mt_model *m, mt_tensor *dq, mt_tensor *dk, mt_tenso
     acts *a = &m->a;
     MT_TRY(cp_exchange(m, k, v, 0, s));
     MT_TRY(mt_fill(&a->cp_dkv, 0.0f, s));
-    const int64_t B = m->B, row = a->cp_dkv.shape[1] * a->cp_dkv.shape[2] * a->cp_dkv.shape[3];
+    /* cp_two_streams: the second chunk on the side stream, into its own dk, dv and workspace,
+     * added once joined */
+    const int two = m->cp_side != NULL;
+    if (two) MT_TRY(cp_fork(m, s));
+    int64_t kn[2];
     for (int h = 0; h < 2; h++) {
         mt_tensor qh, yh, dqh, dyh, kh, vh, dkh, dvh, lh = cp_lse(m, lse, h);
+        const int side = two && h;
+        const mt_tensor *tmp = side ? &a->cp_tmp2 : &a->cp_tmp;
         MT_TRY(cp_rows(m, q, h, &qh));
         MT_TRY(cp_rows(m, y, h, &yh));
         MT_TRY(cp_rows(m, dq, h, &dqh));
         MT_TRY(cp_rows(m, dy, h, &dyh));
         MT_TRY(cp_prefix(m, &a->cp_kv, h, &kh, &vh));
-        MT_TRY(cp_prefix(m, &a->cp_tmp, h, &dkh, &dvh));
-        MT_TRY(mt_attn_bwd(&dqh, &dkh, &dvh, &dyh, &qh, &kh, &vh, &yh, &lh, ac, a->ws.data,
-                           m->ws_bytes, s));
-        const int64_t n = kh.shape[1] * a->cp_dkv.shape[2] * a->cp_dkv.shape[3];
-        const size_t es = mt_dtype_size(m->cfg.dtype);
-        for (int64_t b = 0; b < B; b++) { /* (each sequence's prefix is contiguous) */
-            mt_tensor d =
-                mt_tensor_1d((char *)a->cp_dkv.data + b * row * es, m->cfg.dtype, n, m->dev);
-            mt_tensor t =
-                mt_tensor_1d((char *)a->cp_tmp.data + b * row * es, m->cfg.dtype, n, m->dev);
-            MT_TRY(mt_axpy(&d, 1.0f, &t, s));
-        }
+        MT_TRY(cp_prefix(m, tmp, h, &dkh, &dvh));
+        MT_TRY(mt_attn_bwd(&dqh, &dkh, &dvh, &dyh, &qh, &kh, &vh, &yh, &lh, ac,
+                           side ? a->ws2.data : a->ws.data, m->ws_bytes, side ? m->cp_side : s));
+        kn[h] = kh.shape[1];
+        if (!side) MT_TRY(cp_add_prefix(m, tmp, kn[h], s));
+    }
+    if (two) {
+        MT_TRY(cp_join(m, s));
+        MT_TRY(cp_add_prefix(m, &a->cp_tmp2, kn[1], s));
     }
     return cp_exchange(m, dk, dv, 1, s);
 }

@@ -515,6 +515,7 @@ static void plan_acts(mt_model *m, planner *p) {
         TAKE(p, &a->cp_kv, dt, B, cp * T, KV, D);
         TAKE(p, &a->cp_dkv, dt, B, cp * T, KV, D);
         TAKE(p, &a->cp_tmp, dt, B, cp * T, KV, D);
+        if (cp_two_streams(c, m->dev)) TAKE(p, &a->cp_tmp2, dt, B, cp * T, KV, D);
         if (cp_padded(c, m->dev)) {
             TAKE(p, &a->cp_qp, dt, B, cp * T, H, D);
             TAKE(p, &a->cp_op, dt, B, cp * T, H, D);
@@ -591,6 +592,7 @@ static void plan_acts(mt_model *m, planner *p) {
         ns = mt_head_norm_bwd_scratch_numel(D);
     TAKE(p, &a->norm_scratch, MT_F32, ns + 1);
     TAKE(p, &a->ws, MT_U8, (int64_t)m->ws_bytes + 1);
+    if (cp_two_streams(c, m->dev)) TAKE(p, &a->ws2, MT_U8, (int64_t)m->ws_bytes + 1);
 }
 
 static size_t align_up(size_t x, size_t a) {
@@ -805,6 +807,11 @@ static mt_status create(const mt_model_config *cfg, int micro_batch_size, mt_dev
     /* tuned GEMM algorithms unless runs must be bitwise reproducible (MT_GEMM_AUTOTUNE wins) */
     mt_blas_set_autotune(m->blas, !m->cfg.deterministic);
     if (moe_n(&m->cfg)) MT_TRY_GOTO(mt_blas_create(device, &m->blas_x), st, fail);
+    if (cp_two_streams(&m->cfg, device)) {
+        MT_TRY_GOTO(mt_stream_create(&m->cp_side), st, fail);
+        MT_TRY_GOTO(mt_event_create(&m->cp_fork, 0), st, fail);
+        MT_TRY_GOTO(mt_event_create(&m->cp_join, 0), st, fail);
+    }
     MT_TRY_GOTO(workspace_sizes(m), st, fail);
     MT_TRY_GOTO(src  ? shared_storage(m, src)
                 : fn ? external_storage(m, fn, ctx)
@@ -1055,6 +1062,9 @@ void mt_model_destroy(mt_model *m) {
     mt_blas_destroy(m->blas);
     mt_blas_destroy(m->blas_x);
     mt_tp_async_destroy(&m->tpa);
+    if (m->cp_side) mt_stream_destroy(m->cp_side);
+    if (m->cp_fork) mt_event_destroy(m->cp_fork);
+    if (m->cp_join) mt_event_destroy(m->cp_join);
     mt_arena_destroy(m->w_arena);
     mt_arena_destroy(m->g_arena);
     mt_arena_destroy(m->a_arena);

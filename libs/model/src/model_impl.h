@@ -133,6 +133,15 @@ static inline int cp_padded(const mt_model_config *c, mt_device dev) {
     return cp_n(c) > 1 && mt_device_is_cuda(dev) && c->seq_length / 2 % MT_ATTN_PREFIX_ALIGN != 0;
 }
 
+/* Context parallelism on CUDA without padding: a rank's two chunks' attention kernels run side
+ * by side, the second on a side stream (mt_model.cp_side). why: each chunk's grid alone leaves
+ * SMs idle (at T 8192, B 1, 16 heads its blocks fit in one wave; the rank's share of the work
+ * took as long as one GPU's whole attention, the longest block setting the time). */
+static inline int cp_two_streams(const mt_model_config *c, mt_device dev) {
+    return cp_n(c) > 1 && mt_device_is_cuda(dev) && !cp_padded(c, dev) &&
+           mt_env_int("MT_CP_STREAMS", 1) != 0; /* (0: one stream, for comparisons) */
+}
+
 /* The token rows of the residual stream a rank holds: N, or N / tp with sequence parallelism. */
 static inline int64_t local_rows(const mt_model_config *c, int64_t N) {
     return c->sequence_parallel ? N / tp_n(c) : N;
@@ -211,6 +220,8 @@ typedef struct acts {
     /* context parallelism on CUDA: a chunk's queries padded to the keys' length, their output
      * (B, cp T, H, D) and lse (B, H, cp T) (the forward over a key prefix, as a square) */
     mt_tensor cp_qp, cp_op, cp_lp;
+    /* context parallelism on a side stream (cp_side): the second chunk's dk, dv and workspace */
+    mt_tensor cp_tmp2, ws2;
 } acts;
 
 typedef struct layer_params {
@@ -261,6 +272,8 @@ struct mt_model {
                             beside their dW GEMMs (off by default: no faster on GPT-2 124M at
                             TP 2 and 4 on H100s, 1-3% slower) */
     mt_tp_async *tpa_on; /* &tpa when used, else NULL */
+    mt_stream cp_side;   /* cp_two_streams: the second chunk's stream, forked and joined by */
+    mt_event cp_fork, cp_join;
     int nparams;
     param_spec *spec;
     mt_model_param *params;

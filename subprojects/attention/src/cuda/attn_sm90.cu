@@ -572,12 +572,16 @@ static void plan_split(attn_args &a, int slots, int tiles, int ntile) {
 }
 
 /* a with the tail for `kernel`'s grid over heads_all heads of ntiles tiles (causal only), and that
- * grid. */
+ * grid. Over a key prefix (qoff > 0) every head is tail, a tile per block. why: most tiles there
+ * walk as far as the longest (the prefix's keys see every query), so pairs are not balanced but
+ * twice as long: a context-parallel chunk's pairs, one wave of them, took as long as the square's
+ * whole attention (T 8192 B 1 H 16, CP 2, H100). */
 template <typename K>
 static dim3 plan_grid(attn_args &a, K kernel, int threads, int smem, int heads_all, int ntiles) {
-    a.tail_heads = a.causal ? tail_heads_for(grid_slots((const void *)kernel, threads, smem),
-                                             heads_all, ntiles)
-                            : 0;
+    a.tail_heads = !a.causal ? 0
+                   : a.qoff  ? heads_all
+                             : tail_heads_for(grid_slots((const void *)kernel, threads, smem),
+                                              heads_all, ntiles);
     return work_grid(a, heads_all, ntiles);
 }
 
