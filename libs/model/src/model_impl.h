@@ -272,7 +272,9 @@ struct mt_model {
                             beside their dW GEMMs (off by default: no faster on GPT-2 124M at
                             TP 2 and 4 on H100s, 1-3% slower) */
     mt_tp_async *tpa_on; /* &tpa when used, else NULL */
-    mt_stream cp_side;   /* cp_two_streams: the second chunk's stream, forked and joined by */
+    /* cp_two_streams: the second chunk's stream (NULL: none), forked from the layer's stream and
+     * joined to it by the two events */
+    mt_stream cp_side;
     mt_event cp_fork, cp_join;
     int nparams;
     param_spec *spec;

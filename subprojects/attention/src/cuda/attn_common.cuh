@@ -36,9 +36,9 @@ struct attn_args {
     int B, T, H, Hkv, D, group, causal, ds_split;
     int Tk; /* keys: T, or more in a forward over cached keys (attn_fwd_rows_kernel) */
     /* Queries over a key prefix in the square kernels (attn_prefix_args): T is then the keys'
-     * count and the queries are rows qoff .. T - 1 of that square (Tq = T - qoff of them; q, out,
-     * dout and dq passed as if row 0 were the square's), lse, Di and dQ's accumulator have Tq
-     * rows. Otherwise qoff 0 and Tq = T. */
+     * count and the queries are rows qoff .. T - 1 of that square (Tq = T - qoff of them; q, out
+     * and dout passed as if row 0 were the square's), lse, Di and dQ's accumulator have Tq rows.
+     * Otherwise qoff 0 and Tq = T. */
     int qoff, Tq;
     int tail_heads; /* wgmma grids: the last heads taken a tile per block (block_work) */
     /* the non-causal wgmma backward: its last split_tiles key tiles walked by split_pieces
@@ -82,7 +82,7 @@ static inline attn_args attn_make_args(const attn_shape *s, const mt_tensor *con
     return a;
 }
 
-/* Causal queries over a key prefix (Tk > T, the queries the last Tk - T keys' positions) run on
+/* Causal queries over a key prefix (Tk > T, the queries the last T of the Tk positions) run on
  * the square kernels when the prefix's extra keys fill whole query tiles (128 rows: every
  * kernel's tile divides it; attention.h's MT_ATTN_PREFIX_ALIGN): the square of Tk rows whose
  * first Tk - T rows (whole tiles) are never visited. */
