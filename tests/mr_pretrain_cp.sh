@@ -5,7 +5,8 @@
 # positions, biases; Llama: RoPE, GQA, SwiGLU), of CP 2 x DP 2 with the distributed optimizer,
 # overlapped buckets and full recompute, and with logits chunks and evaluation, equals one rank's
 # (relative 1e-5), and so do CP 2 x TP 2 (with and without sequence parallelism) and CP 2 x PP 2
-# (Megatron's rank order tp-cp-dp-pp); a CP 2 checkpoint resumes on one rank and on CP 2. With
+# (Megatron's rank order tp-cp-dp-pp), and MoE's (losses and router losses; with EP, TP); a CP 2
+# checkpoint resumes on one rank and on CP 2. With
 # "cuda": on 2 GPUs (fp32 1e-4, bf16 1e-2; also 512-token sequences, whose 128-token chunks take
 # mt-attention's key-prefix kernels unpadded), else on the CPU over MPI.
 source "$(dirname "$0")/pretrain_common.sh"
@@ -51,6 +52,23 @@ if [ -z "${dev[*]}" ]; then  # (4 ranks: the CPU only)
     --sequence-parallel
   mr gpt_cp2tp2 4 gpt $tol --context-parallel-size 2 --tensor-model-parallel-size 2
   mr gpt_cp2pp2 4 gpt $tol --context-parallel-size 2 --pipeline-model-parallel-size 2
+  # mixture of experts: the load-balancing loss over the group's tokens (Megatron's tp_cp
+  # reduce of the tokens per expert), z's mean over them; with expert parallelism beside
+  moe=("${llama[@]}" --num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 64
+       --moe-aux-loss-coeff 0.01 --moe-z-loss-coeff 0.001 --moe-grouped-gemm)
+  one moe "${moe[@]}"
+  mr moe_cp2 2 moe $tol "${moe[@]}" --context-parallel-size 2
+  mr moe_cp2ep2 4 moe $tol "${moe[@]}" --context-parallel-size 2 --expert-model-parallel-size 2
+  mr moe_cp2tp2 4 moe $tol "${moe[@]}" --context-parallel-size 2 --tensor-model-parallel-size 2 \
+    --sequence-parallel
+  one moe_tok "${moe[@]}" --calculate-per-token-loss
+  mr moe_tok_cp2 2 moe_tok $tol "${moe[@]}" --calculate-per-token-loss --context-parallel-size 2
+  router() { jq -r 'select(.load_balancing_loss != null) | "\(.load_balancing_loss) \(.z_loss)"' "$1"; }
+  for n in moe_cp2 moe_cp2ep2 moe_cp2tp2 moe_tok_cp2; do
+    ref=moe; [ $n = moe_tok_cp2 ] && ref=moe_tok
+    paste -d' ' <(router "$d/$ref.jsonl") <(router "$d/$n.jsonl") | awk '{ print $1, $3; print $2, $4 }' \
+      | close "$n router losses" $tol || { echo "FAIL: $n router losses"; exit 1; }
+  done
 fi
 one gpt_lc --logits-chunks 3 --eval-interval 6 --eval-iters 2
 mr gpt_cp2_lc 2 gpt_lc $tol --context-parallel-size 2 --logits-chunks 3 --eval-interval 6 --eval-iters 2

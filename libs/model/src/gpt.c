@@ -262,6 +262,12 @@ static int moe_losses_on(const mt_model *m) {
     return m->cfg.moe_aux_loss_coeff > 0.0f || m->cfg.moe_z_loss_coeff > 0.0f;
 }
 
+/* Mixture of experts: the tokens per expert that the load-balancing loss takes (context
+ * parallelism: the sequences', over the group). */
+static const mt_tensor *loss_counts(const mt_model *m, const layer_acts *la) {
+    return cp_n(&m->cfg) > 1 ? &la->moe_counts_cp : &la->moe_counts;
+}
+
 /* Mixture of experts: the experts' GEMMs that experts_gemm runs. */
 enum {
     EXP_FWD,
@@ -350,9 +356,14 @@ static mt_status moe_fwd(mt_model *m, int l, layer_acts *la, const layer_params 
     const mt_moe_router router = router_of(c);
     OP("fwd.moe.route",
        mt_moe_topk(&la->moe_probs, &la->moe_idx, &la->moe_counts, &la->router_logits, &router, s));
+    /* (context parallelism: the load-balancing loss takes the sequences' counts, Megatron's;
+     * recomputed too, as the backward reads them) */
+    if (m->train && moe_losses_on(m) && cp_n(c) > 1)
+        OP("fwd.moe.counts",
+           mt_comm_allreduce(m->cp, &la->moe_counts_cp, &la->moe_counts, MT_REDOP_SUM, s));
     if (m->train && !m->recomputing && moe_losses_on(m)) {
         OP("fwd.moe.losses", mt_moe_router_losses(&m->a.moe_loss, &la->router_logits,
-                                                  &la->moe_counts, c->moe_router_topk, s));
+                                                  loss_counts(m, la), c->moe_router_topk, s));
         m->n_moe++;
     }
     const int64_t Nt = (int64_t)m->B * c->seq_length; /* (the tokens routed) */
@@ -530,10 +541,13 @@ static mt_status moe_bwd(mt_model *m, int l, layer_acts *la, const layer_params 
     const float scale =
         m->loss_scale * (c->per_token_loss ? (float)((int64_t)m->B * c->seq_length) : 1.0f);
     const mt_moe_router router = router_of(c);
-    OP("bwd.moe.router",
-       mt_moe_router_bwd(&a->moe_dlogits, &a->moe_dprobs, &la->moe_probs, &la->moe_idx,
-                         &la->router_logits, &la->moe_counts, &router,
-                         c->moe_aux_loss_coeff * scale, c->moe_z_loss_coeff * scale, s));
+    /* (context parallelism: the loss over the ranks' N = cp x the local tokens, E / (k N^2)
+     * sum_e counts_e sum_n p_ne, is the sum of the ranks' parts, the local formula / cp^2 each;
+     * the gradients are averaged over the group, so each rank's part counts cp times: 1 / cp) */
+    OP("bwd.moe.router", mt_moe_router_bwd(&a->moe_dlogits, &a->moe_dprobs, &la->moe_probs,
+                                           &la->moe_idx, &la->router_logits, loss_counts(m, la),
+                                           &router, c->moe_aux_loss_coeff * scale / (float)cp_n(c),
+                                           c->moe_z_loss_coeff * scale, s));
     mt_tensor *dl = &a->moe_dlogits;
     if (c->dtype != MT_F32) { /* (the router's GEMMs in the model dtype) */
         MT_TRY(mt_cast(&a->moe_dlogits_dt, &a->moe_dlogits, s));

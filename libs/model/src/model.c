@@ -56,8 +56,8 @@ static mt_status cp_finalize(const mt_model_config *c) {
     MT_REQUIRE(c->seq_length % 2 == 0, MT_ERR_INVALID_ARG,
                "context parallelism: a rank's %d tokens of a sequence must be two equal chunks",
                c->seq_length);
-    MT_REQUIRE(!c->num_moe_experts && c->attention_dropout == 0.0f, MT_ERR_UNSUPPORTED,
-               "context parallelism with MoE or attention dropout is not supported yet");
+    MT_REQUIRE(c->attention_dropout == 0.0f, MT_ERR_UNSUPPORTED,
+               "context parallelism with attention dropout is not supported yet");
     return MT_OK;
 }
 
@@ -463,6 +463,7 @@ static void plan_layer(const mt_model *m, planner *p, layer_acts *la) {
         TAKE(p, &la->moe_probs, MT_F32, N, k);
         TAKE(p, &la->moe_idx, MT_I32, N, k);
         TAKE(p, &la->moe_counts, MT_I32, E);
+        if (cp_n(c) > 1) TAKE(p, &la->moe_counts_cp, MT_I32, E);
         if (c->moe_expert_capacity_factor > 0.0f) TAKE(p, &la->moe_kept, MT_I32, E);
         TAKE(p, &la->moe_rows, MT_I32, R);
         TAKE(p, &la->moe_pos, MT_I32, N, k);
@@ -1209,7 +1210,9 @@ mt_status mt_model_take_moe_losses(mt_model *m, double *aux, double *z, mt_strea
     float v[2];
     MT_TRY(mt_memcpy(v, MT_DEVICE_CPU, m->a.moe_loss.data, m->dev, 8, stream));
     MT_TRY(mt_stream_sync(stream));
-    if (m->n_moe > 0 && m->cfg.moe_aux_loss_coeff > 0.0f) *aux = v[0] / m->n_moe;
+    /* (context parallelism: this rank's part of the sequences' load-balancing loss, times cp,
+     * so that the mean over the ranks is the whole loss, as z's mean is) */
+    if (m->n_moe > 0 && m->cfg.moe_aux_loss_coeff > 0.0f) *aux = v[0] / m->n_moe / cp_n(&m->cfg);
     if (m->n_moe > 0 && m->cfg.moe_z_loss_coeff > 0.0f) *z = v[1] / m->n_moe;
     m->n_moe = 0;
     return mt_memset_zero(m->a.moe_loss.data, m->dev, 8, stream);

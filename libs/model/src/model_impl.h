@@ -167,7 +167,10 @@ typedef struct layer_acts {
      * (N*k,C) */
     mt_tensor router_logits, moe_probs, moe_idx, moe_counts, moe_rows, moe_pos, moe_xp, moe_yp;
     mt_tensor moe_kept; /* token dropping: the rows each expert keeps (E) i32 */
-    int32_t *counts_h;  /* the experts' row counts (kept ones with dropping) on the host; with
+    /* context parallelism with the router's losses: the tokens per expert (E) i32 summed over the
+     * group (the sequences' counts, Megatron's tp_cp reduce of tokens_per_expert) */
+    mt_tensor moe_counts_cp;
+    int32_t *counts_h; /* the experts' row counts (kept ones with dropping) on the host; with
                            expert parallelism every rank's (ep,E), rank-major */
     /* the rows this rank's experts run on (fc1's input): moe_xp, or with expert parallelism the
      * rows received, expert-major (moe_expert_rows) */

@@ -875,12 +875,11 @@ static mt_status validate(mt_train_args *a) {
         return BAD("seq-length should be a multiple of 2 * context-parallel-size if "
                    "context-parallel-size != 1 (--seq-length %d, --context-parallel-size %d)",
                    a->seq_length, cp);
-    if (cp > 1 && (a->num_experts || a->reset_attention_mask || a->attention_dropout > 0))
-        return MT_ERROR(
-            MT_ERR_UNSUPPORTED,
-            "--context-parallel-size %d with MoE, --reset-attention-mask or --attention-dropout "
-            "is not supported yet",
-            cp);
+    if (cp > 1 && (a->reset_attention_mask || a->attention_dropout > 0))
+        return MT_ERROR(MT_ERR_UNSUPPORTED,
+                        "--context-parallel-size %d with --reset-attention-mask or "
+                        "--attention-dropout is not supported yet",
+                        cp);
     MT_TRY(validate_moe(a));
     if (a->tensor_model_parallel_size == 1) a->sequence_parallel = 0; /* as Megatron */
     if (a->sequence_parallel) {

@@ -33,8 +33,9 @@ typedef struct run {
      * Megatron's model-parallel group; tp itself for one stage) */
     mt_comm *tp, *dp, *dp_own, *pp, *emb_own, *emb, *mp_own, *mp;
     int tp_size, tp_rank, dp_size, dp_rank, pp_size, pp_rank;
-    /* expert parallelism (Megatron's expert grid tp-ep-dp-pp, expert TP = TP): the data-parallel
-     * ranks of a stage in groups of ep_size consecutive ones (ep: they hold different experts),
+    /* expert parallelism (Megatron's expert grid tp-ep-dp-pp, expert TP = TP): the data- and
+     * context-parallel ranks of a stage in groups of ep_size consecutive ones (ep: they hold
+     * different experts),
      * edp: the ranks holding the same experts, emp: tensor x expert x pipeline (the expert grads'
      * norm); NULL when not split (one rank) */
     mt_comm *ep, *edp, *emp;
@@ -163,8 +164,8 @@ static mt_status take_loss(run *r, double *loss) {
 }
 
 /* Mixture of experts: the iteration's router losses (without coefficients), each the mean over
- * the layers (every pipeline stage's) and micro-batches, averaged over the data-parallel ranks
- * (Megatron's load_balancing_loss and z_loss); NaN for one that is off. */
+ * the layers (every pipeline stage's) and micro-batches, averaged over the data- and
+ * context-parallel ranks (Megatron's load_balancing_loss and z_loss); NaN for one that is off. */
 static mt_status take_moe_losses(run *r, double *aux, double *z) {
     double v[2];
     MT_TRY(mt_model_take_moe_losses(r->model, &v[0], &v[1], NULL));
@@ -172,7 +173,7 @@ static mt_status take_moe_losses(run *r, double *aux, double *z) {
     int l0, nl; /* (a stage's mean over its layers, weighted by them) */
     MT_TRY(mt_model_stage_layers(&r->mc, r->pp_rank, &l0, &nl));
     for (int i = 0; i < 2; i++)
-        v[i] *= (double)nl / (double)(r->mc.num_layers * r->dp_size);
+        v[i] *= (double)nl / (double)(r->mc.num_layers * r->gdp_size);
     MT_TRY(allreduce_on(r, r->dp, v, 2, MT_REDOP_SUM));
     MT_TRY(allreduce_on(r, r->pp, v, 2, MT_REDOP_SUM));
     *aux = v[0], *z = v[1];
@@ -274,13 +275,15 @@ static mt_status setup_world(run *r) {
                                  &r->mp_own));
     }
     r->mp = pp > 1 && tp > 1 ? r->mp_own : pp > 1 ? r->pp : r->tp;
+    /* (the experts' grid, Megatron's tp-ep-dp-pp: a stage's data- and context-parallel ranks
+     * (gdp) in groups of ep) */
     const int ep = a->expert_model_parallel_size;
-    MT_REQUIRE(r->dp_size % ep == 0, MT_ERR_INVALID_ARG,
+    MT_REQUIRE(r->gdp_size % ep == 0, MT_ERR_INVALID_ARG,
                "world size (%d) is not divisible by tensor model parallel size (%d) times expert "
                "model parallel size (%d) times pipeline model parallel size (%d)",
                r->nranks, tp, ep, pp);
-    r->ep_size = ep, r->ep_rank = r->dp_rank % ep;
-    r->edp_size = r->dp_size / ep, r->edp_rank = r->dp_rank / ep;
+    r->ep_size = ep, r->ep_rank = r->gdp_rank % ep;
+    r->edp_size = r->gdp_size / ep, r->edp_rank = r->gdp_rank / ep;
     if (ep > 1) {
         MT_TRY(mt_comm_split(r->world, (r->pp_rank * r->edp_size + r->edp_rank) * tp + r->tp_rank,
                              r->ep_rank, "ep", &r->ep));
