@@ -50,7 +50,7 @@ bad() {  # code message method body [url]
   else echo "FAIL: want $1 '$2': $r"; fail=1; fi
 }
 bad 400 "the body is not JSON" PUT '{"prompts": ['
-bad 400 "prompts: a non-empty list of strings is required" PUT '{"tokens_to_generate": 3}'
+bad 400 "prompts argument required" PUT '{"tokens_to_generate": 3}'
 bad 400 "the model takes 32" PUT "{\"prompts\": [\"$(printf 'word %.0s' $(seq 40))\"]}"
 bad 404 "the paths are /api and /completions" PUT '{}' "${url%/api}/other"
 bad 405 "use PUT (or POST) /api" GET ''
@@ -185,4 +185,55 @@ for m in gpt2 llama; do
     echo "ok $m /completions stop texts: $(echo "$s1" | jq -c '.choices[0].text'), echo $(echo "$s2" | jq -c '.choices[0].text')"
   else echo "FAIL $m /completions stop texts: $s1 / $s2"; fail=1; fi
 done
+
+# Megatron's /api fields: a tiny GPT-2 trained on "Amen:\n" lines, whose greedy continuation of
+# "Amen:" is "\n" (198) then "Amen"... stop_on_eol ends it after the "\n" (kept), stop_on_double_eol
+# never ("\n" never follows "\n"), prevent_newline_after_colon forbids the "\n"; add_BOS puts the
+# end-of-document token first (and allows an empty prompt); no_log leaves no line; bad fields get
+# Megatron's messages. Over the batch and alone (MT_SERVE_BATCH=1).
+if [ -n "${MT_PREPROCESS:-}" ]; then
+  awk 'BEGIN { for (i = 0; i < 200; i++) { s = ""; for (j = 0; j < 12; j++) s = s "Amen:\\n"; printf "{\"text\": \"%s\"}\n", s } }' > "$d/amen.jsonl"
+  "$MT_PREPROCESS" --input "$d/amen.jsonl" --output-prefix "$d/amen" --workers 1 > /dev/null \
+    || { echo "FAIL: preprocess"; exit 1; }
+  "$MT_PRETRAIN" "${nodrop[@]}" --num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32 \
+    --micro-batch-size 4 --global-batch-size 8 --data-path "$d/amen_text_document" --split 100,0,0 \
+    --tokenizer-type GPT2BPETokenizer --train-iters 40 --lr 3e-3 --lr-warmup-iters 2 --log-interval 20 \
+    --seed 7 "${dev[@]}" --save "$d/amen_ck" > "$d/amen.log" 2>&1 || { echo "FAIL: train"; cat "$d/amen.log"; exit 1; }
+  for batch in 4 1; do
+    MT_SERVE_BATCH=$batch timeout 120 "$MT_SERVE" --load "$d/amen_ck" "${dev[@]}" --port 0 --max-requests 17 \
+      --tokens-to-generate 6 > "$d/serve_amen.log" 2>&1 &
+    pid=$!
+    for _ in $(seq 100); do grep -q "listening on" "$d/serve_amen.log" && break; sleep 0.1; done
+    url=$(grep -o "http://[0-9.:]*/api" "$d/serve_amen.log") || { echo "FAIL: no server"; cat "$d/serve_amen.log"; exit 1; }
+    # the continuations of "Amen:" (3 tokens: A men :) and "Amen:\nAmen:" (7)
+    toks() { req PUT "{\"prompts\": [\"Amen:\", \"Amen:\\nAmen:\"], \"temperature\": 0$1}" | tail -n +2 \
+      | jq -c '[.tokens[0][3:], .tokens[1][7:]]'; }
+    plain=$(toks ''); eol=$(toks ', "stop_on_eol": true'); eol2=$(toks ', "stop_on_double_eol": true')
+    colon=$(toks ', "prevent_newline_after_colon": true')
+    if [ "$(echo "$plain" | jq -c '[.[][0], (.[] | length)]')" = "[198,198,6,6]" ] \
+       && [ "$eol" = "[[198],[198]]" ] && [ "$eol2" = "$plain" ] \
+       && [ "$(echo "$colon" | jq -c '[.[][0] != 198, (.[] | length)]')" = "[true,true,6,6]" ]; then
+      echo "ok stop_on_eol $eol, stop_on_double_eol = plain $plain, prevent_newline_after_colon $colon (batch $batch)"
+    else echo "FAIL newline fields (batch $batch): plain $plain eol $eol eol2 $eol2 colon $colon"; fail=1; fi
+    bos=$(req PUT '{"prompts": ["", "Amen:"], "add_BOS": true, "temperature": 0, "tokens_to_generate": 1, "no_log": true}' | tail -n +2)
+    [ "$(echo "$bos" | jq -c '[.tokens[0][0], .tokens[1][0:3], (.tokens[0] | length)]')" = "[50256,[50256,32,3653],2]" ] \
+      && echo "ok add_BOS: $(echo "$bos" | jq -c .tokens)" || { echo "FAIL add_BOS: $bos"; fail=1; }
+    bad 400 "Empty prompts require add_BOS=true" PUT '{"prompts": [""]}'
+    bad 400 "max_len is no longer used.  Replace with tokens_to_generate" PUT '{"prompts": ["a"], "max_len": 3}'
+    bad 400 "prompts is empty" PUT '{"prompts": []}'
+    bad 400 "Maximum number of prompts is 128" PUT "{\"prompts\": [$(printf '"a",%.0s' $(seq 128))\"a\"]}"
+    bad 400 "tokens_to_generate=0 implies logprobs should be True" PUT '{"prompts": ["a"], "tokens_to_generate": 0}'
+    bad 400 "top_k must be equal to or greater than 0 and less than or equal to 1000" PUT '{"prompts": ["a"], "top_k": 1001}'
+    bad 400 "cannot set both top-k and top-p samplings." PUT '{"prompts": ["a"], "top_k": 5, "top_p": 0.5}'
+    bad 400 "stop_on_eol must be a boolean value" PUT '{"prompts": ["a"], "stop_on_eol": 1}'
+    bad 400 "random_seed must be a positive integer" PUT '{"prompts": ["a"], "random_seed": -2}'
+    bad 400 "beam_width: beam search is not supported yet" PUT '{"prompts": ["a"], "beam_width": 2}'
+    bad 400 "top_p_decay: a decaying top_p is not supported yet" PUT '{"prompts": ["a"], "top_p": 0.5, "top_p_decay": 0.9}'
+    bad 400 "temperature must be a positive number less than or equal to 100.0" PUT '{"prompts": ["a"], "temperature": 101}'
+    wait $pid; rc=$?; pid=
+    [ $rc = 0 ] || { echo "FAIL: mt-serve rc $rc"; cat "$d/serve_amen.log"; fail=1; }
+    n=$(grep -c "mt-serve: request" "$d/serve_amen.log")
+    [ "$n" = 4 ] && echo "ok no_log: 4 request lines of 5 answered" || { echo "FAIL no_log: $n lines"; cat "$d/serve_amen.log"; fail=1; }
+  done
+fi
 exit $fail

@@ -11,6 +11,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <jansson.h>
+#include <limits.h>
 #include <math.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -125,7 +126,17 @@ typedef struct gen {
     int *bncached;
     mt_arena *bar;
     mt_tensor btok, blogits; /* (nb,1) i32; (nb,Vp) f32 */
+    /* PUT /api's prevent_newline_after_colon: after a ":" token (colon) the "\n" token (nl) gets
+     * logit -1e10 (Megatron's) in the rows asked for: ban1 (one sequence), bban[b] (batch rows) */
+    int32_t nl, colon;
+    int ban1;
+    int *bban;
 } gen;
+
+/* prevent_newline_after_colon on a row's logits whose sequence is tokens[0..n) */
+static void ban_newline(const gen *g, const int32_t *tokens, int n, float *logits) {
+    if (g->nl >= 0 && g->colon >= 0 && n > 0 && tokens[n - 1] == g->colon) logits[g->nl] = -1e10f;
+}
 
 /* A forward of m over tok (its enqueueing timed with g->timing). */
 static mt_status run_forward(gen *g, mt_model *m, const mt_tensor *tok) {
@@ -186,6 +197,7 @@ static mt_status next_logits(void *ctx, const int32_t *tokens, int n, float *log
                  : window_logits(g, tokens, n, &last));
     const double t1 = g->timing ? mt_time_now() : 0.0;
     MT_TRY(logits_to_host(g, &last, logits));
+    if (g->ban1) ban_newline(g, tokens, n, logits);
     if (g->timing) g->t_logits += mt_time_now() - t1, g->t_call += mt_time_now() - t0;
     g->calls++;
     return mt_prof_collect(g->prof);
@@ -268,6 +280,8 @@ static mt_status batch_logits(void *ctx, int32_t *const *tokens, const int *n, c
                        (const float *)g->blogits.data + (size_t)b * Vp, g->dev, (size_t)g->V * 4,
                        NULL);
         if (live[b] || !g->bncached[b]) g->bcached[b][pos[b]] = tok[b], g->bncached[b] = pos[b] + 1;
+        if (st == MT_OK && live[b] && g->bban && g->bban[b])
+            ban_newline(g, tokens[b], n[b], logits + (size_t)b * g->V);
     }
     free(pos), free(tok);
     return st;
@@ -330,6 +344,9 @@ typedef struct generator {
     mt_arena *ar;
     gen g;
     int32_t eod;
+    /* the tokenizer's single tokens for "\n", "\n\n" and ":" (-1: none; GPT-2's 198, 628, 25),
+     * for PUT /api's stop_on_eol, stop_on_double_eol and prevent_newline_after_colon */
+    int32_t nl, nl2, colon;
 } generator;
 
 static void generator_close(generator *G) {
@@ -355,6 +372,18 @@ static void generator_close(generator *G) {
     memset(G, 0, sizeof *G);
 }
 
+/* The one token that tk encodes `text` to, or -1 (no tokenizer, or several tokens). */
+static int32_t single_token(mt_data_tokenizer *tk, const char *text) {
+    if (!tk) return -1;
+    int32_t *enc = NULL, id = -1;
+    size_t n = 0, cap = 0;
+    if (mt_data_tokenizer_encode(tk, text, strlen(text), 0, &enc, &n, &cap) == MT_OK && n == 1)
+        id = enc[0];
+    mt_error_clear();
+    free(enc);
+    return id;
+}
+
 /* The checkpoint's config and the tokenizer (the model comes with generator_model). */
 static mt_status generator_open(const mt_generate_args *a, generator *G) {
     memset(G, 0, sizeof *G);
@@ -367,6 +396,9 @@ static mt_status generator_open(const mt_generate_args *a, generator *G) {
     G->c.dtype = dt;
     MT_TRY(tokenizer_of(a, &G->tk));
     G->eod = (int32_t)(G->tk ? mt_data_tokenizer_eod(G->tk) : a->eod);
+    G->nl = single_token(G->tk, "\n"), G->nl2 = single_token(G->tk, "\n\n");
+    G->colon = single_token(G->tk, ":");
+    G->g.nl = G->nl, G->g.colon = G->colon;
     return MT_OK;
 }
 
@@ -524,6 +556,9 @@ typedef struct serve_req {
     int max_new;
     mt_infer_sampling s;
     int logprobs;    /* "logprobs": true: each token's log-probability in the answer */
+    int eol_stop;    /* PUT /api: 1 "stop_on_eol", 2 "stop_on_double_eol" (eol_hit) */
+    int nl_colon;    /* PUT /api "prevent_newline_after_colon" */
+    int no_log;      /* PUT /api "no_log": no line on stderr for it */
     int completions; /* POST /completions (OpenAI's format) rather than PUT /api */
     int echo, top_n; /* /completions: the prompt in the answer; its logprobs' alternatives */
     char *stop[SERVE_STOPS]; /* /completions: texts that end a continuation (NULL: none) */
@@ -545,7 +580,8 @@ static void req_free(serve_req *r) {
 
 /* r's np prompts from the JSON list `prompts` (or the one prompt `one`): each a text (the
  * tokenizer) or, with ids_ok, a list of token ids; each with room for max_new more tokens. */
-static mt_status req_prompts(generator *G, serve_req *r, json_t *prompts, json_t *one, int ids_ok) {
+static mt_status req_prompts(generator *G, serve_req *r, json_t *prompts, json_t *one, int ids_ok,
+                             int add_bos) {
     r->np = one ? 1 : (int)json_array_size(prompts);
     const size_t room =
         (size_t)G->c.max_position_embeddings + (r->max_new > 0 ? (size_t)r->max_new : 0);
@@ -561,7 +597,15 @@ static mt_status req_prompts(generator *G, serve_req *r, json_t *prompts, json_t
         json_t *p = one ? one : json_array_get(prompts, (size_t)i);
         r->ids[i] = malloc(room * sizeof **r->ids);
         MT_REQUIRE(r->ids[i], MT_ERR_OOM, "token buffer");
-        if (json_is_string(p)) {
+        if (json_is_string(p) && add_bos) { /* (Megatron's: the end-of-document token first) */
+            MT_REQUIRE(G->eod >= 0, MT_ERR_INVALID_ARG, "add_BOS: the tokenizer has no EOD token");
+            r->ids[i][0] = G->eod, r->n[i] = 1;
+            if (json_string_length(p) > 0) {
+                MT_TRY(prompt_of(G, json_string_value(p), NULL, r->ids[i] + 1, &r->n[i]));
+                MT_REQUIRE(++r->n[i] <= maxT, MT_ERR_INVALID_ARG,
+                           "the prompt has %d tokens with BOS; the model takes %d", r->n[i], maxT);
+            }
+        } else if (json_is_string(p)) {
             MT_TRY(prompt_of(G, json_string_value(p), NULL, r->ids[i], &r->n[i]));
         } else {
             MT_REQUIRE(ids_ok && json_is_array(p), MT_ERR_INVALID_ARG,
@@ -609,25 +653,137 @@ static void req_sampling(json_t *req, const char *seed_key, mt_infer_sampling *s
     if ((v = json_object_get(req, seed_key))) s->seed = (uint64_t)json_integer_value(v);
 }
 
-/* PUT /api: {"prompts": [text, ...], "tokens_to_generate": N, "temperature": T, "top_k": K,
- * "top_p": P, "random_seed": S, "logprobs": B} (Megatron's names; the run's flags give the
- * defaults) into a request whose prompts are tokenized; 0, or 400 with msg (why). */
+/* PUT /api's field k when present: a JSON boolean into *out (else msg: "k must be a boolean
+ * value", Megatron's). */
+static void api_bool(json_t *req, const char *k, int *out, char *msg, size_t msz) {
+    json_t *v = json_object_get(req, k);
+    if (!v || msg[0]) return;
+    if (!json_is_boolean(v))
+        snprintf(msg, msz, "%s must be a boolean value", k);
+    else
+        *out = json_is_true(v);
+}
+
+/* PUT /api: Megatron's text generation server's request (its fields, checks and messages, with
+ * the run's flags as the defaults): {"prompts": [text, ...] (1 to 128), "tokens_to_generate": N,
+ * "logprobs": B, "temperature": T (0: greedy, as mt-generate's), "top_k": K, "top_p": P,
+ * "random_seed": S, "add_BOS": B (the end-of-document token first), "stop_on_eol": B,
+ * "stop_on_double_eol": B, "prevent_newline_after_colon": B, "no_log": B}; "top_p_decay",
+ * "top_p_bound" and "beam_width" are checked and refused (not supported yet), "stop_token" and
+ * "length_penalty" (beam search's) checked. Into a request whose prompts are tokenized; 0, or
+ * 400 with msg (why). */
 static int req_parse(generator *G, const char *body, serve_req *r, char *msg, size_t msz) {
     const mt_generate_args *a = G->a;
     json_error_t je;
     json_t *req = json_loads(body, 0, &je), *prompts = json_object_get(req, "prompts"), *v;
     msg[0] = 0;
-    if (!req)
-        snprintf(msg, msz, "the body is not JSON: %s", je.text);
-    else if (!json_is_array(prompts) || json_array_size(prompts) == 0)
-        snprintf(msg, msz, "prompts: a non-empty list of strings is required");
-    r->max_new = (v = json_object_get(req, "tokens_to_generate")) ? (int)json_integer_value(v)
-                                                                  : a->tokens_to_generate;
+    r->max_new = a->tokens_to_generate;
     r->s = (mt_infer_sampling){ a->greedy ? 0.0f : a->temperature, a->top_k, a->top_p, a->seed };
-    req_sampling(req, "random_seed", &r->s);
-    r->logprobs = json_is_true(json_object_get(req, "logprobs"));
-    if (!msg[0] && r->max_new < 0) snprintf(msg, msz, "tokens_to_generate must be >= 0");
-    if (!msg[0] && req_prompts(G, r, prompts, NULL, 0) != MT_OK) req_failed(msg, msz);
+    int add_bos = 0, eol = 0, eol2 = 0;
+    double top_k = 0, top_p = 0;
+#define BAD(...) (msg[0] ? 0 : snprintf(msg, msz, __VA_ARGS__))
+    if (!req) BAD("the body is not JSON: %s", je.text);
+    if (!prompts) BAD("prompts argument required");
+    if (json_object_get(req, "max_len"))
+        BAD("max_len is no longer used.  Replace with tokens_to_generate");
+    if (json_object_get(req, "sentences"))
+        BAD("sentences is no longer used.  Replace with prompts");
+    if (!json_is_array(prompts)) BAD("prompts is not a list of strings");
+    if (json_is_array(prompts) && json_array_size(prompts) == 0) BAD("prompts is empty");
+    if (json_is_array(prompts) && json_array_size(prompts) > 128)
+        BAD("Maximum number of prompts is 128");
+    if ((v = json_object_get(req, "tokens_to_generate"))) {
+        if (!json_is_integer(v))
+            BAD("tokens_to_generate must be an integer greater than 0");
+        else if (json_integer_value(v) < 0 || json_integer_value(v) > INT_MAX / 2)
+            BAD("tokens_to_generate must be an integer greater than or equal to 0");
+        else
+            r->max_new = (int)json_integer_value(v);
+    }
+    api_bool(req, "logprobs", &r->logprobs, msg, msz);
+    if (r->max_new == 0 && !r->logprobs)
+        BAD("tokens_to_generate=0 implies logprobs should be True");
+    if ((v = json_object_get(req, "temperature"))) {
+        if (!json_is_number(v))
+            BAD("temperature must be a positive number less than or equal to 1000.0");
+        else if (!(json_number_value(v) >= 0.0 && json_number_value(v) <= 100.0))
+            BAD("temperature must be a positive number less than or equal to 100.0 (or 0: "
+                "greedy)");
+        else
+            r->s.temperature = (float)json_number_value(v);
+    }
+    if ((v = json_object_get(req, "top_k"))) {
+        if (!json_is_integer(v))
+            BAD("top_k must be an integer equal to or greater than 0 and less than or equal to "
+                "1000");
+        else if (json_integer_value(v) < 0 || json_integer_value(v) > 1000)
+            BAD("top_k must be equal to or greater than 0 and less than or equal to 1000");
+        else
+            r->s.top_k = (int)(top_k = (double)json_integer_value(v));
+    }
+    if ((v = json_object_get(req, "top_p"))) {
+        if (!json_is_number(v))
+            BAD("top_p must be a positive float less than or equal to 1.0");
+        else if ((top_p = json_number_value(v)) > 0.0 && top_k > 0.0)
+            BAD("cannot set both top-k and top-p samplings.");
+        else if (!(top_p >= 0.0 && top_p <= 1.0))
+            BAD("top_p must be less than or equal to 1.0");
+        else
+            r->s.top_p = (float)top_p;
+    }
+    static const char *const decays[2] = { "top_p_decay", "top_p_bound" };
+    for (int k = 0; k < 2; k++)
+        if ((v = json_object_get(req, decays[k]))) {
+            if (!json_is_number(v))
+                BAD("%s must be a positive float less than or equal to %s", decays[k],
+                    k ? "top_p" : "1.0");
+            else if (top_p == 0.0)
+                BAD("%s cannot be set without top_p", decays[k]);
+            else if (json_number_value(v) != 0.0)
+                BAD("%s: a decaying top_p is not supported yet", decays[k]);
+        }
+    api_bool(req, "add_BOS", &add_bos, msg, msz);
+    for (size_t k = 0; !msg[0] && json_is_array(prompts) && k < json_array_size(prompts); k++) {
+        json_t *p = json_array_get(prompts, k);
+        if (!json_is_string(p))
+            BAD("prompts is not a list of strings");
+        else if (json_string_length(p) == 0 && !add_bos)
+            BAD("Empty prompts require add_BOS=true");
+    }
+    api_bool(req, "stop_on_double_eol", &eol2, msg, msz);
+    api_bool(req, "stop_on_eol", &eol, msg, msz);
+    api_bool(req, "prevent_newline_after_colon", &r->nl_colon, msg, msz);
+    r->eol_stop = eol2 ? 2 : eol ? 1 : 0; /* (Megatron's: the double one first) */
+    if ((v = json_object_get(req, "random_seed"))) {
+        if (!json_is_integer(v))
+            BAD("random_seed must be integer");
+        else if (json_integer_value(v) < 0)
+            BAD("random_seed must be a positive integer");
+        else
+            r->s.seed = (uint64_t)json_integer_value(v);
+    }
+    api_bool(req, "no_log", &r->no_log, msg, msz);
+    if ((v = json_object_get(req, "beam_width"))) {
+        if (!json_is_integer(v))
+            BAD("beam_width must be integer");
+        else if (json_integer_value(v) < 1)
+            BAD("beam_width must be an integer > 1");
+        else if (json_is_array(prompts) && json_array_size(prompts) > 1)
+            BAD("When doing beam_search, batch size must be 1");
+        else
+            BAD("beam_width: beam search is not supported yet");
+    }
+    if ((v = json_object_get(req, "stop_token")) && !json_is_integer(v))
+        BAD("stop_token must be an integer");
+    if ((v = json_object_get(req, "length_penalty")) && !json_is_number(v))
+        BAD("length_penalty must be a float");
+    if (r->eol_stop && (G->nl < 0 || G->nl2 < 0))
+        BAD("%s: the tokenizer has no single newline token",
+            eol2 ? "stop_on_double_eol" : "stop_on_eol");
+    if (r->nl_colon && (G->nl < 0 || G->colon < 0))
+        BAD("prevent_newline_after_colon: the tokenizer has no single newline or colon token");
+#undef BAD
+    if (!msg[0] && req_prompts(G, r, prompts, NULL, 0, add_bos) != MT_OK) req_failed(msg, msz);
     json_decref(req);
     r->left = r->np;
     return msg[0] ? 400 : 0;
@@ -678,7 +834,7 @@ static int req_parse_completions(generator *G, const char *body, serve_req *r, c
     if (!msg[0] && v && !json_is_null(v) &&
         (!json_is_integer(v) || r->top_n < 0 || r->top_n > SERVE_TOP_MAX))
         snprintf(msg, msz, "logprobs: an integer from 0 to %d", SERVE_TOP_MAX);
-    if (!msg[0] && req_prompts(G, r, many ? p : NULL, many ? NULL : p, 1) != MT_OK)
+    if (!msg[0] && req_prompts(G, r, many ? p : NULL, many ? NULL : p, 1, 0) != MT_OK)
         req_failed(msg, msz);
     json_decref(req);
     r->left = r->np;
@@ -914,10 +1070,11 @@ static void req_answer(generator *G, serve_req *r, const char *fail) {
         for (int i = 0; i < r->np; i++)
             made += r->total[i] - r->n[i];
         respond(r->fd, 200, out);
-        fprintf(stderr,
-                "mt-serve: request %d: %d prompt%s, %d new tokens in %.3f s, beside at most %d "
-                "rows of other requests\n",
-                r->id, r->np, r->np == 1 ? "" : "s", made, mt_time_now() - r->t0, r->beside);
+        if (!r->no_log)
+            fprintf(stderr,
+                    "mt-serve: request %d: %d prompt%s, %d new tokens in %.3f s, beside at most %d "
+                    "rows of other requests\n",
+                    r->id, r->np, r->np == 1 ? "" : "s", made, mt_time_now() - r->t0, r->beside);
     }
     close(r->fd);
 }
@@ -947,18 +1104,33 @@ static int stop_hit(generator *G, serve_req *r, int i, int total) {
     return 1;
 }
 
+/* PUT /api's stop_on_eol (1: a "\n" or "\n\n" token) or stop_on_double_eol (2: a "\n\n" token, or
+ * "\n" after "\n"): whether prompt i's continuation ends with the token at total - 1 (Megatron's
+ * done_token; the token stays in the answer). */
+static int eol_hit(const generator *G, const serve_req *r, int i, int total) {
+    if (!r->eol_stop || total <= r->n[i]) return 0;
+    const int32_t t = r->ids[i][total - 1];
+    if (r->eol_stop == 1) return t == G->nl || t == G->nl2;
+    return t == G->nl2 || (t == G->nl && total >= 2 && r->ids[i][total - 2] == G->nl);
+}
+
 /* A request run alone (without the KV cache, or MT_SERVE_BATCH=1): its prompts one after
  * another. NULL, or the failure's message. */
 static const char *req_run_alone(generator *G, serve_req *r) {
+    G->g.ban1 = r->nl_colon;
     for (int i = 0; i < r->np; i++) {
-        if (generator_run(G, r->ids[i], r->n[i], r->max_new, &r->s, &r->total[i]) != MT_OK)
+        const mt_status st = generator_run(G, r->ids[i], r->n[i], r->max_new, &r->s, &r->total[i]);
+        if (st != MT_OK) {
+            G->g.ban1 = 0;
             return error_text();
-        for (int t = r->n[i] + 1; r->stop[0] && t <= r->total[i]; t++) /* (as continuous) */
-            if (stop_hit(G, r, i, t)) {
+        }
+        for (int t = r->n[i] + 1; t <= r->total[i]; t++) /* (as continuous) */
+            if (stop_hit(G, r, i, t) || eol_hit(G, r, i, t)) {
                 r->total[i] = t;
                 break;
             }
     }
+    G->g.ban1 = 0;
     return NULL;
 }
 
@@ -968,6 +1140,7 @@ typedef struct serve_batch {
     int B;
     int32_t **tok;
     int *n, *k, *most, *live, *prompt, *was; /* (was: live before the step) */
+    int *ban; /* the row's request asks for prevent_newline_after_colon (gen.bban) */
     mt_infer_sampling *s;
     serve_req **owner;
     float *logits;          /* B V, then V of scratch */
@@ -982,13 +1155,13 @@ static mt_status sb_make(serve_batch *q, int B, int64_t V) {
     memset(q, 0, sizeof *q);
     q->B = B;
     q->tok = calloc((size_t)B, sizeof *q->tok);
-    q->n = calloc((size_t)B * 6, sizeof *q->n);
+    q->n = calloc((size_t)B * 7, sizeof *q->n);
     q->s = calloc((size_t)B, sizeof *q->s);
     q->owner = calloc((size_t)B, sizeof *q->owner);
     q->logits = malloc((size_t)V * (size_t)(B + 1) * sizeof *q->logits);
     MT_REQUIRE(q->tok && q->n && q->s && q->owner && q->logits, MT_ERR_OOM, "a batch of %d", B);
     q->k = q->n + B, q->most = q->n + 2 * B, q->live = q->n + 3 * B, q->prompt = q->n + 4 * B;
-    q->was = q->n + 5 * B;
+    q->was = q->n + 5 * B, q->ban = q->n + 6 * B;
     return MT_OK;
 }
 
@@ -1042,10 +1215,16 @@ static int sb_step(generator *G, serve_batch *q) {
     }
     mt_infer_batch_model bm = { &G->g, batch_logits, G->g.V, G->g.T, G->eod };
     memcpy(q->was, q->live, (size_t)q->B * sizeof *q->was);
+    for (int b = 0; b < q->B; b++)
+        q->ban[b] = q->owner[b] && q->owner[b]->nl_colon;
+    G->g.bban = q->ban;
     mt_status st = mt_infer_batch_step(&bm, q->tok, q->n, q->k, q->most, q->s, q->live, q->B,
                                        q->logits, q->logits + (size_t)G->g.V * (size_t)q->B);
-    for (int b = 0; b < q->B && st == MT_OK; b++) /* (a stop text ends a row too) */
-        if (q->owner[b] && q->was[b] && stop_hit(G, q->owner[b], q->prompt[b], q->n[b]))
+    G->g.bban = NULL;
+    for (int b = 0; b < q->B && st == MT_OK; b++) /* (a stop text or newline ends a row too) */
+        if (q->owner[b] && q->was[b] &&
+            (stop_hit(G, q->owner[b], q->prompt[b], q->n[b]) ||
+             eol_hit(G, q->owner[b], q->prompt[b], q->n[b])))
             q->live[b] = 0;
     const int delay = mt_env_int("MT_SERVE_STEP_DELAY_MS", 0); /* (tests: requests overlap) */
     if (delay > 0) usleep((useconds_t)delay * 1000u);
