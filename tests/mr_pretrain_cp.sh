@@ -64,6 +64,14 @@ if [ -z "${dev[*]}" ]; then  # (4 ranks: the CPU only)
   one moe_tok "${moe[@]}" --calculate-per-token-loss
   mr moe_tok_cp2 2 moe_tok $tol "${moe[@]}" --calculate-per-token-loss --context-parallel-size 2
   router() { jq -r 'select(.load_balancing_loss != null) | "\(.load_balancing_loss) \(.z_loss)"' "$1"; }
+  # a CP 2 x EP 2 checkpoint (experts written per expert-data-parallel rank) resumed on one rank
+  "$MPIEXEC" -n 4 "$MT_PRETRAIN" "${tiny_args[@]}" "${moe[@]}" --context-parallel-size 2 \
+    --expert-model-parallel-size 2 --exit-interval 6 --save "$d/moeck" > "$d/moefirst.log" 2>&1 \
+    || { echo "FAIL: run moefirst"; cat "$d/moefirst.log"; exit 1; }
+  one moe_resumed "${moe[@]}" --load "$d/moeck"
+  grep -q "at iteration 6" "$d/moe_resumed.log" || { echo "FAIL: no MoE resume"; cat "$d/moe_resumed.log"; exit 1; }
+  paste <(losses "$d/moe.json" 7 12) <(losses "$d/moe_resumed.json" 7 12) | awk '{ print $2, $4 }' \
+    | close "CP 2 x EP 2 resumed on one rank" "$tol" || { echo "FAIL: MoE resume"; exit 1; }
   for n in moe_cp2 moe_cp2ep2 moe_cp2tp2 moe_tok_cp2; do
     ref=moe; [ $n = moe_tok_cp2 ] && ref=moe_tok
     paste -d' ' <(router "$d/$ref.jsonl") <(router "$d/$n.jsonl") | awk '{ print $1, $3; print $2, $4 }' \
