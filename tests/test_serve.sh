@@ -200,7 +200,7 @@ if [ -n "${MT_PREPROCESS:-}" ]; then
     --tokenizer-type GPT2BPETokenizer --train-iters 40 --lr 3e-3 --lr-warmup-iters 2 --log-interval 20 \
     --seed 7 "${dev[@]}" --save "$d/amen_ck" > "$d/amen.log" 2>&1 || { echo "FAIL: train"; cat "$d/amen.log"; exit 1; }
   for batch in 4 1; do
-    MT_SERVE_BATCH=$batch timeout 120 "$MT_SERVE" --load "$d/amen_ck" "${dev[@]}" --port 0 --max-requests 17 \
+    MT_SERVE_BATCH=$batch timeout 120 "$MT_SERVE" --load "$d/amen_ck" "${dev[@]}" --port 0 --max-requests 18 \
       --tokens-to-generate 6 > "$d/serve_amen.log" 2>&1 &
     pid=$!
     for _ in $(seq 100); do grep -q "listening on" "$d/serve_amen.log" && break; sleep 0.1; done
@@ -230,6 +230,7 @@ if [ -n "${MT_PREPROCESS:-}" ]; then
     bad 400 "beam_width: beam search is not supported yet" PUT '{"prompts": ["a"], "beam_width": 2}'
     bad 400 "top_p_decay: a decaying top_p is not supported yet" PUT '{"prompts": ["a"], "top_p": 0.5, "top_p_decay": 0.9}'
     bad 400 "temperature must be a positive number less than or equal to 100.0" PUT '{"prompts": ["a"], "temperature": 101}'
+    bad 400 "the prompt has 33 tokens with BOS; the model takes 32" PUT "{\"prompts\": [\"$(printf ' a%.0s' $(seq 32))\"], \"add_BOS\": true, \"tokens_to_generate\": 0, \"logprobs\": true}"
     wait $pid; rc=$?; pid=
     [ $rc = 0 ] || { echo "FAIL: mt-serve rc $rc"; cat "$d/serve_amen.log"; fail=1; }
     n=$(grep -c "mt-serve: request" "$d/serve_amen.log")

@@ -583,8 +583,8 @@ static void req_free(serve_req *r) {
 static mt_status req_prompts(generator *G, serve_req *r, json_t *prompts, json_t *one, int ids_ok,
                              int add_bos) {
     r->np = one ? 1 : (int)json_array_size(prompts);
-    const size_t room =
-        (size_t)G->c.max_position_embeddings + (r->max_new > 0 ? (size_t)r->max_new : 0);
+    const size_t room = /* (+1: add_BOS's token before a prompt of the model's positions) */
+        (size_t)G->c.max_position_embeddings + (r->max_new > 0 ? (size_t)r->max_new : 0) + 1;
     r->ids = calloc((size_t)r->np + 1, sizeof *r->ids);
     r->n = calloc((size_t)r->np + 1, sizeof *r->n);
     r->total = calloc((size_t)r->np + 1, sizeof *r->total);
