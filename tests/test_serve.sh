@@ -127,7 +127,7 @@ for m in gpt2 llama; do
   "$MT_CONVERT" hf-to-mt "$(dirname "$0")/../apps/convert/golden/logits_$m" "$d/hf_$m" > /dev/null 2>&1 \
     || { echo "FAIL: import $m"; fail=1; continue; }
   timeout 60 "$MT_SERVE" --load "$d/hf_$m" "${dev[@]}" --tokenizer-type NullTokenizer --port 0 \
-    --max-requests 6 > "$d/serve_$m.log" 2>&1 &
+    --max-requests 9 > "$d/serve_$m.log" 2>&1 &
   pid=$!
   for _ in $(seq 100); do grep -q "listening on" "$d/serve_$m.log" && break; sleep 0.1; done
   url=$(grep -o "http://[0-9.:]*/api" "$d/serve_$m.log") || { echo "FAIL: no server"; cat "$d/serve_$m.log"; exit 1; }
@@ -143,6 +143,13 @@ for m in gpt2 llama; do
   g2=$(jq -r ".$m.greedy[6]" "$golden"); g23=$(jq -r ".$m.greedy[6:8] | map(tostring) | join(\" \")" "$golden")
   s1=$(req POST "{\"prompt\": \"$prompt\", \"max_tokens\": 10, \"temperature\": 0, \"stop\": [\"999\", \"$g23\"]}" "${url%/api}/completions" | tail -n +2)
   s2=$(req POST "{\"prompt\": \"$prompt\", \"max_tokens\": 10, \"temperature\": 0, \"stop\": \"$g2\", \"echo\": true}" "${url%/api}/completions" | tail -n +2)
+  # what Megatron's dynamic server refuses too
+  for f in '"n": 2/num_completions > 1 not supported' '"best_of": 3/best_of > 1 not supported' \
+           '"stream": true/stream: streaming is not supported yet'; do
+    c4=$(req POST "{\"prompt\": \"$prompt\", ${f%%/*}}" "${url%/api}/completions")
+    echo "$c4" | head -1 | grep -q 400 && echo "$c4" | grep -qF "${f#*/}" && echo "ok /completions ${f%%/*}: 400" \
+      || { echo "FAIL /completions ${f%%/*}: $c4"; fail=1; }
+  done
   wait $pid; pid=
   want=$(jq -c ".$m.greedy" "$golden")
   err=$(jq -n --argjson a "$(echo "$r" | jq -c '.logprobs[0]')" --argjson b "$(jq -c ".$m.logprobs" "$golden")" \

@@ -831,6 +831,13 @@ static int req_parse_completions(generator *G, const char *body, serve_req *r, c
     r->top_n = v && !json_is_null(v) ? (int)json_integer_value(v) : -1;
     r->logprobs = r->top_n >= 0;
     if (!msg[0] && r->max_new < 0) snprintf(msg, msz, "max_tokens must be >= 0");
+    /* (Megatron's dynamic server refuses these too, with these messages) */
+    if (!msg[0] && (v = json_object_get(req, "n")) && json_integer_value(v) > 1)
+        snprintf(msg, msz, "num_completions > 1 not supported");
+    if (!msg[0] && (v = json_object_get(req, "best_of")) && json_integer_value(v) > 1)
+        snprintf(msg, msz, "best_of > 1 not supported");
+    if (!msg[0] && json_is_true(json_object_get(req, "stream")))
+        snprintf(msg, msz, "stream: streaming is not supported yet");
     if (!msg[0] && v && !json_is_null(v) &&
         (!json_is_integer(v) || r->top_n < 0 || r->top_n > SERVE_TOP_MAX))
         snprintf(msg, msz, "logprobs: an integer from 0 to %d", SERVE_TOP_MAX);
