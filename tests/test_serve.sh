@@ -127,7 +127,7 @@ for m in gpt2 llama; do
   "$MT_CONVERT" hf-to-mt "$(dirname "$0")/../apps/convert/golden/logits_$m" "$d/hf_$m" > /dev/null 2>&1 \
     || { echo "FAIL: import $m"; fail=1; continue; }
   timeout 60 "$MT_SERVE" --load "$d/hf_$m" "${dev[@]}" --tokenizer-type NullTokenizer --port 0 \
-    --max-requests 9 > "$d/serve_$m.log" 2>&1 &
+    --max-requests 10 > "$d/serve_$m.log" 2>&1 &
   pid=$!
   for _ in $(seq 100); do grep -q "listening on" "$d/serve_$m.log" && break; sleep 0.1; done
   url=$(grep -o "http://[0-9.:]*/api" "$d/serve_$m.log") || { echo "FAIL: no server"; cat "$d/serve_$m.log"; exit 1; }
@@ -143,9 +143,20 @@ for m in gpt2 llama; do
   g2=$(jq -r ".$m.greedy[6]" "$golden"); g23=$(jq -r ".$m.greedy[6:8] | map(tostring) | join(\" \")" "$golden")
   s1=$(req POST "{\"prompt\": \"$prompt\", \"max_tokens\": 10, \"temperature\": 0, \"stop\": [\"999\", \"$g23\"]}" "${url%/api}/completions" | tail -n +2)
   s2=$(req POST "{\"prompt\": \"$prompt\", \"max_tokens\": 10, \"temperature\": 0, \"stop\": \"$g2\", \"echo\": true}" "${url%/api}/completions" | tail -n +2)
+  # streamed (server-sent events): s1's request, its text in pieces, then [DONE]
+  ev=$(curl -sN -X POST -H 'Content-Type: application/json' "${url%/api}/completions" \
+    -d "{\"prompt\": \"$prompt\", \"max_tokens\": 10, \"temperature\": 0, \"stop\": [\"999\", \"$g23\"], \"stream\": true}" \
+    | sed -n 's/^data: //p')
+  st_text=$(echo "$ev" | grep -v '^\[DONE\]$' | jq -rj '.choices[0].text')
+  st_why=$(echo "$ev" | grep -v '^\[DONE\]$' | jq -r '.choices[0].finish_reason // empty')
+  if [ "$(echo "$ev" | tail -1)" = "[DONE]" ] && [ "$st_text" = "$(echo "$s1" | jq -r '.choices[0].text')" ] \
+     && [ "$st_why" = stop ] && [ "$(echo "$ev" | wc -l)" -ge 3 ] \
+     && [ "$(echo "$ev" | grep -v '^\[DONE\]$' | jq -r .id | sort -u | wc -l)" = 1 ]; then
+    echo "ok $m stream: $(( $(echo "$ev" | wc -l) - 1 )) events, text '$st_text' = the answer's, finish stop"
+  else echo "FAIL $m stream: $ev / $s1"; fail=1; fi
   # what Megatron's dynamic server refuses too
   for f in '"n": 2/num_completions > 1 not supported' '"best_of": 3/best_of > 1 not supported' \
-           '"stream": true/stream: streaming is not supported yet'; do
+           '"stream": true, "logprobs": 1/stream with logprobs is not supported yet'; do
     c4=$(req POST "{\"prompt\": \"$prompt\", ${f%%/*}}" "${url%/api}/completions")
     echo "$c4" | head -1 | grep -q 400 && echo "$c4" | grep -qF "${f#*/}" && echo "ok /completions ${f%%/*}: 400" \
       || { echo "FAIL /completions ${f%%/*}: $c4"; fail=1; }
@@ -207,7 +218,7 @@ if [ -n "${MT_PREPROCESS:-}" ]; then
     --tokenizer-type GPT2BPETokenizer --train-iters 40 --lr 3e-3 --lr-warmup-iters 2 --log-interval 20 \
     --seed 7 "${dev[@]}" --save "$d/amen_ck" > "$d/amen.log" 2>&1 || { echo "FAIL: train"; cat "$d/amen.log"; exit 1; }
   for batch in 4 1; do
-    MT_SERVE_BATCH=$batch timeout 120 "$MT_SERVE" --load "$d/amen_ck" "${dev[@]}" --port 0 --max-requests 18 \
+    MT_SERVE_BATCH=$batch timeout 120 "$MT_SERVE" --load "$d/amen_ck" "${dev[@]}" --port 0 --max-requests 20 \
       --tokens-to-generate 6 > "$d/serve_amen.log" 2>&1 &
     pid=$!
     for _ in $(seq 100); do grep -q "listening on" "$d/serve_amen.log" && break; sleep 0.1; done
@@ -225,6 +236,15 @@ if [ -n "${MT_PREPROCESS:-}" ]; then
     bos=$(req PUT '{"prompts": ["", "Amen:"], "add_BOS": true, "temperature": 0, "tokens_to_generate": 1, "no_log": true}' | tail -n +2)
     [ "$(echo "$bos" | jq -c '[.tokens[0][0], .tokens[1][0:3], (.tokens[0] | length)]')" = "[50256,[50256,32,3653],2]" ] \
       && echo "ok add_BOS: $(echo "$bos" | jq -c .tokens)" || { echo "FAIL add_BOS: $bos"; fail=1; }
+    body='{"prompt": ["Amen:", "Amen:\nAmen: Amen"], "max_tokens": 6, "temperature": 0, "echo": true'
+    whole=$(req POST "$body}" "${url%/api}/completions" | tail -n +2 | jq -c '[.choices[] | [.text, .finish_reason]]')
+    ev=$(curl -sN -X POST -H 'Content-Type: application/json' "${url%/api}/completions" -d "$body, \"stream\": true}" \
+      | sed -n 's/^data: //p')
+    pieces=$(echo "$ev" | grep -v '^\[DONE\]$' | jq -sc 'group_by(.choices[0].index)
+      | map([(map(.choices[0].text) | add), (map(.choices[0].finish_reason) | map(select(. != null)) | .[0])])')
+    [ "$pieces" = "$whole" ] && [ "$(echo "$ev" | tail -1)" = "[DONE]" ] \
+      && echo "ok stream = the whole answer: $pieces ($(echo "$ev" | wc -l) events, batch $batch)" \
+      || { echo "FAIL stream (batch $batch): $pieces / $whole / $ev"; fail=1; }
     bad 400 "Empty prompts require add_BOS=true" PUT '{"prompts": [""]}'
     bad 400 "max_len is no longer used.  Replace with tokens_to_generate" PUT '{"prompts": ["a"], "max_len": 3}'
     bad 400 "prompts is empty" PUT '{"prompts": []}'
@@ -241,7 +261,7 @@ if [ -n "${MT_PREPROCESS:-}" ]; then
     wait $pid; rc=$?; pid=
     [ $rc = 0 ] || { echo "FAIL: mt-serve rc $rc"; cat "$d/serve_amen.log"; fail=1; }
     n=$(grep -c "mt-serve: request" "$d/serve_amen.log")
-    [ "$n" = 4 ] && echo "ok no_log: 4 request lines of 5 answered" || { echo "FAIL no_log: $n lines"; cat "$d/serve_amen.log"; fail=1; }
+    [ "$n" = 6 ] && echo "ok no_log: 6 request lines of 7 answered" || { echo "FAIL no_log: $n lines"; cat "$d/serve_amen.log"; fail=1; }
   done
 fi
 exit $fail

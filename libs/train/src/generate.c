@@ -563,8 +563,12 @@ typedef struct serve_req {
     int echo, top_n; /* /completions: the prompt in the answer; its logprobs' alternatives */
     char *stop[SERVE_STOPS]; /* /completions: texts that end a continuation (NULL: none) */
     size_t *cut;             /* per prompt: where its continuation's text ends (SIZE_MAX: all) */
-    int beside; /* the most rows of other requests decoded beside its rows in one step */
-    double t0;  /* when it was read */
+    int stream;    /* /completions "stream": server-sent events as the text grows (stream_*) */
+    size_t *sent;  /* stream: per prompt, the bytes of its choice's text sent so far */
+    int *finished; /* stream: per prompt, its last event sent */
+    long sid;      /* stream: its events' id ("cmpl-s<sid>", one for all of them) */
+    int beside;    /* the most rows of other requests decoded beside its rows in one step */
+    double t0;     /* when it was read */
     struct serve_req *next; /* the queue of requests with prompts still to join */
 } serve_req;
 
@@ -572,7 +576,7 @@ static void req_free(serve_req *r) {
     if (!r) return;
     for (int i = 0; r->ids && i < r->np; i++)
         free(r->ids[i]);
-    free(r->ids), free(r->n), free(r->total), free(r->cut);
+    free(r->ids), free(r->n), free(r->total), free(r->cut), free(r->sent), free(r->finished);
     for (int i = 0; i < SERVE_STOPS; i++)
         free(r->stop[i]);
     free(r);
@@ -836,13 +840,19 @@ static int req_parse_completions(generator *G, const char *body, serve_req *r, c
         snprintf(msg, msz, "num_completions > 1 not supported");
     if (!msg[0] && (v = json_object_get(req, "best_of")) && json_integer_value(v) > 1)
         snprintf(msg, msz, "best_of > 1 not supported");
-    if (!msg[0] && json_is_true(json_object_get(req, "stream")))
-        snprintf(msg, msz, "stream: streaming is not supported yet");
+    r->stream = json_is_true(json_object_get(req, "stream"));
+    if (!msg[0] && r->stream && r->logprobs)
+        snprintf(msg, msz, "stream with logprobs is not supported yet");
     if (!msg[0] && v && !json_is_null(v) &&
         (!json_is_integer(v) || r->top_n < 0 || r->top_n > SERVE_TOP_MAX))
         snprintf(msg, msz, "logprobs: an integer from 0 to %d", SERVE_TOP_MAX);
     if (!msg[0] && req_prompts(G, r, many ? p : NULL, many ? NULL : p, 1, 0) != MT_OK)
         req_failed(msg, msz);
+    if (!msg[0] && r->stream) {
+        r->sent = calloc((size_t)r->np, sizeof *r->sent);
+        r->finished = calloc((size_t)r->np, sizeof *r->finished);
+        if (!r->sent || !r->finished) snprintf(msg, msz, "out of memory");
+    }
     json_decref(req);
     r->left = r->np;
     return msg[0] ? 400 : 0;
@@ -1061,11 +1071,118 @@ static mt_status answer_completions(generator *G, serve_req *r, json_t **out) {
     return st;
 }
 
+/* ---- /completions with "stream": OpenAI's server-sent events: the headers once the request is
+ * read, then for each choice events of its text as it grows ("text" the new part), its last
+ * with "finish_reason", then "data: [DONE]" and the connection closed ---- */
+
+static void stream_send(serve_req *r, const char *s, size_t n) {
+    const ssize_t w = send(r->fd, s, n, MSG_NOSIGNAL); /* (a client gone: nothing more to it) */
+    (void)w;
+}
+
+static void stream_headers(serve_req *r) {
+    static long streams;
+    r->sid = ++streams;
+    static const char h[] = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: "
+                            "no-cache\r\nConnection: close\r\n\r\n";
+    stream_send(r, h, sizeof h - 1);
+}
+
+/* One event: "data: " j "\n\n" (j taken). */
+static void stream_event(serve_req *r, json_t *j) {
+    char *s = json_dumps(j, JSON_COMPACT);
+    json_decref(j);
+    if (!s) return;
+    stream_send(r, "data: ", 6);
+    stream_send(r, s, strlen(s));
+    stream_send(r, "\n\n", 2);
+    free(s);
+}
+
+/* Choice i's text up to `total` tokens (the prompt's with echo, then the continuation's, cut
+ * before a stop text) into *text, its length into *len; 0, or -1 when it cannot be decoded. */
+static int choice_text(generator *G, serve_req *r, int i, int total, char **text, size_t *len,
+                       size_t *cap) {
+    const int n = r->n[i], from = r->echo ? 0 : n;
+    *len = 0;
+    if (mt_data_tokenizer_decode(G->tk, r->ids[i] + from, (size_t)(total - from), text, len, cap) !=
+        MT_OK) {
+        mt_error_clear();
+        return -1;
+    }
+    if (r->cut[i] != SIZE_MAX) { /* (the continuation's text ends at the cut) */
+        size_t plen = 0;
+        char *p = NULL;
+        size_t pcap = 0;
+        if (from < n &&
+            mt_data_tokenizer_decode(G->tk, r->ids[i], (size_t)n, &p, &plen, &pcap) != MT_OK)
+            mt_error_clear();
+        if (plen + r->cut[i] < *len) *len = plen + r->cut[i];
+        free(p);
+    }
+    return 0;
+}
+
+/* Choice i's new text since the last event, up to `total` tokens: while it runs, held back by the
+ * longest stop text less a byte (it may yet be cut there) and to a whole UTF-8 character; with
+ * `last`, all of it and the event with its finish_reason. */
+static void stream_choice(generator *G, serve_req *r, int i, int total, int last) {
+    if (r->finished[i]) return;
+    char *text = NULL;
+    size_t len = 0, cap = 0, hold = 0;
+    if (choice_text(G, r, i, total, &text, &len, &cap) < 0) len = r->sent[i];
+    for (int k = 0; !last && k < SERVE_STOPS && r->stop[k]; k++)
+        if (strlen(r->stop[k]) - 1 > hold) hold = strlen(r->stop[k]) - 1;
+    size_t end = last ? len : len > hold ? len - hold : 0;
+    while (!last && end > r->sent[i] && end < len && ((unsigned char)text[end] & 0xC0) == 0x80)
+        end--; /* (not inside a character) */
+    const char *why = NULL;
+    if (last) {
+        const int ids_end = total > r->n[i] && G->eod >= 0 && r->ids[i][total - 1] == G->eod;
+        why = r->cut[i] != SIZE_MAX || ids_end ? "stop" : "length";
+    }
+    if (end > r->sent[i] || last) {
+        char id[32];
+        snprintf(id, sizeof id, "cmpl-s%ld", r->sid);
+        json_t *c = json_pack("{s:i,s:o,s:n,s:o}", "index", i, "text",
+                              json_text(text + r->sent[i], end > r->sent[i] ? end - r->sent[i] : 0),
+                              "logprobs", "finish_reason", why ? json_string(why) : json_null());
+        stream_event(r, json_pack("{s:s,s:s,s:I,s:s,s:[o]}", "id", id, "object", "text_completion",
+                                  "created", (json_int_t)time(NULL), "model", G->a->load, "choices",
+                                  c));
+        if (end > r->sent[i]) r->sent[i] = end;
+    }
+    r->finished[i] = last;
+    free(text);
+}
+
+/* The server's line for an answered request (unless "no_log"). */
+static void req_log(const serve_req *r) {
+    if (r->no_log) return;
+    int made = 0;
+    for (int i = 0; i < r->np; i++)
+        made += r->total[i] - r->n[i];
+    fprintf(stderr,
+            "mt-serve: request %d: %d prompt%s, %d new tokens in %.3f s, beside at most %d rows "
+            "of other requests\n",
+            r->id, r->np, r->np == 1 ? "" : "s", made, mt_time_now() - r->t0, r->beside);
+}
+
 /* The answer to a request whose rows are all done (answer_api or answer_completions: 200), or 400
  * with the message of a failure. */
 static void req_answer(generator *G, serve_req *r, const char *fail) {
     json_t *out = NULL;
     mt_status st = MT_OK;
+    if (r->stream) { /* (the headers are out: a failure is an event) */
+        for (int i = 0; !fail && i < r->np; i++)
+            stream_choice(G, r, i, r->total[i], 1);
+        if (fail) stream_event(r, json_pack("{s:{s:s}}", "error", "message", fail));
+        stream_send(r, "data: [DONE]\n\n", 14);
+        mt_error_clear();
+        if (!fail) req_log(r);
+        close(r->fd);
+        return;
+    }
     if (!fail) st = r->completions ? answer_completions(G, r, &out) : answer_api(G, r, &out);
     if (!fail && st != MT_OK) fail = error_text();
     if (fail) {
@@ -1073,15 +1190,8 @@ static void req_answer(generator *G, serve_req *r, const char *fail) {
         respond(r->fd, 400, json_pack("{s:s}", "message", fail));
         mt_error_clear();
     } else {
-        int made = 0;
-        for (int i = 0; i < r->np; i++)
-            made += r->total[i] - r->n[i];
         respond(r->fd, 200, out);
-        if (!r->no_log)
-            fprintf(stderr,
-                    "mt-serve: request %d: %d prompt%s, %d new tokens in %.3f s, beside at most %d "
-                    "rows of other requests\n",
-                    r->id, r->np, r->np == 1 ? "" : "s", made, mt_time_now() - r->t0, r->beside);
+        req_log(r);
     }
     close(r->fd);
 }
@@ -1180,6 +1290,7 @@ static int sb_reap(generator *G, serve_batch *q) {
         serve_req *r = q->owner[b];
         if (!r || q->live[b]) continue;
         r->total[q->prompt[b]] = q->n[b];
+        if (r->stream) stream_choice(G, r, q->prompt[b], q->n[b], 1);
         q->owner[b] = NULL;
         if (--r->left == 0 && r->joined == r->np) {
             req_answer(G, r, NULL);
@@ -1233,6 +1344,9 @@ static int sb_step(generator *G, serve_batch *q) {
             (stop_hit(G, q->owner[b], q->prompt[b], q->n[b]) ||
              eol_hit(G, q->owner[b], q->prompt[b], q->n[b])))
             q->live[b] = 0;
+    for (int b = 0; b < q->B && st == MT_OK; b++) /* (streams: the text so far; the end in reap) */
+        if (q->owner[b] && q->was[b] && q->live[b] && q->owner[b]->stream)
+            stream_choice(G, q->owner[b], q->prompt[b], q->n[b], 0);
     const int delay = mt_env_int("MT_SERVE_STEP_DELAY_MS", 0); /* (tests: requests overlap) */
     if (delay > 0) usleep((useconds_t)delay * 1000u);
     if (st == MT_OK) return 0;
@@ -1382,6 +1496,7 @@ mt_status mt_serve_run(const mt_generate_args *a, const char *host, int port, in
             }
             free(buf);
             r->fd = cfd, r->id = ++ids, r->t0 = mt_time_now();
+            if (r->stream) stream_headers(r);
             if (B > 1) { /* (its prompts join the batch as slots free up) */
                 if (q.tail)
                     q.tail->next = r;
