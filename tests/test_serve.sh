@@ -155,7 +155,7 @@ for m in gpt2 llama; do
     echo "ok $m stream: $(( $(echo "$ev" | wc -l) - 1 )) events, text '$st_text' = the answer's, finish stop"
   else echo "FAIL $m stream: $ev / $s1"; fail=1; fi
   # what Megatron's dynamic server refuses too
-  for f in '"n": 2/num_completions > 1 not supported' '"best_of": 3/best_of > 1 not supported' \
+  for f in '"n": 17/n: an integer from 1 to 16' '"best_of": 3/best_of > 1 not supported' \
            '"stream": true, "logprobs": 1/stream with logprobs is not supported yet'; do
     c4=$(req POST "{\"prompt\": \"$prompt\", ${f%%/*}}" "${url%/api}/completions")
     echo "$c4" | head -1 | grep -q 400 && echo "$c4" | grep -qF "${f#*/}" && echo "ok /completions ${f%%/*}: 400" \
@@ -218,7 +218,7 @@ if [ -n "${MT_PREPROCESS:-}" ]; then
     --tokenizer-type GPT2BPETokenizer --train-iters 40 --lr 3e-3 --lr-warmup-iters 2 --log-interval 20 \
     --seed 7 "${dev[@]}" --save "$d/amen_ck" > "$d/amen.log" 2>&1 || { echo "FAIL: train"; cat "$d/amen.log"; exit 1; }
   for batch in 4 1; do
-    MT_SERVE_BATCH=$batch timeout 120 "$MT_SERVE" --load "$d/amen_ck" "${dev[@]}" --port 0 --max-requests 20 \
+    MT_SERVE_BATCH=$batch timeout 120 "$MT_SERVE" --load "$d/amen_ck" "${dev[@]}" --port 0 --max-requests 27 \
       --tokens-to-generate 6 > "$d/serve_amen.log" 2>&1 &
     pid=$!
     for _ in $(seq 100); do grep -q "listening on" "$d/serve_amen.log" && break; sleep 0.1; done
@@ -245,6 +245,19 @@ if [ -n "${MT_PREPROCESS:-}" ]; then
     [ "$pieces" = "$whole" ] && [ "$(echo "$ev" | tail -1)" = "[DONE]" ] \
       && echo "ok stream = the whole answer: $pieces ($(echo "$ev" | wc -l) events, batch $batch)" \
       || { echo "FAIL stream (batch $batch): $pieces / $whole / $ev"; fail=1; }
+    # "n": 3 choices of each of two prompts, choice j drawn as a one-choice request with seed + j
+    nb='"max_tokens": 5, "temperature": 1.0, "top_k": 50'
+    three=$(req POST "{\"prompt\": [\"Amen:\", \"Amen: Amen\"], \"n\": 3, \"seed\": 40, $nb}" "${url%/api}/completions" | tail -n +2)
+    ok=1
+    for k in 0 1 2 3 4 5; do
+      p=$([ $k -lt 3 ] && echo "Amen:" || echo "Amen: Amen")
+      one=$(req POST "{\"prompt\": \"$p\", \"seed\": $((40 + k % 3)), $nb}" "${url%/api}/completions" | tail -n +2)
+      [ "$(echo "$one" | jq -c '.choices[0].generation_token_ids')" = "$(echo "$three" | jq -c ".choices[$k].generation_token_ids")" ] \
+        && [ "$(echo "$three" | jq ".choices[$k].index")" = $k ] || ok=0
+    done
+    [ $ok = 1 ] && [ "$(echo "$three" | jq -c '[.usage.prompt_tokens, .usage.completion_tokens, ([.choices[0:3][].generation_token_ids] | unique | length)]')" = "[7,30,3]" ] \
+      && echo "ok n 3: $(echo "$three" | jq -c '[.choices[].generation_token_ids]') (batch $batch)" \
+      || { echo "FAIL n 3 (batch $batch): $three"; fail=1; }
     bad 400 "Empty prompts require add_BOS=true" PUT '{"prompts": [""]}'
     bad 400 "max_len is no longer used.  Replace with tokens_to_generate" PUT '{"prompts": ["a"], "max_len": 3}'
     bad 400 "prompts is empty" PUT '{"prompts": []}'
@@ -261,7 +274,7 @@ if [ -n "${MT_PREPROCESS:-}" ]; then
     wait $pid; rc=$?; pid=
     [ $rc = 0 ] || { echo "FAIL: mt-serve rc $rc"; cat "$d/serve_amen.log"; fail=1; }
     n=$(grep -c "mt-serve: request" "$d/serve_amen.log")
-    [ "$n" = 6 ] && echo "ok no_log: 6 request lines of 7 answered" || { echo "FAIL no_log: $n lines"; cat "$d/serve_amen.log"; fail=1; }
+    [ "$n" = 13 ] && echo "ok no_log: 13 request lines of 14 answered" || { echo "FAIL no_log: $n lines"; cat "$d/serve_amen.log"; fail=1; }
   done
 fi
 exit $fail

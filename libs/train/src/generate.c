@@ -567,8 +567,10 @@ typedef struct serve_req {
     size_t *sent;  /* stream: per prompt, the bytes of its choice's text sent so far */
     int *finished; /* stream: per prompt, its last event sent */
     long sid;      /* stream: its events' id ("cmpl-s<sid>", one for all of them) */
-    int beside;    /* the most rows of other requests decoded beside its rows in one step */
-    double t0;     /* when it was read */
+    int nc; /* /completions "n": choices per prompt (rows i nc .. i nc + nc - 1 for prompt i; row
+               k's sampling seed the request's + k % nc); 1 elsewhere */
+    int beside; /* the most rows of other requests decoded beside its rows in one step */
+    double t0;  /* when it was read */
     struct serve_req *next; /* the queue of requests with prompts still to join */
 } serve_req;
 
@@ -793,7 +795,33 @@ static int req_parse(generator *G, const char *body, serve_req *r, char *msg, si
     return msg[0] ? 400 : 0;
 }
 
-#define SERVE_TOP_MAX 20 /* /completions: the most logprobs alternatives */
+#define SERVE_TOP_MAX     20 /* /completions: the most logprobs alternatives */
+#define SERVE_CHOICES_MAX 16 /* /completions: the most choices a prompt ("n") */
+#define BAD_ONCE(...)     (msg[0] ? 0 : snprintf(msg, msz, __VA_ARGS__))
+
+/* "n": each of r's prompts as nc rows in a row (its choices), the buffers grown to np nc. */
+static mt_status req_choices(serve_req *r, const generator *G) {
+    const int np = r->np, nc = r->nc, rows = np * nc;
+    const size_t room =
+        (size_t)G->c.max_position_embeddings + (r->max_new > 0 ? (size_t)r->max_new : 0) + 1;
+    int32_t **ids = calloc((size_t)rows + 1, sizeof *ids);
+    int *n = calloc((size_t)rows + 1, sizeof *n), *total = calloc((size_t)rows + 1, sizeof *total);
+    size_t *cut = malloc(((size_t)rows + 1) * sizeof *cut);
+    mt_status st = ids && n && total && cut ? MT_OK : MT_ERROR(MT_ERR_OOM, "%d choices", rows);
+    for (int k = 0; st == MT_OK && k < rows; k++) {
+        const int i = k / nc;
+        n[k] = total[k] = r->n[i], cut[k] = SIZE_MAX;
+        if (!(ids[k] = malloc(room * sizeof **ids)))
+            st = MT_ERROR(MT_ERR_OOM, "%d choices", rows);
+        else
+            memcpy(ids[k], r->ids[i], (size_t)r->n[i] * sizeof **ids);
+    }
+    for (int i = 0; i < np; i++)
+        free(r->ids[i]);
+    free(r->ids), free(r->n), free(r->total), free(r->cut);
+    r->ids = ids, r->n = n, r->total = total, r->cut = cut, r->np = rows;
+    return st; /* (on failure req_free frees what is there: unset ids are NULL) */
+}
 
 /* POST /completions (or /v1/completions; OpenAI's legacy completions, as Megatron's dynamic
  * server has them): {"prompt": a text, a list of token ids, or a list of either, "max_tokens": N
@@ -835,9 +863,15 @@ static int req_parse_completions(generator *G, const char *body, serve_req *r, c
     r->top_n = v && !json_is_null(v) ? (int)json_integer_value(v) : -1;
     r->logprobs = r->top_n >= 0;
     if (!msg[0] && r->max_new < 0) snprintf(msg, msz, "max_tokens must be >= 0");
-    /* (Megatron's dynamic server refuses these too, with these messages) */
-    if (!msg[0] && (v = json_object_get(req, "n")) && json_integer_value(v) > 1)
-        snprintf(msg, msz, "num_completions > 1 not supported");
+    r->nc = 1;
+    if ((v = json_object_get(req, "n")) && !json_is_null(v)) {
+        if (!json_is_integer(v) || json_integer_value(v) < 1 ||
+            json_integer_value(v) > SERVE_CHOICES_MAX)
+            BAD_ONCE("n: an integer from 1 to %d", SERVE_CHOICES_MAX);
+        else
+            r->nc = (int)json_integer_value(v);
+    }
+    /* (Megatron's dynamic server refuses it too, with this message) */
     if (!msg[0] && (v = json_object_get(req, "best_of")) && json_integer_value(v) > 1)
         snprintf(msg, msz, "best_of > 1 not supported");
     r->stream = json_is_true(json_object_get(req, "stream"));
@@ -848,6 +882,7 @@ static int req_parse_completions(generator *G, const char *body, serve_req *r, c
         snprintf(msg, msz, "logprobs: an integer from 0 to %d", SERVE_TOP_MAX);
     if (!msg[0] && req_prompts(G, r, many ? p : NULL, many ? NULL : p, 1, 0) != MT_OK)
         req_failed(msg, msz);
+    if (!msg[0] && r->nc > 1 && req_choices(r, G) != MT_OK) req_failed(msg, msz);
     if (!msg[0] && r->stream) {
         r->sent = calloc((size_t)r->np, sizeof *r->sent);
         r->finished = calloc((size_t)r->np, sizeof *r->finished);
@@ -1040,7 +1075,7 @@ static mt_status answer_completions(generator *G, serve_req *r, json_t **out) {
     for (int i = 0; st == MT_OK && i < r->np; i++) {
         const int n = r->n[i], total = r->total[i], from = r->echo ? 0 : n;
         const int32_t *ids = r->ids[i];
-        ptok += n, ctok += total - n;
+        ptok += i % r->nc ? 0 : n, ctok += total - n; /* (a prompt's tokens once: OpenAI's) */
         json_t *t, *pids = json_array(), *gids = json_array();
         size_t gen_len = 0; /* (a stop text: the text ends where it starts) */
         if (r->cut[i] != SIZE_MAX)
@@ -1236,7 +1271,9 @@ static int eol_hit(const generator *G, const serve_req *r, int i, int total) {
 static const char *req_run_alone(generator *G, serve_req *r) {
     G->g.ban1 = r->nl_colon;
     for (int i = 0; i < r->np; i++) {
-        const mt_status st = generator_run(G, r->ids[i], r->n[i], r->max_new, &r->s, &r->total[i]);
+        mt_infer_sampling si = r->s;
+        si.seed += (uint64_t)(i % r->nc); /* ("n": each choice its own draws) */
+        const mt_status st = generator_run(G, r->ids[i], r->n[i], r->max_new, &si, &r->total[i]);
         if (st != MT_OK) {
             G->g.ban1 = 0;
             return error_text();
@@ -1312,6 +1349,7 @@ static void sb_join(generator *G, serve_batch *q) {
         q->owner[b] = r, q->prompt[b] = i;
         q->tok[b] = r->ids[i], q->n[b] = r->n[i], q->k[b] = 0, q->most[b] = r->max_new;
         q->s[b] = r->s;
+        q->s[b].seed += (uint64_t)(i % r->nc); /* ("n": each choice its own draws) */
         q->live[b] = r->max_new > 0 && r->n[i] < G->g.T;
     }
 }
@@ -1487,6 +1525,7 @@ mt_status mt_serve_run(const mt_generate_args *a, const char *host, int port, in
                 continue;
             }
             serve_req *r = calloc(1, sizeof *r);
+            if (r) r->nc = 1;
             char msg[512] = "out of memory";
             if (!r || (api ? req_parse(&G, buf + body, r, msg, sizeof msg)
                            : req_parse_completions(&G, buf + body, r, msg, sizeof msg))) {
