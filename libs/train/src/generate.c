@@ -584,13 +584,17 @@ static void req_free(serve_req *r) {
     free(r);
 }
 
+/* The tokens a prompt's buffer holds: the model's positions, max_new more, and add_BOS's token. */
+static size_t prompt_room(const generator *G, const serve_req *r) {
+    return (size_t)G->c.max_position_embeddings + (r->max_new > 0 ? (size_t)r->max_new : 0) + 1;
+}
+
 /* r's np prompts from the JSON list `prompts` (or the one prompt `one`): each a text (the
  * tokenizer) or, with ids_ok, a list of token ids; each with room for max_new more tokens. */
 static mt_status req_prompts(generator *G, serve_req *r, json_t *prompts, json_t *one, int ids_ok,
                              int add_bos) {
     r->np = one ? 1 : (int)json_array_size(prompts);
-    const size_t room = /* (+1: add_BOS's token before a prompt of the model's positions) */
-        (size_t)G->c.max_position_embeddings + (r->max_new > 0 ? (size_t)r->max_new : 0) + 1;
+    const size_t room = prompt_room(G, r);
     r->ids = calloc((size_t)r->np + 1, sizeof *r->ids);
     r->n = calloc((size_t)r->np + 1, sizeof *r->n);
     r->total = calloc((size_t)r->np + 1, sizeof *r->total);
@@ -802,8 +806,7 @@ static int req_parse(generator *G, const char *body, serve_req *r, char *msg, si
 /* "n": each of r's prompts as nc rows in a row (its choices), the buffers grown to np nc. */
 static mt_status req_choices(serve_req *r, const generator *G) {
     const int np = r->np, nc = r->nc, rows = np * nc;
-    const size_t room =
-        (size_t)G->c.max_position_embeddings + (r->max_new > 0 ? (size_t)r->max_new : 0) + 1;
+    const size_t room = prompt_room(G, r);
     int32_t **ids = calloc((size_t)rows + 1, sizeof *ids);
     int *n = calloc((size_t)rows + 1, sizeof *n), *total = calloc((size_t)rows + 1, sizeof *total);
     size_t *cut = malloc(((size_t)rows + 1) * sizeof *cut);
