@@ -204,6 +204,16 @@ static void run_len(int B, int Tq, int Tmax, int H, int Hkv, int D, int causal, 
     free(o), free(l);
 }
 
+/* The backward's nine tensors over p (q, k, v, dout, out, lse (f32), dq, dk, dv) of dt on dev. */
+static void bwd_views(mt_tensor *t, void *const *p, mt_dtype dt, mt_device dev, int B, int Tq,
+                      int Tk, int H, int Hkv, int D) {
+    for (int i = 0; i < 9; i++) {
+        const int kv = i == 1 || i == 2 || i == 7 || i == 8;
+        t[i] = i == 5 ? mt_tensor_3d(p[i], MT_F32, B, H, Tq, dev)
+                      : mt_tensor_4d(p[i], dt, B, kv ? Tk : Tq, kv ? Hkv : H, D, dev);
+    }
+}
+
 /* The backward over a key prefix (context parallelism; CUDA runs it on the square's kernels or
  * pads the queries in front, attention.h): the GPU's
  * out, lse, dq, dk and dv against the CPU reference's on the same rounded inputs (which the
@@ -228,22 +238,16 @@ static void run_bwd(int B, int Tq, int Tk, int H, int Hkv, int D, int causal, mt
     const size_t nr[5] = { nq, nl, nq, nk, nk };
     for (int i = 0; i < 5; i++)
         r[i] = malloc(nr[i] * 4);
-    mt_tensor c_q = mt_tensor_4d(x[0], MT_F32, B, Tq, H, D, MT_DEVICE_CPU);
-    mt_tensor c_k = mt_tensor_4d(x[1], MT_F32, B, Tk, Hkv, D, MT_DEVICE_CPU);
-    mt_tensor c_v = mt_tensor_4d(x[2], MT_F32, B, Tk, Hkv, D, MT_DEVICE_CPU);
-    mt_tensor c_do = mt_tensor_4d(x[3], MT_F32, B, Tq, H, D, MT_DEVICE_CPU);
-    mt_tensor c_o = mt_tensor_4d(r[0], MT_F32, B, Tq, H, D, MT_DEVICE_CPU);
-    mt_tensor c_l = mt_tensor_3d(r[1], MT_F32, B, H, Tq, MT_DEVICE_CPU);
-    mt_tensor c_dq = mt_tensor_4d(r[2], MT_F32, B, Tq, H, D, MT_DEVICE_CPU);
-    mt_tensor c_dk = mt_tensor_4d(r[3], MT_F32, B, Tk, Hkv, D, MT_DEVICE_CPU);
-    mt_tensor c_dv = mt_tensor_4d(r[4], MT_F32, B, Tk, Hkv, D, MT_DEVICE_CPU);
+    mt_tensor c[9];
+    bwd_views(c, (void *const[]){ x[0], x[1], x[2], x[3], r[0], r[1], r[2], r[3], r[4] }, MT_F32,
+              MT_DEVICE_CPU, B, Tq, Tk, H, Hkv, D);
     if (gold) {
         for (int i = 0; i < 5; i++)
             memcpy(r[i], gold[4 + i], nr[i] * 4);
     } else {
-        MT_CHECK(mt_attn_fwd(&c_o, &c_l, &c_q, &c_k, &c_v, &cfg, NULL));
-        MT_CHECK(mt_attn_bwd(&c_dq, &c_dk, &c_dv, &c_do, &c_q, &c_k, &c_v, &c_o, &c_l, &cfg, NULL,
-                             0, NULL));
+        MT_CHECK(mt_attn_fwd(&c[4], &c[5], &c[0], &c[1], &c[2], &cfg, NULL));
+        MT_CHECK(mt_attn_bwd(&c[6], &c[7], &c[8], &c[3], &c[0], &c[1], &c[2], &c[4], &c[5], &cfg,
+                             NULL, 0, NULL));
     }
     const mt_device g = mt_device_cuda(0);
     void *d[4], *o[5];
@@ -254,22 +258,16 @@ static void run_bwd(int B, int Tq, int Tk, int H, int Hkv, int D, int causal, mt
         poison[i] = NAN;
     for (int i = 0; i < 5; i++)
         o[i] = upload(poison, nr[i], i == 1 ? MT_F32 : dt);
-    mt_tensor g_q = mt_tensor_4d(d[0], dt, B, Tq, H, D, g);
-    mt_tensor g_k = mt_tensor_4d(d[1], dt, B, Tk, Hkv, D, g);
-    mt_tensor g_v = mt_tensor_4d(d[2], dt, B, Tk, Hkv, D, g);
-    mt_tensor g_do = mt_tensor_4d(d[3], dt, B, Tq, H, D, g);
-    mt_tensor g_o = mt_tensor_4d(o[0], dt, B, Tq, H, D, g);
-    mt_tensor g_l = mt_tensor_3d(o[1], MT_F32, B, H, Tq, g);
-    mt_tensor g_dq = mt_tensor_4d(o[2], dt, B, Tq, H, D, g);
-    mt_tensor g_dk = mt_tensor_4d(o[3], dt, B, Tk, Hkv, D, g);
-    mt_tensor g_dv = mt_tensor_4d(o[4], dt, B, Tk, Hkv, D, g);
+    mt_tensor gt[9];
+    bwd_views(gt, (void *const[]){ d[0], d[1], d[2], d[3], o[0], o[1], o[2], o[3], o[4] }, dt, g, B,
+              Tq, Tk, H, Hkv, D);
     size_t wsb = 0;
     void *ws = NULL;
-    MT_CHECK(mt_attn_bwd_workspace(&g_q, &g_k, &cfg, &wsb));
+    MT_CHECK(mt_attn_bwd_workspace(&gt[0], &gt[1], &cfg, &wsb));
     MT_CHECK(mt_device_malloc(&ws, wsb + 256));
-    MT_CHECK(mt_attn_fwd(&g_o, &g_l, &g_q, &g_k, &g_v, &cfg, NULL));
-    MT_CHECK(
-        mt_attn_bwd(&g_dq, &g_dk, &g_dv, &g_do, &g_q, &g_k, &g_v, &g_o, &g_l, &cfg, ws, wsb, NULL));
+    MT_CHECK(mt_attn_fwd(&gt[4], &gt[5], &gt[0], &gt[1], &gt[2], &cfg, NULL));
+    MT_CHECK(mt_attn_bwd(&gt[6], &gt[7], &gt[8], &gt[3], &gt[0], &gt[1], &gt[2], &gt[4], &gt[5],
+                         &cfg, ws, wsb, NULL));
     MT_CHECK(mt_stream_sync(NULL));
     /* f32: sums in another order; bf16/f16: the kernels' roundings (P, dS) of O(1) values */
     const double tol = dt == MT_BF16 ? 5e-2 : dt == MT_F16 ? 1e-2 : 1e-4;
