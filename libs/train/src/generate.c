@@ -593,7 +593,8 @@ static size_t prompt_room(const generator *G, const serve_req *r) {
  * tokenizer) or, with ids_ok, a list of token ids; each with room for max_new more tokens. */
 static mt_status req_prompts(generator *G, serve_req *r, json_t *prompts, json_t *one, int ids_ok,
                              int add_bos) {
-    r->np = one ? 1 : (int)json_array_size(prompts);
+    const int nc = r->nc; /* ("n": prompt q's choices are rows q nc .. q nc + nc - 1) */
+    r->np = (one ? 1 : (int)json_array_size(prompts)) * nc;
     const size_t room = prompt_room(G, r);
     r->ids = calloc((size_t)r->np + 1, sizeof *r->ids);
     r->n = calloc((size_t)r->np + 1, sizeof *r->n);
@@ -604,9 +605,14 @@ static mt_status req_prompts(generator *G, serve_req *r, json_t *prompts, json_t
         r->cut[i] = SIZE_MAX;
     const int maxT = G->c.max_position_embeddings;
     for (int i = 0; i < r->np; i++) {
-        json_t *p = one ? one : json_array_get(prompts, (size_t)i);
         r->ids[i] = malloc(room * sizeof **r->ids);
         MT_REQUIRE(r->ids[i], MT_ERR_OOM, "token buffer");
+        if (i % nc) { /* (another choice of the prompt above) */
+            memcpy(r->ids[i], r->ids[i - 1], (size_t)r->n[i - 1] * sizeof **r->ids);
+            r->n[i] = r->total[i] = r->n[i - 1];
+            continue;
+        }
+        json_t *p = one ? one : json_array_get(prompts, (size_t)(i / nc));
         if (json_is_string(p) && add_bos) { /* (Megatron's: the end-of-document token first) */
             MT_REQUIRE(G->eod >= 0, MT_ERR_INVALID_ARG, "add_BOS: the tokenizer has no EOD token");
             r->ids[i][0] = G->eod, r->n[i] = 1;
@@ -621,7 +627,7 @@ static mt_status req_prompts(generator *G, serve_req *r, json_t *prompts, json_t
             MT_REQUIRE(ids_ok && json_is_array(p), MT_ERR_INVALID_ARG,
                        ids_ok ? "prompt %d is neither a string nor a list of token ids"
                               : "prompts[%d] is not a string",
-                       i);
+                       i / nc);
             const int n = (int)json_array_size(p);
             MT_REQUIRE(n >= 1 && n <= maxT, MT_ERR_INVALID_ARG,
                        "the prompt has %d tokens; the model takes 1 to %d", n, maxT);
@@ -629,8 +635,8 @@ static mt_status req_prompts(generator *G, serve_req *r, json_t *prompts, json_t
                 json_t *t = json_array_get(p, (size_t)k);
                 const json_int_t id = json_integer_value(t);
                 MT_REQUIRE(json_is_integer(t) && id >= 0 && id < G->c.vocab_size,
-                           MT_ERR_INVALID_ARG, "prompt %d: token %d is not an id below %d", i, k,
-                           G->c.vocab_size);
+                           MT_ERR_INVALID_ARG, "prompt %d: token %d is not an id below %d", i / nc,
+                           k, G->c.vocab_size);
                 r->ids[i][k] = (int32_t)id;
             }
             r->n[i] = n;
@@ -663,6 +669,9 @@ static void req_sampling(json_t *req, const char *seed_key, mt_infer_sampling *s
     if ((v = json_object_get(req, seed_key))) s->seed = (uint64_t)json_integer_value(v);
 }
 
+/* A request's first problem into msg (the parsers' msg, msz), later ones not. */
+#define BAD_ONCE(...) (msg[0] ? 0 : snprintf(msg, msz, __VA_ARGS__))
+
 /* PUT /api's field k when present: a JSON boolean into *out (else msg: "k must be a boolean
  * value", Megatron's). */
 static void api_bool(json_t *req, const char *k, int *out, char *msg, size_t msz) {
@@ -691,53 +700,53 @@ static int req_parse(generator *G, const char *body, serve_req *r, char *msg, si
     r->s = (mt_infer_sampling){ a->greedy ? 0.0f : a->temperature, a->top_k, a->top_p, a->seed };
     int add_bos = 0, eol = 0, eol2 = 0;
     double top_k = 0, top_p = 0;
-#define BAD(...) (msg[0] ? 0 : snprintf(msg, msz, __VA_ARGS__))
-    if (!req) BAD("the body is not JSON: %s", je.text);
-    if (!prompts) BAD("prompts argument required");
+    if (!req) BAD_ONCE("the body is not JSON: %s", je.text);
+    if (!prompts) BAD_ONCE("prompts argument required");
     if (json_object_get(req, "max_len"))
-        BAD("max_len is no longer used.  Replace with tokens_to_generate");
+        BAD_ONCE("max_len is no longer used.  Replace with tokens_to_generate");
     if (json_object_get(req, "sentences"))
-        BAD("sentences is no longer used.  Replace with prompts");
-    if (!json_is_array(prompts)) BAD("prompts is not a list of strings");
-    if (json_is_array(prompts) && json_array_size(prompts) == 0) BAD("prompts is empty");
+        BAD_ONCE("sentences is no longer used.  Replace with prompts");
+    if (!json_is_array(prompts)) BAD_ONCE("prompts is not a list of strings");
+    if (json_is_array(prompts) && json_array_size(prompts) == 0) BAD_ONCE("prompts is empty");
     if (json_is_array(prompts) && json_array_size(prompts) > 128)
-        BAD("Maximum number of prompts is 128");
+        BAD_ONCE("Maximum number of prompts is 128");
     if ((v = json_object_get(req, "tokens_to_generate"))) {
         if (!json_is_integer(v))
-            BAD("tokens_to_generate must be an integer greater than 0");
+            BAD_ONCE("tokens_to_generate must be an integer greater than 0");
         else if (json_integer_value(v) < 0 || json_integer_value(v) > INT_MAX / 2)
-            BAD("tokens_to_generate must be an integer greater than or equal to 0");
+            BAD_ONCE("tokens_to_generate must be an integer greater than or equal to 0");
         else
             r->max_new = (int)json_integer_value(v);
     }
     api_bool(req, "logprobs", &r->logprobs, msg, msz);
     if (r->max_new == 0 && !r->logprobs)
-        BAD("tokens_to_generate=0 implies logprobs should be True");
+        BAD_ONCE("tokens_to_generate=0 implies logprobs should be True");
     if ((v = json_object_get(req, "temperature"))) {
         if (!json_is_number(v))
-            BAD("temperature must be a positive number less than or equal to 1000.0");
+            BAD_ONCE("temperature must be a positive number less than or equal to 1000.0");
         else if (!(json_number_value(v) >= 0.0 && json_number_value(v) <= 100.0))
-            BAD("temperature must be a positive number less than or equal to 100.0 (or 0: "
-                "greedy)");
+            BAD_ONCE("temperature must be a positive number less than or equal to 100.0 (or 0: "
+                     "greedy)");
         else
             r->s.temperature = (float)json_number_value(v);
     }
     if ((v = json_object_get(req, "top_k"))) {
         if (!json_is_integer(v))
-            BAD("top_k must be an integer equal to or greater than 0 and less than or equal to "
+            BAD_ONCE(
+                "top_k must be an integer equal to or greater than 0 and less than or equal to "
                 "1000");
         else if (json_integer_value(v) < 0 || json_integer_value(v) > 1000)
-            BAD("top_k must be equal to or greater than 0 and less than or equal to 1000");
+            BAD_ONCE("top_k must be equal to or greater than 0 and less than or equal to 1000");
         else
             r->s.top_k = (int)(top_k = (double)json_integer_value(v));
     }
     if ((v = json_object_get(req, "top_p"))) {
         if (!json_is_number(v))
-            BAD("top_p must be a positive float less than or equal to 1.0");
+            BAD_ONCE("top_p must be a positive float less than or equal to 1.0");
         else if ((top_p = json_number_value(v)) > 0.0 && top_k > 0.0)
-            BAD("cannot set both top-k and top-p samplings.");
+            BAD_ONCE("cannot set both top-k and top-p samplings.");
         else if (!(top_p >= 0.0 && top_p <= 1.0))
-            BAD("top_p must be less than or equal to 1.0");
+            BAD_ONCE("top_p must be less than or equal to 1.0");
         else
             r->s.top_p = (float)top_p;
     }
@@ -745,20 +754,20 @@ static int req_parse(generator *G, const char *body, serve_req *r, char *msg, si
     for (int k = 0; k < 2; k++)
         if ((v = json_object_get(req, decays[k]))) {
             if (!json_is_number(v))
-                BAD("%s must be a positive float less than or equal to %s", decays[k],
-                    k ? "top_p" : "1.0");
+                BAD_ONCE("%s must be a positive float less than or equal to %s", decays[k],
+                         k ? "top_p" : "1.0");
             else if (top_p == 0.0)
-                BAD("%s cannot be set without top_p", decays[k]);
+                BAD_ONCE("%s cannot be set without top_p", decays[k]);
             else if (json_number_value(v) != 0.0)
-                BAD("%s: a decaying top_p is not supported yet", decays[k]);
+                BAD_ONCE("%s: a decaying top_p is not supported yet", decays[k]);
         }
     api_bool(req, "add_BOS", &add_bos, msg, msz);
     for (size_t k = 0; !msg[0] && json_is_array(prompts) && k < json_array_size(prompts); k++) {
         json_t *p = json_array_get(prompts, k);
         if (!json_is_string(p))
-            BAD("prompts is not a list of strings");
+            BAD_ONCE("prompts is not a list of strings");
         else if (json_string_length(p) == 0 && !add_bos)
-            BAD("Empty prompts require add_BOS=true");
+            BAD_ONCE("Empty prompts require add_BOS=true");
     }
     api_bool(req, "stop_on_double_eol", &eol2, msg, msz);
     api_bool(req, "stop_on_eol", &eol, msg, msz);
@@ -766,33 +775,32 @@ static int req_parse(generator *G, const char *body, serve_req *r, char *msg, si
     r->eol_stop = eol2 ? 2 : eol ? 1 : 0; /* (Megatron's: the double one first) */
     if ((v = json_object_get(req, "random_seed"))) {
         if (!json_is_integer(v))
-            BAD("random_seed must be integer");
+            BAD_ONCE("random_seed must be integer");
         else if (json_integer_value(v) < 0)
-            BAD("random_seed must be a positive integer");
+            BAD_ONCE("random_seed must be a positive integer");
         else
             r->s.seed = (uint64_t)json_integer_value(v);
     }
     api_bool(req, "no_log", &r->no_log, msg, msz);
     if ((v = json_object_get(req, "beam_width"))) {
         if (!json_is_integer(v))
-            BAD("beam_width must be integer");
+            BAD_ONCE("beam_width must be integer");
         else if (json_integer_value(v) < 1)
-            BAD("beam_width must be an integer > 1");
+            BAD_ONCE("beam_width must be an integer > 1");
         else if (json_is_array(prompts) && json_array_size(prompts) > 1)
-            BAD("When doing beam_search, batch size must be 1");
+            BAD_ONCE("When doing beam_search, batch size must be 1");
         else
-            BAD("beam_width: beam search is not supported yet");
+            BAD_ONCE("beam_width: beam search is not supported yet");
     }
     if ((v = json_object_get(req, "stop_token")) && !json_is_integer(v))
-        BAD("stop_token must be an integer");
+        BAD_ONCE("stop_token must be an integer");
     if ((v = json_object_get(req, "length_penalty")) && !json_is_number(v))
-        BAD("length_penalty must be a float");
+        BAD_ONCE("length_penalty must be a float");
     if (r->eol_stop && (G->nl < 0 || G->nl2 < 0))
-        BAD("%s: the tokenizer has no single newline token",
-            eol2 ? "stop_on_double_eol" : "stop_on_eol");
+        BAD_ONCE("%s: the tokenizer has no single newline token",
+                 eol2 ? "stop_on_double_eol" : "stop_on_eol");
     if (r->nl_colon && (G->nl < 0 || G->colon < 0))
-        BAD("prevent_newline_after_colon: the tokenizer has no single newline or colon token");
-#undef BAD
+        BAD_ONCE("prevent_newline_after_colon: the tokenizer has no single newline or colon token");
     if (!msg[0] && req_prompts(G, r, prompts, NULL, 0, add_bos) != MT_OK) req_failed(msg, msz);
     json_decref(req);
     r->left = r->np;
@@ -801,30 +809,6 @@ static int req_parse(generator *G, const char *body, serve_req *r, char *msg, si
 
 #define SERVE_TOP_MAX     20 /* /completions: the most logprobs alternatives */
 #define SERVE_CHOICES_MAX 16 /* /completions: the most choices a prompt ("n") */
-#define BAD_ONCE(...)     (msg[0] ? 0 : snprintf(msg, msz, __VA_ARGS__))
-
-/* "n": each of r's prompts as nc rows in a row (its choices), the buffers grown to np nc. */
-static mt_status req_choices(serve_req *r, const generator *G) {
-    const int np = r->np, nc = r->nc, rows = np * nc;
-    const size_t room = prompt_room(G, r);
-    int32_t **ids = calloc((size_t)rows + 1, sizeof *ids);
-    int *n = calloc((size_t)rows + 1, sizeof *n), *total = calloc((size_t)rows + 1, sizeof *total);
-    size_t *cut = malloc(((size_t)rows + 1) * sizeof *cut);
-    mt_status st = ids && n && total && cut ? MT_OK : MT_ERROR(MT_ERR_OOM, "%d choices", rows);
-    for (int k = 0; st == MT_OK && k < rows; k++) {
-        const int i = k / nc;
-        n[k] = total[k] = r->n[i], cut[k] = SIZE_MAX;
-        if (!(ids[k] = malloc(room * sizeof **ids)))
-            st = MT_ERROR(MT_ERR_OOM, "%d choices", rows);
-        else
-            memcpy(ids[k], r->ids[i], (size_t)r->n[i] * sizeof **ids);
-    }
-    for (int i = 0; i < np; i++)
-        free(r->ids[i]);
-    free(r->ids), free(r->n), free(r->total), free(r->cut);
-    r->ids = ids, r->n = n, r->total = total, r->cut = cut, r->np = rows;
-    return st; /* (on failure req_free frees what is there: unset ids are NULL) */
-}
 
 /* POST /completions (or /v1/completions; OpenAI's legacy completions, as Megatron's dynamic
  * server has them): {"prompt": a text, a list of token ids, or a list of either, "max_tokens": N
@@ -885,7 +869,6 @@ static int req_parse_completions(generator *G, const char *body, serve_req *r, c
         snprintf(msg, msz, "logprobs: an integer from 0 to %d", SERVE_TOP_MAX);
     if (!msg[0] && req_prompts(G, r, many ? p : NULL, many ? NULL : p, 1, 0) != MT_OK)
         req_failed(msg, msz);
-    if (!msg[0] && r->nc > 1 && req_choices(r, G) != MT_OK) req_failed(msg, msz);
     if (!msg[0] && r->stream) {
         r->sent = calloc((size_t)r->np, sizeof *r->sent);
         r->finished = calloc((size_t)r->np, sizeof *r->finished);
