@@ -2,6 +2,8 @@
 #include <mt/pp.h>
 
 #include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
 
 int mt_pp_num_slots(int stages, int stage) {
     return stages > 1 ? stages - stage : 1;
@@ -116,5 +118,276 @@ mt_status mt_pp_forward_only(const mt_pp_stage *s, int num_micro) {
         MT_TRY(s->forward(s->ctx, mb, 0));
         MT_TRY(p2p(s, out, p.next, NULL, 0));
     }
+    return MT_OK;
+}
+
+/* ---- the interleaved schedule ---- */
+
+mt_status mt_pp_interleaved_check(int stages, int chunks, int num_micro) {
+    MT_REQUIRE(stages >= 2, MT_ERR_INVALID_ARG,
+               "the interleaved schedule needs pipeline-model-parallel size > 1 (it is %d)",
+               stages);
+    MT_REQUIRE(chunks >= 1, MT_ERR_INVALID_ARG, "%d model chunks a pipeline stage", chunks);
+    /* (schedules.py, microbatch_group_size_per_vp_stage = P) */
+    MT_REQUIRE(num_micro >= stages, MT_ERR_INVALID_ARG,
+               "The number of contiguous micro-batches in a virtual pipeline stage should range in "
+               "[PP=%d , M=%d]",
+               stages, num_micro);
+    MT_REQUIRE(num_micro % stages == 0, MT_ERR_INVALID_ARG,
+               "The remainder of M (the total micro-batches) divided by N (number of contiguous "
+               "micro-batches in a virtual pipeline stage) should be 0, or larger than or equal to "
+               "the pipeline-parallel size, but it is %d. Otherwise, it introduces dependency "
+               "bubbles in the pipeline and reduces throughput.",
+               num_micro % stages);
+    return MT_OK;
+}
+
+/* Megatron's schedule table (get_schedule_table with groups of P): virtual micro-batch k is
+ * micro-batch k / (P V) P + k % P of chunk k % (P V) / P (M a multiple of P). */
+typedef struct vsched {
+    int P, r, V, M, total, warm, rest, all_warm;
+} vsched;
+
+static int chunk_of(const vsched *v, int k, int fwd) {
+    const int c = k % v->total % (v->P * v->V) / v->P;
+    return fwd ? c : v->V - 1 - c;
+}
+
+/* recv_tensor_from_previous_stage: whether step k receives (from the previous stage going
+ * forward, the next going backward) and for which chunk. */
+static int recv_chunk(const vsched *v, int k, int fwd, int *chunk) {
+    const int leading = fwd ? v->r == 0 : v->r == v->P - 1;
+    if (!leading) {
+        *chunk = chunk_of(v, k + 1, fwd);
+        return 1;
+    }
+    int recv = k >= v->P - 1;
+    int c = chunk_of(v, recv ? k - (v->P - 1) : k + 1, fwd);
+    if (c == (fwd ? v->V - 1 : 0)) recv = 0;
+    *chunk = fwd ? c + 1 : c - 1;
+    return recv;
+}
+
+static int first_vstage(const vsched *v, int c) {
+    return c == 0 && v->r == 0;
+}
+static int last_vstage(const vsched *v, int c) {
+    return c == v->V - 1 && v->r == v->P - 1;
+}
+
+int mt_pp_interleaved_order(int stages, int stage, int chunks, int num_micro, mt_pp_event *ev) {
+    if (mt_pp_interleaved_check(stages, chunks, num_micro) != MT_OK || stage < 0 || stage >= stages)
+        return -1;
+    vsched v = { stages, stage, chunks, num_micro, num_micro * chunks, 0, 0, 0 };
+    v.warm = (v.P - v.r - 1) * 2 + (v.V - 1) * v.P; /* get_pp_rank_microbatches */
+    if (v.warm >= v.total) v.warm = v.total, v.all_warm = 1;
+    v.rest = v.total - v.warm;
+    int n = 0, nf[64] = { 0 }, nb[64] = { 0 }; /* forwards, backwards done per chunk */
+    if (chunks > 64) return -1;
+#define EMIT(...)                                     \
+    do {                                              \
+        if (ev) ev[n] = (mt_pp_event){ __VA_ARGS__ }; \
+        n++;                                          \
+    } while (0)
+#define FWD(k)                                                 \
+    do {                                                       \
+        const int c_ = chunk_of(&v, (k), 1);                   \
+        EMIT(MT_PP_FORWARD, c_, nf[c_]++, 0, 0, 0, 0, -1, -1); \
+    } while (0)
+#define BWD(k)                                                  \
+    do {                                                        \
+        const int c_ = chunk_of(&v, (k), 0);                    \
+        EMIT(MT_PP_BACKWARD, c_, nb[c_]++, 0, 0, 0, 0, -1, -1); \
+    } while (0)
+#define XCHG(sn, sp, rp, rn, rpc, rnc)                                                          \
+    do {                                                                                        \
+        if ((sn) || (sp) || (rp) || (rn))                                                       \
+            EMIT(MT_PP_EXCHANGE, -1, -1, sn, sp, rp, rn, (rp) ? (rpc) : -1, (rn) ? (rnc) : -1); \
+    } while (0)
+    XCHG(0, 0, v.r != 0, 0, 0, -1); /* the first input of chunk 0 */
+    for (int k = 0; k < v.warm; k++) {
+        const int c = chunk_of(&v, k, 1);
+        int fc, rp = recv_chunk(&v, k, 1, &fc);
+        if (k == v.total - 1) rp = 0;
+        FWD(k);
+        if (k == v.warm - 1 && !v.all_warm) /* with the first gradient of the last chunk */
+            XCHG(!last_vstage(&v, c), 0, rp, v.r != v.P - 1, fc, v.V - 1);
+        else
+            XCHG(!last_vstage(&v, c), 0, rp, 0, fc, -1);
+    }
+    for (int k = 0; k < v.rest; k++) {
+        const int kf = k + v.warm, fc0 = chunk_of(&v, kf, 1), bc0 = chunk_of(&v, k, 0);
+        FWD(kf);
+        BWD(k);
+        int fc, bc, rp = recv_chunk(&v, kf, 1, &fc), rn = recv_chunk(&v, k, 0, &bc);
+        if (k == v.rest - 1) rp = 0;
+        XCHG(!last_vstage(&v, fc0), !first_vstage(&v, bc0), rp, rn, fc, bc);
+    }
+    if (v.all_warm) XCHG(0, 0, 0, v.r != v.P - 1, -1, v.V - 1);
+    for (int k = v.rest; k < v.total; k++) {
+        const int c = chunk_of(&v, k, 0);
+        int bc, rn = recv_chunk(&v, k, 0, &bc);
+        if (k == v.total - 1) rn = 0;
+        BWD(k);
+        XCHG(0, !first_vstage(&v, c), 0, rn, -1, bc);
+    }
+#undef XCHG
+#undef BWD
+#undef FWD
+#undef EMIT
+    return n;
+}
+
+/* Walks the stage's order: the slots (micro-batches from their first receive or forward to
+ * chunk 0's backward) and the input gradients waiting for their backward, at most. */
+static int walk(int stages, int stage, int chunks, int num_micro, int *slots, int *waiting) {
+    const int n = mt_pp_interleaved_order(stages, stage, chunks, num_micro, NULL);
+    if (n < 0) return -1;
+    mt_pp_event *ev = malloc((size_t)n * sizeof *ev);
+    int *rin = calloc((size_t)chunks, sizeof(int)), *open = calloc((size_t)num_micro, sizeof(int));
+    int ok = ev && rin && open;
+    if (ok) {
+        mt_pp_event *e = ev;
+        mt_pp_interleaved_order(stages, stage, chunks, num_micro, ev);
+        int live = 0, wait = 0;
+        *slots = 1, *waiting = 0;
+        for (int i = 0; i < n; i++, e++) {
+            int mb = -1;
+            if (e->op == MT_PP_EXCHANGE && e->recv_prev) mb = rin[e->recv_prev_chunk]++;
+            if (e->op == MT_PP_FORWARD) mb = e->mb;
+            if (mb >= 0 && !open[mb]) open[mb] = 1, live++;
+            if (e->op == MT_PP_EXCHANGE && e->recv_next) wait++;
+            if (e->op == MT_PP_BACKWARD && !(e->chunk == chunks - 1 && stage == stages - 1)) wait--;
+            if (e->op == MT_PP_BACKWARD && e->chunk == 0) live--;
+            if (live > *slots) *slots = live;
+            if (wait > *waiting) *waiting = wait;
+        }
+    }
+    free(ev), free(rin), free(open);
+    return ok ? 0 : -1;
+}
+
+int mt_pp_interleaved_slots(int stages, int stage, int chunks, int num_micro) {
+    int slots, waiting;
+    return walk(stages, stage, chunks, num_micro, &slots, &waiting) ? -1 : slots;
+}
+
+int mt_pp_interleaved_buffers(int stages, int stage, int chunks, int num_micro) {
+    int slots, waiting;
+    return walk(stages, stage, chunks, num_micro, &slots, &waiting) ? -1 : 1 + waiting;
+}
+
+/* The input gradients received ahead of their backward: buffer indices (1...) queued per chunk
+ * in arrival order (a chunk's backwards take them in micro-batch order), and the free ones. */
+typedef struct waitq {
+    int V, cap, *q, *len, *free_, nfree;
+} waitq;
+
+static mt_status waitq_init(waitq *w, int V, int cap) {
+    w->V = V, w->cap = cap, w->nfree = cap;
+    w->q = malloc((size_t)(V * cap) * sizeof(int));
+    w->len = calloc((size_t)V, sizeof(int));
+    w->free_ = malloc((size_t)cap * sizeof(int));
+    MT_REQUIRE(w->q && w->len && w->free_, MT_ERR_OOM, "pipeline queues");
+    for (int k = 0; k < cap; k++)
+        w->free_[k] = cap - k; /* (buffers 1..cap) */
+    return MT_OK;
+}
+
+static void waitq_free(waitq *w) {
+    free(w->q), free(w->len), free(w->free_);
+}
+
+mt_status mt_pp_interleaved(const mt_pp_chunks *s, int num_micro) {
+    MT_REQUIRE(s && s->forward && s->backward && s->input && s->output && s->grad && s->buffer,
+               MT_ERR_INVALID_ARG, "NULL chunks or callback");
+    const int P = s->comm ? mt_comm_size(s->comm) : 1, r = s->comm ? mt_comm_rank(s->comm) : 0;
+    const int V = s->num_chunks;
+    MT_TRY(mt_pp_interleaved_check(P, V, num_micro));
+    const int n = mt_pp_interleaved_order(P, r, V, num_micro, NULL);
+    const int slots = mt_pp_interleaved_slots(P, r, V, num_micro);
+    const int nbuf = mt_pp_interleaved_buffers(P, r, V, num_micro);
+    mt_pp_event *ev = malloc((size_t)n * sizeof *ev);
+    int *rin = calloc((size_t)V, sizeof(int));
+    waitq w = { 0 };
+    mt_status st = ev && rin ? waitq_init(&w, V, nbuf - 1) : MT_ERROR(MT_ERR_OOM, "pipeline order");
+    if (st == MT_OK) mt_pp_interleaved_order(P, r, V, num_micro, ev);
+    const int next = (r + 1) % P, prev = (r + P - 1) % P;
+    int last_bwd = -1; /* the chunk whose input gradient the next exchange sends */
+    mt_tensor out = s->buffer(s->ctx, 0);
+    for (int i = 0; st == MT_OK && i < n; i++) {
+        const mt_pp_event *e = &ev[i];
+        if (e->op == MT_PP_FORWARD) {
+            st = s->forward(s->ctx, e->chunk, e->mb, e->mb % slots);
+            /* (a backward may run before the send: the output waits in buffer 0) */
+            if (st == MT_OK && !(e->chunk == V - 1 && r == P - 1)) {
+                mt_tensor o = s->output(s->ctx, e->chunk);
+                st = mt_tensor_copy(&out, &o, s->stream);
+            }
+        } else if (e->op == MT_PP_BACKWARD) {
+            if (!(e->chunk == V - 1 && r == P - 1)) { /* its gradient from the queue */
+                int *q = w.q + e->chunk * w.cap;
+                if (w.len[e->chunk] == 0) {
+                    st = MT_ERROR(MT_ERR_INTERNAL,
+                                  "stage %d chunk %d: no input gradient for "
+                                  "micro-batch %d",
+                                  r, e->chunk, e->mb);
+                    break;
+                }
+                mt_tensor b = s->buffer(s->ctx, q[0]), g = s->grad(s->ctx, e->chunk);
+                w.free_[w.nfree++] = q[0];
+                memmove(q, q + 1, (size_t)--w.len[e->chunk] * sizeof(int));
+                st = mt_tensor_copy(&g, &b, s->stream);
+            }
+            if (st == MT_OK) st = s->backward(s->ctx, e->chunk, e->mb, e->mb % slots);
+            last_bwd = e->chunk;
+        } else { /* the activations first, then the gradients (P = 2: one peer both ways) */
+            mt_p2p_op ops[4];
+            mt_tensor in, gs, gr;
+            int k = 0, gbuf = -1;
+            if (e->send_next) ops[k++] = (mt_p2p_op){ MT_P2P_SEND, &out, next };
+            if (e->recv_prev) {
+                in = s->input(s->ctx, e->recv_prev_chunk, rin[e->recv_prev_chunk]++ % slots);
+                ops[k++] = (mt_p2p_op){ MT_P2P_RECV, &in, prev };
+            }
+            if (e->send_prev) {
+                gs = s->grad(s->ctx, last_bwd);
+                ops[k++] = (mt_p2p_op){ MT_P2P_SEND, &gs, prev };
+            }
+            if (e->recv_next) {
+                MT_ASSERT(w.nfree > 0 && w.len[e->recv_next_chunk] < w.cap);
+                gbuf = w.free_[--w.nfree];
+                w.q[e->recv_next_chunk * w.cap + w.len[e->recv_next_chunk]++] = gbuf;
+                gr = s->buffer(s->ctx, gbuf);
+                ops[k++] = (mt_p2p_op){ MT_P2P_RECV, &gr, next };
+            }
+            st = mt_comm_p2p_batch(s->comm, ops, k, s->stream);
+        }
+    }
+    waitq_free(&w);
+    free(ev), free(rin);
+    return st;
+}
+
+mt_status mt_pp_interleaved_forward_only(const mt_pp_chunks *s, int num_micro) {
+    MT_REQUIRE(s && s->forward && s->input && s->output, MT_ERR_INVALID_ARG,
+               "NULL chunks or callback");
+    const int P = s->comm ? mt_comm_size(s->comm) : 1, r = s->comm ? mt_comm_rank(s->comm) : 0;
+    const int V = s->num_chunks;
+    MT_REQUIRE(P >= 2 && V >= 1, MT_ERR_INVALID_ARG, "%d stages of %d chunks", P, V);
+    for (int mb = 0; mb < num_micro; mb++)
+        for (int c = 0; c < V; c++) {
+            if (c > 0 || r > 0) {
+                mt_tensor in = s->input(s->ctx, c, 0);
+                mt_p2p_op op = { MT_P2P_RECV, &in, (r + P - 1) % P };
+                MT_TRY(mt_comm_p2p_batch(s->comm, &op, 1, s->stream));
+            }
+            MT_TRY(s->forward(s->ctx, c, mb, 0));
+            if (c < V - 1 || r < P - 1) {
+                mt_tensor o = s->output(s->ctx, c);
+                mt_p2p_op op = { MT_P2P_SEND, &o, (r + 1) % P };
+                MT_TRY(mt_comm_p2p_batch(s->comm, &op, 1, s->stream));
+            }
+        }
     return MT_OK;
 }

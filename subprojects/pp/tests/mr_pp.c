@@ -2,8 +2,10 @@
  * GPU a rank): the launcher's ranks as one pipeline, 1F1B for 1, 2, P and 2P + 1 micro-batches.
  * Each stage checks that every input and gradient it receives is its neighbour's for that
  * micro-batch, that a slot's input is still there at its backward (no slot reused too early),
- * and that it ran Megatron's order (mt_pp_1f1b_order); then forward-only. The tensors are 1 MiB,
- * past MPI's eager limit, so a send that is not posted with its receive would deadlock. */
+ * and that it ran Megatron's order (mt_pp_1f1b_order); then forward-only. Then the interleaved
+ * schedule, 2 and 3 chunks a stage, P, 2P and 3P micro-batches: the same checks by virtual
+ * stage, and the order mt_pp_interleaved_order gives. The tensors are 1 MiB, past MPI's eager
+ * limit, so a send that is not posted with its receive would deadlock. */
 #include <mt/pp.h>
 #include <mt/testkit.h>
 
@@ -78,6 +80,116 @@ static mt_tensor gradient(void *ctx) {
     return ((stage *)ctx)->g;
 }
 
+/* ---- the interleaved schedule: chunk c of stage r is virtual stage c P + r ---- */
+
+typedef struct vstage {
+    stage *s;
+    int V, slots, nbuf, M;
+    mt_tensor *in, *out, *g, *buf; /* in[c * slots + slot] */
+    mt_pp_event *ops;
+    int n;
+} vstage;
+
+static int vs_of(const vstage *v, int c) {
+    return c * v->s->P + v->s->r;
+}
+
+static mt_status vfwd(void *ctx, int c, int mb, int slot) {
+    vstage *v = ctx;
+    stage *s = v->s;
+    const int vs = vs_of(v, c), last = v->V * s->P - 1;
+    v->ops[v->n++] = (mt_pp_event){ MT_PP_FORWARD, c, mb, 0, 0, 0, 0, -1, -1 };
+    MT_EXPECT(slot == (s->fwd_only ? 0 : mb % v->slots),
+              "stage %d chunk %d: micro-batch %d in "
+              "slot %d",
+              s->r, c, mb, slot);
+    if (vs > 0)
+        MT_EXPECT(holds(s, &v->in[c * v->slots + slot], act(vs - 1, mb)),
+                  "stage %d chunk %d: forward %d's input is not virtual stage %d's", s->r, c, mb,
+                  vs - 1);
+    if (vs < last) fill(s, &v->out[c], act(vs, mb));
+    return MT_OK;
+}
+
+static mt_status vbwd(void *ctx, int c, int mb, int slot) {
+    vstage *v = ctx;
+    stage *s = v->s;
+    const int vs = vs_of(v, c), last = v->V * s->P - 1;
+    v->ops[v->n++] = (mt_pp_event){ MT_PP_BACKWARD, c, mb, 0, 0, 0, 0, -1, -1 };
+    if (vs > 0)
+        MT_EXPECT(holds(s, &v->in[c * v->slots + slot], act(vs - 1, mb)),
+                  "stage %d chunk %d: slot %d no longer holds micro-batch %d's input", s->r, c,
+                  slot, mb);
+    if (vs < last)
+        MT_EXPECT(holds(s, &v->g[c], grad(vs + 1, mb)),
+                  "stage %d chunk %d: backward %d's gradient is not virtual stage %d's", s->r, c,
+                  mb, vs + 1);
+    if (vs > 0) fill(s, &v->g[c], grad(vs, mb));
+    return MT_OK;
+}
+
+static mt_tensor vinput(void *ctx, int c, int slot) {
+    vstage *v = ctx;
+    return v->in[c * v->slots + slot];
+}
+static mt_tensor voutput(void *ctx, int c) {
+    return ((vstage *)ctx)->out[c];
+}
+static mt_tensor vgrad(void *ctx, int c) {
+    return ((vstage *)ctx)->g[c];
+}
+static mt_tensor vbuffer(void *ctx, int k) {
+    vstage *v = ctx;
+    MT_EXPECT(k >= 0 && k < v->nbuf, "buffer %d of %d", k, v->nbuf);
+    return v->buf[k];
+}
+
+static void run_interleaved(stage *s, mt_comm *w, int V, int M) {
+    vstage v = { s,
+                 V,
+                 mt_pp_interleaved_slots(s->P, s->r, V, M),
+                 mt_pp_interleaved_buffers(s->P, s->r, V, M),
+                 M,
+                 NULL,
+                 NULL,
+                 NULL,
+                 NULL,
+                 NULL,
+                 0 };
+    const int tensors = V * v.slots + 2 * V + v.nbuf;
+    mt_arena *a;
+    MT_CHECK(mt_arena_create(s->dev, (size_t)tensors * (N * 4 + MT_ARENA_ALIGN), &a));
+    mt_tensor *all = calloc((size_t)tensors, sizeof(mt_tensor));
+    for (int k = 0; k < tensors; k++)
+        MT_CHECK(mt_tensor_alloc(a, MT_F32, 1, (int64_t[]){ N }, &all[k]));
+    v.in = all, v.out = all + V * v.slots, v.g = v.out + V, v.buf = v.g + V;
+    const int n = mt_pp_interleaved_order(s->P, s->r, V, M, NULL);
+    v.ops = calloc((size_t)n, sizeof *v.ops);
+    mt_pp_event *want = calloc((size_t)n, sizeof *want);
+    mt_pp_interleaved_order(s->P, s->r, V, M, want);
+    mt_pp_chunks ch = { w, NULL, &v, V, vfwd, vbwd, vinput, voutput, vgrad, vbuffer };
+    s->fwd_only = 0;
+    MT_CHECK(mt_pp_interleaved(&ch, M));
+    int same = 1, j = 0; /* (the order's forwards and backwards, exchanges left out) */
+    for (int k = 0; k < n; k++) {
+        if (want[k].op == MT_PP_EXCHANGE) continue;
+        same &= j < v.n && want[k].op == v.ops[j].op && want[k].chunk == v.ops[j].chunk &&
+                want[k].mb == v.ops[j].mb;
+        j++;
+    }
+    MT_EXPECT(same && j == v.n && v.n == 2 * V * M,
+              "stage %d, %d chunks, %d micro-batches: not "
+              "the interleaved order (%d ops)",
+              s->r, V, M, v.n);
+    v.n = 0; /* forward-only: each micro-batch round the ring, every chunk */
+    s->fwd_only = 1;
+    ch.backward = NULL;
+    MT_CHECK(mt_pp_interleaved_forward_only(&ch, 2));
+    MT_EXPECT(v.n == 2 * V, "forward only: %d ops", v.n);
+    free(want), free(v.ops), free(all);
+    mt_arena_destroy(a);
+}
+
 int main(int argc, char **argv) {
     const int cuda = argc > 1 && strcmp(argv[1], "cuda") == 0;
     if (!cuda && !mt_comm_have_mpi()) mt_test_skip("built without MPI");
@@ -117,6 +229,11 @@ int main(int argc, char **argv) {
     MT_EXPECT(s.n == 3 && s.ops[0] == 0 && s.ops[2] == 2, "forward only: %d ops", s.n);
     fprintf(stderr, "stage %d of %d (%s): 1F1B for 1, 2, %d, %d micro-batches and forward-only\n",
             s.r, s.P, cuda ? "NCCL" : "MPI", s.P, 2 * s.P + 1);
+    for (int V = 2; V <= 3; V++)
+        for (int m = 1; m <= 3; m++)
+            run_interleaved(&s, w, V, m * s.P);
+    fprintf(stderr, "stage %d of %d (%s): interleaved, 2 and 3 chunks, %d, %d, %d micro-batches\n",
+            s.r, s.P, cuda ? "NCCL" : "MPI", s.P, 2 * s.P, 3 * s.P);
     free(s.host);
     mt_arena_destroy(a);
     mt_comm_destroy(w);

@@ -5,6 +5,9 @@
 #include <mt/pp.h>
 #include <mt/testkit.h>
 
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static void order(int P, int r, int M, const int *want, int n) {
@@ -65,8 +68,188 @@ static void test_one_stage(void) {
     MT_EXPECT_STATUS(mt_pp_1f1b(NULL, 1), MT_ERR_INVALID_ARG);
 }
 
-int main(void) {
+/* ---- the interleaved schedule ---- */
+
+static void event_str(const mt_pp_event *e, char *buf, size_t n) {
+    if (e->op == MT_PP_EXCHANGE)
+        snprintf(buf, n, "X %d %d %d %d", e->send_next, e->send_prev, e->recv_prev, e->recv_next);
+    else
+        snprintf(buf, n, "%c %d %d", e->op == MT_PP_FORWARD ? 'F' : 'B', e->chunk, e->mb);
+}
+
+/* Every stage's order against megatron-core's (golden/interleaved.json, gen_interleaved.py). */
+static void test_interleaved_golden(const char *path) {
+    json_error_t err;
+    json_t *root = json_load_file(path, 0, &err);
+    MT_EXPECT(root != NULL, "%s: %s", path, err.text);
+    if (!root) return;
+    json_t *cases = json_object_get(root, "cases"), *c;
+    size_t i;
+    int checked = 0;
+    json_array_foreach(cases, i, c) {
+        const int P = (int)json_integer_value(json_object_get(c, "P"));
+        const int V = (int)json_integer_value(json_object_get(c, "V"));
+        const int M = (int)json_integer_value(json_object_get(c, "M"));
+        json_t *ranks = json_object_get(c, "train");
+        for (int r = 0; r < P; r++) {
+            json_t *want = json_array_get(ranks, (size_t)r);
+            const int n = mt_pp_interleaved_order(P, r, V, M, NULL);
+            MT_EXPECT(n == (int)json_array_size(want),
+                      "P %d V %d M %d stage %d: %d events, want %d", P, V, M, r, n,
+                      (int)json_array_size(want));
+            if (n != (int)json_array_size(want)) continue;
+            mt_pp_event *ev = malloc((size_t)n * sizeof *ev);
+            mt_pp_interleaved_order(P, r, V, M, ev);
+            for (int k = 0; k < n; k++) {
+                char got[32];
+                event_str(&ev[k], got, sizeof got);
+                const char *w = json_string_value(json_array_get(want, (size_t)k));
+                MT_EXPECT(w && strcmp(got, w) == 0, "P %d V %d M %d stage %d event %d: %s, want %s",
+                          P, V, M, r, k, got, w ? w : "?");
+                if (!w || strcmp(got, w) != 0) break;
+            }
+            free(ev);
+            checked++;
+        }
+    }
+    MT_EXPECT(checked >= 20, "only %d stages checked", checked);
+    json_decref(root);
+}
+
+/* The orders run together, each channel's k-th send meeting its k-th receive: every forward's
+ * input is the previous virtual stage's output of that micro-batch, still in its slot (not
+ * overwritten by a later receive), and every backward's gradient the next virtual stage's of
+ * that micro-batch; the slot and buffer counts are what the run needs. */
+#define NQ 4096
+typedef struct chan {
+    int tag[NQ], n, taken;
+} chan;
+
+static void test_interleaved_flow(int P, int V, int M) {
+    enum {
+        MAXP = 8,
+        MAXV = 4,
+        MAXS = 64
+    };
+    mt_pp_event *ev[MAXP];
+    int n[MAXP], pos[MAXP] = { 0 };
+    static chan act[MAXP], grd[MAXP]; /* act[r]: r -> r+1; grd[r]: r -> r-1 */
+    memset(act, 0, sizeof act), memset(grd, 0, sizeof grd);
+    int slot_in[MAXP][MAXV][MAXS], rin[MAXP][MAXV], out[MAXP], gq[MAXP][MAXV][NQ], gl[MAXP][MAXV];
+    int gread[MAXP][MAXV], last_bwd[MAXP], slots[MAXP];
+    memset(rin, 0, sizeof rin), memset(gl, 0, sizeof gl), memset(gread, 0, sizeof gread);
+    for (int r = 0; r < P; r++) {
+        n[r] = mt_pp_interleaved_order(P, r, V, M, NULL);
+        ev[r] = malloc((size_t)n[r] * sizeof(mt_pp_event));
+        mt_pp_interleaved_order(P, r, V, M, ev[r]);
+        slots[r] = mt_pp_interleaved_slots(P, r, V, M);
+        MT_EXPECT(slots[r] >= 1 && slots[r] <= MAXS, "slots %d", slots[r]);
+        for (int c = 0; c < V; c++)
+            for (int k = 0; k < MAXS; k++)
+                slot_in[r][c][k] = -1;
+        out[r] = last_bwd[r] = -1;
+    }
+    const int tagmul = 1000; /* tag: virtual stage * tagmul + micro-batch */
+    int progress = 1, bad = 0, waiting_max[MAXP] = { 0 }, live[MAXP] = { 0 }, posted[MAXP] = { 0 };
+    while (progress && !bad) {
+        progress = 0;
+        for (int r = 0; r < P && !bad; r++) {
+            while (pos[r] < n[r] && !bad) {
+                const mt_pp_event *e = &ev[r][pos[r]];
+                const int nx = (r + 1) % P, pv = (r + P - 1) % P;
+                if (e->op == MT_PP_EXCHANGE) { /* sends posted, then the receives wait */
+                    if (!posted[r]) {
+                        if (e->send_next) act[r].tag[act[r].n++] = out[r];
+                        if (e->send_prev) grd[r].tag[grd[r].n++] = last_bwd[r];
+                        posted[r] = progress = 1;
+                    }
+                    if (e->recv_prev && act[pv].taken >= act[pv].n) break;
+                    if (e->recv_next && grd[nx].taken >= grd[nx].n) break;
+                    posted[r] = 0;
+                    if (e->recv_prev) {
+                        const int c = e->recv_prev_chunk, k = rin[r][c]++;
+                        int *sl = &slot_in[r][c][k % slots[r]];
+                        if (*sl >= 0) bad = 1; /* overwrites an input still needed */
+                        MT_EXPECT(*sl < 0, "P %d V %d M %d: stage %d chunk %d slot %d overwritten",
+                                  P, V, M, r, c, k % slots[r]);
+                        *sl = act[pv].tag[act[pv].taken++];
+                        MT_EXPECT(*sl == (c * P + r - 1) * tagmul + k,
+                                  "P %d V %d M %d: stage %d chunk %d received %d, want %d", P, V, M,
+                                  r, c, *sl, (c * P + r - 1) * tagmul + k);
+                    }
+                    if (e->recv_next) {
+                        const int c = e->recv_next_chunk;
+                        gq[r][c][gl[r][c]++] = grd[nx].tag[grd[nx].taken++];
+                        int w = 0;
+                        for (int cc = 0; cc < V; cc++)
+                            w += gl[r][cc] - gread[r][cc];
+                        if (w > waiting_max[r]) waiting_max[r] = w;
+                    }
+                } else {
+                    const int vs = e->chunk * P + r, sl = e->mb % slots[r];
+                    if (e->op == MT_PP_FORWARD) {
+                        if (vs > 0) {
+                            MT_EXPECT(slot_in[r][e->chunk][sl] == (vs - 1) * tagmul + e->mb,
+                                      "P %d V %d M %d: stage %d F%d.%d input %d", P, V, M, r,
+                                      e->chunk, e->mb, slot_in[r][e->chunk][sl]);
+                        }
+                        out[r] = vs * tagmul + e->mb;
+                        if (e->chunk == 0) live[r]++;
+                        MT_EXPECT(live[r] <= slots[r], "stage %d: %d in flight, %d slots", r,
+                                  live[r], slots[r]);
+                    } else {
+                        if (vs < P * V - 1) {
+                            const int g = gq[r][e->chunk][gread[r][e->chunk]++];
+                            MT_EXPECT(g == (vs + 1) * tagmul + e->mb,
+                                      "P %d V %d M %d: stage %d B%d.%d gradient %d", P, V, M, r,
+                                      e->chunk, e->mb, g);
+                        }
+                        slot_in[r][e->chunk][sl] = -1;
+                        last_bwd[r] = vs * tagmul + e->mb;
+                        if (e->chunk == 0) live[r]--;
+                    }
+                }
+                pos[r]++;
+                progress = 1;
+            }
+        }
+    }
+    for (int r = 0; r < P; r++) {
+        MT_EXPECT(pos[r] == n[r], "P %d V %d M %d: stage %d stuck at event %d of %d", P, V, M, r,
+                  pos[r], n[r]);
+        MT_EXPECT(1 + waiting_max[r] <= mt_pp_interleaved_buffers(P, r, V, M),
+                  "stage %d: %d gradients waited, buffers %d", r, waiting_max[r],
+                  mt_pp_interleaved_buffers(P, r, V, M));
+        int fw = 0, bw = 0;
+        for (int k = 0; k < n[r]; k++)
+            fw += ev[r][k].op == MT_PP_FORWARD, bw += ev[r][k].op == MT_PP_BACKWARD;
+        MT_EXPECT(fw == M * V && bw == M * V, "stage %d: %d forwards, %d backwards", r, fw, bw);
+        free(ev[r]);
+    }
+}
+
+static void test_interleaved_checks(void) {
+    MT_EXPECT_STATUS(mt_pp_interleaved_check(1, 2, 4), MT_ERR_INVALID_ARG);
+    MT_EXPECT_STATUS(mt_pp_interleaved_check(4, 2, 2), MT_ERR_INVALID_ARG);
+    MT_EXPECT_STATUS(mt_pp_interleaved_check(4, 2, 6), MT_ERR_INVALID_ARG);
+    MT_EXPECT_STATUS(mt_pp_interleaved_check(2, 0, 4), MT_ERR_INVALID_ARG);
+    MT_CHECK(mt_pp_interleaved_check(4, 2, 8));
+    MT_EXPECT(mt_pp_interleaved_order(4, 0, 2, 6, NULL) == -1, "M 6 of P 4 ordered");
+    MT_EXPECT(mt_pp_interleaved_order(4, 4, 2, 8, NULL) == -1, "stage 4 of 4 ordered");
+}
+
+int main(int argc, char **argv) {
     test_orders();
     test_one_stage();
+    test_interleaved_checks();
+    if (argc > 1)
+        test_interleaved_golden(argv[1]);
+    else
+        MT_EXPECT(0, "usage: test_pp GOLDEN_JSON");
+    const int cases[][3] = { { 2, 2, 2 },  { 2, 2, 4 },  { 2, 3, 6 }, { 3, 2, 3 },
+                             { 3, 3, 9 },  { 4, 2, 4 },  { 4, 2, 8 }, { 4, 3, 12 },
+                             { 4, 4, 16 }, { 8, 2, 16 }, { 2, 1, 4 }, { 4, 1, 8 } };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++)
+        test_interleaved_flow(cases[k][0], cases[k][1], cases[k][2]);
     return mt_test_result();
 }

@@ -57,6 +57,75 @@ MT_API mt_status mt_pp_1f1b(const mt_pp_stage *s, int num_micro);
  * on. Collective over the pipeline group. */
 MT_API mt_status mt_pp_forward_only(const mt_pp_stage *s, int num_micro);
 
+/* ---- the interleaved schedule (Megatron's virtual pipeline stages) ----
+ * Each of the P stages holds V model chunks: chunk c of stage r is virtual stage c P + r of a
+ * pipeline of P V (the first's input is the tokens, the last's output the loss), so an
+ * activation goes round the P ranks V times, from the last stage back to the first between
+ * chunks. Megatron's forward_backward_pipelining_with_interleaving, without its p2p overlap:
+ * micro-batches in groups of P (microbatch_group_size_per_vp_stage's default), each group
+ * through chunk 0, then chunk 1, ...; (P - r - 1) 2 + (V - 1) P warm-up forwards on stage r,
+ * then a forward and a backward in turn, then the remaining backwards. The exchanges with the
+ * neighbours (the previous and next stage round the ring) are batched as Megatron's; in a batch
+ * the activations go before the gradients, so P = 2, where both neighbours are one rank, pairs
+ * them right. */
+typedef struct mt_pp_chunks {
+    mt_comm *comm; /* the pipeline group (member k: stage k), of 2 or more stages */
+    mt_stream stream;
+    void *ctx;
+    int num_chunks; /* V >= 1 */
+    /* chunk c's forward / backward of micro-batch mb in `slot` (mt_pp_interleaved_slots: mb %
+     * slots; a chunk's input for the slot has arrived in input(c, slot) unless c is the first
+     * virtual stage; before a backward that is not the last virtual stage's, the next virtual
+     * stage's input gradient has been written into grad(c), which after a backward holds this
+     * chunk's input gradient) */
+    mt_status (*forward)(void *ctx, int chunk, int mb, int slot);
+    mt_status (*backward)(void *ctx, int chunk, int mb, int slot);
+    mt_tensor (*input)(void *ctx, int chunk, int slot);
+    mt_tensor (*output)(void *ctx, int chunk); /* the chunk's last forward's output */
+    mt_tensor (*grad)(void *ctx, int chunk);
+    /* Staging buffer k < mt_pp_interleaved_buffers(): the activations' shape and dtype, on the
+     * stream's device. Outputs wait there to be sent, and input gradients that arrive before
+     * their backward (the first and last stages receive round the ring ahead of time). */
+    mt_tensor (*buffer)(void *ctx, int k);
+} mt_pp_chunks;
+
+typedef enum mt_pp_op {
+    MT_PP_FORWARD = 0,
+    MT_PP_BACKWARD = 1,
+    MT_PP_EXCHANGE = 2
+} mt_pp_op;
+
+/* One step of a stage's interleaved order: a chunk's forward or backward of a micro-batch, or
+ * one batched exchange (what it sends to the next and previous stage and receives from them,
+ * and for which chunk a received input or gradient is). */
+typedef struct mt_pp_event {
+    mt_pp_op op;
+    int chunk, mb; /* forward, backward */
+    int send_next, send_prev, recv_prev, recv_next;
+    int recv_prev_chunk, recv_next_chunk; /* (-1 when nothing is received) */
+} mt_pp_event;
+
+/* Megatron's conditions on the interleaved schedule (its messages): P >= 2, V >= 1, num_micro a
+ * multiple of P. */
+MT_API mt_status mt_pp_interleaved_check(int stages, int chunks, int num_micro);
+/* Stage `stage`'s events for one training iteration (ev may be NULL to count); -1 for arguments
+ * that mt_pp_interleaved_check refuses. */
+MT_API int mt_pp_interleaved_order(int stages, int stage, int chunks, int num_micro,
+                                   mt_pp_event *ev);
+/* The activation slots the stage's chunks need (micro-batch mb in slot mb % slots): the most
+ * micro-batches in flight on the stage at once, from the first receive or forward of one to its
+ * last backward (chunk 0's); the same count for every chunk. Also covers forward-only. */
+MT_API int mt_pp_interleaved_slots(int stages, int stage, int chunks, int num_micro);
+/* The staging buffers mt_pp_interleaved needs on the stage: one for the outputs sent, and the
+ * most input gradients waiting for their backward at once. */
+MT_API int mt_pp_interleaved_buffers(int stages, int stage, int chunks, int num_micro);
+/* Runs num_micro micro-batches through the stage's chunks in the interleaved order.
+ * Collective over the pipeline group (every stage the same num_micro). */
+MT_API mt_status mt_pp_interleaved(const mt_pp_chunks *s, int num_micro);
+/* Forwards only (evaluation): each micro-batch round the ring through every chunk in turn, in
+ * slot 0 (backward, grad and buffer unused). Collective over the pipeline group. */
+MT_API mt_status mt_pp_interleaved_forward_only(const mt_pp_chunks *s, int num_micro);
+
 #ifdef __cplusplus
 }
 #endif
