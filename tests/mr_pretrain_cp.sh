@@ -5,7 +5,7 @@
 # positions, biases; Llama: RoPE, GQA, SwiGLU), of CP 2 x DP 2 with the distributed optimizer,
 # overlapped buckets and full recompute, and with logits chunks and evaluation, equals one rank's
 # (relative 1e-5), and so do CP 2 x TP 2 (with and without sequence parallelism) and CP 2 x PP 2
-# (Megatron's rank order tp-cp-dp-pp), and MoE's (losses and router losses; with EP, TP); a CP 2
+# (Megatron's rank order tp-cp-dp-pp; also interleaved), and MoE's (losses and router losses; with EP, TP); a CP 2
 # checkpoint resumes on one rank and on CP 2. With
 # "cuda": on 2 GPUs (fp32 1e-4, bf16 1e-2; also 512-token sequences, whose 128-token chunks take
 # mt-attention's key-prefix kernels unpadded), else on the CPU over MPI.
@@ -52,6 +52,10 @@ if [ -z "${dev[*]}" ]; then  # (4 ranks: the CPU only)
     --sequence-parallel
   mr gpt_cp2tp2 4 gpt $tol --context-parallel-size 2 --tensor-model-parallel-size 2
   mr gpt_cp2pp2 4 gpt $tol --context-parallel-size 2 --pipeline-model-parallel-size 2
+  # and the interleaved schedule (4 layers, 2 chunks a stage; each slot's loss scale kept)
+  one gpt4 --num-layers 4
+  mr gpt_cp2ppv2 4 gpt4 $tol --num-layers 4 --context-parallel-size 2 \
+    --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1
   # mixture of experts: the load-balancing loss over the group's tokens (Megatron's tp_cp
   # reduce of the tokens per expert), z's mean over them; with expert parallelism beside
   moe=("${llama[@]}" --num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 64

@@ -6,7 +6,7 @@
 # ranks' loss sums over their token counts in both). Also with the distributed optimizer and
 # overlapped reductions, and with 2 context-parallel ranks (each half of every sequence: their
 # counted tokens differ, so each micro-batch's mean is over both ranks' counts). With
-# --reset-position-ids (positions restarting after each EOD) too.
+# --reset-position-ids (positions restarting after each EOD) too; and CP 2 x PP 2 interleaved.
 source "$(dirname "$0")/pretrain_common.sh"
 : "${MT_PREPROCESS:?}"
 d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
@@ -34,3 +34,13 @@ for mode in mean pt pos; do
     echo "ok $mode $v: 2 ranks give 1 rank's 12 losses and validation losses"
   done
 done
+# the interleaved schedule with CP 2 (4 layers, 2 chunks a stage): a micro-batch's loss scale
+# (its ranks' counted tokens) is kept for its last chunk's forward, many forwards later
+"$MT_PRETRAIN" "${common[@]}" --eod-mask-loss --num-layers 4 --golden-values-out "$d/v-1.json" \
+  > "$d/v-1.log" 2>&1 || { cat "$d/v-1.log"; exit 1; }
+"$MPIEXEC" -n 4 "$MT_PRETRAIN" "${common[@]}" --eod-mask-loss --num-layers 4 --context-parallel-size 2 \
+  --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1 \
+  --golden-values-out "$d/v-cp.json" > "$d/v-cp.log" 2>&1 || { cat "$d/v-cp.log"; exit 1; }
+rel_close "$d/v-1.json" "$d/v-cp.json" 1 12 1e-5 \
+  || { echo "FAIL: CP 2 x PP 2 interleaved differs from 1 rank"; exit 1; }
+echo "ok: CP 2 x PP 2 interleaved gives 1 rank's 12 losses with --eod-mask-loss"

@@ -7,7 +7,8 @@
 # params norms with the same global batch, up to the order of the fp32 sums (relative 1e-5); so do
 # an untied Llama-shaped model, full recomputation, uneven splits, dropout, and validation. fp16 with an
 # overflowing loss scale skips the same steps (Inf/NaN found on any stage). Checkpoints hold the
-# unsharded tensors: PP 2 resumes bitwise, and its checkpoint resumes into PP 1 and PP 4.
+# unsharded tensors: PP 2 resumes bitwise, and its checkpoint resumes into PP 1 and PP 4. The
+# interleaved schedule (2 chunks a stage) gives one rank's losses the same ways.
 source "$(dirname "$0")/pretrain_common.sh"
 d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
 mr() {  # ranks name flags...
@@ -108,6 +109,52 @@ if [ -n "${MT_CONVERT:-}" ]; then  # the unsharded checkpoint exports to Hugging
   [ "$(jq -r .n_layer "$d/hf/config.json")" = 4 ] || { echo "FAIL: exported config"; cat "$d/hf/config.json"; exit 1; }
   echo "ok PP 2 checkpoint exported to Hugging Face"
 fi
+# the interleaved schedule (--num-layers-per-virtual-pipeline-stage 1: 2 chunks a stage, the
+# activations round the ring twice): one rank's losses, norms and validation, also with DP 2
+# (distributed optimizer, reductions started by each chunk's last backward, parameter gather),
+# TP 2 with SP, full recomputation, an untied Llama shape, and 4 stages of 2 chunks (8 layers;
+# the first stage's warm-up is every forward); a PP 2 x 2 chunks checkpoint resumes bitwise and
+# into PP 1
+v2=("${l4[@]}" --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1)
+mr 2 v2 "${v2[@]}" $(obs v2)
+grep -q "tensor parallel 1 x data parallel 1 x pipeline parallel 2" "$d/v2.log" \
+  || { echo "FAIL: not PP 2"; cat "$d/v2.log"; exit 1; }
+mr 4 v2dp2 "${v2[@]}" --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather \
+  --ddp-bucket-size 3000 $(obs v2dp2)
+mr 4 v2tp2 "${v2[@]}" --tensor-model-parallel-size 2 --make-vocab-size-divisible-by 64 \
+  --sequence-parallel $(obs v2tp2)
+mr 2 v2rc "${v2[@]}" --recompute-granularity full --recompute-method uniform \
+  --recompute-num-layers 1 $(obs v2rc)
+for run in v2 v2dp2 v2tp2 v2rc; do same l4 $run; done
+mr 2 llv2 "${llama[@]}" --pipeline-model-parallel-size 2 --num-virtual-stages-per-pipeline-rank 2 \
+  $(obs llv2)
+mr 4 llv2dp2 "${llama[@]}" --pipeline-model-parallel-size 2 --num-virtual-stages-per-pipeline-rank 2 \
+  --use-distributed-optimizer --overlap-grad-reduce --ddp-bucket-size 3000 $(obs llv2dp2)
+same ll1 llv2; same ll1 llv2dp2  # (untied: no bucket waits for the embedding's sum)
+l8=(--num-layers 8)
+one l8 "${l8[@]}" $(obs l8)
+mr 4 v4 "${l8[@]}" --pipeline-model-parallel-size 4 --num-virtual-stages-per-pipeline-rank 2 $(obs v4)
+same l8 v4
+mr 2 v2full "${v2[@]}"
+mr 2 v2first "${v2[@]}" --exit-interval 6 --save "$d/ckv"
+cp -r "$d/ckv" "$d/ckv1"
+mr 2 v2resume "${v2[@]}" --load "$d/ckv"
+[ "$(losses "$d/v2full.json" 7 12)" = "$(losses "$d/v2resume.json" 7 12)" ] \
+  || { echo "FAIL: interleaved resume differs"; paste <(losses "$d/v2full.json" 7 12) <(losses "$d/v2resume.json" 7 12); exit 1; }
+one v2resume1 "${l4[@]}" --load "$d/ckv1"
+paste <(losses "$d/v2full.json" 7 12 | cut -d' ' -f2) <(losses "$d/v2resume1.json" 7 12 | cut -d' ' -f2) \
+  | close "PP 1 losses from the interleaved checkpoint" 1e-5 || fail=1
+echo "ok interleaved resume: bitwise on PP 2 x 2 chunks, and into PP 1"
+# Megatron's checks: 4 micro-batches on 3 stages; a split that does not divide the layers
+"$MPIEXEC" -n 3 "$MT_PRETRAIN" "${tiny_args[@]}" --num-layers 6 --pipeline-model-parallel-size 3 \
+  --num-virtual-stages-per-pipeline-rank 2 > "$d/badv.log" 2>&1 && { echo "FAIL: M 4 ran on 3 stages"; exit 1; }
+grep -q "The remainder of M (the total micro-batches) divided by N" "$d/badv.log" \
+  || { echo "FAIL: micro-batch message"; cat "$d/badv.log"; exit 1; }
+"$MT_PRETRAIN" "${tiny_args[@]}" --num-layers 4 --pipeline-model-parallel-size 2 \
+  --num-layers-per-virtual-pipeline-stage 3 > "$d/badv2.log" 2>&1 && { echo "FAIL: 3-layer chunks of 2"; exit 1; }
+grep -q "number of layers per pipeline stage must be divisible number of layers per virtual pipeline stage" "$d/badv2.log" \
+  || { echo "FAIL: chunk message"; cat "$d/badv2.log"; exit 1; }
+echo "ok: the interleaved schedule's bad shapes refused"
 # a world that the stages do not divide is refused before anything starts
 "$MPIEXEC" -n 2 "$MT_PRETRAIN" "${tiny_args[@]}" --pipeline-model-parallel-size 2 \
   --tensor-model-parallel-size 2 > "$d/bad.log" 2>&1 && { echo "FAIL: 2 ranks ran TP 2 x PP 2"; exit 1; }

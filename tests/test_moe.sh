@@ -87,6 +87,9 @@ if [ -n "${MPIEXEC:-}" ]; then
   mr dp2 2
   mr zero 2 --use-distributed-optimizer --overlap-grad-reduce --ddp-bucket-size 3000
   mr pp2 2 --pipeline-model-parallel-size 2
+  # the interleaved schedule: 2 chunks of 1 layer a stage (the router losses' layer means)
+  run one4 --num-layers 4
+  mr ppv2 2 --num-layers 4 --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1
   mr tp2 2 --tensor-model-parallel-size 2  # each rank its share of every expert
   mr tpsp2 2 --tensor-model-parallel-size 2 --sequence-parallel  # (Megatron's MoE + TP setting)
   mr dpdrop 2 --hidden-dropout 0.1         # the MoE output's dropout masks are the samples'
@@ -135,8 +138,8 @@ if [ -n "${MPIEXEC:-}" ]; then
   mr ep2b 2 "${ep[@]}"  # (experts with biases run one GEMM each)
   MOE=("${moe[@]}")
   router() { jq -r '"\(.load_balancing_loss) \(.z_loss)"' "$1"; }
-  for n in dp2 zero pp2 tp2 tpsp2 dpdrop dpcap tpcap tp2b tpsp2b ep2 ep2zero ep2dp4 ep2tp2 ep2pp2 ep2rec ep2b ep2cap ep2drop; do
-    ref=one; [ $n = dpdrop ] && ref=onedrop; [ $n = dpcap ] || [ $n = tpcap ] || [ $n = ep2cap ] && ref=onecap
+  for n in dp2 zero pp2 ppv2 tp2 tpsp2 dpdrop dpcap tpcap tp2b tpsp2b ep2 ep2zero ep2dp4 ep2tp2 ep2pp2 ep2rec ep2b ep2cap ep2drop; do
+    ref=one; [ $n = dpdrop ] && ref=onedrop; [ $n = ppv2 ] && ref=one4; [ $n = dpcap ] || [ $n = tpcap ] || [ $n = ep2cap ] && ref=onecap
     [ $n = ep2drop ] && ref=onedropc
     [ $n = tp2b ] || [ $n = tpsp2b ] || [ $n = ep2b ] && ref=oneb
     paste <(losses "$d/$ref.json" 1 12) <(losses "$d/$n.json" 1 12) | awk '{ print $2, $4 }' | close "$n losses" 1e-5

@@ -88,7 +88,12 @@ for c in "10 2 16|expected global batch size to be greater than or equal to star
     || { echo "FAIL: --rampup-batch-size ${c%%|*}"; cat "$d/out"; fail=1; }
 done
 expect "argument --empty-unused-memory-level: invalid choice: 3" --empty-unused-memory-level 3
-expect "--num-layers-per-virtual-pipeline-stage: the interleaved pipeline schedule is not supported yet" --num-layers-per-virtual-pipeline-stage 1
+# the interleaved schedule (megatron/training/arguments.py's messages)
+expect "When interleaved schedule is used, pipeline-model-parallel size should be greater than 1" --num-layers-per-virtual-pipeline-stage 1
+expect "--num-layers-per-virtual-pipeline-stage and --num-virtual-stages-per-pipeline-rank cannot be set at the same time" --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1 --num-virtual-stages-per-pipeline-rank 1
+expect "number of layers per pipeline stage must be divisible number of layers per virtual pipeline stage" --num-layers 6 --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 2
+expect "Number of layers should be divisible by the pipeline-model-parallel size times --num-virtual-stages-per-pipeline-rank" --pipeline-model-parallel-size 2 --num-virtual-stages-per-pipeline-rank 2
+expect "the interleaved schedule with an uneven pipeline split" --num-layers 4 --pipeline-model-parallel-size 2 --decoder-first-pipeline-num-layers 3 --num-virtual-stages-per-pipeline-rank 2
 "$MT_PRETRAIN" --num-layers 2 > "$d/out" 2>&1; rc=$?
 { [ $rc = 2 ] && grep -q "hidden-size is required" "$d/out"; } || { echo "FAIL: missing required flag"; cat "$d/out"; fail=1; }
 # --exit-on-missing-checkpoint: a --load directory without a checkpoint is an error (Megatron's

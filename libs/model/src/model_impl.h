@@ -75,6 +75,7 @@ static inline int last_stage(const mt_model_config *c) {
     return pp_n(c) == 1 || c->pipeline_model_parallel_rank == pp_n(c) - 1;
 }
 static inline int pp_slots(const mt_model_config *c) {
+    if (c->pipeline_num_slots > 0) return c->pipeline_num_slots;
     return pp_n(c) > 1 ? pp_n(c) - c->pipeline_model_parallel_rank : 1;
 }
 /* Mixture of experts: the experts (0: dense MLPs), the choices a token, an expert's MLP width. */

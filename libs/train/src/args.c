@@ -124,9 +124,6 @@ static const flag flags[] = {
       "round the global batch down to a multiple of micro-batch x data-parallel size" },
     { "--calculate-per-token-loss", F_TRUE, O(calculate_per_token_loss),
       "the loss is the global batch's sum over its token count (not a mean of micro-batch means)" },
-    { "--num-layers-per-virtual-pipeline-stage", F_NO_VAL, 0,
-      "--num-layers-per-virtual-pipeline-stage: the interleaved pipeline schedule is not "
-      "supported yet (1F1B only)" },
     { "--use-rotary-position-embeddings", F_TRUE, O(use_rotary_position_embeddings),
       "= --position-embedding-type rope" },
     { "--no-position-embedding", F_TRUE, O(no_position_embedding),
@@ -211,6 +208,10 @@ static const flag flags[] = {
       "--load without a checkpoint there is an error (default: start from random)" },
     { "--tensor-model-parallel-size", F_INT, O(tensor_model_parallel_size), "1" },
     { "--pipeline-model-parallel-size", F_INT, O(pipeline_model_parallel_size), "1" },
+    { "--num-layers-per-virtual-pipeline-stage", F_INT, O(num_layers_per_virtual_pipeline_stage),
+      "the interleaved schedule: chunks of this many layers, (layers / P) / this a stage" },
+    { "--num-virtual-stages-per-pipeline-rank", F_INT, O(num_virtual_stages_per_pipeline_rank),
+      "the interleaved schedule: this many chunks a stage" },
     { "--decoder-first-pipeline-num-layers", F_INT, O(decoder_first_pipeline_num_layers),
       "layers of the first pipeline stage (the others: the rest evenly)" },
     { "--decoder-last-pipeline-num-layers", F_INT, O(decoder_last_pipeline_num_layers),
@@ -615,6 +616,46 @@ static mt_status validate_moe(const mt_train_args *a) {
 
 /* megatron/training/arguments.py and TransformerConfig.__post_init__ */
 /* (per_stage: the most layers a pipeline stage has) */
+/* The interleaved schedule's chunks a stage (megatron/training/arguments.py's rules and
+ * messages). Megatron wants P > 2 without its p2p overlap (P = 2 pairs a rank's two sends to one
+ * peer in the wrong order there); mt-pp's batches post the activations first, so P = 2 works. */
+static mt_status validate_virtual(mt_train_args *a) {
+    const int n = a->num_layers_per_virtual_pipeline_stage;
+    const int v = a->num_virtual_stages_per_pipeline_rank, P = a->pipeline_model_parallel_size;
+    a->virtual_pipeline_model_parallel_size = 0;
+    if (!n && !v) return MT_OK;
+    if (n && v)
+        return BAD("--num-layers-per-virtual-pipeline-stage and "
+                   "--num-virtual-stages-per-pipeline-rank cannot be set at the same time");
+    if (n < 0 || v < 0)
+        return BAD("--num-layers-per-virtual-pipeline-stage / --num-virtual-stages-per-pipeline-"
+                   "rank must be positive, got %d",
+                   n ? n : v);
+    if (P <= 1)
+        return BAD("When interleaved schedule is used, pipeline-model-parallel size should be "
+                   "greater than 1");
+    if (a->decoder_first_pipeline_num_layers || a->decoder_last_pipeline_num_layers)
+        return MT_ERROR(MT_ERR_UNSUPPORTED,
+                        "the interleaved schedule with an uneven pipeline split "
+                        "(--decoder-first/last-pipeline-num-layers) is not supported yet");
+    if (n) {
+        if (a->num_layers % P != 0)
+            return BAD("number of layers of the model must be divisible pipeline model parallel "
+                       "size");
+        if (a->num_layers / P % n != 0)
+            return BAD("number of layers per pipeline stage must be divisible number of layers "
+                       "per virtual pipeline stage");
+        a->virtual_pipeline_model_parallel_size = a->num_layers / P / n;
+    } else {
+        if (a->num_layers % (P * v) != 0)
+            return BAD("Number of layers should be divisible by the pipeline-model-parallel size "
+                       "times --num-virtual-stages-per-pipeline-rank (--num-layers %d, %d x %d)",
+                       a->num_layers, P, v);
+        a->virtual_pipeline_model_parallel_size = v;
+    }
+    return MT_OK;
+}
+
 static mt_status validate_recompute(mt_train_args *a, int per_stage) {
     if (a->recompute_activations) set_str(&a->recompute_granularity, "selective");
     const char *g = a->recompute_granularity, *m = a->recompute_method;
@@ -851,14 +892,18 @@ static mt_status validate(mt_train_args *a) {
     if (a->pipeline_model_parallel_size < 1)
         return BAD("--pipeline-model-parallel-size must be positive, got %d",
                    a->pipeline_model_parallel_size);
-    int most = 0; /* the most layers a pipeline stage has */
+    MT_TRY(validate_virtual(a));
+    int most = 0; /* the most layers a pipeline stage (or chunk) has */
     {             /* the model's split rule (megatron/training/arguments.py's messages) */
         mt_model_config c = MT_MODEL_CONFIG_INIT;
         c.num_layers = a->num_layers;
-        c.pipeline_model_parallel_size = a->pipeline_model_parallel_size;
+        c.pipeline_model_parallel_size =
+            a->pipeline_model_parallel_size * (a->virtual_pipeline_model_parallel_size > 1
+                                                   ? a->virtual_pipeline_model_parallel_size
+                                                   : 1);
         c.num_layers_in_first_pipeline_stage = a->decoder_first_pipeline_num_layers;
         c.num_layers_in_last_pipeline_stage = a->decoder_last_pipeline_num_layers;
-        for (int r = 0; r < a->pipeline_model_parallel_size; r++) {
+        for (int r = 0; r < c.pipeline_model_parallel_size; r++) {
             int first, n;
             MT_TRY(mt_model_stage_layers(&c, r, &first, &n));
             most = n > most ? n : most;

@@ -48,8 +48,16 @@ typedef struct run {
     int32_t *hcp; /* context parallelism: this rank's chunks of a host batch's tokens (B, T/cp) */
     mt_device dev;
     int64_t vocab, eod;
-    mt_model_config mc;
-    mt_model *model;
+    mt_model_config mc; /* (chunk 0's under the interleaved schedule) */
+    /* this rank's model: its pipeline stage, or under the interleaved schedule (vpp > 1 chunks a
+     * stage) chunk c of stage r is stage c P + r of a pipeline of P vpp; model = chunks[0] */
+    mt_model *model, **chunks;
+    int vpp;
+    mt_arena *vbuf_arena; /* the interleaved schedule's staging buffers (vbuf[nvbuf]) */
+    mt_tensor *vbuf;
+    int nvbuf;
+    float *slot_gs; /* the loss scale of each device slot's micro-batch (interleaved) */
+    const mt_model_config *chunk_cfg; /* the chunk whose parameters are being registered */
     mt_optim_buffer *buf;
     mt_arena *buf_arena, *opt_arena, *io_arena;
     mt_optim *opt;
@@ -103,6 +111,7 @@ typedef struct run {
 } run;
 
 static mt_status setup_overlap(run *r);
+static mt_status setup_chunks(run *r, const mt_model_config *cc);
 static mt_status grad_ready(void *ctx, int level, mt_stream s);
 static mt_status start_buckets(run *r, int level, mt_stream s);
 static int embedding_held(const run *r);
@@ -111,6 +120,26 @@ static mt_status params_final(run *r);
 static mt_status use_slot(run *r, int k);
 
 /* ---- small helpers ---- */
+
+/* This rank's parameters, chunk by chunk (one model without the interleaved schedule). */
+static int num_params(const run *r) {
+    int n = 0;
+    for (int c = 0; c < r->vpp; c++)
+        n += mt_model_num_params(r->chunks[c]);
+    return n;
+}
+static mt_model_param *param_at(const run *r, int i) {
+    for (int c = 0; c < r->vpp; i -= mt_model_num_params(r->chunks[c]), c++)
+        if (i < mt_model_num_params(r->chunks[c])) return mt_model_param_at(r->chunks[c], i);
+    return NULL;
+}
+static mt_model_param *param_find(const run *r, const char *name) {
+    for (int c = 0; c < r->vpp; c++) {
+        mt_model_param *p = mt_model_param_find(r->chunks[c], name);
+        if (p) return p;
+    }
+    return NULL;
+}
 
 static int last_rank(const run *r) {
     return r->rank == r->nranks - 1; // why: Megatron prints the training line on the last rank
@@ -155,8 +184,12 @@ static mt_status allreduce_host(run *r, double *x, int n, mt_redop op) {
  * (Megatron's reported 'lm loss': the sums' sum over the counts' sum; the tensor-parallel ranks
  * of a data-parallel rank hold the same losses and count), on every rank. */
 static mt_status take_loss(run *r, double *loss) {
-    double sc[2];
-    MT_TRY(mt_model_take_loss_sum(r->model, &sc[0], &sc[1], NULL));
+    double sc[2] = { 0, 0 };
+    for (int c = 0; c < r->vpp; c++) {
+        double l, n;
+        MT_TRY(mt_model_take_loss_sum(r->chunks[c], &l, &n, NULL));
+        sc[0] += l, sc[1] += n;
+    }
     MT_TRY(allreduce_on(r, r->dp, sc, 2, MT_REDOP_SUM));
     MT_TRY(allreduce_on(r, r->pp, sc, 2, MT_REDOP_SUM)); /* (only the last stage has losses) */
     *loss = sc[0] / sc[1];                               /* no counted token: 0/0, NaN as torch */
@@ -167,13 +200,16 @@ static mt_status take_loss(run *r, double *loss) {
  * the layers (every pipeline stage's) and micro-batches, averaged over the data- and
  * context-parallel ranks (Megatron's load_balancing_loss and z_loss); NaN for one that is off. */
 static mt_status take_moe_losses(run *r, double *aux, double *z) {
-    double v[2];
-    MT_TRY(mt_model_take_moe_losses(r->model, &v[0], &v[1], NULL));
+    double v[2] = { 0, 0 };
     if (!r->mc.num_moe_experts) return MT_OK;
-    int l0, nl; /* (a stage's mean over its layers, weighted by them) */
-    MT_TRY(mt_model_stage_layers(&r->mc, r->pp_rank, &l0, &nl));
-    for (int i = 0; i < 2; i++)
-        v[i] *= (double)nl / (double)(r->mc.num_layers * r->gdp_size);
+    for (int c = 0; c < r->vpp; c++) { /* (a chunk's mean over its layers, weighted by them) */
+        double w[2];
+        int l0, nl;
+        MT_TRY(mt_model_take_moe_losses(r->chunks[c], &w[0], &w[1], NULL));
+        MT_TRY(mt_model_stage_layers(&r->mc, c * r->pp_size + r->pp_rank, &l0, &nl));
+        for (int i = 0; i < 2; i++)
+            v[i] += w[i] * (double)nl / (double)(r->mc.num_layers * r->gdp_size);
+    }
     MT_TRY(allreduce_on(r, r->dp, v, 2, MT_REDOP_SUM));
     MT_TRY(allreduce_on(r, r->pp, v, 2, MT_REDOP_SUM));
     *aux = v[0], *z = v[1];
@@ -406,7 +442,7 @@ static mt_status register_param(void *ctx, const char *name, int ndim, const int
     if (!weight) { /* listing pass; params whole on every tensor-parallel rank count once, the
                       last stage's copy of a tied embedding not at all (the first stage's does) */
         int flags = no_wd ? MT_OPTIM_PARAM_NO_DECAY : MT_OPTIM_PARAM_DECAY;
-        if (r->tp_size > 1 && mt_model_param_tp_axis(&r->mc, name) < 0)
+        if (r->tp_size > 1 && mt_model_param_tp_axis(r->chunk_cfg, name) < 0)
             flags |= MT_OPTIM_PARAM_TP_REPLICATED;
         if (r->pp_size > 1 && r->pp_rank == r->pp_size - 1 &&
             strcmp(name, "embedding.word_embeddings.weight") == 0)
@@ -435,7 +471,7 @@ static mt_status setup_model(run *r) {
     c->make_vocab_size_divisible_by = a->make_vocab_size_divisible_by; /* (times the TP size) */
     c->tensor_model_parallel_size = r->tp_size;
     c->sequence_parallel = a->sequence_parallel;
-    c->pipeline_model_parallel_size = r->pp_size;
+    c->pipeline_model_parallel_size = r->pp_size * r->vpp; /* (chunk 0: stage pp_rank) */
     c->pipeline_model_parallel_rank = r->pp_rank;
     c->num_layers_in_first_pipeline_stage = a->decoder_first_pipeline_num_layers;
     c->num_layers_in_last_pipeline_stage = a->decoder_last_pipeline_num_layers;
@@ -488,8 +524,34 @@ static mt_status setup_model(run *r) {
             else if (strcmp(a->recompute_modules[i], "layernorm") == 0)
                 c->recompute_layernorm = 1;
     }
+    if (r->vpp > 1) { /* the most micro-batches in flight of any iteration's count */
+        MT_TRY(mt_pp_interleaved_check(r->pp_size, r->vpp, r->num_micro));
+        for (int m = r->pp_size; m <= r->num_micro; m += r->pp_size) {
+            const int k = mt_pp_interleaved_slots(r->pp_size, r->pp_rank, r->vpp, m);
+            const int nb = mt_pp_interleaved_buffers(r->pp_size, r->pp_rank, r->vpp, m);
+            c->pipeline_num_slots = k > c->pipeline_num_slots ? k : c->pipeline_num_slots;
+            r->nvbuf = nb > r->nvbuf ? nb : r->nvbuf;
+        }
+    }
     MT_TRY(mt_model_config_finalize(c));
+    mt_model_config *cc = calloc((size_t)r->vpp, sizeof *cc);
+    MT_REQUIRE(cc, MT_ERR_OOM, "model chunks");
+    for (int v = 0; v < r->vpp; v++) { /* chunk v: stage v P + r */
+        cc[v] = *c;
+        cc[v].pipeline_model_parallel_rank = v * r->pp_size + r->pp_rank;
+        mt_status st = mt_model_config_finalize(&cc[v]);
+        if (st != MT_OK) free(cc);
+        MT_TRY(st);
+    }
+    mt_status st = setup_chunks(r, cc);
+    free(cc);
+    return st;
+}
 
+/* The optimizer's buffer of every chunk's parameters, the chunks, the optimizer, the schedule. */
+static mt_status setup_chunks(run *r, const mt_model_config *cc) {
+    const mt_train_args *a = r->a;
+    const mt_model_config *c = &r->mc;
     mt_optim_buffer_config bc = MT_OPTIM_BUFFER_CONFIG_INIT;
     bc.param_dtype = c->dtype;
     bc.device = r->dev;
@@ -500,18 +562,38 @@ static mt_status setup_model(run *r) {
     bc.expert_dp_size = r->edp_size;
     bc.tp_rank = r->tp_rank;
     MT_TRY(mt_optim_buffer_create(&bc, &r->buf));
-    MT_TRY(mt_model_list_params(c, register_param, r));
+    for (int v = 0; v < r->vpp; v++) {
+        r->chunk_cfg = &cc[v];
+        MT_TRY(mt_model_list_params(&cc[v], register_param, r));
+    }
     size_t bytes;
     MT_TRY(mt_optim_buffer_finalize(r->buf, &bytes));
     MT_TRY(mt_arena_create(r->dev, bytes, &r->buf_arena));
     MT_TRY(mt_optim_buffer_bind(r->buf, r->buf_arena));
-    MT_TRY(mt_model_create_tp(c, a->micro_batch_size, r->dev, r->tp, register_param, r, &r->model));
-    if (r->ep) MT_TRY(mt_model_set_expert_group(r->model, r->ep));
-    if (r->cp) MT_TRY(mt_model_set_context_group(r->model, r->cp));
+    r->chunks = calloc((size_t)r->vpp, sizeof *r->chunks);
+    MT_REQUIRE(r->chunks, MT_ERR_OOM, "model chunks");
+    for (int v = 0; v < r->vpp; v++) {
+        mt_model **m = &r->chunks[v];
+        MT_TRY(
+            mt_model_create_tp(&cc[v], a->micro_batch_size, r->dev, r->tp, register_param, r, m));
+        if (r->ep) MT_TRY(mt_model_set_expert_group(*m, r->ep));
+        if (r->cp) MT_TRY(mt_model_set_context_group(*m, r->cp));
+        /* the forward and backward as one CUDA graph from the second micro-batch on
+         * (MT_CUDA_GRAPHS=0: off, for comparison); the profiler runs without it */
+        mt_model_set_cuda_graphs(*m, mt_env_int("MT_CUDA_GRAPHS", 1) != 0);
+    }
+    r->model = r->chunks[0];
     r->nslots = mt_model_pp_slots(r->model);
-    /* the forward and backward as one CUDA graph from the second micro-batch on (MT_CUDA_GRAPHS=0:
-     * off, for comparison); the profiler runs without it */
-    mt_model_set_cuda_graphs(r->model, mt_env_int("MT_CUDA_GRAPHS", 1) != 0);
+    if (r->vpp > 1) { /* staging buffers of the activations' shape */
+        const mt_tensor o = mt_model_pp_output(r->model);
+        const size_t one = mt_tensor_nbytes(&o) + MT_ARENA_ALIGN;
+        MT_TRY(mt_arena_create(r->dev, one * (size_t)r->nvbuf, &r->vbuf_arena));
+        r->vbuf = calloc((size_t)r->nvbuf, sizeof *r->vbuf);
+        r->slot_gs = calloc((size_t)r->nslots, sizeof *r->slot_gs);
+        MT_REQUIRE(r->vbuf && r->slot_gs, MT_ERR_OOM, "pipeline buffers");
+        for (int k = 0; k < r->nvbuf; k++)
+            MT_TRY(mt_tensor_alloc(r->vbuf_arena, o.dtype, o.ndim, o.shape, &r->vbuf[k]));
+    }
 
     mt_optim_config oc = MT_OPTIM_CONFIG_INIT;
     oc.kind = strcmp(a->optimizer, "sgd") == 0 ? MT_OPTIM_SGD : MT_OPTIM_ADAMW;
@@ -544,7 +626,8 @@ static mt_status setup_model(run *r) {
         r->scale_p = &r->scaler;
     }
     MT_TRY(setup_overlap(r));
-    if (r->pgather) mt_model_set_param_wait(r->model, param_wait, r);
+    for (int v = 0; r->pgather && v < r->vpp; v++)
+        mt_model_set_param_wait(r->chunks[v], param_wait, r);
     if (mt_env_int("MT_PROFILE", 0) != 0 || a->timing_log_level > 0)
         MT_TRY(mt_prof_create(&r->prof, mt_device_is_cuda(r->dev), 4096));
 
@@ -716,11 +799,14 @@ static mt_status upload_batch(run *r, int slot, int k) {
 
 /* The model reads device slot k's positions, key starts and sample ids from now on (those that
  * the run has). */
-static mt_status use_slot(run *r, int k) {
-    if (r->hpos || r->cp_size > 1) MT_TRY(mt_model_set_positions(r->model, &r->pos[k]));
-    if (r->hks) MT_TRY(mt_model_set_key_starts(r->model, &r->ks[k]));
-    if (r->hsid) MT_TRY(mt_model_set_sample_ids(r->model, &r->sid[k]));
+static mt_status use_slot_on(run *r, mt_model *m, int k) {
+    if (r->hpos || r->cp_size > 1) MT_TRY(mt_model_set_positions(m, &r->pos[k]));
+    if (r->hks) MT_TRY(mt_model_set_key_starts(m, &r->ks[k]));
+    if (r->hsid) MT_TRY(mt_model_set_sample_ids(m, &r->sid[k]));
     return MT_OK;
+}
+static mt_status use_slot(run *r, int k) {
+    return use_slot_on(r, r->model, k);
 }
 
 static mt_status load_batch(run *r, mt_data_dataset *ds, mt_data_sampler *s) {
@@ -915,8 +1001,8 @@ static mt_status add_boxes(piece_list *l, const char *name, const mt_model_param
 /* The boxes of every parameter's weight (model) or optimizer state (this rank's shard) into l. */
 static mt_status state_pieces(run *r, piece_list *l, int model) {
     if (model) {
-        for (int i = 0; i < mt_model_num_params(r->model); i++) {
-            mt_model_param *p = mt_model_param_at(r->model, i);
+        for (int i = 0; i < num_params(r); i++) {
+            mt_model_param *p = param_at(r, i);
             const int64_t n = mt_tensor_numel(&p->weight);
             mt_tensor flat = mt_tensor_1d(p->weight.data, p->weight.dtype, n, p->weight.device);
             MT_TRY(add_boxes(l, p->name, p, &flat, 0, n, replica_of(r, p, 0)));
@@ -941,7 +1027,7 @@ static mt_status state_pieces(run *r, piece_list *l, int model) {
             int64_t s = info.offset > lo ? info.offset : lo;
             int64_t e = info.offset + info.numel < hi ? info.offset + info.numel : hi;
             if (info.bucket != k || s >= e) continue;
-            const mt_model_param *p = mt_model_param_find(r->model, info.name);
+            const mt_model_param *p = param_find(r, info.name);
             MT_REQUIRE(p, MT_ERR_INTERNAL, "no parameter %s", info.name);
             for (int kind = 0; kind < 3; kind++) {
                 if (mt_tensor_numel(&st[kind]) == 0) continue;
@@ -1356,9 +1442,74 @@ static mt_pp_stage stage_of(run *r, micro_run *mr) {
                           stage_backward, stage_input, stage_output, stage_grad };
 }
 
+/* ---- the interleaved schedule: the rank's chunks as mt-pp's ---- */
+
+/* Chunk c's training forward of micro-batch mb: chunk 0's (its first on this rank) takes the
+ * staged host batch to the device slot, with its loss scale, and reads the next. */
+static mt_status chunk_forward(void *ctx, int c, int mb, int slot) {
+    micro_run *mr = ctx;
+    run *r = mr->r;
+    (void)mb;
+    if (c == 0) {
+        mr->counted += r->hcount[1];
+        r->slot_gs[slot] = micro_scale(r, mr->grad_scale);
+        MT_TRY(upload_batch(r, 1, slot));
+        if (++mr->fwd < mr->num_micro || mr->more)
+            MT_TRY(read_batch(r, r->train_ds, &r->train_s, 1));
+    }
+    MT_TRY(use_slot_on(r, r->chunks[c], slot));
+    return mt_model_pp_forward(r->chunks[c], slot, &r->tok[slot], &r->tgt[slot], 1,
+                               r->slot_gs[slot], NULL);
+}
+
+/* A chunk's end of the backward (level -1) is not the rank's: only chunk 0's, the last to
+ * finish, starts what is left. */
+static mt_status chunk_grad_ready(void *ctx, int level, mt_stream s) {
+    return level == -1 ? MT_OK : grad_ready(ctx, level, s);
+}
+
+static mt_status chunk_backward(void *ctx, int c, int mb, int slot) {
+    micro_run *mr = ctx;
+    run *r = mr->r;
+    MT_TRY(use_slot_on(r, r->chunks[c], slot));
+    mt_model_grad_ready_fn fn = c == 0 ? grad_ready : chunk_grad_ready;
+    mt_model_set_grad_ready(r->chunks[c], r->overlap && mb == mr->num_micro - 1 ? fn : NULL, r);
+    return mt_model_pp_backward(r->chunks[c], slot, NULL);
+}
+
+static mt_status chunk_eval(void *ctx, int c, int mb, int slot) {
+    run *r = ((micro_run *)ctx)->r;
+    (void)mb;
+    MT_TRY(use_slot_on(r, r->chunks[c], slot));
+    return mt_model_pp_forward(r->chunks[c], slot, &r->tok[slot], &r->tgt[slot], 0, 0.0f, NULL);
+}
+
+static mt_tensor chunk_input(void *ctx, int c, int slot) {
+    return mt_model_pp_input(((micro_run *)ctx)->r->chunks[c], slot);
+}
+static mt_tensor chunk_output(void *ctx, int c) {
+    return mt_model_pp_output(((micro_run *)ctx)->r->chunks[c]);
+}
+static mt_tensor chunk_grad(void *ctx, int c) {
+    return mt_model_pp_grad(((micro_run *)ctx)->r->chunks[c]);
+}
+static mt_tensor chunk_buffer(void *ctx, int k) {
+    return ((micro_run *)ctx)->r->vbuf[k];
+}
+
+static mt_pp_chunks chunks_of(run *r, micro_run *mr) {
+    return (mt_pp_chunks){ r->pp,          NULL,        mr,           r->vpp,     chunk_forward,
+                           chunk_backward, chunk_input, chunk_output, chunk_grad, chunk_buffer };
+}
+
 /* An evaluation micro-batch (device slot 0) through the stages. */
 static mt_status pp_eval_step(run *r) {
     micro_run mr = { r, 1, 0, 0.0f, 0, 0 };
+    if (r->vpp > 1) {
+        mt_pp_chunks ch = chunks_of(r, &mr);
+        ch.forward = chunk_eval;
+        return mt_pp_interleaved_forward_only(&ch, 1);
+    }
     mt_pp_stage st = stage_of(r, &mr);
     st.forward = stage_eval;
     return mt_pp_forward_only(&st, 1);
@@ -1370,7 +1521,7 @@ static mt_status pp_eval_step(run *r) {
  * --overlap-grad-reduce those buckets were held back (hold_embedding) and start here. */
 static mt_status pp_embedding_grads(run *r) {
     if (!embedding_held(r)) return MT_OK;
-    mt_model_param *p = mt_model_param_find(r->model, "embedding.word_embeddings.weight");
+    mt_model_param *p = param_find(r, "embedding.word_embeddings.weight");
     MT_REQUIRE(p, MT_ERR_INTERNAL, "no embedding on pipeline stage %d", r->pp_rank);
     MT_TRY(mt_comm_allreduce(r->emb, &p->grad, &p->grad, MT_REDOP_SUM, NULL));
     return r->overlap ? start_buckets(r, -1, NULL) : MT_OK;
@@ -1572,8 +1723,8 @@ static mt_status nonfinite_step(run *r, int64_t iteration, double loss, int *rep
     if (!stop && (*reported)++) return MT_OK;
     char names[400] = "";
     int found = 0, off = 0;
-    for (int i = 0; i < mt_model_num_params(r->model); i++) {
-        const mt_model_param *p = mt_model_param_at(r->model, i);
+    for (int i = 0; i < num_params(r); i++) {
+        const mt_model_param *p = param_at(r, i);
         const int64_t n = mt_tensor_numel(&p->grad); /* f32: the model's grads always are */
         float *h = malloc(mt_tensor_nbytes(&p->grad));
         if (!h || mt_memcpy(h, MT_DEVICE_CPU, p->grad.data, p->grad.device,
@@ -1629,8 +1780,8 @@ static mt_status params_norm(run *r, double *norm) {
     float v;
     if (r->mp) {
         double sq = 0;
-        for (int i = 0; i < mt_model_num_params(r->model); i++) {
-            const mt_model_param *q = mt_model_param_at(r->model, i);
+        for (int i = 0; i < num_params(r); i++) {
+            const mt_model_param *q = param_at(r, i);
             if ((q->tp_axis < 0 && r->tp_rank != 0) || q->pp_shared) continue;
             mt_tensor w = mt_tensor_1d(q->weight.data, q->weight.dtype, mt_tensor_numel(&q->weight),
                                        q->weight.device);
@@ -1717,11 +1868,13 @@ static mt_status train(run *r) {
         const double flops_iter = mt_model_flops_per_iteration(&whole, gbs);
         double t0 = mt_time_now();
         if (r->prof && r->iteration - first_iter == 2) /* after warm-up */
-            mt_model_set_profiler(r->model, r->prof);
+            for (int c = 0; c < r->vpp; c++)
+                mt_model_set_profiler(r->chunks[c], r->prof);
         mt_prof *pr = r->iteration - first_iter >= 2 ? r->prof : NULL;
         MT_TRY(mt_prof_begin(pr, "zero_grad", NULL));
         /* the first micro-batch's backward writes the grads: no pass over all of them */
-        MT_TRY(mt_model_discard_grads(r->model, NULL));
+        for (int c = 0; c < r->vpp; c++)
+            MT_TRY(mt_model_discard_grads(r->chunks[c], NULL));
         MT_TRY(mt_prof_end(pr, NULL));
         /* the loss (averaged over the micro-batches) times the loss scale: the grads come scaled.
          * --calculate-per-token-loss: each token's loss times loss scale / this rank's tokens of
@@ -1735,7 +1888,9 @@ static mt_status train(run *r) {
         int64_t counted = 0;
         micro_run mr = { r, num_micro, 0, grad_scale, r->iteration + 1 < end, 0 };
         mt_pp_stage st = stage_of(r, &mr);
-        if (r->pp) MT_TRY(mt_pp_1f1b(&st, num_micro));
+        mt_pp_chunks ch = chunks_of(r, &mr);
+        if (r->pp)
+            MT_TRY(r->vpp > 1 ? mt_pp_interleaved(&ch, num_micro) : mt_pp_1f1b(&st, num_micro));
         for (int m = 0; !r->pp && m < num_micro; m++) {
             counted += r->hcount[1];
             const float gs = micro_scale(r, grad_scale);
@@ -1751,7 +1906,8 @@ static mt_status train(run *r) {
         counted += mr.counted;
         /* sequence parallelism: the norms' and row-parallel biases' shares summed over the
          * tensor-parallel group (linear, so before or after the data-parallel reduction) */
-        MT_TRY(mt_model_finalize_grads(r->model, NULL));
+        for (int c = 0; c < r->vpp; c++)
+            MT_TRY(mt_model_finalize_grads(r->chunks[c], NULL));
         MT_TRY(pp_embedding_grads(r));
         if (!r->overlap) { /* (else inside the backward, which its profile regions time) */
             MT_TRY(mt_prof_begin(pr, "grad_reduce", NULL));
@@ -1886,8 +2042,10 @@ static mt_status train(run *r) {
         char name[128] = "cpu";
         if (mt_device_is_cuda(r->dev)) mt_device_name(r->dev.index, name, sizeof name);
         double peak = 989.0; /* dense bf16 peak of an H100/H200 (Megatron's MFU convention) */
-        size_t bytes = mt_model_bytes(r->model) + mt_arena_capacity(r->buf_arena) +
-                       mt_arena_capacity(r->opt_arena);
+        size_t bytes = mt_arena_capacity(r->buf_arena) + mt_arena_capacity(r->opt_arena) +
+                       (r->vbuf_arena ? mt_arena_capacity(r->vbuf_arena) : 0);
+        for (int c = 0; c < r->vpp; c++)
+            bytes += mt_model_bytes(r->chunks[c]);
         printf(
             "[summary] device %s | ranks %d | %.1f ms/iteration | %.0f tokens/s | %.0f tokens/s/GPU"
             " | %.2f TFLOP/s/GPU | MFU %.1f%% (of %.0f) | memory (MB): %.1f\n",
@@ -1896,7 +2054,8 @@ static mt_status train(run *r) {
             (double)bytes / (1 << 20));
     }
     if (r->prof && last_rank(r) && profiled > 0) {
-        mt_model_set_profiler(r->model, NULL);
+        for (int c = 0; c < r->vpp; c++)
+            mt_model_set_profiler(r->chunks[c], NULL);
         fprintf(stderr, "[profile] per iteration, mean of %lld iterations after 2 of warm-up:\n",
                 (long long)profiled);
         mt_prof_print(r->prof, stderr, (double)profiled);
@@ -1908,7 +2067,9 @@ static void teardown(run *r) {
     if (r->writer) mt_ckpt_writer_destroy(r->writer);
     if (r->jsonl) fclose(r->jsonl);
     mt_optim_destroy(r->opt);
-    mt_model_destroy(r->model);
+    for (int c = 0; r->chunks && c < r->vpp; c++)
+        mt_model_destroy(r->chunks[c]);
+    free(r->chunks);
     mt_optim_buffer_destroy(r->buf);
     mt_arena_destroy(r->buf_arena);
     mt_arena_destroy(r->opt_arena);
@@ -1960,6 +2121,8 @@ mt_status mt_train_run(const mt_train_args *a) {
     run r;
     memset(&r, 0, sizeof r);
     r.a = a;
+    r.vpp =
+        a->virtual_pipeline_model_parallel_size > 1 ? a->virtual_pipeline_model_parallel_size : 1;
     r.t_start = mt_time_now();
     mt_status st = setup_world(&r);
     if (st == MT_OK) {
@@ -2027,8 +2190,8 @@ mt_status mt_train_run(const mt_train_args *a) {
     }
     if (st == MT_OK && last_rank(&r)) {
         int64_t params = 0;
-        for (int i = 0; i < mt_model_num_params(r.model); i++)
-            params += mt_tensor_numel(&mt_model_param_at(r.model, i)->weight);
+        for (int i = 0; i < num_params(&r); i++)
+            params += mt_tensor_numel(&param_at(&r, i)->weight);
         char pp[48] = ""; /* (Megatron's grid order: tp, dp, pp) */
         if (r.pp_size > 1) snprintf(pp, sizeof pp, " x pipeline parallel %d", r.pp_size);
         if (r.cp_size > 1) /* (each sequence over context-parallel ranks) */

@@ -197,6 +197,10 @@ typedef struct mt_model_config {
      * dropout. */
     int context_parallel_size;
     int context_parallel_rank;
+    /* The activation sets a stage keeps (0: 1F1B's P - r). The interleaved schedule's chunks are
+     * stages of a pipeline of P V (chunk c of rank r: stage c P + r) that keep the counts of
+     * mt_pp_interleaved_slots instead. */
+    int pipeline_num_slots;
 } mt_model_config;
 
 #define MT_MODEL_CONFIG_INIT                                                                   \
@@ -204,7 +208,7 @@ typedef struct mt_model_config {
         sizeof(mt_model_config), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, MT_NORM_LAYERNORM, 0.0f,     \
             MT_POS_LEARNED, 0.0, 0, 0, 1, 0, 0.0f, 1234, MT_F32, 0, MT_RECOMPUTE_NONE,         \
             MT_RECOMPUTE_METHOD_NONE, 0, 0, 0, 0, 0, 0, 0.0f, 0.0f, 0, 0, 0, 0, 0, 0, 0, 0, 0, \
-            0.0f, 0.0f, 0.0f, 0, 0, 0, 0.0f, 0, 0, 0, 0                                        \
+            0.0f, 0.0f, 0.0f, 0, 0, 0, 0.0f, 0, 0, 0, 0, 0                                     \
     }
 
 /* Fills the derived fields (zeros) of cfg in place and checks it; MT_ERR_INVALID_ARG with

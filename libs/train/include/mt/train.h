@@ -115,6 +115,11 @@ typedef struct mt_train_args {
     int expert_tensor_parallel_size;
     /* --decoder-first/last-pipeline-num-layers: an uneven pipeline split (0: even) */
     int decoder_first_pipeline_num_layers, decoder_last_pipeline_num_layers;
+    /* the interleaved schedule: --num-layers-per-virtual-pipeline-stage or
+     * --num-virtual-stages-per-pipeline-rank (0: not set), and the chunks a stage that they give
+     * (virtual_pipeline_model_parallel_size; 0 or 1: 1F1B) */
+    int num_layers_per_virtual_pipeline_stage, num_virtual_stages_per_pipeline_rank;
+    int virtual_pipeline_model_parallel_size;
     int sequence_parallel; /* --sequence-parallel (with tensor parallelism; else ignored) */
     int use_distributed_optimizer, overlap_grad_reduce, overlap_param_gather, grad_reduce_in_bf16;
     int64_t ddp_bucket_size;
