@@ -58,6 +58,7 @@ typedef struct run {
     int nvbuf;
     float *slot_gs; /* the loss scale of each device slot's micro-batch (interleaved) */
     const mt_model_config *chunk_cfg; /* the chunk whose parameters are being registered */
+    mt_stream pp_stream;              /* the interleaved schedule's exchanges (CUDA), or NULL */
     mt_optim_buffer *buf;
     mt_arena *buf_arena, *opt_arena, *io_arena;
     mt_optim *opt;
@@ -524,21 +525,22 @@ static mt_status setup_model(run *r) {
             else if (strcmp(a->recompute_modules[i], "layernorm") == 0)
                 c->recompute_layernorm = 1;
     }
-    if (r->vpp > 1) { /* the most micro-batches in flight of any iteration's count */
-        MT_TRY(mt_pp_interleaved_check(r->pp_size, r->vpp, r->num_micro));
-        for (int m = r->pp_size; m <= r->num_micro; m += r->pp_size) {
-            const int k = mt_pp_interleaved_slots(r->pp_size, r->pp_rank, r->vpp, m);
-            const int nb = mt_pp_interleaved_buffers(r->pp_size, r->pp_rank, r->vpp, m);
-            c->pipeline_num_slots = k > c->pipeline_num_slots ? k : c->pipeline_num_slots;
-            r->nvbuf = nb > r->nvbuf ? nb : r->nvbuf;
-        }
-    }
+    if (r->vpp > 1) MT_TRY(mt_pp_interleaved_check(r->pp_size, r->vpp, r->num_micro));
     MT_TRY(mt_model_config_finalize(c));
     mt_model_config *cc = calloc((size_t)r->vpp, sizeof *cc);
     MT_REQUIRE(cc, MT_ERR_OOM, "model chunks");
     for (int v = 0; v < r->vpp; v++) { /* chunk v: stage v P + r */
         cc[v] = *c;
         cc[v].pipeline_model_parallel_rank = v * r->pp_size + r->pp_rank;
+        /* (interleaved: the most micro-batches in flight of any iteration's count) */
+        for (int m = r->pp_size; r->vpp > 1 && m <= r->num_micro; m += r->pp_size) {
+            const int k = mt_pp_interleaved_slots(r->pp_size, r->pp_rank, r->vpp, m, v);
+            const int ks = mt_pp_interleaved_slots(r->pp_size, r->pp_rank, r->vpp, m, -1);
+            const int nb = mt_pp_interleaved_buffers(r->pp_size, r->pp_rank, r->vpp, m);
+            cc[v].pipeline_num_slots = k > cc[v].pipeline_num_slots ? k : cc[v].pipeline_num_slots;
+            r->nslots = ks > r->nslots ? ks : r->nslots;
+            r->nvbuf = nb > r->nvbuf ? nb : r->nvbuf;
+        }
         mt_status st = mt_model_config_finalize(&cc[v]);
         if (st != MT_OK) free(cc);
         MT_TRY(st);
@@ -583,12 +585,16 @@ static mt_status setup_chunks(run *r, const mt_model_config *cc) {
         mt_model_set_cuda_graphs(*m, mt_env_int("MT_CUDA_GRAPHS", 1) != 0);
     }
     r->model = r->chunks[0];
-    r->nslots = mt_model_pp_slots(r->model);
+    if (r->vpp == 1) r->nslots = mt_model_pp_slots(r->model); /* (else: the stage's slots) */
     if (r->vpp > 1) { /* staging buffers of the activations' shape */
         const mt_tensor o = mt_model_pp_output(r->model);
         const size_t one = mt_tensor_nbytes(&o) + MT_ARENA_ALIGN;
         MT_TRY(mt_arena_create(r->dev, one * (size_t)r->nvbuf, &r->vbuf_arena));
         r->vbuf = calloc((size_t)r->nvbuf, sizeof *r->vbuf);
+        /* the exchanges on a stream of their own, overlapping the chunks' work (Megatron's
+         * overlap_p2p_comm; MT_PP_OVERLAP=0: in the compute stream's order, for comparisons) */
+        if (mt_device_is_cuda(r->dev) && mt_env_int("MT_PP_OVERLAP", 1) != 0)
+            MT_TRY(mt_stream_create(&r->pp_stream));
         r->slot_gs = calloc((size_t)r->nslots, sizeof *r->slot_gs);
         MT_REQUIRE(r->vbuf && r->slot_gs, MT_ERR_OOM, "pipeline buffers");
         for (int k = 0; k < r->nvbuf; k++)
@@ -1449,17 +1455,16 @@ static mt_pp_stage stage_of(run *r, micro_run *mr) {
 static mt_status chunk_forward(void *ctx, int c, int mb, int slot) {
     micro_run *mr = ctx;
     run *r = mr->r;
-    (void)mb;
+    const int k = mb % r->nslots; /* (the batch's device slot; `slot`: the chunk's activations) */
     if (c == 0) {
         mr->counted += r->hcount[1];
-        r->slot_gs[slot] = micro_scale(r, mr->grad_scale);
-        MT_TRY(upload_batch(r, 1, slot));
+        r->slot_gs[k] = micro_scale(r, mr->grad_scale);
+        MT_TRY(upload_batch(r, 1, k));
         if (++mr->fwd < mr->num_micro || mr->more)
             MT_TRY(read_batch(r, r->train_ds, &r->train_s, 1));
     }
-    MT_TRY(use_slot_on(r, r->chunks[c], slot));
-    return mt_model_pp_forward(r->chunks[c], slot, &r->tok[slot], &r->tgt[slot], 1,
-                               r->slot_gs[slot], NULL);
+    MT_TRY(use_slot_on(r, r->chunks[c], k));
+    return mt_model_pp_forward(r->chunks[c], slot, &r->tok[k], &r->tgt[k], 1, r->slot_gs[k], NULL);
 }
 
 /* A chunk's end of the backward (level -1) is not the rank's: only chunk 0's, the last to
@@ -1471,7 +1476,7 @@ static mt_status chunk_grad_ready(void *ctx, int level, mt_stream s) {
 static mt_status chunk_backward(void *ctx, int c, int mb, int slot) {
     micro_run *mr = ctx;
     run *r = mr->r;
-    MT_TRY(use_slot_on(r, r->chunks[c], slot));
+    MT_TRY(use_slot_on(r, r->chunks[c], mb % r->nslots));
     mt_model_grad_ready_fn fn = c == 0 ? grad_ready : chunk_grad_ready;
     mt_model_set_grad_ready(r->chunks[c], r->overlap && mb == mr->num_micro - 1 ? fn : NULL, r);
     return mt_model_pp_backward(r->chunks[c], slot, NULL);
@@ -1498,8 +1503,9 @@ static mt_tensor chunk_buffer(void *ctx, int k) {
 }
 
 static mt_pp_chunks chunks_of(run *r, micro_run *mr) {
-    return (mt_pp_chunks){ r->pp,          NULL,        mr,           r->vpp,     chunk_forward,
-                           chunk_backward, chunk_input, chunk_output, chunk_grad, chunk_buffer };
+    return (mt_pp_chunks){ r->pp,         NULL,           mr,          r->vpp,
+                           chunk_forward, chunk_backward, chunk_input, chunk_output,
+                           chunk_grad,    chunk_buffer,   r->pp_stream };
 }
 
 /* An evaluation micro-batch (device slot 0) through the stages. */
@@ -2114,6 +2120,7 @@ static void teardown(run *r) {
     mt_comm_destroy(r->mp_own);
     mt_comm_destroy(r->emb_own);
     mt_comm_destroy(r->pp);
+    if (r->pp_stream) mt_stream_destroy(r->pp_stream);
     mt_comm_destroy(r->world);
 }
 

@@ -238,46 +238,61 @@ int mt_pp_interleaved_order(int stages, int stage, int chunks, int num_micro, mt
     return n;
 }
 
-/* Walks the stage's order: the slots (micro-batches from their first receive or forward to
- * chunk 0's backward) and the input gradients waiting for their backward, at most. */
+/* Walks the stage's order: the slots, slots[0] the stage's (a micro-batch from its first receive
+ * or forward to chunk 0's backward) and slots[1 + c] chunk c's (from the receive or forward of
+ * its input to its backward), and the input gradients waiting for their backward, at most. */
 static int walk(int stages, int stage, int chunks, int num_micro, int *slots, int *waiting) {
     const int n = mt_pp_interleaved_order(stages, stage, chunks, num_micro, NULL);
     if (n < 0) return -1;
+    const size_t cm = (size_t)(chunks + 1) * (size_t)num_micro;
     mt_pp_event *ev = malloc((size_t)n * sizeof *ev);
-    int *rin = calloc((size_t)chunks, sizeof(int)), *open = calloc((size_t)num_micro, sizeof(int));
-    int ok = ev && rin && open;
+    int *rin = calloc((size_t)chunks, sizeof(int)), *open = calloc(cm, sizeof(int));
+    int *live = calloc((size_t)chunks + 1, sizeof(int));
+    int ok = ev && rin && open && live;
     if (ok) {
         mt_pp_event *e = ev;
         mt_pp_interleaved_order(stages, stage, chunks, num_micro, ev);
-        int live = 0, wait = 0;
-        *slots = 1, *waiting = 0;
+        int wait = 0;
+        *waiting = 0;
+        for (int k = 0; k <= chunks; k++)
+            slots[k] = 1;
         for (int i = 0; i < n; i++, e++) {
-            int mb = -1;
-            if (e->op == MT_PP_EXCHANGE && e->recv_prev) mb = rin[e->recv_prev_chunk]++;
-            if (e->op == MT_PP_FORWARD) mb = e->mb;
-            if (mb >= 0 && !open[mb]) open[mb] = 1, live++;
+            int mb = -1, c = -1;
+            if (e->op == MT_PP_EXCHANGE && e->recv_prev) c = e->recv_prev_chunk, mb = rin[c]++;
+            if (e->op == MT_PP_FORWARD) c = e->chunk, mb = e->mb;
+            if (mb >= 0) /* (k = 0: the stage's window; 1 + c: the chunk's) */
+                for (int k = 0; k <= chunks; k += 1 + c) {
+                    int *o = &open[(size_t)k * (size_t)num_micro + (size_t)mb];
+                    if (!*o) *o = 1, live[k]++;
+                    if (live[k] > slots[k]) slots[k] = live[k];
+                }
             if (e->op == MT_PP_EXCHANGE && e->recv_next) wait++;
             if (e->op == MT_PP_BACKWARD && !(e->chunk == chunks - 1 && stage == stages - 1)) wait--;
-            if (e->op == MT_PP_BACKWARD && e->chunk == 0) live--;
-            if (live > *slots) *slots = live;
+            if (e->op == MT_PP_BACKWARD) live[1 + e->chunk]--, live[0] -= e->chunk == 0;
             if (wait > *waiting) *waiting = wait;
         }
     }
-    free(ev), free(rin), free(open);
+    free(ev), free(rin), free(open), free(live);
     return ok ? 0 : -1;
 }
 
-int mt_pp_interleaved_slots(int stages, int stage, int chunks, int num_micro) {
-    int slots, waiting;
-    return walk(stages, stage, chunks, num_micro, &slots, &waiting) ? -1 : slots;
+int mt_pp_interleaved_slots(int stages, int stage, int chunks, int num_micro, int chunk) {
+    if (chunks < 1 || chunk < -1 || chunk >= chunks) return -1;
+    int *slots = malloc((size_t)(chunks + 1) * sizeof(int)), waiting, k = -1;
+    if (slots && walk(stages, stage, chunks, num_micro, slots, &waiting) == 0) k = slots[1 + chunk];
+    free(slots);
+    return k;
 }
 
 int mt_pp_interleaved_buffers(int stages, int stage, int chunks, int num_micro) {
-    int slots, waiting;
-    return walk(stages, stage, chunks, num_micro, &slots, &waiting) ? -1 : 1 + waiting;
+    if (chunks < 1) return -1;
+    int *slots = malloc((size_t)(chunks + 1) * sizeof(int)), waiting, k = -1;
+    if (slots && walk(stages, stage, chunks, num_micro, slots, &waiting) == 0) k = 2 + waiting;
+    free(slots);
+    return k;
 }
 
-/* The input gradients received ahead of their backward: buffer indices (1...) queued per chunk
+/* The input gradients received ahead of their backward: buffer indices (2...) queued per chunk
  * in arrival order (a chunk's backwards take them in micro-batch order), and the free ones. */
 typedef struct waitq {
     int V, cap, *q, *len, *free_, nfree;
@@ -290,7 +305,7 @@ static mt_status waitq_init(waitq *w, int V, int cap) {
     w->free_ = malloc((size_t)cap * sizeof(int));
     MT_REQUIRE(w->q && w->len && w->free_, MT_ERR_OOM, "pipeline queues");
     for (int k = 0; k < cap; k++)
-        w->free_[k] = cap - k; /* (buffers 1..cap) */
+        w->free_[k] = cap + 1 - k; /* (buffers 2..cap + 1) */
     return MT_OK;
 }
 
@@ -298,74 +313,149 @@ static void waitq_free(waitq *w) {
     free(w->q), free(w->len), free(w->free_);
 }
 
+/* The state of an interleaved run. With a comm stream the exchanges go there, and the compute
+ * stream waits only for what it reads or overwrites: the exchange that received a slot's input
+ * or a buffer's gradient (x_in, x_buf), or that sends from a buffer or a chunk's gradient
+ * (x_buf, x_grad); ev[k] marks exchange k's end, ready the compute stream's point before it. */
+typedef struct vrun {
+    const mt_pp_chunks *s;
+    int P, r, V, *slots, *rin, nx;
+    int *x_in, *x_buf, *x_grad; /* [V * slots_max], [buffers], [V]: an exchange, or -1 */
+    int smax;
+    mt_event *ev, ready;
+} vrun;
+
+/* The compute stream waits for exchange *x (if any, and once). */
+static mt_status wait_x(vrun *v, int *x) {
+    if (*x < 0 || !v->s->comm_stream) return MT_OK;
+    mt_status st = mt_stream_wait_event(v->s->stream, v->ev[*x]);
+    *x = -1;
+    return st;
+}
+
+static mt_status exchange(vrun *v, const mt_pp_event *e, int k, int sbuf, int last_bwd, waitq *w) {
+    const mt_pp_chunks *s = v->s;
+    const int next = (v->r + 1) % v->P, prev = (v->r + v->P - 1) % v->P;
+    mt_p2p_op ops[4];
+    mt_tensor out, in, gs, gr;
+    int n = 0;
+    /* the activations first, then the gradients (P = 2: one peer both ways) */
+    if (e->send_next) {
+        out = s->buffer(s->ctx, sbuf);
+        v->x_buf[sbuf] = k;
+        ops[n++] = (mt_p2p_op){ MT_P2P_SEND, &out, next };
+    }
+    if (e->recv_prev) {
+        const int c = e->recv_prev_chunk, slot = v->rin[c]++ % v->slots[c];
+        in = s->input(s->ctx, c, slot);
+        v->x_in[c * v->smax + slot] = k;
+        ops[n++] = (mt_p2p_op){ MT_P2P_RECV, &in, prev };
+    }
+    if (e->send_prev) {
+        gs = s->grad(s->ctx, last_bwd);
+        v->x_grad[last_bwd] = k;
+        ops[n++] = (mt_p2p_op){ MT_P2P_SEND, &gs, prev };
+    }
+    if (e->recv_next) {
+        const int c = e->recv_next_chunk;
+        MT_ASSERT(w->nfree > 0 && w->len[c] < w->cap);
+        const int b = w->free_[--w->nfree];
+        w->q[c * w->cap + w->len[c]++] = b;
+        gr = s->buffer(s->ctx, b);
+        v->x_buf[b] = k;
+        ops[n++] = (mt_p2p_op){ MT_P2P_RECV, &gr, next };
+    }
+    if (!s->comm_stream) return mt_comm_p2p_batch(s->comm, ops, n, s->stream);
+    MT_TRY(mt_event_record(v->ready, s->stream));
+    MT_TRY(mt_stream_wait_event(s->comm_stream, v->ready));
+    MT_TRY(mt_comm_p2p_batch(s->comm, ops, n, s->comm_stream));
+    return mt_event_record(v->ev[k], s->comm_stream);
+}
+
+static mt_status run_events(vrun *v, const mt_pp_event *ev, int n, waitq *w) {
+    const mt_pp_chunks *s = v->s;
+    const int last_vs = v->r == v->P - 1;
+    int k = 0, last_bwd = -1, sbuf = 0; /* exchanges so far; the send buffer (0 or 1) */
+    for (int i = 0; i < n; i++) {
+        const mt_pp_event *e = &ev[i];
+        const int slot = e->op == MT_PP_EXCHANGE ? -1 : e->mb % v->slots[e->chunk];
+        if (e->op == MT_PP_FORWARD) {
+            MT_TRY(wait_x(v, &v->x_in[e->chunk * v->smax + slot]));
+            MT_TRY(s->forward(s->ctx, e->chunk, e->mb, slot));
+            if (!(e->chunk == v->V - 1 && last_vs)) { /* the output waits in a send buffer */
+                sbuf ^= 1;
+                mt_tensor o = s->output(s->ctx, e->chunk), b = s->buffer(s->ctx, sbuf);
+                MT_TRY(wait_x(v, &v->x_buf[sbuf]));
+                MT_TRY(mt_tensor_copy(&b, &o, s->stream));
+            }
+        } else if (e->op == MT_PP_BACKWARD) {
+            MT_TRY(wait_x(v, &v->x_grad[e->chunk]));
+            if (!(e->chunk == v->V - 1 && last_vs)) { /* its gradient from the queue */
+                int *q = w->q + e->chunk * w->cap;
+                MT_REQUIRE(w->len[e->chunk] > 0, MT_ERR_INTERNAL,
+                           "stage %d chunk %d: no input gradient for micro-batch %d", v->r,
+                           e->chunk, e->mb);
+                mt_tensor b = s->buffer(s->ctx, q[0]), g = s->grad(s->ctx, e->chunk);
+                MT_TRY(wait_x(v, &v->x_buf[q[0]]));
+                w->free_[w->nfree++] = q[0];
+                memmove(q, q + 1, (size_t)--w->len[e->chunk] * sizeof(int));
+                MT_TRY(mt_tensor_copy(&g, &b, s->stream));
+            }
+            MT_TRY(s->backward(s->ctx, e->chunk, e->mb, slot));
+            last_bwd = e->chunk;
+        } else {
+            MT_TRY(exchange(v, e, k++, sbuf, last_bwd, w));
+        }
+    }
+    /* (the compute stream goes on after every transfer: buffers and slots are free again) */
+    return k > 0 && s->comm_stream ? mt_stream_wait_event(s->stream, v->ev[k - 1]) : MT_OK;
+}
+
 mt_status mt_pp_interleaved(const mt_pp_chunks *s, int num_micro) {
     MT_REQUIRE(s && s->forward && s->backward && s->input && s->output && s->grad && s->buffer,
                MT_ERR_INVALID_ARG, "NULL chunks or callback");
-    const int P = s->comm ? mt_comm_size(s->comm) : 1, r = s->comm ? mt_comm_rank(s->comm) : 0;
-    const int V = s->num_chunks;
-    MT_TRY(mt_pp_interleaved_check(P, V, num_micro));
-    const int n = mt_pp_interleaved_order(P, r, V, num_micro, NULL);
-    const int slots = mt_pp_interleaved_slots(P, r, V, num_micro);
-    const int nbuf = mt_pp_interleaved_buffers(P, r, V, num_micro);
+    vrun v = { .s = s,
+               .P = s->comm ? mt_comm_size(s->comm) : 1,
+               .r = s->comm ? mt_comm_rank(s->comm) : 0,
+               .V = s->num_chunks };
+    MT_TRY(mt_pp_interleaved_check(v.P, v.V, num_micro));
+    const int n = mt_pp_interleaved_order(v.P, v.r, v.V, num_micro, NULL);
+    const int nbuf = mt_pp_interleaved_buffers(v.P, v.r, v.V, num_micro);
     mt_pp_event *ev = malloc((size_t)n * sizeof *ev);
-    int *rin = calloc((size_t)V, sizeof(int));
+    v.slots = calloc((size_t)v.V, sizeof(int));
+    v.rin = calloc((size_t)v.V, sizeof(int));
     waitq w = { 0 };
-    mt_status st = ev && rin ? waitq_init(&w, V, nbuf - 1) : MT_ERROR(MT_ERR_OOM, "pipeline order");
-    if (st == MT_OK) mt_pp_interleaved_order(P, r, V, num_micro, ev);
-    const int next = (r + 1) % P, prev = (r + P - 1) % P;
-    int last_bwd = -1; /* the chunk whose input gradient the next exchange sends */
-    mt_tensor out = s->buffer(s->ctx, 0);
-    for (int i = 0; st == MT_OK && i < n; i++) {
-        const mt_pp_event *e = &ev[i];
-        if (e->op == MT_PP_FORWARD) {
-            st = s->forward(s->ctx, e->chunk, e->mb, e->mb % slots);
-            /* (a backward may run before the send: the output waits in buffer 0) */
-            if (st == MT_OK && !(e->chunk == V - 1 && r == P - 1)) {
-                mt_tensor o = s->output(s->ctx, e->chunk);
-                st = mt_tensor_copy(&out, &o, s->stream);
-            }
-        } else if (e->op == MT_PP_BACKWARD) {
-            if (!(e->chunk == V - 1 && r == P - 1)) { /* its gradient from the queue */
-                int *q = w.q + e->chunk * w.cap;
-                if (w.len[e->chunk] == 0) {
-                    st = MT_ERROR(MT_ERR_INTERNAL,
-                                  "stage %d chunk %d: no input gradient for "
-                                  "micro-batch %d",
-                                  r, e->chunk, e->mb);
-                    break;
-                }
-                mt_tensor b = s->buffer(s->ctx, q[0]), g = s->grad(s->ctx, e->chunk);
-                w.free_[w.nfree++] = q[0];
-                memmove(q, q + 1, (size_t)--w.len[e->chunk] * sizeof(int));
-                st = mt_tensor_copy(&g, &b, s->stream);
-            }
-            if (st == MT_OK) st = s->backward(s->ctx, e->chunk, e->mb, e->mb % slots);
-            last_bwd = e->chunk;
-        } else { /* the activations first, then the gradients (P = 2: one peer both ways) */
-            mt_p2p_op ops[4];
-            mt_tensor in, gs, gr;
-            int k = 0, gbuf = -1;
-            if (e->send_next) ops[k++] = (mt_p2p_op){ MT_P2P_SEND, &out, next };
-            if (e->recv_prev) {
-                in = s->input(s->ctx, e->recv_prev_chunk, rin[e->recv_prev_chunk]++ % slots);
-                ops[k++] = (mt_p2p_op){ MT_P2P_RECV, &in, prev };
-            }
-            if (e->send_prev) {
-                gs = s->grad(s->ctx, last_bwd);
-                ops[k++] = (mt_p2p_op){ MT_P2P_SEND, &gs, prev };
-            }
-            if (e->recv_next) {
-                MT_ASSERT(w.nfree > 0 && w.len[e->recv_next_chunk] < w.cap);
-                gbuf = w.free_[--w.nfree];
-                w.q[e->recv_next_chunk * w.cap + w.len[e->recv_next_chunk]++] = gbuf;
-                gr = s->buffer(s->ctx, gbuf);
-                ops[k++] = (mt_p2p_op){ MT_P2P_RECV, &gr, next };
-            }
-            st = mt_comm_p2p_batch(s->comm, ops, k, s->stream);
-        }
+    mt_status st = ev && v.slots && v.rin ? MT_OK : MT_ERROR(MT_ERR_OOM, "pipeline order");
+    for (int c = 0; st == MT_OK && c < v.V; c++) {
+        v.slots[c] = mt_pp_interleaved_slots(v.P, v.r, v.V, num_micro, c);
+        v.smax = v.slots[c] > v.smax ? v.slots[c] : v.smax;
     }
+    if (st == MT_OK) st = waitq_init(&w, v.V, nbuf - 2); /* (buffers 0, 1: sends) */
+    if (st == MT_OK) {
+        mt_pp_interleaved_order(v.P, v.r, v.V, num_micro, ev);
+        for (int i = 0; i < n; i++)
+            v.nx += ev[i].op == MT_PP_EXCHANGE;
+        v.x_in = malloc((size_t)(v.V * v.smax) * sizeof(int));
+        v.x_buf = malloc((size_t)nbuf * sizeof(int));
+        v.x_grad = malloc((size_t)v.V * sizeof(int));
+        v.ev = calloc((size_t)v.nx + 1, sizeof(mt_event));
+        st =
+            v.x_in && v.x_buf && v.x_grad && v.ev ? MT_OK : MT_ERROR(MT_ERR_OOM, "pipeline events");
+    }
+    if (st == MT_OK) {
+        memset(v.x_in, 0xff, (size_t)(v.V * v.smax) * sizeof(int)); /* (-1: none) */
+        memset(v.x_buf, 0xff, (size_t)nbuf * sizeof(int));
+        memset(v.x_grad, 0xff, (size_t)v.V * sizeof(int));
+    }
+    for (int k = 0; st == MT_OK && s->comm_stream && k < v.nx; k++)
+        st = mt_event_create(&v.ev[k], 0);
+    if (st == MT_OK && s->comm_stream) st = mt_event_create(&v.ready, 0);
+    if (st == MT_OK) st = run_events(&v, ev, n, &w);
+    for (int k = 0; v.ev && k < v.nx; k++)
+        if (v.ev[k]) mt_event_destroy(v.ev[k]);
+    if (v.ready) mt_event_destroy(v.ready);
     waitq_free(&w);
-    free(ev), free(rin);
+    free(ev), free(v.slots), free(v.rin), free(v.x_in), free(v.x_buf), free(v.x_grad), free(v.ev);
     return st;
 }
 

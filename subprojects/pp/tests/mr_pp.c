@@ -84,8 +84,8 @@ static mt_tensor gradient(void *ctx) {
 
 typedef struct vstage {
     stage *s;
-    int V, slots, nbuf, M;
-    mt_tensor *in, *out, *g, *buf; /* in[c * slots + slot] */
+    int V, slots, nbuf, M, cslots[4]; /* slots: the most of any chunk's cslots */
+    mt_tensor *in, *out, *g, *buf;    /* in[c * slots + slot] */
     mt_pp_event *ops;
     int n;
 } vstage;
@@ -99,7 +99,7 @@ static mt_status vfwd(void *ctx, int c, int mb, int slot) {
     stage *s = v->s;
     const int vs = vs_of(v, c), last = v->V * s->P - 1;
     v->ops[v->n++] = (mt_pp_event){ MT_PP_FORWARD, c, mb, 0, 0, 0, 0, -1, -1 };
-    MT_EXPECT(slot == (s->fwd_only ? 0 : mb % v->slots),
+    MT_EXPECT(slot == (s->fwd_only ? 0 : mb % v->cslots[c]),
               "stage %d chunk %d: micro-batch %d in "
               "slot %d",
               s->r, c, mb, slot);
@@ -144,18 +144,13 @@ static mt_tensor vbuffer(void *ctx, int k) {
     return v->buf[k];
 }
 
-static void run_interleaved(stage *s, mt_comm *w, int V, int M) {
-    vstage v = { s,
-                 V,
-                 mt_pp_interleaved_slots(s->P, s->r, V, M),
-                 mt_pp_interleaved_buffers(s->P, s->r, V, M),
-                 M,
-                 NULL,
-                 NULL,
-                 NULL,
-                 NULL,
-                 NULL,
-                 0 };
+/* comm: a stream for the exchanges (overlapped with the chunks' work), or NULL */
+static void run_interleaved(stage *s, mt_comm *w, int V, int M, mt_stream comm) {
+    vstage v = { s, V, 0, mt_pp_interleaved_buffers(s->P, s->r, V, M), M };
+    for (int c = 0; c < V; c++) {
+        v.cslots[c] = mt_pp_interleaved_slots(s->P, s->r, V, M, c);
+        v.slots = v.cslots[c] > v.slots ? v.cslots[c] : v.slots;
+    }
     const int tensors = V * v.slots + 2 * V + v.nbuf;
     mt_arena *a;
     MT_CHECK(mt_arena_create(s->dev, (size_t)tensors * (N * 4 + MT_ARENA_ALIGN), &a));
@@ -167,7 +162,7 @@ static void run_interleaved(stage *s, mt_comm *w, int V, int M) {
     v.ops = calloc((size_t)n, sizeof *v.ops);
     mt_pp_event *want = calloc((size_t)n, sizeof *want);
     mt_pp_interleaved_order(s->P, s->r, V, M, want);
-    mt_pp_chunks ch = { w, NULL, &v, V, vfwd, vbwd, vinput, voutput, vgrad, vbuffer };
+    mt_pp_chunks ch = { w, NULL, &v, V, vfwd, vbwd, vinput, voutput, vgrad, vbuffer, comm };
     s->fwd_only = 0;
     MT_CHECK(mt_pp_interleaved(&ch, M));
     int same = 1, j = 0; /* (the order's forwards and backwards, exchanges left out) */
@@ -229,9 +224,14 @@ int main(int argc, char **argv) {
     MT_EXPECT(s.n == 3 && s.ops[0] == 0 && s.ops[2] == 2, "forward only: %d ops", s.n);
     fprintf(stderr, "stage %d of %d (%s): 1F1B for 1, 2, %d, %d micro-batches and forward-only\n",
             s.r, s.P, cuda ? "NCCL" : "MPI", s.P, 2 * s.P + 1);
+    mt_stream comm = NULL; /* (on GPUs the exchanges also run on a stream of their own) */
+    if (cuda) MT_CHECK(mt_stream_create(&comm));
     for (int V = 2; V <= 3; V++)
-        for (int m = 1; m <= 3; m++)
-            run_interleaved(&s, w, V, m * s.P);
+        for (int m = 1; m <= 3; m++) {
+            run_interleaved(&s, w, V, m * s.P, NULL);
+            if (comm) run_interleaved(&s, w, V, m * s.P, comm);
+        }
+    if (comm) mt_stream_destroy(comm);
     fprintf(stderr, "stage %d of %d (%s): interleaved, 2 and 3 chunks, %d, %d, %d micro-batches\n",
             s.r, s.P, cuda ? "NCCL" : "MPI", s.P, 2 * s.P, 3 * s.P);
     free(s.host);

@@ -136,14 +136,19 @@ static void test_interleaved_flow(int P, int V, int M) {
     static chan act[MAXP], grd[MAXP]; /* act[r]: r -> r+1; grd[r]: r -> r-1 */
     memset(act, 0, sizeof act), memset(grd, 0, sizeof grd);
     int slot_in[MAXP][MAXV][MAXS], rin[MAXP][MAXV], out[MAXP], gq[MAXP][MAXV][NQ], gl[MAXP][MAXV];
-    int gread[MAXP][MAXV], last_bwd[MAXP], slots[MAXP];
+    int gread[MAXP][MAXV], last_bwd[MAXP], slots[MAXP][MAXV], rslots[MAXP], live_c[MAXP][MAXV];
+    memset(live_c, 0, sizeof live_c);
     memset(rin, 0, sizeof rin), memset(gl, 0, sizeof gl), memset(gread, 0, sizeof gread);
     for (int r = 0; r < P; r++) {
         n[r] = mt_pp_interleaved_order(P, r, V, M, NULL);
         ev[r] = malloc((size_t)n[r] * sizeof(mt_pp_event));
         mt_pp_interleaved_order(P, r, V, M, ev[r]);
-        slots[r] = mt_pp_interleaved_slots(P, r, V, M);
-        MT_EXPECT(slots[r] >= 1 && slots[r] <= MAXS, "slots %d", slots[r]);
+        rslots[r] = mt_pp_interleaved_slots(P, r, V, M, -1);
+        for (int c = 0; c < V; c++) {
+            slots[r][c] = mt_pp_interleaved_slots(P, r, V, M, c);
+            MT_EXPECT(slots[r][c] >= 1 && slots[r][c] <= rslots[r] && rslots[r] <= MAXS,
+                      "stage %d chunk %d: %d slots (the stage %d)", r, c, slots[r][c], rslots[r]);
+        }
         for (int c = 0; c < V; c++)
             for (int k = 0; k < MAXS; k++)
                 slot_in[r][c][k] = -1;
@@ -168,10 +173,13 @@ static void test_interleaved_flow(int P, int V, int M) {
                     posted[r] = 0;
                     if (e->recv_prev) {
                         const int c = e->recv_prev_chunk, k = rin[r][c]++;
-                        int *sl = &slot_in[r][c][k % slots[r]];
+                        int *sl = &slot_in[r][c][k % slots[r][c]];
                         if (*sl >= 0) bad = 1; /* overwrites an input still needed */
                         MT_EXPECT(*sl < 0, "P %d V %d M %d: stage %d chunk %d slot %d overwritten",
-                                  P, V, M, r, c, k % slots[r]);
+                                  P, V, M, r, c, k % slots[r][c]);
+                        live_c[r][c]++;
+                        MT_EXPECT(live_c[r][c] <= slots[r][c], "stage %d chunk %d: %d in flight", r,
+                                  c, live_c[r][c]);
                         *sl = act[pv].tag[act[pv].taken++];
                         MT_EXPECT(*sl == (c * P + r - 1) * tagmul + k,
                                   "P %d V %d M %d: stage %d chunk %d received %d, want %d", P, V, M,
@@ -186,7 +194,7 @@ static void test_interleaved_flow(int P, int V, int M) {
                         if (w > waiting_max[r]) waiting_max[r] = w;
                     }
                 } else {
-                    const int vs = e->chunk * P + r, sl = e->mb % slots[r];
+                    const int vs = e->chunk * P + r, sl = e->mb % slots[r][e->chunk];
                     if (e->op == MT_PP_FORWARD) {
                         if (vs > 0) {
                             MT_EXPECT(slot_in[r][e->chunk][sl] == (vs - 1) * tagmul + e->mb,
@@ -194,9 +202,12 @@ static void test_interleaved_flow(int P, int V, int M) {
                                       e->chunk, e->mb, slot_in[r][e->chunk][sl]);
                         }
                         out[r] = vs * tagmul + e->mb;
+                        live_c[r][0] += vs == 0; /* (no receive: its slot is taken here) */
+                        MT_EXPECT(live_c[r][0] <= slots[r][0], "stage %d chunk 0: %d in flight", r,
+                                  live_c[r][0]);
                         if (e->chunk == 0) live[r]++;
-                        MT_EXPECT(live[r] <= slots[r], "stage %d: %d in flight, %d slots", r,
-                                  live[r], slots[r]);
+                        MT_EXPECT(live[r] <= rslots[r], "stage %d: %d in flight, %d slots", r,
+                                  live[r], rslots[r]);
                     } else {
                         if (vs < P * V - 1) {
                             const int g = gq[r][e->chunk][gread[r][e->chunk]++];
@@ -205,6 +216,7 @@ static void test_interleaved_flow(int P, int V, int M) {
                                       e->chunk, e->mb, g);
                         }
                         slot_in[r][e->chunk][sl] = -1;
+                        live_c[r][e->chunk]--;
                         last_bwd[r] = vs * tagmul + e->mb;
                         if (e->chunk == 0) live[r]--;
                     }

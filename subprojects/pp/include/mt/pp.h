@@ -73,8 +73,8 @@ typedef struct mt_pp_chunks {
     mt_stream stream;
     void *ctx;
     int num_chunks; /* V >= 1 */
-    /* chunk c's forward / backward of micro-batch mb in `slot` (mt_pp_interleaved_slots: mb %
-     * slots; a chunk's input for the slot has arrived in input(c, slot) unless c is the first
+    /* chunk c's forward / backward of micro-batch mb in `slot` (mb % mt_pp_interleaved_slots of
+     * the chunk; a chunk's input for the slot has arrived in input(c, slot) unless c is the first
      * virtual stage; before a backward that is not the last virtual stage's, the next virtual
      * stage's input gradient has been written into grad(c), which after a backward holds this
      * chunk's input gradient) */
@@ -84,9 +84,15 @@ typedef struct mt_pp_chunks {
     mt_tensor (*output)(void *ctx, int chunk); /* the chunk's last forward's output */
     mt_tensor (*grad)(void *ctx, int chunk);
     /* Staging buffer k < mt_pp_interleaved_buffers(): the activations' shape and dtype, on the
-     * stream's device. Outputs wait there to be sent, and input gradients that arrive before
-     * their backward (the first and last stages receive round the ring ahead of time). */
+     * stream's device. Outputs wait in buffers 0 and 1 (in turn) to be sent; the others hold
+     * input gradients that arrive before their backward (the first and last stages receive
+     * round the ring ahead of time). */
     mt_tensor (*buffer)(void *ctx, int k);
+    /* Device tensors: a stream for the exchanges (NULL: they run in `stream`'s order). The
+     * compute stream then waits only where it reads a received tensor or overwrites one being
+     * sent, so transfers overlap the chunks' work (Megatron's overlap_p2p_comm); it has waited
+     * for every transfer when mt_pp_interleaved returns. */
+    mt_stream comm_stream;
 } mt_pp_chunks;
 
 typedef enum mt_pp_op {
@@ -112,11 +118,12 @@ MT_API mt_status mt_pp_interleaved_check(int stages, int chunks, int num_micro);
  * that mt_pp_interleaved_check refuses. */
 MT_API int mt_pp_interleaved_order(int stages, int stage, int chunks, int num_micro,
                                    mt_pp_event *ev);
-/* The activation slots the stage's chunks need (micro-batch mb in slot mb % slots): the most
- * micro-batches in flight on the stage at once, from the first receive or forward of one to its
- * last backward (chunk 0's); the same count for every chunk. Also covers forward-only. */
-MT_API int mt_pp_interleaved_slots(int stages, int stage, int chunks, int num_micro);
-/* The staging buffers mt_pp_interleaved needs on the stage: one for the outputs sent, and the
+/* The activation slots chunk `chunk` of the stage needs (micro-batch mb in slot mb % slots): the
+ * most of its micro-batches in flight at once, from the receive (or forward) of the input to the
+ * backward. chunk -1: the stage's, a micro-batch counted from its first receive or forward on
+ * the stage to its last backward (chunk 0's), e.g. for the batches' own slots. */
+MT_API int mt_pp_interleaved_slots(int stages, int stage, int chunks, int num_micro, int chunk);
+/* The staging buffers mt_pp_interleaved needs on the stage: two for the outputs sent, and the
  * most input gradients waiting for their backward at once. */
 MT_API int mt_pp_interleaved_buffers(int stages, int stage, int chunks, int num_micro);
 /* Runs num_micro micro-batches through the stage's chunks in the interleaved order.
