@@ -776,17 +776,20 @@ static mt_status read_batch(run *r, mt_data_dataset *ds, mt_data_sampler *s, int
 }
 
 /* Host tokens (B,T) to device ones: all of them, or with context parallelism this rank's two
- * chunks of each sequence (Megatron's get_batch_on_this_cp_rank). */
+ * chunks of each sequence (Megatron's get_batch_on_this_cp_rank). The copies are queued on the
+ * default stream, behind the work that reads the slot before (a blocking copy would wait for all
+ * queued work, pipeline transfers included, before the host could queue more). */
 static mt_status upload_ids(run *r, void *dst, const int32_t *src) {
     const int64_t B = r->a->micro_batch_size, T = r->a->seq_length, cp = r->cp_size;
-    if (cp == 1) return mt_memcpy(dst, r->dev, src, MT_DEVICE_CPU, (size_t)(B * T) * 4, NULL);
+    if (cp == 1)
+        return mt_memcpy(dst, r->dev, src, MT_DEVICE_CPU, (size_t)(B * T) * 4, MT_STREAM_DEFAULT);
     const int64_t c2 = T / (2 * cp), Tl = T / cp;
     for (int64_t b = 0; b < B; b++)
         for (int h = 0; h < 2; h++) {
             const int64_t g = h ? 2 * cp - 1 - r->cp_rank : r->cp_rank;
             memcpy(r->hcp + b * Tl + h * c2, src + b * T + g * c2, (size_t)c2 * 4);
         }
-    return mt_memcpy(dst, r->dev, r->hcp, MT_DEVICE_CPU, (size_t)(B * Tl) * 4, NULL);
+    return mt_memcpy(dst, r->dev, r->hcp, MT_DEVICE_CPU, (size_t)(B * Tl) * 4, MT_STREAM_DEFAULT);
 }
 
 /* Host batch `slot` to device slot `k`'s tokens, targets, positions, key starts, sample ids. */
@@ -795,10 +798,12 @@ static mt_status upload_batch(run *r, int slot, int k) {
     MT_TRY(upload_ids(r, r->tok[k].data, r->htok + slot * n));
     if (r->hpos) MT_TRY(upload_ids(r, r->pos[k].data, r->hpos + slot * n));
     if (r->hks)
-        MT_TRY(mt_memcpy(r->ks[k].data, r->dev, r->hks + slot * n, MT_DEVICE_CPU, n * 4, NULL));
+        MT_TRY(mt_memcpy(r->ks[k].data, r->dev, r->hks + slot * n, MT_DEVICE_CPU, n * 4,
+                         MT_STREAM_DEFAULT));
     if (r->hsid) {
         const size_t B = (size_t)r->a->micro_batch_size;
-        MT_TRY(mt_memcpy(r->sid[k].data, r->dev, r->hsid + slot * B, MT_DEVICE_CPU, B * 8, NULL));
+        MT_TRY(mt_memcpy(r->sid[k].data, r->dev, r->hsid + slot * B, MT_DEVICE_CPU, B * 8,
+                         MT_STREAM_DEFAULT));
     }
     return upload_ids(r, r->tgt[k].data, r->htgt + slot * n);
 }

@@ -146,7 +146,7 @@ static mt_tensor vbuffer(void *ctx, int k) {
 
 /* comm: a stream for the exchanges (overlapped with the chunks' work), or NULL */
 static void run_interleaved(stage *s, mt_comm *w, int V, int M, mt_stream comm) {
-    vstage v = { s, V, 0, mt_pp_interleaved_buffers(s->P, s->r, V, M), M };
+    vstage v = { .s = s, .V = V, .nbuf = mt_pp_interleaved_buffers(s->P, s->r, V, M), .M = M };
     for (int c = 0; c < V; c++) {
         v.cslots[c] = mt_pp_interleaved_slots(s->P, s->r, V, M, c);
         v.slots = v.cslots[c] > v.slots ? v.cslots[c] : v.slots;

@@ -107,6 +107,10 @@ MT_API void mt_die(const char *file, int line, const char *fmt, ...)
 /* The same type as cudaStream_t, so callers pass theirs without a cast. NULL: default stream. */
 struct CUstream_st;
 typedef struct CUstream_st *mt_stream;
+/* The default (legacy) stream named explicitly (cudaStreamLegacy): calls that block when given
+ * NULL enqueue on it instead, e.g. mt_memcpy from pageable host memory, which then returns once
+ * the bytes are staged, without waiting for the work queued before it. */
+#define MT_STREAM_DEFAULT ((mt_stream)0x1)
 
 typedef enum mt_device_kind {
     MT_DEVICE_KIND_CPU = 0,
