@@ -443,8 +443,10 @@ static mt_status register_param(void *ctx, const char *name, int ndim, const int
     if (!weight) { /* listing pass; params whole on every tensor-parallel rank count once, the
                       last stage's copy of a tied embedding not at all (the first stage's does) */
         int flags = no_wd ? MT_OPTIM_PARAM_NO_DECAY : MT_OPTIM_PARAM_DECAY;
-        if (r->tp_size > 1 && mt_model_param_tp_axis(r->chunk_cfg, name) < 0)
-            flags |= MT_OPTIM_PARAM_TP_REPLICATED;
+        const int axis = mt_model_param_tp_axis(r->chunk_cfg, name);
+        /* (-2: not a parameter of that chunk: its grad norm would count it wrong) */
+        MT_REQUIRE(axis != -2, MT_ERR_INTERNAL, "%s: no parameter of the chunk listing it", name);
+        if (r->tp_size > 1 && axis < 0) flags |= MT_OPTIM_PARAM_TP_REPLICATED;
         if (r->pp_size > 1 && r->pp_rank == r->pp_size - 1 &&
             strcmp(name, "embedding.word_embeddings.weight") == 0)
             flags |= MT_OPTIM_PARAM_SHARED;
