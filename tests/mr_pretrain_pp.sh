@@ -112,9 +112,9 @@ fi
 # the interleaved schedule (--num-layers-per-virtual-pipeline-stage 1: 2 chunks a stage, the
 # activations round the ring twice): one rank's losses, norms and validation, also with DP 2
 # (distributed optimizer, reductions started by each chunk's last backward, parameter gather),
-# TP 2 with SP, full recomputation, an untied Llama shape, and 4 stages of 2 chunks (8 layers;
-# the first stage's warm-up is every forward); a PP 2 x 2 chunks checkpoint resumes bitwise and
-# into PP 1
+# TP 2 with SP, full recomputation, an untied Llama shape, an uneven split, and 4 stages of 2
+# chunks (8 layers; the first stage's warm-up is every forward); a PP 2 x 2 chunks checkpoint
+# resumes bitwise and into PP 1
 v2=("${l4[@]}" --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1)
 mr 2 v2 "${v2[@]}" $(obs v2)
 grep -q "tensor parallel 1 x data parallel 1 x pipeline parallel 2" "$d/v2.log" \
@@ -131,6 +131,12 @@ mr 2 llv2 "${llama[@]}" --pipeline-model-parallel-size 2 --num-virtual-stages-pe
 mr 4 llv2dp2 "${llama[@]}" --pipeline-model-parallel-size 2 --num-virtual-stages-per-pipeline-rank 2 \
   --use-distributed-optimizer --overlap-grad-reduce --ddp-bucket-size 3000 $(obs llv2dp2)
 same ll1 llv2; same ll1 llv2dp2  # (untied: no bucket waits for the embedding's sum)
+# uneven (Megatron's: the first rank's 2 layers over its 2 chunks, the last rank's 4 likewise)
+l6=(--num-layers 6)
+one l6 "${l6[@]}" $(obs l6)
+mr 2 vu "${l6[@]}" --pipeline-model-parallel-size 2 --num-virtual-stages-per-pipeline-rank 2 \
+  --decoder-first-pipeline-num-layers 2 $(obs vu)
+same l6 vu
 l8=(--num-layers 8)
 one l8 "${l8[@]}" $(obs l8)
 mr 4 v4 "${l8[@]}" --pipeline-model-parallel-size 4 --num-virtual-stages-per-pipeline-rank 2 $(obs v4)

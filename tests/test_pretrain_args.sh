@@ -93,7 +93,8 @@ expect "When interleaved schedule is used, pipeline-model-parallel size should b
 expect "--num-layers-per-virtual-pipeline-stage and --num-virtual-stages-per-pipeline-rank cannot be set at the same time" --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1 --num-virtual-stages-per-pipeline-rank 1
 expect "number of layers per pipeline stage must be divisible number of layers per virtual pipeline stage" --num-layers 6 --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 2
 expect "Number of layers should be divisible by the pipeline-model-parallel size times --num-virtual-stages-per-pipeline-rank" --pipeline-model-parallel-size 2 --num-virtual-stages-per-pipeline-rank 2
-expect "the interleaved schedule with an uneven pipeline split" --num-layers 4 --pipeline-model-parallel-size 2 --decoder-first-pipeline-num-layers 3 --num-virtual-stages-per-pipeline-rank 2
+expect "please use --num-virtual-stages-per-pipeline-rank to specify virtual pipeline parallel degree when enable uneven pipeline parallelism" --num-layers 4 --pipeline-model-parallel-size 2 --decoder-first-pipeline-num-layers 2 --num-layers-per-virtual-pipeline-stage 1
+expect "number of layers at first stage: 3must be divisible by virtual pipelineparallel degree 2" --num-layers 4 --pipeline-model-parallel-size 2 --decoder-first-pipeline-num-layers 3 --num-virtual-stages-per-pipeline-rank 2
 "$MT_PRETRAIN" --num-layers 2 > "$d/out" 2>&1; rc=$?
 { [ $rc = 2 ] && grep -q "hidden-size is required" "$d/out"; } || { echo "FAIL: missing required flag"; cat "$d/out"; fail=1; }
 # --exit-on-missing-checkpoint: a --load directory without a checkpoint is an error (Megatron's

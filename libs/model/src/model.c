@@ -193,6 +193,33 @@ mt_status mt_model_stage_layers(const mt_model_config *c, int stage, int *first,
                "--pipeline-model-parallel-size > 1");
     /* megatron.core's get_num_layers_to_build: the set ends first, the rest evenly */
     const int left = P - (F > 0) - (E > 0), rest = L - F - E;
+    const int V = c->virtual_pipeline_model_parallel_size;
+    if (V > 1 && (F || E)) { /* (transformer_config.py's checks and text, its spaces as there) */
+        MT_REQUIRE(P % V == 0 && P / V > 1, MT_ERR_INVALID_ARG,
+                   "%d pipeline stages are not %d chunks of 2 or more ranks", P, V);
+        const int ranks = P / V, middle = ranks - (F > 0) - (E > 0), mid_layers = L - F - E;
+        MT_REQUIRE(F % V == 0, MT_ERR_INVALID_ARG,
+                   "number of layers at first stage: %dmust be divisible by virtual "
+                   "pipelineparallel degree %d",
+                   F, V);
+        MT_REQUIRE(E % V == 0, MT_ERR_INVALID_ARG,
+                   "number of layers at last stage: %dmust be divisible by virtual "
+                   "pipelineparallel degree %d",
+                   E, V);
+        MT_REQUIRE(!mid_layers == !middle && mid_layers >= 0, MT_ERR_INVALID_ARG,
+                   "Mismatch: %d middle layers remaining but %d middle PP stages available.",
+                   mid_layers, middle);
+        MT_REQUIRE(!middle || mid_layers % middle == 0, MT_ERR_INVALID_ARG,
+                   "number of layers at middle stage: %d must be divisible bythe middle pipeline "
+                   "model parallel size %d",
+                   mid_layers, middle);
+        MT_REQUIRE(!middle || mid_layers / middle % V == 0, MT_ERR_INVALID_ARG,
+                   "number of layers on each middle pipeline rank:%d must be divisible by "
+                   "virtualpipeline parallel degree %d",
+                   middle ? mid_layers / middle : 0, V);
+        stage_range(c, stage, first, count);
+        return MT_OK;
+    }
     if (!F && !E)
         MT_REQUIRE(L % P == 0, MT_ERR_INVALID_ARG,
                    "Number of layers should be divisible by the pipeline-model-parallel size "

@@ -50,6 +50,18 @@ static inline int pp_n(const mt_model_config *c) {
 /* Stage r's first layer and layer count under a split the config allows (mt_model_stage_layers
  * checks it): the first and/or last stage's count if set, the others' the rest evenly. */
 static inline void stage_range(const mt_model_config *c, int r, int *l0, int *nl) {
+    const int V = c->virtual_pipeline_model_parallel_size;
+    if (V > 1 && (c->num_layers_in_first_pipeline_stage || c->num_layers_in_last_pipeline_stage)) {
+        /* (uneven and interleaved, megatron.core's get_transformer_layer_offset: every round of
+         * chunks holds the ranks' shares over V, in rank order) */
+        const int P = pp_n(c) / V, F = c->num_layers_in_first_pipeline_stage,
+                  E = c->num_layers_in_last_pipeline_stage, left = P - (F > 0) - (E > 0);
+        const int mid = left > 0 ? (c->num_layers - F - E) / left / V : 0;
+        const int f = F ? F / V : mid, e = E ? E / V : mid, rank = r % P;
+        *nl = rank == 0 ? f : rank == P - 1 ? e : mid;
+        *l0 = r / P * (f + (P - 2) * mid + e) + (rank == 0 ? 0 : f + (rank - 1) * mid);
+        return;
+    }
     const int P = pp_n(c), F = c->num_layers_in_first_pipeline_stage,
               E = c->num_layers_in_last_pipeline_stage;
     const int left = P - (F > 0) - (E > 0);

@@ -276,6 +276,42 @@ static void test_stage_layers(void) {
     }
 }
 
+/* The interleaved schedule's uneven split (first and last ranks' layers over their chunks)
+ * against megatron-core's get_transformer_layer_offset and get_num_layers_to_build
+ * (golden/stage_layers.txt, gen_stage_layers.py): chunk c of rank r is stage c P + r of P V. */
+static void test_stage_layers_interleaved(void) {
+    FILE *f = fopen(mt_test_golden_path("stage_layers.txt"), "r");
+    MT_EXPECT(f != NULL, "no golden stage_layers.txt");
+    if (!f) return;
+    int nl, np, nv, nf, ne, cases = 0;
+    while (fscanf(f, "%d %d %d %d %d", &nl, &np, &nv, &nf, &ne) == 5) {
+        mt_model_config c = MT_MODEL_CONFIG_INIT;
+        c.num_layers = nl, c.pipeline_model_parallel_size = np * nv;
+        c.virtual_pipeline_model_parallel_size = nv;
+        c.num_layers_in_first_pipeline_stage = nf, c.num_layers_in_last_pipeline_stage = ne;
+        for (int s = 0; s < np * nv; s++) {
+            int want0, wantn, first = -1, n = -1;
+            MT_EXPECT(fscanf(f, "%d %d", &want0, &wantn) == 2, "golden truncated");
+            mt_status st = mt_model_stage_layers(&c, s, &first, &n);
+            MT_EXPECT(st == MT_OK && first == want0 && n == wantn,
+                      "L %d P %d V %d first %d last %d: chunk %d of rank %d is [%d, +%d), want "
+                      "[%d, +%d)",
+                      nl, np, nv, nf, ne, s / np, s % np, first, n, want0, wantn);
+            mt_error_clear();
+        }
+        cases++;
+    }
+    fclose(f);
+    MT_EXPECT(cases >= 6, "%d golden cases", cases);
+    /* megatron's checks: the first rank's layers a multiple of V */
+    mt_model_config c = MT_MODEL_CONFIG_INIT;
+    c.num_layers = 6, c.pipeline_model_parallel_size = 4,
+    c.virtual_pipeline_model_parallel_size = 2;
+    c.num_layers_in_first_pipeline_stage = 3;
+    int first, n;
+    MT_EXPECT_STATUS(mt_model_stage_layers(&c, 0, &first, &n), MT_ERR_INVALID_ARG);
+}
+
 static void test_invalid(void) {
     mt_model_config c = config_for("gpt2");
     c.pipeline_model_parallel_size = 3; /* 4 layers */
@@ -305,6 +341,7 @@ int main(int argc, char **argv) {
     test_pipeline("gpt2_uneven", 2);
     test_pipeline("llama_uneven", 3);
     test_stage_layers();
+    test_stage_layers_interleaved();
     test_invalid();
     return mt_test_result();
 }

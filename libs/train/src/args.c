@@ -634,10 +634,10 @@ static mt_status validate_virtual(mt_train_args *a) {
     if (P <= 1)
         return BAD("When interleaved schedule is used, pipeline-model-parallel size should be "
                    "greater than 1");
-    if (a->decoder_first_pipeline_num_layers || a->decoder_last_pipeline_num_layers)
-        return MT_ERROR(MT_ERR_UNSUPPORTED,
-                        "the interleaved schedule with an uneven pipeline split "
-                        "(--decoder-first/last-pipeline-num-layers) is not supported yet");
+    const int uneven = a->decoder_first_pipeline_num_layers || a->decoder_last_pipeline_num_layers;
+    if (n && uneven)
+        return BAD("please use --num-virtual-stages-per-pipeline-rank to specify virtual pipeline "
+                   "parallel degree when enable uneven pipeline parallelism");
     if (n) {
         if (a->num_layers % P != 0)
             return BAD("number of layers of the model must be divisible pipeline model parallel "
@@ -646,6 +646,8 @@ static mt_status validate_virtual(mt_train_args *a) {
             return BAD("number of layers per pipeline stage must be divisible number of layers "
                        "per virtual pipeline stage");
         a->virtual_pipeline_model_parallel_size = a->num_layers / P / n;
+    } else if (uneven) { /* (the model's split checks the layers: Megatron's rules) */
+        a->virtual_pipeline_model_parallel_size = v;
     } else {
         if (a->num_layers % (P * v) != 0)
             return BAD("Number of layers should be divisible by the pipeline-model-parallel size "
@@ -897,6 +899,7 @@ static mt_status validate(mt_train_args *a) {
     {             /* the model's split rule (megatron/training/arguments.py's messages) */
         mt_model_config c = MT_MODEL_CONFIG_INIT;
         c.num_layers = a->num_layers;
+        c.virtual_pipeline_model_parallel_size = a->virtual_pipeline_model_parallel_size;
         c.pipeline_model_parallel_size =
             a->pipeline_model_parallel_size * (a->virtual_pipeline_model_parallel_size > 1
                                                    ? a->virtual_pipeline_model_parallel_size

@@ -475,6 +475,7 @@ static mt_status setup_model(run *r) {
     c->tensor_model_parallel_size = r->tp_size;
     c->sequence_parallel = a->sequence_parallel;
     c->pipeline_model_parallel_size = r->pp_size * r->vpp; /* (chunk 0: stage pp_rank) */
+    c->virtual_pipeline_model_parallel_size = r->vpp;
     c->pipeline_model_parallel_rank = r->pp_rank;
     c->num_layers_in_first_pipeline_stage = a->decoder_first_pipeline_num_layers;
     c->num_layers_in_last_pipeline_stage = a->decoder_last_pipeline_num_layers;
@@ -1215,6 +1216,7 @@ static mt_status unexpected_keys(run *r, mt_ckpt *c) {
     whole.pipeline_model_parallel_size = 1, whole.pipeline_model_parallel_rank = 0;
     whole.expert_model_parallel_size = 1, whole.expert_model_parallel_rank = 0;
     whole.num_layers_in_first_pipeline_stage = whole.num_layers_in_last_pipeline_stage = 0;
+    whole.virtual_pipeline_model_parallel_size = 0;
     name_list names = { NULL, 0, 0 };
     mt_status st = mt_model_list_params(&whole, add_name, &names);
     for (int i = 0; st == MT_OK && i < mt_ckpt_count(c); i++) {

@@ -201,6 +201,12 @@ typedef struct mt_model_config {
      * stages of a pipeline of P V (chunk c of rank r: stage c P + r) that keep the counts of
      * mt_pp_interleaved_slots instead. */
     int pipeline_num_slots;
+    /* The interleaved schedule's chunks a rank (Megatron's virtual_pipeline_model_parallel_size;
+     * 0 or 1: none). pipeline_model_parallel_size is then P V, and stage c P + r is chunk c of
+     * rank r. Only the uneven split reads it: as Megatron's, the first rank's
+     * num_layers_in_first_pipeline_stage and the last rank's num_layers_in_last_pipeline_stage
+     * are split evenly over their V chunks, and each middle rank's share too. */
+    int virtual_pipeline_model_parallel_size;
 } mt_model_config;
 
 #define MT_MODEL_CONFIG_INIT                                                                   \
@@ -208,7 +214,7 @@ typedef struct mt_model_config {
         sizeof(mt_model_config), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, MT_NORM_LAYERNORM, 0.0f,     \
             MT_POS_LEARNED, 0.0, 0, 0, 1, 0, 0.0f, 1234, MT_F32, 0, MT_RECOMPUTE_NONE,         \
             MT_RECOMPUTE_METHOD_NONE, 0, 0, 0, 0, 0, 0, 0.0f, 0.0f, 0, 0, 0, 0, 0, 0, 0, 0, 0, \
-            0.0f, 0.0f, 0.0f, 0, 0, 0, 0.0f, 0, 0, 0, 0, 0                                     \
+            0.0f, 0.0f, 0.0f, 0, 0, 0, 0.0f, 0, 0, 0, 0, 0, 0                                  \
     }
 
 /* Fills the derived fields (zeros) of cfg in place and checks it; MT_ERR_INVALID_ARG with
