@@ -125,7 +125,10 @@ mr 4 v2tp2 "${v2[@]}" --tensor-model-parallel-size 2 --make-vocab-size-divisible
   --sequence-parallel $(obs v2tp2)
 mr 2 v2rc "${v2[@]}" --recompute-granularity full --recompute-method uniform \
   --recompute-num-layers 1 $(obs v2rc)
-for run in v2 v2dp2 v2tp2 v2rc; do same l4 $run; done
+# micro-batches through the chunks in groups of 4 instead of P (Megatron's
+# --microbatch-group-size-per-virtual-pipeline-stage)
+mr 2 v2g4 "${v2[@]}" --microbatch-group-size-per-virtual-pipeline-stage 4 $(obs v2g4)
+for run in v2 v2dp2 v2tp2 v2rc v2g4; do same l4 $run; done
 mr 2 llv2 "${llama[@]}" --pipeline-model-parallel-size 2 --num-virtual-stages-per-pipeline-rank 2 \
   $(obs llv2)
 mr 4 llv2dp2 "${llama[@]}" --pipeline-model-parallel-size 2 --num-virtual-stages-per-pipeline-rank 2 \
@@ -160,6 +163,10 @@ grep -q "The remainder of M (the total micro-batches) divided by N" "$d/badv.log
   --num-layers-per-virtual-pipeline-stage 3 > "$d/badv2.log" 2>&1 && { echo "FAIL: 3-layer chunks of 2"; exit 1; }
 grep -q "number of layers per pipeline stage must be divisible number of layers per virtual pipeline stage" "$d/badv2.log" \
   || { echo "FAIL: chunk message"; cat "$d/badv2.log"; exit 1; }
+"$MPIEXEC" -n 2 "$MT_PRETRAIN" "${tiny_args[@]}" "${v2[@]}" --microbatch-group-size-per-virtual-pipeline-stage 5 \
+  > "$d/badv3.log" 2>&1 && { echo "FAIL: groups of 5 of 4 micro-batches"; exit 1; }
+grep -q "The number of contiguous micro-batches in a virtual pipeline stage should range in \[PP=2 , M=4\]" "$d/badv3.log" \
+  || { echo "FAIL: group message"; cat "$d/badv3.log"; exit 1; }
 echo "ok: the interleaved schedule's bad shapes refused"
 # a world that the stages do not divide is refused before anything starts
 "$MPIEXEC" -n 2 "$MT_PRETRAIN" "${tiny_args[@]}" --pipeline-model-parallel-size 2 \

@@ -212,6 +212,10 @@ static const flag flags[] = {
       "the interleaved schedule: chunks of this many layers, (layers / P) / this a stage" },
     { "--num-virtual-stages-per-pipeline-rank", F_INT, O(num_virtual_stages_per_pipeline_rank),
       "the interleaved schedule: this many chunks a stage" },
+    { "--microbatch-group-size-per-virtual-pipeline-stage", F_INT,
+      O(microbatch_group_size_per_vp_stage),
+      "the interleaved schedule: micro-batches through the chunks in groups of this many "
+      "(default: the pipeline size)" },
     { "--decoder-first-pipeline-num-layers", F_INT, O(decoder_first_pipeline_num_layers),
       "layers of the first pipeline stage (the others: the rest evenly)" },
     { "--decoder-last-pipeline-num-layers", F_INT, O(decoder_last_pipeline_num_layers),

@@ -528,7 +528,8 @@ static mt_status setup_model(run *r) {
             else if (strcmp(a->recompute_modules[i], "layernorm") == 0)
                 c->recompute_layernorm = 1;
     }
-    if (r->vpp > 1) MT_TRY(mt_pp_interleaved_check(r->pp_size, r->vpp, r->num_micro));
+    const int G = a->microbatch_group_size_per_vp_stage; /* (0: P) */
+    if (r->vpp > 1) MT_TRY(mt_pp_interleaved_check(r->pp_size, r->vpp, r->num_micro, G));
     MT_TRY(mt_model_config_finalize(c));
     mt_model_config *cc = calloc((size_t)r->vpp, sizeof *cc);
     MT_REQUIRE(cc, MT_ERR_OOM, "model chunks");
@@ -536,10 +537,12 @@ static mt_status setup_model(run *r) {
         cc[v] = *c;
         cc[v].pipeline_model_parallel_rank = v * r->pp_size + r->pp_rank;
         /* (interleaved: the most micro-batches in flight of any iteration's count) */
-        for (int m = r->pp_size; r->vpp > 1 && m <= r->num_micro; m += r->pp_size) {
-            const int k = mt_pp_interleaved_slots(r->pp_size, r->pp_rank, r->vpp, m, v);
-            const int ks = mt_pp_interleaved_slots(r->pp_size, r->pp_rank, r->vpp, m, -1);
-            const int nb = mt_pp_interleaved_buffers(r->pp_size, r->pp_rank, r->vpp, m);
+        for (int m = r->pp_size; r->vpp > 1 && m <= r->num_micro; m++) {
+            if (mt_pp_interleaved_order(r->pp_size, r->pp_rank, r->vpp, m, G, NULL) < 0)
+                continue; /* (a count the schedule refuses: never run) */
+            const int k = mt_pp_interleaved_slots(r->pp_size, r->pp_rank, r->vpp, m, G, v);
+            const int ks = mt_pp_interleaved_slots(r->pp_size, r->pp_rank, r->vpp, m, G, -1);
+            const int nb = mt_pp_interleaved_buffers(r->pp_size, r->pp_rank, r->vpp, m, G);
             cc[v].pipeline_num_slots = k > cc[v].pipeline_num_slots ? k : cc[v].pipeline_num_slots;
             r->nslots = ks > r->nslots ? ks : r->nslots;
             r->nvbuf = nb > r->nvbuf ? nb : r->nvbuf;
@@ -1512,9 +1515,10 @@ static mt_tensor chunk_buffer(void *ctx, int k) {
 }
 
 static mt_pp_chunks chunks_of(run *r, micro_run *mr) {
-    return (mt_pp_chunks){ r->pp,         NULL,           mr,          r->vpp,
-                           chunk_forward, chunk_backward, chunk_input, chunk_output,
-                           chunk_grad,    chunk_buffer,   r->pp_stream };
+    return (mt_pp_chunks){ r->pp,        NULL,          mr,
+                           r->vpp,       chunk_forward, chunk_backward,
+                           chunk_input,  chunk_output,  chunk_grad,
+                           chunk_buffer, r->pp_stream,  r->a->microbatch_group_size_per_vp_stage };
 }
 
 /* An evaluation micro-batch (device slot 0) through the stages. */

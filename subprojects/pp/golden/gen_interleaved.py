@@ -7,7 +7,7 @@ P2PCommunicator stand-in that records each exchange (what it sends to the next a
 rank, what it receives from them) and hands back placeholders. No process group is formed, no
 tensor computed: what comes out is the order Megatron gives each rank, without its p2p overlap
 (overlap_p2p_comm off, batch_p2p_comm on: its default). Writes interleaved.json: per case
-(P, V, M) and rank the events "F c m" (chunk c's forward of micro-batch m), "B c m" and
+(P, V, M, N) and rank the events "F c m" (chunk c's forward of micro-batch m), "B c m" and
 "X sn sp rp rn" (one batched exchange: 1 where it sends to the next / previous rank, receives
 from the previous / next), and the forward-only order.
 
@@ -26,8 +26,10 @@ from megatron.core.pipeline_parallel import schedules  # noqa: E402
 _zeros = torch.zeros  # (the token count is made on "cuda"; this machine may have none)
 torch.zeros = lambda *a, device=None, **kw: _zeros(*a, **kw)
 
+# (P, V, M, N): N, microbatch_group_size_per_vp_stage, is P unless given
 CASES = [(2, 2, 2), (2, 2, 4), (2, 2, 6), (2, 3, 4), (4, 2, 4), (4, 2, 8), (4, 3, 8), (3, 2, 6),
-         (4, 2, 12), (2, 4, 8)]
+         (4, 2, 12), (2, 4, 8), (2, 2, 6, 3), (2, 2, 5, 3), (4, 2, 10, 5), (4, 3, 12, 8),
+         (3, 2, 7, 4), (2, 3, 8, 8)]
 
 
 class Group:
@@ -46,7 +48,7 @@ class Tag:  # a placeholder tensor: which chunk and micro-batch produced it
         self.what = what
 
 
-def run(P, V, M, rank, forward_only):
+def run(P, V, M, N, rank, forward_only):
     ev = []
     pp = Group(P, rank)
 
@@ -98,7 +100,7 @@ def run(P, V, M, rank, forward_only):
     schedules.is_pp_last_stage = lambda g: g.rank() == g.size() - 1
     schedules.backward_step = backward_step
     config = types.SimpleNamespace(
-        microbatch_group_size_per_vp_stage=P, virtual_pipeline_model_parallel_size=V,
+        microbatch_group_size_per_vp_stage=N, virtual_pipeline_model_parallel_size=V,
         overlap_p2p_comm=False, batch_p2p_comm=True, overlap_p2p_comm_warmup_flush=False,
         overlap_moe_expert_parallel_comm=False, finalize_model_grads_func=None, timers=None,
         no_sync_func=None, grad_sync_func=None, param_sync_func=None,
@@ -120,9 +122,11 @@ def run(P, V, M, rank, forward_only):
 
 out = {"megatron_core": __import__("importlib.metadata").metadata.version("megatron-core"),
        "cases": []}
-for P, V, M in CASES:
-    out["cases"].append({"P": P, "V": V, "M": M,
-                         "train": [run(P, V, M, r, False) for r in range(P)],
-                         "forward_only": [run(P, V, M, r, True) for r in range(P)]})
+for case in CASES:
+    P, V, M = case[:3]
+    N = case[3] if len(case) > 3 else P
+    out["cases"].append({"P": P, "V": V, "M": M, "N": N,
+                         "train": [run(P, V, M, N, r, False) for r in range(P)],
+                         "forward_only": [run(P, V, M, N, r, True) for r in range(P)]})
 json.dump(out, sys.stdout, indent=None)
 sys.stdout.write("\n")

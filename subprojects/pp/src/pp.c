@@ -123,33 +123,37 @@ mt_status mt_pp_forward_only(const mt_pp_stage *s, int num_micro) {
 
 /* ---- the interleaved schedule ---- */
 
-mt_status mt_pp_interleaved_check(int stages, int chunks, int num_micro) {
+mt_status mt_pp_interleaved_check(int stages, int chunks, int num_micro, int group) {
     MT_REQUIRE(stages >= 2, MT_ERR_INVALID_ARG,
                "the interleaved schedule needs pipeline-model-parallel size > 1 (it is %d)",
                stages);
     MT_REQUIRE(chunks >= 1, MT_ERR_INVALID_ARG, "%d model chunks a pipeline stage", chunks);
-    /* (schedules.py, microbatch_group_size_per_vp_stage = P) */
-    MT_REQUIRE(num_micro >= stages, MT_ERR_INVALID_ARG,
+    const int N = group ? group : stages; /* (schedules.py's checks) */
+    MT_REQUIRE(N >= stages && N <= num_micro, MT_ERR_INVALID_ARG,
                "The number of contiguous micro-batches in a virtual pipeline stage should range in "
                "[PP=%d , M=%d]",
                stages, num_micro);
-    MT_REQUIRE(num_micro % stages == 0, MT_ERR_INVALID_ARG,
+    MT_REQUIRE(!(num_micro % N > 0 && num_micro % N < stages), MT_ERR_INVALID_ARG,
                "The remainder of M (the total micro-batches) divided by N (number of contiguous "
                "micro-batches in a virtual pipeline stage) should be 0, or larger than or equal to "
                "the pipeline-parallel size, but it is %d. Otherwise, it introduces dependency "
                "bubbles in the pipeline and reduces throughput.",
-               num_micro % stages);
+               num_micro % N);
     return MT_OK;
 }
 
-/* Megatron's schedule table (get_schedule_table with groups of P): virtual micro-batch k is
- * micro-batch k / (P V) P + k % P of chunk k % (P V) / P (M a multiple of P). */
+/* Megatron's schedule table (get_schedule_table): the micro-batches in groups of N, each group
+ * through chunk 0, then chunk 1, ...; the last group takes the rest (from nfull N on, Ms of
+ * them), so virtual micro-batch k is of chunk k % (N V) / N in a whole group, else of chunk
+ * (k - nfull N V) / Ms. */
 typedef struct vsched {
-    int P, r, V, M, total, warm, rest, all_warm;
+    int P, r, V, M, N, nfull, Ms, total, warm, rest, all_warm;
 } vsched;
 
 static int chunk_of(const vsched *v, int k, int fwd) {
-    const int c = k % v->total % (v->P * v->V) / v->P;
+    k %= v->total;
+    const int whole = v->nfull * v->N * v->V;
+    const int c = k < whole ? k % (v->N * v->V) / v->N : (k - whole) / v->Ms;
     return fwd ? c : v->V - 1 - c;
 }
 
@@ -175,11 +179,17 @@ static int last_vstage(const vsched *v, int c) {
     return c == v->V - 1 && v->r == v->P - 1;
 }
 
-int mt_pp_interleaved_order(int stages, int stage, int chunks, int num_micro, mt_pp_event *ev) {
-    if (mt_pp_interleaved_check(stages, chunks, num_micro) != MT_OK || stage < 0 || stage >= stages)
+int mt_pp_interleaved_order(int stages, int stage, int chunks, int num_micro, int group,
+                            mt_pp_event *ev) {
+    if (mt_pp_interleaved_check(stages, chunks, num_micro, group) != MT_OK || stage < 0 ||
+        stage >= stages) {
+        mt_error_clear();
         return -1;
-    vsched v = { stages, stage, chunks, num_micro, num_micro * chunks, 0, 0, 0 };
-    v.warm = (v.P - v.r - 1) * 2 + (v.V - 1) * v.P; /* get_pp_rank_microbatches */
+    }
+    vsched v = { .P = stages, .r = stage, .V = chunks, .M = num_micro };
+    v.N = group ? group : stages, v.nfull = (num_micro - 1) / v.N, v.total = num_micro * chunks;
+    v.Ms = num_micro - v.nfull * v.N;
+    v.warm = (v.P - v.r - 1) * 2 + (v.V - 1) * v.N; /* get_pp_rank_microbatches */
     if (v.warm >= v.total) v.warm = v.total, v.all_warm = 1;
     v.rest = v.total - v.warm;
     int n = 0, nf[64] = { 0 }, nb[64] = { 0 }; /* forwards, backwards done per chunk */
@@ -241,8 +251,9 @@ int mt_pp_interleaved_order(int stages, int stage, int chunks, int num_micro, mt
 /* Walks the stage's order: the slots, slots[0] the stage's (a micro-batch from its first receive
  * or forward to chunk 0's backward) and slots[1 + c] chunk c's (from the receive or forward of
  * its input to its backward), and the input gradients waiting for their backward, at most. */
-static int walk(int stages, int stage, int chunks, int num_micro, int *slots, int *waiting) {
-    const int n = mt_pp_interleaved_order(stages, stage, chunks, num_micro, NULL);
+static int walk(int stages, int stage, int chunks, int num_micro, int group, int *slots,
+                int *waiting) {
+    const int n = mt_pp_interleaved_order(stages, stage, chunks, num_micro, group, NULL);
     if (n < 0) return -1;
     const size_t cm = (size_t)(chunks + 1) * (size_t)num_micro;
     mt_pp_event *ev = malloc((size_t)n * sizeof *ev);
@@ -251,7 +262,7 @@ static int walk(int stages, int stage, int chunks, int num_micro, int *slots, in
     int ok = ev && rin && open && live;
     if (ok) {
         mt_pp_event *e = ev;
-        mt_pp_interleaved_order(stages, stage, chunks, num_micro, ev);
+        mt_pp_interleaved_order(stages, stage, chunks, num_micro, group, ev);
         int wait = 0;
         *waiting = 0;
         for (int k = 0; k <= chunks; k++)
@@ -276,18 +287,21 @@ static int walk(int stages, int stage, int chunks, int num_micro, int *slots, in
     return ok ? 0 : -1;
 }
 
-int mt_pp_interleaved_slots(int stages, int stage, int chunks, int num_micro, int chunk) {
+int mt_pp_interleaved_slots(int stages, int stage, int chunks, int num_micro, int group,
+                            int chunk) {
     if (chunks < 1 || chunk < -1 || chunk >= chunks) return -1;
     int *slots = malloc((size_t)(chunks + 1) * sizeof(int)), waiting, k = -1;
-    if (slots && walk(stages, stage, chunks, num_micro, slots, &waiting) == 0) k = slots[1 + chunk];
+    if (slots && walk(stages, stage, chunks, num_micro, group, slots, &waiting) == 0)
+        k = slots[1 + chunk];
     free(slots);
     return k;
 }
 
-int mt_pp_interleaved_buffers(int stages, int stage, int chunks, int num_micro) {
+int mt_pp_interleaved_buffers(int stages, int stage, int chunks, int num_micro, int group) {
     if (chunks < 1) return -1;
     int *slots = malloc((size_t)(chunks + 1) * sizeof(int)), waiting, k = -1;
-    if (slots && walk(stages, stage, chunks, num_micro, slots, &waiting) == 0) k = 2 + waiting;
+    if (slots && walk(stages, stage, chunks, num_micro, group, slots, &waiting) == 0)
+        k = 2 + waiting;
     free(slots);
     return k;
 }
@@ -418,21 +432,22 @@ mt_status mt_pp_interleaved(const mt_pp_chunks *s, int num_micro) {
                .P = s->comm ? mt_comm_size(s->comm) : 1,
                .r = s->comm ? mt_comm_rank(s->comm) : 0,
                .V = s->num_chunks };
-    MT_TRY(mt_pp_interleaved_check(v.P, v.V, num_micro));
-    const int n = mt_pp_interleaved_order(v.P, v.r, v.V, num_micro, NULL);
-    const int nbuf = mt_pp_interleaved_buffers(v.P, v.r, v.V, num_micro);
+    const int G = s->group;
+    MT_TRY(mt_pp_interleaved_check(v.P, v.V, num_micro, G));
+    const int n = mt_pp_interleaved_order(v.P, v.r, v.V, num_micro, G, NULL);
+    const int nbuf = mt_pp_interleaved_buffers(v.P, v.r, v.V, num_micro, G);
     mt_pp_event *ev = malloc((size_t)n * sizeof *ev);
     v.slots = calloc((size_t)v.V, sizeof(int));
     v.rin = calloc((size_t)v.V, sizeof(int));
     waitq w = { 0 };
     mt_status st = ev && v.slots && v.rin ? MT_OK : MT_ERROR(MT_ERR_OOM, "pipeline order");
     for (int c = 0; st == MT_OK && c < v.V; c++) {
-        v.slots[c] = mt_pp_interleaved_slots(v.P, v.r, v.V, num_micro, c);
+        v.slots[c] = mt_pp_interleaved_slots(v.P, v.r, v.V, num_micro, G, c);
         v.smax = v.slots[c] > v.smax ? v.slots[c] : v.smax;
     }
     if (st == MT_OK) st = waitq_init(&w, v.V, nbuf - 2); /* (buffers 0, 1: sends) */
     if (st == MT_OK) {
-        mt_pp_interleaved_order(v.P, v.r, v.V, num_micro, ev);
+        mt_pp_interleaved_order(v.P, v.r, v.V, num_micro, G, ev);
         for (int i = 0; i < n; i++)
             v.nx += ev[i].op == MT_PP_EXCHANGE;
         v.x_in = malloc((size_t)(v.V * v.smax) * sizeof(int));

@@ -145,10 +145,10 @@ static mt_tensor vbuffer(void *ctx, int k) {
 }
 
 /* comm: a stream for the exchanges (overlapped with the chunks' work), or NULL */
-static void run_interleaved(stage *s, mt_comm *w, int V, int M, mt_stream comm) {
-    vstage v = { .s = s, .V = V, .nbuf = mt_pp_interleaved_buffers(s->P, s->r, V, M), .M = M };
+static void run_interleaved(stage *s, mt_comm *w, int V, int M, mt_stream comm, int G) {
+    vstage v = { .s = s, .V = V, .nbuf = mt_pp_interleaved_buffers(s->P, s->r, V, M, G), .M = M };
     for (int c = 0; c < V; c++) {
-        v.cslots[c] = mt_pp_interleaved_slots(s->P, s->r, V, M, c);
+        v.cslots[c] = mt_pp_interleaved_slots(s->P, s->r, V, M, G, c);
         v.slots = v.cslots[c] > v.slots ? v.cslots[c] : v.slots;
     }
     const int tensors = V * v.slots + 2 * V + v.nbuf;
@@ -158,11 +158,11 @@ static void run_interleaved(stage *s, mt_comm *w, int V, int M, mt_stream comm) 
     for (int k = 0; k < tensors; k++)
         MT_CHECK(mt_tensor_alloc(a, MT_F32, 1, (int64_t[]){ N }, &all[k]));
     v.in = all, v.out = all + V * v.slots, v.g = v.out + V, v.buf = v.g + V;
-    const int n = mt_pp_interleaved_order(s->P, s->r, V, M, NULL);
+    const int n = mt_pp_interleaved_order(s->P, s->r, V, M, G, NULL);
     v.ops = calloc((size_t)n, sizeof *v.ops);
     mt_pp_event *want = calloc((size_t)n, sizeof *want);
-    mt_pp_interleaved_order(s->P, s->r, V, M, want);
-    mt_pp_chunks ch = { w, NULL, &v, V, vfwd, vbwd, vinput, voutput, vgrad, vbuffer, comm };
+    mt_pp_interleaved_order(s->P, s->r, V, M, G, want);
+    mt_pp_chunks ch = { w, NULL, &v, V, vfwd, vbwd, vinput, voutput, vgrad, vbuffer, comm, G };
     s->fwd_only = 0;
     MT_CHECK(mt_pp_interleaved(&ch, M));
     int same = 1, j = 0; /* (the order's forwards and backwards, exchanges left out) */
@@ -228,12 +228,17 @@ int main(int argc, char **argv) {
     if (cuda) MT_CHECK(mt_stream_create(&comm));
     for (int V = 2; V <= 3; V++)
         for (int m = 1; m <= 3; m++) {
-            run_interleaved(&s, w, V, m * s.P, NULL);
-            if (comm) run_interleaved(&s, w, V, m * s.P, comm);
+            run_interleaved(&s, w, V, m * s.P, NULL, 0);
+            if (comm) run_interleaved(&s, w, V, m * s.P, comm, 0);
         }
+    for (int V = 2; V <= 3;
+         V++) /* groups of P + 1 (Megatron's microbatch_group_size_per_vp_stage) */
+        run_interleaved(&s, w, V, 2 * (s.P + 1), comm, s.P + 1);
     if (comm) mt_stream_destroy(comm);
-    fprintf(stderr, "stage %d of %d (%s): interleaved, 2 and 3 chunks, %d, %d, %d micro-batches\n",
-            s.r, s.P, cuda ? "NCCL" : "MPI", s.P, 2 * s.P, 3 * s.P);
+    fprintf(stderr,
+            "stage %d of %d (%s): interleaved, 2 and 3 chunks, %d, %d, %d micro-batches, and %d in "
+            "groups of %d\n",
+            s.r, s.P, cuda ? "NCCL" : "MPI", s.P, 2 * s.P, 3 * s.P, 2 * (s.P + 1), s.P + 1);
     free(s.host);
     mt_arena_destroy(a);
     mt_comm_destroy(w);

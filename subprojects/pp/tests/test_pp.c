@@ -90,16 +90,18 @@ static void test_interleaved_golden(const char *path) {
         const int P = (int)json_integer_value(json_object_get(c, "P"));
         const int V = (int)json_integer_value(json_object_get(c, "V"));
         const int M = (int)json_integer_value(json_object_get(c, "M"));
+        json_t *jn = json_object_get(c, "N"); /* (the group size; absent: P) */
+        const int N = jn ? (int)json_integer_value(jn) : P;
         json_t *ranks = json_object_get(c, "train");
         for (int r = 0; r < P; r++) {
             json_t *want = json_array_get(ranks, (size_t)r);
-            const int n = mt_pp_interleaved_order(P, r, V, M, NULL);
+            const int n = mt_pp_interleaved_order(P, r, V, M, N, NULL);
             MT_EXPECT(n == (int)json_array_size(want),
                       "P %d V %d M %d stage %d: %d events, want %d", P, V, M, r, n,
                       (int)json_array_size(want));
             if (n != (int)json_array_size(want)) continue;
             mt_pp_event *ev = malloc((size_t)n * sizeof *ev);
-            mt_pp_interleaved_order(P, r, V, M, ev);
+            mt_pp_interleaved_order(P, r, V, M, N, ev);
             for (int k = 0; k < n; k++) {
                 char got[32];
                 event_str(&ev[k], got, sizeof got);
@@ -125,7 +127,7 @@ typedef struct chan {
     int tag[NQ], n, taken;
 } chan;
 
-static void test_interleaved_flow(int P, int V, int M) {
+static void test_interleaved_flow(int P, int V, int M, int N) {
     enum {
         MAXP = 8,
         MAXV = 4,
@@ -140,12 +142,12 @@ static void test_interleaved_flow(int P, int V, int M) {
     memset(live_c, 0, sizeof live_c);
     memset(rin, 0, sizeof rin), memset(gl, 0, sizeof gl), memset(gread, 0, sizeof gread);
     for (int r = 0; r < P; r++) {
-        n[r] = mt_pp_interleaved_order(P, r, V, M, NULL);
+        n[r] = mt_pp_interleaved_order(P, r, V, M, N, NULL);
         ev[r] = malloc((size_t)n[r] * sizeof(mt_pp_event));
-        mt_pp_interleaved_order(P, r, V, M, ev[r]);
-        rslots[r] = mt_pp_interleaved_slots(P, r, V, M, -1);
+        mt_pp_interleaved_order(P, r, V, M, N, ev[r]);
+        rslots[r] = mt_pp_interleaved_slots(P, r, V, M, N, -1);
         for (int c = 0; c < V; c++) {
-            slots[r][c] = mt_pp_interleaved_slots(P, r, V, M, c);
+            slots[r][c] = mt_pp_interleaved_slots(P, r, V, M, N, c);
             MT_EXPECT(slots[r][c] >= 1 && slots[r][c] <= rslots[r] && rslots[r] <= MAXS,
                       "stage %d chunk %d: %d slots (the stage %d)", r, c, slots[r][c], rslots[r]);
         }
@@ -229,9 +231,9 @@ static void test_interleaved_flow(int P, int V, int M) {
     for (int r = 0; r < P; r++) {
         MT_EXPECT(pos[r] == n[r], "P %d V %d M %d: stage %d stuck at event %d of %d", P, V, M, r,
                   pos[r], n[r]);
-        MT_EXPECT(1 + waiting_max[r] <= mt_pp_interleaved_buffers(P, r, V, M),
+        MT_EXPECT(1 + waiting_max[r] <= mt_pp_interleaved_buffers(P, r, V, M, N),
                   "stage %d: %d gradients waited, buffers %d", r, waiting_max[r],
-                  mt_pp_interleaved_buffers(P, r, V, M));
+                  mt_pp_interleaved_buffers(P, r, V, M, N));
         int fw = 0, bw = 0;
         for (int k = 0; k < n[r]; k++)
             fw += ev[r][k].op == MT_PP_FORWARD, bw += ev[r][k].op == MT_PP_BACKWARD;
@@ -241,13 +243,19 @@ static void test_interleaved_flow(int P, int V, int M) {
 }
 
 static void test_interleaved_checks(void) {
-    MT_EXPECT_STATUS(mt_pp_interleaved_check(1, 2, 4), MT_ERR_INVALID_ARG);
-    MT_EXPECT_STATUS(mt_pp_interleaved_check(4, 2, 2), MT_ERR_INVALID_ARG);
-    MT_EXPECT_STATUS(mt_pp_interleaved_check(4, 2, 6), MT_ERR_INVALID_ARG);
-    MT_EXPECT_STATUS(mt_pp_interleaved_check(2, 0, 4), MT_ERR_INVALID_ARG);
-    MT_CHECK(mt_pp_interleaved_check(4, 2, 8));
-    MT_EXPECT(mt_pp_interleaved_order(4, 0, 2, 6, NULL) == -1, "M 6 of P 4 ordered");
-    MT_EXPECT(mt_pp_interleaved_order(4, 4, 2, 8, NULL) == -1, "stage 4 of 4 ordered");
+    MT_EXPECT_STATUS(mt_pp_interleaved_check(1, 2, 4, 0), MT_ERR_INVALID_ARG);
+    MT_EXPECT_STATUS(mt_pp_interleaved_check(4, 2, 2, 0), MT_ERR_INVALID_ARG);
+    MT_EXPECT_STATUS(mt_pp_interleaved_check(4, 2, 6, 0), MT_ERR_INVALID_ARG);
+    MT_EXPECT_STATUS(mt_pp_interleaved_check(2, 0, 4, 0), MT_ERR_INVALID_ARG);
+    MT_CHECK(mt_pp_interleaved_check(4, 2, 8, 0));
+    /* groups: N in [P, M]; the last group's remainder 0 or at least P */
+    MT_EXPECT_STATUS(mt_pp_interleaved_check(4, 2, 8, 3), MT_ERR_INVALID_ARG);
+    MT_EXPECT_STATUS(mt_pp_interleaved_check(4, 2, 8, 9), MT_ERR_INVALID_ARG);
+    MT_EXPECT_STATUS(mt_pp_interleaved_check(4, 2, 9, 4), MT_ERR_INVALID_ARG);
+    MT_CHECK(mt_pp_interleaved_check(2, 2, 5, 3)); /* (remainder 2 = P) */
+    MT_CHECK(mt_pp_interleaved_check(4, 2, 6, 6));
+    MT_EXPECT(mt_pp_interleaved_order(4, 0, 2, 6, 0, NULL) == -1, "M 6 of P 4 ordered");
+    MT_EXPECT(mt_pp_interleaved_order(4, 4, 2, 8, 0, NULL) == -1, "stage 4 of 4 ordered");
 }
 
 int main(int argc, char **argv) {
@@ -258,10 +266,12 @@ int main(int argc, char **argv) {
         test_interleaved_golden(argv[1]);
     else
         MT_EXPECT(0, "usage: test_pp GOLDEN_JSON");
-    const int cases[][3] = { { 2, 2, 2 },  { 2, 2, 4 },  { 2, 3, 6 }, { 3, 2, 3 },
-                             { 3, 3, 9 },  { 4, 2, 4 },  { 4, 2, 8 }, { 4, 3, 12 },
-                             { 4, 4, 16 }, { 8, 2, 16 }, { 2, 1, 4 }, { 4, 1, 8 } };
+    const int cases[][4] = { { 2, 2, 2, 0 },  { 2, 2, 4, 0 },  { 2, 3, 6, 0 },  { 3, 2, 3, 0 },
+                             { 3, 3, 9, 0 },  { 4, 2, 4, 0 },  { 4, 2, 8, 0 },  { 4, 3, 12, 0 },
+                             { 4, 4, 16, 0 }, { 8, 2, 16, 0 }, { 2, 1, 4, 0 },  { 4, 1, 8, 0 },
+                             { 2, 2, 6, 3 },  { 2, 2, 5, 3 },  { 4, 2, 10, 5 }, { 4, 3, 12, 8 },
+                             { 3, 2, 7, 4 },  { 2, 3, 8, 8 } };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++)
-        test_interleaved_flow(cases[k][0], cases[k][1], cases[k][2]);
+        test_interleaved_flow(cases[k][0], cases[k][1], cases[k][2], cases[k][3]);
     return mt_test_result();
 }

@@ -120,6 +120,8 @@ typedef struct mt_train_args {
      * (virtual_pipeline_model_parallel_size; 0 or 1: 1F1B) */
     int num_layers_per_virtual_pipeline_stage, num_virtual_stages_per_pipeline_rank;
     int virtual_pipeline_model_parallel_size;
+    int microbatch_group_size_per_vp_stage; /* --microbatch-group-size-per-virtual-pipeline-stage
+                                               (0: the pipeline size, Megatron's default) */
     int sequence_parallel; /* --sequence-parallel (with tensor parallelism; else ignored) */
     int use_distributed_optimizer, overlap_grad_reduce, overlap_param_gather, grad_reduce_in_bf16;
     int64_t ddp_bucket_size;

@@ -61,9 +61,10 @@ MT_API mt_status mt_pp_forward_only(const mt_pp_stage *s, int num_micro);
  * Each of the P stages holds V model chunks: chunk c of stage r is virtual stage c P + r of a
  * pipeline of P V (the first's input is the tokens, the last's output the loss), so an
  * activation goes round the P ranks V times, from the last stage back to the first between
- * chunks. Megatron's forward_backward_pipelining_with_interleaving, without its p2p overlap:
- * micro-batches in groups of P (microbatch_group_size_per_vp_stage's default), each group
- * through chunk 0, then chunk 1, ...; (P - r - 1) 2 + (V - 1) P warm-up forwards on stage r,
+ * chunks. Megatron's forward_backward_pipelining_with_interleaving (its order; the overlap by a
+ * comm stream): micro-batches in groups of N (microbatch_group_size_per_vp_stage, P by
+ * default), each group through chunk 0, then chunk 1, ...; (P - r - 1) 2 + (V - 1) N warm-up
+ * forwards on stage r,
  * then a forward and a backward in turn, then the remaining backwards. The exchanges with the
  * neighbours (the previous and next stage round the ring) are batched as Megatron's; in a batch
  * the activations go before the gradients, so P = 2, where both neighbours are one rank, pairs
@@ -93,6 +94,10 @@ typedef struct mt_pp_chunks {
      * sent, so transfers overlap the chunks' work (Megatron's overlap_p2p_comm); it has waited
      * for every transfer when mt_pp_interleaved returns. */
     mt_stream comm_stream;
+    /* Megatron's microbatch_group_size_per_vp_stage N (--microbatch-group-size-per-virtual-
+     * pipeline-stage): the micro-batches go through the chunks in groups of N, P <= N <= M
+     * (0: P, Megatron's default) */
+    int group;
 } mt_pp_chunks;
 
 typedef enum mt_pp_op {
@@ -111,21 +116,22 @@ typedef struct mt_pp_event {
     int recv_prev_chunk, recv_next_chunk; /* (-1 when nothing is received) */
 } mt_pp_event;
 
-/* Megatron's conditions on the interleaved schedule (its messages): P >= 2, V >= 1, num_micro a
- * multiple of P. */
-MT_API mt_status mt_pp_interleaved_check(int stages, int chunks, int num_micro);
-/* Stage `stage`'s events for one training iteration (ev may be NULL to count); -1 for arguments
- * that mt_pp_interleaved_check refuses. */
-MT_API int mt_pp_interleaved_order(int stages, int stage, int chunks, int num_micro,
+/* Megatron's conditions on the interleaved schedule (its messages): P >= 2, V >= 1, the group
+ * size N (0: P) in [P, num_micro], and num_micro % N either 0 or at least P. */
+MT_API mt_status mt_pp_interleaved_check(int stages, int chunks, int num_micro, int group);
+/* Stage `stage`'s events for one training iteration in groups of `group` micro-batches (0: P;
+ * ev may be NULL to count); -1 for arguments that mt_pp_interleaved_check refuses. */
+MT_API int mt_pp_interleaved_order(int stages, int stage, int chunks, int num_micro, int group,
                                    mt_pp_event *ev);
 /* The activation slots chunk `chunk` of the stage needs (micro-batch mb in slot mb % slots): the
  * most of its micro-batches in flight at once, from the receive (or forward) of the input to the
  * backward. chunk -1: the stage's, a micro-batch counted from its first receive or forward on
  * the stage to its last backward (chunk 0's), e.g. for the batches' own slots. */
-MT_API int mt_pp_interleaved_slots(int stages, int stage, int chunks, int num_micro, int chunk);
+MT_API int mt_pp_interleaved_slots(int stages, int stage, int chunks, int num_micro, int group,
+                                   int chunk);
 /* The staging buffers mt_pp_interleaved needs on the stage: two for the outputs sent, and the
  * most input gradients waiting for their backward at once. */
-MT_API int mt_pp_interleaved_buffers(int stages, int stage, int chunks, int num_micro);
+MT_API int mt_pp_interleaved_buffers(int stages, int stage, int chunks, int num_micro, int group);
 /* Runs num_micro micro-batches through the stage's chunks in the interleaved order.
  * Collective over the pipeline group (every stage the same num_micro). */
 MT_API mt_status mt_pp_interleaved(const mt_pp_chunks *s, int num_micro);
