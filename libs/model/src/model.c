@@ -220,7 +220,12 @@ mt_status mt_model_stage_layers(const mt_model_config *c, int stage, int *first,
         stage_range(c, stage, first, count);
         return MT_OK;
     }
-    if (!F && !E)
+    if (!F && !E && V > 1)
+        MT_REQUIRE(L % P == 0, MT_ERR_INVALID_ARG,
+                   "Number of layers should be divisible by the pipeline-model-parallel size "
+                   "times --num-virtual-stages-per-pipeline-rank (--num-layers %d, %d x %d)",
+                   L, P / V, V);
+    else if (!F && !E)
         MT_REQUIRE(L % P == 0, MT_ERR_INVALID_ARG,
                    "Number of layers should be divisible by the pipeline-model-parallel size "
                    "(--num-layers %d, --pipeline-model-parallel-size %d)",

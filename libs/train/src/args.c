@@ -650,13 +650,7 @@ static mt_status validate_virtual(mt_train_args *a) {
             return BAD("number of layers per pipeline stage must be divisible number of layers "
                        "per virtual pipeline stage");
         a->virtual_pipeline_model_parallel_size = a->num_layers / P / n;
-    } else if (uneven) { /* (the model's split checks the layers: Megatron's rules) */
-        a->virtual_pipeline_model_parallel_size = v;
-    } else {
-        if (a->num_layers % (P * v) != 0)
-            return BAD("Number of layers should be divisible by the pipeline-model-parallel size "
-                       "times --num-virtual-stages-per-pipeline-rank (--num-layers %d, %d x %d)",
-                       a->num_layers, P, v);
+    } else { /* (the model's split checks the layers, below) */
         a->virtual_pipeline_model_parallel_size = v;
     }
     return MT_OK;

@@ -443,10 +443,13 @@ static mt_status register_param(void *ctx, const char *name, int ndim, const int
     if (!weight) { /* listing pass; params whole on every tensor-parallel rank count once, the
                       last stage's copy of a tied embedding not at all (the first stage's does) */
         int flags = no_wd ? MT_OPTIM_PARAM_NO_DECAY : MT_OPTIM_PARAM_DECAY;
-        const int axis = mt_model_param_tp_axis(r->chunk_cfg, name);
-        /* (-2: not a parameter of that chunk: its grad norm would count it wrong) */
-        MT_REQUIRE(axis != -2, MT_ERR_INTERNAL, "%s: no parameter of the chunk listing it", name);
-        if (r->tp_size > 1 && axis < 0) flags |= MT_OPTIM_PARAM_TP_REPLICATED;
+        if (r->tp_size > 1) {
+            const int axis = mt_model_param_tp_axis(r->chunk_cfg, name);
+            /* (-2: not a parameter of that chunk: its grad norm would count it wrong) */
+            MT_REQUIRE(axis != -2, MT_ERR_INTERNAL, "%s: no parameter of the chunk listing it",
+                       name);
+            if (axis < 0) flags |= MT_OPTIM_PARAM_TP_REPLICATED;
+        }
         if (r->pp_size > 1 && r->pp_rank == r->pp_size - 1 &&
             strcmp(name, "embedding.word_embeddings.weight") == 0)
             flags |= MT_OPTIM_PARAM_SHARED;
@@ -532,21 +535,26 @@ static mt_status setup_model(run *r) {
     if (r->vpp > 1) MT_TRY(mt_pp_interleaved_check(r->pp_size, r->vpp, r->num_micro, G));
     MT_TRY(mt_model_config_finalize(c));
     mt_model_config *cc = calloc((size_t)r->vpp, sizeof *cc);
-    MT_REQUIRE(cc, MT_ERR_OOM, "model chunks");
-    for (int v = 0; v < r->vpp; v++) { /* chunk v: stage v P + r */
-        cc[v] = *c;
-        cc[v].pipeline_model_parallel_rank = v * r->pp_size + r->pp_rank;
-        /* (interleaved: the most micro-batches in flight of any iteration's count) */
-        for (int m = r->pp_size; r->vpp > 1 && m <= r->num_micro; m++) {
-            if (mt_pp_interleaved_order(r->pp_size, r->pp_rank, r->vpp, m, G, NULL) < 0)
-                continue; /* (a count the schedule refuses: never run) */
-            const int k = mt_pp_interleaved_slots(r->pp_size, r->pp_rank, r->vpp, m, G, v);
-            const int ks = mt_pp_interleaved_slots(r->pp_size, r->pp_rank, r->vpp, m, G, -1);
-            const int nb = mt_pp_interleaved_buffers(r->pp_size, r->pp_rank, r->vpp, m, G);
-            cc[v].pipeline_num_slots = k > cc[v].pipeline_num_slots ? k : cc[v].pipeline_num_slots;
-            r->nslots = ks > r->nslots ? ks : r->nslots;
-            r->nvbuf = nb > r->nvbuf ? nb : r->nvbuf;
+    int *counts = calloc((size_t)r->vpp + 1, sizeof(int)); /* (the stage's slots, each chunk's) */
+    if (!cc || !counts) free(cc), free(counts);
+    MT_REQUIRE(cc && counts, MT_ERR_OOM, "model chunks");
+    for (int v = 0; v < r->vpp; v++) /* chunk v: stage v P + r */
+        cc[v] = *c, cc[v].pipeline_model_parallel_rank = v * r->pp_size + r->pp_rank;
+    /* interleaved: the most micro-batches in flight of any iteration's count (one the schedule
+     * refuses is never run) */
+    for (int m = r->pp_size; r->vpp > 1 && m <= r->num_micro; m++) {
+        int nb;
+        if (mt_pp_interleaved_counts(r->pp_size, r->pp_rank, r->vpp, m, G, counts, &nb) != MT_OK) {
+            mt_error_clear();
+            continue;
         }
+        r->nslots = counts[0] > r->nslots ? counts[0] : r->nslots;
+        r->nvbuf = nb > r->nvbuf ? nb : r->nvbuf;
+        for (int v = 0; v < r->vpp; v++)
+            if (counts[1 + v] > cc[v].pipeline_num_slots) cc[v].pipeline_num_slots = counts[1 + v];
+    }
+    free(counts);
+    for (int v = 0; v < r->vpp; v++) {
         mt_status st = mt_model_config_finalize(&cc[v]);
         if (st != MT_OK) free(cc);
         MT_TRY(st);
@@ -591,8 +599,9 @@ static mt_status setup_chunks(run *r, const mt_model_config *cc) {
         mt_model_set_cuda_graphs(*m, mt_env_int("MT_CUDA_GRAPHS", 1) != 0);
     }
     r->model = r->chunks[0];
-    if (r->vpp == 1) r->nslots = mt_model_pp_slots(r->model); /* (else: the stage's slots) */
-    if (r->vpp > 1) { /* staging buffers of the activations' shape */
+    if (r->vpp == 1) {
+        r->nslots = mt_model_pp_slots(r->model); /* (interleaved: the stage's, set above) */
+    } else {                                     /* staging buffers of the activations' shape */
         const mt_tensor o = mt_model_pp_output(r->model);
         const size_t one = mt_tensor_nbytes(&o) + MT_ARENA_ALIGN;
         MT_TRY(mt_arena_create(r->dev, one * (size_t)r->nvbuf, &r->vbuf_arena));
@@ -1415,17 +1424,31 @@ typedef struct micro_run {
 
 /* A training micro-batch's forward in its slot: the staged host batch to the device slot, the
  * next read while the device runs this one (as the one-stage loop). */
+/* A training micro-batch's first forward on this rank: the staged host batch (host slot 1) to
+ * device slot k, and its loss scale. */
+static mt_status take_batch(micro_run *mr, int k, float *gs) {
+    run *r = mr->r;
+    mr->counted += r->hcount[1];
+    *gs = micro_scale(r, mr->grad_scale);
+    return upload_batch(r, 1, k);
+}
+
+/* The next training micro-batch read into host slot 1 while the device runs this one. */
+static mt_status read_next(micro_run *mr) {
+    run *r = mr->r;
+    return ++mr->fwd < mr->num_micro || mr->more ? read_batch(r, r->train_ds, &r->train_s, 1)
+                                                 : MT_OK;
+}
+
 static mt_status stage_forward(void *ctx, int mb, int slot) {
     micro_run *mr = ctx;
     run *r = mr->r;
+    float gs;
     (void)mb;
-    mr->counted += r->hcount[1];
-    const float gs = micro_scale(r, mr->grad_scale);
-    MT_TRY(upload_batch(r, 1, slot));
+    MT_TRY(take_batch(mr, slot, &gs));
     MT_TRY(use_slot(r, slot));
     MT_TRY(mt_model_pp_forward(r->model, slot, &r->tok[slot], &r->tgt[slot], 1, gs, NULL));
-    if (++mr->fwd < mr->num_micro || mr->more) MT_TRY(read_batch(r, r->train_ds, &r->train_s, 1));
-    return MT_OK;
+    return read_next(mr);
 }
 
 static mt_status stage_backward(void *ctx, int mb, int slot) {
@@ -1463,20 +1486,15 @@ static mt_pp_stage stage_of(run *r, micro_run *mr) {
 /* ---- the interleaved schedule: the rank's chunks as mt-pp's ---- */
 
 /* Chunk c's training forward of micro-batch mb: chunk 0's (its first on this rank) takes the
- * staged host batch to the device slot, with its loss scale, and reads the next. */
+ * staged host batch, its loss scale kept for the last chunk, and reads the next. */
 static mt_status chunk_forward(void *ctx, int c, int mb, int slot) {
     micro_run *mr = ctx;
     run *r = mr->r;
     const int k = mb % r->nslots; /* (the batch's device slot; `slot`: the chunk's activations) */
-    if (c == 0) {
-        mr->counted += r->hcount[1];
-        r->slot_gs[k] = micro_scale(r, mr->grad_scale);
-        MT_TRY(upload_batch(r, 1, k));
-        if (++mr->fwd < mr->num_micro || mr->more)
-            MT_TRY(read_batch(r, r->train_ds, &r->train_s, 1));
-    }
+    if (c == 0) MT_TRY(take_batch(mr, k, &r->slot_gs[k]));
     MT_TRY(use_slot_on(r, r->chunks[c], k));
-    return mt_model_pp_forward(r->chunks[c], slot, &r->tok[k], &r->tgt[k], 1, r->slot_gs[k], NULL);
+    MT_TRY(mt_model_pp_forward(r->chunks[c], slot, &r->tok[k], &r->tgt[k], 1, r->slot_gs[k], NULL));
+    return c == 0 ? read_next(mr) : MT_OK;
 }
 
 /* A chunk's end of the backward (level -1) is not the rank's: only chunk 0's, the last to

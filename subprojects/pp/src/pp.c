@@ -127,7 +127,8 @@ mt_status mt_pp_interleaved_check(int stages, int chunks, int num_micro, int gro
     MT_REQUIRE(stages >= 2, MT_ERR_INVALID_ARG,
                "the interleaved schedule needs pipeline-model-parallel size > 1 (it is %d)",
                stages);
-    MT_REQUIRE(chunks >= 1, MT_ERR_INVALID_ARG, "%d model chunks a pipeline stage", chunks);
+    MT_REQUIRE(chunks >= 1 && chunks <= 64, MT_ERR_INVALID_ARG,
+               "%d model chunks a pipeline stage (1 to 64)", chunks);
     const int N = group ? group : stages; /* (schedules.py's checks) */
     MT_REQUIRE(N >= stages && N <= num_micro, MT_ERR_INVALID_ARG,
                "The number of contiguous micro-batches in a virtual pipeline stage should range in "
@@ -193,7 +194,6 @@ int mt_pp_interleaved_order(int stages, int stage, int chunks, int num_micro, in
     if (v.warm >= v.total) v.warm = v.total, v.all_warm = 1;
     v.rest = v.total - v.warm;
     int n = 0, nf[64] = { 0 }, nb[64] = { 0 }; /* forwards, backwards done per chunk */
-    if (chunks > 64) return -1;
 #define EMIT(...)                                     \
     do {                                              \
         if (ev) ev[n] = (mt_pp_event){ __VA_ARGS__ }; \
@@ -248,62 +248,75 @@ int mt_pp_interleaved_order(int stages, int stage, int chunks, int num_micro, in
     return n;
 }
 
-/* Walks the stage's order: the slots, slots[0] the stage's (a micro-batch from its first receive
- * or forward to chunk 0's backward) and slots[1 + c] chunk c's (from the receive or forward of
- * its input to its backward), and the input gradients waiting for their backward, at most. */
-static int walk(int stages, int stage, int chunks, int num_micro, int group, int *slots,
-                int *waiting) {
-    const int n = mt_pp_interleaved_order(stages, stage, chunks, num_micro, group, NULL);
-    if (n < 0) return -1;
+/* Walks a stage's order (n events of mt_pp_interleaved_order): the slots, slots[0] the stage's
+ * (a micro-batch from its first receive or forward to chunk 0's backward) and slots[1 + c] chunk
+ * c's (from the receive or forward of its input to its backward), and the input gradients
+ * waiting for their backward, at most. */
+static mt_status walk(const mt_pp_event *ev, int n, int stages, int stage, int chunks,
+                      int num_micro, int *slots, int *waiting) {
     const size_t cm = (size_t)(chunks + 1) * (size_t)num_micro;
-    mt_pp_event *ev = malloc((size_t)n * sizeof *ev);
     int *rin = calloc((size_t)chunks, sizeof(int)), *open = calloc(cm, sizeof(int));
     int *live = calloc((size_t)chunks + 1, sizeof(int));
-    int ok = ev && rin && open && live;
-    if (ok) {
-        mt_pp_event *e = ev;
-        mt_pp_interleaved_order(stages, stage, chunks, num_micro, group, ev);
-        int wait = 0;
-        *waiting = 0;
-        for (int k = 0; k <= chunks; k++)
-            slots[k] = 1;
-        for (int i = 0; i < n; i++, e++) {
-            int mb = -1, c = -1;
-            if (e->op == MT_PP_EXCHANGE && e->recv_prev) c = e->recv_prev_chunk, mb = rin[c]++;
-            if (e->op == MT_PP_FORWARD) c = e->chunk, mb = e->mb;
-            if (mb >= 0) /* (k = 0: the stage's window; 1 + c: the chunk's) */
-                for (int k = 0; k <= chunks; k += 1 + c) {
-                    int *o = &open[(size_t)k * (size_t)num_micro + (size_t)mb];
-                    if (!*o) *o = 1, live[k]++;
-                    if (live[k] > slots[k]) slots[k] = live[k];
-                }
-            if (e->op == MT_PP_EXCHANGE && e->recv_next) wait++;
-            if (e->op == MT_PP_BACKWARD && !(e->chunk == chunks - 1 && stage == stages - 1)) wait--;
-            if (e->op == MT_PP_BACKWARD) live[1 + e->chunk]--, live[0] -= e->chunk == 0;
-            if (wait > *waiting) *waiting = wait;
-        }
+    mt_status st = rin && open && live ? MT_OK : MT_ERROR(MT_ERR_OOM, "pipeline walk");
+    int wait = 0;
+    *waiting = 0;
+    for (int k = 0; k <= chunks; k++)
+        slots[k] = 1;
+    for (const mt_pp_event *e = ev; st == MT_OK && e < ev + n; e++) {
+        int mb = -1, c = -1;
+        if (e->op == MT_PP_EXCHANGE && e->recv_prev) c = e->recv_prev_chunk, mb = rin[c]++;
+        if (e->op == MT_PP_FORWARD) c = e->chunk, mb = e->mb;
+        if (mb >= 0) /* (k = 0: the stage's window; 1 + c: the chunk's) */
+            for (int k = 0; k <= chunks; k += 1 + c) {
+                int *o = &open[(size_t)k * (size_t)num_micro + (size_t)mb];
+                if (!*o) *o = 1, live[k]++;
+                if (live[k] > slots[k]) slots[k] = live[k];
+            }
+        if (e->op == MT_PP_EXCHANGE && e->recv_next) wait++;
+        if (e->op == MT_PP_BACKWARD && !(e->chunk == chunks - 1 && stage == stages - 1)) wait--;
+        if (e->op == MT_PP_BACKWARD) live[1 + e->chunk]--, live[0] -= e->chunk == 0;
+        if (wait > *waiting) *waiting = wait;
     }
-    free(ev), free(rin), free(open), free(live);
-    return ok ? 0 : -1;
+    free(rin), free(open), free(live);
+    return st;
+}
+
+mt_status mt_pp_interleaved_counts(int stages, int stage, int chunks, int num_micro, int group,
+                                   int *slots, int *buffers) {
+    MT_REQUIRE(slots && buffers, MT_ERR_INVALID_ARG, "NULL slots or buffers");
+    MT_TRY(mt_pp_interleaved_check(stages, chunks, num_micro, group));
+    const int n = mt_pp_interleaved_order(stages, stage, chunks, num_micro, group, NULL);
+    MT_REQUIRE(n >= 0, MT_ERR_INVALID_ARG, "stage %d of %d", stage, stages);
+    mt_pp_event *ev = malloc((size_t)n * sizeof *ev);
+    MT_REQUIRE(ev, MT_ERR_OOM, "pipeline order");
+    mt_pp_interleaved_order(stages, stage, chunks, num_micro, group, ev);
+    int waiting = 0;
+    mt_status st = walk(ev, n, stages, stage, chunks, num_micro, slots, &waiting);
+    *buffers = 2 + waiting; /* (two for the outputs sent) */
+    free(ev);
+    return st;
+}
+
+/* One of mt_pp_interleaved_counts' answers: chunk's slots (-1: the stage's), or with chunk -2 the
+ * buffers; -1 for a shape the schedule refuses. */
+static int one_count(int stages, int stage, int chunks, int num_micro, int group, int chunk) {
+    if (chunks < 1 || chunk < -2 || chunk >= chunks) return -1;
+    int *slots = malloc((size_t)(chunks + 1) * sizeof(int)), buffers, k = -1;
+    if (slots &&
+        mt_pp_interleaved_counts(stages, stage, chunks, num_micro, group, slots, &buffers) == MT_OK)
+        k = chunk == -2 ? buffers : slots[1 + chunk];
+    mt_error_clear();
+    free(slots);
+    return k;
 }
 
 int mt_pp_interleaved_slots(int stages, int stage, int chunks, int num_micro, int group,
                             int chunk) {
-    if (chunks < 1 || chunk < -1 || chunk >= chunks) return -1;
-    int *slots = malloc((size_t)(chunks + 1) * sizeof(int)), waiting, k = -1;
-    if (slots && walk(stages, stage, chunks, num_micro, group, slots, &waiting) == 0)
-        k = slots[1 + chunk];
-    free(slots);
-    return k;
+    return chunk < -1 ? -1 : one_count(stages, stage, chunks, num_micro, group, chunk);
 }
 
 int mt_pp_interleaved_buffers(int stages, int stage, int chunks, int num_micro, int group) {
-    if (chunks < 1) return -1;
-    int *slots = malloc((size_t)(chunks + 1) * sizeof(int)), waiting, k = -1;
-    if (slots && walk(stages, stage, chunks, num_micro, group, slots, &waiting) == 0)
-        k = 2 + waiting;
-    free(slots);
-    return k;
+    return one_count(stages, stage, chunks, num_micro, group, -2);
 }
 
 /* The input gradients received ahead of their backward: buffer indices (2...) queued per chunk
@@ -435,19 +448,21 @@ mt_status mt_pp_interleaved(const mt_pp_chunks *s, int num_micro) {
     const int G = s->group;
     MT_TRY(mt_pp_interleaved_check(v.P, v.V, num_micro, G));
     const int n = mt_pp_interleaved_order(v.P, v.r, v.V, num_micro, G, NULL);
-    const int nbuf = mt_pp_interleaved_buffers(v.P, v.r, v.V, num_micro, G);
     mt_pp_event *ev = malloc((size_t)n * sizeof *ev);
-    v.slots = calloc((size_t)v.V, sizeof(int));
+    int *counts = calloc((size_t)v.V + 1, sizeof(int)), waiting = 0; /* (walk's slots) */
+    v.slots = counts + 1;
     v.rin = calloc((size_t)v.V, sizeof(int));
     waitq w = { 0 };
-    mt_status st = ev && v.slots && v.rin ? MT_OK : MT_ERROR(MT_ERR_OOM, "pipeline order");
-    for (int c = 0; st == MT_OK && c < v.V; c++) {
-        v.slots[c] = mt_pp_interleaved_slots(v.P, v.r, v.V, num_micro, G, c);
-        v.smax = v.slots[c] > v.smax ? v.slots[c] : v.smax;
-    }
-    if (st == MT_OK) st = waitq_init(&w, v.V, nbuf - 2); /* (buffers 0, 1: sends) */
+    mt_status st = ev && counts && v.rin ? MT_OK : MT_ERROR(MT_ERR_OOM, "pipeline order");
     if (st == MT_OK) {
         mt_pp_interleaved_order(v.P, v.r, v.V, num_micro, G, ev);
+        st = walk(ev, n, v.P, v.r, v.V, num_micro, counts, &waiting);
+    }
+    for (int c = 0; st == MT_OK && c < v.V; c++)
+        v.smax = v.slots[c] > v.smax ? v.slots[c] : v.smax;
+    const int nbuf = 2 + waiting; /* (buffers 0, 1: sends) */
+    if (st == MT_OK) st = waitq_init(&w, v.V, nbuf - 2);
+    if (st == MT_OK) {
         for (int i = 0; i < n; i++)
             v.nx += ev[i].op == MT_PP_EXCHANGE;
         v.x_in = malloc((size_t)(v.V * v.smax) * sizeof(int));
@@ -470,7 +485,7 @@ mt_status mt_pp_interleaved(const mt_pp_chunks *s, int num_micro) {
         if (v.ev[k]) mt_event_destroy(v.ev[k]);
     if (v.ready) mt_event_destroy(v.ready);
     waitq_free(&w);
-    free(ev), free(v.slots), free(v.rin), free(v.x_in), free(v.x_buf), free(v.x_grad), free(v.ev);
+    free(ev), free(counts), free(v.rin), free(v.x_in), free(v.x_buf), free(v.x_grad), free(v.ev);
     return st;
 }
 

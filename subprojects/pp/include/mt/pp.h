@@ -116,13 +116,19 @@ typedef struct mt_pp_event {
     int recv_prev_chunk, recv_next_chunk; /* (-1 when nothing is received) */
 } mt_pp_event;
 
-/* Megatron's conditions on the interleaved schedule (its messages): P >= 2, V >= 1, the group
+/* Megatron's conditions on the interleaved schedule (its messages): P >= 2, V in [1, 64], the group
  * size N (0: P) in [P, num_micro], and num_micro % N either 0 or at least P. */
 MT_API mt_status mt_pp_interleaved_check(int stages, int chunks, int num_micro, int group);
 /* Stage `stage`'s events for one training iteration in groups of `group` micro-batches (0: P;
  * ev may be NULL to count); -1 for arguments that mt_pp_interleaved_check refuses. */
 MT_API int mt_pp_interleaved_order(int stages, int stage, int chunks, int num_micro, int group,
                                    mt_pp_event *ev);
+/* What the stage needs for num_micro micro-batches, from one walk of its order: slots (an array
+ * of chunks + 1) gets the stage's slots in [0] and chunk c's in [1 + c] (as
+ * mt_pp_interleaved_slots), *buffers mt_pp_interleaved_buffers' count. MT_ERR_INVALID_ARG (with
+ * mt_pp_interleaved_check's message) for a shape the schedule refuses. */
+MT_API mt_status mt_pp_interleaved_counts(int stages, int stage, int chunks, int num_micro,
+                                          int group, int *slots, int *buffers);
 /* The activation slots chunk `chunk` of the stage needs (micro-batch mb in slot mb % slots): the
  * most of its micro-batches in flight at once, from the receive (or forward) of the input to the
  * backward. chunk -1: the stage's, a micro-batch counted from its first receive or forward on
