@@ -1922,25 +1922,21 @@ static mt_status train(run *r) {
             (int64_t)num_micro * a->micro_batch_size * (a->seq_length / r->cp_size);
         float grad_scale = (r->scale_p ? r->scale_p->scale : 1.0f) /
                            (a->calculate_per_token_loss ? (float)rank_tokens : (float)num_micro);
-        int64_t counted = 0;
         micro_run mr = { r, num_micro, 0, grad_scale, r->iteration + 1 < end, 0 };
         mt_pp_stage st = stage_of(r, &mr);
         mt_pp_chunks ch = chunks_of(r, &mr);
         if (r->pp)
             MT_TRY(r->vpp > 1 ? mt_pp_interleaved(&ch, num_micro) : mt_pp_1f1b(&st, num_micro));
         for (int m = 0; !r->pp && m < num_micro; m++) {
-            counted += r->hcount[1];
-            const float gs = micro_scale(r, grad_scale);
-            MT_TRY(upload_batch(r, 1, 0));
+            float gs;
+            MT_TRY(take_batch(&mr, 0, &gs));
             mt_model_set_grad_ready(r->model, r->overlap && m == num_micro - 1 ? grad_ready : NULL,
                                     r);
             MT_TRY(mt_model_forward_backward(r->model, &r->tok[0], &r->tgt[0], gs, NULL));
-            /* the next micro-batch's reading while the GPU runs this one (the checkpoint keeps
-             * consumed samples, not the sampler, so a staged batch is read again on resume) */
-            if (m + 1 < num_micro || r->iteration + 1 < end)
-                MT_TRY(read_batch(r, r->train_ds, &r->train_s, 1));
+            /* (the checkpoint keeps consumed samples, not the sampler, so a staged batch is read
+             * again on resume) */
+            MT_TRY(read_next(&mr));
         }
-        counted += mr.counted;
         /* sequence parallelism: the norms' and row-parallel biases' shares summed over the
          * tensor-parallel group (linear, so before or after the data-parallel reduction) */
         for (int c = 0; c < r->vpp; c++)
@@ -1952,7 +1948,7 @@ static mt_status train(run *r) {
             MT_TRY(mt_prof_end(pr, NULL));
         }
         if (a->calculate_per_token_loss) {
-            double c = (double)counted;
+            double c = (double)mr.counted;
             MT_TRY(allreduce_on(r, r->dp, &c, 1, MT_REDOP_SUM));
             mt_optim_set_grad_multiplier(r->opt, (double)rank_tokens * r->gdp_size / c);
         }
