@@ -445,6 +445,11 @@ typedef struct planner {
     mt_device dev;
     int nsets;     /* layer activation sets planned (MoE: host counts each) */
     int32_t *host; /* MoE: their host counts, E a set (NULL while measuring) */
+    /* shared slots (mt_model_slots): each activation slot planned apart, at pool + s * stride
+     * (pool NULL while measuring); slot_bytes gets the largest */
+    int shared;
+    char *pool;
+    size_t stride, slot_bytes;
 } planner;
 
 static void take(planner *p, mt_tensor *t, mt_dtype dt, int ndim, const int64_t *shape) {
@@ -558,17 +563,27 @@ static void plan_acts(mt_model *m, planner *p) {
     for (int s = 0; s < a->n_rc; s++)
         plan_layer(m, p, &a->rc[s]);
     const int l0 = stage_l0(c), nl = stage_nl(c), last = last_stage(c);
-    for (int slot = 0; slot < pp_slots(c); slot++) /* (pipeline parallelism: one set a slot) */
+    for (int slot = 0; slot < pp_slots(c); slot++) { /* (pipeline parallelism: one set a slot) */
+        planner sp = *p, *q = p;
+        if (p->shared) { /* (the slot apart, in the caller's memory) */
+            sp.base = p->pool ? p->pool + (size_t)slot * p->stride : NULL, sp.off = 0;
+            q = &sp;
+        }
         for (int l = l0; l < l0 + nl; l++) {
             layer_acts *la = &a->layer[slot * nl + l - l0];
             int g0, g1;
             if (!recompute_group(c, l, &g0, &g1)) {
-                plan_layer(m, p, la);
+                plan_layer(m, q, la);
                 continue;
             }
             *la = a->rc[l - g0];
-            if (l == g0) TAKE(p, &la->resid_in, dt, Nl, C); // why: the kept input
+            if (l == g0) TAKE(q, &la->resid_in, dt, Nl, C); // why: the kept input
         }
+        if (p->shared) {
+            p->nsets = sp.nsets;
+            if (sp.off > p->slot_bytes) p->slot_bytes = sp.off;
+        }
+    }
     TAKE(p, &a->resid_final, dt, Nl, C);
     if (last) { /* (the final norm and the output layer: the last stage's) */
         TAKE(p, &a->lnf, dt, Nl, C);
@@ -787,7 +802,7 @@ mt_status mt_model_create(const mt_model_config *cfg, int micro_batch_size, mt_d
  * no_grads. */
 static mt_status create(const mt_model_config *cfg, int micro_batch_size, mt_device device,
                         mt_comm *tp, mt_model_param_fn fn, void *ctx, const mt_model *src,
-                        int no_grads, mt_model **out) {
+                        const mt_model_slots *shared, int no_grads, mt_model **out) {
     MT_REQUIRE(out && cfg, MT_ERR_INVALID_ARG, "NULL argument");
     MT_REQUIRE(micro_batch_size > 0, MT_ERR_INVALID_ARG, "--micro-batch-size must be positive");
     *out = NULL;
@@ -799,6 +814,7 @@ static mt_status create(const mt_model_config *cfg, int micro_batch_size, mt_dev
     m->dev = device;
     m->no_grads = no_grads || src;
     m->view = src != NULL;
+    if (shared) m->shared = *shared;
     MT_TRY_GOTO(mt_model_config_finalize(&m->cfg), st, fail);
     if (mt_tp_size(tp) != m->cfg.tensor_model_parallel_size) {
         st = MT_ERROR(MT_ERR_INVALID_ARG,
@@ -917,8 +933,17 @@ static mt_status create(const mt_model_config *cfg, int micro_batch_size, mt_dev
     if (!m->out_w && last_stage(&m->cfg)) m->out_w = emb;
 
     /* activations */
-    planner p = { NULL, 0, device, 0, NULL };
+    const int sh = m->shared.base != NULL;
+    planner p = { NULL, 0, device, 0, NULL, sh, NULL, 0, 0 };
     plan_acts(m, &p);
+    if (sh && (m->shared.stride < p.slot_bytes || m->shared.stride % MT_ARENA_ALIGN ||
+               (uintptr_t)m->shared.base % MT_ARENA_ALIGN)) {
+        st = MT_ERROR(MT_ERR_INVALID_ARG,
+                      "shared activation slots: a stride of %zu bytes at %p, a slot needs %zu "
+                      "(aligned to %d)",
+                      m->shared.stride, m->shared.base, p.slot_bytes, (int)MT_ARENA_ALIGN);
+        goto fail;
+    }
     MT_TRY_GOTO(mt_arena_create(device, p.off + MT_ARENA_ALIGN, &m->a_arena), st, fail);
     void *abase;
     MT_TRY_GOTO(mt_arena_alloc(m->a_arena, p.off, &abase), st, fail);
@@ -930,7 +955,7 @@ static mt_status create(const mt_model_config *cfg, int micro_batch_size, mt_dev
             goto fail;
         }
     }
-    p = (planner){ abase, 0, device, 0, m->moe_host };
+    p = (planner){ abase, 0, device, 0, m->moe_host, sh, m->shared.base, m->shared.stride, 0 };
     plan_acts(m, &p);
     if (moe_n(&m->cfg)) MT_TRY_GOTO(mt_memset_zero(m->a.moe_loss.data, device, 8, NULL), st, fail);
 
@@ -950,12 +975,19 @@ fail:
 
 mt_status mt_model_create_tp(const mt_model_config *cfg, int micro_batch_size, mt_device device,
                              mt_comm *tp, mt_model_param_fn fn, void *ctx, mt_model **out) {
-    return create(cfg, micro_batch_size, device, tp, fn, ctx, NULL, 0, out);
+    return create(cfg, micro_batch_size, device, tp, fn, ctx, NULL, NULL, 0, out);
+}
+
+mt_status mt_model_create_shared_slots(const mt_model_config *cfg, int micro_batch_size,
+                                       mt_device device, mt_comm *tp, mt_model_param_fn fn,
+                                       void *ctx, const mt_model_slots *slots, mt_model **out) {
+    MT_REQUIRE(slots && slots->base, MT_ERR_INVALID_ARG, "NULL shared slots");
+    return create(cfg, micro_batch_size, device, tp, fn, ctx, NULL, slots, 0, out);
 }
 
 mt_status mt_model_create_inference(const mt_model_config *cfg, int micro_batch_size,
                                     mt_device device, mt_model **out) {
-    return create(cfg, micro_batch_size, device, NULL, NULL, NULL, NULL, 1, out);
+    return create(cfg, micro_batch_size, device, NULL, NULL, NULL, NULL, NULL, 1, out);
 }
 
 mt_status mt_model_create_view(const mt_model *src, int micro_batch_size, int seq_length,
@@ -966,7 +998,7 @@ mt_status mt_model_create_view(const mt_model *src, int micro_batch_size, int se
     mt_model_config c = src->cfg;
     c.seq_length = seq_length;
     c.logits_chunks = 1; /* (forwards without targets: every token's logits) */
-    return create(&c, micro_batch_size, src->dev, NULL, NULL, NULL, src, 1, out);
+    return create(&c, micro_batch_size, src->dev, NULL, NULL, NULL, src, NULL, 1, out);
 }
 
 mt_status mt_model_kv_cache_create(const mt_model *m, int max_len, mt_model_kv_cache **out) {
@@ -1135,8 +1167,10 @@ size_t mt_model_bytes(const mt_model *m) {
     return own + mt_arena_capacity(m->a_arena);
 }
 
-mt_status mt_model_activation_bytes(const mt_model_config *cfg, int micro_batch_size,
-                                    mt_device device, size_t *bytes) {
+/* Plans a model of cfg without allocating: the activation arena's bytes (*bytes) and, with
+ * `shared`, the slots planned apart and *slot their largest. */
+static mt_status measure(const mt_model_config *cfg, int micro_batch_size, mt_device device,
+                         int shared, size_t *bytes, size_t *slot) {
     MT_REQUIRE(cfg && bytes, MT_ERR_INVALID_ARG, "NULL argument");
     MT_REQUIRE(micro_batch_size > 0, MT_ERR_INVALID_ARG, "--micro-batch-size must be positive");
     mt_model m = { 0 };
@@ -1150,15 +1184,28 @@ mt_status mt_model_activation_bytes(const mt_model_config *cfg, int micro_batch_
     m.a.rc = calloc((size_t)m.a.n_rc + 1, sizeof *m.a.rc);
     mt_status st = MT_OK;
     if (m.a.layer && m.a.rc) {
-        planner p = { NULL, 0, device, 0, NULL };
+        planner p = { NULL, 0, device, 0, NULL, shared, NULL, 0, 0 };
         plan_acts(&m, &p);
         *bytes = p.off + MT_ARENA_ALIGN; // why: as mt_model_create sizes its arena
+        if (slot) *slot = (p.slot_bytes + MT_ARENA_ALIGN - 1) / MT_ARENA_ALIGN * MT_ARENA_ALIGN;
     } else {
         st = MT_ERROR(MT_ERR_OOM, "layer tables");
     }
     free(m.a.layer);
     free(m.a.rc);
     return st;
+}
+
+mt_status mt_model_activation_bytes(const mt_model_config *cfg, int micro_batch_size,
+                                    mt_device device, size_t *bytes) {
+    return measure(cfg, micro_batch_size, device, 0, bytes, NULL);
+}
+
+mt_status mt_model_slot_bytes(const mt_model_config *cfg, int micro_batch_size, mt_device device,
+                              size_t *bytes) {
+    size_t all;
+    MT_REQUIRE(bytes, MT_ERR_INVALID_ARG, "NULL argument");
+    return measure(cfg, micro_batch_size, device, 1, &all, bytes);
 }
 
 mt_tensor mt_model_logits(mt_model *m) {

@@ -296,6 +296,7 @@ struct mt_model {
     param_spec *spec;
     mt_model_param *params;
     mt_arena *w_arena, *g_arena, *a_arena;
+    mt_model_slots shared; /* the activation slots in the caller's memory (base NULL: in a_arena) */
     size_t ws_bytes;
     acts a;
     layer_params *lp;

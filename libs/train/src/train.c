@@ -54,6 +54,8 @@ typedef struct run {
     mt_model *model, **chunks;
     int vpp;
     mt_arena *vbuf_arena; /* the interleaved schedule's staging buffers (vbuf[nvbuf]) */
+    mt_arena *slot_arena; /* the interleaved schedule: the activation slots the chunks share */
+    mt_model_slots slots;
     mt_tensor *vbuf;
     int nvbuf;
     float *slot_gs; /* the loss scale of each device slot's micro-batch (interleaved) */
@@ -536,24 +538,27 @@ static mt_status setup_model(run *r) {
     MT_TRY(mt_model_config_finalize(c));
     mt_model_config *cc = calloc((size_t)r->vpp, sizeof *cc);
     int *counts = calloc((size_t)r->vpp + 1, sizeof(int)); /* (the stage's slots, each chunk's) */
-    if (!cc || !counts) free(cc), free(counts);
-    MT_REQUIRE(cc && counts, MT_ERR_OOM, "model chunks");
+    int *map = calloc((size_t)(r->vpp * r->num_micro), sizeof(int)), pool = 0;
+    if (!cc || !counts || !map) free(cc), free(counts), free(map);
+    MT_REQUIRE(cc && counts && map, MT_ERR_OOM, "model chunks");
     for (int v = 0; v < r->vpp; v++) /* chunk v: stage v P + r */
         cc[v] = *c, cc[v].pipeline_model_parallel_rank = v * r->pp_size + r->pp_rank;
     /* interleaved: the most micro-batches in flight of any iteration's count (one the schedule
-     * refuses is never run) */
+     * refuses is never run), in activation slots the chunks share */
     for (int m = r->pp_size; r->vpp > 1 && m <= r->num_micro; m++) {
-        int nb;
-        if (mt_pp_interleaved_counts(r->pp_size, r->pp_rank, r->vpp, m, G, counts, &nb) != MT_OK) {
+        int nb, np;
+        if (mt_pp_interleaved_counts(r->pp_size, r->pp_rank, r->vpp, m, G, counts, &nb) != MT_OK ||
+            mt_pp_interleaved_slot_map(r->pp_size, r->pp_rank, r->vpp, m, G, map, &np) != MT_OK) {
             mt_error_clear();
             continue;
         }
         r->nslots = counts[0] > r->nslots ? counts[0] : r->nslots;
         r->nvbuf = nb > r->nvbuf ? nb : r->nvbuf;
-        for (int v = 0; v < r->vpp; v++)
-            if (counts[1 + v] > cc[v].pipeline_num_slots) cc[v].pipeline_num_slots = counts[1 + v];
+        pool = np > pool ? np : pool;
     }
-    free(counts);
+    free(counts), free(map);
+    for (int v = 0; r->vpp > 1 && v < r->vpp; v++)
+        cc[v].pipeline_num_slots = pool;
     for (int v = 0; v < r->vpp; v++) {
         mt_status st = mt_model_config_finalize(&cc[v]);
         if (st != MT_OK) free(cc);
@@ -588,10 +593,22 @@ static mt_status setup_chunks(run *r, const mt_model_config *cc) {
     MT_TRY(mt_optim_buffer_bind(r->buf, r->buf_arena));
     r->chunks = calloc((size_t)r->vpp, sizeof *r->chunks);
     MT_REQUIRE(r->chunks, MT_ERR_OOM, "model chunks");
+    if (r->vpp > 1) { /* the chunks' activation slots: one pool, slots of the largest chunk's */
+        for (int v = 0; v < r->vpp; v++) {
+            size_t one;
+            MT_TRY(mt_model_slot_bytes(&cc[v], a->micro_batch_size, r->dev, &one));
+            r->slots.stride = one > r->slots.stride ? one : r->slots.stride;
+        }
+        const size_t n = r->slots.stride * (size_t)cc[0].pipeline_num_slots;
+        MT_TRY(mt_arena_create(r->dev, n + MT_ARENA_ALIGN, &r->slot_arena));
+        MT_TRY(mt_arena_alloc(r->slot_arena, n, &r->slots.base));
+    }
     for (int v = 0; v < r->vpp; v++) {
         mt_model **m = &r->chunks[v];
-        MT_TRY(
-            mt_model_create_tp(&cc[v], a->micro_batch_size, r->dev, r->tp, register_param, r, m));
+        MT_TRY(r->vpp > 1 ? mt_model_create_shared_slots(&cc[v], a->micro_batch_size, r->dev, r->tp,
+                                                         register_param, r, &r->slots, m)
+                          : mt_model_create_tp(&cc[v], a->micro_batch_size, r->dev, r->tp,
+                                               register_param, r, m));
         if (r->ep) MT_TRY(mt_model_set_expert_group(*m, r->ep));
         if (r->cp) MT_TRY(mt_model_set_context_group(*m, r->cp));
         /* the forward and backward as one CUDA graph from the second micro-batch on
@@ -2076,7 +2093,8 @@ static mt_status train(run *r) {
         if (mt_device_is_cuda(r->dev)) mt_device_name(r->dev.index, name, sizeof name);
         double peak = 989.0; /* dense bf16 peak of an H100/H200 (Megatron's MFU convention) */
         size_t bytes = mt_arena_capacity(r->buf_arena) + mt_arena_capacity(r->opt_arena) +
-                       (r->vbuf_arena ? mt_arena_capacity(r->vbuf_arena) : 0);
+                       (r->vbuf_arena ? mt_arena_capacity(r->vbuf_arena) : 0) +
+                       (r->slot_arena ? mt_arena_capacity(r->slot_arena) : 0);
         for (int c = 0; c < r->vpp; c++)
             bytes += mt_model_bytes(r->chunks[c]);
         printf(
@@ -2103,6 +2121,9 @@ static void teardown(run *r) {
     for (int c = 0; r->chunks && c < r->vpp; c++)
         mt_model_destroy(r->chunks[c]);
     free(r->chunks);
+    mt_arena_destroy(r->slot_arena);
+    mt_arena_destroy(r->vbuf_arena);
+    free(r->vbuf), free(r->slot_gs);
     mt_optim_buffer_destroy(r->buf);
     mt_arena_destroy(r->buf_arena);
     mt_arena_destroy(r->opt_arena);

@@ -250,15 +250,16 @@ int mt_pp_interleaved_order(int stages, int stage, int chunks, int num_micro, in
 
 /* Walks a stage's order (n events of mt_pp_interleaved_order): the slots, slots[0] the stage's
  * (a micro-batch from its first receive or forward to chunk 0's backward) and slots[1 + c] chunk
- * c's (from the receive or forward of its input to its backward), and the input gradients
- * waiting for their backward, at most. */
+ * c's (from the receive or forward of its input to its backward), the input gradients waiting
+ * for their backward, at most, and (map not NULL) mt_pp_interleaved_slot_map's map and pool. */
 static mt_status walk(const mt_pp_event *ev, int n, int stages, int stage, int chunks,
-                      int num_micro, int *slots, int *waiting) {
+                      int num_micro, int *slots, int *waiting, int *map, int *pool) {
     const size_t cm = (size_t)(chunks + 1) * (size_t)num_micro;
     int *rin = calloc((size_t)chunks, sizeof(int)), *open = calloc(cm, sizeof(int));
     int *live = calloc((size_t)chunks + 1, sizeof(int));
-    mt_status st = rin && open && live ? MT_OK : MT_ERROR(MT_ERR_OOM, "pipeline walk");
-    int wait = 0;
+    char *used = calloc(cm, 1); /* the stage-wide slots taken */
+    mt_status st = rin && open && live && used ? MT_OK : MT_ERROR(MT_ERR_OOM, "pipeline walk");
+    int wait = 0, npool = 0;
     *waiting = 0;
     for (int k = 0; k <= chunks; k++)
         slots[k] = 1;
@@ -266,34 +267,64 @@ static mt_status walk(const mt_pp_event *ev, int n, int stages, int stage, int c
         int mb = -1, c = -1;
         if (e->op == MT_PP_EXCHANGE && e->recv_prev) c = e->recv_prev_chunk, mb = rin[c]++;
         if (e->op == MT_PP_FORWARD) c = e->chunk, mb = e->mb;
-        if (mb >= 0) /* (k = 0: the stage's window; 1 + c: the chunk's) */
-            for (int k = 0; k <= chunks; k += 1 + c) {
-                int *o = &open[(size_t)k * (size_t)num_micro + (size_t)mb];
-                if (!*o) *o = 1, live[k]++;
-                if (live[k] > slots[k]) slots[k] = live[k];
+        /* (k = 0: the stage's window; 1 + c: the chunk's) */
+        for (int k = 0; mb >= 0 && k <= 1 + c; k += 1 + c) {
+            int *o = &open[(size_t)k * (size_t)num_micro + (size_t)mb];
+            if (!*o && k > 0 && map) { /* its stage-wide slot: the lowest free */
+                int f = 0;
+                while (used[f])
+                    f++;
+                used[f] = 1, map[c * num_micro + mb] = f;
+                if (f + 1 > npool) npool = f + 1;
             }
+            if (!*o) *o = 1, live[k]++;
+            if (live[k] > slots[k]) slots[k] = live[k];
+        }
         if (e->op == MT_PP_EXCHANGE && e->recv_next) wait++;
         if (e->op == MT_PP_BACKWARD && !(e->chunk == chunks - 1 && stage == stages - 1)) wait--;
         if (e->op == MT_PP_BACKWARD) live[1 + e->chunk]--, live[0] -= e->chunk == 0;
+        if (e->op == MT_PP_BACKWARD && map) used[map[e->chunk * num_micro + e->mb]] = 0;
         if (wait > *waiting) *waiting = wait;
     }
-    free(rin), free(open), free(live);
+    if (pool) *pool = npool;
+    free(rin), free(open), free(live), free(used);
     return st;
+}
+
+/* The stage's order for num_micro micro-batches (*ev: malloc'ed, *n events). */
+static mt_status order_of(int stages, int stage, int chunks, int num_micro, int group,
+                          mt_pp_event **ev, int *n) {
+    MT_TRY(mt_pp_interleaved_check(stages, chunks, num_micro, group));
+    *n = mt_pp_interleaved_order(stages, stage, chunks, num_micro, group, NULL);
+    MT_REQUIRE(*n >= 0, MT_ERR_INVALID_ARG, "stage %d of %d", stage, stages);
+    *ev = malloc((size_t)*n * sizeof **ev);
+    MT_REQUIRE(*ev, MT_ERR_OOM, "pipeline order");
+    mt_pp_interleaved_order(stages, stage, chunks, num_micro, group, *ev);
+    return MT_OK;
 }
 
 mt_status mt_pp_interleaved_counts(int stages, int stage, int chunks, int num_micro, int group,
                                    int *slots, int *buffers) {
     MT_REQUIRE(slots && buffers, MT_ERR_INVALID_ARG, "NULL slots or buffers");
-    MT_TRY(mt_pp_interleaved_check(stages, chunks, num_micro, group));
-    const int n = mt_pp_interleaved_order(stages, stage, chunks, num_micro, group, NULL);
-    MT_REQUIRE(n >= 0, MT_ERR_INVALID_ARG, "stage %d of %d", stage, stages);
-    mt_pp_event *ev = malloc((size_t)n * sizeof *ev);
-    MT_REQUIRE(ev, MT_ERR_OOM, "pipeline order");
-    mt_pp_interleaved_order(stages, stage, chunks, num_micro, group, ev);
-    int waiting = 0;
-    mt_status st = walk(ev, n, stages, stage, chunks, num_micro, slots, &waiting);
+    mt_pp_event *ev;
+    int n, waiting = 0;
+    MT_TRY(order_of(stages, stage, chunks, num_micro, group, &ev, &n));
+    mt_status st = walk(ev, n, stages, stage, chunks, num_micro, slots, &waiting, NULL, NULL);
     *buffers = 2 + waiting; /* (two for the outputs sent) */
     free(ev);
+    return st;
+}
+
+mt_status mt_pp_interleaved_slot_map(int stages, int stage, int chunks, int num_micro, int group,
+                                     int *map, int *pool) {
+    MT_REQUIRE(map && pool, MT_ERR_INVALID_ARG, "NULL map or pool");
+    mt_pp_event *ev;
+    int n, waiting;
+    MT_TRY(order_of(stages, stage, chunks, num_micro, group, &ev, &n));
+    int *slots = malloc((size_t)(chunks + 1) * sizeof(int));
+    mt_status st = slots ? walk(ev, n, stages, stage, chunks, num_micro, slots, &waiting, map, pool)
+                         : MT_ERROR(MT_ERR_OOM, "pipeline slots");
+    free(slots), free(ev);
     return st;
 }
 
@@ -346,9 +377,8 @@ static void waitq_free(waitq *w) {
  * (x_buf, x_grad); ev[k] marks exchange k's end, ready the compute stream's point before it. */
 typedef struct vrun {
     const mt_pp_chunks *s;
-    int P, r, V, *slots, *rin, nx;
-    int *x_in, *x_buf, *x_grad; /* [V * slots_max], [buffers], [V]: an exchange, or -1 */
-    int smax;
+    int P, r, V, M, *map, *rin, nx; /* map: mt_pp_interleaved_slot_map's */
+    int *x_in, *x_buf, *x_grad;     /* [slots], [buffers], [V]: an exchange, or -1 */
     mt_event *ev, ready;
 } vrun;
 
@@ -373,9 +403,9 @@ static mt_status exchange(vrun *v, const mt_pp_event *e, int k, int sbuf, int la
         ops[n++] = (mt_p2p_op){ MT_P2P_SEND, &out, next };
     }
     if (e->recv_prev) {
-        const int c = e->recv_prev_chunk, slot = v->rin[c]++ % v->slots[c];
+        const int c = e->recv_prev_chunk, slot = v->map[c * v->M + v->rin[c]++];
         in = s->input(s->ctx, c, slot);
-        v->x_in[c * v->smax + slot] = k;
+        v->x_in[slot] = k;
         ops[n++] = (mt_p2p_op){ MT_P2P_RECV, &in, prev };
     }
     if (e->send_prev) {
@@ -405,9 +435,9 @@ static mt_status run_events(vrun *v, const mt_pp_event *ev, int n, waitq *w) {
     int k = 0, last_bwd = -1, sbuf = 0; /* exchanges so far; the send buffer (0 or 1) */
     for (int i = 0; i < n; i++) {
         const mt_pp_event *e = &ev[i];
-        const int slot = e->op == MT_PP_EXCHANGE ? -1 : e->mb % v->slots[e->chunk];
+        const int slot = e->op == MT_PP_EXCHANGE ? -1 : v->map[e->chunk * v->M + e->mb];
         if (e->op == MT_PP_FORWARD) {
-            MT_TRY(wait_x(v, &v->x_in[e->chunk * v->smax + slot]));
+            MT_TRY(wait_x(v, &v->x_in[slot]));
             MT_TRY(s->forward(s->ctx, e->chunk, e->mb, slot));
             if (!(e->chunk == v->V - 1 && last_vs)) { /* the output waits in a send buffer */
                 sbuf ^= 1;
@@ -444,28 +474,23 @@ mt_status mt_pp_interleaved(const mt_pp_chunks *s, int num_micro) {
     vrun v = { .s = s,
                .P = s->comm ? mt_comm_size(s->comm) : 1,
                .r = s->comm ? mt_comm_rank(s->comm) : 0,
-               .V = s->num_chunks };
-    const int G = s->group;
-    MT_TRY(mt_pp_interleaved_check(v.P, v.V, num_micro, G));
-    const int n = mt_pp_interleaved_order(v.P, v.r, v.V, num_micro, G, NULL);
-    mt_pp_event *ev = malloc((size_t)n * sizeof *ev);
-    int *counts = calloc((size_t)v.V + 1, sizeof(int)), waiting = 0; /* (walk's slots) */
-    v.slots = counts + 1;
+               .V = s->num_chunks,
+               .M = num_micro };
+    mt_pp_event *ev;
+    int n, pool = 0, waiting = 0;
+    MT_TRY(order_of(v.P, v.r, v.V, num_micro, s->group, &ev, &n));
+    int *counts = calloc((size_t)v.V + 1, sizeof(int)); /* (walk's slots) */
+    v.map = malloc((size_t)(v.V * num_micro) * sizeof(int));
     v.rin = calloc((size_t)v.V, sizeof(int));
     waitq w = { 0 };
-    mt_status st = ev && counts && v.rin ? MT_OK : MT_ERROR(MT_ERR_OOM, "pipeline order");
-    if (st == MT_OK) {
-        mt_pp_interleaved_order(v.P, v.r, v.V, num_micro, G, ev);
-        st = walk(ev, n, v.P, v.r, v.V, num_micro, counts, &waiting);
-    }
-    for (int c = 0; st == MT_OK && c < v.V; c++)
-        v.smax = v.slots[c] > v.smax ? v.slots[c] : v.smax;
+    mt_status st = counts && v.map && v.rin ? MT_OK : MT_ERROR(MT_ERR_OOM, "pipeline order");
+    if (st == MT_OK) st = walk(ev, n, v.P, v.r, v.V, num_micro, counts, &waiting, v.map, &pool);
     const int nbuf = 2 + waiting; /* (buffers 0, 1: sends) */
     if (st == MT_OK) st = waitq_init(&w, v.V, nbuf - 2);
     if (st == MT_OK) {
         for (int i = 0; i < n; i++)
             v.nx += ev[i].op == MT_PP_EXCHANGE;
-        v.x_in = malloc((size_t)(v.V * v.smax) * sizeof(int));
+        v.x_in = malloc((size_t)pool * sizeof(int));
         v.x_buf = malloc((size_t)nbuf * sizeof(int));
         v.x_grad = malloc((size_t)v.V * sizeof(int));
         v.ev = calloc((size_t)v.nx + 1, sizeof(mt_event));
@@ -473,7 +498,7 @@ mt_status mt_pp_interleaved(const mt_pp_chunks *s, int num_micro) {
             v.x_in && v.x_buf && v.x_grad && v.ev ? MT_OK : MT_ERROR(MT_ERR_OOM, "pipeline events");
     }
     if (st == MT_OK) {
-        memset(v.x_in, 0xff, (size_t)(v.V * v.smax) * sizeof(int)); /* (-1: none) */
+        memset(v.x_in, 0xff, (size_t)pool * sizeof(int)); /* (-1: none) */
         memset(v.x_buf, 0xff, (size_t)nbuf * sizeof(int));
         memset(v.x_grad, 0xff, (size_t)v.V * sizeof(int));
     }
@@ -485,7 +510,8 @@ mt_status mt_pp_interleaved(const mt_pp_chunks *s, int num_micro) {
         if (v.ev[k]) mt_event_destroy(v.ev[k]);
     if (v.ready) mt_event_destroy(v.ready);
     waitq_free(&w);
-    free(ev), free(counts), free(v.rin), free(v.x_in), free(v.x_buf), free(v.x_grad), free(v.ev);
+    free(ev), free(counts), free(v.map), free(v.rin), free(v.x_in), free(v.x_buf), free(v.x_grad);
+    free(v.ev);
     return st;
 }
 

@@ -84,8 +84,8 @@ static mt_tensor gradient(void *ctx) {
 
 typedef struct vstage {
     stage *s;
-    int V, slots, nbuf, M, cslots[4]; /* slots: the most of any chunk's cslots */
-    mt_tensor *in, *out, *g, *buf;    /* in[c * slots + slot] */
+    int V, slots, nbuf, M, *map;   /* mt_pp_interleaved_slot_map's: slots shared by the chunks */
+    mt_tensor *in, *out, *g, *buf; /* in[slot]: any chunk's */
     mt_pp_event *ops;
     int n;
 } vstage;
@@ -99,12 +99,12 @@ static mt_status vfwd(void *ctx, int c, int mb, int slot) {
     stage *s = v->s;
     const int vs = vs_of(v, c), last = v->V * s->P - 1;
     v->ops[v->n++] = (mt_pp_event){ MT_PP_FORWARD, c, mb, 0, 0, 0, 0, -1, -1 };
-    MT_EXPECT(slot == (s->fwd_only ? 0 : mb % v->cslots[c]),
+    MT_EXPECT(slot == (s->fwd_only ? 0 : v->map[c * v->M + mb]),
               "stage %d chunk %d: micro-batch %d in "
               "slot %d",
               s->r, c, mb, slot);
     if (vs > 0)
-        MT_EXPECT(holds(s, &v->in[c * v->slots + slot], act(vs - 1, mb)),
+        MT_EXPECT(holds(s, &v->in[slot], act(vs - 1, mb)),
                   "stage %d chunk %d: forward %d's input is not virtual stage %d's", s->r, c, mb,
                   vs - 1);
     if (vs < last) fill(s, &v->out[c], act(vs, mb));
@@ -117,7 +117,7 @@ static mt_status vbwd(void *ctx, int c, int mb, int slot) {
     const int vs = vs_of(v, c), last = v->V * s->P - 1;
     v->ops[v->n++] = (mt_pp_event){ MT_PP_BACKWARD, c, mb, 0, 0, 0, 0, -1, -1 };
     if (vs > 0)
-        MT_EXPECT(holds(s, &v->in[c * v->slots + slot], act(vs - 1, mb)),
+        MT_EXPECT(holds(s, &v->in[slot], act(vs - 1, mb)),
                   "stage %d chunk %d: slot %d no longer holds micro-batch %d's input", s->r, c,
                   slot, mb);
     if (vs < last)
@@ -130,7 +130,8 @@ static mt_status vbwd(void *ctx, int c, int mb, int slot) {
 
 static mt_tensor vinput(void *ctx, int c, int slot) {
     vstage *v = ctx;
-    return v->in[c * v->slots + slot];
+    MT_EXPECT(slot >= 0 && slot < v->slots, "chunk %d: slot %d of %d", c, slot, v->slots);
+    return v->in[slot];
 }
 static mt_tensor voutput(void *ctx, int c) {
     return ((vstage *)ctx)->out[c];
@@ -147,17 +148,15 @@ static mt_tensor vbuffer(void *ctx, int k) {
 /* comm: a stream for the exchanges (overlapped with the chunks' work), or NULL */
 static void run_interleaved(stage *s, mt_comm *w, int V, int M, mt_stream comm, int G) {
     vstage v = { .s = s, .V = V, .nbuf = mt_pp_interleaved_buffers(s->P, s->r, V, M, G), .M = M };
-    for (int c = 0; c < V; c++) {
-        v.cslots[c] = mt_pp_interleaved_slots(s->P, s->r, V, M, G, c);
-        v.slots = v.cslots[c] > v.slots ? v.cslots[c] : v.slots;
-    }
-    const int tensors = V * v.slots + 2 * V + v.nbuf;
+    v.map = calloc((size_t)(V * M), sizeof(int));
+    MT_CHECK(mt_pp_interleaved_slot_map(s->P, s->r, V, M, G, v.map, &v.slots));
+    const int tensors = v.slots + 2 * V + v.nbuf;
     mt_arena *a;
     MT_CHECK(mt_arena_create(s->dev, (size_t)tensors * (N * 4 + MT_ARENA_ALIGN), &a));
     mt_tensor *all = calloc((size_t)tensors, sizeof(mt_tensor));
     for (int k = 0; k < tensors; k++)
         MT_CHECK(mt_tensor_alloc(a, MT_F32, 1, (int64_t[]){ N }, &all[k]));
-    v.in = all, v.out = all + V * v.slots, v.g = v.out + V, v.buf = v.g + V;
+    v.in = all, v.out = all + v.slots, v.g = v.out + V, v.buf = v.g + V;
     const int n = mt_pp_interleaved_order(s->P, s->r, V, M, G, NULL);
     v.ops = calloc((size_t)n, sizeof *v.ops);
     mt_pp_event *want = calloc((size_t)n, sizeof *want);
@@ -181,7 +180,7 @@ static void run_interleaved(stage *s, mt_comm *w, int V, int M, mt_stream comm, 
     ch.backward = NULL;
     MT_CHECK(mt_pp_interleaved_forward_only(&ch, 2));
     MT_EXPECT(v.n == 2 * V, "forward only: %d ops", v.n);
-    free(want), free(v.ops), free(all);
+    free(want), free(v.ops), free(all), free(v.map);
     mt_arena_destroy(a);
 }
 

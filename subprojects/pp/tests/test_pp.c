@@ -137,8 +137,12 @@ static void test_interleaved_flow(int P, int V, int M, int N) {
     int n[MAXP], pos[MAXP] = { 0 };
     static chan act[MAXP], grd[MAXP]; /* act[r]: r -> r+1; grd[r]: r -> r-1 */
     memset(act, 0, sizeof act), memset(grd, 0, sizeof grd);
-    int slot_in[MAXP][MAXV][MAXS], rin[MAXP][MAXV], out[MAXP], gq[MAXP][MAXV][NQ], gl[MAXP][MAXV];
+    int rin[MAXP][MAXV], out[MAXP], gq[MAXP][MAXV][NQ], gl[MAXP][MAXV];
     int gread[MAXP][MAXV], last_bwd[MAXP], slots[MAXP][MAXV], rslots[MAXP], live_c[MAXP][MAXV];
+    /* the stage's shared slots (mt_pp_interleaved_slot_map): which chunk's micro-batch (c M + mb)
+     * holds each, and the input it holds */
+    int *map[MAXP], pool[MAXP], owner[MAXP][MAXS], slot_in[MAXP][MAXS], in_use[MAXP] = { 0 };
+    int in_use_max[MAXP] = { 0 };
     memset(live_c, 0, sizeof live_c);
     memset(rin, 0, sizeof rin), memset(gl, 0, sizeof gl), memset(gread, 0, sizeof gread);
     for (int r = 0; r < P; r++) {
@@ -146,14 +150,22 @@ static void test_interleaved_flow(int P, int V, int M, int N) {
         ev[r] = malloc((size_t)n[r] * sizeof(mt_pp_event));
         mt_pp_interleaved_order(P, r, V, M, N, ev[r]);
         rslots[r] = mt_pp_interleaved_slots(P, r, V, M, N, -1);
+        int sum = 0;
         for (int c = 0; c < V; c++) {
             slots[r][c] = mt_pp_interleaved_slots(P, r, V, M, N, c);
             MT_EXPECT(slots[r][c] >= 1 && slots[r][c] <= rslots[r] && rslots[r] <= MAXS,
                       "stage %d chunk %d: %d slots (the stage %d)", r, c, slots[r][c], rslots[r]);
+            sum += slots[r][c];
         }
-        for (int c = 0; c < V; c++)
-            for (int k = 0; k < MAXS; k++)
-                slot_in[r][c][k] = -1;
+        map[r] = malloc((size_t)(V * M) * sizeof(int));
+        MT_CHECK(mt_pp_interleaved_slot_map(P, r, V, M, N, map[r], &pool[r]));
+        MT_EXPECT(pool[r] >= 1 && pool[r] <= sum && pool[r] <= MAXS,
+                  "stage %d: %d shared slots (the chunks' %d)", r, pool[r], sum);
+        for (int k = 0; k < V * M; k++)
+            MT_EXPECT(map[r][k] >= 0 && map[r][k] < pool[r], "stage %d: slot %d of %d", r,
+                      map[r][k], pool[r]);
+        for (int k = 0; k < MAXS; k++)
+            owner[r][k] = slot_in[r][k] = -1;
         out[r] = last_bwd[r] = -1;
     }
     const int tagmul = 1000; /* tag: virtual stage * tagmul + micro-batch */
@@ -175,10 +187,14 @@ static void test_interleaved_flow(int P, int V, int M, int N) {
                     posted[r] = 0;
                     if (e->recv_prev) {
                         const int c = e->recv_prev_chunk, k = rin[r][c]++;
-                        int *sl = &slot_in[r][c][k % slots[r][c]];
-                        if (*sl >= 0) bad = 1; /* overwrites an input still needed */
-                        MT_EXPECT(*sl < 0, "P %d V %d M %d: stage %d chunk %d slot %d overwritten",
-                                  P, V, M, r, c, k % slots[r][c]);
+                        const int id = c * M + k, sn = map[r][id];
+                        int *sl = &slot_in[r][sn];
+                        if (owner[r][sn] >= 0) bad = 1; /* overwrites an input still needed */
+                        MT_EXPECT(owner[r][sn] < 0,
+                                  "P %d V %d M %d: stage %d chunk %d slot %d overwritten", P, V, M,
+                                  r, c, sn);
+                        owner[r][sn] = id;
+                        if (++in_use[r] > in_use_max[r]) in_use_max[r] = in_use[r];
                         live_c[r][c]++;
                         MT_EXPECT(live_c[r][c] <= slots[r][c], "stage %d chunk %d: %d in flight", r,
                                   c, live_c[r][c]);
@@ -196,12 +212,18 @@ static void test_interleaved_flow(int P, int V, int M, int N) {
                         if (w > waiting_max[r]) waiting_max[r] = w;
                     }
                 } else {
-                    const int vs = e->chunk * P + r, sl = e->mb % slots[r][e->chunk];
+                    const int vs = e->chunk * P + r, id = e->chunk * M + e->mb, sl = map[r][id];
                     if (e->op == MT_PP_FORWARD) {
                         if (vs > 0) {
-                            MT_EXPECT(slot_in[r][e->chunk][sl] == (vs - 1) * tagmul + e->mb,
+                            MT_EXPECT(owner[r][sl] == id &&
+                                          slot_in[r][sl] == (vs - 1) * tagmul + e->mb,
                                       "P %d V %d M %d: stage %d F%d.%d input %d", P, V, M, r,
-                                      e->chunk, e->mb, slot_in[r][e->chunk][sl]);
+                                      e->chunk, e->mb, slot_in[r][sl]);
+                        } else { /* (no receive: its slot is taken here) */
+                            MT_EXPECT(owner[r][sl] < 0, "stage %d F0.%d: slot %d taken", r, e->mb,
+                                      sl);
+                            owner[r][sl] = id;
+                            if (++in_use[r] > in_use_max[r]) in_use_max[r] = in_use[r];
                         }
                         out[r] = vs * tagmul + e->mb;
                         live_c[r][0] += vs == 0; /* (no receive: its slot is taken here) */
@@ -217,7 +239,10 @@ static void test_interleaved_flow(int P, int V, int M, int N) {
                                       "P %d V %d M %d: stage %d B%d.%d gradient %d", P, V, M, r,
                                       e->chunk, e->mb, g);
                         }
-                        slot_in[r][e->chunk][sl] = -1;
+                        MT_EXPECT(owner[r][sl] == id, "stage %d B%d.%d: slot %d held by %d", r,
+                                  e->chunk, e->mb, sl, owner[r][sl]);
+                        owner[r][sl] = slot_in[r][sl] = -1;
+                        in_use[r]--;
                         live_c[r][e->chunk]--;
                         last_bwd[r] = vs * tagmul + e->mb;
                         if (e->chunk == 0) live[r]--;
@@ -238,7 +263,10 @@ static void test_interleaved_flow(int P, int V, int M, int N) {
         for (int k = 0; k < n[r]; k++)
             fw += ev[r][k].op == MT_PP_FORWARD, bw += ev[r][k].op == MT_PP_BACKWARD;
         MT_EXPECT(fw == M * V && bw == M * V, "stage %d: %d forwards, %d backwards", r, fw, bw);
-        free(ev[r]);
+        /* (the lowest free slot first: as few as the most in flight at once) */
+        MT_EXPECT(in_use_max[r] == pool[r], "P %d V %d M %d: stage %d used %d of %d shared slots",
+                  P, V, M, r, in_use_max[r], pool[r]);
+        free(ev[r]), free(map[r]);
     }
 }
 

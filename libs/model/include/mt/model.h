@@ -198,8 +198,8 @@ typedef struct mt_model_config {
     int context_parallel_size;
     int context_parallel_rank;
     /* The activation sets a stage keeps (0: 1F1B's P - r). The interleaved schedule's chunks are
-     * stages of a pipeline of P V (chunk c of rank r: stage c P + r) that keep the counts of
-     * mt_pp_interleaved_slots instead. */
+     * stages of a pipeline of P V (chunk c of rank r: stage c P + r) that share the rank's slots
+     * (mt_pp_interleaved_slot_map's pool; mt_model_create_shared_slots). */
     int pipeline_num_slots;
     /* The interleaved schedule's chunks a rank (Megatron's virtual_pipeline_model_parallel_size;
      * 0 or 1: none). pipeline_model_parallel_size is then P V, and stage c P + r is chunk c of
@@ -278,6 +278,23 @@ MT_API mt_status mt_model_create(const mt_model_config *cfg, int micro_batch_siz
 MT_API mt_status mt_model_create_tp(const mt_model_config *cfg, int micro_batch_size,
                                     mt_device device, mt_comm *tp, mt_model_param_fn fn, void *ctx,
                                     mt_model **out);
+/* Activation slots in the caller's memory: slot s of cfg.pipeline_num_slots (a micro-batch's
+ * layer activations) at base + s * stride, stride a multiple of MT_ARENA_ALIGN and at least
+ * mt_model_slot_bytes. The chunks of an interleaved pipeline stage share one such pool, since
+ * the schedule gives a slot to one chunk's micro-batch at a time (mt_pp_interleaved_slot_map). */
+typedef struct mt_model_slots {
+    void *base;
+    size_t stride;
+} mt_model_slots;
+/* The bytes of one activation slot of a model of cfg at micro_batch_size on device. */
+MT_API mt_status mt_model_slot_bytes(const mt_model_config *cfg, int micro_batch_size,
+                                     mt_device device, size_t *bytes);
+/* As mt_model_create_tp, with the activation slots in `slots` (which must outlive the model);
+ * mt_model_bytes then leaves them out. */
+MT_API mt_status mt_model_create_shared_slots(const mt_model_config *cfg, int micro_batch_size,
+                                              mt_device device, mt_comm *tp, mt_model_param_fn fn,
+                                              void *ctx, const mt_model_slots *slots,
+                                              mt_model **out);
 MT_API void mt_model_destroy(mt_model *m); /* NULL is a no-op */
 /* Expert parallelism (cfg.expert_model_parallel_size > 1): the expert-parallel group, whose size
  * must be the config's and this rank's place in it expert_model_parallel_rank. Before the first

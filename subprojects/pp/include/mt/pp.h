@@ -74,8 +74,9 @@ typedef struct mt_pp_chunks {
     mt_stream stream;
     void *ctx;
     int num_chunks; /* V >= 1 */
-    /* chunk c's forward / backward of micro-batch mb in `slot` (mb % mt_pp_interleaved_slots of
-     * the chunk; a chunk's input for the slot has arrived in input(c, slot) unless c is the first
+    /* chunk c's forward / backward of micro-batch mb in `slot` (mt_pp_interleaved_slot_map's:
+     * slots are the stage's, shared by its chunks, and one holds one chunk's micro-batch at a
+     * time; a chunk's input for the slot has arrived in input(c, slot) unless c is the first
      * virtual stage; before a backward that is not the last virtual stage's, the next virtual
      * stage's input gradient has been written into grad(c), which after a backward holds this
      * chunk's input gradient) */
@@ -129,12 +130,19 @@ MT_API int mt_pp_interleaved_order(int stages, int stage, int chunks, int num_mi
  * mt_pp_interleaved_check's message) for a shape the schedule refuses. */
 MT_API mt_status mt_pp_interleaved_counts(int stages, int stage, int chunks, int num_micro,
                                           int group, int *slots, int *buffers);
-/* The activation slots chunk `chunk` of the stage needs (micro-batch mb in slot mb % slots): the
- * most of its micro-batches in flight at once, from the receive (or forward) of the input to the
- * backward. chunk -1: the stage's, a micro-batch counted from its first receive or forward on
+/* The most of chunk `chunk`'s micro-batches in flight at once on the stage, from the receive (or
+ * forward) of the input to the backward (a chunk with slots of its own needs that many, micro-batch
+ * mb in slot mb % slots). chunk -1: the stage's, a micro-batch counted from its first receive or forward on
  * the stage to its last backward (chunk 0's), e.g. for the batches' own slots. */
 MT_API int mt_pp_interleaved_slots(int stages, int stage, int chunks, int num_micro, int group,
                                    int chunk);
+/* The activation slots of the stage's chunks, shared: map (chunks * num_micro ints) gets chunk c's
+ * micro-batch mb's slot in map[c * num_micro + mb], the lowest free one from the receive (or
+ * forward) of its input to its backward, and *pool the slots used: the most micro-batches of all
+ * chunks in flight at once (at most the sum of the chunks' mt_pp_interleaved_slots, and less
+ * when their peaks come at different times). MT_ERR_INVALID_ARG as mt_pp_interleaved_counts. */
+MT_API mt_status mt_pp_interleaved_slot_map(int stages, int stage, int chunks, int num_micro,
+                                            int group, int *map, int *pool);
 /* The staging buffers mt_pp_interleaved needs on the stage: two for the outputs sent, and the
  * most input gradients waiting for their backward at once. */
 MT_API int mt_pp_interleaved_buffers(int stages, int stage, int chunks, int num_micro, int group);
