@@ -423,6 +423,26 @@ int mt_model_param_tp_axis(const mt_model_config *cfg, const char *name) {
     return axis;
 }
 
+int mt_model_param_tp_axes(const mt_model_config *cfg, int *axes, int n) {
+    mt_model_config c;
+    if (!cfg || (n > 0 && !axes)) {
+        (void)MT_ERROR(MT_ERR_INVALID_ARG, "NULL config or axes");
+        return -1;
+    }
+    c = *cfg;
+    if (mt_model_config_finalize(&c) != MT_OK) return -1;
+    table t = { calloc(MT_MODEL_MAX_PARAMS, sizeof(param_spec)), 0 };
+    if (!t.spec) {
+        (void)MT_ERROR(MT_ERR_OOM, "param table");
+        return -1;
+    }
+    build_table(&c, &t);
+    for (int i = 0; i < t.n && i < n; i++)
+        axes[i] = tp_n(&c) > 1 ? t.spec[i].axis : -1;
+    free(t.spec);
+    return t.n;
+}
+
 mt_status mt_model_list_params(const mt_model_config *cfg, mt_model_param_fn fn, void *ctx) {
     MT_REQUIRE(cfg && fn, MT_ERR_INVALID_ARG, "NULL config or callback");
     mt_model_config c = *cfg;

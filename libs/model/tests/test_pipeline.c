@@ -6,7 +6,9 @@
  * model's losses, evaluation loss and every gradient (a tied embedding's: the first stage's plus
  * the last stage's copy) for 3 micro-batches of gradient accumulation: GPT-2 (tied) and Llama
  * (untied) shapes, with hidden and attention dropout, full recomputation and logits chunks, and
- * uneven splits (1 + 3 layers, 2 + 1 + 1); the split rule against a table. Each
+ * uneven splits (1 + 3 layers, 2 + 1 + 1), and with the slots in caller memory
+ * (mt_model_create_shared_slots; a slot smaller than mt_model_slot_bytes refused); the split rule
+ * against a table; mt_model_param_tp_axes against mt_model_param_tp_axis. Each
  * stage has only its parameters and its P - rank slots of activations; the whole model's calls
  * and wrong stage calls are refused. */
 #include <mt/model.h>
@@ -112,6 +114,7 @@ static void test_pipeline(const char *tag, int P) {
 
     /* the stages */
     mt_model *st[PMAX];
+    mt_arena *pool[PMAX] = { 0 }; /* "shared": each stage's slots in caller memory */
     int ops[PMAX][2 * MB], nops[PMAX], next[PMAX];
     float *fwd_box[PMAX][MB] = { { 0 } }, *bwd_box[PMAX][MB] = { { 0 } };
     for (int r = 0; r < P; r++) {
@@ -122,7 +125,25 @@ static void test_pipeline(const char *tag, int P) {
             c.num_layers_in_first_pipeline_stage = P == 2 ? 1 : 2;
             c.num_layers_in_last_pipeline_stage = P == 2 ? 0 : 1;
         }
-        MT_CHECK(mt_model_create(&c, B, dev, NULL, NULL, &st[r]));
+        if (strstr(tag, "shared")) {
+            mt_model_slots sl = { 0 };
+            c.pipeline_num_slots = P - r;
+            MT_CHECK(mt_model_slot_bytes(&c, B, dev, &sl.stride));
+            MT_CHECK(mt_arena_create(dev, sl.stride * (size_t)(P - r) + MT_ARENA_ALIGN, &pool[r]));
+            MT_CHECK(mt_arena_alloc(pool[r], sl.stride * (size_t)(P - r), &sl.base));
+            sl.stride -= MT_ARENA_ALIGN; /* (a slot too small is refused) */
+            MT_EXPECT_STATUS(
+                mt_model_create_shared_slots(&c, B, dev, NULL, NULL, NULL, &sl, &st[r]),
+                MT_ERR_INVALID_ARG);
+            sl.stride += MT_ARENA_ALIGN;
+            MT_CHECK(mt_model_create_shared_slots(&c, B, dev, NULL, NULL, NULL, &sl, &st[r]));
+            const mt_tensor in = mt_model_pp_input(st[r], P - r - 1);
+            MT_EXPECT(r == 0 || in.data == (char *)sl.base + (P - r - 1) * sl.stride,
+                      "%s P%d stage %d: the last slot's input at %p, not in the pool at %p", tag, P,
+                      r, in.data, sl.base);
+        } else {
+            MT_CHECK(mt_model_create(&c, B, dev, NULL, NULL, &st[r]));
+        }
         MT_EXPECT(mt_model_pp_slots(st[r]) == P - r, "%s P%d: stage %d has %d slots", tag, P, r,
                   mt_model_pp_slots(st[r]));
         nops[r] = mt_pp_1f1b_order(P, r, MB, ops[r]); /* mt-pp's 1F1B */
@@ -234,7 +255,7 @@ static void test_pipeline(const char *tag, int P) {
     fprintf(stderr, "%s P%d: losses %.9g %.9g (whole model %.9g %.9g)\n", tag, P, got[0], got[1],
             want[0], want[1]);
     for (int r = 0; r < P; r++)
-        mt_model_destroy(st[r]);
+        mt_model_destroy(st[r]), mt_arena_destroy(pool[r]);
     mt_model_destroy(ref);
     mt_arena_destroy(arena);
 }
@@ -312,6 +333,42 @@ static void test_stage_layers_interleaved(void) {
     MT_EXPECT_STATUS(mt_model_stage_layers(&c, 0, &first, &n), MT_ERR_INVALID_ARG);
 }
 
+/* mt_model_param_tp_axes: mt_model_param_tp_axis of every parameter, in the listing's order. */
+typedef struct names {
+    char name[256][128];
+    int n;
+} names;
+static mt_status list_name(void *ctx, const char *name, int ndim, const int64_t *shape, int no_wd,
+                           mt_tensor *w, mt_tensor *g) {
+    (void)ndim, (void)shape, (void)no_wd, (void)w, (void)g;
+    names *n = ctx;
+    if (n->n < 256) snprintf(n->name[n->n], sizeof n->name[0], "%s", name);
+    n->n++;
+    return MT_OK;
+}
+
+static void test_tp_axes(void) {
+    for (int tp = 1; tp <= 2; tp++) {
+        mt_model_config c = config_for("llama");
+        c.tensor_model_parallel_size = tp;
+        static names n;
+        n.n = 0;
+        MT_CHECK(mt_model_list_params(&c, list_name, &n));
+        int axes[256], split = 0;
+        const int k = mt_model_param_tp_axes(&c, axes, 256);
+        MT_EXPECT(k == n.n && k <= 256, "TP %d: %d axes, %d parameters", tp, k, n.n);
+        for (int i = 0; i < k && i < 256; i++) {
+            MT_EXPECT(axes[i] == mt_model_param_tp_axis(&c, n.name[i]),
+                      "TP %d: %s axis %d, want %d", tp, n.name[i], axes[i],
+                      mt_model_param_tp_axis(&c, n.name[i]));
+            split += axes[i] >= 0;
+        }
+        MT_EXPECT(tp == 1 ? split == 0 : split > 0 && split < k, "TP %d: %d of %d split", tp, split,
+                  k);
+        MT_EXPECT(mt_model_param_tp_axes(&c, axes, 1) == k, "TP %d: the count with n = 1", tp);
+    }
+}
+
 static void test_invalid(void) {
     mt_model_config c = config_for("gpt2");
     c.pipeline_model_parallel_size = 3; /* 4 layers */
@@ -340,6 +397,9 @@ int main(int argc, char **argv) {
     }
     test_pipeline("gpt2_uneven", 2);
     test_pipeline("llama_uneven", 3);
+    test_pipeline("gpt2_shared", 2);
+    test_pipeline("llama_recompute_shared", 4);
+    test_tp_axes();
     test_stage_layers();
     test_stage_layers_interleaved();
     test_invalid();

@@ -59,8 +59,10 @@ typedef struct run {
     mt_tensor *vbuf;
     int nvbuf;
     float *slot_gs; /* the loss scale of each device slot's micro-batch (interleaved) */
-    const mt_model_config *chunk_cfg; /* the chunk whose parameters are being registered */
-    mt_stream pp_stream;              /* the interleaved schedule's exchanges (CUDA), or NULL */
+    /* the TP axes of the chunk whose parameters are being listed (mt_model_param_tp_axes), in
+     * the listing's order, and the next one's index */
+    int *chunk_axes, chunk_nparams, chunk_next;
+    mt_stream pp_stream; /* the interleaved schedule's exchanges (CUDA), or NULL */
     mt_optim_buffer *buf;
     mt_arena *buf_arena, *opt_arena, *io_arena;
     mt_optim *opt;
@@ -445,12 +447,11 @@ static mt_status register_param(void *ctx, const char *name, int ndim, const int
     if (!weight) { /* listing pass; params whole on every tensor-parallel rank count once, the
                       last stage's copy of a tied embedding not at all (the first stage's does) */
         int flags = no_wd ? MT_OPTIM_PARAM_NO_DECAY : MT_OPTIM_PARAM_DECAY;
-        if (r->tp_size > 1) {
-            const int axis = mt_model_param_tp_axis(r->chunk_cfg, name);
-            /* (-2: not a parameter of that chunk: its grad norm would count it wrong) */
-            MT_REQUIRE(axis != -2, MT_ERR_INTERNAL, "%s: no parameter of the chunk listing it",
-                       name);
-            if (axis < 0) flags |= MT_OPTIM_PARAM_TP_REPLICATED;
+        if (r->tp_size > 1) { /* (each chunk's own axes: another's would miscount the norm) */
+            MT_REQUIRE(r->chunk_next < r->chunk_nparams, MT_ERR_INTERNAL,
+                       "%s: parameter %d of a chunk listed with %d", name, r->chunk_next,
+                       r->chunk_nparams);
+            if (r->chunk_axes[r->chunk_next++] < 0) flags |= MT_OPTIM_PARAM_TP_REPLICATED;
         }
         if (r->pp_size > 1 && r->pp_rank == r->pp_size - 1 &&
             strcmp(name, "embedding.word_embeddings.weight") == 0)
@@ -584,7 +585,16 @@ static mt_status setup_chunks(run *r, const mt_model_config *cc) {
     bc.tp_rank = r->tp_rank;
     MT_TRY(mt_optim_buffer_create(&bc, &r->buf));
     for (int v = 0; v < r->vpp; v++) {
-        r->chunk_cfg = &cc[v];
+        if (r->tp_size > 1) { /* (one table a chunk, not one a parameter) */
+            r->chunk_nparams = mt_model_param_tp_axes(&cc[v], NULL, 0);
+            MT_REQUIRE(r->chunk_nparams >= 0, MT_ERR_INVALID_ARG, "model chunk %d: %s", v,
+                       mt_last_error());
+            free(r->chunk_axes);
+            r->chunk_axes = calloc((size_t)r->chunk_nparams + 1, sizeof(int));
+            MT_REQUIRE(r->chunk_axes, MT_ERR_OOM, "parameter axes");
+            mt_model_param_tp_axes(&cc[v], r->chunk_axes, r->chunk_nparams);
+            r->chunk_next = 0;
+        }
         MT_TRY(mt_model_list_params(&cc[v], register_param, r));
     }
     size_t bytes;
@@ -2123,7 +2133,7 @@ static void teardown(run *r) {
     free(r->chunks);
     mt_arena_destroy(r->slot_arena);
     mt_arena_destroy(r->vbuf_arena);
-    free(r->vbuf), free(r->slot_gs);
+    free(r->vbuf), free(r->slot_gs), free(r->chunk_axes);
     mt_optim_buffer_destroy(r->buf);
     mt_arena_destroy(r->buf_arena);
     mt_arena_destroy(r->opt_arena);

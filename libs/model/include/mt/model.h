@@ -307,6 +307,10 @@ MT_API mt_status mt_model_set_context_group(mt_model *m, mt_comm *cp);
  * 1) or whole on every rank (-1): for a caller that lays out storage before creating the model
  * (an optimizer counting replicated parameters once). -2 for a name the model does not have. */
 MT_API int mt_model_param_tp_axis(const mt_model_config *cfg, const char *name);
+/* The same for every parameter at once, in mt_model_list_params' order: axes[i] for the i-th, i <
+ * n. Returns the model's parameter count (more than n: the rest left out), or -1 for a config
+ * that mt_model_config_finalize refuses (its error set). */
+MT_API int mt_model_param_tp_axes(const mt_model_config *cfg, int *axes, int n);
 
 MT_API const mt_model_config *mt_model_get_config(const mt_model *m);
 MT_API int mt_model_num_params(const mt_model *m);
