@@ -10,7 +10,8 @@
 # of every expert; also with sequence parallelism; also with biases) give one rank's losses and
 # router losses, also with token dropping; so do 2 expert-parallel ranks (with the distributed
 # optimizer, 4 data-parallel ranks, tensor and sequence parallelism, 2 stages, full recompute,
-# biases, token dropping padded or not), and their checkpoint resumes on one rank. With "cuda": on the GPU.
+# biases, token dropping padded or not), and their checkpoint resumes on one rank. Group-limited
+# routing changes the losses; bad groups are refused. With "cuda": on the GPU.
 source "$(dirname "$0")/pretrain_common.sh"
 d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
 moe=(--normalization RMSNorm --position-embedding-type rope --swiglu --disable-bias-linear
@@ -62,6 +63,19 @@ paste <(losses "$d/drop.json" 1 4) <(losses "$d/droppad.json" 1 4) | awk '{ prin
 # the router's options reach the model: pre-softmax probabilities, a scaling factor
 run presoft --train-iters 4 --moe-router-pre-softmax --moe-router-topk-scaling-factor 2
 [ "$(losses "$d/dropless4.json" 1 1)" != "$(losses "$d/presoft.json" 1 1)" ] || { echo "FAIL: --moe-router-pre-softmax changed nothing"; exit 1; }
+# group-limited routing (Megatron's --moe-router-num-groups / --moe-router-group-topk; mt-moe's
+# golden cases check the choice): each token's 2 experts from the better of 2 groups of 2, so the
+# first loss changes; bad groups get Megatron's messages before anything runs
+run grouped --train-iters 4 --moe-router-num-groups 2 --moe-router-group-topk 1
+[ "$(losses "$d/dropless4.json" 1 1)" != "$(losses "$d/grouped.json" 1 1)" ] || { echo "FAIL: group-limited routing changed nothing"; exit 1; }
+for bad in "--moe-router-group-topk 1|moe_router_num_groups must be specified" \
+           "--moe-router-num-groups 3 --moe-router-group-topk 1|num_moe_experts (4) should be divisible by moe_router_num_groups (3)" \
+           "--moe-router-num-groups 2 --moe-router-group-topk 3|moe_router_group_topk (3) should be smaller than moe_router_num_groups (2)"; do
+  tiny_run "$d/bad.json" "${MOE[@]}" --train-iters 1 ${bad%%|*} > "$d/bad.log" 2>&1 \
+    && { echo "FAIL: ${bad%%|*} accepted"; exit 1; }
+  grep -qF "${bad#*|}" "$d/bad.log" || { echo "FAIL: ${bad%%|*}: want '${bad#*|}'"; cat "$d/bad.log"; exit 1; }
+done
+echo "ok: group-limited routing ($(losses "$d/grouped.json" 1 1 | awk '{print $2}') first loss; bad groups refused)"
 # Megatron's --recompute-modules moe_act (and layernorm) with MoE: the same losses, bitwise
 run recact --train-iters 4 --recompute-granularity selective --recompute-modules moe_act layernorm
 [ "$(losses "$d/dropless4.json" 1 4)" = "$(losses "$d/recact.json" 1 4)" ] || { echo "FAIL: moe_act recompute changed the losses"; exit 1; }

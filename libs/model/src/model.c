@@ -27,6 +27,25 @@ static mt_status moe_finalize(mt_model_config *c) {
     MT_REQUIRE(c->moe_router_topk_scaling_factor >= 0.0f, MT_ERR_INVALID_ARG,
                "--moe-router-topk-scaling-factor %g must be positive",
                (double)c->moe_router_topk_scaling_factor);
+    if (c->moe_router_group_topk || c->moe_router_num_groups) { /* (megatron's checks) */
+        const int G = c->moe_router_num_groups, g = c->moe_router_group_topk;
+        MT_REQUIRE(G > 0, MT_ERR_INVALID_ARG,
+                   "When using group limited routing, moe_router_num_groups must be specified.");
+        MT_REQUIRE(g > 0, MT_ERR_INVALID_ARG,
+                   "--moe-router-num-groups %d without --moe-router-group-topk", G);
+        MT_REQUIRE(c->num_moe_experts % G == 0, MT_ERR_INVALID_ARG,
+                   "num_moe_experts (%d) should be divisible by moe_router_num_groups (%d).",
+                   c->num_moe_experts, G);
+        MT_REQUIRE(g <= G, MT_ERR_INVALID_ARG,
+                   "moe_router_group_topk (%d) should be smaller than moe_router_num_groups (%d).",
+                   g, G);
+        MT_REQUIRE(G <= 64, MT_ERR_UNSUPPORTED, "--moe-router-num-groups %d: at most 64", G);
+        MT_REQUIRE(c->moe_router_topk >= g && c->moe_router_topk <= g * (c->num_moe_experts / G),
+                   MT_ERR_INVALID_ARG,
+                   "--moe-router-topk (%d) must be in [--moe-router-group-topk (%d), the %d "
+                   "experts of the chosen groups]",
+                   c->moe_router_topk, g, g * (c->num_moe_experts / G));
+    }
     MT_REQUIRE(c->moe_expert_capacity_factor >= 0.0f, MT_ERR_INVALID_ARG,
                "--moe-expert-capacity-factor %g must not be negative",
                (double)c->moe_expert_capacity_factor);

@@ -515,6 +515,8 @@ static mt_status setup_model(run *r) {
     c->moe_pad_expert_input_to_capacity = a->moe_pad_expert_input_to_capacity;
     c->moe_router_pre_softmax = a->moe_router_pre_softmax;
     c->moe_router_topk_scaling_factor = (float)a->moe_router_topk_scaling_factor;
+    c->moe_router_num_groups = a->moe_router_num_groups;
+    c->moe_router_group_topk = a->moe_router_group_topk;
     c->expert_model_parallel_size = r->ep_size;
     c->expert_model_parallel_rank = r->ep_rank;
     c->context_parallel_size = r->cp_size; /* (this rank's share of each sequence) */

@@ -3,10 +3,12 @@
 permute, unpermute) with torch autograd for the backwards. CPU, float32 (losses float64).
 
     pip install torch numpy megatron-core   # generated with torch 2.11.0, megatron-core 0.16.1
-    python gen_moe.py                       # writes the .npy files next to this script
+    python gen_moe.py [CASE ...]            # writes the .npy files next to this script (all
+                                            # cases, or those; group4* with torch 2.15.0)
 
 Cases (tokens N, experts E, top-k, row width C): a 37 x 8 top-2 (Mixtral's shape of routing) and a
-29 x 6 top-3. For each: logits, the dense routing probabilities and map, the aux and z losses
+29 x 6 top-3, and 41 x 16 top-4 from 2 of 4 groups (group4*: --moe-router-num-groups,
+--moe-router-group-topk). For each: logits, the dense routing probabilities and map, the aux and z losses
 without their coefficients, the logits' gradient of sum(G * probs) + aux_coeff * aux + z_coeff * z
 for a random G, the permuted rows of x, the combine of random expert outputs yp and the gradients
 of sum(DY * y) with respect to yp and the probabilities, and of sum(DXP * permuted) w.r.t. x.
@@ -32,13 +34,15 @@ def save(name, a):
     np.save(os.path.join(HERE, name + ".npy"), np.ascontiguousarray(a))
 
 
-def case(tag, N, E, k, C, seed, pre_softmax=False, scaling=None):
+def case(tag, N, E, k, C, seed, pre_softmax=False, scaling=None, groups=None, group_topk=None):
     g = torch.Generator().manual_seed(seed)
     logits = (torch.randn(N, E, generator=g) * 2).requires_grad_(True)
     probs, rmap = topk_routing_with_score_function(logits, k, use_pre_softmax=pre_softmax,
+                                                   num_groups=groups, group_topk=group_topk,
                                                    scaling_factor=scaling,
                                                    score_function="softmax")
-    save(f"{tag}_router", np.array([float(pre_softmax), scaling or 0.0], np.float32))
+    save(f"{tag}_router", np.array([float(pre_softmax), scaling or 0.0, groups or 0,
+                                    group_topk or 0], np.float32))
     counts = rmap.sum(0)
     scores = torch.softmax(logits, dim=-1, dtype=torch.float32)
     aux = switch_load_balancing_loss_func(scores, counts, N, k, E, AUX_COEFF)
@@ -139,15 +143,28 @@ def ep_case(tag, ep, E, seed):
         save(f"{tag}_r{r}_unsort", back.numpy().astype(np.int32))
 
 
-if __name__ == "__main__":
-    case("top2", 37, 8, 2, 24, 1)
-    case("top3", 29, 6, 3, 40, 2)
+CASES = {
+    "top2": lambda: case("top2", 37, 8, 2, 24, 1),
+    "top3": lambda: case("top3", 29, 6, 3, 40, 2),
     # --moe-router-pre-softmax (softmax over all experts, not renormalised over the k) and
     # --moe-router-topk-scaling-factor
-    case("top2pre", 37, 8, 2, 24, 5, pre_softmax=True, scaling=2.5)
-    case("top3scaled", 29, 6, 3, 40, 6, scaling=2.0)  # (the softmax over the k, scaled)
-    drop_case("drop_probs", 37, 8, 2, 24, 3, 0.5, "probs", False)
-    drop_case("drop_probs_pad", 37, 8, 2, 24, 3, 0.5, "probs", True)
-    drop_case("drop_big", 11, 4, 2, 16, 4, 2.5, "probs", False)  # capacity 14 > N: none dropped
-    ep_case("ep2", 2, 6, 7)
-    ep_case("ep4", 4, 8, 8)
+    "top2pre": lambda: case("top2pre", 37, 8, 2, 24, 5, pre_softmax=True, scaling=2.5),
+    "top3scaled": lambda: case("top3scaled", 29, 6, 3, 40, 6, scaling=2.0),
+    # --moe-router-num-groups / --moe-router-group-topk (group_limited_topk): 16 experts in 4
+    # groups, a token's top 4 from its best 2 groups (by their top 2 scores' sums)
+    "group4": lambda: case("group4", 41, 16, 4, 24, 9, groups=4, group_topk=2),
+    "group4pre": lambda: case("group4pre", 41, 16, 4, 24, 10, pre_softmax=True, groups=4,
+                              group_topk=2),
+    "drop_probs": lambda: drop_case("drop_probs", 37, 8, 2, 24, 3, 0.5, "probs", False),
+    "drop_probs_pad": lambda: drop_case("drop_probs_pad", 37, 8, 2, 24, 3, 0.5, "probs", True),
+    # (capacity 14 > N: none dropped)
+    "drop_big": lambda: drop_case("drop_big", 11, 4, 2, 16, 4, 2.5, "probs", False),
+    "ep2": lambda: ep_case("ep2", 2, 6, 7),
+    "ep4": lambda: ep_case("ep4", 4, 8, 8),
+}
+
+if __name__ == "__main__":
+    import sys  # python gen_moe.py [case ...]: only those (all by default)
+    for name in sys.argv[1:] or CASES:
+        CASES[name]()
+

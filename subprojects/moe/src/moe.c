@@ -31,6 +31,19 @@ static mt_status router_opts(moe_args *a, const mt_moe_router *r) {
     a->scaling = r && r->scaling != 0.0f ? r->scaling : 1.0f;
     MT_REQUIRE(isfinite(a->scaling) && a->scaling > 0.0f, MT_ERR_INVALID_ARG,
                "--moe-router-topk-scaling-factor %g must be positive", (double)a->scaling);
+    a->groups = r ? r->num_groups : 0, a->group_topk = r ? r->group_topk : 0;
+    if (!a->groups && !a->group_topk) return MT_OK;
+    MT_REQUIRE(a->groups > 0 && a->groups <= 64 && a->E % a->groups == 0, MT_ERR_INVALID_ARG,
+               "--moe-router-num-groups %d: must divide --num-experts (%lld), at most 64",
+               a->groups, (long long)a->E);
+    MT_REQUIRE(a->group_topk >= 1 && a->group_topk <= a->groups, MT_ERR_INVALID_ARG,
+               "--moe-router-group-topk (%d) should be in [1, --moe-router-num-groups (%d)]",
+               a->group_topk, a->groups);
+    MT_REQUIRE(a->k >= a->group_topk && a->k <= a->group_topk * (a->E / a->groups),
+               MT_ERR_INVALID_ARG,
+               "--moe-router-topk (%lld) must be in [--moe-router-group-topk (%d), the %lld "
+               "experts of the chosen groups]",
+               (long long)a->k, a->group_topk, (long long)(a->group_topk * (a->E / a->groups)));
     return MT_OK;
 }
 

@@ -3,6 +3,7 @@
 #ifndef MT_MOE_IMPL_H
 #define MT_MOE_IMPL_H
 
+#include <math.h>
 #include <mt/moe.h>
 
 #ifdef __cplusplus
@@ -28,6 +29,7 @@ typedef struct moe_args {
     int by_position;          /* capacity map: drop the last tokens, not the least likely */
     int pre_softmax;          /* router: the softmax over all experts, not over the k */
     float scaling;            /* router: the probabilities' factor */
+    int groups, group_topk;   /* router: group-limited routing (0: none) */
     int32_t *scratch;         /* capacity map: N*k ints of workspace (the CUDA kernel's) */
 } moe_args;
 
@@ -50,6 +52,53 @@ mt_status moe_unpermute_cuda(const moe_args *a, mt_stream s);
 mt_status moe_unpermute_bwd_cuda(const moe_args *a, mt_stream s);
 mt_status moe_router_losses_cuda(const moe_args *a, mt_stream s);
 mt_status moe_router_bwd_cuda(const moe_args *a, mt_stream s);
+
+/* ---- group-limited routing, shared by the CPU reference and the CUDA kernel ---- */
+#ifdef __CUDACC__
+#define MOE_HD __host__ __device__
+#else
+#define MOE_HD
+#endif
+
+/* Whether (v, i) comes after (w, j) in descending order, ties: the lower index first. */
+static inline MOE_HD int moe_after(float v, int64_t i, float w, int64_t j) {
+    return v < w || (v == w && i > j);
+}
+
+/* The groups a token with logits l (E) may take, as a bit mask: the group_topk groups whose top
+ * k / group_topk scores (l, or with pre_softmax softmax(l)) sum highest, each group's largest
+ * first; every group without group-limited routing. */
+static inline MOE_HD uint64_t moe_group_mask(const moe_args *a, const float *l) {
+    if (!a->groups) return ~(uint64_t)0;
+    const int64_t per = a->E / a->groups, m = a->k / a->group_topk;
+    float mx = l[0], sum = 0.0f, gs[64];
+    for (int64_t e = 0; a->pre_softmax && e < a->E; e++)
+        mx = l[e] > mx ? l[e] : mx;
+    for (int64_t e = 0; a->pre_softmax && e < a->E; e++)
+        sum += expf(l[e] - mx);
+    for (int g = 0; g < a->groups; g++) { /* its m largest, in turn */
+        float s = 0.0f, pv = 0.0f;
+        int64_t pi = -1;
+        for (int64_t i = 0; i < m; i++) {
+            int64_t b = -1;
+            for (int64_t e = g * per; e < (g + 1) * per; e++)
+                if ((pi < 0 || moe_after(l[e], e, pv, pi)) &&
+                    (b < 0 || moe_after(l[b], b, l[e], e)))
+                    b = e;
+            s += a->pre_softmax ? expf(l[b] - mx) / sum : l[b];
+            pv = l[b], pi = b;
+        }
+        gs[g] = s;
+    }
+    uint64_t mask = 0;
+    for (int i = 0; i < a->group_topk; i++) { /* the largest groups left */
+        int b = -1;
+        for (int g = 0; g < a->groups; g++)
+            if (!(mask >> g & 1) && (b < 0 || moe_after(gs[b], b, gs[g], g))) b = g;
+        mask |= (uint64_t)1 << b;
+    }
+    return mask;
+}
 
 #ifdef __cplusplus
 }

@@ -108,7 +108,9 @@ static void run_case(const char *tag, mt_dtype rt) {
     double *losses_g = mt_test_golden_f64(nm(tag, "losses"), &n);
     float *dlogits_g = mt_test_golden_f32(nm(tag, "dlogits"), &n, NULL);
     float *router_g = mt_test_golden_f32(nm(tag, "router"), &n, NULL);
-    const mt_moe_router ro = { router_g[0] != 0.0f, router_g[1] };
+    /* (pre-softmax, scaling; the groups and groups a token since the group cases) */
+    const mt_moe_router ro = { router_g[0] != 0.0f, router_g[1], n >= 4 ? (int)router_g[2] : 0,
+                               n >= 4 ? (int)router_g[3] : 0 };
     printf("-- %s: N %lld E %lld top-%lld C %lld, rows %s on %s\n", tag, (long long)N, (long long)E,
            (long long)k, (long long)C, mt_dtype_name(rt), mt_device_is_cuda(dev) ? "cuda" : "cpu");
 
@@ -424,6 +426,23 @@ static void run_ep(const char *tag, int ep, int E) {
     free(c64);
 }
 
+/* Group-limited routing's limits, with Megatron's names in the messages. */
+static void test_group_args(void) {
+    mt_tensor logits = PUT(NULL, MT_F32, MT_F32, 3, 16);
+    mt_tensor probs = PUT(NULL, MT_F32, MT_F32, 3, 4), idx = PUT(NULL, MT_F32, MT_I32, 3, 4);
+    mt_tensor counts = PUT(NULL, MT_F32, MT_I32, 16);
+    const mt_moe_router bad[] = {
+        { 0, 0.0f, 3, 1 },  /* 16 experts in 3 groups */
+        { 0, 0.0f, 4, 5 },  /* 5 of 4 groups */
+        { 0, 0.0f, 4, 0 },  /* groups without a group count a token */
+        { 0, 0.0f, 8, 1 },  /* top 4 from the 2 experts of 1 group */
+        { 0, 0.0f, 16, 8 }, /* top 4 from 8 groups: fewer choices than groups */
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+        MT_EXPECT_STATUS(mt_moe_topk(&probs, &idx, &counts, &logits, &bad[i], NULL),
+                         MT_ERR_INVALID_ARG);
+}
+
 int main(int argc, char **argv) {
     const int cuda = argc > 1 && strcmp(argv[1], "cuda") == 0;
     if (cuda) {
@@ -437,6 +456,9 @@ int main(int argc, char **argv) {
     run_case("top2pre", MT_F32);    /* pre-softmax probabilities, scaled by 2.5 */
     run_case("top3scaled", MT_F32); /* the softmax over the k, scaled by 2 */
     run_case("top2", MT_BF16);
+    run_case("group4", MT_F32);    /* 16 experts in 4 groups, the top 4 of a token's best 2 */
+    run_case("group4pre", MT_F32); /* the same, the groups by their softmax scores */
+    test_group_args();
     run_drop("drop_probs");
     run_drop("drop_probs_pad");
     run_drop("drop_big");

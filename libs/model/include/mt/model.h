@@ -174,6 +174,9 @@ typedef struct mt_model_config {
      * renormalised over the k) and --moe-router-topk-scaling-factor (0: 1); mt_moe_router's */
     int moe_router_pre_softmax;
     float moe_router_topk_scaling_factor;
+    /* Megatron's --moe-router-num-groups / --moe-router-group-topk (0: none): group-limited
+     * routing, a token's experts from its best group_topk of num_groups groups (mt_moe_router's) */
+    int moe_router_num_groups, moe_router_group_topk;
     /* Megatron's expert parallelism (--expert-model-parallel-size; 0 or 1: none): the experts
      * split over an expert-parallel group of that many ranks, rank r (this rank's,
      * expert_model_parallel_rank) holding experts [r E/ep, (r+1) E/ep) (their parameters named
@@ -214,7 +217,7 @@ typedef struct mt_model_config {
         sizeof(mt_model_config), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, MT_NORM_LAYERNORM, 0.0f,     \
             MT_POS_LEARNED, 0.0, 0, 0, 1, 0, 0.0f, 1234, MT_F32, 0, MT_RECOMPUTE_NONE,         \
             MT_RECOMPUTE_METHOD_NONE, 0, 0, 0, 0, 0, 0, 0.0f, 0.0f, 0, 0, 0, 0, 0, 0, 0, 0, 0, \
-            0.0f, 0.0f, 0.0f, 0, 0, 0, 0.0f, 0, 0, 0, 0, 0, 0                                  \
+            0.0f, 0.0f, 0.0f, 0, 0, 0, 0.0f, 0, 0, 0, 0, 0, 0, 0, 0                            \
     }
 
 /* Fills the derived fields (zeros) of cfg in place and checks it; MT_ERR_INVALID_ARG with

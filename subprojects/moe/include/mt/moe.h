@@ -23,10 +23,16 @@ typedef struct mt_moe_router {
      * over the k chosen logits (= Mixtral's renormalised softmax) */
     int pre_softmax;
     float scaling; /* --moe-router-topk-scaling-factor: the probabilities times this (0: 1) */
+    /* --moe-router-num-groups G / --moe-router-group-topk g (0: none): group-limited routing
+     * (DeepSeek-V2/V3's device- or node-limited routing, Megatron's group_limited_topk). The E
+     * experts are G equal groups; a token takes its k experts from the g groups whose top k / g
+     * scores (the logits, or with pre_softmax the softmax) sum highest (ties: the lower group).
+     * E % G == 0, 1 <= g <= G <= 64, g <= k <= g E / G. */
+    int num_groups, group_topk;
 } mt_moe_router;
 
 /* Top-k routing of logits (N,E) f32: idx (N,k) i32, each token's k largest logits' experts in
- * descending order (ties: the lower expert first), probs (N,k) f32 their probabilities (router:
+ * descending order (ties: the lower expert first; group-limited: of the chosen groups' experts), probs (N,k) f32 their probabilities (router:
  * NULL for Megatron's defaults), counts (E) i32 the tokens routed to each expert. */
 MT_API mt_status mt_moe_topk(mt_tensor *probs, mt_tensor *idx, mt_tensor *counts,
                              const mt_tensor *logits, const mt_moe_router *router,

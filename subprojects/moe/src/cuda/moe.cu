@@ -23,10 +23,12 @@ static __global__ void topk_kernel(moe_args a) {
     const float *l = a.logits + n * a.E;
     int32_t *id = a.idx + n * a.k;
     float *p = a.probs + n * a.k;
+    const uint64_t groups = moe_group_mask(&a, l);
+    const int64_t per = a.groups ? a.E / a.groups : a.E;
     for (int64_t j = 0; j < a.k; j++) {
         int32_t best = -1;
         for (int64_t e = 0; e < a.E; e++) {
-            bool taken = false;
+            bool taken = !(groups >> (e / per) & 1);
             for (int64_t i = 0; i < j; i++)
                 taken |= id[i] == e;
             if (!taken && (best < 0 || l[e] > l[best])) best = (int32_t)e;
