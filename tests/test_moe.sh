@@ -66,7 +66,7 @@ run presoft --train-iters 4 --moe-router-pre-softmax --moe-router-topk-scaling-f
 # group-limited routing (Megatron's --moe-router-num-groups / --moe-router-group-topk; mt-moe's
 # golden cases check the choice): each token's 2 experts from the better of 2 groups of 2, so the
 # first loss changes; bad groups get Megatron's messages before anything runs
-run grouped --train-iters 4 --moe-router-num-groups 2 --moe-router-group-topk 1
+run grouped --train-iters 4 --moe-router-num-groups 2 --moe-router-group-topk 1 --save "$d/gckpt"
 [ "$(losses "$d/dropless4.json" 1 1)" != "$(losses "$d/grouped.json" 1 1)" ] || { echo "FAIL: group-limited routing changed nothing"; exit 1; }
 for bad in "--moe-router-group-topk 1|moe_router_num_groups must be specified" \
            "--moe-router-num-groups 3 --moe-router-group-topk 1|num_moe_experts (4) should be divisible by moe_router_num_groups (3)" \
@@ -76,6 +76,11 @@ for bad in "--moe-router-group-topk 1|moe_router_num_groups must be specified" \
   grep -qF "${bad#*|}" "$d/bad.log" || { echo "FAIL: ${bad%%|*}: want '${bad#*|}'"; cat "$d/bad.log"; exit 1; }
 done
 echo "ok: group-limited routing ($(losses "$d/grouped.json" 1 1 | awk '{print $2}') first loss; bad groups refused)"
+if [ -n "${MT_CONVERT:-}" ]; then  # (Mixtral routes otherwise: no Hugging Face config to export)
+  "$MT_CONVERT" mt-to-hf "$d/gckpt" "$d/ghf" > "$d/gexport.log" 2>&1 && { echo "FAIL: group-routed MoE exported as Mixtral"; exit 1; }
+  grep -q "no hf.config" "$d/gexport.log" || { echo "FAIL: export message"; cat "$d/gexport.log"; exit 1; }
+  echo "ok: a group-routed checkpoint is not exported as Mixtral"
+fi
 # Megatron's --recompute-modules moe_act (and layernorm) with MoE: the same losses, bitwise
 run recact --train-iters 4 --recompute-granularity selective --recompute-modules moe_act layernorm
 [ "$(losses "$d/dropless4.json" 1 4)" = "$(losses "$d/recact.json" 1 4)" ] || { echo "FAIL: moe_act recompute changed the losses"; exit 1; }

@@ -601,7 +601,10 @@ mt_status cv_mt_to_hf(const char *mt_dir, const char *hf_dir, uint64_t max_shard
     args = json_loads(mt_ckpt_args(ck), JSON_DECODE_ANY, NULL);
     json_t *hf = json_object_get(args, "hf"), *cfg = json_object_get(hf, "config");
     if (!cfg) {
-        st = MT_ERROR(MT_ERR_FORMAT, "%s: args have no hf.config (not imported by mt-convert)",
+        st = MT_ERROR(MT_ERR_FORMAT,
+                      "%s: args have no hf.config (neither imported by mt-convert nor a GPT-2, "
+                      "Llama, Qwen3 or Mixtral shape that mt-pretrain keeps one for; an MoE "
+                      "router other than Mixtral's has none)",
                       mt_dir);
         goto done;
     }

@@ -429,7 +429,11 @@ static const char *const model_args[] = { "num_layers",
                                           "tokenizer_type",
                                           "num_experts",
                                           "moe_router_topk",
-                                          "moe_ffn_hidden_size" };
+                                          "moe_ffn_hidden_size",
+                                          "moe_router_pre_softmax",
+                                          "moe_router_topk_scaling_factor",
+                                          "moe_router_num_groups",
+                                          "moe_router_group_topk" };
 #define N_MODEL_ARGS ((int)(sizeof model_args / sizeof *model_args))
 
 /* The flag named by the first len characters of name (NULL: none). */

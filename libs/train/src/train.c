@@ -930,6 +930,12 @@ static json_t *hf_config(const run *r) {
     if (ln || !rope || !c->swiglu || c->add_bias_linear || c->rotary_interleaved ||
         (c->num_moe_experts && c->qk_layernorm))
         return NULL;
+    /* (Mixtral's router: the softmax over the k, unscaled, any experts; another one has no
+     * Mixtral config, so that nothing routes its tokens otherwise) */
+    const float sf = c->moe_router_topk_scaling_factor;
+    if (c->num_moe_experts &&
+        (c->moe_router_pre_softmax || (sf != 0.0f && sf != 1.0f) || c->moe_router_num_groups))
+        return NULL;
     const int moe = c->num_moe_experts > 0, qwen3 = c->qk_layernorm;
     json_t *h = json_pack(
         "{s:s,s:[s],s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:s,s:f,s:f,s:b}", "model_type",
