@@ -122,7 +122,7 @@ static mt_status same(cv_map *m, const char *internal, const char *hf, int trans
 }
 
 typedef struct cv_cfg {
-    const char *type;                      /* gpt2, llama, qwen3, mixtral */
+    const char *type;                      /* gpt2, llama, qwen2, qwen3, mixtral */
     int64_t L, C, V, Vp, P, Q, G, D, I, E; /* Vp: padded vocabulary */
     int tied, experts_fused;
     const char *prefix; /* GPT-2: "transformer." or "" */
@@ -137,9 +137,10 @@ static int64_t geti(json_t *cfg, const char *k, const char *alias, int64_t dflt)
 static mt_status read_cfg(json_t *cfg, cv_cfg *c) {
     const char *t = json_string_value(json_object_get(cfg, "model_type"));
     MT_REQUIRE(t, MT_ERR_FORMAT, "config.json has no model_type");
-    MT_REQUIRE(!strcmp(t, "gpt2") || !strcmp(t, "llama") || !strcmp(t, "qwen3") ||
-                   !strcmp(t, "mixtral"),
-               MT_ERR_UNSUPPORTED, "model_type '%s' (we convert gpt2, llama, qwen3, mixtral)", t);
+    MT_REQUIRE(!strcmp(t, "gpt2") || !strcmp(t, "llama") || !strcmp(t, "qwen2") ||
+                   !strcmp(t, "qwen3") || !strcmp(t, "mixtral"),
+               MT_ERR_UNSUPPORTED,
+               "model_type '%s' (we convert gpt2, llama, qwen2, qwen3, mixtral)", t);
     c->type = t;
     int gpt2 = !strcmp(t, "gpt2");
     c->L = geti(cfg, gpt2 ? "n_layer" : "num_hidden_layers", "num_hidden_layers", -1);
@@ -228,7 +229,8 @@ static mt_status build_map(const cv_cfg *c, json_t *wmap, cv_map *m) {
                 snprintf(n, sizeof n, "%smlp.linear_fc2.%s", ip, w);
                 snprintf(h, sizeof h, "%smlp.c_proj.%s", lp, w);
                 MT_TRY(same(m, n, h, t, C));
-            } else if ((!strcmp(c->type, "llama") || !strcmp(c->type, "qwen3")) &&
+            } else if ((!strcmp(c->type, "llama") || !strcmp(c->type, "qwen2") ||
+                        !strcmp(c->type, "qwen3")) &&
                        (b == 0 || has(wmap, "%smlp.gate_proj.bias", lp))) {
                 MT_TRY(entry(m, "%smlp.linear_fc1.%s", ip, w));
                 snprintf(h, sizeof h, "%smlp.gate_proj.%s", lp, w);

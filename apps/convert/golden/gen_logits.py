@@ -5,9 +5,10 @@ The test imports them with mt-convert and runs libs/model's forward. Weights are
 than transformers' init (std 0.2, norms 1 +- 0.1, biases 0.1) so attention is far from uniform and
 a wrong q/k row order shows in the logits; V = 100 is padded to 128 by the import; the Llama has
 rope_theta 5e5 and rms_norm_eps 1e-6 (not our defaults). Mixtral (4 experts, top-2; session 34,
-transformers 5.24.0): python gen_logits.py mixtral writes only logits_mixtral.
+transformers 5.24.0): python gen_logits.py mixtral writes only logits_mixtral; Qwen2 (biases on q, k
+and v; session 40, transformers 5.24.0) python gen_logits.py qwen2 only logits_qwen2.
 Versions: torch (CPU), transformers 5.23.0, safetensors. Seeds: 1234 (weights), 7 (tokens).
-Rerun from this directory: /opt/gv/bin/python gen_logits.py [mixtral]"""
+Rerun from this directory: /opt/gv/bin/python gen_logits.py [mixtral|qwen2]"""
 import json, os, shutil
 import torch
 import transformers
@@ -46,6 +47,16 @@ def record(tag, model):
 
 
 import sys  # noqa: E402
+if sys.argv[1:] == ["qwen2"]:  # (session 40) only Qwen2: biases on q_proj, k_proj, v_proj
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+    torch.manual_seed(0)
+    record("qwen2", Qwen2ForCausalLM(Qwen2Config(
+        vocab_size=V, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32,
+        rms_norm_eps=1e-6, rope_parameters={"rope_type": "default", "rope_theta": 500000.0},
+        tie_word_embeddings=False, use_sliding_window=False)))
+    print("transformers", transformers.__version__, "torch", torch.__version__)
+    sys.exit(0)
 if sys.argv[1:] == ["mixtral"]:  # (session 34) only Mixtral: 4 experts, top-2, router and experts
     from transformers import MixtralConfig, MixtralForCausalLM
     torch.manual_seed(0)

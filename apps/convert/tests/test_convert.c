@@ -130,6 +130,7 @@ int main(void) {
     if (!mkdtemp(tmp)) return 1;
     round_trip("gpt2", CV_EXPERTS_AUTO, NULL);
     round_trip("llama", CV_EXPERTS_AUTO, NULL);
+    round_trip("logits_qwen2", CV_EXPERTS_AUTO, NULL); /* q, k and v biases */
     round_trip("logits_qwen3", CV_EXPERTS_AUTO, NULL); /* q_norm, k_norm */
     round_trip("mixtral", CV_EXPERTS_AUTO, NULL);
     round_trip("mixtral_fused", CV_EXPERTS_AUTO, NULL);

@@ -1,5 +1,5 @@
 """Golden of test_generate.sh: transformers' greedy generation (generate(do_sample=False)) from the
-tiny GPT-2, Llama, Qwen3 and Mixtral (session 34) that mt-convert's tests import (apps/convert/golden/logits_<m>: V 100),
+tiny GPT-2, Llama, Qwen2 (session 40), Qwen3 and Mixtral (session 34) that mt-convert's tests import (apps/convert/golden/logits_<m>: V 100),
 in float64, for a fixed prompt: expected.json {model: {"prompt": ids, "greedy": the prompt and 10
 new ids, "min_gap": the smallest gap between the two largest logits along the way, "logprobs": the
 log-probability of each token of "greedy" after the first given the ones before it (Megatron's
@@ -7,15 +7,20 @@ text generation server's logprobs; log_softmax of the whole sequence's logits), 
 position of "greedy" but the last, the two most likely next tokens as [id, log-probability]
 (mt-serve's /completions top_logprobs)}}. A gap far
 above float32's rounding makes the argmax the same in our fp32 forward.
-Versions: torch (CPU), transformers 5.24.0. Rerun from this directory: python3 gen_generate.py"""
+Versions: torch (CPU), transformers 5.24.0. Rerun from this directory: python3 gen_generate.py
+[MODEL ...]"""
 import json
+import sys
 
 import torch
 from transformers import AutoModelForCausalLM
 
 out = {}
 prompt = [17, 3, 88, 41, 5]
-for m in ("gpt2", "llama", "qwen3", "mixtral"):
+models = sys.argv[1:] or ("gpt2", "llama", "qwen2", "qwen3", "mixtral")
+if sys.argv[1:]:  # (python3 gen_generate.py qwen2: only that model's entry, the others kept)
+    out = json.load(open("expected.json"))
+for m in models:
     kw = {"experts_implementation": "eager"} if m == "mixtral" else {}  # (grouped_mm: no float64)
     model = AutoModelForCausalLM.from_pretrained(f"../../convert/golden/logits_{m}",
                                                  **kw).double().eval()

@@ -1,5 +1,6 @@
 """Golden values for libs/model from Hugging Face transformers (independent reference).
-Builds tiny random GPT2LMHeadModel, LlamaForCausalLM, Qwen3ForCausalLM and MixtralForCausalLM models, runs them in float64 on the CPU
+Builds tiny random GPT2LMHeadModel, LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM and
+MixtralForCausalLM models, runs them in float64 on the CPU
 and records, in our parameter names and layouts (nn.Linear (out, in); GPT-2's Conv1D transposed;
 Llama q|k|v and gate|up concatenated, HF's half-split RoPE kept):
   <m>_weights.safetensors  the f32 weights the test loads
@@ -17,7 +18,7 @@ Llama q|k|v and gate|up concatenated, HF's half-split RoPE kept):
 Versions: torch 2.15, transformers 5.23 (pip). Seeds: torch.manual_seed(0) for weights, 1 for data.
 Rerun: python gen_hf.py (from this directory; a venv with pip's torch, transformers,
 safetensors, randomgen); python gen_hf.py drop writes only the dropout records; python gen_hf.py
-mixtral only Mixtral's (transformers 5.x, torch 2.x, megatron-core 0.16.1 for
+mixtral only Mixtral's, python gen_hf.py qwen2 only Qwen2's (transformers 5.x, torch 2.x, megatron-core 0.16.1 for
 mixtral_moe.safetensors: Megatron's router losses, record_moe_losses). The position-id records were added with torch 2.x and transformers 5.x of
 2026-11 (pip), whose weights, io, grads and AdamW losses reproduce the earlier files."""
 import os
@@ -78,6 +79,9 @@ def llama_names(model):
         out[q + "input_layernorm.weight"] = sd[p + "input_layernorm.weight"]
         out[q + "self_attention.linear_qkv.weight"] = torch.cat(
             [sd[p + f"self_attn.{x}_proj.weight"] for x in "qkv"])
+        if p + "self_attn.q_proj.bias" in sd:  # (Qwen2's: Megatron's --add-qkv-bias)
+            out[q + "self_attention.linear_qkv.bias"] = torch.cat(
+                [sd[p + f"self_attn.{x}_proj.bias"] for x in "qkv"])
         out[q + "self_attention.linear_proj.weight"] = sd[p + "self_attn.o_proj.weight"]
         out[q + "pre_mlp_layernorm.weight"] = sd[p + "post_attention_layernorm.weight"]
         if p + "mlp.gate_proj.weight" in sd:  # (Mixtral's experts: mixtral_names)
@@ -277,6 +281,23 @@ if len(sys.argv) > 1 and sys.argv[1] == "drop":
     lm = LlamaForCausalLM(lc)
     same_weights("llama", lm, llama_names)
     record_drop("llama", lm, llama_names)
+    sys.exit(0)
+
+if len(sys.argv) > 1 and sys.argv[1] == "qwen2":
+    # Qwen2: Llama's choices plus biases on q_proj, k_proj and v_proj (python gen_hf.py qwen2
+    # writes only these records); the biases (zeros at init) drawn so that they matter
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+    torch.manual_seed(0)
+    q2 = Qwen2Config(vocab_size=V, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                     num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32,
+                     rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=False,
+                     use_sliding_window=False)
+    qwen2 = Qwen2ForCausalLM(q2)
+    with torch.no_grad():
+        for layer in qwen2.model.layers:
+            for proj in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj):
+                proj.bias.copy_(0.3 * torch.randn_like(proj.bias))
+    record("qwen2", qwen2, llama_names)
     sys.exit(0)
 
 if len(sys.argv) > 1 and sys.argv[1] == "mixtral":

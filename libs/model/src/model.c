@@ -343,7 +343,7 @@ static void build_table(const mt_model_config *c, table *m) {
         /* column-parallel: each rank's q, k and v heads; row-parallel: their inputs' columns */
         P("self_attention.linear_qkv.weight", 2, (H + 2 * G) * D, C, std, 0, 0);
         split_last(m, tp, 0, 3, H * D, G * D, G * D);
-        if (bias) {
+        if (bias || c->add_qkv_bias) {
             P("self_attention.linear_qkv.bias", 1, (H + 2 * G) * D, 0, 0, 0, 1);
             split_last(m, tp, 0, 3, H * D, G * D, G * D);
         }

@@ -1,4 +1,4 @@
-/* The tiny Hugging Face GPT-2, Llama, Qwen3 and Mixtral of golden/gen_hf.py, shared by libs/model's
+/* The tiny Hugging Face GPT-2, Llama, Qwen2, Qwen3 and Mixtral of golden/gen_hf.py, shared by libs/model's
  * test_hf_golden and libs/train's test_hf_adamw: the model config and the weight loading. */
 #ifndef MT_MODEL_TESTS_HF_TINY_H
 #define MT_MODEL_TESTS_HF_TINY_H
@@ -36,6 +36,10 @@ static inline mt_model_config hf_tiny_config(const char *tag, mt_dtype dt) {
     c.make_vocab_size_divisible_by = 128; /* padded to 512: exercises the padded columns */
     c.dtype = dt;
     if (strcmp(tag, "llama") == 0) tiny_llama_layers(&c);
+    if (strcmp(tag, "qwen2") == 0) { /* Llama's choices and biases on q, k and v */
+        tiny_llama_layers(&c);
+        c.add_qkv_bias = 1;
+    }
     if (strcmp(tag, "qwen3") == 0) { /* Llama's choices and per-head q and k RMSNorms */
         tiny_llama_layers(&c);
         c.qk_layernorm = 1;

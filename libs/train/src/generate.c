@@ -41,9 +41,9 @@ mt_status mt_train_model_config_from_hf(const char *args_json, mt_model_config *
     mt_status st = MT_OK;
     *c = (mt_model_config)MT_MODEL_CONFIG_INIT;
     if (!type || (strcmp(type, "gpt2") && strcmp(type, "llama") && strcmp(type, "qwen3") &&
-                  strcmp(type, "mixtral"))) {
+                  strcmp(type, "qwen2") && strcmp(type, "mixtral"))) {
         st = MT_ERROR(MT_ERR_FORMAT,
-                      "the checkpoint's args have no GPT-2, Llama, Qwen3 or Mixtral config "
+                      "the checkpoint's args have no GPT-2, Llama, Qwen2, Qwen3 or Mixtral config "
                       "(hf.config, kept by mt-pretrain for models of those shapes and by "
                       "mt-convert)");
         goto done;
@@ -67,6 +67,7 @@ mt_status mt_train_model_config_from_hf(const char *args_json, mt_model_config *
         c->untie_embeddings_and_output_weights = tie && !json_is_true(tie);
     } else {
         c->qk_layernorm = !strcmp(type, "qwen3"); /* q_norm, k_norm per head */
+        c->add_qkv_bias = !strcmp(type, "qwen2"); /* q_proj, k_proj, v_proj biases */
         c->num_layers = geti(h, "num_hidden_layers", 0);
         c->hidden_size = geti(h, "hidden_size", 0);
         c->num_attention_heads = geti(h, "num_attention_heads", 0);

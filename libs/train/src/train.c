@@ -494,6 +494,7 @@ static mt_status setup_model(run *r) {
     c->rotary_interleaved = a->rotary_interleaved;
     c->swiglu = a->swiglu;
     c->add_bias_linear = !a->disable_bias_linear;
+    c->add_qkv_bias = a->add_qkv_bias;
     c->untie_embeddings_and_output_weights = a->untie_embeddings_and_output_weights;
     c->init_method_std = (float)a->init_method_std;
     c->seed = (uint64_t)a->seed;
@@ -926,9 +927,9 @@ static json_t *hf_config(const run *r) {
                          c->max_position_embeddings, "activation_function", "gelu_new",
                          "layer_norm_epsilon", r->a->norm_epsilon, "tie_word_embeddings", 1);
     /* Llama's family: Mixtral (MoE MLPs of moe_ffn_hidden_size), Qwen3 (per-head q and k
-     * norms), Llama; none has both */
+     * norms), Qwen2 (qkv biases), Llama; none has two of them */
     if (ln || !rope || !c->swiglu || c->add_bias_linear || c->rotary_interleaved ||
-        (c->num_moe_experts && c->qk_layernorm))
+        (c->num_moe_experts > 0) + c->qk_layernorm + c->add_qkv_bias > 1)
         return NULL;
     /* (Mixtral's router: the softmax over the k, unscaled, any experts; another one has no
      * Mixtral config, so that nothing routes its tokens otherwise) */
@@ -936,15 +937,17 @@ static json_t *hf_config(const run *r) {
     if (c->num_moe_experts &&
         (c->moe_router_pre_softmax || (sf != 0.0f && sf != 1.0f) || c->moe_router_num_groups))
         return NULL;
-    const int moe = c->num_moe_experts > 0, qwen3 = c->qk_layernorm;
+    const int moe = c->num_moe_experts > 0, qwen3 = c->qk_layernorm, qwen2 = c->add_qkv_bias;
     json_t *h = json_pack(
         "{s:s,s:[s],s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:s,s:f,s:f,s:b}", "model_type",
         moe     ? "mixtral"
         : qwen3 ? "qwen3"
+        : qwen2 ? "qwen2"
                 : "llama",
         "architectures",
         moe     ? "MixtralForCausalLM"
         : qwen3 ? "Qwen3ForCausalLM"
+        : qwen2 ? "Qwen2ForCausalLM"
                 : "LlamaForCausalLM",
         "num_hidden_layers", c->num_layers, "hidden_size", c->hidden_size, "num_attention_heads",
         c->num_attention_heads, "num_key_value_heads", c->num_query_groups, "head_dim",
@@ -959,8 +962,8 @@ static json_t *hf_config(const run *r) {
         json_object_set_new(h, "router_aux_loss_coef", json_real(c->moe_aux_loss_coeff));
         json_object_set_new(h, "output_router_logits", json_false());
     } else {
-        json_object_set_new(h, "attention_bias", json_false());
-        json_object_set_new(h, qwen3 ? "use_sliding_window" : "mlp_bias", json_false());
+        if (!qwen2) json_object_set_new(h, "attention_bias", json_false());
+        json_object_set_new(h, qwen3 || qwen2 ? "use_sliding_window" : "mlp_bias", json_false());
     }
     return h;
 }

@@ -97,6 +97,7 @@ typedef struct mt_train_args {
     int moe_router_pre_softmax;            /* --moe-router-pre-softmax */
     double moe_router_topk_scaling_factor; /* --moe-router-topk-scaling-factor (0: none) */
     int moe_router_num_groups;             /* --moe-router-num-groups (0: none) */
+    int add_qkv_bias;                      /* --add-qkv-bias */
     int moe_router_group_topk;             /* --moe-router-group-topk (0: none) */
     int decrease_batch_size_if_needed; /* round the global batch down to a multiple of MBS x DP */
     /* evaluation and logging */
