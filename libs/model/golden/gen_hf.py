@@ -18,7 +18,7 @@ Llama q|k|v and gate|up concatenated, HF's half-split RoPE kept):
 Versions: torch 2.15, transformers 5.23 (pip). Seeds: torch.manual_seed(0) for weights, 1 for data.
 Rerun: python gen_hf.py (from this directory; a venv with pip's torch, transformers,
 safetensors, randomgen); python gen_hf.py drop writes only the dropout records; python gen_hf.py
-mixtral only Mixtral's, python gen_hf.py qwen2 only Qwen2's (transformers 5.x, torch 2.x, megatron-core 0.16.1 for
+mixtral only Mixtral's, python gen_hf.py qwen2 only Qwen2's (session 40: torch 2.15, transformers 5.24.0; transformers 5.x, torch 2.x, megatron-core 0.16.1 for
 mixtral_moe.safetensors: Megatron's router losses, record_moe_losses). The position-id records were added with torch 2.x and transformers 5.x of
 2026-11 (pip), whose weights, io, grads and AdamW losses reproduce the earlier files."""
 import os
