@@ -63,6 +63,16 @@ paste <(losses "$d/drop.json" 1 4) <(losses "$d/droppad.json" 1 4) | awk '{ prin
 # the router's options reach the model: pre-softmax probabilities, a scaling factor
 run presoft --train-iters 4 --moe-router-pre-softmax --moe-router-topk-scaling-factor 2
 [ "$(losses "$d/dropless4.json" 1 1)" != "$(losses "$d/presoft.json" 1 1)" ] || { echo "FAIL: --moe-router-pre-softmax changed nothing"; exit 1; }
+# --moe-router-dtype fp32 (Megatron's: the router in fp32) is what the router does anyway: the same
+# losses, bitwise; fp64 and other values are refused
+run rdt --train-iters 4 --moe-router-dtype fp32
+[ "$(losses "$d/dropless4.json" 1 4)" = "$(losses "$d/rdt.json" 1 4)" ] || { echo "FAIL: --moe-router-dtype fp32 changed the losses"; exit 1; }
+for bad in "fp64|--moe-router-dtype fp64 is not supported yet" "bf16|invalid choice: 'bf16'"; do
+  tiny_run "$d/bad.json" "${MOE[@]}" --train-iters 1 --moe-router-dtype ${bad%%|*} > "$d/bad.log" 2>&1 \
+    && { echo "FAIL: --moe-router-dtype ${bad%%|*} accepted"; exit 1; }
+  grep -qF -- "${bad#*|}" "$d/bad.log" || { echo "FAIL: --moe-router-dtype ${bad%%|*}: want '${bad#*|}'"; cat "$d/bad.log"; exit 1; }
+done
+echo "ok: --moe-router-dtype fp32 (bitwise the default), fp64 and bf16 refused"
 # group-limited routing (Megatron's --moe-router-num-groups / --moe-router-group-topk; mt-moe's
 # golden cases check the choice): each token's 2 experts from the better of 2 groups of 2, so the
 # first loss changes; bad groups get Megatron's messages before anything runs

@@ -236,6 +236,8 @@ static const flag flags[] = {
     { "--moe-router-load-balancing-type", F_STR, O(moe_router_load_balancing_type),
       "aux_loss | none" },
     { "--moe-router-score-function", F_STR, O(moe_router_score_function), "softmax" },
+    { "--moe-router-dtype", F_STR, O(moe_router_dtype),
+      "fp32 (the router's logits are fp32 GEMM outputs in every precision)" },
     { "--moe-token-dispatcher-type", F_STR, O(moe_token_dispatcher_type),
       "allgather | alltoall (the same without expert parallelism)" },
     { "--moe-grouped-gemm", F_TRUE, O(noop), "accepted (one GEMM an expert)" },
@@ -598,6 +600,15 @@ static mt_status validate_moe(const mt_train_args *a) {
                         "--moe-router-load-balancing-type %s is not supported yet (aux_loss or "
                         "none)",
                         a->moe_router_load_balancing_type);
+    if (a->moe_router_dtype && strcmp(a->moe_router_dtype, "fp32") != 0) {
+        if (strcmp(a->moe_router_dtype, "fp64") == 0)
+            return MT_ERROR(MT_ERR_UNSUPPORTED,
+                            "--moe-router-dtype fp64 is not supported yet (fp32: the router's "
+                            "logits are fp32 GEMM outputs)");
+        return BAD("argument --moe-router-dtype: invalid choice: '%s' (choose from 'fp32', "
+                   "'fp64')",
+                   a->moe_router_dtype);
+    }
     if (strcmp(a->moe_router_score_function, "softmax") != 0)
         return MT_ERROR(MT_ERR_UNSUPPORTED,
                         "--moe-router-score-function %s is not supported yet (softmax)",

@@ -89,6 +89,8 @@ typedef struct mt_train_args {
     int num_experts, moe_router_topk, moe_ffn_hidden_size, expert_model_parallel_size;
     double moe_aux_loss_coeff, moe_z_loss_coeff;
     char *moe_router_load_balancing_type, *moe_router_score_function, *moe_token_dispatcher_type;
+    char *moe_router_dtype; /* --moe-router-dtype: NULL or fp32 (the router's GEMM and softmax
+                               are in fp32 either way) */
     /* token dropping: --moe-expert-capacity-factor (0: dropless), --moe-token-drop-policy
      * (probs | position), --moe-pad-expert-input-to-capacity */
     double moe_expert_capacity_factor;
