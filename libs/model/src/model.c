@@ -426,15 +426,24 @@ static void param_pieces(const param_spec *s, int n, int r, mt_model_param *p) {
     }
 }
 
+/* The parameter table of cfg, finalized into *c (t->spec allocated: the caller frees it). */
+static mt_status param_table(const mt_model_config *cfg, mt_model_config *c, table *t) {
+    MT_REQUIRE(cfg, MT_ERR_INVALID_ARG, "NULL config");
+    *c = *cfg;
+    MT_TRY(mt_model_config_finalize(c));
+    *t = (table){ calloc(MT_MODEL_MAX_PARAMS, sizeof(param_spec)), 0 };
+    MT_REQUIRE(t->spec, MT_ERR_OOM, "param table");
+    build_table(c, t);
+    return MT_OK;
+}
+
 int mt_model_param_tp_axis(const mt_model_config *cfg, const char *name) {
-    mt_model_config c = *cfg;
-    if (!name || mt_model_config_finalize(&c) != MT_OK) {
+    mt_model_config c;
+    table t;
+    if (!name || param_table(cfg, &c, &t) != MT_OK) {
         mt_error_clear();
         return -2;
     }
-    table t = { calloc(MT_MODEL_MAX_PARAMS, sizeof(param_spec)), 0 };
-    if (!t.spec) return -2;
-    build_table(&c, &t);
     int axis = -2;
     for (int i = 0; i < t.n && axis == -2; i++)
         if (strcmp(t.spec[i].name, name) == 0) axis = tp_n(&c) > 1 ? t.spec[i].axis : -1;
@@ -444,18 +453,12 @@ int mt_model_param_tp_axis(const mt_model_config *cfg, const char *name) {
 
 int mt_model_param_tp_axes(const mt_model_config *cfg, int *axes, int n) {
     mt_model_config c;
-    if (!cfg || (n > 0 && !axes)) {
-        (void)MT_ERROR(MT_ERR_INVALID_ARG, "NULL config or axes");
+    table t;
+    if (n > 0 && !axes) {
+        (void)MT_ERROR(MT_ERR_INVALID_ARG, "NULL axes");
         return -1;
     }
-    c = *cfg;
-    if (mt_model_config_finalize(&c) != MT_OK) return -1;
-    table t = { calloc(MT_MODEL_MAX_PARAMS, sizeof(param_spec)), 0 };
-    if (!t.spec) {
-        (void)MT_ERROR(MT_ERR_OOM, "param table");
-        return -1;
-    }
-    build_table(&c, &t);
+    if (param_table(cfg, &c, &t) != MT_OK) return -1;
     for (int i = 0; i < t.n && i < n; i++)
         axes[i] = tp_n(&c) > 1 ? t.spec[i].axis : -1;
     free(t.spec);
@@ -463,12 +466,10 @@ int mt_model_param_tp_axes(const mt_model_config *cfg, int *axes, int n) {
 }
 
 mt_status mt_model_list_params(const mt_model_config *cfg, mt_model_param_fn fn, void *ctx) {
-    MT_REQUIRE(cfg && fn, MT_ERR_INVALID_ARG, "NULL config or callback");
-    mt_model_config c = *cfg;
-    MT_TRY(mt_model_config_finalize(&c));
-    table t = { calloc(MT_MODEL_MAX_PARAMS, sizeof(param_spec)), 0 };
-    MT_REQUIRE(t.spec, MT_ERR_OOM, "param table");
-    build_table(&c, &t);
+    MT_REQUIRE(fn, MT_ERR_INVALID_ARG, "NULL callback");
+    mt_model_config c;
+    table t;
+    MT_TRY(param_table(cfg, &c, &t));
     mt_status st = MT_OK;
     for (int i = 0; i < t.n && st == MT_OK; i++)
         st = fn(ctx, t.spec[i].name, t.spec[i].ndim, t.spec[i].shape, t.spec[i].no_wd, NULL, NULL);

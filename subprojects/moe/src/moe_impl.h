@@ -60,6 +60,16 @@ mt_status moe_router_bwd_cuda(const moe_args *a, mt_stream s);
 #define MOE_HD
 #endif
 
+/* One row's softmax statistics: its largest logit and the sum of exp(l - max), in expert order. */
+static inline MOE_HD void moe_row_stats(const float *l, int64_t E, float *mx, float *sum) {
+    float m = -INFINITY, t = 0.0f;
+    for (int64_t e = 0; e < E; e++)
+        m = l[e] > m ? l[e] : m;
+    for (int64_t e = 0; e < E; e++)
+        t += expf(l[e] - m);
+    *mx = m, *sum = t;
+}
+
 /* Whether (v, i) comes after (w, j) in descending order, ties: the lower index first. */
 static inline MOE_HD int moe_after(float v, int64_t i, float w, int64_t j) {
     return v < w || (v == w && i > j);
@@ -71,11 +81,8 @@ static inline MOE_HD int moe_after(float v, int64_t i, float w, int64_t j) {
 static inline MOE_HD uint64_t moe_group_mask(const moe_args *a, const float *l) {
     if (!a->groups) return ~(uint64_t)0;
     const int64_t per = a->E / a->groups, m = a->k / a->group_topk;
-    float mx = l[0], sum = 0.0f, gs[64];
-    for (int64_t e = 0; a->pre_softmax && e < a->E; e++)
-        mx = l[e] > mx ? l[e] : mx;
-    for (int64_t e = 0; a->pre_softmax && e < a->E; e++)
-        sum += expf(l[e] - mx);
+    float mx = 0.0f, sum = 1.0f, gs[64];
+    if (a->pre_softmax) moe_row_stats(l, a->E, &mx, &sum);
     for (int g = 0; g < a->groups; g++) { /* its m largest, in turn */
         float s = 0.0f, pv = 0.0f;
         int64_t pi = -1;

@@ -6,13 +6,10 @@
 
 /* softmax(l)[e] for one row of E logits, and its logsumexp */
 static float row_softmax(const float *l, int64_t E, float *s) {
-    float mx = -INFINITY, sum = 0.0f;
+    float mx, sum;
+    moe_row_stats(l, E, &mx, &sum);
     for (int64_t e = 0; e < E; e++)
-        mx = l[e] > mx ? l[e] : mx;
-    for (int64_t e = 0; e < E; e++)
-        sum += s[e] = expf(l[e] - mx);
-    for (int64_t e = 0; e < E; e++)
-        s[e] /= sum;
+        s[e] = expf(l[e] - mx) / sum;
     return mx + logf(sum);
 }
 

@@ -58,16 +58,6 @@ extern "C" mt_status moe_topk_cuda(const moe_args *a, mt_stream s) {
     return MT_OK;
 }
 
-/* one row's softmax statistics: the max and the sum of exp(l - max) */
-static __device__ void row_stats(const float *l, int64_t E, float *mx, float *sum) {
-    float m = -INFINITY, t = 0.0f;
-    for (int64_t e = 0; e < E; e++)
-        m = fmaxf(m, l[e]);
-    for (int64_t e = 0; e < E; e++)
-        t += expf(l[e] - m);
-    *mx = m, *sum = t;
-}
-
 #define LOSS_THREADS 1024
 static __global__ void losses_kernel(moe_args a) {
     typedef cub::BlockReduce<double, LOSS_THREADS> R;
@@ -76,7 +66,7 @@ static __global__ void losses_kernel(moe_args a) {
     for (int64_t n = threadIdx.x; n < a.N; n += LOSS_THREADS) {
         const float *l = a.logits + n * a.E;
         float mx, sum;
-        row_stats(l, a.E, &mx, &sum);
+        moe_row_stats(l, a.E, &mx, &sum);
         for (int64_t e = 0; e < a.E; e++)
             aux += (double)(expf(l[e] - mx) / sum) * a.counts_in[e];
         const float lse = mx + logf(sum);
@@ -105,7 +95,7 @@ static __global__ void router_bwd_kernel(moe_args a) {
     float *dl = a.dlogits + n * a.E;
     const float c = a.aux_scale * (float)a.E / ((float)a.k * (float)a.N * (float)a.N);
     float mx, sum, pdp = 0.0f, sc = 0.0f;
-    row_stats(l, a.E, &mx, &sum);
+    moe_row_stats(l, a.E, &mx, &sum);
     const float lse = mx + logf(sum);
     for (int64_t j = 0; j < a.k; j++)
         pdp += p[j] * dp[j];
