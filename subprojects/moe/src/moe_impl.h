@@ -76,13 +76,13 @@ static inline MOE_HD int moe_after(float v, int64_t i, float w, int64_t j) {
 }
 
 /* The groups a token with logits l (E) may take, as a bit mask: the group_topk groups whose top
- * k / group_topk scores (l, or with pre_softmax softmax(l)) sum highest, each group's largest
- * first; every group without group-limited routing. */
-static inline MOE_HD uint64_t moe_group_mask(const moe_args *a, const float *l) {
+ * k / group_topk scores (l, or with pre_softmax softmax(l), from the row's moe_row_stats mx and
+ * sum) sum highest, each group's largest first; every group without group-limited routing. */
+static inline MOE_HD uint64_t moe_group_mask(const moe_args *a, const float *l, float mx,
+                                             float sum) {
     if (!a->groups) return ~(uint64_t)0;
     const int64_t per = a->E / a->groups, m = a->k / a->group_topk;
-    float mx = 0.0f, sum = 1.0f, gs[64];
-    if (a->pre_softmax) moe_row_stats(l, a->E, &mx, &sum);
+    float gs[64];
     for (int g = 0; g < a->groups; g++) { /* its m largest, in turn */
         float s = 0.0f, pv = 0.0f;
         int64_t pi = -1;

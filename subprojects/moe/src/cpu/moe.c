@@ -18,8 +18,9 @@ mt_status moe_topk_cpu(const moe_args *a) {
     for (int64_t n = 0; n < a->N; n++) {
         const float *l = a->logits + n * a->E;
         int32_t *id = a->idx + n * a->k;
-        float *p = a->probs + n * a->k, sum = 0.0f;
-        const uint64_t groups = moe_group_mask(a, l);
+        float *p = a->probs + n * a->k, mx = 0.0f, sum = 1.0f;
+        if (a->pre_softmax) moe_row_stats(l, a->E, &mx, &sum); /* (the softmax over all E) */
+        const uint64_t groups = moe_group_mask(a, l, mx, sum);
         const int64_t per = a->groups ? a->E / a->groups : a->E;
         for (int64_t j = 0; j < a->k; j++) { /* the largest not yet taken; ties: lower expert */
             int32_t best = -1;
@@ -32,14 +33,13 @@ mt_status moe_topk_cpu(const moe_args *a) {
             id[j] = best;
             a->counts[best]++;
         }
-        if (a->pre_softmax) { /* (the softmax over all E: its sum from the largest, id[0]) */
-            for (int64_t e = 0; e < a->E; e++)
-                sum += expf(l[e] - l[id[0]]);
+        if (a->pre_softmax) {
             for (int64_t j = 0; j < a->k; j++)
-                p[j] = expf(l[id[j]] - l[id[0]]) / sum * a->scaling;
+                p[j] = expf(l[id[j]] - mx) / sum * a->scaling;
             continue;
         }
-        for (int64_t j = 0; j < a->k; j++) /* (id[0] holds the largest) */
+        sum = 0.0f;
+        for (int64_t j = 0; j < a->k; j++) /* (id[0] holds the largest of the k) */
             sum += p[j] = expf(l[id[j]] - l[id[0]]);
         for (int64_t j = 0; j < a->k; j++)
             p[j] = p[j] / sum * a->scaling;

@@ -22,8 +22,9 @@ static __global__ void topk_kernel(moe_args a) {
     if (n >= a.N) return;
     const float *l = a.logits + n * a.E;
     int32_t *id = a.idx + n * a.k;
-    float *p = a.probs + n * a.k;
-    const uint64_t groups = moe_group_mask(&a, l);
+    float *p = a.probs + n * a.k, mx = 0.0f, sum = 1.0f;
+    if (a.pre_softmax) moe_row_stats(l, a.E, &mx, &sum); /* (the softmax over all E) */
+    const uint64_t groups = moe_group_mask(&a, l, mx, sum);
     const int64_t per = a.groups ? a.E / a.groups : a.E;
     for (int64_t j = 0; j < a.k; j++) {
         int32_t best = -1;
@@ -36,14 +37,12 @@ static __global__ void topk_kernel(moe_args a) {
         id[j] = best;
         atomicAdd(&a.counts[best], 1); // why: integer adds, so the counts are exact in any order
     }
-    float sum = 0.0f;
-    if (a.pre_softmax) { /* (the softmax over all E: its sum from the largest, id[0]) */
-        for (int64_t e = 0; e < a.E; e++)
-            sum += expf(l[e] - l[id[0]]);
+    if (a.pre_softmax) {
         for (int64_t j = 0; j < a.k; j++)
-            p[j] = expf(l[id[j]] - l[id[0]]) / sum * a.scaling;
+            p[j] = expf(l[id[j]] - mx) / sum * a.scaling;
         return;
     }
+    sum = 0.0f;
     for (int64_t j = 0; j < a.k; j++)
         sum += p[j] = expf(l[id[j]] - l[id[0]]);
     for (int64_t j = 0; j < a.k; j++)
