@@ -1,4 +1,4 @@
-/* GELU (tanh), SiLU and SwiGLU forward/backward: validation and device dispatch. Every operand is
+/* GELU (tanh), SiLU, sigmoid and SwiGLU forward/backward: validation and device dispatch. Every operand is
  * viewed as rows x cols with its own row stride, so SwiGLU's halves are plain strided views. */
 #include "ops_impl.h"
 
@@ -44,7 +44,8 @@ static mt_status run(act_args *a, mt_device dev, mt_stream stream) {
     return MT_DISPATCH(dev, act_cpu(a), act_cuda(a, stream));
 }
 
-/* GELU/SiLU forward (bwd: dx = dout * f'(x)): elementwise over same-shaped tensors. */
+/* GELU/SiLU/sigmoid forward (bwd: dx = dout * f'(x), sigmoid's from its output y in x's place):
+ * elementwise over same-shaped tensors. */
 static mt_status unary(act_op op, mt_tensor *out, const mt_tensor *dout, const mt_tensor *x,
                        mt_stream stream) {
     act_args a = { 0 };
@@ -76,6 +77,16 @@ mt_status mt_silu_fwd(mt_tensor *out, const mt_tensor *x, mt_stream stream) {
 mt_status mt_silu_bwd(mt_tensor *dx, const mt_tensor *dout, const mt_tensor *x, mt_stream stream) {
     MT_REQUIRE(dout, MT_ERR_INVALID_ARG, "dout is NULL");
     return unary(ACT_SILU_BWD, dx, dout, x, stream);
+}
+
+mt_status mt_sigmoid_fwd(mt_tensor *out, const mt_tensor *x, mt_stream stream) {
+    return unary(ACT_SIGMOID_FWD, out, NULL, x, stream);
+}
+
+mt_status mt_sigmoid_bwd(mt_tensor *dx, const mt_tensor *dout, const mt_tensor *y,
+                         mt_stream stream) {
+    MT_REQUIRE(dout, MT_ERR_INVALID_ARG, "dout is NULL");
+    return unary(ACT_SIGMOID_BWD, dx, dout, y, stream);
 }
 
 /* Gate/up views of SwiGLU's input: the two halves of a fused (..., 2F) tensor, or two tensors. */

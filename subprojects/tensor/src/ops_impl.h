@@ -135,13 +135,16 @@ mt_status norm_bwd_cuda(const norm_args *n, mt_stream stream);
 int64_t norm_bwd_blocks(int64_t rows);
 
 /* act: a rows x cols view of each operand with its own row stride (elements).
- * fwd: out0 = f(in0) or silu(in0) * in1; bwd: in0 = dout, in1 = x (or gate), in2 = up,
+ * fwd: out0 = f(in0) or silu(in0) * in1; bwd: in0 = dout, in1 = x (or gate; sigmoid: its
+ * output), in2 = up,
  * out0 = dx (or dgate), out1 = dup. */
 typedef enum act_op {
     ACT_GELU_FWD,
     ACT_GELU_BWD,
     ACT_SILU_FWD,
     ACT_SILU_BWD,
+    ACT_SIGMOID_FWD,
+    ACT_SIGMOID_BWD,
     ACT_SWIGLU_FWD,
     ACT_SWIGLU_BWD
 } act_op;

@@ -1,4 +1,4 @@
-/* gpu: GELU (tanh), SiLU and SwiGLU forward/backward on CUDA equal the CPU reference on fresh
+/* gpu: GELU (tanh), SiLU, sigmoid and SwiGLU forward/backward on CUDA equal the CPU reference on fresh
  * random input in f32, bf16 and f16 (16-byte and scalar paths, strided gate/up views), and the
  * PyTorch golden values. */
 #include "gpu_common.h"
@@ -40,8 +40,8 @@ static void run(mt_dtype dt, int64_t R, int64_t C) {
     mt_arena_reset(ar);
     mt_tensor hx = host_rand(dt, R, C), hd = host_rand(dt, R, C), ho = host_empty(dt, R, C);
     mt_tensor dx = dev(&hx, dt, R, C), dd = dev(&hd, dt, R, C), dout = dev(NULL, dt, R, C);
-    const char *names[] = { "gelu", "gelu_bwd", "silu", "silu_bwd" };
-    for (int op = 0; op < 4; op++) {
+    const char *names[] = { "gelu", "gelu_bwd", "silu", "silu_bwd", "sigmoid", "sigmoid_bwd" };
+    for (int op = 0; op < 6; op++) {
         if (op == 0) {
             MT_CHECK(mt_gelu_fwd(&ho, &hx, NULL));
             MT_CHECK(mt_gelu_fwd(&dout, &dx, NULL));
@@ -51,9 +51,15 @@ static void run(mt_dtype dt, int64_t R, int64_t C) {
         } else if (op == 2) {
             MT_CHECK(mt_silu_fwd(&ho, &hx, NULL));
             MT_CHECK(mt_silu_fwd(&dout, &dx, NULL));
-        } else {
+        } else if (op == 3) {
             MT_CHECK(mt_silu_bwd(&ho, &hd, &hx, NULL));
             MT_CHECK(mt_silu_bwd(&dout, &dd, &dx, NULL));
+        } else if (op == 4) {
+            MT_CHECK(mt_sigmoid_fwd(&ho, &hx, NULL));
+            MT_CHECK(mt_sigmoid_fwd(&dout, &dx, NULL));
+        } else { /* (x in y's place: the backward's formula reads any values) */
+            MT_CHECK(mt_sigmoid_bwd(&ho, &hd, &hx, NULL));
+            MT_CHECK(mt_sigmoid_bwd(&dout, &dd, &dx, NULL));
         }
         snprintf(what, sizeof what, "%s %s %lldx%lld", names[op], mt_dtype_name(dt), (long long)R,
                  (long long)C);

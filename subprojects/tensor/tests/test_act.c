@@ -1,4 +1,4 @@
-/* unit: GELU (tanh), SiLU and SwiGLU forward/backward (CPU reference) against PyTorch float64
+/* unit: GELU (tanh), SiLU, sigmoid and SwiGLU forward/backward (CPU reference) against PyTorch float64
  * golden values, in f32, bf16 and f16, plus SwiGLU on separate gate/up views and bad input. */
 #include <mt/tensor.h>
 #include <mt/testkit.h>
@@ -34,6 +34,17 @@ static void run(mt_dtype dt) {
     memcpy(dx.data, dout.data, (size_t)(R * C) * mt_dtype_size(dt));
     MT_CHECK(mt_silu_bwd(&dx, &dx, &x, NULL));
     expect("silu dx in place", dt, &dx, "act_silu_dx.npy");
+
+    /* sigmoid; its backward reads the forward's output (the golden's), also in place */
+    mt_tensor sy = load("act_sigmoid.npy", dt, R, C);
+    MT_CHECK(mt_sigmoid_fwd(&y, &x, NULL));
+    expect("sigmoid", dt, &y, "act_sigmoid.npy");
+    MT_CHECK(mt_sigmoid_bwd(&dx, &dout, &sy, NULL));
+    expect("sigmoid dx", dt, &dx, "act_sigmoid_dx.npy");
+    memcpy(dx.data, dout.data, (size_t)(R * C) * mt_dtype_size(dt));
+    MT_CHECK(mt_sigmoid_bwd(&dx, &dx, &sy, NULL));
+    expect("sigmoid dx in place", dt, &dx, "act_sigmoid_dx.npy");
+    free(sy.data);
 
     /* SwiGLU: fused (R, 2F) input, then the same halves as two strided views */
     mt_tensor gd = load("act_swiglu_dout.npy", dt, R, C / 2), o = empty(dt, R, C / 2);

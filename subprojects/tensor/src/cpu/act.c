@@ -1,4 +1,4 @@
-/* GELU (tanh), SiLU, SwiGLU CPU reference: fp32 math per element, one rounding on store. */
+/* GELU (tanh), SiLU, sigmoid, SwiGLU CPU reference: fp32 math per element, one rounding on store. */
 #include <math.h>
 
 #include "../ops_impl.h"
@@ -37,6 +37,13 @@ mt_status act_cpu(const act_args *a) {
             case ACT_SILU_BWD: {
                 float x = mt_load_f32(a->in1, dt, i1), s = sigmoid(x);
                 mt_store_f32(a->out0, dt, o0, v0 * s * (1.0f + x * (1.0f - s)));
+            } break;
+            case ACT_SIGMOID_FWD:
+                mt_store_f32(a->out0, dt, o0, sigmoid(v0));
+                break;
+            case ACT_SIGMOID_BWD: { /* in1 = y, the forward's output */
+                float y = mt_load_f32(a->in1, dt, i1);
+                mt_store_f32(a->out0, dt, o0, v0 * y * (1.0f - y));
             } break;
             case ACT_SWIGLU_FWD: /* in0 = gate, in1 = up */
                 mt_store_f32(a->out0, dt, o0, v0 * sigmoid(v0) * mt_load_f32(a->in1, dt, i1));

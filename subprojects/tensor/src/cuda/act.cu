@@ -1,4 +1,4 @@
-/* GELU (tanh), SiLU, SwiGLU CUDA kernels: 16-byte packs when every operand allows them, fp32
+/* GELU (tanh), SiLU, sigmoid, SwiGLU CUDA kernels: 16-byte packs when every operand allows them, fp32
  * math, one rounding on store. Rows in blockIdx.y, packs of a row across blockIdx.x. */
 #include "common.cuh"
 
@@ -31,7 +31,7 @@ template <int OP, typename T, int W> static __global__ void act_kernel(act_args 
              p += (int64_t)gridDim.x * blockDim.x) {
             int64_t c = p * W;
             act_pack<T, W> v0 = ld_pack<T, W>(a.in0, r * a.ld_in0 + c), v1, v2, o0, o1;
-            if (OP != ACT_GELU_FWD && OP != ACT_SILU_FWD)
+            if (OP != ACT_GELU_FWD && OP != ACT_SILU_FWD && OP != ACT_SIGMOID_FWD)
                 v1 = ld_pack<T, W>(a.in1, r * a.ld_in1 + c);
             if (OP == ACT_SWIGLU_BWD) v2 = ld_pack<T, W>(a.in2, r * a.ld_in2 + c);
 #pragma unroll
@@ -46,6 +46,11 @@ template <int OP, typename T, int W> static __global__ void act_kernel(act_args 
                 } else if (OP == ACT_SILU_BWD) {
                     float x = ldf(v1.v[j]), s = sigmoid_f(x);
                     o0.v[j] = stf<T>(x0 * s * (1.0f + x * (1.0f - s)));
+                } else if (OP == ACT_SIGMOID_FWD) {
+                    o0.v[j] = stf<T>(sigmoid_f(x0));
+                } else if (OP == ACT_SIGMOID_BWD) {
+                    float y = ldf(v1.v[j]);
+                    o0.v[j] = stf<T>(x0 * y * (1.0f - y));
                 } else if (OP == ACT_SWIGLU_FWD) {
                     o0.v[j] = stf<T>(x0 * sigmoid_f(x0) * ldf(v1.v[j]));
                 } else {
@@ -95,6 +100,10 @@ template <typename T> static mt_status launch_op(const act_args *a, mt_stream st
         return launch_w<ACT_SILU_FWD, T>(a, stream);
     case ACT_SILU_BWD:
         return launch_w<ACT_SILU_BWD, T>(a, stream);
+    case ACT_SIGMOID_FWD:
+        return launch_w<ACT_SIGMOID_FWD, T>(a, stream);
+    case ACT_SIGMOID_BWD:
+        return launch_w<ACT_SIGMOID_BWD, T>(a, stream);
     case ACT_SWIGLU_FWD:
         return launch_w<ACT_SWIGLU_FWD, T>(a, stream);
     case ACT_SWIGLU_BWD:

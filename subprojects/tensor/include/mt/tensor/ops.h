@@ -236,6 +236,12 @@ MT_API mt_status mt_silu_fwd(mt_tensor *out, const mt_tensor *x, mt_stream strea
 /* dx = dout * SiLU'(x). dx may alias dout or x. Enqueued. */
 MT_API mt_status mt_silu_bwd(mt_tensor *dx, const mt_tensor *dout, const mt_tensor *x,
                              mt_stream stream);
+/* out = sigmoid(x) = 1 / (1 + exp(-x)). out may alias x. Enqueued. */
+MT_API mt_status mt_sigmoid_fwd(mt_tensor *out, const mt_tensor *x, mt_stream stream);
+/* dx = dout * y * (1 - y), y = sigmoid(x) the forward's output (not x). dx may alias dout or y.
+ * Enqueued. */
+MT_API mt_status mt_sigmoid_bwd(mt_tensor *dx, const mt_tensor *dout, const mt_tensor *y,
+                                mt_stream stream);
 /* SwiGLU: out(..., F) = SiLU(gate) * up. With up == NULL, gate is Megatron's fused (..., 2F)
  * input, split into halves gate | up. Otherwise gate and up are (..., F) (rows may be strided
  * views, e.g. slices of one tensor). out must not alias the inputs. Enqueued. */
