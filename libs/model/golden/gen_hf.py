@@ -1,6 +1,6 @@
 """Golden values for libs/model from Hugging Face transformers (independent reference).
-Builds tiny random GPT2LMHeadModel, LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM and
-MixtralForCausalLM models, runs them in float64 on the CPU
+Builds tiny random GPT2LMHeadModel, LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM,
+MixtralForCausalLM and Qwen2MoeForCausalLM models, runs them in float64 on the CPU
 and records, in our parameter names and layouts (nn.Linear (out, in); GPT-2's Conv1D transposed;
 Llama q|k|v and gate|up concatenated, HF's half-split RoPE kept):
   <m>_weights.safetensors  the f32 weights the test loads
@@ -18,7 +18,8 @@ Llama q|k|v and gate|up concatenated, HF's half-split RoPE kept):
 Versions: torch 2.15, transformers 5.23 (pip). Seeds: torch.manual_seed(0) for weights, 1 for data.
 Rerun: python gen_hf.py (from this directory; a venv with pip's torch, transformers,
 safetensors, randomgen); python gen_hf.py drop writes only the dropout records; python gen_hf.py
-mixtral only Mixtral's, python gen_hf.py qwen2 only Qwen2's (session 40: torch 2.15, transformers 5.24.0; transformers 5.x, torch 2.x, megatron-core 0.16.1 for
+mixtral only Mixtral's, python gen_hf.py qwen2 only Qwen2's, python gen_hf.py qwen2_moe only
+Qwen2-MoE's (session 41, the same versions; session 40: torch 2.15, transformers 5.24.0; transformers 5.x, torch 2.x, megatron-core 0.16.1 for
 mixtral_moe.safetensors: Megatron's router losses, record_moe_losses). The position-id records were added with torch 2.x and transformers 5.x of
 2026-11 (pip), whose weights, io, grads and AdamW losses reproduce the earlier files."""
 import os
@@ -96,13 +97,22 @@ def llama_names(model):
 
 def mixtral_names(model):
     """Llama's names, and each layer's router (HF's mlp.gate) and experts (transformers 5's fused
-    gate_up_proj (E, 2I, H): [gate; up] = our linear_fc1; down_proj (E, H, I): linear_fc2)."""
+    gate_up_proj (E, 2I, H): [gate; up] = our linear_fc1; down_proj (E, H, I): linear_fc2);
+    Qwen2-MoE's shared expert (gate_proj, up_proj -> linear_fc1; down_proj -> linear_fc2) and its
+    gate (shared_expert_gate (1, H) -> gate_weight) too."""
     out = llama_names(model)
     sd = {k.removeprefix("model."): v for k, v in model.state_dict().items()}
+    E = getattr(model.config, "num_local_experts", None) or model.config.num_experts
     for i in range(model.config.num_hidden_layers):
         p, q = f"layers.{i}.mlp.", f"decoder.layers.{i}.mlp."
         out[q + "router.weight"] = sd[p + "gate.weight"]
-        for e in range(model.config.num_local_experts):
+        if p + "shared_expert.gate_proj.weight" in sd:
+            s, r = p + "shared_expert.", q + "shared_experts."
+            out[r + "linear_fc1.weight"] = torch.cat([sd[s + "gate_proj.weight"],
+                                                      sd[s + "up_proj.weight"]])
+            out[r + "linear_fc2.weight"] = sd[s + "down_proj.weight"]
+            out[r + "gate_weight"] = sd[p + "shared_expert_gate.weight"]
+        for e in range(E):
             r = f"{q}experts.local_experts.{e}."
             out[r + "linear_fc1.weight"] = sd[p + "experts.gate_up_proj"][e]
             out[r + "linear_fc2.weight"] = sd[p + "experts.down_proj"][e]
@@ -298,6 +308,33 @@ if len(sys.argv) > 1 and sys.argv[1] == "qwen2":
             for proj in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj):
                 proj.bias.copy_(0.3 * torch.randn_like(proj.bias))
     record("qwen2", qwen2, llama_names)
+    sys.exit(0)
+
+if len(sys.argv) > 1 and sys.argv[1] == "qwen2_moe":
+    # Qwen2-MoE: Qwen2's attention (q, k, v biases); each MLP 4 experts of SwiGLU 32, top-2 with
+    # the softmax over all 4 (norm_topk_prob false: Megatron's --moe-router-pre-softmax), and a
+    # shared expert of SwiGLU 48 times sigmoid(x . g) (Megatron's
+    # --moe-shared-expert-intermediate-size 48 --moe-shared-expert-gate). python gen_hf.py
+    # qwen2_moe writes only these records; the biases, router and gate drawn so that they matter
+    from transformers import Qwen2MoeConfig, Qwen2MoeForCausalLM
+    torch.manual_seed(0)
+    qm = Qwen2MoeConfig(vocab_size=V, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32,
+                        rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=False,
+                        use_sliding_window=False, num_experts=4, num_experts_per_tok=2,
+                        moe_intermediate_size=32, shared_expert_intermediate_size=48,
+                        norm_topk_prob=False, decoder_sparse_step=1, mlp_only_layers=[],
+                        output_router_logits=False, qkv_bias=True,
+                        experts_implementation="eager")
+    qmoe = Qwen2MoeForCausalLM(qm)
+    with torch.no_grad():
+        for layer in qmoe.model.layers:
+            for proj in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj):
+                proj.bias.copy_(0.3 * torch.randn_like(proj.bias))
+            layer.mlp.gate.weight.copy_(0.1 * torch.randn_like(layer.mlp.gate.weight))
+            layer.mlp.shared_expert_gate.weight.copy_(
+                0.5 * torch.randn_like(layer.mlp.shared_expert_gate.weight))
+    record("qwen2_moe", qmoe, mixtral_names)
     sys.exit(0)
 
 if len(sys.argv) > 1 and sys.argv[1] == "mixtral":

@@ -340,6 +340,35 @@ static int experts_grouped(const mt_model *m, const layer_params *lp) {
     return m->cfg.swiglu && !lp->exp_fc1_b[0] && !lp->exp_fc2_b[0];
 }
 
+/* The shared experts' forward from x_in (every token's ln2): fc1, the activation, fc2 into
+ * la->sh_y or a->sh_y (this rank's partial sum under tensor parallelism), and with the gate its
+ * sigmoid into la->sh_g. Their output is the combine of that row times the gate (or 1): *y and
+ * *g. */
+static mt_status shared_fwd(mt_model *m, layer_acts *la, const layer_params *lp,
+                            const mt_tensor *x_in, const mt_tensor **y, const mt_tensor **g,
+                            mt_stream s) {
+    const mt_model_config *c = &m->cfg;
+    acts *a = &m->a;
+    if (c->swiglu) {
+        OP("fwd.gemm.shared_fc1",
+           mt_linear_fwd(m->blas, &la->sh_pre, NULL, x_in, W(lp->sh_fc1), NULL, 0, s));
+        OP("fwd.swiglu", mt_swiglu_fwd(&la->sh_act, &la->sh_pre, NULL, s));
+    } else {
+        OP("fwd.gemm.shared_fc1+gelu", mt_linear_fwd(m->blas, &la->sh_act, &la->sh_pre, x_in,
+                                                     W(lp->sh_fc1), NULL, MT_GEMM_GELU, s));
+    }
+    mt_tensor *out = c->moe_shared_expert_gate ? &la->sh_y : &a->sh_y;
+    OP("fwd.gemm.shared_fc2",
+       mt_linear_fwd(m->blas, out, NULL, &la->sh_act, W(lp->sh_fc2), NULL, 0, s));
+    *y = out, *g = &a->sh_ones;
+    if (!c->moe_shared_expert_gate) return MT_OK;
+    OP("fwd.gemm.shared_gate", mt_gemm(m->blas, &a->sh_logit, NULL, x_in, W(lp->sh_gate), NULL,
+                                       MT_GEMM_TRANS_B, 1.0f, 0.0f, s));
+    OP("fwd.shared_gate", mt_sigmoid_fwd(&la->sh_g, &a->sh_logit, s));
+    *g = &la->sh_g;
+    return MT_OK;
+}
+
 /* The MoE MLP's forward from ln2: the router's logits, top-k and dispatch map (the tokens per
  * expert come to the host: the experts' row counts), the permuted rows through each expert's
  * fc1, activation and fc2, and (next != NULL) the combine with the residual add into next. */
@@ -352,6 +381,8 @@ static mt_status moe_fwd(mt_model *m, int l, layer_acts *la, const layer_params 
     /* (sequence parallelism: every rank routes the whole micro-batch's tokens, gathered) */
     const mt_tensor *x_in = sp(m) ? &m->a.ln_all : &la->ln2;
     if (sp(m)) OP("fwd.tp.gather", mt_tp_gather_rows(m->tp, &m->a.ln_all, &la->ln2, s));
+    const mt_tensor *sh_y = NULL, *sh_g = NULL; /* (the shared experts first, Megatron's order) */
+    if (shared_n(c)) MT_TRY(shared_fwd(m, la, lp, x_in, &sh_y, &sh_g, s));
     OP("fwd.moe.router", mt_gemm(m->blas, &la->router_logits, NULL, x_in, W(lp->router_w), NULL,
                                  MT_GEMM_TRANS_B, 1.0f, 0.0f, s));
     const mt_moe_router router = router_of(c);
@@ -427,16 +458,22 @@ static mt_status moe_fwd(mt_model *m, int l, layer_acts *la, const layer_params 
     }
     if (m->ep) OP("fwd.moe.return", ep_return(m, la, &la->moe_yp, ye, s));
     if (!next) return MT_OK;
-    if (!m->tp && !hidden_drop(m)) { /* the residual add in the combine */
+    const int fused = !m->tp && !hidden_drop(m);           /* the residual add in the combine */
+    const mt_tensor *base = fused ? &la->resid_mid : NULL; /* (what the combine adds to) */
+    if (sh_y) { /* the shared experts' output (times the gate) added first */
+        OP("fwd.moe.shared", mt_moe_unpermute(&m->a.sh_out, sh_y, sh_g, &m->a.sh_pos, base, s));
+        base = &m->a.sh_out;
+    }
+    if (fused) {
         OP("fwd.moe.combine",
-           mt_moe_unpermute(next, &la->moe_yp, &la->moe_probs, &la->moe_pos, &la->resid_mid, s));
+           mt_moe_unpermute(next, &la->moe_yp, &la->moe_probs, &la->moe_pos, base, s));
         return MT_OK;
     }
     /* tensor parallelism: each rank's experts' shares summed over the group (the row-parallel
      * fc2's reduction, after the combine: N rows, not N*k; with sequence parallelism
      * reduce-scattered into this rank's rows); hidden dropout at linear_fc2's site */
     OP("fwd.moe.combine",
-       mt_moe_unpermute(&m->a.moe_y, &la->moe_yp, &la->moe_probs, &la->moe_pos, NULL, s));
+       mt_moe_unpermute(&m->a.moe_y, &la->moe_yp, &la->moe_probs, &la->moe_pos, base, s));
     const mt_tensor *y = &m->a.moe_y;
     if (sp(m)) {
         OP("fwd.tp.moe", mt_tp_reduce_scatter_rows(m->tp, next, &m->a.moe_y, s));
@@ -447,6 +484,34 @@ static mt_status moe_fwd(mt_model *m, int l, layer_acts *la, const layer_params 
     if (!hidden_drop(m)) return mt_add(next, &la->resid_mid, y, s);
     mt_dropout_config d = hidden_cfg(m, (uint32_t)(SITE_FC2 + 3 * l));
     return mt_dropout(next, y, &la->resid_mid, &d, s);
+}
+
+/* The shared experts' backward from dy (the MoE output's gradient, every token's row): with the
+ * gate its gradient into a->sh_logit (f32) and fc2's output's into a->sh_dy; fc2's and the
+ * activation's, into a->sh_dpre (fc1's dx and dW: moe_bwd's, beside the experts' and the
+ * router's). */
+static mt_status shared_bwd(mt_model *m, layer_acts *la, const layer_params *lp,
+                            const mt_tensor *dy, int acc, mt_stream s) {
+    const mt_model_config *c = &m->cfg;
+    acts *a = &m->a;
+    if (c->moe_shared_expert_gate) {
+        OP("bwd.moe.shared",
+           mt_moe_unpermute_bwd(&a->sh_dy, &a->sh_dg, dy, &la->sh_y, &la->sh_g, &a->sh_pos, s));
+        /* (tensor parallelism: sh_y is this rank's share, so is the gate's gradient) */
+        OP("bwd.tp.moe", mt_tp_all_reduce(m->tp, &a->sh_dg, s));
+        OP("bwd.shared_gate", mt_sigmoid_bwd(&a->sh_logit, &a->sh_dg, &la->sh_g, s));
+        dy = &a->sh_dy;
+    }
+    if (c->swiglu) {
+        OP("bwd.gemm.shared_fc2", mt_linear_bwd(m->blas, &a->sh_dact, G(lp->sh_fc2), NULL, dy,
+                                                &la->sh_act, W(lp->sh_fc2), acc, s));
+        OP("bwd.swiglu", mt_swiglu_bwd(&a->sh_dpre, NULL, &a->sh_dact, &la->sh_pre, NULL, s));
+        return MT_OK;
+    }
+    OP("bwd.gemm.shared_fc2+dgelu",
+       mt_linear_bwd_dgelu(m->blas, &a->sh_dpre, NULL, &la->sh_pre, G(lp->sh_fc2), NULL, dy,
+                           &la->sh_act, W(lp->sh_fc2), acc, s));
+    return MT_OK;
 }
 
 /* The MoE MLP's backward from a->dres (the layer output's gradient) into a->dln (ln2's): the
@@ -470,6 +535,7 @@ static mt_status moe_bwd(mt_model *m, int l, layer_acts *la, const layer_params 
                                                &la->moe_probs, &la->moe_pos, s));
     /* (tensor parallelism: each rank's yp is its share, so are the probabilities' gradients) */
     OP("bwd.tp.moe", mt_tp_all_reduce(m->tp, &a->moe_dprobs, s));
+    if (shared_n(c)) MT_TRY(shared_bwd(m, la, lp, dy, acc, s));
     /* (expert parallelism: the outputs' gradients go where the experts are, moe_dye) */
     if (m->ep) OP("bwd.moe.dispatch", ep_dispatch(m, la, &a->moe_dye, &a->moe_dyp, s));
     if (c->recompute_mlp_act && c->swiglu) /* (moe_act: the shared activation refilled) */
@@ -532,13 +598,15 @@ static mt_status moe_bwd(mt_model *m, int l, layer_acts *la, const layer_params 
     /* (tensor parallelism: the experts' input gradient summed, with sequence parallelism
      * reduce-scattered into this rank's rows, before the router's, whole on every rank, is
      * added) */
-    if (sp(m)) {
-        OP("bwd.moe.permute", mt_moe_permute_bwd(&a->moe_y, &a->moe_dxp, &la->moe_pos, 0, s));
+    mt_tensor *dx = sp(m) ? &a->moe_y : &a->dln; /* (every token's row) */
+    OP("bwd.moe.permute", mt_moe_permute_bwd(dx, &a->moe_dxp, &la->moe_pos, 0, s));
+    if (shared_n(c)) /* (the shared experts' fc1: this rank's share too) */
+        OP("bwd.gemm.shared_fc1",
+           mt_gemm(m->blas, dx, NULL, &a->sh_dpre, W(lp->sh_fc1), NULL, 0, 1.0f, 1.0f, s));
+    if (sp(m))
         OP("bwd.tp.moe", mt_tp_reduce_scatter_rows(m->tp, &a->dln, &a->moe_y, s));
-    } else {
-        OP("bwd.moe.permute", mt_moe_permute_bwd(&a->dln, &a->moe_dxp, &la->moe_pos, 0, s));
+    else
         OP("bwd.tp.moe", mt_tp_all_reduce(m->tp, &a->dln, s));
-    }
     const float scale =
         m->loss_scale * (c->per_token_loss ? (float)((int64_t)m->B * c->seq_length) : 1.0f);
     const mt_moe_router router = router_of(c);
@@ -559,6 +627,17 @@ static mt_status moe_bwd(mt_model *m, int l, layer_acts *la, const layer_params 
     if (sp(m)) MT_TRY(rows_of(dl, m->tpr * Nl, Nl, &dl_rows));
     OP("bwd.gemm.router",
        mt_gemm(m->blas, &a->dln, NULL, &dl_rows, W(lp->router_w), NULL, 0, 1.0f, 1.0f, s));
+    mt_tensor *gl = &a->sh_logit; /* (the gate's logits' gradient, whole on every rank) */
+    if (c->moe_shared_expert_gate) {
+        if (c->dtype != MT_F32) {
+            MT_TRY(mt_cast(&a->sh_dlogit_dt, &a->sh_logit, s));
+            gl = &a->sh_dlogit_dt;
+        }
+        mt_tensor gl_rows = *gl;
+        if (sp(m)) MT_TRY(rows_of(gl, m->tpr * Nl, Nl, &gl_rows));
+        OP("bwd.gemm.shared_gate",
+           mt_gemm(m->blas, &a->dln, NULL, &gl_rows, W(lp->sh_gate), NULL, 0, 1.0f, 1.0f, s));
+    }
     if (c->recompute_layernorm) /* (ln2 dropped after the forward: the router's dW reads it) */
         OP("bwd.recompute.norm",
            norm_fwd(m, &la->ln2, NULL, NULL, &la->resid_mid, lp->ln2_w, lp->ln2_b, s));
@@ -566,6 +645,12 @@ static mt_status moe_bwd(mt_model *m, int l, layer_acts *la, const layer_params 
     OP("bwd.tp.gather", ln_rows(m, &la->ln2, &x_in, s));
     OP("bwd.gemm.router",
        mt_linear_bwd(m->blas, NULL, G(lp->router_w), NULL, dl, x_in, W(lp->router_w), acc, s));
+    if (shared_n(c))
+        OP("bwd.gemm.shared_fc1", mt_linear_bwd(m->blas, NULL, G(lp->sh_fc1), NULL, &a->sh_dpre,
+                                                x_in, W(lp->sh_fc1), acc, s));
+    if (c->moe_shared_expert_gate)
+        OP("bwd.gemm.shared_gate",
+           mt_linear_bwd(m->blas, NULL, G(lp->sh_gate), NULL, gl, x_in, W(lp->sh_gate), acc, s));
     return MT_OK;
 }
 

@@ -10,7 +10,25 @@
 static mt_status moe_finalize(mt_model_config *c) {
     MT_REQUIRE(c->num_moe_experts >= 0, MT_ERR_INVALID_ARG, "--num-experts %d must be positive",
                c->num_moe_experts);
+    const int Fs = c->moe_shared_expert_intermediate_size;
+    MT_REQUIRE(!Fs || c->num_moe_experts, MT_ERR_INVALID_ARG,
+               "--moe-shared-expert-intermediate-size needs --num-experts");
+    MT_REQUIRE(!c->moe_shared_expert_gate || Fs, MT_ERR_INVALID_ARG,
+               "--moe-shared-expert-gate needs --moe-shared-expert-intermediate-size");
     if (!c->num_moe_experts) return MT_OK;
+    if (Fs) { /* (megatron's checks and message) */
+        MT_REQUIRE(Fs > 0, MT_ERR_INVALID_ARG,
+                   "moe_shared_expert_intermediate_size must be num_shared_experts * "
+                   "ffn_size_of_each_shared_expert, but got %d",
+                   Fs);
+        MT_REQUIRE(!c->add_bias_linear, MT_ERR_INVALID_ARG,
+                   "bias is not supported in the shared experts, please set "
+                   "'--disable-bias-linear' instead.");
+        MT_REQUIRE(Fs % c->tensor_model_parallel_size == 0, MT_ERR_INVALID_ARG,
+                   "--moe-shared-expert-intermediate-size (%d) is not divisible by "
+                   "--tensor-model-parallel-size (%d)",
+                   Fs, c->tensor_model_parallel_size);
+    }
     if (!c->moe_router_topk) c->moe_router_topk = 2;
     if (!c->moe_ffn_hidden_size) c->moe_ffn_hidden_size = c->ffn_hidden_size;
     MT_REQUIRE(c->moe_router_topk >= 1 && c->moe_router_topk <= c->num_moe_experts,
@@ -271,10 +289,11 @@ double mt_model_flops_per_iteration(const mt_model_config *c, int64_t global_bat
     double kv = (double)c->kv_channels * c->num_query_groups;
     double ffn_factor = c->swiglu ? 3 : 2;
     double S2 = (double)global_batch * c->seq_length * c->seq_length;
-    /* (MoE: each token through moe_router_topk experts of moe_ffn_hidden_size; the router's GEMM
-     * not counted, as Megatron's) */
+    /* (MoE: each token through moe_router_topk experts of moe_ffn_hidden_size and the shared
+     * experts; the router's and the shared experts' gate's GEMMs not counted, as Megatron's) */
     const double ffn = c->num_moe_experts ? (double)c->moe_ffn_hidden_size *
-                                                (c->moe_router_topk ? c->moe_router_topk : 2)
+                                                    (c->moe_router_topk ? c->moe_router_topk : 2) +
+                                                c->moe_shared_expert_intermediate_size
                                           : c->ffn_hidden_size;
     return T * (3 * 2 * h * ffn * ffn_factor * L + 3 * 2 * (h * (q + 2 * kv) + q * h) * L +
                 3 * 2 * h * c->padded_vocab_size) +
@@ -380,6 +399,15 @@ static void build_table(const mt_model_config *c, table *m) {
                     P(x, 1, C, 0, 0, 0, 1);
                 }
             }
+            const int64_t Fs = c->moe_shared_expert_intermediate_size; /* (a dense MLP's split) */
+            if (Fs) {
+                P("mlp.shared_experts.linear_fc1.weight", 2, (c->swiglu ? 2 : 1) * Fs, C, std, 0,
+                  0);
+                split_last(m, tp, 0, c->swiglu ? 2 : 1, Fs, c->swiglu ? Fs : 0, 0);
+                P("mlp.shared_experts.linear_fc2.weight", 2, C, Fs, out_std, 0, 0);
+                split_last(m, tp, 1, 1, Fs, 0, 0);
+            }
+            if (c->moe_shared_expert_gate) P("mlp.shared_experts.gate_weight", 2, 1, C, std, 0, 0);
             continue;
         }
         P("mlp.linear_fc1.weight", 2, F1, C, std, 0, 0);
@@ -555,6 +583,14 @@ static void plan_layer(const mt_model *m, planner *p, layer_acts *la) {
         else
             TAKE(p, &la->fc1_act, dt, Re, Fe);
         TAKE(p, &la->moe_yp, dt, R, C);
+        if (shared_n(c)) { /* (every token's: the whole micro-batch's under sequence parallelism) */
+            TAKE(p, &la->sh_pre, dt, N, (c->swiglu ? 2 : 1) * local_shared_ffn(c));
+            TAKE(p, &la->sh_act, dt, N, local_shared_ffn(c));
+            if (c->moe_shared_expert_gate) {
+                TAKE(p, &la->sh_y, dt, N, C);
+                TAKE(p, &la->sh_g, MT_F32, N, 1);
+            }
+        }
         la->counts_h = p->host ? p->host + (size_t)p->nsets * E * ep_n(c) : NULL;
         p->nsets++;
         return;
@@ -671,6 +707,19 @@ static void plan_acts(mt_model *m, planner *p) {
         TAKE(p, &a->moe_dlogits_dt, dt, N, E);
         if (c->swiglu) TAKE(p, &a->dfc1_act, dt, Re, Fe);
         TAKE(p, &a->dfc1_pre, dt, Re, (c->swiglu ? 2 : 1) * Fe);
+        if (shared_n(c)) {
+            const int64_t Fs = local_shared_ffn(c);
+            TAKE(p, &a->sh_pos, MT_I32, N, 1);
+            TAKE(p, &a->sh_ones, MT_F32, N, 1);
+            TAKE(p, &a->sh_out, dt, N, C);
+            if (!c->moe_shared_expert_gate) TAKE(p, &a->sh_y, dt, N, C);
+            TAKE(p, &a->sh_logit, MT_F32, N, 1);
+            TAKE(p, &a->sh_dy, dt, N, C);
+            TAKE(p, &a->sh_dg, MT_F32, N, 1);
+            TAKE(p, &a->sh_dlogit_dt, dt, N, 1);
+            if (c->swiglu) TAKE(p, &a->sh_dact, dt, N, Fs);
+            TAKE(p, &a->sh_dpre, dt, N, (c->swiglu ? 2 : 1) * Fs);
+        }
     } else {
         if (c->swiglu) TAKE(p, &a->dfc1_act, dt, N, F); /* GELU's backward rides on fc2's GEMM */
         TAKE(p, &a->dfc1_pre, dt, N, F1);
@@ -685,6 +734,24 @@ static void plan_acts(mt_model *m, planner *p) {
 
 static size_t align_up(size_t x, size_t a) {
     return (x + a - 1) / a * a;
+}
+
+/* The shared experts' constants: the identity map and unit weights of their combine (mt-moe's
+ * unpermute with one choice a token: the token's own row, times its gate or 1). */
+static mt_status shared_constants(mt_model *m) {
+    const int64_t N = (int64_t)m->B * m->cfg.seq_length;
+    int32_t *pos = malloc((size_t)N * 4);
+    float *ones = malloc((size_t)N * 4);
+    mt_status st = pos && ones ? MT_OK : MT_ERROR(MT_ERR_OOM, "shared experts' constants");
+    for (int64_t n = 0; n < N && st == MT_OK; n++)
+        pos[n] = (int32_t)n, ones[n] = 1.0f;
+    if (st == MT_OK)
+        st = mt_memcpy(m->a.sh_pos.data, m->dev, pos, MT_DEVICE_CPU, (size_t)N * 4, NULL);
+    if (st == MT_OK)
+        st = mt_memcpy(m->a.sh_ones.data, m->dev, ones, MT_DEVICE_CPU, (size_t)N * 4, NULL);
+    free(pos);
+    free(ones);
+    return st;
 }
 
 static mt_status workspace_sizes(mt_model *m) {
@@ -937,6 +1004,9 @@ static mt_status create(const mt_model_config *cfg, int micro_batch_size, mt_dev
         FIND(kn_w, "self_attention.k_layernorm.weight");
         FIND(kn_b, "self_attention.k_layernorm.bias");
         FIND(router_w, "mlp.router.weight");
+        FIND(sh_fc1, "mlp.shared_experts.linear_fc1.weight");
+        FIND(sh_fc2, "mlp.shared_experts.linear_fc2.weight");
+        FIND(sh_gate, "mlp.shared_experts.gate_weight");
         if (!moe_n(&m->cfg)) continue;
         const int E = moe_local(&m->cfg), e0 = moe_first(&m->cfg); /* (this rank's experts) */
         if (!m->moe_params)
@@ -998,6 +1068,7 @@ static mt_status create(const mt_model_config *cfg, int micro_batch_size, mt_dev
     p = (planner){ abase, 0, device, 0, m->moe_host, sh, m->shared.base, m->shared.stride, 0 };
     plan_acts(m, &p);
     if (moe_n(&m->cfg)) MT_TRY_GOTO(mt_memset_zero(m->a.moe_loss.data, device, 8, NULL), st, fail);
+    if (shared_n(&m->cfg)) MT_TRY_GOTO(shared_constants(m), st, fail);
 
     if (!m->view) MT_TRY_GOTO(init_weights(m), st, fail);
     if (!m->no_grads) MT_TRY_GOTO(mt_model_zero_grad(m, NULL), st, fail);

@@ -100,6 +100,13 @@ static inline int64_t moe_k(const mt_model_config *c) {
 static inline int64_t local_moe_ffn(const mt_model_config *c) { /* (each expert's share) */
     return c->moe_ffn_hidden_size / tp_n(c);
 }
+/* The shared experts' width (0: none) and this rank's share of it. */
+static inline int64_t shared_n(const mt_model_config *c) {
+    return c->num_moe_experts ? c->moe_shared_expert_intermediate_size : 0;
+}
+static inline int64_t local_shared_ffn(const mt_model_config *c) {
+    return shared_n(c) / tp_n(c);
+}
 /* Token dropping: an expert's capacity for N tokens (Megatron's get_capacity of N * topk), the
  * padded region of each expert (0 without padding), the permuted rows. */
 static inline int64_t moe_capacity(const mt_model_config *c, int64_t N) {
@@ -188,6 +195,10 @@ typedef struct layer_acts {
     /* the rows this rank's experts run on (fc1's input): moe_xp, or with expert parallelism the
      * rows received, expert-major (moe_expert_rows) */
     mt_tensor moe_xe;
+    /* the shared experts (every token's rows): fc1's output, the activation, and with the gate
+     * fc2's output (N,C) (this rank's partial sum under tensor parallelism) and the gate's
+     * sigmoid (N,1) f32 */
+    mt_tensor sh_pre, sh_act, sh_y, sh_g;
 } layer_acts;
 
 typedef struct acts {
@@ -228,6 +239,11 @@ typedef struct acts {
      * gradients of their outputs and inputs (moe_dye, moe_dxe), expert-major, (moe_expert_rows,
      * C). Every rank's tokens per expert (ep,E) i32 */
     mt_tensor moe_ye, moe_dye, moe_dxe, moe_counts_all;
+    /* the shared experts: their combine's identity map (N,1) i32 and unit weights (N,1) f32
+     * (shared_constants), its output (N,C), fc2's output without the gate (N,C), the gate's logits
+     * and then their gradient (N,1) f32; backward scratch: fc2's output's gradient (N,C), the
+     * gate's (N,1) f32, the logits' gradient in the model dtype, the activation's and fc1's */
+    mt_tensor sh_pos, sh_ones, sh_out, sh_y, sh_logit, sh_dy, sh_dg, sh_dlogit_dt, sh_dact, sh_dpre;
     /* context parallelism: a layer's keys|values (B,T,2G,D) as this rank holds them (kvl; the
      * reduce-scattered gradient in the backward), every rank's gathered (kva, (cp,B,T,2G,D); the
      * gradient rank-major before its reduce-scatter), in sequence order (kv, (B,cp T,2G,D)), their
@@ -246,6 +262,7 @@ typedef struct layer_params {
     mt_model_param *qn_w, *qn_b, *kn_w, *kn_b; /* qk_layernorm */
     /* mixture of experts (E experts; the biases NULL without add_bias_linear) */
     mt_model_param *router_w, **exp_fc1, **exp_fc2, **exp_fc1_b, **exp_fc2_b;
+    mt_model_param *sh_fc1, *sh_fc2, *sh_gate; /* the shared experts (NULL: none, no gate) */
 } layer_params;
 
 /* What a captured forward_backward (or inference forward) depends on besides the model's own

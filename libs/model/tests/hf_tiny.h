@@ -1,4 +1,4 @@
-/* The tiny Hugging Face GPT-2, Llama, Qwen2, Qwen3 and Mixtral of golden/gen_hf.py, shared by libs/model's
+/* The tiny Hugging Face GPT-2, Llama, Qwen2, Qwen3, Mixtral and Qwen2-MoE of golden/gen_hf.py, shared by libs/model's
  * test_hf_golden and libs/train's test_hf_adamw: the model config and the weight loading. */
 #ifndef MT_MODEL_TESTS_HF_TINY_H
 #define MT_MODEL_TESTS_HF_TINY_H
@@ -49,6 +49,17 @@ static inline mt_model_config hf_tiny_config(const char *tag, mt_dtype dt) {
         c.num_moe_experts = 4;
         c.moe_router_topk = 2;
         c.moe_ffn_hidden_size = 32;
+    }
+    if (strcmp(tag, "qwen2_moe") == 0) { /* Qwen2's attention; Mixtral's experts over the softmax
+                                            of all 4; a gated shared expert of SwiGLU 48 */
+        tiny_llama_layers(&c);
+        c.add_qkv_bias = 1;
+        c.num_moe_experts = 4;
+        c.moe_router_topk = 2;
+        c.moe_ffn_hidden_size = 32;
+        c.moe_router_pre_softmax = 1;
+        c.moe_shared_expert_intermediate_size = 48;
+        c.moe_shared_expert_gate = 1;
     }
     return c;
 }

@@ -212,6 +212,15 @@ typedef struct mt_model_config {
     int virtual_pipeline_model_parallel_size;
     /* Megatron's --add-qkv-bias: linear_qkv has a bias even without add_bias_linear (Qwen2) */
     int add_qkv_bias;
+    /* Megatron's --moe-shared-expert-intermediate-size (0: none): each MoE layer also runs its
+     * shared experts, one MLP of this width (the experts' activation, no biases) over every token,
+     * its output added to the routed experts' (decoder.layers.l.mlp.shared_experts.linear_fc1
+     * and linear_fc2.weight; tensor-parallel as a dense MLP, its output summed with the experts'
+     * combine). moe_shared_expert_gate (--moe-shared-expert-gate; Qwen2-MoE's shared_expert_gate):
+     * that output times sigmoid(x . g) for each token x, g mlp.shared_experts.gate_weight
+     * (1, hidden). */
+    int moe_shared_expert_intermediate_size;
+    int moe_shared_expert_gate;
 } mt_model_config;
 
 #define MT_MODEL_CONFIG_INIT                                                                   \
@@ -219,7 +228,7 @@ typedef struct mt_model_config {
         sizeof(mt_model_config), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, MT_NORM_LAYERNORM, 0.0f,     \
             MT_POS_LEARNED, 0.0, 0, 0, 1, 0, 0.0f, 1234, MT_F32, 0, MT_RECOMPUTE_NONE,         \
             MT_RECOMPUTE_METHOD_NONE, 0, 0, 0, 0, 0, 0, 0.0f, 0.0f, 0, 0, 0, 0, 0, 0, 0, 0, 0, \
-            0.0f, 0.0f, 0.0f, 0, 0, 0, 0.0f, 0, 0, 0, 0, 0, 0, 0, 0, 0                         \
+            0.0f, 0.0f, 0.0f, 0, 0, 0, 0.0f, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0                   \
     }
 
 /* Fills the derived fields (zeros) of cfg in place and checks it; MT_ERR_INVALID_ARG with
