@@ -11,7 +11,9 @@
 # router losses, also with token dropping; so do 2 expert-parallel ranks (with the distributed
 # optimizer, 4 data-parallel ranks, tensor and sequence parallelism, 2 stages, full recompute,
 # biases, token dropping padded or not), and their checkpoint resumes on one rank. Group-limited
-# routing changes the losses; bad groups are refused. With "cuda": on the GPU.
+# routing changes the losses; bad groups are refused. Shared experts (gated: Qwen2-MoE's) change
+# the losses, recompute bitwise, give one rank's losses under TP + SP and EP, and export as a
+# Hugging Face Qwen2-MoE that imports back. With "cuda": on the GPU.
 source "$(dirname "$0")/pretrain_common.sh"
 d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
 moe=(--normalization RMSNorm --position-embedding-type rope --swiglu --disable-bias-linear
@@ -91,6 +93,40 @@ if [ -n "${MT_CONVERT:-}" ]; then  # (Mixtral routes otherwise: no Hugging Face 
   grep -q "no hf.config" "$d/gexport.log" || { echo "FAIL: export message"; cat "$d/gexport.log"; exit 1; }
   echo "ok: a group-routed checkpoint is not exported as Mixtral"
 fi
+# shared experts (Megatron's --moe-shared-expert-intermediate-size, gated: --moe-shared-expert-gate)
+# change the first loss; full recompute repeats them bitwise; bad combinations are refused
+sh=(--moe-shared-expert-intermediate-size 32 --moe-shared-expert-gate)
+run shared --train-iters 4 "${sh[@]}"
+[ "$(losses "$d/dropless4.json" 1 1)" != "$(losses "$d/shared.json" 1 1)" ] || { echo "FAIL: shared experts changed nothing"; exit 1; }
+run sharednog --train-iters 4 --moe-shared-expert-intermediate-size 32
+[ "$(losses "$d/shared.json" 1 1)" != "$(losses "$d/sharednog.json" 1 1)" ] || { echo "FAIL: the shared experts' gate changed nothing"; exit 1; }
+run sharedrec --train-iters 4 "${sh[@]}" --recompute-granularity full --recompute-method uniform --recompute-num-layers 1
+[ "$(losses "$d/shared.json" 1 4)" = "$(losses "$d/sharedrec.json" 1 4)" ] || { echo "FAIL: full recompute changed the shared experts' losses"; exit 1; }
+for bad in "--moe-shared-expert-gate|--moe-shared-expert-gate needs --moe-shared-expert-intermediate-size" \
+           "--moe-shared-expert-intermediate-size 30 --tensor-model-parallel-size 4|is not divisible by --tensor-model-parallel-size (4)"; do
+  tiny_run "$d/bad.json" "${MOE[@]}" --train-iters 1 ${bad%%|*} > "$d/bad.log" 2>&1 \
+    && { echo "FAIL: ${bad%%|*} accepted"; exit 1; }
+  grep -qF -- "${bad#*|}" "$d/bad.log" || { echo "FAIL: ${bad%%|*}: want '${bad#*|}'"; cat "$d/bad.log"; exit 1; }
+done
+tiny_run "$d/bad.json" "${moe_bias[@]}" "${sh[@]}" --train-iters 1 > "$d/bad.log" 2>&1 && { echo "FAIL: shared experts with biases accepted"; exit 1; }
+grep -qF "bias is not supported in the shared experts" "$d/bad.log" || { echo "FAIL: biases message"; cat "$d/bad.log"; exit 1; }
+tiny_run "$d/bad.json" --train-iters 1 --moe-shared-expert-intermediate-size 32 > "$d/bad.log" 2>&1 && { echo "FAIL: shared experts without experts accepted"; exit 1; }
+grep -qF "needs --num-experts" "$d/bad.log" || { echo "FAIL: no-experts message"; cat "$d/bad.log"; exit 1; }
+echo "ok: shared experts ($(losses "$d/shared.json" 1 1 | awk '{print $2}') first loss, recomputed bitwise; bad combinations refused)"
+if [ -n "${MT_CONVERT:-}" ]; then  # Qwen2-MoE's shape: qkv biases, all-expert softmax, gated shared expert
+  run qmoe --train-iters 4 "${sh[@]}" --add-qkv-bias --moe-router-pre-softmax --save "$d/qck"
+  "$MT_CONVERT" mt-to-hf "$d/qck" "$d/qhf" 2> "$d/qexport.log" || { echo "FAIL: Qwen2-MoE export"; cat "$d/qexport.log"; exit 1; }
+  [ "$(jq -r '.model_type, .num_experts, .shared_expert_intermediate_size, .norm_topk_prob' "$d/qhf/config.json" | tr '\n' ' ')" = "qwen2_moe 4 32 false " ] \
+    || { echo "FAIL: exported Qwen2-MoE config"; cat "$d/qhf/config.json"; exit 1; }
+  "$MT_CONVERT" hf-to-mt "$d/qhf" "$d/qback" 2> "$d/qimport.log" || { echo "FAIL: Qwen2-MoE import"; cat "$d/qimport.log"; exit 1; }
+  run qft --train-iters 4 "${sh[@]}" --add-qkv-bias --moe-router-pre-softmax --load "$d/qck" --finetune
+  run qftback --train-iters 4 "${sh[@]}" --add-qkv-bias --moe-router-pre-softmax --load "$d/qback" --finetune
+  [ "$(losses "$d/qft.json" 1 4)" = "$(losses "$d/qftback.json" 1 4)" ] || { echo "FAIL: the Qwen2-MoE round trip changed the losses"; exit 1; }
+  run sgck --train-iters 4 --moe-shared-expert-intermediate-size 32 --save "$d/sgck"
+  "$MT_CONVERT" mt-to-hf "$d/sgck" "$d/sghf" > "$d/sgexport.log" 2>&1 && { echo "FAIL: ungated shared experts exported"; exit 1; }
+  grep -q "no hf.config" "$d/sgexport.log" || { echo "FAIL: ungated export message"; cat "$d/sgexport.log"; exit 1; }
+  echo "ok: exported as Hugging Face Qwen2-MoE and imported back (the same fine-tuning losses); ungated shared experts not exported"
+fi
 # Megatron's --recompute-modules moe_act (and layernorm) with MoE: the same losses, bitwise
 run recact --train-iters 4 --recompute-granularity selective --recompute-modules moe_act layernorm
 [ "$(losses "$d/dropless4.json" 1 4)" = "$(losses "$d/recact.json" 1 4)" ] || { echo "FAIL: moe_act recompute changed the losses"; exit 1; }
@@ -160,6 +196,10 @@ if [ -n "${MPIEXEC:-}" ]; then
     [ "$(jq -r .num_local_experts "$d/ephf/config.json")" = 4 ] || { echo "FAIL: EP export's config"; exit 1; }
     echo "ok: the expert-parallel checkpoint exported as a Hugging Face Mixtral"
   fi
+  # shared experts: tensor- and sequence-parallel as a dense MLP, beside expert parallelism
+  run ones "${sh[@]}"
+  mr tpsp2s 2 "${sh[@]}" --tensor-model-parallel-size 2 --sequence-parallel
+  mr ep2s 2 "${sh[@]}" "${ep[@]}"
   MOE=("${moe_bias[@]}")  # experts with biases (fc2's added once under TP)
   run oneb
   mr tp2b 2 --tensor-model-parallel-size 2
@@ -167,9 +207,10 @@ if [ -n "${MPIEXEC:-}" ]; then
   mr ep2b 2 "${ep[@]}"  # (experts with biases run one GEMM each)
   MOE=("${moe[@]}")
   router() { jq -r '"\(.load_balancing_loss) \(.z_loss)"' "$1"; }
-  for n in dp2 zero pp2 ppv2 tp2 tpsp2 dpdrop dpcap tpcap tp2b tpsp2b ep2 ep2zero ep2dp4 ep2tp2 ep2pp2 ep2rec ep2b ep2cap ep2drop; do
+  for n in dp2 zero pp2 ppv2 tp2 tpsp2 dpdrop dpcap tpcap tp2b tpsp2b ep2 ep2zero ep2dp4 ep2tp2 ep2pp2 ep2rec ep2b ep2cap ep2drop tpsp2s ep2s; do
     ref=one; [ $n = dpdrop ] && ref=onedrop; [ $n = ppv2 ] && ref=one4; [ $n = dpcap ] || [ $n = tpcap ] || [ $n = ep2cap ] && ref=onecap
     [ $n = ep2drop ] && ref=onedropc
+    [ $n = tpsp2s ] || [ $n = ep2s ] && ref=ones
     [ $n = tp2b ] || [ $n = tpsp2b ] || [ $n = ep2b ] && ref=oneb
     paste <(losses "$d/$ref.json" 1 12) <(losses "$d/$n.json" 1 12) | awk '{ print $2, $4 }' | close "$n losses" 1e-5
     paste -d' ' <(router "$d/$ref.jsonl") <(router "$d/$n.jsonl") | awk '{ print $1, $3; print $2, $4 }' \

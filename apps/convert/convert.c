@@ -20,6 +20,11 @@
  *   decoder.layers.i.mlp.router.weight (E,C)          Mixtral gate
  *   decoder.layers.i.mlp.experts.local_experts.e.linear_fc1.weight (2I,C)  [w1; w3] = [gate; up]
  *   decoder.layers.i.mlp.experts.local_experts.e.linear_fc2.weight (C,I)   w2 = down
+ *       (Qwen2-MoE: mlp.gate, and mlp.experts.e.{gate,up,down}_proj or transformers 5's fused
+ *       mlp.experts.gate_up_proj and down_proj as Mixtral's)
+ *   decoder.layers.i.mlp.shared_experts.linear_fc1.weight (2Is,C)  Qwen2-MoE shared_expert
+ *       [gate_proj; up_proj]; linear_fc2.weight (C,Is) down_proj; gate_weight (1,C)
+ *       shared_expert_gate
  *   decoder.final_layernorm.{weight,bias}, output_layer.weight (Vp,C, zero padding rows as the
  *       embedding; absent when tied)
  * RoPE: we keep HF's half-split (rotate_half) layout, so Llama q/k rows are not permuted; a Meta
@@ -122,8 +127,9 @@ static mt_status same(cv_map *m, const char *internal, const char *hf, int trans
 }
 
 typedef struct cv_cfg {
-    const char *type;                      /* gpt2, llama, qwen2, qwen3, mixtral */
-    int64_t L, C, V, Vp, P, Q, G, D, I, E; /* Vp: padded vocabulary */
+    const char *type;                          /* gpt2, llama, qwen2, qwen3, mixtral, qwen2_moe */
+    int64_t L, C, V, Vp, P, Q, G, D, I, E, Is; /* Vp: padded vocabulary; I: an expert's width
+                                                  with experts; Is: the shared expert's */
     int tied, experts_fused;
     const char *prefix; /* GPT-2: "transformer." or "" */
 } cv_cfg;
@@ -138,9 +144,9 @@ static mt_status read_cfg(json_t *cfg, cv_cfg *c) {
     const char *t = json_string_value(json_object_get(cfg, "model_type"));
     MT_REQUIRE(t, MT_ERR_FORMAT, "config.json has no model_type");
     MT_REQUIRE(!strcmp(t, "gpt2") || !strcmp(t, "llama") || !strcmp(t, "qwen2") ||
-                   !strcmp(t, "qwen3") || !strcmp(t, "mixtral"),
+                   !strcmp(t, "qwen3") || !strcmp(t, "mixtral") || !strcmp(t, "qwen2_moe"),
                MT_ERR_UNSUPPORTED,
-               "model_type '%s' (we convert gpt2, llama, qwen2, qwen3, mixtral)", t);
+               "model_type '%s' (we convert gpt2, llama, qwen2, qwen3, mixtral, qwen2_moe)", t);
     c->type = t;
     int gpt2 = !strcmp(t, "gpt2");
     c->L = geti(cfg, gpt2 ? "n_layer" : "num_hidden_layers", "num_hidden_layers", -1);
@@ -154,6 +160,17 @@ static mt_status read_cfg(json_t *cfg, cv_cfg *c) {
     c->D = geti(cfg, "head_dim", NULL, c->C / c->Q);
     c->I = gpt2 ? geti(cfg, "n_inner", NULL, 4 * c->C) : geti(cfg, "intermediate_size", NULL, -1);
     c->E = geti(cfg, "num_local_experts", "num_experts", 0);
+    if (!strcmp(t, "qwen2_moe")) { /* (every layer's MLP sparse: libs/model's MoE layers) */
+        c->I = geti(cfg, "moe_intermediate_size", NULL, -1);
+        c->Is = geti(cfg, "shared_expert_intermediate_size", NULL, -1);
+        MT_REQUIRE(c->E > 0 && c->Is > 0, MT_ERR_FORMAT,
+                   "config.json: bad expert count or shared_expert_intermediate_size");
+        MT_REQUIRE(geti(cfg, "decoder_sparse_step", NULL, 1) == 1 &&
+                       json_array_size(json_object_get(cfg, "mlp_only_layers")) == 0,
+                   MT_ERR_UNSUPPORTED,
+                   "Qwen2-MoE with dense layers (decoder_sparse_step, mlp_only_layers): every "
+                   "layer's MLP must be sparse");
+    }
     MT_REQUIRE(c->I > 0 && (strcmp(t, "mixtral") || c->E > 0), MT_ERR_FORMAT,
                "config.json: bad intermediate size or expert count");
     json_t *tie = json_object_get(cfg, "tie_word_embeddings");
@@ -242,9 +259,34 @@ static mt_status build_map(const cv_cfg *c, json_t *wmap, cv_map *m) {
                 MT_TRY(same(m, n, h, 0, C));
             }
         }
-        if (!strcmp(c->type, "mixtral")) {
+        const int qmoe = !strcmp(c->type, "qwen2_moe");
+        if (qmoe) { /* the shared expert ([gate; up], down) and its gate */
+            snprintf(n, sizeof n, "%smlp.shared_experts.", ip);
+            MT_TRY(entry(m, "%slinear_fc1.weight", n));
+            snprintf(h, sizeof h, "%smlp.shared_expert.gate_proj.weight", lp);
+            MT_TRY(piece(m, h, -1, 0, 0, c->Is));
+            snprintf(h, sizeof h, "%smlp.shared_expert.up_proj.weight", lp);
+            MT_TRY(piece(m, h, -1, 0, 0, c->Is));
+            char sn[300];
+            snprintf(sn, sizeof sn, "%slinear_fc2.weight", n);
+            snprintf(h, sizeof h, "%smlp.shared_expert.down_proj.weight", lp);
+            MT_TRY(same(m, sn, h, 0, C));
+            snprintf(sn, sizeof sn, "%sgate_weight", n);
+            snprintf(h, sizeof h, "%smlp.shared_expert_gate.weight", lp);
+            MT_TRY(same(m, sn, h, 0, 1));
+        }
+        if (!strcmp(c->type, "mixtral") || qmoe) {
             int f = c->experts_fused;
-            snprintf(h, sizeof h, f ? "%smlp.gate.weight" : "%sblock_sparse_moe.gate.weight", lp);
+            /* (Mixtral's unfused experts: block_sparse_moe.experts.e.w1, w3, w2; Qwen2-MoE's:
+             * mlp.experts.e.gate_proj, up_proj, down_proj) */
+            const char *u1 = qmoe ? "%smlp.experts.%d.gate_proj.weight"
+                                  : "%sblock_sparse_moe.experts.%d.w1.weight";
+            const char *u3 = qmoe ? "%smlp.experts.%d.up_proj.weight"
+                                  : "%sblock_sparse_moe.experts.%d.w3.weight";
+            const char *u2 = qmoe ? "%smlp.experts.%d.down_proj.weight"
+                                  : "%sblock_sparse_moe.experts.%d.w2.weight";
+            snprintf(h, sizeof h,
+                     f || qmoe ? "%smlp.gate.weight" : "%sblock_sparse_moe.gate.weight", lp);
             snprintf(n, sizeof n, "%smlp.router.weight", ip);
             MT_TRY(same(m, n, h, 0, c->E));
             for (int e = 0; e < c->E; e++) {
@@ -255,9 +297,9 @@ static mt_status build_map(const cv_cfg *c, json_t *wmap, cv_map *m) {
                     snprintf(h, sizeof h, "%smlp.experts.gate_up_proj", lp);
                     MT_TRY(piece(m, h, e, 0, 0, 2 * I));
                 } else {
-                    snprintf(h, sizeof h, "%sblock_sparse_moe.experts.%d.w1.weight", lp, e);
+                    snprintf(h, sizeof h, u1, lp, e);
                     MT_TRY(piece(m, h, -1, 0, 0, I));
-                    snprintf(h, sizeof h, "%sblock_sparse_moe.experts.%d.w3.weight", lp, e);
+                    snprintf(h, sizeof h, u3, lp, e);
                     MT_TRY(piece(m, h, -1, 0, 0, I));
                 }
                 snprintf(n, sizeof n, "%slinear_fc2.weight", ep);
@@ -266,7 +308,7 @@ static mt_status build_map(const cv_cfg *c, json_t *wmap, cv_map *m) {
                     MT_TRY(entry(m, "%s", n));
                     MT_TRY(piece(m, h, e, 0, 0, C));
                 } else {
-                    snprintf(h, sizeof h, "%sblock_sparse_moe.experts.%d.w2.weight", lp, e);
+                    snprintf(h, sizeof h, u2, lp, e);
                     MT_TRY(same(m, n, h, 0, C));
                 }
             }
@@ -605,8 +647,9 @@ mt_status cv_mt_to_hf(const char *mt_dir, const char *hf_dir, uint64_t max_shard
     if (!cfg) {
         st = MT_ERROR(MT_ERR_FORMAT,
                       "%s: args have no hf.config (neither imported by mt-convert nor a GPT-2, "
-                      "Llama, Qwen3 or Mixtral shape that mt-pretrain keeps one for; an MoE "
-                      "router other than Mixtral's has none)",
+                      "Llama, Qwen2, Qwen3, Mixtral or Qwen2-MoE shape that mt-pretrain keeps one "
+                      "for; an MoE router other than theirs, or ungated shared experts, have "
+                      "none)",
                       mt_dir);
         goto done;
     }

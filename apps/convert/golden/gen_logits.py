@@ -6,7 +6,11 @@ than transformers' init (std 0.2, norms 1 +- 0.1, biases 0.1) so attention is fa
 a wrong q/k row order shows in the logits; V = 100 is padded to 128 by the import; the Llama has
 rope_theta 5e5 and rms_norm_eps 1e-6 (not our defaults). Mixtral (4 experts, top-2; session 34,
 transformers 5.24.0): python gen_logits.py mixtral writes only logits_mixtral; Qwen2 (biases on q, k
-and v; session 40, transformers 5.24.0) python gen_logits.py qwen2 only logits_qwen2.
+and v; session 40, transformers 5.24.0) python gen_logits.py qwen2 only logits_qwen2; Qwen2-MoE (4
+experts top-2 over the softmax of all 4, a gated shared expert; session 41, transformers 5.24.0)
+python gen_logits.py qwen2_moe only logits_qwen2_moe (save_pretrained's per-expert names,
+mlp.experts.e.{gate,up,down}_proj, as on the hub) and logits_qwen2_moe_fused (the same tensors
+stacked as transformers 5 holds them, mlp.experts.gate_up_proj and down_proj).
 Versions: torch (CPU), transformers 5.23.0, safetensors. Seeds: 1234 (weights), 7 (tokens).
 Rerun from this directory: /opt/gv/bin/python gen_logits.py [mixtral|qwen2]"""
 import json, os, shutil
@@ -55,6 +59,33 @@ if sys.argv[1:] == ["qwen2"]:  # (session 40) only Qwen2: biases on q_proj, k_pr
         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32,
         rms_norm_eps=1e-6, rope_parameters={"rope_type": "default", "rope_theta": 500000.0},
         tie_word_embeddings=False, use_sliding_window=False)))
+    print("transformers", transformers.__version__, "torch", torch.__version__)
+    sys.exit(0)
+if sys.argv[1:] == ["qwen2_moe"]:  # (session 41) only Qwen2-MoE
+    from safetensors.torch import load_file
+    from transformers import Qwen2MoeConfig, Qwen2MoeForCausalLM
+    torch.manual_seed(0)
+    record("qwen2_moe", Qwen2MoeForCausalLM(Qwen2MoeConfig(
+        vocab_size=V, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32,
+        rms_norm_eps=1e-6, rope_parameters={"rope_type": "default", "rope_theta": 500000.0},
+        num_experts=4, num_experts_per_tok=2, moe_intermediate_size=24,
+        shared_expert_intermediate_size=40, norm_topk_prob=False, tie_word_embeddings=False,
+        use_sliding_window=False, experts_implementation="eager")))
+    d, s = "logits_qwen2_moe", "logits_qwen2_moe_fused"  # (save_pretrained writes the hub's
+    shutil.rmtree(s, ignore_errors=True)                  # per-expert names; fused: stacked)
+    shutil.copytree(d, s)
+    w = load_file(f"{d}/model.safetensors")
+    out, E = {}, 4
+    for k, v in w.items():
+        if ".mlp.experts." not in k:
+            out[k] = v
+        elif k.endswith(".mlp.experts.0.gate_proj.weight"):
+            p = k[:-len("0.gate_proj.weight")]
+            out[p + "gate_up_proj"] = torch.stack([torch.cat(
+                [w[f"{p}{e}.gate_proj.weight"], w[f"{p}{e}.up_proj.weight"]]) for e in range(E)])
+            out[p + "down_proj"] = torch.stack([w[f"{p}{e}.down_proj.weight"] for e in range(E)])
+    save_file(out, f"{s}/model.safetensors", metadata={"format": "pt"})
     print("transformers", transformers.__version__, "torch", torch.__version__)
     sys.exit(0)
 if sys.argv[1:] == ["mixtral"]:  # (session 34) only Mixtral: 4 experts, top-2, router and experts

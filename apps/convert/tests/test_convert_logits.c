@@ -14,7 +14,8 @@
 
 int main(int argc, char **argv) {
     if (argc != 3)
-        mt_die(__FILE__, __LINE__, "usage: %s MT_CONVERT gpt2|llama|qwen2|qwen3|mixtral", argv[0]);
+        mt_die(__FILE__, __LINE__,
+               "usage: %s MT_CONVERT gpt2|llama|qwen2|qwen3|mixtral|qwen2_moe[_fused]", argv[0]);
     char fixture[64], tmp[64] = "/tmp/mt-convert-logits-XXXXXX", cmd[2048], p[1024];
     snprintf(fixture, sizeof fixture, "logits_%s", argv[2]);
     if (!mkdtemp(tmp)) return 1;

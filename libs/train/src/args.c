@@ -254,6 +254,10 @@ static const flag flags[] = {
       "group-limited routing: the experts in this many equal groups" },
     { "--moe-router-group-topk", F_INT, O(moe_router_group_topk),
       "group-limited routing: a token's experts from its best this many groups" },
+    { "--moe-shared-expert-intermediate-size", F_INT, O(moe_shared_expert_intermediate_size),
+      "each MoE layer's shared experts: one MLP of this width over every token" },
+    { "--moe-shared-expert-gate", F_TRUE, O(moe_shared_expert_gate),
+      "the shared experts' output times sigmoid(x . g) (Qwen2-MoE)" },
     { "--expert-model-parallel-size", F_INT, O(expert_model_parallel_size), "1" },
     { "--use-distributed-optimizer", F_TRUE, O(use_distributed_optimizer), "ZeRO-1 over DP" },
     { "--overlap-grad-reduce", F_TRUE, O(overlap_grad_reduce),
@@ -438,7 +442,9 @@ static const char *const model_args[] = { "num_layers",
                                           "moe_router_pre_softmax",
                                           "moe_router_topk_scaling_factor",
                                           "moe_router_num_groups",
-                                          "moe_router_group_topk" };
+                                          "moe_router_group_topk",
+                                          "moe_shared_expert_intermediate_size",
+                                          "moe_shared_expert_gate" };
 #define N_MODEL_ARGS ((int)(sizeof model_args / sizeof *model_args))
 
 /* The flag named by the first len characters of name (NULL: none). */

@@ -41,11 +41,20 @@ mt_status mt_train_model_config_from_hf(const char *args_json, mt_model_config *
     mt_status st = MT_OK;
     *c = (mt_model_config)MT_MODEL_CONFIG_INIT;
     if (!type || (strcmp(type, "gpt2") && strcmp(type, "llama") && strcmp(type, "qwen3") &&
-                  strcmp(type, "qwen2") && strcmp(type, "mixtral"))) {
+                  strcmp(type, "qwen2") && strcmp(type, "mixtral") && strcmp(type, "qwen2_moe"))) {
         st = MT_ERROR(MT_ERR_FORMAT,
-                      "the checkpoint's args have no GPT-2, Llama, Qwen2, Qwen3 or Mixtral config "
-                      "(hf.config, kept by mt-pretrain for models of those shapes and by "
-                      "mt-convert)");
+                      "the checkpoint's args have no GPT-2, Llama, Qwen2, Qwen3, Mixtral or "
+                      "Qwen2-MoE config (hf.config, kept by mt-pretrain for models of those shapes "
+                      "and by mt-convert)");
+        goto done;
+    }
+    const int qmoe = !strcmp(type, "qwen2_moe");
+    if (qmoe && (geti(h, "decoder_sparse_step", 1) != 1 ||
+                 json_array_size(json_object_get(h, "mlp_only_layers")) != 0)) {
+        st = MT_ERROR(MT_ERR_UNSUPPORTED,
+                      "Qwen2-MoE with dense layers (decoder_sparse_step %d, mlp_only_layers): "
+                      "every layer's MLP must be sparse",
+                      geti(h, "decoder_sparse_step", 1));
         goto done;
     }
     c->vocab_size = geti(h, "vocab_size", 0);
@@ -68,6 +77,9 @@ mt_status mt_train_model_config_from_hf(const char *args_json, mt_model_config *
     } else {
         c->qk_layernorm = !strcmp(type, "qwen3"); /* q_norm, k_norm per head */
         c->add_qkv_bias = !strcmp(type, "qwen2"); /* q_proj, k_proj, v_proj biases */
+        if (qmoe)
+            c->add_qkv_bias = json_object_get(h, "qkv_bias") == NULL ||
+                              json_is_true(json_object_get(h, "qkv_bias"));
         c->num_layers = geti(h, "num_hidden_layers", 0);
         c->hidden_size = geti(h, "hidden_size", 0);
         c->num_attention_heads = geti(h, "num_attention_heads", 0);
@@ -87,6 +99,14 @@ mt_status mt_train_model_config_from_hf(const char *args_json, mt_model_config *
             c->num_moe_experts = geti(h, "num_local_experts", geti(h, "num_experts", 8));
             c->moe_router_topk = geti(h, "num_experts_per_tok", 2);
             c->moe_ffn_hidden_size = c->ffn_hidden_size;
+        }
+        if (qmoe) { /* experts of moe_intermediate_size, a gated shared expert */
+            c->num_moe_experts = geti(h, "num_experts", 60);
+            c->moe_router_topk = geti(h, "num_experts_per_tok", 4);
+            c->moe_ffn_hidden_size = geti(h, "moe_intermediate_size", 0);
+            c->moe_router_pre_softmax = !json_is_true(json_object_get(h, "norm_topk_prob"));
+            c->moe_shared_expert_intermediate_size = geti(h, "shared_expert_intermediate_size", 0);
+            c->moe_shared_expert_gate = 1;
         }
     }
     c->seq_length = c->max_position_embeddings;

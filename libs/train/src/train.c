@@ -518,6 +518,8 @@ static mt_status setup_model(run *r) {
     c->moe_router_topk_scaling_factor = (float)a->moe_router_topk_scaling_factor;
     c->moe_router_num_groups = a->moe_router_num_groups;
     c->moe_router_group_topk = a->moe_router_group_topk;
+    c->moe_shared_expert_intermediate_size = a->moe_shared_expert_intermediate_size;
+    c->moe_shared_expert_gate = a->moe_shared_expert_gate;
     c->expert_model_parallel_size = r->ep_size;
     c->expert_model_parallel_rank = r->ep_rank;
     c->context_parallel_size = r->cp_size; /* (this rank's share of each sequence) */
@@ -927,17 +929,42 @@ static json_t *hf_config(const run *r) {
                          c->max_position_embeddings, "activation_function", "gelu_new",
                          "layer_norm_epsilon", r->a->norm_epsilon, "tie_word_embeddings", 1);
     /* Llama's family: Mixtral (MoE MLPs of moe_ffn_hidden_size), Qwen3 (per-head q and k
-     * norms), Qwen2 (qkv biases), Llama; none has two of them */
-    if (ln || !rope || !c->swiglu || c->add_bias_linear || c->rotary_interleaved ||
-        (c->num_moe_experts > 0) + c->qk_layernorm + c->add_qkv_bias > 1)
-        return NULL;
-    /* (Mixtral's router: the softmax over the k, unscaled, any experts; another one has no
-     * Mixtral config, so that nothing routes its tokens otherwise) */
-    const float sf = c->moe_router_topk_scaling_factor;
-    if (c->num_moe_experts &&
-        (c->moe_router_pre_softmax || (sf != 0.0f && sf != 1.0f) || c->moe_router_num_groups))
-        return NULL;
+     * norms), Qwen2 (qkv biases), Qwen2-MoE (qkv biases, MoE MLPs with a gated shared expert),
+     * Llama; none has two of their marks otherwise */
     const int moe = c->num_moe_experts > 0, qwen3 = c->qk_layernorm, qwen2 = c->add_qkv_bias;
+    const int qmoe = moe && qwen2 && c->moe_shared_expert_gate;
+    if (ln || !rope || !c->swiglu || c->add_bias_linear || c->rotary_interleaved ||
+        moe + qwen3 + qwen2 > 1 + qmoe)
+        return NULL;
+    /* (Mixtral's router: the softmax over the k, unscaled, any experts, no shared experts;
+     * Qwen2-MoE's: the softmax over the k (norm_topk_prob) or over all (--moe-router-pre-softmax),
+     * unscaled, no groups; another router has no such config, so that nothing routes its tokens
+     * otherwise) */
+    const float sf = c->moe_router_topk_scaling_factor;
+    if (moe && ((c->moe_router_pre_softmax && !qmoe) || (sf != 0.0f && sf != 1.0f) ||
+                c->moe_router_num_groups || (c->moe_shared_expert_intermediate_size && !qmoe)))
+        return NULL;
+    if (qmoe) {
+        json_t *q = json_pack(
+            "{s:s,s:[s],s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:b,s:i,s:[],s:b,s:s,s:f,"
+            "s:f,s:b,s:b,s:f,s:b}",
+            "model_type", "qwen2_moe", "architectures", "Qwen2MoeForCausalLM", "num_hidden_layers",
+            c->num_layers, "hidden_size", c->hidden_size, "num_attention_heads",
+            c->num_attention_heads, "num_key_value_heads", c->num_query_groups, "head_dim",
+            c->kv_channels, "intermediate_size", c->ffn_hidden_size, "moe_intermediate_size",
+            c->moe_ffn_hidden_size, "shared_expert_intermediate_size",
+            c->moe_shared_expert_intermediate_size, "num_experts", c->num_moe_experts,
+            "num_experts_per_tok", c->moe_router_topk, "vocab_size", c->vocab_size,
+            "norm_topk_prob", !c->moe_router_pre_softmax, "decoder_sparse_step", 1,
+            "mlp_only_layers", "qkv_bias", 1, "hidden_act", "silu", "rms_norm_eps",
+            r->a->norm_epsilon, "rope_theta", c->rotary_base, "tie_word_embeddings",
+            !c->untie_embeddings_and_output_weights, "use_sliding_window", 0,
+            "router_aux_loss_coef", c->moe_aux_loss_coeff, "output_router_logits", 0);
+        if (q)
+            json_object_set_new(q, "max_position_embeddings",
+                                json_integer(c->max_position_embeddings));
+        return q;
+    }
     json_t *h = json_pack(
         "{s:s,s:[s],s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:s,s:f,s:f,s:b}", "model_type",
         moe     ? "mixtral"

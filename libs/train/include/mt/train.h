@@ -96,11 +96,13 @@ typedef struct mt_train_args {
     double moe_expert_capacity_factor;
     char *moe_token_drop_policy;
     int moe_pad_expert_input_to_capacity;
-    int moe_router_pre_softmax;            /* --moe-router-pre-softmax */
-    double moe_router_topk_scaling_factor; /* --moe-router-topk-scaling-factor (0: none) */
-    int moe_router_num_groups;             /* --moe-router-num-groups (0: none) */
-    int add_qkv_bias;                      /* --add-qkv-bias */
-    int moe_router_group_topk;             /* --moe-router-group-topk (0: none) */
+    int moe_router_pre_softmax;              /* --moe-router-pre-softmax */
+    double moe_router_topk_scaling_factor;   /* --moe-router-topk-scaling-factor (0: none) */
+    int moe_router_num_groups;               /* --moe-router-num-groups (0: none) */
+    int add_qkv_bias;                        /* --add-qkv-bias */
+    int moe_router_group_topk;               /* --moe-router-group-topk (0: none) */
+    int moe_shared_expert_intermediate_size; /* --moe-shared-expert-intermediate-size (0: none) */
+    int moe_shared_expert_gate;              /* --moe-shared-expert-gate */
     int decrease_batch_size_if_needed; /* round the global batch down to a multiple of MBS x DP */
     /* evaluation and logging */
     int64_t eval_interval, eval_iters, log_interval;
