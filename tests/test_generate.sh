@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# functional: mt-generate. The tiny GPT-2, Llama, Qwen2, Qwen3 and Mixtral of mt-convert's tests, imported, give
-# transformers' greedy continuation of a prompt (apps/generate/golden/expected.json, float64
-# there, fp32 here: the smallest top-2 logit gap on the way is 0.07); the KV cache's continuation
-# is the whole window's (MT_KV_CACHE=0) for chunked and one-token prompts; sampling is reproducible
+# functional: mt-generate. The tiny GPT-2, Llama, Qwen2, Qwen3, Mixtral and Qwen2-MoE of
+# mt-convert's tests, imported, give transformers' greedy continuation of a prompt
+# (apps/generate/golden/expected.json, float64 there, fp32 here: the smallest top-2 logit gap on
+# the way is 0.012, Qwen2-MoE's); the KV cache's continuation is the whole window's (MT_KV_CACHE=0) for chunked and one-token prompts; sampling is reproducible
 # from its seed, varies with it, and top_k 1 is greedy; a checkpoint mt-pretrain just wrote
 # continues a prompt; bad requests are refused with a message.
 source "$(dirname "$0")/pretrain_common.sh"
@@ -11,7 +11,7 @@ golden=$(dirname "$0")/../apps/generate/golden/expected.json
 fixtures=$(dirname "$0")/../apps/convert/golden
 fail=0
 gen() { "$MT_GENERATE" --tokenizer-type NullTokenizer --device "${MT_TEST_DEVICE:-cpu}" "$@"; }
-for m in gpt2 llama qwen2 qwen3 mixtral; do
+for m in gpt2 llama qwen2 qwen3 mixtral qwen2_moe; do
   "$MT_CONVERT" hf-to-mt "$fixtures/logits_$m" "$d/$m" > /dev/null 2>&1 || { echo "FAIL: import $m"; exit 1; }
   prompt=$(jq -r ".$m.prompt | map(tostring) | join(\",\")" "$golden")
   want=$(jq -r ".$m.greedy | map(tostring) | join(\",\")" "$golden")
@@ -21,7 +21,7 @@ done
 # the KV cache (prompt chunks of MT_KV_CHUNK tokens, then one token at a time) against the whole
 # window every token (MT_KV_CACHE=0): the same continuation, greedy and sampled
 long=$(for i in $(seq 1 14); do echo $(( (i * 37) % 100 )); done | paste -sd,)
-for m in gpt2 llama qwen2 qwen3 mixtral; do
+for m in gpt2 llama qwen2 qwen3 mixtral qwen2_moe; do
   for how in "--greedy" "--temperature 0.9 --seed 4"; do
     base=$(MT_KV_CACHE=0 gen --load "$d/$m" --prompt-ids "$long" --tokens-to-generate 12 $how)
     kv=$(MT_KV_CHUNK=4 gen --load "$d/$m" --prompt-ids "$long" --tokens-to-generate 12 $how)
