@@ -11,7 +11,7 @@ golden=$(dirname "$0")/../apps/generate/golden/expected.json
 fixtures=$(dirname "$0")/../apps/convert/golden
 fail=0
 gen() { "$MT_GENERATE" --tokenizer-type NullTokenizer --device "${MT_TEST_DEVICE:-cpu}" "$@"; }
-for m in gpt2 llama qwen2 qwen3 mixtral qwen2_moe; do
+for m in gpt2 llama qwen2 qwen3 mixtral qwen2_moe qwen2_moe_mixed; do
   "$MT_CONVERT" hf-to-mt "$fixtures/logits_$m" "$d/$m" > /dev/null 2>&1 || { echo "FAIL: import $m"; exit 1; }
   prompt=$(jq -r ".$m.prompt | map(tostring) | join(\",\")" "$golden")
   want=$(jq -r ".$m.greedy | map(tostring) | join(\",\")" "$golden")
@@ -21,7 +21,7 @@ done
 # the KV cache (prompt chunks of MT_KV_CHUNK tokens, then one token at a time) against the whole
 # window every token (MT_KV_CACHE=0): the same continuation, greedy and sampled
 long=$(for i in $(seq 1 14); do echo $(( (i * 37) % 100 )); done | paste -sd,)
-for m in gpt2 llama qwen2 qwen3 mixtral qwen2_moe; do
+for m in gpt2 llama qwen2 qwen3 mixtral qwen2_moe qwen2_moe_mixed; do
   for how in "--greedy" "--temperature 0.9 --seed 4"; do
     base=$(MT_KV_CACHE=0 gen --load "$d/$m" --prompt-ids "$long" --tokens-to-generate 12 $how)
     kv=$(MT_KV_CHUNK=4 gen --load "$d/$m" --prompt-ids "$long" --tokens-to-generate 12 $how)

@@ -13,7 +13,8 @@
 # biases, token dropping padded or not), and their checkpoint resumes on one rank. Group-limited
 # routing changes the losses; bad groups are refused. Shared experts (gated: Qwen2-MoE's) change
 # the losses, recompute bitwise, give one rank's losses under TP + SP and EP, and export as a
-# Hugging Face Qwen2-MoE that imports back. With "cuda": on the GPU.
+# Hugging Face Qwen2-MoE that imports back. --moe-layer-freq's dense layers (int and list forms)
+# too, also over pipeline stages, and in Qwen2-MoE's mlp_only_layers. With "cuda": on the GPU.
 source "$(dirname "$0")/pretrain_common.sh"
 d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
 moe=(--normalization RMSNorm --position-embedding-type rope --swiglu --disable-bias-linear
@@ -127,6 +128,34 @@ if [ -n "${MT_CONVERT:-}" ]; then  # Qwen2-MoE's shape: qkv biases, all-expert s
   grep -q "no hf.config" "$d/sgexport.log" || { echo "FAIL: ungated export message"; cat "$d/sgexport.log"; exit 1; }
   echo "ok: exported as Hugging Face Qwen2-MoE and imported back (the same fine-tuning losses); ungated shared experts not exported"
 fi
+# --moe-layer-freq: dense MLPs in some layers (Megatron's int N, one MoE layer in N, and its list
+# expression give the same model); full recompute over groups of a MoE and a dense layer and
+# moe_act recompute are bitwise; a pattern of the wrong length gets Megatron's message
+run freq --train-iters 4 --num-layers 4 --moe-layer-freq 2
+run freql --train-iters 4 --num-layers 4 --moe-layer-freq "[1,0]*2"
+run freq4 --train-iters 4 --num-layers 4
+[ "$(losses "$d/freq.json" 1 4)" = "$(losses "$d/freql.json" 1 4)" ] || { echo "FAIL: --moe-layer-freq 2 and [1,0]*2 differ"; exit 1; }
+[ "$(losses "$d/freq.json" 1 1)" != "$(losses "$d/freq4.json" 1 1)" ] || { echo "FAIL: --moe-layer-freq 2 changed nothing"; exit 1; }
+run freqrec --train-iters 4 --num-layers 4 --moe-layer-freq 2 --recompute-granularity full --recompute-method uniform --recompute-num-layers 2
+run freqact --train-iters 4 --num-layers 4 --moe-layer-freq 2 --recompute-granularity selective --recompute-modules moe_act layernorm
+[ "$(losses "$d/freq.json" 1 4)" = "$(losses "$d/freqrec.json" 1 4)" ] || { echo "FAIL: full recompute changed the mixed layers' losses"; exit 1; }
+[ "$(losses "$d/freq.json" 1 4)" = "$(losses "$d/freqact.json" 1 4)" ] || { echo "FAIL: moe_act recompute changed the mixed layers' losses"; exit 1; }
+tiny_run "$d/bad.json" "${MOE[@]}" --train-iters 1 --num-layers 4 --moe-layer-freq "[1]*3" > "$d/bad.log" 2>&1 && { echo "FAIL: a short pattern accepted"; exit 1; }
+grep -qF "Invalid length of moe_layer_pattern: 3, expected 4" "$d/bad.log" || { echo "FAIL: pattern message"; cat "$d/bad.log"; exit 1; }
+echo "ok: --moe-layer-freq ($(losses "$d/freq.json" 1 1 | awk '{print $2}') first loss; recomputed bitwise; a short pattern refused)"
+if [ -n "${MT_CONVERT:-}" ]; then  # Qwen2-MoE with a dense first layer: its mlp_only_layers
+  qm=("${sh[@]}" --add-qkv-bias --moe-router-pre-softmax --num-layers 4 --moe-layer-freq "[0]+[1]*3")
+  run qmix --train-iters 4 "${qm[@]}" --save "$d/qmck"
+  "$MT_CONVERT" mt-to-hf "$d/qmck" "$d/qmhf" 2> "$d/qmexport.log" || { echo "FAIL: mixed Qwen2-MoE export"; cat "$d/qmexport.log"; exit 1; }
+  [ "$(jq -c '.mlp_only_layers' "$d/qmhf/config.json")" = "[0]" ] || { echo "FAIL: mlp_only_layers"; cat "$d/qmhf/config.json"; exit 1; }
+  "$MT_CONVERT" hf-to-mt "$d/qmhf" "$d/qmback" 2> "$d/qmimport.log" || { echo "FAIL: mixed Qwen2-MoE import"; cat "$d/qmimport.log"; exit 1; }
+  run qmft --train-iters 4 "${qm[@]}" --load "$d/qmck" --finetune
+  run qmftback --train-iters 4 "${qm[@]}" --load "$d/qmback" --finetune
+  [ "$(losses "$d/qmft.json" 1 4)" = "$(losses "$d/qmftback.json" 1 4)" ] || { echo "FAIL: the mixed Qwen2-MoE round trip changed the losses"; exit 1; }
+  run mixmix --train-iters 4 --num-layers 4 --moe-layer-freq 2 --save "$d/mmck"
+  "$MT_CONVERT" mt-to-hf "$d/mmck" "$d/mmhf" > "$d/mmexport.log" 2>&1 && { echo "FAIL: Mixtral with dense layers exported"; exit 1; }
+  echo "ok: Qwen2-MoE with a dense layer exported (mlp_only_layers [0]) and imported back; Mixtral with dense layers not exported"
+fi
 # Megatron's --recompute-modules moe_act (and layernorm) with MoE: the same losses, bitwise
 run recact --train-iters 4 --recompute-granularity selective --recompute-modules moe_act layernorm
 [ "$(losses "$d/dropless4.json" 1 4)" = "$(losses "$d/recact.json" 1 4)" ] || { echo "FAIL: moe_act recompute changed the losses"; exit 1; }
@@ -200,6 +229,12 @@ if [ -n "${MPIEXEC:-}" ]; then
   run ones "${sh[@]}"
   mr tpsp2s 2 "${sh[@]}" --tensor-model-parallel-size 2 --sequence-parallel
   mr ep2s 2 "${sh[@]}" "${ep[@]}"
+  # --moe-layer-freq: dense and MoE layers over 2 pipeline stages, TP + SP, EP
+  fq=(--num-layers 4 --moe-layer-freq 2)
+  run onef "${fq[@]}"
+  mr pp2f 2 "${fq[@]}" --pipeline-model-parallel-size 2
+  mr tpsp2f 2 "${fq[@]}" --tensor-model-parallel-size 2 --sequence-parallel
+  mr ep2f 2 "${fq[@]}" "${ep[@]}"
   MOE=("${moe_bias[@]}")  # experts with biases (fc2's added once under TP)
   run oneb
   mr tp2b 2 --tensor-model-parallel-size 2
@@ -207,10 +242,11 @@ if [ -n "${MPIEXEC:-}" ]; then
   mr ep2b 2 "${ep[@]}"  # (experts with biases run one GEMM each)
   MOE=("${moe[@]}")
   router() { jq -r '"\(.load_balancing_loss) \(.z_loss)"' "$1"; }
-  for n in dp2 zero pp2 ppv2 tp2 tpsp2 dpdrop dpcap tpcap tp2b tpsp2b ep2 ep2zero ep2dp4 ep2tp2 ep2pp2 ep2rec ep2b ep2cap ep2drop tpsp2s ep2s; do
+  for n in dp2 zero pp2 ppv2 tp2 tpsp2 dpdrop dpcap tpcap tp2b tpsp2b ep2 ep2zero ep2dp4 ep2tp2 ep2pp2 ep2rec ep2b ep2cap ep2drop tpsp2s ep2s pp2f tpsp2f ep2f; do
     ref=one; [ $n = dpdrop ] && ref=onedrop; [ $n = ppv2 ] && ref=one4; [ $n = dpcap ] || [ $n = tpcap ] || [ $n = ep2cap ] && ref=onecap
     [ $n = ep2drop ] && ref=onedropc
     [ $n = tpsp2s ] || [ $n = ep2s ] && ref=ones
+    [ $n = pp2f ] || [ $n = tpsp2f ] || [ $n = ep2f ] && ref=onef
     [ $n = tp2b ] || [ $n = tpsp2b ] || [ $n = ep2b ] && ref=oneb
     paste <(losses "$d/$ref.json" 1 12) <(losses "$d/$n.json" 1 12) | awk '{ print $2, $4 }' | close "$n losses" 1e-5
     paste -d' ' <(router "$d/$ref.jsonl") <(router "$d/$n.jsonl") | awk '{ print $1, $3; print $2, $4 }' \

@@ -126,10 +126,13 @@ static mt_status same(cv_map *m, const char *internal, const char *hf, int trans
     return piece(m, hf, -1, transpose, 0, rows);
 }
 
+#define CV_MAX_LAYERS 1024
+
 typedef struct cv_cfg {
-    const char *type;                          /* gpt2, llama, qwen2, qwen3, mixtral, qwen2_moe */
-    int64_t L, C, V, Vp, P, Q, G, D, I, E, Is; /* Vp: padded vocabulary; I: an expert's width
-                                                  with experts; Is: the shared expert's */
+    const char *type; /* gpt2, llama, qwen2, qwen3, mixtral, qwen2_moe */
+    int64_t L, C, V, Vp, P, Q, G, D, I, E, Ie, Is; /* Vp: padded vocabulary; I: the dense MLPs'
+                                                      width, Ie an expert's, Is the shared one's */
+    unsigned char dense[CV_MAX_LAYERS];            /* Qwen2-MoE: the layers whose MLP is dense */
     int tied, experts_fused;
     const char *prefix; /* GPT-2: "transformer." or "" */
 } cv_cfg;
@@ -160,16 +163,26 @@ static mt_status read_cfg(json_t *cfg, cv_cfg *c) {
     c->D = geti(cfg, "head_dim", NULL, c->C / c->Q);
     c->I = gpt2 ? geti(cfg, "n_inner", NULL, 4 * c->C) : geti(cfg, "intermediate_size", NULL, -1);
     c->E = geti(cfg, "num_local_experts", "num_experts", 0);
-    if (!strcmp(t, "qwen2_moe")) { /* (every layer's MLP sparse: libs/model's MoE layers) */
-        c->I = geti(cfg, "moe_intermediate_size", NULL, -1);
+    c->Ie = c->I; /* (Mixtral's experts are intermediate_size wide) */
+    if (!strcmp(t, "qwen2_moe")) {
+        c->Ie = geti(cfg, "moe_intermediate_size", NULL, -1);
         c->Is = geti(cfg, "shared_expert_intermediate_size", NULL, -1);
-        MT_REQUIRE(c->E > 0 && c->Is > 0, MT_ERR_FORMAT,
-                   "config.json: bad expert count or shared_expert_intermediate_size");
-        MT_REQUIRE(geti(cfg, "decoder_sparse_step", NULL, 1) == 1 &&
-                       json_array_size(json_object_get(cfg, "mlp_only_layers")) == 0,
-                   MT_ERR_UNSUPPORTED,
-                   "Qwen2-MoE with dense layers (decoder_sparse_step, mlp_only_layers): every "
-                   "layer's MLP must be sparse");
+        MT_REQUIRE(c->E > 0 && c->Ie > 0 && c->Is > 0, MT_ERR_FORMAT,
+                   "config.json: bad expert count, moe_intermediate_size or "
+                   "shared_expert_intermediate_size");
+        /* its dense layers (transformers' rule): l in mlp_only_layers or (l + 1) %
+         * decoder_sparse_step != 0 */
+        const int64_t step = geti(cfg, "decoder_sparse_step", NULL, 1);
+        MT_REQUIRE(step >= 1 && c->L <= CV_MAX_LAYERS, MT_ERR_FORMAT,
+                   "config.json: decoder_sparse_step %lld, %lld layers (at most %d)",
+                   (long long)step, (long long)c->L, CV_MAX_LAYERS);
+        for (int64_t l = 0; l < c->L; l++)
+            c->dense[l] = (l + 1) % step != 0;
+        json_t *only = json_object_get(cfg, "mlp_only_layers");
+        for (size_t i = 0; i < json_array_size(only); i++) {
+            const json_int_t l = json_integer_value(json_array_get(only, i));
+            if (l >= 0 && l < c->L) c->dense[l] = 1;
+        }
     }
     MT_REQUIRE(c->I > 0 && (strcmp(t, "mixtral") || c->E > 0), MT_ERR_FORMAT,
                "config.json: bad intermediate size or expert count");
@@ -247,7 +260,7 @@ static mt_status build_map(const cv_cfg *c, json_t *wmap, cv_map *m) {
                 snprintf(h, sizeof h, "%smlp.c_proj.%s", lp, w);
                 MT_TRY(same(m, n, h, t, C));
             } else if ((!strcmp(c->type, "llama") || !strcmp(c->type, "qwen2") ||
-                        !strcmp(c->type, "qwen3")) &&
+                        !strcmp(c->type, "qwen3") || c->dense[i]) &&
                        (b == 0 || has(wmap, "%smlp.gate_proj.bias", lp))) {
                 MT_TRY(entry(m, "%smlp.linear_fc1.%s", ip, w));
                 snprintf(h, sizeof h, "%smlp.gate_proj.%s", lp, w);
@@ -259,7 +272,8 @@ static mt_status build_map(const cv_cfg *c, json_t *wmap, cv_map *m) {
                 MT_TRY(same(m, n, h, 0, C));
             }
         }
-        const int qmoe = !strcmp(c->type, "qwen2_moe");
+        const int qmoe = !strcmp(c->type, "qwen2_moe") && !c->dense[i]; /* (a sparse layer) */
+        const int64_t Ie = c->Ie;
         if (qmoe) { /* the shared expert ([gate; up], down) and its gate */
             snprintf(n, sizeof n, "%smlp.shared_experts.", ip);
             MT_TRY(entry(m, "%slinear_fc1.weight", n));
@@ -295,12 +309,12 @@ static mt_status build_map(const cv_cfg *c, json_t *wmap, cv_map *m) {
                 MT_TRY(entry(m, "%slinear_fc1.weight", ep));
                 if (f) {
                     snprintf(h, sizeof h, "%smlp.experts.gate_up_proj", lp);
-                    MT_TRY(piece(m, h, e, 0, 0, 2 * I));
+                    MT_TRY(piece(m, h, e, 0, 0, 2 * Ie));
                 } else {
                     snprintf(h, sizeof h, u1, lp, e);
-                    MT_TRY(piece(m, h, -1, 0, 0, I));
+                    MT_TRY(piece(m, h, -1, 0, 0, Ie));
                     snprintf(h, sizeof h, u3, lp, e);
-                    MT_TRY(piece(m, h, -1, 0, 0, I));
+                    MT_TRY(piece(m, h, -1, 0, 0, Ie));
                 }
                 snprintf(n, sizeof n, "%slinear_fc2.weight", ep);
                 if (f) {
@@ -462,7 +476,8 @@ mt_status cv_hf_to_mt(const char *hf_dir, const char *mt_dir, int make_vocab_siz
     c.Vp = (c.V + div - 1) / div * div;
     MT_TRY_GOTO(hf_open(hf_dir, &s), st, done);
     c.prefix = json_object_get(s.wmap, "transformer.wte.weight") ? "transformer." : "";
-    c.experts_fused = has(s.wmap, "model.layers.0.mlp.experts.gate_up_proj");
+    for (int64_t i = 0; i < c.L && !c.experts_fused; i++) /* (a MoE layer's; some are dense) */
+        c.experts_fused = has(s.wmap, "model.layers.%lld.mlp.experts.gate_up_proj", (long long)i);
     MT_TRY_GOTO(build_map(&c, s.wmap, &m), st, done);
     /* every HF tensor must be used (bar GPT-2's mask buffers), each row exactly once */
     const char *k;

@@ -10,7 +10,8 @@ and v; session 40, transformers 5.24.0) python gen_logits.py qwen2 only logits_q
 experts top-2 over the softmax of all 4, a gated shared expert; session 41, transformers 5.24.0)
 python gen_logits.py qwen2_moe only logits_qwen2_moe (save_pretrained's per-expert names,
 mlp.experts.e.{gate,up,down}_proj, as on the hub) and logits_qwen2_moe_fused (the same tensors
-stacked as transformers 5 holds them, mlp.experts.gate_up_proj and down_proj).
+stacked as transformers 5 holds them, mlp.experts.gate_up_proj and down_proj); python
+gen_logits.py qwen2_moe_mixed the same with layer 0's MLP dense (mlp_only_layers [0]).
 Versions: torch (CPU), transformers 5.23.0, safetensors. Seeds: 1234 (weights), 7 (tokens).
 Rerun from this directory: /opt/gv/bin/python gen_logits.py [mixtral|qwen2]"""
 import json, os, shutil
@@ -61,18 +62,20 @@ if sys.argv[1:] == ["qwen2"]:  # (session 40) only Qwen2: biases on q_proj, k_pr
         tie_word_embeddings=False, use_sliding_window=False)))
     print("transformers", transformers.__version__, "torch", torch.__version__)
     sys.exit(0)
-if sys.argv[1:] == ["qwen2_moe"]:  # (session 41) only Qwen2-MoE
+if sys.argv[1:] in (["qwen2_moe"], ["qwen2_moe_mixed"]):  # (session 41) only Qwen2-MoE (mixed:
+    # layer 0's MLP dense, mlp_only_layers [0])
     from safetensors.torch import load_file
     from transformers import Qwen2MoeConfig, Qwen2MoeForCausalLM
     torch.manual_seed(0)
-    record("qwen2_moe", Qwen2MoeForCausalLM(Qwen2MoeConfig(
+    record(sys.argv[1], Qwen2MoeForCausalLM(Qwen2MoeConfig(
         vocab_size=V, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32,
         rms_norm_eps=1e-6, rope_parameters={"rope_type": "default", "rope_theta": 500000.0},
         num_experts=4, num_experts_per_tok=2, moe_intermediate_size=24,
         shared_expert_intermediate_size=40, norm_topk_prob=False, tie_word_embeddings=False,
-        use_sliding_window=False, experts_implementation="eager")))
-    d, s = "logits_qwen2_moe", "logits_qwen2_moe_fused"  # (save_pretrained writes the hub's
+        use_sliding_window=False, experts_implementation="eager",
+        mlp_only_layers=[0] if sys.argv[1] == "qwen2_moe_mixed" else [])))
+    d, s = f"logits_{sys.argv[1]}", f"logits_{sys.argv[1]}_fused"  # (save_pretrained writes the hub's
     shutil.rmtree(s, ignore_errors=True)                  # per-expert names; fused: stacked)
     shutil.copytree(d, s)
     w = load_file(f"{d}/model.safetensors")

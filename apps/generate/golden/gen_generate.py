@@ -21,7 +21,8 @@ models = sys.argv[1:] or ("gpt2", "llama", "qwen2", "qwen3", "mixtral")
 if sys.argv[1:]:  # (python3 gen_generate.py qwen2: only that model's entry, the others kept)
     out = json.load(open("expected.json"))
 for m in models:
-    kw = {"experts_implementation": "eager"} if m in ("mixtral", "qwen2_moe") else {}  # (float64)
+    moe = m in ("mixtral", "qwen2_moe", "qwen2_moe_mixed")
+    kw = {"experts_implementation": "eager"} if moe else {}  # (grouped_mm: no float64)
     model = AutoModelForCausalLM.from_pretrained(f"../../convert/golden/logits_{m}",
                                                  **kw).double().eval()
     ids = torch.tensor([prompt])

@@ -105,6 +105,8 @@ def mixtral_names(model):
     E = getattr(model.config, "num_local_experts", None) or model.config.num_experts
     for i in range(model.config.num_hidden_layers):
         p, q = f"layers.{i}.mlp.", f"decoder.layers.{i}.mlp."
+        if p + "gate.weight" not in sd:  # (a dense layer: llama_names's linear_fc1, linear_fc2)
+            continue
         out[q + "router.weight"] = sd[p + "gate.weight"]
         if p + "shared_expert.gate_proj.weight" in sd:
             s, r = p + "shared_expert.", q + "shared_experts."
@@ -310,12 +312,14 @@ if len(sys.argv) > 1 and sys.argv[1] == "qwen2":
     record("qwen2", qwen2, llama_names)
     sys.exit(0)
 
-if len(sys.argv) > 1 and sys.argv[1] == "qwen2_moe":
+if len(sys.argv) > 1 and sys.argv[1] in ("qwen2_moe", "qwen2_moe_mixed"):
     # Qwen2-MoE: Qwen2's attention (q, k, v biases); each MLP 4 experts of SwiGLU 32, top-2 with
     # the softmax over all 4 (norm_topk_prob false: Megatron's --moe-router-pre-softmax), and a
     # shared expert of SwiGLU 48 times sigmoid(x . g) (Megatron's
     # --moe-shared-expert-intermediate-size 48 --moe-shared-expert-gate). python gen_hf.py
-    # qwen2_moe writes only these records; the biases, router and gate drawn so that they matter
+    # qwen2_moe writes only these records; the biases, router and gate drawn so that they matter.
+    # qwen2_moe_mixed: decoder_sparse_step 2, so layer 0's MLP is dense (SwiGLU 128) and layer
+    # 1's sparse (Megatron's --moe-layer-freq "[0]+[1]")
     from transformers import Qwen2MoeConfig, Qwen2MoeForCausalLM
     torch.manual_seed(0)
     qm = Qwen2MoeConfig(vocab_size=V, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
@@ -323,7 +327,8 @@ if len(sys.argv) > 1 and sys.argv[1] == "qwen2_moe":
                         rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=False,
                         use_sliding_window=False, num_experts=4, num_experts_per_tok=2,
                         moe_intermediate_size=32, shared_expert_intermediate_size=48,
-                        norm_topk_prob=False, decoder_sparse_step=1, mlp_only_layers=[],
+                        norm_topk_prob=False, mlp_only_layers=[],
+                        decoder_sparse_step=2 if sys.argv[1] == "qwen2_moe_mixed" else 1,
                         output_router_logits=False, qkv_bias=True,
                         experts_implementation="eager")
     qmoe = Qwen2MoeForCausalLM(qm)
@@ -331,10 +336,11 @@ if len(sys.argv) > 1 and sys.argv[1] == "qwen2_moe":
         for layer in qmoe.model.layers:
             for proj in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj):
                 proj.bias.copy_(0.3 * torch.randn_like(proj.bias))
-            layer.mlp.gate.weight.copy_(0.1 * torch.randn_like(layer.mlp.gate.weight))
-            layer.mlp.shared_expert_gate.weight.copy_(
-                0.5 * torch.randn_like(layer.mlp.shared_expert_gate.weight))
-    record("qwen2_moe", qmoe, mixtral_names)
+            if hasattr(layer.mlp, "gate"):  # (a sparse layer)
+                layer.mlp.gate.weight.copy_(0.1 * torch.randn_like(layer.mlp.gate.weight))
+                layer.mlp.shared_expert_gate.weight.copy_(
+                    0.5 * torch.randn_like(layer.mlp.shared_expert_gate.weight))
+    record(sys.argv[1], qmoe, mixtral_names)
     sys.exit(0)
 
 if len(sys.argv) > 1 and sys.argv[1] == "mixtral":

@@ -330,8 +330,8 @@ static mt_status experts_swiglu(mt_model *m, const layer_acts *la, int backward,
         MT_TRY(rows_of(&la->fc1_act, 0, n, &act));
         return mt_swiglu_fwd(&act, &pre, NULL, s);
     }
-    MT_TRY(rows_of(&a->dfc1_pre, 0, n, &dpre));
-    MT_TRY(rows_of(&a->dfc1_act, 0, n, &dact));
+    MT_TRY(rows_of(&a->moe_dfc1_pre, 0, n, &dpre));
+    MT_TRY(rows_of(&a->moe_dfc1_act, 0, n, &dact));
     return mt_swiglu_bwd(&dpre, NULL, &dact, &pre, NULL, s);
 }
 
@@ -550,14 +550,14 @@ static mt_status moe_bwd(mt_model *m, int l, layer_acts *la, const layer_params 
     const int grouped = experts_grouped(m, lp);
     if (grouped) {
         OP("bwd.gemm.fc2",
-           experts_gemm(m, la, EXP_DX, &a->dfc1_act, &a->moe_dye, NULL, lp->exp_fc2, acc, s));
+           experts_gemm(m, la, EXP_DX, &a->moe_dfc1_act, &a->moe_dye, NULL, lp->exp_fc2, acc, s));
         OP("bwd.gemm.fc2",
            experts_gemm(m, la, EXP_DW, NULL, &a->moe_dye, &la->fc1_act, lp->exp_fc2, acc, s));
         OP("bwd.swiglu", experts_swiglu(m, la, 1, s));
         OP("bwd.gemm.fc1",
-           experts_gemm(m, la, EXP_DX, &a->moe_dxe, &a->dfc1_pre, NULL, lp->exp_fc1, acc, s));
+           experts_gemm(m, la, EXP_DX, &a->moe_dxe, &a->moe_dfc1_pre, NULL, lp->exp_fc1, acc, s));
         OP("bwd.gemm.fc1",
-           experts_gemm(m, la, EXP_DW, NULL, &a->dfc1_pre, &la->moe_xe, lp->exp_fc1, acc, s));
+           experts_gemm(m, la, EXP_DW, NULL, &a->moe_dfc1_pre, &la->moe_xe, lp->exp_fc1, acc, s));
     }
     for (int pass = 0; pass < 2 && !grouped; pass++) { /* fc2 (GELU's fused); SwiGLU's; fc1 */
         if (pass == 1 && c->swiglu) OP("bwd.swiglu", experts_swiglu(m, la, 1, s));
@@ -570,10 +570,10 @@ static mt_status moe_bwd(mt_model *m, int l, layer_acts *la, const layer_params 
             MT_TRY(rows_of(&la->fc1_pre, off, n, &h));
             MT_TRY(rows_of(&la->fc1_act, off, n, &act));
             MT_TRY(rows_of(&a->moe_dye, off, n, &dy));
-            MT_TRY(rows_of(&a->dfc1_pre, off, n, &dh));
+            MT_TRY(rows_of(&a->moe_dfc1_pre, off, n, &dh));
             MT_TRY(rows_of(&a->moe_dxe, off, n, &dx));
             if (pass == 0 && c->swiglu) {
-                MT_TRY(rows_of(&a->dfc1_act, off, n, &dact));
+                MT_TRY(rows_of(&a->moe_dfc1_act, off, n, &dact));
                 OP("bwd.gemm.fc2",
                    mt_linear_bwd(m->blas_x, &dact, G(lp->exp_fc2[e]), G(lp->exp_fc2_b[e]), &dy,
                                  &act, W(lp->exp_fc2[e]), acc, s));
@@ -867,7 +867,7 @@ static mt_status layer_fwd(mt_model *m, int l, mt_tensor *next, mt_stream s) {
                                         &la->resid_in, (uint32_t)(SITE_PROJ + 3 * l), s));
     OP("fwd.norm", norm_fwd(m, &la->ln2, &la->ln2_mean, &la->ln2_rstd, &la->resid_mid, lp->ln2_w,
                             lp->ln2_b, s));
-    if (moe_n(c)) return moe_fwd(m, l, la, lp, next, s);
+    if (moe_layer(c, l)) return moe_fwd(m, l, la, lp, next, s);
     if (c->swiglu) {
         OP("fwd.gemm.fc1",
            mt_tp_column_fwd(m->tp, m->blas, &la->fc1_pre, NULL, &la->ln2, sp(m) ? &a->ln_all : NULL,
@@ -1163,7 +1163,7 @@ static mt_status backward(mt_model *m, int lm_head, mt_stream s) {
         /* a->dres is the gradient of resid_in[l+1] = resid_mid + mlp(ln2); dy is fc2's output's
          * (a->dres, or its dropout) */
         const mt_tensor *dyp = &a->dres;
-        if (moe_n(c)) {
+        if (moe_layer(c, l)) {
             MT_TRY(moe_bwd(m, l, la, lp, acc, s));
             goto mlp_done;
         }

@@ -13,6 +13,11 @@ static mt_status moe_finalize(mt_model_config *c) {
     const int Fs = c->moe_shared_expert_intermediate_size;
     MT_REQUIRE(!Fs || c->num_moe_experts, MT_ERR_INVALID_ARG,
                "--moe-shared-expert-intermediate-size needs --num-experts");
+    int dense = 0;
+    for (int l = 0; l < MT_MODEL_MAX_LAYERS; l++)
+        dense |= c->moe_dense_layer[l] && (l >= c->num_layers || !c->num_moe_experts);
+    MT_REQUIRE(!dense, MT_ERR_INVALID_ARG,
+               "--moe-layer-freq: a pattern needs --num-experts and at most --num-layers layers");
     MT_REQUIRE(!c->moe_shared_expert_gate || Fs, MT_ERR_INVALID_ARG,
                "--moe-shared-expert-gate needs --moe-shared-expert-intermediate-size");
     if (!c->num_moe_experts) return MT_OK;
@@ -282,6 +287,117 @@ mt_status mt_model_stage_layers(const mt_model_config *c, int stage, int *first,
     return MT_OK;
 }
 
+/* ---- --moe-layer-freq: Megatron's int or Python list expression ---- */
+
+/* A parser of list expressions: expr = term { '+' term }, term = factor { '*' int },
+ * factor = '[' int { ',' int } ']' | '(' expr ')'. The list grows in out[*n] (at most cap). */
+typedef struct freq_parser {
+    const char *s;
+    unsigned char *out;
+    int n, cap, bad;
+} freq_parser;
+
+static void fp_space(freq_parser *p) {
+    while (*p->s == ' ')
+        p->s++;
+}
+
+static long fp_int(freq_parser *p) {
+    fp_space(p);
+    char *end;
+    long v = strtol(p->s, &end, 10);
+    if (end == p->s) p->bad = 1;
+    p->s = end;
+    return v;
+}
+
+static void fp_expr(freq_parser *p, int depth);
+
+static void fp_factor(freq_parser *p, int depth) {
+    fp_space(p);
+    if (*p->s == '(') {
+        p->s++;
+        fp_expr(p, depth + 1);
+        fp_space(p);
+        if (*p->s++ != ')') p->bad = 1;
+        return;
+    }
+    if (*p->s++ != '[') {
+        p->bad = 1;
+        return;
+    }
+    do {
+        long v = fp_int(p);
+        if (v != 0 && v != 1) p->bad = 1;
+        if (p->n < p->cap) p->out[p->n] = (unsigned char)v;
+        p->n++;
+        fp_space(p);
+    } while (!p->bad && *p->s == ',' && p->s++);
+    if (*p->s++ != ']') p->bad = 1;
+}
+
+static void fp_term(freq_parser *p, int depth) {
+    const int start = p->n;
+    fp_factor(p, depth);
+    for (fp_space(p); !p->bad && *p->s == '*'; fp_space(p)) {
+        p->s++;
+        long times = fp_int(p);
+        const int len = p->n - start;
+        if (times < 0 || (long)len * times > 1L << 20) {
+            p->bad = 1;
+            return;
+        }
+        for (long t = 1; t < times; t++)
+            for (int i = 0; i < len; i++, p->n++)
+                if (p->n < p->cap && start + i < p->cap) p->out[p->n] = p->out[start + i];
+        if (times == 0) p->n = start;
+    }
+}
+
+static void fp_expr(freq_parser *p, int depth) {
+    if (depth > 32) {
+        p->bad = 1;
+        return;
+    }
+    fp_term(p, depth);
+    for (fp_space(p); !p->bad && *p->s == '+'; fp_space(p)) {
+        p->s++;
+        fp_term(p, depth);
+    }
+}
+
+mt_status mt_model_moe_layer_freq(mt_model_config *c, const char *freq) {
+    MT_REQUIRE(c && freq, MT_ERR_INVALID_ARG, "NULL argument");
+    const int L = c->num_layers;
+    MT_REQUIRE(L > 0 && L <= MT_MODEL_MAX_LAYERS, MT_ERR_INVALID_ARG,
+               "--moe-layer-freq with --num-layers %d (at most %d)", L, MT_MODEL_MAX_LAYERS);
+    memset(c->moe_dense_layer, 0, sizeof c->moe_dense_layer);
+    if (!strchr(freq, '[')) { /* an int N: one MoE layer in N, the first of every N */
+        char *end;
+        long n = strtol(freq, &end, 10);
+        MT_REQUIRE(end != freq && *end == '\0' && n >= 1, MT_ERR_INVALID_ARG,
+                   "--moe-layer-freq %s: an int of at least 1 or a list expression such as "
+                   "\"([0]*1+[1]*3)*2\"",
+                   freq);
+        for (int l = 0; l < L; l++)
+            c->moe_dense_layer[l] = l % n != 0;
+        return MT_OK;
+    }
+    unsigned char pat[MT_MODEL_MAX_LAYERS];
+    freq_parser p = { freq, pat, 0, MT_MODEL_MAX_LAYERS, 0 };
+    fp_expr(&p, 0);
+    fp_space(&p);
+    MT_REQUIRE(!p.bad && *p.s == '\0', MT_ERR_INVALID_ARG,
+               "--moe-layer-freq %s: not a list expression of 0s and 1s with + and *", freq);
+    MT_REQUIRE(
+        p.n == L, MT_ERR_INVALID_ARG,
+        "Invalid length of moe_layer_pattern: %d, expected %d, current moe layer pattern: %s", p.n,
+        L, freq);
+    for (int l = 0; l < L; l++)
+        c->moe_dense_layer[l] = !pat[l];
+    return MT_OK;
+}
+
 double mt_model_flops_per_iteration(const mt_model_config *c, int64_t global_batch) {
     /* megatron/training/training.py num_floating_point_operations, dense GPT */
     double T = (double)global_batch * c->seq_length, h = c->hidden_size, L = c->num_layers;
@@ -291,11 +407,13 @@ double mt_model_flops_per_iteration(const mt_model_config *c, int64_t global_bat
     double S2 = (double)global_batch * c->seq_length * c->seq_length;
     /* (MoE: each token through moe_router_topk experts of moe_ffn_hidden_size and the shared
      * experts; the router's and the shared experts' gate's GEMMs not counted, as Megatron's) */
-    const double ffn = c->num_moe_experts ? (double)c->moe_ffn_hidden_size *
-                                                    (c->moe_router_topk ? c->moe_router_topk : 2) +
-                                                c->moe_shared_expert_intermediate_size
-                                          : c->ffn_hidden_size;
-    return T * (3 * 2 * h * ffn * ffn_factor * L + 3 * 2 * (h * (q + 2 * kv) + q * h) * L +
+    const double moe_ffn =
+        (double)c->moe_ffn_hidden_size * (c->moe_router_topk ? c->moe_router_topk : 2) +
+        c->moe_shared_expert_intermediate_size;
+    double ffn_layers = 0.0; /* (the MLP widths of all layers: dense and MoE, --moe-layer-freq) */
+    for (int l = 0; l < c->num_layers; l++)
+        ffn_layers += moe_layer(c, l) ? moe_ffn : (double)c->ffn_hidden_size;
+    return T * (3 * 2 * h * ffn_layers * ffn_factor + 3 * 2 * (h * (q + 2 * kv) + q * h) * L +
                 3 * 2 * h * c->padded_vocab_size) +
            S2 * 3 * 2 * q / 2 * 2 * L;
 }
@@ -377,7 +495,7 @@ static void build_table(const mt_model_config *c, table *m) {
         if (bias) P("self_attention.linear_proj.bias", 1, C, 0, 0, 0, 1);
         P("pre_mlp_layernorm.weight", 1, C, 0, 0, 1, 1);
         if (ln) P("pre_mlp_layernorm.bias", 1, C, 0, 0, 0, 1);
-        if (moe_n(c)) { /* (no biases, no tensor parallelism: moe_finalize) */
+        if (moe_layer(c, l)) { /* (--moe-layer-freq: some layers' MLPs dense) */
             const int64_t Fe = c->moe_ffn_hidden_size; /* (expert TP = TP: Megatron's default) */
             P("mlp.router.weight", 2, moe_n(c), C, std, 0, 0);
             /* (expert parallelism: this rank's experts, by global index) */
@@ -531,7 +649,7 @@ static void take(planner *p, mt_tensor *t, mt_dtype dt, int ndim, const int64_t 
     take(p, t, dt, sizeof((int64_t[]){ __VA_ARGS__ }) / sizeof(int64_t), (int64_t[]){ __VA_ARGS__ })
 
 /* (with tensor parallelism: this rank's heads, groups, MLP width and vocabulary columns) */
-static void plan_layer(const mt_model *m, planner *p, layer_acts *la) {
+static void plan_layer(const mt_model *m, planner *p, layer_acts *la, int moe) {
     const mt_model_config *c = &m->cfg;
     int64_t B = m->B, T = c->seq_length, N = B * T, C = c->hidden_size, D = c->kv_channels;
     int64_t H = local_heads(c), G = local_groups(c), F = local_ffn(c);
@@ -561,7 +679,7 @@ static void plan_layer(const mt_model *m, planner *p, layer_acts *la) {
     if (!c->recompute_layernorm) TAKE(p, &la->ln2, dt, Nl, C);
     TAKE(p, &la->ln2_mean, MT_F32, Nl);
     TAKE(p, &la->ln2_rstd, MT_F32, Nl);
-    if (moe_n(c)) { /* the permuted rows: N*k, each expert's consecutive */
+    if (moe) { /* the permuted rows: N*k, each expert's consecutive */
         const int64_t E = moe_n(c), k = moe_k(c), Fe = local_moe_ffn(c), R = moe_rows(c, N);
         const int64_t Re = moe_expert_rows(c, N); /* (this rank's experts' rows) */
         TAKE(p, &la->router_logits, MT_F32, N, E);
@@ -579,7 +697,7 @@ static void plan_layer(const mt_model *m, planner *p, layer_acts *la) {
             la->moe_xe = la->moe_xp;
         TAKE(p, &la->fc1_pre, dt, Re, (c->swiglu ? 2 : 1) * Fe);
         if (c->recompute_mlp_act)
-            la->fc1_act = m->a.mlp_act; /* (Megatron's moe_act: refilled before each backward) */
+            la->fc1_act = m->a.moe_mlp_act; /* (Megatron's moe_act: refilled before its backward) */
         else
             TAKE(p, &la->fc1_act, dt, Re, Fe);
         TAKE(p, &la->moe_yp, dt, R, C);
@@ -618,9 +736,10 @@ static void plan_acts(mt_model *m, planner *p) {
     const int64_t Nl = local_rows(c, N);
     mt_dtype dt = c->dtype;
     acts *a = &m->a;
-    if (c->recompute_mlp_act) /* (MoE: the experts' rows) */
-        TAKE(p, &a->mlp_act, dt, moe_n(c) ? moe_expert_rows(c, N) : N,
-             moe_n(c) ? local_moe_ffn(c) : F);
+    const int moe = any_moe_layer(c), dense = any_dense_layer(c);
+    if (c->recompute_mlp_act && dense) TAKE(p, &a->mlp_act, dt, N, F);
+    if (c->recompute_mlp_act && moe) /* (the experts' rows) */
+        TAKE(p, &a->moe_mlp_act, dt, moe_expert_rows(c, N), local_moe_ffn(c));
     if (c->recompute_layernorm) TAKE(p, &a->ln_out, dt, Nl, C);
     if (cp_n(c) > 1) {
         const int64_t cp = cp_n(c), KV = 2 * G;
@@ -636,8 +755,8 @@ static void plan_acts(mt_model *m, planner *p) {
             TAKE(p, &a->cp_lp, MT_F32, B * H * cp * T);
         }
     }
-    for (int s = 0; s < a->n_rc; s++)
-        plan_layer(m, p, &a->rc[s]);
+    for (int s = 0; s < a->n_rc * (moe + dense); s++) /* (MoE layers' sets first) */
+        plan_layer(m, p, &a->rc[s], moe && s < a->n_rc);
     const int l0 = stage_l0(c), nl = stage_nl(c), last = last_stage(c);
     for (int slot = 0; slot < pp_slots(c); slot++) { /* (pipeline parallelism: one set a slot) */
         planner sp = *p, *q = p;
@@ -649,10 +768,10 @@ static void plan_acts(mt_model *m, planner *p) {
             layer_acts *la = &a->layer[slot * nl + l - l0];
             int g0, g1;
             if (!recompute_group(c, l, &g0, &g1)) {
-                plan_layer(m, q, la);
+                plan_layer(m, q, la, moe_layer(c, l));
                 continue;
             }
-            *la = a->rc[l - g0];
+            *la = a->rc[(moe && !moe_layer(c, l) ? a->n_rc : 0) + l - g0];
             if (l == g0) TAKE(q, &la->resid_in, dt, Nl, C); // why: the kept input
         }
         if (p->shared) {
@@ -686,7 +805,7 @@ static void plan_acts(mt_model *m, planner *p) {
     TAKE(p, &a->dln, dt, Nl, C);
     TAKE(p, &a->datty, dt, N, H * D);
     TAKE(p, &a->dqkv, dt, N, QKV);
-    if (moe_n(c)) { /* (the experts' rows: N*k of this rank's moe_ffn_hidden_size) */
+    if (moe) { /* (the experts' rows: N*k of this rank's moe_ffn_hidden_size) */
         const int64_t E = moe_n(c), k = moe_k(c), Fe = local_moe_ffn(c), R = moe_rows(c, N);
         const int64_t Re = moe_expert_rows(c, N);
         TAKE(p, &a->moe_loss, MT_F32, 2);
@@ -705,8 +824,8 @@ static void plan_acts(mt_model *m, planner *p) {
         TAKE(p, &a->moe_dprobs, MT_F32, N, k);
         TAKE(p, &a->moe_dlogits, MT_F32, N, E);
         TAKE(p, &a->moe_dlogits_dt, dt, N, E);
-        if (c->swiglu) TAKE(p, &a->dfc1_act, dt, Re, Fe);
-        TAKE(p, &a->dfc1_pre, dt, Re, (c->swiglu ? 2 : 1) * Fe);
+        if (c->swiglu) TAKE(p, &a->moe_dfc1_act, dt, Re, Fe);
+        TAKE(p, &a->moe_dfc1_pre, dt, Re, (c->swiglu ? 2 : 1) * Fe);
         if (shared_n(c)) {
             const int64_t Fs = local_shared_ffn(c);
             TAKE(p, &a->sh_pos, MT_I32, N, 1);
@@ -720,7 +839,8 @@ static void plan_acts(mt_model *m, planner *p) {
             if (c->swiglu) TAKE(p, &a->sh_dact, dt, N, Fs);
             TAKE(p, &a->sh_dpre, dt, N, (c->swiglu ? 2 : 1) * Fs);
         }
-    } else {
+    }
+    if (dense) {
         if (c->swiglu) TAKE(p, &a->dfc1_act, dt, N, F); /* GELU's backward rides on fc2's GEMM */
         TAKE(p, &a->dfc1_pre, dt, N, F1);
     }
@@ -936,7 +1056,7 @@ static mt_status create(const mt_model_config *cfg, int micro_batch_size, mt_dev
     m->a.layer = calloc((size_t)(m->nslots * stage_nl(&m->cfg)), sizeof *m->a.layer);
     m->slot_tokens = calloc((size_t)m->nslots, sizeof *m->slot_tokens);
     m->a.n_rc = recompute_sets(&m->cfg);
-    m->a.rc = calloc((size_t)m->a.n_rc + 1, sizeof *m->a.rc);
+    m->a.rc = calloc((size_t)m->a.n_rc * 2 + 1, sizeof *m->a.rc); /* (MoE and dense sets) */
     m->spec = calloc(MT_MODEL_MAX_PARAMS, sizeof *m->spec);
     m->params = calloc(MT_MODEL_MAX_PARAMS, sizeof *m->params);
     if (!m->a.layer || !m->slot_tokens || !m->a.rc || !m->spec || !m->params) {
@@ -1004,10 +1124,10 @@ static mt_status create(const mt_model_config *cfg, int micro_batch_size, mt_dev
         FIND(kn_w, "self_attention.k_layernorm.weight");
         FIND(kn_b, "self_attention.k_layernorm.bias");
         FIND(router_w, "mlp.router.weight");
+        if (!moe_layer(&m->cfg, l)) continue; /* (--moe-layer-freq: a dense layer's MLP) */
         FIND(sh_fc1, "mlp.shared_experts.linear_fc1.weight");
         FIND(sh_fc2, "mlp.shared_experts.linear_fc2.weight");
         FIND(sh_gate, "mlp.shared_experts.gate_weight");
-        if (!moe_n(&m->cfg)) continue;
         const int E = moe_local(&m->cfg), e0 = moe_first(&m->cfg); /* (this rank's experts) */
         if (!m->moe_params)
             m->moe_params = calloc((size_t)(4 * E * m->cfg.num_layers), sizeof *m->moe_params);
@@ -1068,7 +1188,7 @@ static mt_status create(const mt_model_config *cfg, int micro_batch_size, mt_dev
     p = (planner){ abase, 0, device, 0, m->moe_host, sh, m->shared.base, m->shared.stride, 0 };
     plan_acts(m, &p);
     if (moe_n(&m->cfg)) MT_TRY_GOTO(mt_memset_zero(m->a.moe_loss.data, device, 8, NULL), st, fail);
-    if (shared_n(&m->cfg)) MT_TRY_GOTO(shared_constants(m), st, fail);
+    if (shared_n(&m->cfg) && any_moe_layer(&m->cfg)) MT_TRY_GOTO(shared_constants(m), st, fail);
 
     if (!m->view) MT_TRY_GOTO(init_weights(m), st, fail);
     if (!m->no_grads) MT_TRY_GOTO(mt_model_zero_grad(m, NULL), st, fail);
@@ -1292,7 +1412,7 @@ static mt_status measure(const mt_model_config *cfg, int micro_batch_size, mt_de
     MT_TRY(workspace_sizes(&m));
     m.a.n_rc = recompute_sets(&m.cfg);
     m.a.layer = calloc((size_t)(pp_slots(&m.cfg) * stage_nl(&m.cfg)), sizeof *m.a.layer);
-    m.a.rc = calloc((size_t)m.a.n_rc + 1, sizeof *m.a.rc);
+    m.a.rc = calloc((size_t)m.a.n_rc * 2 + 1, sizeof *m.a.rc);
     mt_status st = MT_OK;
     if (m.a.layer && m.a.rc) {
         planner p = { NULL, 0, device, 0, NULL, shared, NULL, 0, 0 };

@@ -100,6 +100,21 @@ static inline int64_t moe_k(const mt_model_config *c) {
 static inline int64_t local_moe_ffn(const mt_model_config *c) { /* (each expert's share) */
     return c->moe_ffn_hidden_size / tp_n(c);
 }
+/* Whether layer l's MLP is MoE (--moe-layer-freq: moe_dense_layer marks the dense ones), whether
+ * some layer's is, and whether some layer's MLP is dense. */
+static inline int moe_layer(const mt_model_config *c, int l) {
+    return c->num_moe_experts > 0 && !(l < MT_MODEL_MAX_LAYERS && c->moe_dense_layer[l]);
+}
+static inline int any_moe_layer(const mt_model_config *c) {
+    for (int l = 0; l < c->num_layers; l++)
+        if (moe_layer(c, l)) return 1;
+    return 0;
+}
+static inline int any_dense_layer(const mt_model_config *c) {
+    for (int l = 0; l < c->num_layers; l++)
+        if (!moe_layer(c, l)) return 1;
+    return 0;
+}
 /* The shared experts' width (0: none) and this rank's share of it. */
 static inline int64_t shared_n(const mt_model_config *c) {
     return c->num_moe_experts ? c->moe_shared_expert_intermediate_size : 0;
@@ -205,7 +220,8 @@ typedef struct acts {
     layer_acts *layer; /* views, slot-major ([slot * stage_nl + l - stage_l0]: layer_of); the
                           recomputed layers share the rc sets (resid_in of a group's first layer
                           excepted: that is the kept input) */
-    layer_acts *rc;    /* n_rc scratch sets reused by the recomputed layers */
+    layer_acts *rc;    /* n_rc scratch sets reused by the recomputed layers (with MoE and dense
+                          layers both: n_rc of each, the dense layers' after the MoE layers') */
     int n_rc;
     mt_tensor resid_final; /* (Nl,C) the last layer's output (a pipeline stage's, sent on) */
     mt_tensor lnf, lnf_mean, lnf_rstd, logits, losses, stats;
@@ -213,10 +229,12 @@ typedef struct acts {
      * the count of counted tokens (1), both f32 */
     mt_tensor loss_sum, loss_count;
     mt_tensor dres, dln, datty, dqkv, dfc1_act, dfc1_pre, norm_scratch, ws;
-    mt_tensor mlp_act; /* recompute_mlp_act: every layer's fc1_act (N,F) */
-    mt_tensor ln_out;  /* recompute_layernorm: every layer's ln1 and ln2 (N,C) */
-    mt_tensor dloss;   /* logits_chunks > 1 or per_token_loss: each token's loss gradient (N) f32 */
-    mt_tensor drop;    /* hidden_dropout: a projection's output before its dropout and residual
+    mt_tensor moe_dfc1_act, moe_dfc1_pre; /* (the experts' rows: dfc1_act's and dfc1_pre's) */
+    /* recompute_mlp_act: every layer's fc1_act (N,F), and the MoE layers' (the experts' rows) */
+    mt_tensor mlp_act, moe_mlp_act;
+    mt_tensor ln_out; /* recompute_layernorm: every layer's ln1 and ln2 (N,C) */
+    mt_tensor dloss;  /* logits_chunks > 1 or per_token_loss: each token's loss gradient (N) f32 */
+    mt_tensor drop;   /* hidden_dropout: a projection's output before its dropout and residual
                           add (forward), its gradient after the dropout (backward) (N,C) */
     mt_tensor tp_stats; /* tensor parallelism: the vocab-parallel cross-entropy's (3N) f32 */
     /* sequence parallelism: the residual stream and the norms hold this rank's N/tp token rows.

@@ -1,4 +1,5 @@
-/* The tiny Hugging Face GPT-2, Llama, Qwen2, Qwen3, Mixtral and Qwen2-MoE of golden/gen_hf.py, shared by libs/model's
+/* The tiny Hugging Face GPT-2, Llama, Qwen2, Qwen3, Mixtral and Qwen2-MoE (also with a dense
+ * layer: qwen2_moe_mixed) of golden/gen_hf.py, shared by libs/model's
  * test_hf_golden and libs/train's test_hf_adamw: the model config and the weight loading. */
 #ifndef MT_MODEL_TESTS_HF_TINY_H
 #define MT_MODEL_TESTS_HF_TINY_H
@@ -50,8 +51,8 @@ static inline mt_model_config hf_tiny_config(const char *tag, mt_dtype dt) {
         c.moe_router_topk = 2;
         c.moe_ffn_hidden_size = 32;
     }
-    if (strcmp(tag, "qwen2_moe") == 0) { /* Qwen2's attention; Mixtral's experts over the softmax
-                                            of all 4; a gated shared expert of SwiGLU 48 */
+    if (strncmp(tag, "qwen2_moe", 9) == 0) { /* Qwen2's attention; Mixtral's experts over the
+                                                softmax of all 4; a gated shared expert of 48 */
         tiny_llama_layers(&c);
         c.add_qkv_bias = 1;
         c.num_moe_experts = 4;
@@ -61,6 +62,8 @@ static inline mt_model_config hf_tiny_config(const char *tag, mt_dtype dt) {
         c.moe_shared_expert_intermediate_size = 48;
         c.moe_shared_expert_gate = 1;
     }
+    if (strcmp(tag, "qwen2_moe_mixed") == 0) /* layer 0's MLP dense, layer 1's MoE */
+        MT_CHECK(mt_model_moe_layer_freq(&c, "[0]+[1]"));
     return c;
 }
 

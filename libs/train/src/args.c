@@ -258,6 +258,8 @@ static const flag flags[] = {
       "each MoE layer's shared experts: one MLP of this width over every token" },
     { "--moe-shared-expert-gate", F_TRUE, O(moe_shared_expert_gate),
       "the shared experts' output times sigmoid(x . g) (Qwen2-MoE)" },
+    { "--moe-layer-freq", F_STR, O(moe_layer_freq),
+      "MoE layers among dense ones: an int N (one in N) or a list such as \"([0]*1+[1]*3)*2\"" },
     { "--expert-model-parallel-size", F_INT, O(expert_model_parallel_size), "1" },
     { "--use-distributed-optimizer", F_TRUE, O(use_distributed_optimizer), "ZeRO-1 over DP" },
     { "--overlap-grad-reduce", F_TRUE, O(overlap_grad_reduce),
@@ -444,7 +446,8 @@ static const char *const model_args[] = { "num_layers",
                                           "moe_router_num_groups",
                                           "moe_router_group_topk",
                                           "moe_shared_expert_intermediate_size",
-                                          "moe_shared_expert_gate" };
+                                          "moe_shared_expert_gate",
+                                          "moe_layer_freq" };
 #define N_MODEL_ARGS ((int)(sizeof model_args / sizeof *model_args))
 
 /* The flag named by the first len characters of name (NULL: none). */

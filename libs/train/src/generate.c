@@ -49,14 +49,6 @@ mt_status mt_train_model_config_from_hf(const char *args_json, mt_model_config *
         goto done;
     }
     const int qmoe = !strcmp(type, "qwen2_moe");
-    if (qmoe && (geti(h, "decoder_sparse_step", 1) != 1 ||
-                 json_array_size(json_object_get(h, "mlp_only_layers")) != 0)) {
-        st = MT_ERROR(MT_ERR_UNSUPPORTED,
-                      "Qwen2-MoE with dense layers (decoder_sparse_step %d, mlp_only_layers): "
-                      "every layer's MLP must be sparse",
-                      geti(h, "decoder_sparse_step", 1));
-        goto done;
-    }
     c->vocab_size = geti(h, "vocab_size", 0);
     c->make_vocab_size_divisible_by = geti(hf, "make_vocab_size_divisible_by", 0);
     c->padded_vocab_size = geti(hf, "padded_vocab_size", 0);
@@ -107,6 +99,22 @@ mt_status mt_train_model_config_from_hf(const char *args_json, mt_model_config *
             c->moe_router_pre_softmax = !json_is_true(json_object_get(h, "norm_topk_prob"));
             c->moe_shared_expert_intermediate_size = geti(h, "shared_expert_intermediate_size", 0);
             c->moe_shared_expert_gate = 1;
+            /* (its dense layers: transformers' rule, l in mlp_only_layers or (l + 1) %
+             * decoder_sparse_step != 0; Megatron's --moe-layer-freq pattern) */
+            const int step = geti(h, "decoder_sparse_step", 1);
+            json_t *only = json_object_get(h, "mlp_only_layers");
+            if (step < 1 || c->num_layers > MT_MODEL_MAX_LAYERS) {
+                st = MT_ERROR(MT_ERR_FORMAT,
+                              "Qwen2-MoE: decoder_sparse_step %d, %d layers (at most %d)", step,
+                              c->num_layers, MT_MODEL_MAX_LAYERS);
+                goto done;
+            }
+            for (int l = 0; l < c->num_layers; l++)
+                c->moe_dense_layer[l] = (l + 1) % step != 0;
+            for (size_t i = 0; i < json_array_size(only); i++) {
+                const json_int_t l = json_integer_value(json_array_get(only, i));
+                if (l >= 0 && l < c->num_layers) c->moe_dense_layer[l] = 1;
+            }
         }
     }
     c->seq_length = c->max_position_embeddings;

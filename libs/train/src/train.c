@@ -520,6 +520,8 @@ static mt_status setup_model(run *r) {
     c->moe_router_group_topk = a->moe_router_group_topk;
     c->moe_shared_expert_intermediate_size = a->moe_shared_expert_intermediate_size;
     c->moe_shared_expert_gate = a->moe_shared_expert_gate;
+    if (a->moe_layer_freq && c->num_moe_experts) /* (Megatron's: read with experts only) */
+        MT_TRY(mt_model_moe_layer_freq(c, a->moe_layer_freq));
     c->expert_model_parallel_size = r->ep_size;
     c->expert_model_parallel_rank = r->ep_rank;
     c->context_parallel_size = r->cp_size; /* (this rank's share of each sequence) */
@@ -933,20 +935,33 @@ static json_t *hf_config(const run *r) {
      * Llama; none has two of their marks otherwise */
     const int moe = c->num_moe_experts > 0, qwen3 = c->qk_layernorm, qwen2 = c->add_qkv_bias;
     const int qmoe = moe && qwen2 && c->moe_shared_expert_gate;
-    if (ln || !rope || !c->swiglu || c->add_bias_linear || c->rotary_interleaved ||
-        moe + qwen3 + qwen2 > 1 + qmoe)
+    json_t *dense =
+        json_array(); /* (--moe-layer-freq's dense layers: Qwen2-MoE's mlp_only_layers) */
+    for (int l = 0; moe && dense && l < c->num_layers; l++)
+        if (c->moe_dense_layer[l]) json_array_append_new(dense, json_integer(l));
+    if (!dense) return NULL;
+    if (json_array_size(dense) && !qmoe) { /* (Mixtral's layers are all MoE) */
+        json_decref(dense);
         return NULL;
+    }
+    if (ln || !rope || !c->swiglu || c->add_bias_linear || c->rotary_interleaved ||
+        moe + qwen3 + qwen2 > 1 + qmoe) {
+        json_decref(dense);
+        return NULL;
+    }
     /* (Mixtral's router: the softmax over the k, unscaled, any experts, no shared experts;
      * Qwen2-MoE's: the softmax over the k (norm_topk_prob) or over all (--moe-router-pre-softmax),
      * unscaled, no groups; another router has no such config, so that nothing routes its tokens
      * otherwise) */
     const float sf = c->moe_router_topk_scaling_factor;
     if (moe && ((c->moe_router_pre_softmax && !qmoe) || (sf != 0.0f && sf != 1.0f) ||
-                c->moe_router_num_groups || (c->moe_shared_expert_intermediate_size && !qmoe)))
+                c->moe_router_num_groups || (c->moe_shared_expert_intermediate_size && !qmoe))) {
+        json_decref(dense);
         return NULL;
+    }
     if (qmoe) {
         json_t *q = json_pack(
-            "{s:s,s:[s],s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:b,s:i,s:[],s:b,s:s,s:f,"
+            "{s:s,s:[s],s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:b,s:i,s:o,s:b,s:s,s:f,"
             "s:f,s:b,s:b,s:f,s:b}",
             "model_type", "qwen2_moe", "architectures", "Qwen2MoeForCausalLM", "num_hidden_layers",
             c->num_layers, "hidden_size", c->hidden_size, "num_attention_heads",
@@ -956,15 +971,16 @@ static json_t *hf_config(const run *r) {
             c->moe_shared_expert_intermediate_size, "num_experts", c->num_moe_experts,
             "num_experts_per_tok", c->moe_router_topk, "vocab_size", c->vocab_size,
             "norm_topk_prob", !c->moe_router_pre_softmax, "decoder_sparse_step", 1,
-            "mlp_only_layers", "qkv_bias", 1, "hidden_act", "silu", "rms_norm_eps",
+            "mlp_only_layers", dense, "qkv_bias", 1, "hidden_act", "silu", "rms_norm_eps",
             r->a->norm_epsilon, "rope_theta", c->rotary_base, "tie_word_embeddings",
             !c->untie_embeddings_and_output_weights, "use_sliding_window", 0,
             "router_aux_loss_coef", c->moe_aux_loss_coeff, "output_router_logits", 0);
         if (q)
             json_object_set_new(q, "max_position_embeddings",
                                 json_integer(c->max_position_embeddings));
-        return q;
+        return q; /* (s:o took dense: freed with q, or by json_pack on failure) */
     }
+    json_decref(dense);
     json_t *h = json_pack(
         "{s:s,s:[s],s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:s,s:f,s:f,s:b}", "model_type",
         moe     ? "mixtral"

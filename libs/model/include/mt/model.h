@@ -8,6 +8,8 @@
 #include <mt/tensor.h>
 #include <mt/tp.h>
 
+#define MT_MODEL_MAX_LAYERS 256 /* (the longest --moe-layer-freq pattern) */
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -221,6 +223,11 @@ typedef struct mt_model_config {
      * (1, hidden). */
     int moe_shared_expert_intermediate_size;
     int moe_shared_expert_gate;
+    /* Megatron's --moe-layer-freq as a pattern (all zeros: every layer MoE): layer l's MLP is the
+     * dense one (ffn_hidden_size, decoder.layers.l.mlp.linear_fc1/fc2) where moe_dense_layer[l] is
+     * nonzero. An int N of Megatron's is the pattern of l % N != 0; mt_model_moe_layer_freq fills
+     * it. */
+    unsigned char moe_dense_layer[MT_MODEL_MAX_LAYERS];
 } mt_model_config;
 
 #define MT_MODEL_CONFIG_INIT                                                                   \
@@ -228,8 +235,16 @@ typedef struct mt_model_config {
         sizeof(mt_model_config), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, MT_NORM_LAYERNORM, 0.0f,     \
             MT_POS_LEARNED, 0.0, 0, 0, 1, 0, 0.0f, 1234, MT_F32, 0, MT_RECOMPUTE_NONE,         \
             MT_RECOMPUTE_METHOD_NONE, 0, 0, 0, 0, 0, 0, 0.0f, 0.0f, 0, 0, 0, 0, 0, 0, 0, 0, 0, \
-            0.0f, 0.0f, 0.0f, 0, 0, 0, 0.0f, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0                   \
+            0.0f, 0.0f, 0.0f, 0, 0, 0, 0.0f, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, {                \
+            0                                                                                  \
+        }                                                                                      \
     }
+
+/* Megatron's --moe-layer-freq into cfg->moe_dense_layer for cfg->num_layers layers: an int N (one
+ * MoE layer in N: layers l % N == 0) or a Python list expression of 0s (dense) and 1s (MoE) with
+ * + and * (e.g. "([0]*1+[1]*3)*2"), whose length must be the layer count. MT_ERR_INVALID_ARG
+ * with Megatron's messages otherwise. */
+MT_API mt_status mt_model_moe_layer_freq(mt_model_config *cfg, const char *freq);
 
 /* Fills the derived fields (zeros) of cfg in place and checks it; MT_ERR_INVALID_ARG with
  * Megatron-style messages for inconsistent values. */

@@ -103,6 +103,7 @@ typedef struct mt_train_args {
     int moe_router_group_topk;               /* --moe-router-group-topk (0: none) */
     int moe_shared_expert_intermediate_size; /* --moe-shared-expert-intermediate-size (0: none) */
     int moe_shared_expert_gate;              /* --moe-shared-expert-gate */
+    char *moe_layer_freq; /* --moe-layer-freq: Megatron's int or list expression (NULL: 1) */
     int decrease_batch_size_if_needed; /* round the global batch down to a multiple of MBS x DP */
     /* evaluation and logging */
     int64_t eval_interval, eval_iters, log_interval;
