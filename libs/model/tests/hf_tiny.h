@@ -45,19 +45,16 @@ static inline mt_model_config hf_tiny_config(const char *tag, mt_dtype dt) {
         tiny_llama_layers(&c);
         c.qk_layernorm = 1;
     }
-    if (strcmp(tag, "mixtral") == 0) { /* Llama's attention; 4 experts of SwiGLU 32, top-2 */
+    const int qmoe = strncmp(tag, "qwen2_moe", 9) == 0;
+    if (strcmp(tag, "mixtral") == 0 ||
+        qmoe) { /* Llama's attention; 4 experts of SwiGLU 32, top-2 */
         tiny_llama_layers(&c);
         c.num_moe_experts = 4;
         c.moe_router_topk = 2;
         c.moe_ffn_hidden_size = 32;
     }
-    if (strncmp(tag, "qwen2_moe", 9) == 0) { /* Qwen2's attention; Mixtral's experts over the
-                                                softmax of all 4; a gated shared expert of 48 */
-        tiny_llama_layers(&c);
+    if (qmoe) { /* Qwen2's attention; the softmax over all 4 experts; a gated shared expert of 48 */
         c.add_qkv_bias = 1;
-        c.num_moe_experts = 4;
-        c.moe_router_topk = 2;
-        c.moe_ffn_hidden_size = 32;
         c.moe_router_pre_softmax = 1;
         c.moe_shared_expert_intermediate_size = 48;
         c.moe_shared_expert_gate = 1;

@@ -935,31 +935,26 @@ static json_t *hf_config(const run *r) {
      * Llama; none has two of their marks otherwise */
     const int moe = c->num_moe_experts > 0, qwen3 = c->qk_layernorm, qwen2 = c->add_qkv_bias;
     const int qmoe = moe && qwen2 && c->moe_shared_expert_gate;
-    json_t *dense =
-        json_array(); /* (--moe-layer-freq's dense layers: Qwen2-MoE's mlp_only_layers) */
-    for (int l = 0; moe && dense && l < c->num_layers; l++)
-        if (c->moe_dense_layer[l]) json_array_append_new(dense, json_integer(l));
-    if (!dense) return NULL;
-    if (json_array_size(dense) && !qmoe) { /* (Mixtral's layers are all MoE) */
-        json_decref(dense);
-        return NULL;
-    }
+    int ndense = 0; /* (--moe-layer-freq's dense layers: Qwen2-MoE's mlp_only_layers; Mixtral's
+                       layers are all MoE) */
+    for (int l = 0; moe && l < c->num_layers; l++)
+        ndense += c->moe_dense_layer[l] != 0;
     if (ln || !rope || !c->swiglu || c->add_bias_linear || c->rotary_interleaved ||
-        moe + qwen3 + qwen2 > 1 + qmoe) {
-        json_decref(dense);
+        moe + qwen3 + qwen2 > 1 + qmoe || (ndense && !qmoe))
         return NULL;
-    }
     /* (Mixtral's router: the softmax over the k, unscaled, any experts, no shared experts;
      * Qwen2-MoE's: the softmax over the k (norm_topk_prob) or over all (--moe-router-pre-softmax),
      * unscaled, no groups; another router has no such config, so that nothing routes its tokens
      * otherwise) */
     const float sf = c->moe_router_topk_scaling_factor;
     if (moe && ((c->moe_router_pre_softmax && !qmoe) || (sf != 0.0f && sf != 1.0f) ||
-                c->moe_router_num_groups || (c->moe_shared_expert_intermediate_size && !qmoe))) {
-        json_decref(dense);
+                c->moe_router_num_groups || (c->moe_shared_expert_intermediate_size && !qmoe)))
         return NULL;
-    }
     if (qmoe) {
+        json_t *dense = json_array();
+        for (int l = 0; dense && l < c->num_layers; l++)
+            if (c->moe_dense_layer[l]) json_array_append_new(dense, json_integer(l));
+        if (!dense) return NULL;
         json_t *q = json_pack(
             "{s:s,s:[s],s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:b,s:i,s:o,s:b,s:s,s:f,"
             "s:f,s:b,s:b,s:f,s:b}",
@@ -980,7 +975,6 @@ static json_t *hf_config(const run *r) {
                                 json_integer(c->max_position_embeddings));
         return q; /* (s:o took dense: freed with q, or by json_pack on failure) */
     }
-    json_decref(dense);
     json_t *h = json_pack(
         "{s:s,s:[s],s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:s,s:f,s:f,s:b}", "model_type",
         moe     ? "mixtral"
