@@ -14,7 +14,8 @@
 # routing changes the losses; bad groups are refused. Shared experts (gated: Qwen2-MoE's) change
 # the losses, recompute bitwise, give one rank's losses under TP + SP and EP, and export as a
 # Hugging Face Qwen2-MoE that imports back. --moe-layer-freq's dense layers (int and list forms)
-# too, also over pipeline stages, and in Qwen2-MoE's mlp_only_layers. With "cuda": on the GPU.
+# too, also over pipeline stages, and in Qwen2-MoE's mlp_only_layers. Sigmoid scores change the
+# losses and give one rank's under TP + SP and EP. With "cuda": on the GPU.
 source "$(dirname "$0")/pretrain_common.sh"
 d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
 moe=(--normalization RMSNorm --position-embedding-type rope --swiglu --disable-bias-linear
@@ -94,6 +95,24 @@ if [ -n "${MT_CONVERT:-}" ]; then  # (Mixtral routes otherwise: no Hugging Face 
   grep -q "no hf.config" "$d/gexport.log" || { echo "FAIL: export message"; cat "$d/gexport.log"; exit 1; }
   echo "ok: a group-routed checkpoint is not exported as Mixtral"
 fi
+# sigmoid scores (Megatron's --moe-router-score-function sigmoid; mt-moe's golden cases check the
+# routing and gradients) change the losses, also with groups and a scaling factor; the checkpoint
+# has no Hugging Face config; bad combinations are refused
+run sig --train-iters 4 --moe-router-score-function sigmoid --save "$d/sigck"
+run siggroup --train-iters 4 --moe-router-score-function sigmoid --moe-router-num-groups 2 --moe-router-group-topk 1 --moe-router-topk-scaling-factor 2.5
+[ "$(losses "$d/dropless4.json" 1 1)" != "$(losses "$d/sig.json" 1 1)" ] || { echo "FAIL: sigmoid scores changed nothing"; exit 1; }
+[ "$(losses "$d/sig.json" 1 1)" != "$(losses "$d/siggroup.json" 1 1)" ] || { echo "FAIL: sigmoid groups changed nothing"; exit 1; }
+for bad in "--moe-router-score-function sigmoid --moe-router-pre-softmax|--moe-router-pre-softmax is the softmax score function's" \
+           "--moe-router-score-function sqrtsoftplus|sqrtsoftplus is not supported yet" \
+           "--moe-router-score-function relu|invalid choice: 'relu'"; do
+  tiny_run "$d/bad.json" "${MOE[@]}" --train-iters 1 ${bad%%|*} > "$d/bad.log" 2>&1 \
+    && { echo "FAIL: ${bad%%|*} accepted"; exit 1; }
+  grep -qF -- "${bad#*|}" "$d/bad.log" || { echo "FAIL: ${bad%%|*}: want '${bad#*|}'"; cat "$d/bad.log"; exit 1; }
+done
+if [ -n "${MT_CONVERT:-}" ]; then
+  "$MT_CONVERT" mt-to-hf "$d/sigck" "$d/sighf" > "$d/sigexport.log" 2>&1 && { echo "FAIL: sigmoid-routed MoE exported"; exit 1; }
+fi
+echo "ok: sigmoid scores ($(losses "$d/sig.json" 1 1 | awk '{print $2}') first loss; with groups $(losses "$d/siggroup.json" 1 1 | awk '{print $2}'); bad combinations refused)"
 # shared experts (Megatron's --moe-shared-expert-intermediate-size, gated: --moe-shared-expert-gate)
 # change the first loss; full recompute repeats them bitwise; bad combinations are refused
 sh=(--moe-shared-expert-intermediate-size 32 --moe-shared-expert-gate)
@@ -235,6 +254,10 @@ if [ -n "${MPIEXEC:-}" ]; then
   mr pp2f 2 "${fq[@]}" --pipeline-model-parallel-size 2
   mr tpsp2f 2 "${fq[@]}" --tensor-model-parallel-size 2 --sequence-parallel
   mr ep2f 2 "${fq[@]}" "${ep[@]}"
+  # sigmoid scores with tensor and sequence parallelism and expert parallelism
+  run onesig --moe-router-score-function sigmoid
+  mr tpsp2sig 2 --moe-router-score-function sigmoid --tensor-model-parallel-size 2 --sequence-parallel
+  mr ep2sig 2 --moe-router-score-function sigmoid "${ep[@]}"
   MOE=("${moe_bias[@]}")  # experts with biases (fc2's added once under TP)
   run oneb
   mr tp2b 2 --tensor-model-parallel-size 2
@@ -242,11 +265,12 @@ if [ -n "${MPIEXEC:-}" ]; then
   mr ep2b 2 "${ep[@]}"  # (experts with biases run one GEMM each)
   MOE=("${moe[@]}")
   router() { jq -r '"\(.load_balancing_loss) \(.z_loss)"' "$1"; }
-  for n in dp2 zero pp2 ppv2 tp2 tpsp2 dpdrop dpcap tpcap tp2b tpsp2b ep2 ep2zero ep2dp4 ep2tp2 ep2pp2 ep2rec ep2b ep2cap ep2drop tpsp2s ep2s pp2f tpsp2f ep2f; do
+  for n in dp2 zero pp2 ppv2 tp2 tpsp2 dpdrop dpcap tpcap tp2b tpsp2b ep2 ep2zero ep2dp4 ep2tp2 ep2pp2 ep2rec ep2b ep2cap ep2drop tpsp2s ep2s pp2f tpsp2f ep2f tpsp2sig ep2sig; do
     ref=one; [ $n = dpdrop ] && ref=onedrop; [ $n = ppv2 ] && ref=one4; [ $n = dpcap ] || [ $n = tpcap ] || [ $n = ep2cap ] && ref=onecap
     [ $n = ep2drop ] && ref=onedropc
     [ $n = tpsp2s ] || [ $n = ep2s ] && ref=ones
     [ $n = pp2f ] || [ $n = tpsp2f ] || [ $n = ep2f ] && ref=onef
+    [ $n = tpsp2sig ] || [ $n = ep2sig ] && ref=onesig
     [ $n = tp2b ] || [ $n = tpsp2b ] || [ $n = ep2b ] && ref=oneb
     paste <(losses "$d/$ref.json" 1 12) <(losses "$d/$n.json" 1 12) | awk '{ print $2, $4 }' | close "$n losses" 1e-5
     paste -d' ' <(router "$d/$ref.jsonl") <(router "$d/$n.jsonl") | awk '{ print $1, $3; print $2, $4 }' \

@@ -249,7 +249,8 @@ static mt_status ep_return(mt_model *m, const layer_acts *la, mt_tensor *out, co
 /* The router's options of the config (mt-moe's). */
 static mt_moe_router router_of(const mt_model_config *c) {
     return (mt_moe_router){ c->moe_router_pre_softmax, c->moe_router_topk_scaling_factor,
-                            c->moe_router_num_groups, c->moe_router_group_topk };
+                            c->moe_router_num_groups, c->moe_router_group_topk,
+                            c->moe_router_score_sigmoid };
 }
 
 /* Mixture of experts: expert e's fc2 bias as its forward adds it: on one tensor-parallel rank
@@ -263,10 +264,19 @@ static int moe_losses_on(const mt_model *m) {
     return m->cfg.moe_aux_loss_coeff > 0.0f || m->cfg.moe_z_loss_coeff > 0.0f;
 }
 
+/* Mixture of experts: whether the load-balancing loss takes other tokens per expert than the
+ * routing's: Megatron's are each token's plain top k, which group-limited routing need not
+ * choose (mt_moe_aux_counts). */
+static int aux_counts_apart(const mt_model_config *c) {
+    return c->moe_router_num_groups > 0;
+}
+
 /* Mixture of experts: the tokens per expert that the load-balancing loss takes (context
  * parallelism: the sequences', over the group). */
 static const mt_tensor *loss_counts(const mt_model *m, const layer_acts *la) {
-    return cp_n(&m->cfg) > 1 ? &la->moe_counts_cp : &la->moe_counts;
+    return cp_n(&m->cfg) > 1           ? &la->moe_counts_cp
+           : aux_counts_apart(&m->cfg) ? &la->moe_aux_counts
+                                       : &la->moe_counts;
 }
 
 /* Mixture of experts: the experts' GEMMs that experts_gemm runs. */
@@ -388,14 +398,20 @@ static mt_status moe_fwd(mt_model *m, int l, layer_acts *la, const layer_params 
     const mt_moe_router router = router_of(c);
     OP("fwd.moe.route",
        mt_moe_topk(&la->moe_probs, &la->moe_idx, &la->moe_counts, &la->router_logits, &router, s));
+    const mt_tensor *ac = &la->moe_counts; /* (the load-balancing loss's tokens per expert) */
+    if (m->train && moe_losses_on(m) && aux_counts_apart(c)) {
+        OP("fwd.moe.counts", mt_moe_aux_counts(&la->moe_aux_counts, &m->a.moe_aux_probs,
+                                               &m->a.moe_aux_idx, &la->router_logits, s));
+        ac = &la->moe_aux_counts;
+    }
     /* (context parallelism: the load-balancing loss takes the sequences' counts, Megatron's;
      * recomputed too, as the backward reads them) */
     if (m->train && moe_losses_on(m) && cp_n(c) > 1)
-        OP("fwd.moe.counts",
-           mt_comm_allreduce(m->cp, &la->moe_counts_cp, &la->moe_counts, MT_REDOP_SUM, s));
+        OP("fwd.moe.counts", mt_comm_allreduce(m->cp, &la->moe_counts_cp, ac, MT_REDOP_SUM, s));
     if (m->train && !m->recomputing && moe_losses_on(m)) {
-        OP("fwd.moe.losses", mt_moe_router_losses(&m->a.moe_loss, &la->router_logits,
-                                                  loss_counts(m, la), c->moe_router_topk, s));
+        OP("fwd.moe.losses",
+           mt_moe_router_losses(&m->a.moe_loss, &la->router_logits, loss_counts(m, la),
+                                c->moe_router_topk, &router, s));
         m->n_moe++;
     }
     const int64_t Nt = (int64_t)m->B * c->seq_length; /* (the tokens routed) */

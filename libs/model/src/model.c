@@ -47,6 +47,9 @@ static mt_status moe_finalize(mt_model_config *c) {
     MT_REQUIRE(c->moe_ffn_hidden_size % c->tensor_model_parallel_size == 0, MT_ERR_INVALID_ARG,
                "--moe-ffn-hidden-size (%d) is not divisible by --tensor-model-parallel-size (%d)",
                c->moe_ffn_hidden_size, c->tensor_model_parallel_size);
+    MT_REQUIRE(!c->moe_router_score_sigmoid || !c->moe_router_pre_softmax, MT_ERR_INVALID_ARG,
+               "--moe-router-pre-softmax is the softmax score function's (not with "
+               "--moe-router-score-function sigmoid)");
     MT_REQUIRE(c->moe_router_topk_scaling_factor >= 0.0f, MT_ERR_INVALID_ARG,
                "--moe-router-topk-scaling-factor %g must be positive",
                (double)c->moe_router_topk_scaling_factor);
@@ -687,6 +690,7 @@ static void plan_layer(const mt_model *m, planner *p, layer_acts *la, int moe) {
         TAKE(p, &la->moe_idx, MT_I32, N, k);
         TAKE(p, &la->moe_counts, MT_I32, E);
         if (cp_n(c) > 1) TAKE(p, &la->moe_counts_cp, MT_I32, E);
+        if (c->moe_router_num_groups) TAKE(p, &la->moe_aux_counts, MT_I32, E);
         if (c->moe_expert_capacity_factor > 0.0f) TAKE(p, &la->moe_kept, MT_I32, E);
         TAKE(p, &la->moe_rows, MT_I32, R);
         TAKE(p, &la->moe_pos, MT_I32, N, k);
@@ -809,6 +813,10 @@ static void plan_acts(mt_model *m, planner *p) {
         const int64_t E = moe_n(c), k = moe_k(c), Fe = local_moe_ffn(c), R = moe_rows(c, N);
         const int64_t Re = moe_expert_rows(c, N);
         TAKE(p, &a->moe_loss, MT_F32, 2);
+        if (c->moe_router_num_groups) { /* (mt_moe_aux_counts's scratch) */
+            TAKE(p, &a->moe_aux_probs, MT_F32, N, k);
+            TAKE(p, &a->moe_aux_idx, MT_I32, N, k);
+        }
         if (tp || c->hidden_dropout > 0.0f) TAKE(p, &a->moe_y, dt, N, C);
         if (c->moe_expert_capacity_factor > 0.0f) TAKE(p, &a->moe_work, MT_I32, N * k);
         TAKE(p, &a->moe_dyp, dt, R, C);

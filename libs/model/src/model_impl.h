@@ -205,6 +205,9 @@ typedef struct layer_acts {
     /* context parallelism with the router's losses: the tokens per expert (E) i32 summed over the
      * group (the sequences' counts, Megatron's tp_cp reduce of tokens_per_expert) */
     mt_tensor moe_counts_cp;
+    /* group-limited routing with the router's losses: the load-balancing loss's tokens per expert
+     * (E) i32, each token's plain top k (mt_moe_aux_counts) */
+    mt_tensor moe_aux_counts;
     int32_t *counts_h; /* the experts' row counts (kept ones with dropping) on the host; with
                            expert parallelism every rank's (ep,E), rank-major */
     /* the rows this rank's experts run on (fc1's input): moe_xp, or with expert parallelism the
@@ -249,6 +252,7 @@ typedef struct acts {
      * scratch: the combine's dyp and permute's dxp (N*k,C), dprobs (N,k) f32, the logits'
      * gradient (N,E) f32 and in the model dtype */
     mt_tensor moe_loss, moe_dyp, moe_dxp, moe_dprobs, moe_dlogits, moe_dlogits_dt;
+    mt_tensor moe_aux_probs, moe_aux_idx; /* (mt_moe_aux_counts's scratch: (N,k) f32, i32) */
     /* MoE under tensor parallelism or hidden dropout: the combine's output before the residual
      * add (N,C): this rank's partial sum (summed over the group), dropped before the add */
     mt_tensor moe_y;

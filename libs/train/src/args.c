@@ -235,7 +235,7 @@ static const flag flags[] = {
     { "--moe-z-loss-coeff", F_DBL, O(moe_z_loss_coeff), "router z-loss weight (none)" },
     { "--moe-router-load-balancing-type", F_STR, O(moe_router_load_balancing_type),
       "aux_loss | none" },
-    { "--moe-router-score-function", F_STR, O(moe_router_score_function), "softmax" },
+    { "--moe-router-score-function", F_STR, O(moe_router_score_function), "softmax | sigmoid" },
     { "--moe-router-dtype", F_STR, O(moe_router_dtype),
       "fp32 (the router's logits are fp32 GEMM outputs in every precision)" },
     { "--moe-token-dispatcher-type", F_STR, O(moe_token_dispatcher_type),
@@ -447,7 +447,8 @@ static const char *const model_args[] = { "num_layers",
                                           "moe_router_group_topk",
                                           "moe_shared_expert_intermediate_size",
                                           "moe_shared_expert_gate",
-                                          "moe_layer_freq" };
+                                          "moe_layer_freq",
+                                          "moe_router_score_function" };
 #define N_MODEL_ARGS ((int)(sizeof model_args / sizeof *model_args))
 
 /* The flag named by the first len characters of name (NULL: none). */
@@ -618,10 +619,15 @@ static mt_status validate_moe(const mt_train_args *a) {
                    "'fp64')",
                    a->moe_router_dtype);
     }
-    if (strcmp(a->moe_router_score_function, "softmax") != 0)
+    if (strcmp(a->moe_router_score_function, "sqrtsoftplus") == 0)
         return MT_ERROR(MT_ERR_UNSUPPORTED,
-                        "--moe-router-score-function %s is not supported yet (softmax)",
-                        a->moe_router_score_function);
+                        "--moe-router-score-function sqrtsoftplus is not supported yet (softmax "
+                        "or sigmoid)");
+    if (strcmp(a->moe_router_score_function, "softmax") != 0 &&
+        strcmp(a->moe_router_score_function, "sigmoid") != 0)
+        return BAD("argument --moe-router-score-function: invalid choice: '%s' (choose from "
+                   "'softmax', 'sigmoid', 'sqrtsoftplus')",
+                   a->moe_router_score_function);
     if (strcmp(a->moe_token_dispatcher_type, "allgather") != 0 &&
         strcmp(a->moe_token_dispatcher_type, "alltoall") != 0)
         return BAD("argument --moe-token-dispatcher-type: invalid choice: '%s' (choose from "

@@ -520,6 +520,7 @@ static mt_status setup_model(run *r) {
     c->moe_router_group_topk = a->moe_router_group_topk;
     c->moe_shared_expert_intermediate_size = a->moe_shared_expert_intermediate_size;
     c->moe_shared_expert_gate = a->moe_shared_expert_gate;
+    c->moe_router_score_sigmoid = strcmp(a->moe_router_score_function, "sigmoid") == 0;
     if (a->moe_layer_freq && c->num_moe_experts) /* (Megatron's: read with experts only) */
         MT_TRY(mt_model_moe_layer_freq(c, a->moe_layer_freq));
     c->expert_model_parallel_size = r->ep_size;
@@ -948,7 +949,8 @@ static json_t *hf_config(const run *r) {
      * otherwise) */
     const float sf = c->moe_router_topk_scaling_factor;
     if (moe && ((c->moe_router_pre_softmax && !qmoe) || (sf != 0.0f && sf != 1.0f) ||
-                c->moe_router_num_groups || (c->moe_shared_expert_intermediate_size && !qmoe)))
+                c->moe_router_num_groups || (c->moe_shared_expert_intermediate_size && !qmoe) ||
+                c->moe_router_score_sigmoid))
         return NULL;
     if (qmoe) {
         json_t *dense = json_array();

@@ -8,7 +8,10 @@ permute, unpermute) with torch autograd for the backwards. CPU, float32 (losses 
 
 Cases (tokens N, experts E, top-k, row width C): a 37 x 8 top-2 (Mixtral's shape of routing) and a
 29 x 6 top-3, and 41 x 16 top-4 from 2 of 4 groups (group4*: --moe-router-num-groups,
---moe-router-group-topk). For each: logits, the dense routing probabilities and map, the aux and z losses
+--moe-router-group-topk); sigmoid scores (sig*: --moe-router-score-function sigmoid). For each:
+logits, the dense routing probabilities and map, the aux loss's tokens per expert (TopKRouter's:
+compute_routing_scores_for_aux_loss's plain top-k map, not the routing's; session 41, torch 2.15:
+group4* were made with the routing's counts before) and the aux and z losses
 without their coefficients, the logits' gradient of sum(G * probs) + aux_coeff * aux + z_coeff * z
 for a random G, the permuted rows of x, the combine of random expert outputs yp and the gradients
 of sum(DY * y) with respect to yp and the probabilities, and of sum(DXP * permuted) w.r.t. x.
@@ -20,7 +23,8 @@ import os
 
 import numpy as np
 import torch
-from megatron.core.transformer.moe.moe_utils import (apply_router_token_dropping, permute,
+from megatron.core.transformer.moe.moe_utils import (apply_router_token_dropping,
+                                                     compute_routing_scores_for_aux_loss, permute,
                                                      sort_chunks_by_idxs,
                                                      switch_load_balancing_loss_func,
                                                      topk_routing_with_score_function, unpermute,
@@ -34,18 +38,21 @@ def save(name, a):
     np.save(os.path.join(HERE, name + ".npy"), np.ascontiguousarray(a))
 
 
-def case(tag, N, E, k, C, seed, pre_softmax=False, scaling=None, groups=None, group_topk=None):
+def case(tag, N, E, k, C, seed, pre_softmax=False, scaling=None, groups=None, group_topk=None,
+         score="softmax"):
     g = torch.Generator().manual_seed(seed)
     logits = (torch.randn(N, E, generator=g) * 2).requires_grad_(True)
     probs, rmap = topk_routing_with_score_function(logits, k, use_pre_softmax=pre_softmax,
                                                    num_groups=groups, group_topk=group_topk,
                                                    scaling_factor=scaling,
-                                                   score_function="softmax")
+                                                   score_function=score)
     save(f"{tag}_router", np.array([float(pre_softmax), scaling or 0.0, groups or 0,
-                                    group_topk or 0], np.float32))
+                                    group_topk or 0, float(score == "sigmoid")], np.float32))
     counts = rmap.sum(0)
-    scores = torch.softmax(logits, dim=-1, dtype=torch.float32)
-    aux = switch_load_balancing_loss_func(scores, counts, N, k, E, AUX_COEFF)
+    # (the router's aux loss, as TopKRouter.routing: its own scores and plain top-k map)
+    aux_map, scores = compute_routing_scores_for_aux_loss(logits, k, score)
+    save(f"{tag}_aux_counts", aux_map.sum(0).numpy().astype(np.int32))
+    aux = switch_load_balancing_loss_func(scores, aux_map.sum(0), N, k, E, AUX_COEFF)
     z = z_loss_func(logits, Z_COEFF)
     G = torch.randn(N, E, generator=g)
     (G * probs).sum().add(aux).add(z).backward()
@@ -155,6 +162,12 @@ CASES = {
     "group4": lambda: case("group4", 41, 16, 4, 24, 9, groups=4, group_topk=2),
     "group4pre": lambda: case("group4pre", 41, 16, 4, 24, 10, pre_softmax=True, groups=4,
                               group_topk=2),
+    # --moe-router-score-function sigmoid: the chosen sigmoids over their sum, scaled; top-1 (the
+    # score itself); from 2 of 4 groups (ranked by their top sigmoids' sums)
+    "sig3": lambda: case("sig3", 29, 6, 3, 40, 11, scaling=2.5, score="sigmoid"),
+    "sig1": lambda: case("sig1", 23, 8, 1, 16, 12, score="sigmoid"),
+    "sig4group": lambda: case("sig4group", 41, 16, 4, 24, 13, groups=4, group_topk=2,
+                              score="sigmoid"),
     "drop_probs": lambda: drop_case("drop_probs", 37, 8, 2, 24, 3, 0.5, "probs", False),
     "drop_probs_pad": lambda: drop_case("drop_probs_pad", 37, 8, 2, 24, 3, 0.5, "probs", True),
     # (capacity 14 > N: none dropped)

@@ -28,6 +28,9 @@ static mt_status check(const mt_tensor *t, const char *what, int dt, int ndim, c
 /* The router options into a (NULL: Megatron's defaults). */
 static mt_status router_opts(moe_args *a, const mt_moe_router *r) {
     a->pre_softmax = r && r->pre_softmax;
+    a->sigmoid = r && r->sigmoid;
+    MT_REQUIRE(!a->pre_softmax || !a->sigmoid, MT_ERR_INVALID_ARG,
+               "--moe-router-pre-softmax is the softmax score function's (not with sigmoid)");
     a->scaling = r && r->scaling != 0.0f ? r->scaling : 1.0f;
     MT_REQUIRE(isfinite(a->scaling) && a->scaling > 0.0f, MT_ERR_INVALID_ARG,
                "--moe-router-topk-scaling-factor %g must be positive", (double)a->scaling);
@@ -169,10 +172,16 @@ mt_status mt_moe_unpermute_bwd(mt_tensor *dyp, mt_tensor *dprobs, const mt_tenso
     return MT_DISPATCH(pos->device, moe_unpermute_bwd_cpu(&a), moe_unpermute_bwd_cuda(&a, s));
 }
 
+mt_status mt_moe_aux_counts(mt_tensor *counts, mt_tensor *probs, mt_tensor *idx,
+                            const mt_tensor *logits, mt_stream s) {
+    return mt_moe_topk(probs, idx, counts, logits, NULL, s); /* (plain: the logits' order) */
+}
+
 mt_status mt_moe_router_losses(mt_tensor *out, const mt_tensor *logits, const mt_tensor *counts,
-                               int topk, mt_stream s) {
+                               int topk, const mt_moe_router *router, mt_stream s) {
     MT_TRY(mt_tensor_check(logits, "logits", 2));
     moe_args a = { .N = logits->shape[0], .E = logits->shape[1], .k = topk };
+    a.sigmoid = router && router->sigmoid;
     const mt_device d = logits->device;
     MT_TRY(check(logits, "logits", MT_F32, 2, SHAPE(a.N, a.E), d));
     MT_TRY(check(counts, "counts", MT_I32, 1, SHAPE(a.E), d));

@@ -30,6 +30,7 @@ typedef struct moe_args {
     int pre_softmax;          /* router: the softmax over all experts, not over the k */
     float scaling;            /* router: the probabilities' factor */
     int groups, group_topk;   /* router: group-limited routing (0: none) */
+    int sigmoid;              /* router: sigmoid scores (0: softmax) */
     int32_t *scratch;         /* capacity map: N*k ints of workspace (the CUDA kernel's) */
 } moe_args;
 
@@ -70,14 +71,21 @@ static inline MOE_HD void moe_row_stats(const float *l, int64_t E, float *mx, fl
     *mx = m, *sum = t;
 }
 
+/* The score that routes a token to expert e: the logit (a softmax router's order), or its
+ * sigmoid. */
+static inline MOE_HD float moe_score(const moe_args *a, const float *l, int64_t e) {
+    return a->sigmoid ? 1.0f / (1.0f + expf(-l[e])) : l[e];
+}
+
 /* Whether (v, i) comes after (w, j) in descending order, ties: the lower index first. */
 static inline MOE_HD int moe_after(float v, int64_t i, float w, int64_t j) {
     return v < w || (v == w && i > j);
 }
 
 /* The groups a token with logits l (E) may take, as a bit mask: the group_topk groups whose top
- * k / group_topk scores (l, or with pre_softmax softmax(l), from the row's moe_row_stats mx and
- * sum) sum highest, each group's largest first; every group without group-limited routing. */
+ * k / group_topk scores (moe_score, or with pre_softmax softmax(l), from the row's moe_row_stats
+ * mx and sum) sum highest, each group's largest first; every group without group-limited
+ * routing. */
 static inline MOE_HD uint64_t moe_group_mask(const moe_args *a, const float *l, float mx,
                                              float sum) {
     if (!a->groups) return ~(uint64_t)0;
@@ -92,7 +100,7 @@ static inline MOE_HD uint64_t moe_group_mask(const moe_args *a, const float *l, 
                 if ((pi < 0 || moe_after(l[e], e, pv, pi)) &&
                     (b < 0 || moe_after(l[b], b, l[e], e)))
                     b = e;
-            s += a->pre_softmax ? expf(l[b] - mx) / sum : l[b];
+            s += a->pre_softmax ? expf(l[b] - mx) / sum : moe_score(a, l, b);
             pv = l[b], pi = b;
         }
         gs[g] = s;
@@ -105,6 +113,56 @@ static inline MOE_HD uint64_t moe_group_mask(const moe_args *a, const float *l, 
         mask |= (uint64_t)1 << b;
     }
     return mask;
+}
+
+/* ---- sigmoid scores (Megatron's score_function sigmoid), shared by CPU and CUDA ---- */
+
+/* A token's k probabilities: its chosen scores over their sum + 1e-20 (k = 1: the score), times
+ * the scaling. */
+static inline MOE_HD void moe_sigmoid_probs(const moe_args *a, const float *l, const int32_t *id,
+                                            float *p) {
+    float t = 0.0f;
+    for (int64_t j = 0; j < a->k; j++)
+        t += p[j] = moe_score(a, l, id[j]);
+    for (int64_t j = 0; j < a->k; j++)
+        p[j] = (a->k > 1 ? p[j] / (t + 1e-20f) : p[j]) * a->scaling;
+}
+
+/* The sum of a row's sigmoids (the aux loss's scores are each over it + 1e-20). */
+static inline MOE_HD float moe_sigmoid_sum(const moe_args *a, const float *l) {
+    float t = 0.0f;
+    for (int64_t e = 0; e < a->E; e++)
+        t += moe_score(a, l, e);
+    return t + 1e-20f;
+}
+
+/* One token's logits' gradient dl (E) with sigmoid scores sg: from the probabilities, at each
+ * chosen e (T the chosen scores' sum + 1e-20, g = dp times the scaling) g_e / T - sum_j g_j
+ * sg_j / T^2 (k = 1: g_e), times sg_e (1 - sg_e); the aux loss's c sg_e (1 - sg_e) (counts_e -
+ * sum_i q_i counts_i) / t, q = sg / t (t: moe_sigmoid_sum); the z loss's z_scale 2 lse
+ * softmax(l)_e / N (mx, sum: the row's moe_row_stats). */
+static inline MOE_HD void moe_sigmoid_bwd_row(const moe_args *a, const float *l, const float *dp,
+                                              const int32_t *id, float mx, float sum, float *dl) {
+    const float c = a->aux_scale * (float)a->E / ((float)a->k * (float)a->N * (float)a->N);
+    const float t = moe_sigmoid_sum(a, l), lse = mx + logf(sum);
+    float sc = 0.0f, ts = 0.0f, gs = 0.0f;
+    for (int64_t e = 0; e < a->E; e++)
+        sc += moe_score(a, l, e) / t * (float)a->counts_in[e];
+    for (int64_t e = 0; e < a->E; e++) {
+        const float sg = moe_score(a, l, e);
+        dl[e] = c * sg * (1.0f - sg) * ((float)a->counts_in[e] - sc) / t +
+                a->z_scale * 2.0f * lse * (expf(l[e] - mx) / sum) / (float)a->N;
+    }
+    for (int64_t j = 0; j < a->k; j++) {
+        const float sg = moe_score(a, l, id[j]);
+        ts += sg, gs += dp[j] * sg;
+    }
+    ts += 1e-20f;
+    for (int64_t j = 0; j < a->k; j++) {
+        const float sg = moe_score(a, l, id[j]);
+        const float ds = a->k > 1 ? dp[j] / ts - gs / (ts * ts) : dp[j];
+        dl[id[j]] += ds * a->scaling * sg * (1.0f - sg);
+    }
 }
 
 #ifdef __cplusplus

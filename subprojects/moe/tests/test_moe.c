@@ -108,9 +108,11 @@ static void run_case(const char *tag, mt_dtype rt) {
     double *losses_g = mt_test_golden_f64(nm(tag, "losses"), &n);
     float *dlogits_g = mt_test_golden_f32(nm(tag, "dlogits"), &n, NULL);
     float *router_g = mt_test_golden_f32(nm(tag, "router"), &n, NULL);
-    /* (pre-softmax, scaling; the groups and groups a token since the group cases) */
-    const mt_moe_router ro = { router_g[0] != 0.0f, router_g[1], n >= 4 ? (int)router_g[2] : 0,
-                               n >= 4 ? (int)router_g[3] : 0 };
+    /* (pre-softmax, scaling, the groups and groups a token, sigmoid scores) */
+    MT_ASSERT(n == 5);
+    const mt_moe_router ro = { router_g[0] != 0.0f, router_g[1], (int)router_g[2], (int)router_g[3],
+                               router_g[4] != 0.0f };
+    float *aux_counts_g = mt_test_golden_f32(nm(tag, "aux_counts"), &n, NULL);
     printf("-- %s: N %lld E %lld top-%lld C %lld, rows %s on %s\n", tag, (long long)N, (long long)E,
            (long long)k, (long long)C, mt_dtype_name(rt), mt_device_is_cuda(dev) ? "cuda" : "cpu");
 
@@ -135,11 +137,19 @@ static void run_case(const char *tag, mt_dtype rt) {
     for (int64_t e = 0; e < E; e++)
         cg[e] = (int64_t)counts_g[e], cgot[e] = cnt[e];
     mt_test_equal_i64("tokens per expert", cgot, cg, (size_t)E);
+    /* the aux loss's tokens per expert: each token's plain top k, whatever the routing chose */
+    mt_tensor aux_counts = PUT(NULL, MT_F32, MT_I32, E), sp = PUT(NULL, MT_F32, MT_F32, N, k);
+    mt_tensor sid = PUT(NULL, MT_F32, MT_I32, N, k);
+    MT_CHECK(mt_moe_aux_counts(&aux_counts, &sp, &sid, &logits, NULL));
+    int32_t *acnt = get(&aux_counts);
+    for (int64_t e = 0; e < E; e++)
+        cg[e] = (int64_t)aux_counts_g[e], cgot[e] = acnt[e];
+    mt_test_equal_i64("the aux loss's tokens per expert", cgot, cg, (size_t)E);
 
     /* losses and the router's backward */
     mt_tensor losses = PUT(NULL, MT_F32, MT_F32, 2);
-    MT_EXPECT(mt_moe_router_losses(&losses, &logits, &counts, (int)k, NULL) == MT_OK, "losses: %s",
-              mt_last_error());
+    MT_EXPECT(mt_moe_router_losses(&losses, &logits, &aux_counts, (int)k, &ro, NULL) == MT_OK,
+              "losses: %s", mt_last_error());
     float *lo = get(&losses);
     const float lg[2] = { (float)losses_g[0], (float)losses_g[1] };
     mt_test_close_f32("aux and z losses", lo, lg, 2, 0.0, 1e-5);
@@ -148,8 +158,8 @@ static void run_case(const char *tag, mt_dtype rt) {
         for (int64_t j = 0; j < k; j++)
             dp_h[t * k + j] = G[t * E + id[t * k + j]];
     mt_tensor dprobs = PUT(dp_h, MT_F32, MT_F32, N, k), dlogits = PUT(NULL, MT_F32, MT_F32, N, E);
-    MT_EXPECT(mt_moe_router_bwd(&dlogits, &dprobs, &probs, &idx, &logits, &counts, &ro, coeffs[0],
-                                coeffs[1], NULL) == MT_OK,
+    MT_EXPECT(mt_moe_router_bwd(&dlogits, &dprobs, &probs, &idx, &logits, &aux_counts, &ro,
+                                coeffs[0], coeffs[1], NULL) == MT_OK,
               "router bwd: %s", mt_last_error());
     float *dl = get(&dlogits);
     mt_test_close_f32("logits' gradient", dl, dlogits_g, (size_t)(N * E), 1e-6, 1e-5);
@@ -235,11 +245,12 @@ static void run_case(const char *tag, mt_dtype rt) {
                          &y,      &resid, &dy,  &dyp,    &dpr,    &idx1,   &p1 };
     for (size_t i = 0; i < sizeof all / sizeof *all; i++)
         drop(all[i]);
-    void *host[] = { router_g,  meta, coeffs, logits_h, probs_g, counts_g, G,    losses_g,
-                     dlogits_g, p,    id,     cnt,      dense,   lo,       dp_h, dl,
-                     rows_g,    rw,   ps,     a,        b,       x_h,      xp_g, xpv,
-                     DXP,       dx_g, dxv,    dx2,      yp_h,    y_g,      DY,   dyp_g,
-                     dprobs_g,  yv,   yr,     dypv,     dprv,    dpr_g };
+    void *host[] = { router_g, meta,      coeffs, logits_h,     probs_g,  counts_g, G,
+                     losses_g, dlogits_g, p,      id,           cnt,      dense,    lo,
+                     dp_h,     dl,        rows_g, rw,           ps,       a,        b,
+                     x_h,      xp_g,      xpv,    DXP,          dx_g,     dxv,      dx2,
+                     yp_h,     y_g,       DY,     dyp_g,        dprobs_g, yv,       yr,
+                     dypv,     dprv,      dpr_g,  aux_counts_g, acnt };
     for (size_t i = 0; i < sizeof host / sizeof *host; i++)
         free(host[i]);
 }
@@ -432,11 +443,12 @@ static void test_group_args(void) {
     mt_tensor probs = PUT(NULL, MT_F32, MT_F32, 3, 4), idx = PUT(NULL, MT_F32, MT_I32, 3, 4);
     mt_tensor counts = PUT(NULL, MT_F32, MT_I32, 16);
     const mt_moe_router bad[] = {
-        { 0, 0.0f, 3, 1 },  /* 16 experts in 3 groups */
-        { 0, 0.0f, 4, 5 },  /* 5 of 4 groups */
-        { 0, 0.0f, 4, 0 },  /* groups without a group count a token */
-        { 0, 0.0f, 8, 1 },  /* top 4 from the 2 experts of 1 group */
-        { 0, 0.0f, 16, 8 }, /* top 4 from 8 groups: fewer choices than groups */
+        { 0, 0.0f, 3, 1, 0 },  /* 16 experts in 3 groups */
+        { 0, 0.0f, 4, 5, 0 },  /* 5 of 4 groups */
+        { 0, 0.0f, 4, 0, 0 },  /* groups without a group count a token */
+        { 0, 0.0f, 8, 1, 0 },  /* top 4 from the 2 experts of 1 group */
+        { 0, 0.0f, 16, 8, 0 }, /* top 4 from 8 groups: fewer choices than groups */
+        { 1, 0.0f, 0, 0, 1 },  /* pre-softmax sigmoid scores */
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
         MT_EXPECT_STATUS(mt_moe_topk(&probs, &idx, &counts, &logits, &bad[i], NULL),
@@ -458,6 +470,9 @@ int main(int argc, char **argv) {
     run_case("top2", MT_BF16);
     run_case("group4", MT_F32);    /* 16 experts in 4 groups, the top 4 of a token's best 2 */
     run_case("group4pre", MT_F32); /* the same, the groups by their softmax scores */
+    run_case("sig3", MT_F32);      /* sigmoid scores over the chosen ones' sum, scaled by 2.5 */
+    run_case("sig1", MT_F32);      /* sigmoid top-1: the score itself */
+    run_case("sig4group", MT_F32); /* sigmoid scores, 4 of 16 from 2 of 4 groups */
     test_group_args();
     run_drop("drop_probs");
     run_drop("drop_probs_pad");

@@ -228,17 +228,19 @@ typedef struct mt_model_config {
      * nonzero. An int N of Megatron's is the pattern of l % N != 0; mt_model_moe_layer_freq fills
      * it. */
     unsigned char moe_dense_layer[MT_MODEL_MAX_LAYERS];
+    /* Megatron's --moe-router-score-function sigmoid (0: softmax; mt_moe_router's sigmoid) */
+    int moe_router_score_sigmoid;
 } mt_model_config;
 
+// clang-format off
 #define MT_MODEL_CONFIG_INIT                                                                   \
     {                                                                                          \
         sizeof(mt_model_config), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, MT_NORM_LAYERNORM, 0.0f,     \
             MT_POS_LEARNED, 0.0, 0, 0, 1, 0, 0.0f, 1234, MT_F32, 0, MT_RECOMPUTE_NONE,         \
             MT_RECOMPUTE_METHOD_NONE, 0, 0, 0, 0, 0, 0, 0.0f, 0.0f, 0, 0, 0, 0, 0, 0, 0, 0, 0, \
-            0.0f, 0.0f, 0.0f, 0, 0, 0, 0.0f, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, {                \
-            0                                                                                  \
-        }                                                                                      \
+            0.0f, 0.0f, 0.0f, 0, 0, 0, 0.0f, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, { 0 }, 0         \
     }
+// clang-format on
 
 /* Megatron's --moe-layer-freq into cfg->moe_dense_layer for cfg->num_layers layers: an int N (one
  * MoE layer in N: layers l % N == 0) or a Python list expression of 0s (dense) and 1s (MoE) with

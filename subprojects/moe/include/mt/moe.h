@@ -29,6 +29,11 @@ typedef struct mt_moe_router {
      * scores (the logits, or with pre_softmax the softmax) sum highest (ties: the lower group).
      * E % G == 0, 1 <= g <= G <= 64, g <= k <= g E / G. */
     int num_groups, group_topk;
+    /* --moe-router-score-function sigmoid (0: softmax): the scores are sigmoid(logits), each
+     * token's k largest chosen (and groups ranked by them), its probabilities its chosen scores
+     * over their sum (+ 1e-20; k = 1: the score itself), then times the scaling; the aux loss's
+     * scores are the sigmoids over their row's sum (Megatron's). Not with pre_softmax. */
+    int sigmoid;
 } mt_moe_router;
 
 /* Top-k routing of logits (N,E) f32: idx (N,k) i32, each token's k largest logits' experts in
@@ -80,9 +85,18 @@ MT_API mt_status mt_moe_unpermute_bwd(mt_tensor *dyp, mt_tensor *dprobs, const m
 
 /* The router's losses without their coefficients, added to out (2) f32: out[0] += Megatron's
  * switch_load_balancing_loss_func / coeff = E / (k N^2) * sum over e of counts[e] * sum over n of
- * softmax(logits[n])[e]; out[1] += z_loss_func / coeff = mean over n of logsumexp(logits[n])^2. */
+ * q[n][e], q = softmax(logits[n]) (router->sigmoid: sigmoid(logits[n]) over its sum + 1e-20);
+ * out[1] += z_loss_func / coeff = mean over n of logsumexp(logits[n])^2. counts are Megatron's
+ * for the aux loss: each token's plain top k (no groups; mt_moe_aux_counts). router NULL:
+ * softmax. */
 MT_API mt_status mt_moe_router_losses(mt_tensor *out, const mt_tensor *logits,
-                                      const mt_tensor *counts, int topk, mt_stream stream);
+                                      const mt_tensor *counts, int topk,
+                                      const mt_moe_router *router, mt_stream stream);
+/* The tokens per expert that Megatron's aux loss takes (compute_routing_scores_for_aux_loss):
+ * counts (E) i32 of each token's plain top k logits (softmax and sigmoid keep their order; no
+ * groups), whatever the routing chose. probs and idx (N,k): scratch (their top k). */
+MT_API mt_status mt_moe_aux_counts(mt_tensor *counts, mt_tensor *probs, mt_tensor *idx,
+                                   const mt_tensor *logits, mt_stream stream);
 
 /* The router's backward: dlogits (N,E) f32, the gradient of sum(dprobs * probs) + aux_scale *
  * aux + z_scale * z with respect to the logits (probs, idx as mt_moe_topk gave them with the same

@@ -33,6 +33,10 @@ mt_status moe_topk_cpu(const moe_args *a) {
             id[j] = best;
             a->counts[best]++;
         }
+        if (a->sigmoid) {
+            moe_sigmoid_probs(a, l, id, p);
+            continue;
+        }
         if (a->pre_softmax) {
             for (int64_t j = 0; j < a->k; j++)
                 p[j] = expf(l[id[j]] - mx) / sum * a->scaling;
@@ -150,11 +154,22 @@ mt_status moe_unpermute_bwd_cpu(const moe_args *a) {
     return MT_OK;
 }
 
+/* The aux loss's scores of one row into s (softmax, or the sigmoids over their sum); returns the
+ * row's logsumexp (the z loss's). */
+static float aux_scores(const moe_args *a, const float *l, float *s) {
+    const float lse = row_softmax(l, a->E, s);
+    if (!a->sigmoid) return lse;
+    const float t = moe_sigmoid_sum(a, l);
+    for (int64_t e = 0; e < a->E; e++)
+        s[e] = moe_score(a, l, e) / t;
+    return lse;
+}
+
 mt_status moe_router_losses_cpu(const moe_args *a) {
     float s[a->E];
     double aux = 0.0, z = 0.0;
     for (int64_t n = 0; n < a->N; n++) {
-        const float lse = row_softmax(a->logits + n * a->E, a->E, s);
+        const float lse = aux_scores(a, a->logits + n * a->E, s);
         for (int64_t e = 0; e < a->E; e++)
             aux += (double)s[e] * a->counts_in[e];
         z += (double)lse * lse;
@@ -168,15 +183,22 @@ mt_status moe_router_losses_cpu(const moe_args *a) {
  * probabilities before the scaling, g = dp times it (so q_j g_j = p_j dp_j); pre_softmax
  * (q_j = s at idx[j]): q_j g_j at the chosen e and - s_e sum_i q_i g_i at every e; the aux loss's
  * c s_e (counts_e - sum_i s_i counts_i), c = aux_scale E / (k N^2); the z loss's
- * z_scale 2 lse s_e / N. */
+ * z_scale 2 lse s_e / N. Sigmoid scores: moe_sigmoid_bwd_row. */
 mt_status moe_router_bwd_cpu(const moe_args *a) {
     float s[a->E];
     const float c = a->aux_scale * (float)a->E / ((float)a->k * (float)a->N * (float)a->N);
     for (int64_t n = 0; n < a->N; n++) {
         float *dl = a->dlogits + n * a->E;
+        const float *l = a->logits + n * a->E;
         const float *p = a->probs_in + n * a->k, *dp = a->dprobs + n * a->k;
         const int32_t *id = a->idx_in + n * a->k;
-        const float lse = row_softmax(a->logits + n * a->E, a->E, s);
+        if (a->sigmoid) {
+            float mx, sum;
+            moe_row_stats(l, a->E, &mx, &sum);
+            moe_sigmoid_bwd_row(a, l, dp, id, mx, sum, dl);
+            continue;
+        }
+        const float lse = row_softmax(l, a->E, s);
         float pdp = 0.0f, sc = 0.0f;
         for (int64_t j = 0; j < a->k; j++)
             pdp += p[j] * dp[j];

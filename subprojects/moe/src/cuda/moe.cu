@@ -37,6 +37,10 @@ static __global__ void topk_kernel(moe_args a) {
         id[j] = best;
         atomicAdd(&a.counts[best], 1); // why: integer adds, so the counts are exact in any order
     }
+    if (a.sigmoid) {
+        moe_sigmoid_probs(&a, l, id, p);
+        return;
+    }
     if (a.pre_softmax) {
         for (int64_t j = 0; j < a.k; j++)
             p[j] = expf(l[id[j]] - mx) / sum * a.scaling;
@@ -66,8 +70,10 @@ static __global__ void losses_kernel(moe_args a) {
         const float *l = a.logits + n * a.E;
         float mx, sum;
         moe_row_stats(l, a.E, &mx, &sum);
-        for (int64_t e = 0; e < a.E; e++)
-            aux += (double)(expf(l[e] - mx) / sum) * a.counts_in[e];
+        const float t = a.sigmoid ? moe_sigmoid_sum(&a, l) : 0.0f;
+        for (int64_t e = 0; e < a.E; e++) /* (sigmoid: the sigmoids over their sum) */
+            aux += (double)(a.sigmoid ? moe_score(&a, l, e) / t : expf(l[e] - mx) / sum) *
+                   a.counts_in[e];
         const float lse = mx + logf(sum);
         z += (double)lse * lse;
     }
@@ -95,6 +101,10 @@ static __global__ void router_bwd_kernel(moe_args a) {
     const float c = a.aux_scale * (float)a.E / ((float)a.k * (float)a.N * (float)a.N);
     float mx, sum, pdp = 0.0f, sc = 0.0f;
     moe_row_stats(l, a.E, &mx, &sum);
+    if (a.sigmoid) {
+        moe_sigmoid_bwd_row(&a, l, dp, id, mx, sum, dl);
+        return;
+    }
     const float lse = mx + logf(sum);
     for (int64_t j = 0; j < a.k; j++)
         pdp += p[j] * dp[j];
