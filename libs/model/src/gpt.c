@@ -248,9 +248,9 @@ static mt_status ep_return(mt_model *m, const layer_acts *la, mt_tensor *out, co
 
 /* The router's options of the config (mt-moe's). */
 static mt_moe_router router_of(const mt_model_config *c) {
-    return (mt_moe_router){ c->moe_router_pre_softmax, c->moe_router_topk_scaling_factor,
-                            c->moe_router_num_groups, c->moe_router_group_topk,
-                            c->moe_router_score_sigmoid };
+    return (mt_moe_router){ c->moe_router_pre_softmax,   c->moe_router_topk_scaling_factor,
+                            c->moe_router_num_groups,    c->moe_router_group_topk,
+                            c->moe_router_score_sigmoid, NULL };
 }
 
 /* Mixture of experts: expert e's fc2 bias as its forward adds it: on one tensor-parallel rank

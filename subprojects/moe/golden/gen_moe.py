@@ -39,15 +39,19 @@ def save(name, a):
 
 
 def case(tag, N, E, k, C, seed, pre_softmax=False, scaling=None, groups=None, group_topk=None,
-         score="softmax"):
+         score="softmax", bias=False):
     g = torch.Generator().manual_seed(seed)
     logits = (torch.randn(N, E, generator=g) * 2).requires_grad_(True)
+    expert_bias = torch.randn(E, generator=g) * 0.3 if bias else None  # (drawn after the logits)
     probs, rmap = topk_routing_with_score_function(logits, k, use_pre_softmax=pre_softmax,
                                                    num_groups=groups, group_topk=group_topk,
                                                    scaling_factor=scaling,
-                                                   score_function=score)
+                                                   score_function=score, expert_bias=expert_bias)
     save(f"{tag}_router", np.array([float(pre_softmax), scaling or 0.0, groups or 0,
-                                    group_topk or 0, float(score == "sigmoid")], np.float32))
+                                    group_topk or 0, float(score == "sigmoid"), float(bias)],
+                                   np.float32))
+    if bias:
+        save(f"{tag}_bias", expert_bias.numpy())
     counts = rmap.sum(0)
     # (the router's aux loss, as TopKRouter.routing: its own scores and plain top-k map)
     aux_map, scores = compute_routing_scores_for_aux_loss(logits, k, score)
@@ -84,6 +88,29 @@ def case(tag, N, E, k, C, seed, pre_softmax=False, scaling=None, groups=None, gr
     save(f"{tag}_DY", DY.numpy())
     save(f"{tag}_dyp", yp.grad.numpy())
     save(f"{tag}_dprobs", p.grad.numpy())  # dense (N,E)
+
+
+def bias_update_case(tag, L, E, seed, rate):
+    """The expert bias's update (get_updated_expert_bias, over a one-rank gloo group): L routers'
+    tokens per expert (ties with the mean included) and biases, and the updated biases."""
+    import torch.distributed as dist
+    from megatron.core import parallel_state
+    from megatron.core.transformer.moe.moe_utils import get_updated_expert_bias
+    if not dist.is_initialized():
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        os.environ.setdefault("MASTER_PORT", "29531")
+        dist.init_process_group("gloo", rank=0, world_size=1)
+        parallel_state.initialize_model_parallel(1, 1)
+    g = torch.Generator().manual_seed(seed)
+    tokens = torch.randint(0, 9, (L, E), generator=g).float()
+    tokens[1] = 4.0  # (every expert at the mean: no move)
+    tokens[2, :2] = torch.tensor([3.0, 5.0])
+    bias = torch.randn(L, E, generator=g) * 0.01
+    out = get_updated_expert_bias(tokens.clone(), bias.clone(), rate)
+    save(f"{tag}_tokens", tokens.numpy())
+    save(f"{tag}_bias", bias.numpy())
+    save(f"{tag}_rate", np.array([rate], np.float32))
+    save(f"{tag}_out", out.numpy())
 
 
 def drop_case(tag, N, E, k, C, seed, factor, policy, pad):
@@ -168,6 +195,13 @@ CASES = {
     "sig1": lambda: case("sig1", 23, 8, 1, 16, 12, score="sigmoid"),
     "sig4group": lambda: case("sig4group", 41, 16, 4, 24, 13, groups=4, group_topk=2,
                               score="sigmoid"),
+    # --moe-router-enable-expert-bias: the bias in the choice (and the groups' ranks), not in the
+    # probabilities; its update from the tokens per expert
+    "sig4bias": lambda: case("sig4bias", 41, 16, 4, 24, 14, groups=4, group_topk=2,
+                             score="sigmoid", bias=True),
+    "sig2bias": lambda: case("sig2bias", 37, 8, 2, 24, 15, scaling=2.0, score="sigmoid",
+                             bias=True),
+    "bias_update": lambda: bias_update_case("bias_update", 3, 8, 16, 1e-3),
     "drop_probs": lambda: drop_case("drop_probs", 37, 8, 2, 24, 3, 0.5, "probs", False),
     "drop_probs_pad": lambda: drop_case("drop_probs_pad", 37, 8, 2, 24, 3, 0.5, "probs", True),
     # (capacity 14 > N: none dropped)

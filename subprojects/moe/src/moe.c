@@ -32,6 +32,16 @@ static mt_status router_opts(moe_args *a, const mt_moe_router *r) {
     MT_REQUIRE(!a->pre_softmax || !a->sigmoid, MT_ERR_INVALID_ARG,
                "--moe-router-pre-softmax is the softmax score function's (not with sigmoid)");
     a->scaling = r && r->scaling != 0.0f ? r->scaling : 1.0f;
+    if (r && r->expert_bias) {
+        MT_REQUIRE(a->sigmoid, MT_ERR_INVALID_ARG,
+                   "Expert bias for aux-loss-free routing only supports sigmoid score function.");
+        MT_TRY(mt_tensor_check(r->expert_bias, "expert_bias", 1));
+        MT_REQUIRE(r->expert_bias->dtype == MT_F32 && r->expert_bias->shape[0] == a->E &&
+                       mt_tensor_is_contiguous(r->expert_bias),
+                   MT_ERR_INVALID_ARG, "expert_bias must be (%lld) f32, contiguous",
+                   (long long)a->E);
+        a->bias = r->expert_bias->data;
+    }
     MT_REQUIRE(isfinite(a->scaling) && a->scaling > 0.0f, MT_ERR_INVALID_ARG,
                "--moe-router-topk-scaling-factor %g must be positive", (double)a->scaling);
     a->groups = r ? r->num_groups : 0, a->group_topk = r ? r->group_topk : 0;
@@ -207,6 +217,28 @@ mt_status mt_moe_router_bwd(mt_tensor *dlogits, const mt_tensor *dprobs, const m
     a.dlogits = dlogits->data, a.dprobs = dprobs->data, a.probs_in = probs->data;
     a.logits = logits->data, a.aux_scale = aux_scale, a.z_scale = z_scale;
     return MT_DISPATCH(d, moe_router_bwd_cpu(&a), moe_router_bwd_cuda(&a, s));
+}
+
+mt_status mt_moe_expert_bias_tokens(mt_tensor *tokens, const mt_tensor *counts, mt_stream s) {
+    MT_TRY(mt_tensor_check(counts, "counts", 1));
+    moe_args a = { .E = counts->shape[0] };
+    MT_TRY(check(counts, "counts", MT_I32, 1, SHAPE(a.E), counts->device));
+    MT_TRY(check(tokens, "tokens", MT_F32, 1, SHAPE(a.E), counts->device));
+    a.counts_in = counts->data, a.probs = tokens->data;
+    return MT_DISPATCH(counts->device, moe_expert_bias_tokens_cpu(&a),
+                       moe_expert_bias_tokens_cuda(&a, s));
+}
+
+mt_status mt_moe_expert_bias_update(mt_tensor *bias, mt_tensor *tokens, float rate, mt_stream s) {
+    MT_TRY(mt_tensor_check(bias, "expert_bias", 2));
+    moe_args a = { .N = bias->shape[0], .E = bias->shape[1], .rate = rate };
+    MT_REQUIRE(isfinite(rate) && rate >= 0.0f, MT_ERR_INVALID_ARG,
+               "--moe-router-bias-update-rate %g must not be negative", (double)rate);
+    MT_TRY(check(bias, "expert_bias", MT_F32, 2, SHAPE(a.N, a.E), bias->device));
+    MT_TRY(check(tokens, "tokens", MT_F32, 2, SHAPE(a.N, a.E), bias->device));
+    a.probs = bias->data, a.dlogits = tokens->data;
+    return MT_DISPATCH(bias->device, moe_expert_bias_update_cpu(&a),
+                       moe_expert_bias_update_cuda(&a, s));
 }
 
 /* ---- expert parallelism: the plan on the host, the exchange over mt-comm ---- */

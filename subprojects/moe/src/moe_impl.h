@@ -31,6 +31,8 @@ typedef struct moe_args {
     float scaling;            /* router: the probabilities' factor */
     int groups, group_topk;   /* router: group-limited routing (0: none) */
     int sigmoid;              /* router: sigmoid scores (0: softmax) */
+    const float *bias;        /* router: the expert bias (E), added to the routing scores */
+    float rate;               /* expert bias update: its step */
     int32_t *scratch;         /* capacity map: N*k ints of workspace (the CUDA kernel's) */
 } moe_args;
 
@@ -43,6 +45,8 @@ mt_status moe_unpermute_cpu(const moe_args *a);
 mt_status moe_unpermute_bwd_cpu(const moe_args *a);
 mt_status moe_router_losses_cpu(const moe_args *a);
 mt_status moe_router_bwd_cpu(const moe_args *a);
+mt_status moe_expert_bias_tokens_cpu(const moe_args *a); /* probs (E) += counts_in */
+mt_status moe_expert_bias_update_cpu(const moe_args *a); /* probs: bias, dlogits: tokens (N,E) */
 
 mt_status moe_topk_cuda(const moe_args *a, mt_stream s);
 mt_status moe_dispatch_map_cuda(const moe_args *a, mt_stream s);
@@ -53,6 +57,8 @@ mt_status moe_unpermute_cuda(const moe_args *a, mt_stream s);
 mt_status moe_unpermute_bwd_cuda(const moe_args *a, mt_stream s);
 mt_status moe_router_losses_cuda(const moe_args *a, mt_stream s);
 mt_status moe_router_bwd_cuda(const moe_args *a, mt_stream s);
+mt_status moe_expert_bias_tokens_cuda(const moe_args *a, mt_stream s);
+mt_status moe_expert_bias_update_cuda(const moe_args *a, mt_stream s);
 
 /* ---- group-limited routing, shared by the CPU reference and the CUDA kernel ---- */
 #ifdef __CUDACC__
@@ -71,10 +77,14 @@ static inline MOE_HD void moe_row_stats(const float *l, int64_t E, float *mx, fl
     *mx = m, *sum = t;
 }
 
-/* The score that routes a token to expert e: the logit (a softmax router's order), or its
- * sigmoid. */
+/* A token's score of expert e: the logit (a softmax router's order), or its sigmoid. */
 static inline MOE_HD float moe_score(const moe_args *a, const float *l, int64_t e) {
     return a->sigmoid ? 1.0f / (1.0f + expf(-l[e])) : l[e];
+}
+
+/* The score that chooses expert e (and ranks its group): moe_score plus the expert bias. */
+static inline MOE_HD float moe_rscore(const moe_args *a, const float *l, int64_t e) {
+    return a->bias ? moe_score(a, l, e) + a->bias[e] : moe_score(a, l, e);
 }
 
 /* Whether (v, i) comes after (w, j) in descending order, ties: the lower index first. */
@@ -83,8 +93,8 @@ static inline MOE_HD int moe_after(float v, int64_t i, float w, int64_t j) {
 }
 
 /* The groups a token with logits l (E) may take, as a bit mask: the group_topk groups whose top
- * k / group_topk scores (moe_score, or with pre_softmax softmax(l), from the row's moe_row_stats
- * mx and sum) sum highest, each group's largest first; every group without group-limited
+ * k / group_topk scores (moe_rscore, or with pre_softmax softmax(l), from the row's
+ * moe_row_stats mx and sum) sum highest, each group's largest first; every group without group-limited
  * routing. */
 static inline MOE_HD uint64_t moe_group_mask(const moe_args *a, const float *l, float mx,
                                              float sum) {
@@ -97,11 +107,11 @@ static inline MOE_HD uint64_t moe_group_mask(const moe_args *a, const float *l, 
         for (int64_t i = 0; i < m; i++) {
             int64_t b = -1;
             for (int64_t e = g * per; e < (g + 1) * per; e++)
-                if ((pi < 0 || moe_after(l[e], e, pv, pi)) &&
-                    (b < 0 || moe_after(l[b], b, l[e], e)))
+                if ((pi < 0 || moe_after(moe_rscore(a, l, e), e, pv, pi)) &&
+                    (b < 0 || moe_after(moe_rscore(a, l, b), b, moe_rscore(a, l, e), e)))
                     b = e;
-            s += a->pre_softmax ? expf(l[b] - mx) / sum : moe_score(a, l, b);
-            pv = l[b], pi = b;
+            s += a->pre_softmax ? expf(l[b] - mx) / sum : moe_rscore(a, l, b);
+            pv = moe_rscore(a, l, b), pi = b;
         }
         gs[g] = s;
     }
@@ -113,6 +123,23 @@ static inline MOE_HD uint64_t moe_group_mask(const moe_args *a, const float *l, 
         mask |= (uint64_t)1 << b;
     }
     return mask;
+}
+
+/* The expert a token takes j-th (ids before it in id[0, j)): the largest routing score among the
+ * allowed groups' experts not yet taken, ties: the lower expert. */
+static inline MOE_HD int32_t moe_pick(const moe_args *a, const float *l, uint64_t groups,
+                                      const int32_t *id, int64_t j) {
+    const int64_t per = a->groups ? a->E / a->groups : a->E;
+    int32_t best = -1;
+    float bv = 0.0f;
+    for (int64_t e = 0; e < a->E; e++) {
+        int taken = !(groups >> (e / per) & 1);
+        for (int64_t i = 0; i < j; i++)
+            taken |= id[i] == e;
+        const float v = moe_rscore(a, l, e);
+        if (!taken && (best < 0 || v > bv)) best = (int32_t)e, bv = v;
+    }
+    return best;
 }
 
 /* ---- sigmoid scores (Megatron's score_function sigmoid), shared by CPU and CUDA ---- */

@@ -108,10 +108,12 @@ static void run_case(const char *tag, mt_dtype rt) {
     double *losses_g = mt_test_golden_f64(nm(tag, "losses"), &n);
     float *dlogits_g = mt_test_golden_f32(nm(tag, "dlogits"), &n, NULL);
     float *router_g = mt_test_golden_f32(nm(tag, "router"), &n, NULL);
-    /* (pre-softmax, scaling, the groups and groups a token, sigmoid scores) */
-    MT_ASSERT(n == 5);
-    const mt_moe_router ro = { router_g[0] != 0.0f, router_g[1], (int)router_g[2], (int)router_g[3],
-                               router_g[4] != 0.0f };
+    /* (pre-softmax, scaling, the groups and groups a token, sigmoid scores, an expert bias) */
+    MT_ASSERT(n == 6);
+    float *bias_h = router_g[5] != 0.0f ? mt_test_golden_f32(nm(tag, "bias"), &n, NULL) : NULL;
+    mt_tensor bias = PUT(bias_h, MT_F32, MT_F32, E);
+    const mt_moe_router ro = { router_g[0] != 0.0f, router_g[1],         (int)router_g[2],
+                               (int)router_g[3],    router_g[4] != 0.0f, bias_h ? &bias : NULL };
     float *aux_counts_g = mt_test_golden_f32(nm(tag, "aux_counts"), &n, NULL);
     printf("-- %s: N %lld E %lld top-%lld C %lld, rows %s on %s\n", tag, (long long)N, (long long)E,
            (long long)k, (long long)C, mt_dtype_name(rt), mt_device_is_cuda(dev) ? "cuda" : "cpu");
@@ -128,7 +130,7 @@ static void run_case(const char *tag, mt_dtype rt) {
     for (int64_t t = 0; t < N; t++)
         for (int64_t j = 0; j < k; j++) {
             dense[t * E + id[t * k + j]] = p[t * k + j];
-            if (j)
+            if (j && !bias_h) /* (with a bias, the order of the scores plus the bias) */
                 MT_EXPECT(p[t * k + j] <= p[t * k + j - 1], "token %lld: not descending",
                           (long long)t);
         }
@@ -250,7 +252,7 @@ static void run_case(const char *tag, mt_dtype rt) {
                      dp_h,     dl,        rows_g, rw,           ps,       a,        b,
                      x_h,      xp_g,      xpv,    DXP,          dx_g,     dxv,      dx2,
                      yp_h,     y_g,       DY,     dyp_g,        dprobs_g, yv,       yr,
-                     dypv,     dprv,      dpr_g,  aux_counts_g, acnt };
+                     dypv,     dprv,      dpr_g,  aux_counts_g, acnt,     bias_h };
     for (size_t i = 0; i < sizeof host / sizeof *host; i++)
         free(host[i]);
 }
@@ -437,18 +439,52 @@ static void run_ep(const char *tag, int ep, int E) {
     free(c64);
 }
 
+/* The expert bias's update (golden bias_update: megatron-core's get_updated_expert_bias) and its
+ * bookkeeping of the tokens per expert. */
+static void test_bias_update(void) {
+    size_t n;
+    float *tok_g = mt_test_golden_f32("bias_update_tokens.npy", &n, NULL);
+    float *bias_g = mt_test_golden_f32("bias_update_bias.npy", &n, NULL);
+    float *rate = mt_test_golden_f32("bias_update_rate.npy", &n, NULL);
+    float *out_g = mt_test_golden_f32("bias_update_out.npy", &n, NULL);
+    const int64_t L = 3, E = (int64_t)n / 3;
+    mt_tensor bias = PUT(bias_g, MT_F32, MT_F32, L, E), tok = PUT(NULL, MT_F32, MT_F32, L, E);
+    MT_CHECK(mt_memset_zero(tok.data, tok.device, (size_t)(L * E) * 4, NULL));
+    /* the tokens arrive as counts, router by router, in two micro-batches */
+    for (int64_t r = 0; r < L; r++)
+        for (int half = 0; half < 2; half++) {
+            int32_t c[64];
+            for (int64_t e = 0; e < E; e++) {
+                const int32_t v = (int32_t)tok_g[r * E + e];
+                c[e] = half ? v - v / 2 : v / 2;
+            }
+            mt_tensor counts = PUT(c, MT_I32, MT_I32, E), rows, row;
+            MT_CHECK(mt_tensor_slice(&tok, 0, r, 1, &rows));
+            MT_CHECK(mt_tensor_reshape(&rows, 1, (int64_t[]){ E }, &row));
+            MT_CHECK(mt_moe_expert_bias_tokens(&row, &counts, NULL));
+        }
+    float *t = get(&tok);
+    mt_test_close_f32("tokens per expert, accumulated", t, tok_g, (size_t)(L * E), 0.0, 0.0);
+    MT_CHECK(mt_moe_expert_bias_update(&bias, &tok, rate[0], NULL));
+    float *b = get(&bias), *t2 = get(&tok), zero[64 * 3] = { 0 };
+    mt_test_close_f32("updated expert bias", b, out_g, (size_t)(L * E), 1e-9, 1e-6);
+    mt_test_close_f32("tokens zeroed", t2, zero, (size_t)(L * E), 0.0, 0.0);
+    free(tok_g), free(bias_g), free(rate), free(out_g), free(t), free(b), free(t2);
+}
+
 /* Group-limited routing's limits, with Megatron's names in the messages. */
 static void test_group_args(void) {
     mt_tensor logits = PUT(NULL, MT_F32, MT_F32, 3, 16);
     mt_tensor probs = PUT(NULL, MT_F32, MT_F32, 3, 4), idx = PUT(NULL, MT_F32, MT_I32, 3, 4);
     mt_tensor counts = PUT(NULL, MT_F32, MT_I32, 16);
     const mt_moe_router bad[] = {
-        { 0, 0.0f, 3, 1, 0 },  /* 16 experts in 3 groups */
-        { 0, 0.0f, 4, 5, 0 },  /* 5 of 4 groups */
-        { 0, 0.0f, 4, 0, 0 },  /* groups without a group count a token */
-        { 0, 0.0f, 8, 1, 0 },  /* top 4 from the 2 experts of 1 group */
-        { 0, 0.0f, 16, 8, 0 }, /* top 4 from 8 groups: fewer choices than groups */
-        { 1, 0.0f, 0, 0, 1 },  /* pre-softmax sigmoid scores */
+        { 0, 0.0f, 3, 1, 0, NULL },    /* 16 experts in 3 groups */
+        { 0, 0.0f, 4, 5, 0, NULL },    /* 5 of 4 groups */
+        { 0, 0.0f, 4, 0, 0, NULL },    /* groups without a group count a token */
+        { 0, 0.0f, 8, 1, 0, NULL },    /* top 4 from the 2 experts of 1 group */
+        { 0, 0.0f, 16, 8, 0, NULL },   /* top 4 from 8 groups: fewer choices than groups */
+        { 1, 0.0f, 0, 0, 1, NULL },    /* pre-softmax sigmoid scores */
+        { 0, 0.0f, 0, 0, 0, &logits }, /* an expert bias without sigmoid scores */
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
         MT_EXPECT_STATUS(mt_moe_topk(&probs, &idx, &counts, &logits, &bad[i], NULL),
@@ -473,6 +509,9 @@ int main(int argc, char **argv) {
     run_case("sig3", MT_F32);      /* sigmoid scores over the chosen ones' sum, scaled by 2.5 */
     run_case("sig1", MT_F32);      /* sigmoid top-1: the score itself */
     run_case("sig4group", MT_F32); /* sigmoid scores, 4 of 16 from 2 of 4 groups */
+    run_case("sig4bias", MT_F32);  /* the same with an expert bias in the choice */
+    run_case("sig2bias", MT_F32);  /* an expert bias, top-2, scaled */
+    test_bias_update();
     test_group_args();
     run_drop("drop_probs");
     run_drop("drop_probs_pad");

@@ -34,6 +34,10 @@ typedef struct mt_moe_router {
      * over their sum (+ 1e-20; k = 1: the score itself), then times the scaling; the aux loss's
      * scores are the sigmoids over their row's sum (Megatron's). Not with pre_softmax. */
     int sigmoid;
+    /* --moe-router-enable-expert-bias (sigmoid only; NULL: none): (E) f32 on the logits' device,
+     * added to the scores that choose the experts and rank the groups, not to the probabilities
+     * (DeepSeek-V3's aux-loss-free balancing; mt_moe_expert_bias_update moves it). */
+    const mt_tensor *expert_bias;
 } mt_moe_router;
 
 /* Top-k routing of logits (N,E) f32: idx (N,k) i32, each token's k largest logits' experts in
@@ -108,6 +112,16 @@ MT_API mt_status mt_moe_router_bwd(mt_tensor *dlogits, const mt_tensor *dprobs,
                                    const mt_tensor *logits, const mt_tensor *counts,
                                    const mt_moe_router *router, float aux_scale, float z_scale,
                                    mt_stream stream);
+
+/* The expert bias's bookkeeping (Megatron's local_tokens_per_expert): tokens (E) f32 += counts (E)
+ * i32, the tokens routed to each expert (after dropping). */
+MT_API mt_status mt_moe_expert_bias_tokens(mt_tensor *tokens, const mt_tensor *counts,
+                                           mt_stream stream);
+/* Megatron's get_updated_expert_bias for L routers at once, once their tokens are summed over the
+ * ranks that route (TP x CP x DP): bias (L,E) f32 += sign(mean of the row's tokens - tokens) *
+ * rate; tokens (L,E) f32 are then zeroed for the next step. */
+MT_API mt_status mt_moe_expert_bias_update(mt_tensor *bias, mt_tensor *tokens, float rate,
+                                           mt_stream stream);
 
 /* ---- expert parallelism (Megatron's MoEAlltoAllTokenDispatcher) ----
  * E experts over the ep ranks of an expert-parallel group, rank r holding experts

@@ -21,17 +21,9 @@ mt_status moe_topk_cpu(const moe_args *a) {
         float *p = a->probs + n * a->k, mx = 0.0f, sum = 1.0f;
         if (a->pre_softmax) moe_row_stats(l, a->E, &mx, &sum); /* (the softmax over all E) */
         const uint64_t groups = moe_group_mask(a, l, mx, sum);
-        const int64_t per = a->groups ? a->E / a->groups : a->E;
-        for (int64_t j = 0; j < a->k; j++) { /* the largest not yet taken; ties: lower expert */
-            int32_t best = -1;
-            for (int64_t e = 0; e < a->E; e++) {
-                int taken = !(groups >> (e / per) & 1);
-                for (int64_t i = 0; i < j; i++)
-                    taken |= id[i] == e;
-                if (!taken && (best < 0 || l[e] > l[best])) best = (int32_t)e;
-            }
-            id[j] = best;
-            a->counts[best]++;
+        for (int64_t j = 0; j < a->k; j++) {
+            id[j] = moe_pick(a, l, groups, id, j);
+            a->counts[id[j]]++;
         }
         if (a->sigmoid) {
             moe_sigmoid_probs(a, l, id, p);
@@ -47,6 +39,27 @@ mt_status moe_topk_cpu(const moe_args *a) {
             sum += p[j] = expf(l[id[j]] - l[id[0]]);
         for (int64_t j = 0; j < a->k; j++)
             p[j] = p[j] / sum * a->scaling;
+    }
+    return MT_OK;
+}
+
+mt_status moe_expert_bias_tokens_cpu(const moe_args *a) {
+    for (int64_t e = 0; e < a->E; e++)
+        a->probs[e] += (float)a->counts_in[e];
+    return MT_OK;
+}
+
+mt_status moe_expert_bias_update_cpu(const moe_args *a) {
+    for (int64_t r = 0; r < a->N; r++) { /* (one router a row) */
+        float *b = a->probs + r * a->E, *t = a->dlogits + r * a->E, mean = 0.0f;
+        for (int64_t e = 0; e < a->E; e++)
+            mean += t[e];
+        mean /= (float)a->E;
+        for (int64_t e = 0; e < a->E; e++) {
+            const float off = mean - t[e];
+            b[e] += (off > 0.0f ? a->rate : off < 0.0f ? -a->rate : 0.0f);
+            t[e] = 0.0f;
+        }
     }
     return MT_OK;
 }

@@ -25,17 +25,9 @@ static __global__ void topk_kernel(moe_args a) {
     float *p = a.probs + n * a.k, mx = 0.0f, sum = 1.0f;
     if (a.pre_softmax) moe_row_stats(l, a.E, &mx, &sum); /* (the softmax over all E) */
     const uint64_t groups = moe_group_mask(&a, l, mx, sum);
-    const int64_t per = a.groups ? a.E / a.groups : a.E;
     for (int64_t j = 0; j < a.k; j++) {
-        int32_t best = -1;
-        for (int64_t e = 0; e < a.E; e++) {
-            bool taken = !(groups >> (e / per) & 1);
-            for (int64_t i = 0; i < j; i++)
-                taken |= id[i] == e;
-            if (!taken && (best < 0 || l[e] > l[best])) best = (int32_t)e;
-        }
-        id[j] = best;
-        atomicAdd(&a.counts[best], 1); // why: integer adds, so the counts are exact in any order
+        id[j] = moe_pick(&a, l, groups, id, j);
+        atomicAdd(&a.counts[id[j]], 1); // why: integer adds, so the counts are exact in any order
     }
     if (a.sigmoid) {
         moe_sigmoid_probs(&a, l, id, p);
@@ -122,6 +114,40 @@ static __global__ void router_bwd_kernel(moe_args a) {
 extern "C" mt_status moe_router_bwd_cuda(const moe_args *a, mt_stream s) {
     if (a->N == 0) return MT_OK;
     router_bwd_kernel<<<blocks_for(a->N, 128), 128, 0, (cudaStream_t)s>>>(*a);
+    MT_CUDA_CHECK_LAUNCH();
+    return MT_OK;
+}
+
+/* ---- the expert bias: tokens += counts; bias += sign(mean - tokens) rate, one router a block */
+
+static __global__ void bias_tokens_kernel(moe_args a) {
+    const int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (e < a.E) a.probs[e] += (float)a.counts_in[e];
+}
+
+extern "C" mt_status moe_expert_bias_tokens_cuda(const moe_args *a, mt_stream s) {
+    bias_tokens_kernel<<<blocks_for(a->E, 128), 128, 0, (cudaStream_t)s>>>(*a);
+    MT_CUDA_CHECK_LAUNCH();
+    return MT_OK;
+}
+
+static __global__ void bias_update_kernel(moe_args a) {
+    float *b = a.probs + blockIdx.x * a.E, *t = a.dlogits + blockIdx.x * a.E;
+    if (threadIdx.x != 0) return;
+    float mean = 0.0f; /* (the CPU's order: E is small) */
+    for (int64_t e = 0; e < a.E; e++)
+        mean += t[e];
+    mean /= (float)a.E;
+    for (int64_t e = 0; e < a.E; e++) {
+        const float off = mean - t[e];
+        b[e] += (off > 0.0f ? a.rate : off < 0.0f ? -a.rate : 0.0f);
+        t[e] = 0.0f;
+    }
+}
+
+extern "C" mt_status moe_expert_bias_update_cuda(const moe_args *a, mt_stream s) {
+    if (a->N == 0) return MT_OK;
+    bias_update_kernel<<<(unsigned)a->N, 32, 0, (cudaStream_t)s>>>(*a);
     MT_CUDA_CHECK_LAUNCH();
     return MT_OK;
 }
