@@ -113,6 +113,22 @@ if [ -n "${MT_CONVERT:-}" ]; then
   "$MT_CONVERT" mt-to-hf "$d/sigck" "$d/sighf" > "$d/sigexport.log" 2>&1 && { echo "FAIL: sigmoid-routed MoE exported"; exit 1; }
 fi
 echo "ok: sigmoid scores ($(losses "$d/sig.json" 1 1 | awk '{print $2}') first loss; with groups $(losses "$d/siggroup.json" 1 1 | awk '{print $2}'); bad combinations refused)"
+# the expert bias (Megatron's --moe-router-enable-expert-bias, aux-loss-free balancing; mt-moe's
+# golden cases check the routing and the update): zero at first (the same first loss), then it
+# moves the routing; it is checkpointed (the routers' expert_bias) and a resume from iteration 6
+# gives the same losses; without sigmoid scores it is refused with Megatron's message
+eb=(--moe-router-score-function sigmoid --moe-router-enable-expert-bias --moe-router-bias-update-rate 0.05)
+run sig12 --moe-router-score-function sigmoid
+run eb "${eb[@]}"
+run ebfirst "${eb[@]}" --exit-interval 6 --save "$d/ebck"
+[ "$(losses "$d/sig12.json" 1 1)" = "$(losses "$d/eb.json" 1 1)" ] || { echo "FAIL: the expert bias changed the first loss"; exit 1; }
+[ "$(losses "$d/sig12.json" 2 12)" != "$(losses "$d/eb.json" 2 12)" ] || { echo "FAIL: the expert bias changed nothing"; exit 1; }
+grep -q '"decoder.layers.1.mlp.router.expert_bias"' "$d/ebck/iter_0000006/index.json" || { echo "FAIL: no expert bias in the checkpoint"; ls "$d/ebck/iter_0000006"; exit 1; }
+run ebres "${eb[@]}" --load "$d/ebck"
+[ "$(losses "$d/eb.json" 7 12)" = "$(losses "$d/ebres.json" 7 12)" ] || { echo "FAIL: the resumed expert-bias run differs"; paste <(losses "$d/eb.json" 7 12) <(losses "$d/ebres.json" 7 12); exit 1; }
+tiny_run "$d/bad.json" "${MOE[@]}" --train-iters 1 --moe-router-enable-expert-bias > "$d/bad.log" 2>&1 && { echo "FAIL: an expert bias with softmax scores accepted"; exit 1; }
+grep -qF "Expert bias for aux-loss-free routing only supports sigmoid score function" "$d/bad.log" || { echo "FAIL: expert bias message"; cat "$d/bad.log"; exit 1; }
+echo "ok: the expert bias (losses $(losses "$d/eb.json" 12 12 | awk '{print $2}') against $(losses "$d/sig12.json" 12 12 | awk '{print $2}') at 12; resumed bitwise; refused without sigmoid)"
 # shared experts (Megatron's --moe-shared-expert-intermediate-size, gated: --moe-shared-expert-gate)
 # change the first loss; full recompute repeats them bitwise; bad combinations are refused
 sh=(--moe-shared-expert-intermediate-size 32 --moe-shared-expert-gate)
@@ -258,6 +274,11 @@ if [ -n "${MPIEXEC:-}" ]; then
   run onesig --moe-router-score-function sigmoid
   mr tpsp2sig 2 --moe-router-score-function sigmoid --tensor-model-parallel-size 2 --sequence-parallel
   mr ep2sig 2 --moe-router-score-function sigmoid "${ep[@]}"
+  # the expert bias: the tokens per expert summed over the data-parallel ranks (and EP's)
+  run oneeb "${eb[@]}"
+  mr dp2eb 2 "${eb[@]}"
+  mr ep2eb 2 "${eb[@]}" "${ep[@]}"
+  mr tpsp2eb 2 "${eb[@]}" --tensor-model-parallel-size 2 --sequence-parallel
   MOE=("${moe_bias[@]}")  # experts with biases (fc2's added once under TP)
   run oneb
   mr tp2b 2 --tensor-model-parallel-size 2
@@ -265,12 +286,13 @@ if [ -n "${MPIEXEC:-}" ]; then
   mr ep2b 2 "${ep[@]}"  # (experts with biases run one GEMM each)
   MOE=("${moe[@]}")
   router() { jq -r '"\(.load_balancing_loss) \(.z_loss)"' "$1"; }
-  for n in dp2 zero pp2 ppv2 tp2 tpsp2 dpdrop dpcap tpcap tp2b tpsp2b ep2 ep2zero ep2dp4 ep2tp2 ep2pp2 ep2rec ep2b ep2cap ep2drop tpsp2s ep2s pp2f tpsp2f ep2f tpsp2sig ep2sig; do
+  for n in dp2 zero pp2 ppv2 tp2 tpsp2 dpdrop dpcap tpcap tp2b tpsp2b ep2 ep2zero ep2dp4 ep2tp2 ep2pp2 ep2rec ep2b ep2cap ep2drop tpsp2s ep2s pp2f tpsp2f ep2f tpsp2sig ep2sig dp2eb ep2eb tpsp2eb; do
     ref=one; [ $n = dpdrop ] && ref=onedrop; [ $n = ppv2 ] && ref=one4; [ $n = dpcap ] || [ $n = tpcap ] || [ $n = ep2cap ] && ref=onecap
     [ $n = ep2drop ] && ref=onedropc
     [ $n = tpsp2s ] || [ $n = ep2s ] && ref=ones
     [ $n = pp2f ] || [ $n = tpsp2f ] || [ $n = ep2f ] && ref=onef
     [ $n = tpsp2sig ] || [ $n = ep2sig ] && ref=onesig
+    [ $n = dp2eb ] || [ $n = ep2eb ] || [ $n = tpsp2eb ] && ref=oneeb
     [ $n = tp2b ] || [ $n = tpsp2b ] || [ $n = ep2b ] && ref=oneb
     paste <(losses "$d/$ref.json" 1 12) <(losses "$d/$n.json" 1 12) | awk '{ print $2, $4 }' | close "$n losses" 1e-5
     paste -d' ' <(router "$d/$ref.jsonl") <(router "$d/$n.jsonl") | awk '{ print $1, $3; print $2, $4 }' \

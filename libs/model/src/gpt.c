@@ -246,11 +246,13 @@ static mt_status ep_return(mt_model *m, const layer_acts *la, mt_tensor *out, co
     return mt_moe_ep_combine(m->ep, out, in, la->counts_h, moe_n(&m->cfg), s);
 }
 
-/* The router's options of the config (mt-moe's). */
-static mt_moe_router router_of(const mt_model_config *c) {
+/* Layer l's router options (mt-moe's: the config's, and its expert bias). */
+static mt_moe_router router_of(const mt_model *m, int l) {
+    const mt_model_config *c = &m->cfg;
+    const int b = m->n_eb ? m->eb_row[l] : -1;
     return (mt_moe_router){ c->moe_router_pre_softmax,   c->moe_router_topk_scaling_factor,
                             c->moe_router_num_groups,    c->moe_router_group_topk,
-                            c->moe_router_score_sigmoid, NULL };
+                            c->moe_router_score_sigmoid, b >= 0 ? &m->eb_view[b] : NULL };
 }
 
 /* Mixture of experts: expert e's fc2 bias as its forward adds it: on one tensor-parallel rank
@@ -395,7 +397,7 @@ static mt_status moe_fwd(mt_model *m, int l, layer_acts *la, const layer_params 
     if (shared_n(c)) MT_TRY(shared_fwd(m, la, lp, x_in, &sh_y, &sh_g, s));
     OP("fwd.moe.router", mt_gemm(m->blas, &la->router_logits, NULL, x_in, W(lp->router_w), NULL,
                                  MT_GEMM_TRANS_B, 1.0f, 0.0f, s));
-    const mt_moe_router router = router_of(c);
+    const mt_moe_router router = router_of(m, l);
     OP("fwd.moe.route",
        mt_moe_topk(&la->moe_probs, &la->moe_idx, &la->moe_counts, &la->router_logits, &router, s));
     const mt_tensor *ac = &la->moe_counts; /* (the load-balancing loss's tokens per expert) */
@@ -426,6 +428,11 @@ static mt_status moe_fwd(mt_model *m, int l, layer_acts *la, const layer_params 
            mt_moe_dispatch_map(&la->moe_rows, &la->moe_pos, &la->moe_idx, &la->moe_counts, s));
     OP("fwd.moe.permute", mt_moe_permute(&la->moe_xp, x_in, &la->moe_rows, s));
     const mt_tensor *counts = drop ? &la->moe_kept : &la->moe_counts;
+    if (m->n_eb && m->train && !m->recomputing) { /* (the expert bias's tokens, kept ones) */
+        mt_tensor row = mt_tensor_1d((float *)m->eb_tokens.data + (size_t)m->eb_row[l] * moe_n(c),
+                                     MT_F32, moe_n(c), m->dev);
+        OP("fwd.moe.counts", mt_moe_expert_bias_tokens(&row, counts, s));
+    }
     const int64_t region = moe_region(c, Nt);
     if (m->ep && !region) { /* (expert parallelism: every rank's, rank-major) */
         OP("fwd.moe.counts", mt_comm_allgather(m->ep, &m->a.moe_counts_all, counts, s));
@@ -625,7 +632,7 @@ static mt_status moe_bwd(mt_model *m, int l, layer_acts *la, const layer_params 
         OP("bwd.tp.moe", mt_tp_all_reduce(m->tp, &a->dln, s));
     const float scale =
         m->loss_scale * (c->per_token_loss ? (float)((int64_t)m->B * c->seq_length) : 1.0f);
-    const mt_moe_router router = router_of(c);
+    const mt_moe_router router = router_of(m, l);
     /* (context parallelism: the loss over the ranks' N = cp x the local tokens, E / (k N^2)
      * sum_e counts_e sum_n p_ne, is the sum of the ranks' parts, the local formula / cp^2 each;
      * the gradients are averaged over the group, so each rank's part counts cp times: 1 / cp) */

@@ -1,5 +1,6 @@
 /* Model configuration, the parameter table, memory planning and Philox initialisation. */
 #include "model_impl.h"
+#include <mt/moe.h>
 
 #include <math.h>
 #include <stdio.h>
@@ -50,6 +51,12 @@ static mt_status moe_finalize(mt_model_config *c) {
     MT_REQUIRE(!c->moe_router_score_sigmoid || !c->moe_router_pre_softmax, MT_ERR_INVALID_ARG,
                "--moe-router-pre-softmax is the softmax score function's (not with "
                "--moe-router-score-function sigmoid)");
+    MT_REQUIRE(!c->moe_router_enable_expert_bias || c->moe_router_score_sigmoid, MT_ERR_INVALID_ARG,
+               "Expert bias for aux-loss-free routing only supports sigmoid score function. "
+               "Please set --moe-router-score-function sigmoid for sigmoid score function.");
+    MT_REQUIRE(c->moe_router_bias_update_rate >= 0.0f, MT_ERR_INVALID_ARG,
+               "--moe-router-bias-update-rate %g must not be negative",
+               (double)c->moe_router_bias_update_rate);
     MT_REQUIRE(c->moe_router_topk_scaling_factor >= 0.0f, MT_ERR_INVALID_ARG,
                "--moe-router-topk-scaling-factor %g must be positive",
                (double)c->moe_router_topk_scaling_factor);
@@ -864,6 +871,86 @@ static size_t align_up(size_t x, size_t a) {
     return (x + a - 1) / a * a;
 }
 
+/* The expert bias's buffers (zeros), or a view's source's biases. */
+static mt_status expert_bias_setup(mt_model *m, const mt_model *src) {
+    const mt_model_config *c = &m->cfg;
+    if (!c->moe_router_enable_expert_bias) return MT_OK;
+    const int l0 = stage_l0(c), nl = stage_nl(c);
+    const int64_t E = moe_n(c);
+    m->eb_row = malloc(sizeof(int) * (size_t)c->num_layers);
+    m->eb_view = calloc((size_t)nl + 1, sizeof *m->eb_view);
+    m->eb_name = calloc((size_t)nl + 1, sizeof *m->eb_name);
+    MT_REQUIRE(m->eb_row && m->eb_view && m->eb_name, MT_ERR_OOM, "expert bias tables");
+    for (int l = 0; l < c->num_layers; l++)
+        m->eb_row[l] = l >= l0 && l < l0 + nl && moe_layer(c, l) ? m->n_eb++ : -1;
+    if (!m->n_eb) return MT_OK;
+    const size_t bytes = (size_t)m->n_eb * (size_t)E * 4;
+    if (src) {
+        MT_REQUIRE(src->n_eb == m->n_eb, MT_ERR_INVALID_ARG, "the source model differs");
+        m->eb_bias = src->eb_bias;
+    } else {
+        void *p;
+        MT_TRY(mt_arena_create(m->dev, 2 * bytes + 2 * MT_ARENA_ALIGN, &m->eb_arena));
+        MT_TRY(mt_arena_alloc(m->eb_arena, bytes, &p));
+        m->eb_bias = mt_tensor_2d(p, MT_F32, m->n_eb, E, m->dev);
+        MT_TRY(mt_memset_zero(p, m->dev, bytes, NULL));
+    }
+    void *t;
+    if (!m->eb_arena) MT_TRY(mt_arena_create(m->dev, bytes + MT_ARENA_ALIGN, &m->eb_arena));
+    MT_TRY(mt_arena_alloc(m->eb_arena, bytes, &t));
+    m->eb_tokens = mt_tensor_2d(t, MT_F32, m->n_eb, E, m->dev);
+    MT_TRY(mt_memset_zero(t, m->dev, bytes, NULL));
+    for (int l = 0; l < c->num_layers; l++) {
+        const int i = m->eb_row[l];
+        if (i < 0) continue;
+        m->eb_view[i] = mt_tensor_1d((float *)m->eb_bias.data + (size_t)i * E, MT_F32, E, m->dev);
+        snprintf(m->eb_name[i], MT_MODEL_NAME_LEN, "decoder.layers.%d.mlp.router.expert_bias", l);
+    }
+    return MT_OK;
+}
+
+int mt_model_num_buffers(const mt_model *m) {
+    return m ? m->n_eb : 0;
+}
+
+mt_status mt_model_buffer_at(mt_model *m, int i, const char **name, mt_tensor *t) {
+    MT_REQUIRE(m && name && t, MT_ERR_INVALID_ARG, "NULL argument");
+    MT_REQUIRE(i >= 0 && i < m->n_eb, MT_ERR_INVALID_ARG, "buffer %d of %d", i, m->n_eb);
+    *name = m->eb_name[i], *t = m->eb_view[i];
+    return MT_OK;
+}
+
+mt_status mt_model_list_buffers(const mt_model_config *cfg, mt_model_param_fn fn, void *ctx) {
+    MT_REQUIRE(cfg && fn, MT_ERR_INVALID_ARG, "NULL argument");
+    mt_model_config c = *cfg;
+    MT_TRY(mt_model_config_finalize(&c));
+    if (!c.moe_router_enable_expert_bias) return MT_OK;
+    const int l0 = stage_l0(&c), nl = stage_nl(&c);
+    const int64_t shape[2] = { moe_n(&c), 0 };
+    for (int l = l0; l < l0 + nl; l++) {
+        char name[MT_MODEL_NAME_LEN];
+        snprintf(name, sizeof name, "decoder.layers.%d.mlp.router.expert_bias", l);
+        if (moe_layer(&c, l)) MT_TRY(fn(ctx, name, 1, shape, 1, NULL, NULL));
+    }
+    return MT_OK;
+}
+
+mt_status mt_model_expert_bias_tokens(mt_model *m, mt_tensor *tokens) {
+    MT_REQUIRE(m && tokens, MT_ERR_INVALID_ARG, "NULL argument");
+    *tokens = m->n_eb
+                  ? mt_tensor_1d(m->eb_tokens.data, MT_F32, mt_tensor_numel(&m->eb_tokens), m->dev)
+                  : mt_tensor_1d(NULL, MT_F32, 0, m->dev);
+    return MT_OK;
+}
+
+mt_status mt_model_expert_bias_update(mt_model *m, mt_stream s) {
+    MT_REQUIRE(m, MT_ERR_INVALID_ARG, "NULL model");
+    if (!m->n_eb) return MT_OK;
+    MT_REQUIRE(!m->view, MT_ERR_INVALID_ARG, "a view's expert bias is its source's");
+    return mt_moe_expert_bias_update(&m->eb_bias, &m->eb_tokens, m->cfg.moe_router_bias_update_rate,
+                                     s);
+}
+
 /* The shared experts' constants: the identity map and unit weights of their combine (mt-moe's
  * unpermute with one choice a token: the token's own row, times its gate or 1). */
 static mt_status shared_constants(mt_model *m) {
@@ -1197,6 +1284,7 @@ static mt_status create(const mt_model_config *cfg, int micro_batch_size, mt_dev
     plan_acts(m, &p);
     if (moe_n(&m->cfg)) MT_TRY_GOTO(mt_memset_zero(m->a.moe_loss.data, device, 8, NULL), st, fail);
     if (shared_n(&m->cfg) && any_moe_layer(&m->cfg)) MT_TRY_GOTO(shared_constants(m), st, fail);
+    MT_TRY_GOTO(expert_bias_setup(m, src), st, fail);
 
     if (!m->view) MT_TRY_GOTO(init_weights(m), st, fail);
     if (!m->no_grads) MT_TRY_GOTO(mt_model_zero_grad(m, NULL), st, fail);
@@ -1378,6 +1466,10 @@ void mt_model_destroy(mt_model *m) {
     free(m->lp);
     free(m->moe_params);
     free(m->moe_host);
+    mt_arena_destroy(m->eb_arena);
+    free(m->eb_row);
+    free(m->eb_view);
+    free(m->eb_name);
     free(m->spec);
     free(m->params);
     free(m);

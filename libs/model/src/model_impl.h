@@ -372,6 +372,15 @@ struct mt_model {
     mt_tensor kv_len;       /* (B) i32: pos[b] + T, the keys after this forward (kv_arena) */
     mt_arena *kv_arena;
     graph_slot gf; /* mt_model_forward's graph (inference models with graphs on) */
+    /* the expert bias (cfg.moe_router_enable_expert_bias): n_eb routers (this model's MoE
+     * layers), their biases and counted tokens (n_eb, E) f32 (eb_arena; a view: its source's
+     * biases), eb_row[l] layer l's row (-1: none), eb_view[i] row i, eb_name[i] its name */
+    int n_eb;
+    mt_tensor eb_bias, eb_tokens;
+    int *eb_row;
+    mt_tensor *eb_view;
+    char (*eb_name)[MT_MODEL_NAME_LEN];
+    mt_arena *eb_arena;
 };
 
 /* Every layer's keys and values: k[l], v[l] (B, max_len, local kv heads, kv channels). */

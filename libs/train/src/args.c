@@ -258,6 +258,10 @@ static const flag flags[] = {
       "each MoE layer's shared experts: one MLP of this width over every token" },
     { "--moe-shared-expert-gate", F_TRUE, O(moe_shared_expert_gate),
       "the shared experts' output times sigmoid(x . g) (Qwen2-MoE)" },
+    { "--moe-router-enable-expert-bias", F_TRUE, O(moe_router_enable_expert_bias),
+      "aux-loss-free balancing: a bias on each expert's score, moved towards balance each step" },
+    { "--moe-router-bias-update-rate", F_DBL, O(moe_router_bias_update_rate),
+      "the expert bias's step (1e-3)" },
     { "--moe-layer-freq", F_STR, O(moe_layer_freq),
       "MoE layers among dense ones: an int N (one in N) or a list such as \"([0]*1+[1]*3)*2\"" },
     { "--expert-model-parallel-size", F_INT, O(expert_model_parallel_size), "1" },
@@ -328,6 +332,7 @@ void mt_train_args_init(mt_train_args *a) {
     a->moe_router_topk = 2;
     a->expert_model_parallel_size = 1;
     set_str(&a->moe_router_load_balancing_type, "aux_loss");
+    a->moe_router_bias_update_rate = 1e-3;
     set_str(&a->moe_router_score_function, "softmax");
     set_str(&a->moe_token_dispatcher_type, "allgather");
     set_str(&a->cp_comm_type, "p2p");
@@ -448,7 +453,8 @@ static const char *const model_args[] = { "num_layers",
                                           "moe_shared_expert_intermediate_size",
                                           "moe_shared_expert_gate",
                                           "moe_layer_freq",
-                                          "moe_router_score_function" };
+                                          "moe_router_score_function",
+                                          "moe_router_enable_expert_bias" };
 #define N_MODEL_ARGS ((int)(sizeof model_args / sizeof *model_args))
 
 /* The flag named by the first len characters of name (NULL: none). */

@@ -521,6 +521,8 @@ static mt_status setup_model(run *r) {
     c->moe_shared_expert_intermediate_size = a->moe_shared_expert_intermediate_size;
     c->moe_shared_expert_gate = a->moe_shared_expert_gate;
     c->moe_router_score_sigmoid = strcmp(a->moe_router_score_function, "sigmoid") == 0;
+    c->moe_router_enable_expert_bias = a->moe_router_enable_expert_bias;
+    c->moe_router_bias_update_rate = (float)a->moe_router_bias_update_rate;
     if (a->moe_layer_freq && c->num_moe_experts) /* (Megatron's: read with experts only) */
         MT_TRY(mt_model_moe_layer_freq(c, a->moe_layer_freq));
     c->expert_model_parallel_size = r->ep_size;
@@ -1110,6 +1112,16 @@ static mt_status state_pieces(run *r, piece_list *l, int model) {
             mt_tensor flat = mt_tensor_1d(p->weight.data, p->weight.dtype, n, p->weight.device);
             MT_TRY(add_boxes(l, p->name, p, &flat, 0, n, replica_of(r, p, 0)));
         }
+        for (int c = 0; c < r->vpp; c++) /* the buffers (the expert biases): whole, f32 */
+            for (int i = 0; i < mt_model_num_buffers(r->chunks[c]); i++) {
+                const char *name;
+                mt_model_param b = { 0 };
+                MT_TRY(mt_model_buffer_at(r->chunks[c], i, &name, &b.weight));
+                b.name = name, b.tp_axis = -1, b.tp_npieces = 1;
+                b.full_shape[0] = b.tp_piece[0].len = b.weight.shape[0];
+                MT_TRY(
+                    add_boxes(l, name, &b, &b.weight, 0, b.weight.shape[0], replica_of(r, &b, 0)));
+            }
         return MT_OK;
     }
     mt_tensor st[3];
@@ -1308,6 +1320,7 @@ static mt_status unexpected_keys(run *r, mt_ckpt *c) {
     whole.virtual_pipeline_model_parallel_size = 0;
     name_list names = { NULL, 0, 0 };
     mt_status st = mt_model_list_params(&whole, add_name, &names);
+    if (st == MT_OK) st = mt_model_list_buffers(&whole, add_name, &names);
     for (int i = 0; st == MT_OK && i < mt_ckpt_count(c); i++) {
         const char *name = mt_ckpt_name(c, i);
         if (strncmp(name, "optimizer.", 10) == 0 || listed(&names, name)) continue;
@@ -2019,6 +2032,15 @@ static mt_status train(run *r) {
         for (int c = 0; c < r->vpp; c++)
             MT_TRY(mt_model_finalize_grads(r->chunks[c], NULL));
         MT_TRY(pp_embedding_grads(r));
+        /* the expert bias (Megatron's _update_router_expert_bias): each router's tokens per
+         * expert summed over the data- and context-parallel ranks, then the update */
+        for (int c = 0; c < r->vpp; c++) {
+            mt_tensor t;
+            MT_TRY(mt_model_expert_bias_tokens(r->chunks[c], &t));
+            if (!mt_tensor_numel(&t)) continue;
+            if (r->dp) MT_TRY(mt_comm_allreduce(r->dp, &t, &t, MT_REDOP_SUM, NULL));
+            MT_TRY(mt_model_expert_bias_update(r->chunks[c], NULL));
+        }
         if (!r->overlap) { /* (else inside the backward, which its profile regions time) */
             MT_TRY(mt_prof_begin(pr, "grad_reduce", NULL));
             MT_TRY(mt_optim_reduce_grads(r->opt, NULL));

@@ -230,6 +230,14 @@ typedef struct mt_model_config {
     unsigned char moe_dense_layer[MT_MODEL_MAX_LAYERS];
     /* Megatron's --moe-router-score-function sigmoid (0: softmax; mt_moe_router's sigmoid) */
     int moe_router_score_sigmoid;
+    /* Megatron's --moe-router-enable-expert-bias (sigmoid scores only): each MoE layer's router
+     * keeps an expert bias (E) f32, a buffer, not a parameter (decoder.layers.l.mlp.router
+     * .expert_bias: mt_model_buffer_at), added to the scores that choose the experts. The
+     * training forwards count each expert's tokens; mt_model_expert_bias_update moves the bias by
+     * moe_router_bias_update_rate (--moe-router-bias-update-rate; mt-pretrain's default 1e-3)
+     * towards balance once a step. */
+    int moe_router_enable_expert_bias;
+    float moe_router_bias_update_rate;
 } mt_model_config;
 
 // clang-format off
@@ -238,7 +246,7 @@ typedef struct mt_model_config {
         sizeof(mt_model_config), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, MT_NORM_LAYERNORM, 0.0f,     \
             MT_POS_LEARNED, 0.0, 0, 0, 1, 0, 0.0f, 1234, MT_F32, 0, MT_RECOMPUTE_NONE,         \
             MT_RECOMPUTE_METHOD_NONE, 0, 0, 0, 0, 0, 0, 0.0f, 0.0f, 0, 0, 0, 0, 0, 0, 0, 0, 0, \
-            0.0f, 0.0f, 0.0f, 0, 0, 0, 0.0f, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, { 0 }, 0         \
+            0.0f, 0.0f, 0.0f, 0, 0, 0, 0.0f, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, { 0 }, 0, 0, 0.0f \
     }
 // clang-format on
 
@@ -292,6 +300,23 @@ typedef mt_status (*mt_model_param_fn)(void *ctx, const char *name, int ndim, co
 
 /* Calls fn for every parameter a model of config `cfg` has (cfg is finalized in a copy). */
 MT_API mt_status mt_model_list_params(const mt_model_config *cfg, mt_model_param_fn fn, void *ctx);
+
+/* Buffers: model state that is not a parameter (no gradient, no optimizer; fp32), checkpointed
+ * beside the parameters: the routers' expert biases (cfg.moe_router_enable_expert_bias). A view
+ * (mt_model_create_view) shares its source's. */
+MT_API int mt_model_num_buffers(const mt_model *m);
+MT_API mt_status mt_model_buffer_at(mt_model *m, int i, const char **name, mt_tensor *t);
+/* The buffers' names and shapes of cfg's model (fn's weight and grad NULL), as
+ * mt_model_list_params. */
+MT_API mt_status mt_model_list_buffers(const mt_model_config *cfg, mt_model_param_fn fn, void *ctx);
+/* The expert bias: the tokens per expert that the training forwards counted since the last
+ * update, every router's (the model's MoE layers', E each) as one f32 tensor (none: no elements),
+ * for the caller to sum over the ranks that route other tokens (data and context parallel;
+ * Megatron's TP x CP x DP: tensor-parallel ranks count the same tokens); then
+ * mt_model_expert_bias_update moves each bias by the rate towards balance (Megatron's
+ * get_updated_expert_bias) and zeroes the counts. */
+MT_API mt_status mt_model_expert_bias_tokens(mt_model *m, mt_tensor *tokens);
+MT_API mt_status mt_model_expert_bias_update(mt_model *m, mt_stream stream);
 
 /* Plans and allocates activations for micro-batches of (micro_batch_size, seq_length) on `device`,
  * takes parameter storage from `fn` (NULL: the model allocates its own contiguous weights and fp32

@@ -104,7 +104,9 @@ typedef struct mt_train_args {
     int moe_shared_expert_intermediate_size; /* --moe-shared-expert-intermediate-size (0: none) */
     int moe_shared_expert_gate;              /* --moe-shared-expert-gate */
     char *moe_layer_freq; /* --moe-layer-freq: Megatron's int or list expression (NULL: 1) */
-    int decrease_batch_size_if_needed; /* round the global batch down to a multiple of MBS x DP */
+    int moe_router_enable_expert_bias;  /* --moe-router-enable-expert-bias */
+    double moe_router_bias_update_rate; /* --moe-router-bias-update-rate (1e-3) */
+    int decrease_batch_size_if_needed;  /* round the global batch down to a multiple of MBS x DP */
     /* evaluation and logging */
     int64_t eval_interval, eval_iters, log_interval;
     int log_throughput, log_num_zeros_in_grad, log_params_norm;
