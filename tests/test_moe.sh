@@ -279,6 +279,7 @@ if [ -n "${MPIEXEC:-}" ]; then
   mr dp2eb 2 "${eb[@]}"
   mr ep2eb 2 "${eb[@]}" "${ep[@]}"
   mr tpsp2eb 2 "${eb[@]}" --tensor-model-parallel-size 2 --sequence-parallel
+  mr pp2eb 2 "${eb[@]}" --pipeline-model-parallel-size 2  # (each stage its routers' biases)
   MOE=("${moe_bias[@]}")  # experts with biases (fc2's added once under TP)
   run oneb
   mr tp2b 2 --tensor-model-parallel-size 2
@@ -286,13 +287,13 @@ if [ -n "${MPIEXEC:-}" ]; then
   mr ep2b 2 "${ep[@]}"  # (experts with biases run one GEMM each)
   MOE=("${moe[@]}")
   router() { jq -r '"\(.load_balancing_loss) \(.z_loss)"' "$1"; }
-  for n in dp2 zero pp2 ppv2 tp2 tpsp2 dpdrop dpcap tpcap tp2b tpsp2b ep2 ep2zero ep2dp4 ep2tp2 ep2pp2 ep2rec ep2b ep2cap ep2drop tpsp2s ep2s pp2f tpsp2f ep2f tpsp2sig ep2sig dp2eb ep2eb tpsp2eb; do
+  for n in dp2 zero pp2 ppv2 tp2 tpsp2 dpdrop dpcap tpcap tp2b tpsp2b ep2 ep2zero ep2dp4 ep2tp2 ep2pp2 ep2rec ep2b ep2cap ep2drop tpsp2s ep2s pp2f tpsp2f ep2f tpsp2sig ep2sig dp2eb ep2eb tpsp2eb pp2eb; do
     ref=one; [ $n = dpdrop ] && ref=onedrop; [ $n = ppv2 ] && ref=one4; [ $n = dpcap ] || [ $n = tpcap ] || [ $n = ep2cap ] && ref=onecap
     [ $n = ep2drop ] && ref=onedropc
     [ $n = tpsp2s ] || [ $n = ep2s ] && ref=ones
     [ $n = pp2f ] || [ $n = tpsp2f ] || [ $n = ep2f ] && ref=onef
     [ $n = tpsp2sig ] || [ $n = ep2sig ] && ref=onesig
-    [ $n = dp2eb ] || [ $n = ep2eb ] || [ $n = tpsp2eb ] && ref=oneeb
+    [ $n = dp2eb ] || [ $n = ep2eb ] || [ $n = tpsp2eb ] || [ $n = pp2eb ] && ref=oneeb
     [ $n = tp2b ] || [ $n = tpsp2b ] || [ $n = ep2b ] && ref=oneb
     paste <(losses "$d/$ref.json" 1 12) <(losses "$d/$n.json" 1 12) | awk '{ print $2, $4 }' | close "$n losses" 1e-5
     paste -d' ' <(router "$d/$ref.jsonl") <(router "$d/$n.jsonl") | awk '{ print $1, $3; print $2, $4 }' \
