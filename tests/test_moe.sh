@@ -29,6 +29,14 @@ run() {  # name, then extra flags
   tiny_run "$d/$n.json" "${MOE[@]}" --metrics-jsonl "$d/$n.jsonl" "$@" > "$d/$n.log" 2>&1 \
     || { echo "FAIL: run $n"; cat "$d/$n.log"; exit 1; }
 }
+refused() {  # "FLAGS|MESSAGE"...: each set of flags is refused before training, with the message
+  local bad
+  for bad in "$@"; do
+    tiny_run "$d/bad.json" "${MOE[@]}" --train-iters 1 ${bad%%|*} > "$d/bad.log" 2>&1 \
+      && { echo "FAIL: ${bad%%|*} accepted"; exit 1; }
+    grep -qF -- "${bad#*|}" "$d/bad.log" || { echo "FAIL: ${bad%%|*}: want '${bad#*|}'"; cat "$d/bad.log"; exit 1; }
+  done
+}
 run base --train-iters 24 --save "$d/ckpt"
 grep -q "Mixtral-style MoE (4 experts, top-2)" "$d/base.log" || { echo "FAIL: model line"; cat "$d/base.log"; exit 1; }
 first=$(losses "$d/base.json" 1 1 | awk '{ print $2 }'); last=$(losses "$d/base.json" 24 24 | awk '{ print $2 }')
@@ -71,24 +79,17 @@ run presoft --train-iters 4 --moe-router-pre-softmax --moe-router-topk-scaling-f
 # losses, bitwise; fp64 and other values are refused
 run rdt --train-iters 4 --moe-router-dtype fp32
 [ "$(losses "$d/dropless4.json" 1 4)" = "$(losses "$d/rdt.json" 1 4)" ] || { echo "FAIL: --moe-router-dtype fp32 changed the losses"; exit 1; }
-for bad in "fp64|--moe-router-dtype fp64 is not supported yet" "bf16|invalid choice: 'bf16'"; do
-  tiny_run "$d/bad.json" "${MOE[@]}" --train-iters 1 --moe-router-dtype ${bad%%|*} > "$d/bad.log" 2>&1 \
-    && { echo "FAIL: --moe-router-dtype ${bad%%|*} accepted"; exit 1; }
-  grep -qF -- "${bad#*|}" "$d/bad.log" || { echo "FAIL: --moe-router-dtype ${bad%%|*}: want '${bad#*|}'"; cat "$d/bad.log"; exit 1; }
-done
+refused "--moe-router-dtype fp64|--moe-router-dtype fp64 is not supported yet" \
+        "--moe-router-dtype bf16|invalid choice: 'bf16'"
 echo "ok: --moe-router-dtype fp32 (bitwise the default), fp64 and bf16 refused"
 # group-limited routing (Megatron's --moe-router-num-groups / --moe-router-group-topk; mt-moe's
 # golden cases check the choice): each token's 2 experts from the better of 2 groups of 2, so the
 # first loss changes; bad groups get Megatron's messages before anything runs
 run grouped --train-iters 4 --moe-router-num-groups 2 --moe-router-group-topk 1 --save "$d/gckpt"
 [ "$(losses "$d/dropless4.json" 1 1)" != "$(losses "$d/grouped.json" 1 1)" ] || { echo "FAIL: group-limited routing changed nothing"; exit 1; }
-for bad in "--moe-router-group-topk 1|moe_router_num_groups must be specified" \
-           "--moe-router-num-groups 3 --moe-router-group-topk 1|num_moe_experts (4) should be divisible by moe_router_num_groups (3)" \
-           "--moe-router-num-groups 2 --moe-router-group-topk 3|moe_router_group_topk (3) should be smaller than moe_router_num_groups (2)"; do
-  tiny_run "$d/bad.json" "${MOE[@]}" --train-iters 1 ${bad%%|*} > "$d/bad.log" 2>&1 \
-    && { echo "FAIL: ${bad%%|*} accepted"; exit 1; }
-  grep -qF "${bad#*|}" "$d/bad.log" || { echo "FAIL: ${bad%%|*}: want '${bad#*|}'"; cat "$d/bad.log"; exit 1; }
-done
+refused "--moe-router-group-topk 1|moe_router_num_groups must be specified" \
+        "--moe-router-num-groups 3 --moe-router-group-topk 1|num_moe_experts (4) should be divisible by moe_router_num_groups (3)" \
+        "--moe-router-num-groups 2 --moe-router-group-topk 3|moe_router_group_topk (3) should be smaller than moe_router_num_groups (2)"
 echo "ok: group-limited routing ($(losses "$d/grouped.json" 1 1 | awk '{print $2}') first loss; bad groups refused)"
 if [ -n "${MT_CONVERT:-}" ]; then  # (Mixtral routes otherwise: no Hugging Face config to export)
   "$MT_CONVERT" mt-to-hf "$d/gckpt" "$d/ghf" > "$d/gexport.log" 2>&1 && { echo "FAIL: group-routed MoE exported as Mixtral"; exit 1; }
@@ -102,13 +103,10 @@ run sig --train-iters 4 --moe-router-score-function sigmoid --save "$d/sigck"
 run siggroup --train-iters 4 --moe-router-score-function sigmoid --moe-router-num-groups 2 --moe-router-group-topk 1 --moe-router-topk-scaling-factor 2.5
 [ "$(losses "$d/dropless4.json" 1 1)" != "$(losses "$d/sig.json" 1 1)" ] || { echo "FAIL: sigmoid scores changed nothing"; exit 1; }
 [ "$(losses "$d/sig.json" 1 1)" != "$(losses "$d/siggroup.json" 1 1)" ] || { echo "FAIL: sigmoid groups changed nothing"; exit 1; }
-for bad in "--moe-router-score-function sigmoid --moe-router-pre-softmax|--moe-router-pre-softmax is the softmax score function's" \
-           "--moe-router-score-function sqrtsoftplus|sqrtsoftplus is not supported yet" \
-           "--moe-router-score-function relu|invalid choice: 'relu'"; do
-  tiny_run "$d/bad.json" "${MOE[@]}" --train-iters 1 ${bad%%|*} > "$d/bad.log" 2>&1 \
-    && { echo "FAIL: ${bad%%|*} accepted"; exit 1; }
-  grep -qF -- "${bad#*|}" "$d/bad.log" || { echo "FAIL: ${bad%%|*}: want '${bad#*|}'"; cat "$d/bad.log"; exit 1; }
-done
+refused "--moe-router-score-function sigmoid --moe-router-pre-softmax|--moe-router-pre-softmax is the softmax score function's" \
+        "--moe-router-score-function sqrtsoftplus|sqrtsoftplus is not supported yet" \
+        "--moe-router-score-function relu|invalid choice: 'relu'" \
+        "--moe-router-enable-expert-bias|Expert bias for aux-loss-free routing only supports sigmoid score function"
 if [ -n "${MT_CONVERT:-}" ]; then
   "$MT_CONVERT" mt-to-hf "$d/sigck" "$d/sighf" > "$d/sigexport.log" 2>&1 && { echo "FAIL: sigmoid-routed MoE exported"; exit 1; }
 fi
@@ -126,8 +124,6 @@ run ebfirst "${eb[@]}" --exit-interval 6 --save "$d/ebck"
 grep -q '"decoder.layers.1.mlp.router.expert_bias"' "$d/ebck/iter_0000006/index.json" || { echo "FAIL: no expert bias in the checkpoint"; ls "$d/ebck/iter_0000006"; exit 1; }
 run ebres "${eb[@]}" --load "$d/ebck"
 [ "$(losses "$d/eb.json" 7 12)" = "$(losses "$d/ebres.json" 7 12)" ] || { echo "FAIL: the resumed expert-bias run differs"; paste <(losses "$d/eb.json" 7 12) <(losses "$d/ebres.json" 7 12); exit 1; }
-tiny_run "$d/bad.json" "${MOE[@]}" --train-iters 1 --moe-router-enable-expert-bias > "$d/bad.log" 2>&1 && { echo "FAIL: an expert bias with softmax scores accepted"; exit 1; }
-grep -qF "Expert bias for aux-loss-free routing only supports sigmoid score function" "$d/bad.log" || { echo "FAIL: expert bias message"; cat "$d/bad.log"; exit 1; }
 echo "ok: the expert bias (losses $(losses "$d/eb.json" 12 12 | awk '{print $2}') against $(losses "$d/sig12.json" 12 12 | awk '{print $2}') at 12; resumed bitwise; refused without sigmoid)"
 # shared experts (Megatron's --moe-shared-expert-intermediate-size, gated: --moe-shared-expert-gate)
 # change the first loss; full recompute repeats them bitwise; bad combinations are refused
@@ -138,12 +134,8 @@ run sharednog --train-iters 4 --moe-shared-expert-intermediate-size 32
 [ "$(losses "$d/shared.json" 1 1)" != "$(losses "$d/sharednog.json" 1 1)" ] || { echo "FAIL: the shared experts' gate changed nothing"; exit 1; }
 run sharedrec --train-iters 4 "${sh[@]}" --recompute-granularity full --recompute-method uniform --recompute-num-layers 1
 [ "$(losses "$d/shared.json" 1 4)" = "$(losses "$d/sharedrec.json" 1 4)" ] || { echo "FAIL: full recompute changed the shared experts' losses"; exit 1; }
-for bad in "--moe-shared-expert-gate|--moe-shared-expert-gate needs --moe-shared-expert-intermediate-size" \
-           "--moe-shared-expert-intermediate-size 30 --tensor-model-parallel-size 4|is not divisible by --tensor-model-parallel-size (4)"; do
-  tiny_run "$d/bad.json" "${MOE[@]}" --train-iters 1 ${bad%%|*} > "$d/bad.log" 2>&1 \
-    && { echo "FAIL: ${bad%%|*} accepted"; exit 1; }
-  grep -qF -- "${bad#*|}" "$d/bad.log" || { echo "FAIL: ${bad%%|*}: want '${bad#*|}'"; cat "$d/bad.log"; exit 1; }
-done
+refused "--moe-shared-expert-gate|--moe-shared-expert-gate needs --moe-shared-expert-intermediate-size" \
+        "--moe-shared-expert-intermediate-size 30 --tensor-model-parallel-size 4|is not divisible by --tensor-model-parallel-size (4)"
 tiny_run "$d/bad.json" "${moe_bias[@]}" "${sh[@]}" --train-iters 1 > "$d/bad.log" 2>&1 && { echo "FAIL: shared experts with biases accepted"; exit 1; }
 grep -qF "bias is not supported in the shared experts" "$d/bad.log" || { echo "FAIL: biases message"; cat "$d/bad.log"; exit 1; }
 tiny_run "$d/bad.json" --train-iters 1 --moe-shared-expert-intermediate-size 32 > "$d/bad.log" 2>&1 && { echo "FAIL: shared experts without experts accepted"; exit 1; }
