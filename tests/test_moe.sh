@@ -111,6 +111,15 @@ if [ -n "${MT_CONVERT:-}" ]; then
   "$MT_CONVERT" mt-to-hf "$d/sigck" "$d/sighf" > "$d/sigexport.log" 2>&1 && { echo "FAIL: sigmoid-routed MoE exported"; exit 1; }
 fi
 echo "ok: sigmoid scores ($(losses "$d/sig.json" 1 1 | awk '{print $2}') first loss; with groups $(losses "$d/siggroup.json" 1 1 | awk '{print $2}'); bad combinations refused)"
+# the per-sequence load-balancing loss (--moe-router-load-balancing-type seq_aux_loss; mt-moe's
+# golden cases check it): logged under Megatron's seq_load_balancing_loss key, the same first
+# loss, other later ones than aux_loss's
+run seqaux --train-iters 4 --moe-router-load-balancing-type seq_aux_loss
+grep -q "seq_load_balancing_loss: [0-9]" "$d/seqaux.log" || { echo "FAIL: no seq_load_balancing_loss in the log"; cat "$d/seqaux.log"; exit 1; }
+[ "$(jq -s '[.[] | select(.seq_load_balancing_loss > 0)] | length' "$d/seqaux.jsonl")" = 4 ] || { echo "FAIL: metrics lack seq_load_balancing_loss"; exit 1; }
+[ "$(losses "$d/dropless4.json" 1 1)" = "$(losses "$d/seqaux.json" 1 1)" ] || { echo "FAIL: seq_aux_loss changed the first loss"; exit 1; }
+[ "$(losses "$d/dropless4.json" 2 4)" != "$(losses "$d/seqaux.json" 2 4)" ] || { echo "FAIL: seq_aux_loss changed nothing"; exit 1; }
+echo "ok: seq_aux_loss ($(grep -o "seq_load_balancing_loss: [0-9.E+-]*" "$d/seqaux.log" | tail -1))"
 # the expert bias (Megatron's --moe-router-enable-expert-bias, aux-loss-free balancing; mt-moe's
 # golden cases check the routing and the update): zero at first (the same first loss), then it
 # moves the routing; it is checkpointed (the routers' expert_bias) and a resume from iteration 6
@@ -272,6 +281,17 @@ if [ -n "${MPIEXEC:-}" ]; then
   mr ep2eb 2 "${eb[@]}" "${ep[@]}"
   mr tpsp2eb 2 "${eb[@]}" --tensor-model-parallel-size 2 --sequence-parallel
   mr pp2eb 2 "${eb[@]}" --pipeline-model-parallel-size 2  # (each stage its routers' biases)
+  # seq_aux_loss: each sequence's counts, on its rank (DP, EP) or routed whole (TP + SP)
+  sq=(--moe-router-load-balancing-type seq_aux_loss)
+  run oneseq "${sq[@]}"
+  mr dp2seq 2 "${sq[@]}"
+  mr ep2seq 2 "${sq[@]}" "${ep[@]}"
+  mr tpsp2seq 2 "${sq[@]}" --tensor-model-parallel-size 2 --sequence-parallel
+  for n in dp2seq ep2seq tpsp2seq; do
+    paste <(losses "$d/oneseq.json" 1 12) <(losses "$d/$n.json" 1 12) | awk '{ print $2, $4 }' | close "$n losses" 1e-5
+    paste <(jq -r .seq_load_balancing_loss "$d/oneseq.jsonl") <(jq -r .seq_load_balancing_loss "$d/$n.jsonl") \
+      | close "$n seq_load_balancing_loss" 1e-5
+  done
   MOE=("${moe_bias[@]}")  # experts with biases (fc2's added once under TP)
   run oneb
   mr tp2b 2 --tensor-model-parallel-size 2

@@ -250,9 +250,13 @@ static mt_status ep_return(mt_model *m, const layer_acts *la, mt_tensor *out, co
 static mt_moe_router router_of(const mt_model *m, int l) {
     const mt_model_config *c = &m->cfg;
     const int b = m->n_eb ? m->eb_row[l] : -1;
-    return (mt_moe_router){ c->moe_router_pre_softmax,   c->moe_router_topk_scaling_factor,
-                            c->moe_router_num_groups,    c->moe_router_group_topk,
-                            c->moe_router_score_sigmoid, b >= 0 ? &m->eb_view[b] : NULL };
+    return (mt_moe_router){ c->moe_router_pre_softmax,
+                            c->moe_router_topk_scaling_factor,
+                            c->moe_router_num_groups,
+                            c->moe_router_group_topk,
+                            c->moe_router_score_sigmoid,
+                            b >= 0 ? &m->eb_view[b] : NULL,
+                            c->moe_router_seq_aux ? c->seq_length : 0 };
 }
 
 /* Mixture of experts: expert e's fc2 bias as its forward adds it: on one tensor-parallel rank
@@ -270,7 +274,7 @@ static int moe_losses_on(const mt_model *m) {
  * routing's: Megatron's are each token's plain top k, which group-limited routing need not
  * choose (mt_moe_aux_counts). */
 static int aux_counts_apart(const mt_model_config *c) {
-    return c->moe_router_num_groups > 0;
+    return c->moe_router_num_groups > 0 || c->moe_router_seq_aux;
 }
 
 /* Mixture of experts: the tokens per expert that the load-balancing loss takes (context
@@ -402,8 +406,9 @@ static mt_status moe_fwd(mt_model *m, int l, layer_acts *la, const layer_params 
        mt_moe_topk(&la->moe_probs, &la->moe_idx, &la->moe_counts, &la->router_logits, &router, s));
     const mt_tensor *ac = &la->moe_counts; /* (the load-balancing loss's tokens per expert) */
     if (m->train && moe_losses_on(m) && aux_counts_apart(c)) {
-        OP("fwd.moe.counts", mt_moe_aux_counts(&la->moe_aux_counts, &m->a.moe_aux_probs,
-                                               &m->a.moe_aux_idx, &la->router_logits, s));
+        OP("fwd.moe.counts",
+           mt_moe_aux_counts(&la->moe_aux_counts, &m->a.moe_aux_probs, &m->a.moe_aux_idx,
+                             &la->router_logits, router.seq_length, s));
         ac = &la->moe_aux_counts;
     }
     /* (context parallelism: the load-balancing loss takes the sequences' counts, Megatron's;

@@ -54,6 +54,9 @@ static mt_status moe_finalize(mt_model_config *c) {
     MT_REQUIRE(!c->moe_router_enable_expert_bias || c->moe_router_score_sigmoid, MT_ERR_INVALID_ARG,
                "Expert bias for aux-loss-free routing only supports sigmoid score function. "
                "Please set --moe-router-score-function sigmoid for sigmoid score function.");
+    MT_REQUIRE(!c->moe_router_seq_aux || c->context_parallel_size <= 1, MT_ERR_UNSUPPORTED,
+               "--moe-router-load-balancing-type seq_aux_loss with context parallelism is not "
+               "supported yet");
     MT_REQUIRE(c->moe_router_bias_update_rate >= 0.0f, MT_ERR_INVALID_ARG,
                "--moe-router-bias-update-rate %g must not be negative",
                (double)c->moe_router_bias_update_rate);
@@ -697,7 +700,10 @@ static void plan_layer(const mt_model *m, planner *p, layer_acts *la, int moe) {
         TAKE(p, &la->moe_idx, MT_I32, N, k);
         TAKE(p, &la->moe_counts, MT_I32, E);
         if (cp_n(c) > 1) TAKE(p, &la->moe_counts_cp, MT_I32, E);
-        if (c->moe_router_num_groups) TAKE(p, &la->moe_aux_counts, MT_I32, E);
+        if (c->moe_router_seq_aux) /* (each sequence's) */
+            TAKE(p, &la->moe_aux_counts, MT_I32, B, E);
+        else if (c->moe_router_num_groups)
+            TAKE(p, &la->moe_aux_counts, MT_I32, E);
         if (c->moe_expert_capacity_factor > 0.0f) TAKE(p, &la->moe_kept, MT_I32, E);
         TAKE(p, &la->moe_rows, MT_I32, R);
         TAKE(p, &la->moe_pos, MT_I32, N, k);
@@ -820,7 +826,7 @@ static void plan_acts(mt_model *m, planner *p) {
         const int64_t E = moe_n(c), k = moe_k(c), Fe = local_moe_ffn(c), R = moe_rows(c, N);
         const int64_t Re = moe_expert_rows(c, N);
         TAKE(p, &a->moe_loss, MT_F32, 2);
-        if (c->moe_router_num_groups) { /* (mt_moe_aux_counts's scratch) */
+        if (c->moe_router_num_groups || c->moe_router_seq_aux) { /* (mt_moe_aux_counts's) */
             TAKE(p, &a->moe_aux_probs, MT_F32, N, k);
             TAKE(p, &a->moe_aux_idx, MT_I32, N, k);
         }

@@ -234,7 +234,7 @@ static const flag flags[] = {
     { "--moe-aux-loss-coeff", F_DBL, O(moe_aux_loss_coeff), "load-balancing loss weight (0)" },
     { "--moe-z-loss-coeff", F_DBL, O(moe_z_loss_coeff), "router z-loss weight (none)" },
     { "--moe-router-load-balancing-type", F_STR, O(moe_router_load_balancing_type),
-      "aux_loss | none" },
+      "aux_loss | seq_aux_loss | none" },
     { "--moe-router-score-function", F_STR, O(moe_router_score_function), "softmax | sigmoid" },
     { "--moe-router-dtype", F_STR, O(moe_router_dtype),
       "fp32 (the router's logits are fp32 GEMM outputs in every precision)" },
@@ -454,7 +454,8 @@ static const char *const model_args[] = { "num_layers",
                                           "moe_shared_expert_gate",
                                           "moe_layer_freq",
                                           "moe_router_score_function",
-                                          "moe_router_enable_expert_bias" };
+                                          "moe_router_enable_expert_bias",
+                                          "moe_router_load_balancing_type" };
 #define N_MODEL_ARGS ((int)(sizeof model_args / sizeof *model_args))
 
 /* The flag named by the first len characters of name (NULL: none). */
@@ -611,10 +612,11 @@ static mt_status validate_moe(const mt_train_args *a) {
         return BAD("--moe-aux-loss-coeff (%g) and --moe-z-loss-coeff (%g) must not be negative",
                    a->moe_aux_loss_coeff, a->moe_z_loss_coeff);
     if (strcmp(a->moe_router_load_balancing_type, "aux_loss") != 0 &&
+        strcmp(a->moe_router_load_balancing_type, "seq_aux_loss") != 0 &&
         strcmp(a->moe_router_load_balancing_type, "none") != 0)
         return MT_ERROR(MT_ERR_UNSUPPORTED,
-                        "--moe-router-load-balancing-type %s is not supported yet (aux_loss or "
-                        "none)",
+                        "--moe-router-load-balancing-type %s is not supported yet (aux_loss, "
+                        "seq_aux_loss or none)",
                         a->moe_router_load_balancing_type);
     if (a->moe_router_dtype && strcmp(a->moe_router_dtype, "fp32") != 0) {
         if (strcmp(a->moe_router_dtype, "fp64") == 0)

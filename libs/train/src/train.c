@@ -508,8 +508,10 @@ static mt_status setup_model(run *r) {
     c->num_moe_experts = a->num_experts;
     c->moe_router_topk = a->moe_router_topk;
     c->moe_ffn_hidden_size = a->moe_ffn_hidden_size;
-    if (strcmp(a->moe_router_load_balancing_type, "aux_loss") == 0)
+    if (strcmp(a->moe_router_load_balancing_type, "aux_loss") == 0 ||
+        strcmp(a->moe_router_load_balancing_type, "seq_aux_loss") == 0)
         c->moe_aux_loss_coeff = (float)a->moe_aux_loss_coeff;
+    c->moe_router_seq_aux = strcmp(a->moe_router_load_balancing_type, "seq_aux_loss") == 0;
     c->moe_z_loss_coeff = (float)a->moe_z_loss_coeff;
     c->moe_expert_capacity_factor = (float)a->moe_expert_capacity_factor;
     c->moe_token_drop_position = strcmp(a->moe_token_drop_policy, "position") == 0;
@@ -2105,7 +2107,9 @@ static mt_status train(run *r) {
                 "\"TFLOP/s/GPU\":%.6g,\"skipped\":%d",
                 (long long)r->iteration, loss, lr_after, loss_scale, gn, (long long)info.num_zeros,
                 dt * 1e3, (double)gbs * a->seq_length / dt, tflops, info.skipped);
-            if (isfinite(moe[0])) fprintf(r->jsonl, ",\"load_balancing_loss\":%.6f", moe[0]);
+            if (isfinite(moe[0])) /* (Megatron's key for each load-balancing type) */
+                fprintf(r->jsonl, ",\"%sload_balancing_loss\":%.6f",
+                        r->mc.moe_router_seq_aux ? "seq_" : "", moe[0]);
             if (isfinite(moe[1])) fprintf(r->jsonl, ",\"z_loss\":%.6f", moe[1]);
             fprintf(r->jsonl, "}\n");
         }
@@ -2129,7 +2133,8 @@ static mt_status train(run *r) {
                 }
                 const double nadv = (double)(advanced > 1 ? advanced : 1);
                 if (r->mc.moe_aux_loss_coeff > 0) /* (Megatron's loss keys after lm loss) */
-                    snprintf(ml, sizeof ml, " load_balancing_loss: %.6E |", interval_moe[0] / nadv);
+                    snprintf(ml, sizeof ml, " %sload_balancing_loss: %.6E |",
+                             r->mc.moe_router_seq_aux ? "seq_" : "", interval_moe[0] / nadv);
                 if (r->mc.moe_z_loss_coeff > 0) {
                     size_t k = strlen(ml);
                     snprintf(ml + k, sizeof ml - k, " z_loss: %.6E |", interval_moe[1] / nadv);

@@ -90,6 +90,33 @@ def case(tag, N, E, k, C, seed, pre_softmax=False, scaling=None, groups=None, gr
     save(f"{tag}_dprobs", p.grad.numpy())  # dense (N,E)
 
 
+def seq_case(tag, B, T, E, k, seed, score="softmax"):
+    """--moe-router-load-balancing-type seq_aux_loss (TopKRouter._apply_seq_aux_loss) on B
+    sequences of T tokens, in our token order (row b T + t; Megatron's is s-major, so its loss
+    is taken over the transposed view): the routing, each sequence's aux counts (B, E), the seq
+    aux and z losses without coefficients, and the logits' gradient of sum(G * probs) + aux_coeff
+    * seq_aux + z_coeff * z."""
+    g = torch.Generator().manual_seed(seed)
+    N = B * T
+    logits = (torch.randn(N, E, generator=g) * 2).requires_grad_(True)
+    probs, rmap = topk_routing_with_score_function(logits, k, score_function=score)
+    aux_map, scores = compute_routing_scores_for_aux_loss(logits, k, score)
+    sc = scores.view(B, T, E).transpose(0, 1).reshape(T, B * E)
+    mp = aux_map.view(B, T, E).transpose(0, 1).reshape(T, B * E)
+    aux = switch_load_balancing_loss_func(sc, mp.sum(0), T, k, E, AUX_COEFF) / B
+    z = z_loss_func(logits, Z_COEFF)
+    G = torch.randn(N, E, generator=g)
+    (G * probs).sum().add(aux).add(z).backward()
+    save(f"{tag}_logits", logits.detach().numpy())
+    save(f"{tag}_probs", probs.detach().numpy())
+    save(f"{tag}_seq_counts", aux_map.view(B, T, E).sum(1).numpy().astype(np.int32))
+    save(f"{tag}_G", G.numpy())
+    save(f"{tag}_losses", np.array([aux.item() / AUX_COEFF, z.item() / Z_COEFF], np.float64))
+    save(f"{tag}_dlogits", logits.grad.numpy())
+    save(f"{tag}_meta", np.array([B, T, E, k, float(score == "sigmoid")], np.float32))
+    save(f"{tag}_coeffs", np.array([AUX_COEFF, Z_COEFF], np.float32))
+
+
 def bias_update_case(tag, L, E, seed, rate):
     """The expert bias's update (get_updated_expert_bias, over a one-rank gloo group): L routers'
     tokens per expert (ties with the mean included) and biases, and the updated biases."""
@@ -202,6 +229,10 @@ CASES = {
     "sig2bias": lambda: case("sig2bias", 37, 8, 2, 24, 15, scaling=2.0, score="sigmoid",
                              bias=True),
     "bias_update": lambda: bias_update_case("bias_update", 3, 8, 16, 1e-3),
+    # --moe-router-load-balancing-type seq_aux_loss: 3 sequences of 13 tokens, softmax top-2 and
+    # sigmoid top-3
+    "seq2": lambda: seq_case("seq2", 3, 13, 8, 2, 17),
+    "seqsig3": lambda: seq_case("seqsig3", 3, 13, 6, 3, 18, score="sigmoid"),
     "drop_probs": lambda: drop_case("drop_probs", 37, 8, 2, 24, 3, 0.5, "probs", False),
     "drop_probs_pad": lambda: drop_case("drop_probs_pad", 37, 8, 2, 24, 3, 0.5, "probs", True),
     # (capacity 14 > N: none dropped)

@@ -183,8 +183,36 @@ mt_status mt_moe_unpermute_bwd(mt_tensor *dyp, mt_tensor *dprobs, const mt_tenso
 }
 
 mt_status mt_moe_aux_counts(mt_tensor *counts, mt_tensor *probs, mt_tensor *idx,
-                            const mt_tensor *logits, mt_stream s) {
-    return mt_moe_topk(probs, idx, counts, logits, NULL, s); /* (plain: the logits' order) */
+                            const mt_tensor *logits, int64_t seq_length, mt_stream s) {
+    if (!seq_length) return mt_moe_topk(probs, idx, counts, logits, NULL, s); /* (plain) */
+    MT_TRY(mt_tensor_check(logits, "logits", 2));
+    MT_TRY(mt_tensor_check(idx, "idx", 2));
+    moe_args a = { .N = logits->shape[0], .E = logits->shape[1], .k = idx->shape[1] };
+    MT_TRY(router_opts(&a, NULL));
+    MT_REQUIRE(seq_length > 0 && a.N % seq_length == 0, MT_ERR_INVALID_ARG,
+               "seq_aux_loss: %lld tokens are not sequences of %lld", (long long)a.N,
+               (long long)seq_length);
+    a.seq = seq_length;
+    const mt_device d = logits->device;
+    MT_TRY(check(logits, "logits", MT_F32, 2, SHAPE(a.N, a.E), d));
+    MT_REQUIRE(a.k >= 1 && a.k <= a.E, MT_ERR_INVALID_ARG,
+               "--moe-router-topk (%lld) must be in [1, --num-experts (%lld)]", (long long)a.k,
+               (long long)a.E);
+    MT_TRY(check(probs, "probs", MT_F32, 2, SHAPE(a.N, a.k), d));
+    MT_TRY(check(idx, "idx", MT_I32, 2, SHAPE(a.N, a.k), d));
+    MT_TRY(check(counts, "counts", MT_I32, 2, SHAPE(a.N / seq_length, a.E), d));
+    a.logits = logits->data, a.probs = probs->data, a.idx = idx->data, a.counts = counts->data;
+    return MT_DISPATCH(d, moe_topk_cpu(&a), moe_topk_cuda(&a, s));
+}
+
+/* The aux loss's counts per sequence (router->seq_length) into a: their shape checked. */
+static mt_status aux_seq(moe_args *a, const mt_moe_router *r, const mt_tensor *counts) {
+    a->seq = r ? r->seq_length : 0;
+    if (!a->seq) return check(counts, "counts", MT_I32, 1, SHAPE(a->E), counts->device);
+    MT_REQUIRE(a->seq > 0 && a->N % a->seq == 0, MT_ERR_INVALID_ARG,
+               "seq_aux_loss: %lld tokens are not sequences of %lld", (long long)a->N,
+               (long long)a->seq);
+    return check(counts, "counts", MT_I32, 2, SHAPE(a->N / a->seq, a->E), counts->device);
 }
 
 mt_status mt_moe_router_losses(mt_tensor *out, const mt_tensor *logits, const mt_tensor *counts,
@@ -194,7 +222,8 @@ mt_status mt_moe_router_losses(mt_tensor *out, const mt_tensor *logits, const mt
     a.sigmoid = router && router->sigmoid;
     const mt_device d = logits->device;
     MT_TRY(check(logits, "logits", MT_F32, 2, SHAPE(a.N, a.E), d));
-    MT_TRY(check(counts, "counts", MT_I32, 1, SHAPE(a.E), d));
+    MT_TRY(mt_tensor_check(counts, "counts", router && router->seq_length ? 2 : 1));
+    MT_TRY(aux_seq(&a, router, counts));
     MT_TRY(check(out, "out", MT_F32, 1, SHAPE(2), d));
     MT_REQUIRE(topk >= 1 && topk <= a.E, MT_ERR_INVALID_ARG, "topk %d not in [1, %lld]", topk,
                (long long)a.E);
@@ -207,7 +236,17 @@ mt_status mt_moe_router_bwd(mt_tensor *dlogits, const mt_tensor *dprobs, const m
                             const mt_moe_router *router, float aux_scale, float z_scale,
                             mt_stream s) {
     moe_args a = { 0 };
-    MT_TRY(routing(&a, idx, counts));
+    if (router && router->seq_length) { /* (seq_aux_loss: counts (N / S, E)) */
+        MT_TRY(mt_tensor_check(idx, "idx", 2));
+        MT_TRY(mt_tensor_check(logits, "logits", 2));
+        MT_TRY(mt_tensor_check(counts, "counts", 2));
+        a.N = idx->shape[0], a.k = idx->shape[1], a.E = logits->shape[1];
+        MT_TRY(check(idx, "idx", MT_I32, 2, SHAPE(a.N, a.k), idx->device));
+        MT_TRY(aux_seq(&a, router, counts));
+        a.idx_in = idx->data, a.counts_in = counts->data;
+    } else {
+        MT_TRY(routing(&a, idx, counts));
+    }
     MT_TRY(router_opts(&a, router));
     const mt_device d = idx->device;
     MT_TRY(check(logits, "logits", MT_F32, 2, SHAPE(a.N, a.E), d));

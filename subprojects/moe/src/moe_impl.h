@@ -33,6 +33,7 @@ typedef struct moe_args {
     int sigmoid;              /* router: sigmoid scores (0: softmax) */
     const float *bias;        /* router: the expert bias (E), added to the routing scores */
     float rate;               /* expert bias update: its step */
+    int64_t seq;              /* seq_aux_loss: the aux loss's counts per sequence of seq tokens */
     int32_t *scratch;         /* capacity map: N*k ints of workspace (the CUDA kernel's) */
 } moe_args;
 
@@ -85,6 +86,16 @@ static inline MOE_HD float moe_score(const moe_args *a, const float *l, int64_t 
 /* The score that chooses expert e (and ranks its group): moe_score plus the expert bias. */
 static inline MOE_HD float moe_rscore(const moe_args *a, const float *l, int64_t e) {
     return a->bias ? moe_score(a, l, e) + a->bias[e] : moe_score(a, l, e);
+}
+
+/* The tokens per expert that token n's aux loss takes: its sequence's (seq_aux_loss), else the
+ * batch's; and the aux loss's denominator, k N^2, or k S^2 (N / S) per sequence of S. */
+static inline MOE_HD const int32_t *moe_aux_row(const moe_args *a, int64_t n) {
+    return a->counts_in + (a->seq ? n / a->seq * a->E : 0);
+}
+static inline MOE_HD double moe_aux_den(const moe_args *a) {
+    return a->seq ? (double)a->k * a->seq * a->seq * (double)(a->N / a->seq)
+                  : (double)a->k * a->N * a->N;
 }
 
 /* Whether (v, i) comes after (w, j) in descending order, ties: the lower index first. */
@@ -170,14 +181,15 @@ static inline MOE_HD float moe_sigmoid_sum(const moe_args *a, const float *l) {
  * softmax(l)_e / N (mx, sum: the row's moe_row_stats). */
 static inline MOE_HD void moe_sigmoid_bwd_row(const moe_args *a, const float *l, const float *dp,
                                               const int32_t *id, float mx, float sum, float *dl) {
-    const float c = a->aux_scale * (float)a->E / ((float)a->k * (float)a->N * (float)a->N);
+    const float c = a->aux_scale * (float)a->E / (float)moe_aux_den(a);
     const float t = moe_sigmoid_sum(a, l), lse = mx + logf(sum);
+    const int32_t *cnt = moe_aux_row(a, (l - a->logits) / a->E);
     float sc = 0.0f, ts = 0.0f, gs = 0.0f;
     for (int64_t e = 0; e < a->E; e++)
-        sc += moe_score(a, l, e) / t * (float)a->counts_in[e];
+        sc += moe_score(a, l, e) / t * (float)cnt[e];
     for (int64_t e = 0; e < a->E; e++) {
         const float sg = moe_score(a, l, e);
-        dl[e] = c * sg * (1.0f - sg) * ((float)a->counts_in[e] - sc) / t +
+        dl[e] = c * sg * (1.0f - sg) * ((float)cnt[e] - sc) / t +
                 a->z_scale * 2.0f * lse * (expf(l[e] - mx) / sum) / (float)a->N;
     }
     for (int64_t j = 0; j < a->k; j++) {

@@ -112,8 +112,13 @@ static void run_case(const char *tag, mt_dtype rt) {
     MT_ASSERT(n == 6);
     float *bias_h = router_g[5] != 0.0f ? mt_test_golden_f32(nm(tag, "bias"), &n, NULL) : NULL;
     mt_tensor bias = PUT(bias_h, MT_F32, MT_F32, E);
-    const mt_moe_router ro = { router_g[0] != 0.0f, router_g[1],         (int)router_g[2],
-                               (int)router_g[3],    router_g[4] != 0.0f, bias_h ? &bias : NULL };
+    const mt_moe_router ro = { router_g[0] != 0.0f,
+                               router_g[1],
+                               (int)router_g[2],
+                               (int)router_g[3],
+                               router_g[4] != 0.0f,
+                               bias_h ? &bias : NULL,
+                               0 };
     float *aux_counts_g = mt_test_golden_f32(nm(tag, "aux_counts"), &n, NULL);
     printf("-- %s: N %lld E %lld top-%lld C %lld, rows %s on %s\n", tag, (long long)N, (long long)E,
            (long long)k, (long long)C, mt_dtype_name(rt), mt_device_is_cuda(dev) ? "cuda" : "cpu");
@@ -142,7 +147,7 @@ static void run_case(const char *tag, mt_dtype rt) {
     /* the aux loss's tokens per expert: each token's plain top k, whatever the routing chose */
     mt_tensor aux_counts = PUT(NULL, MT_F32, MT_I32, E), sp = PUT(NULL, MT_F32, MT_F32, N, k);
     mt_tensor sid = PUT(NULL, MT_F32, MT_I32, N, k);
-    MT_CHECK(mt_moe_aux_counts(&aux_counts, &sp, &sid, &logits, NULL));
+    MT_CHECK(mt_moe_aux_counts(&aux_counts, &sp, &sid, &logits, 0, NULL));
     int32_t *acnt = get(&aux_counts);
     for (int64_t e = 0; e < E; e++)
         cg[e] = (int64_t)aux_counts_g[e], cgot[e] = acnt[e];
@@ -439,6 +444,59 @@ static void run_ep(const char *tag, int ep, int E) {
     free(c64);
 }
 
+/* seq_aux_loss (golden seq*: TopKRouter._apply_seq_aux_loss): each sequence's aux counts, the
+ * per-sequence load-balancing loss and its gradient (with the z loss's and the routing's). */
+static void run_seq_case(const char *tag) {
+    size_t n;
+    float *meta = mt_test_golden_f32(nm(tag, "meta"), &n, NULL);
+    const int64_t S = (int64_t)meta[1], E = (int64_t)meta[2], k = (int64_t)meta[3];
+    const int64_t Bs = (int64_t)meta[0], N = Bs * S;
+    float *coeffs = mt_test_golden_f32(nm(tag, "coeffs"), &n, NULL);
+    float *logits_h = mt_test_golden_f32(nm(tag, "logits"), &n, NULL);
+    float *probs_g = mt_test_golden_f32(nm(tag, "probs"), &n, NULL);
+    float *seq_g = mt_test_golden_f32(nm(tag, "seq_counts"), &n, NULL);
+    float *G = mt_test_golden_f32(nm(tag, "G"), &n, NULL);
+    double *losses_g = mt_test_golden_f64(nm(tag, "losses"), &n);
+    float *dlogits_g = mt_test_golden_f32(nm(tag, "dlogits"), &n, NULL);
+    const mt_moe_router ro = { 0, 0.0f, 0, 0, meta[4] != 0.0f, NULL, S };
+    printf("-- %s: %lld sequences of %lld, E %lld top-%lld on %s\n", tag, (long long)Bs,
+           (long long)S, (long long)E, (long long)k, mt_device_is_cuda(dev) ? "cuda" : "cpu");
+    mt_tensor logits = PUT(logits_h, MT_F32, MT_F32, N, E);
+    mt_tensor probs = PUT(NULL, MT_F32, MT_F32, N, k), idx = PUT(NULL, MT_F32, MT_I32, N, k);
+    mt_tensor counts = PUT(NULL, MT_F32, MT_I32, E), seqc = PUT(NULL, MT_F32, MT_I32, Bs, E);
+    mt_tensor sp = PUT(NULL, MT_F32, MT_F32, N, k), sid = PUT(NULL, MT_F32, MT_I32, N, k);
+    MT_CHECK(mt_moe_topk(&probs, &idx, &counts, &logits, &ro, NULL));
+    MT_CHECK(mt_moe_aux_counts(&seqc, &sp, &sid, &logits, S, NULL));
+    float *p = get(&probs), *dense = calloc((size_t)(N * E), sizeof(float));
+    int32_t *id = get(&idx), *sc = get(&seqc);
+    for (int64_t t = 0; t < N; t++)
+        for (int64_t j = 0; j < k; j++)
+            dense[t * E + id[t * k + j]] = p[t * k + j];
+    mt_test_close_f32("routing probs (dense)", dense, probs_g, (size_t)(N * E), 1e-7, 1e-6);
+    int64_t cg[256], cgot[256];
+    for (int64_t i = 0; i < Bs * E; i++)
+        cg[i] = (int64_t)seq_g[i], cgot[i] = sc[i];
+    mt_test_equal_i64("each sequence's aux counts", cgot, cg, (size_t)(Bs * E));
+    mt_tensor losses = PUT(NULL, MT_F32, MT_F32, 2);
+    MT_CHECK(mt_moe_router_losses(&losses, &logits, &seqc, (int)k, &ro, NULL));
+    float *lo = get(&losses);
+    const float lg[2] = { (float)losses_g[0], (float)losses_g[1] };
+    mt_test_close_f32("seq aux and z losses", lo, lg, 2, 0.0, 1e-5);
+    float *dp_h = malloc(sizeof(float) * (size_t)(N * k));
+    for (int64_t t = 0; t < N; t++)
+        for (int64_t j = 0; j < k; j++)
+            dp_h[t * k + j] = G[t * E + id[t * k + j]];
+    mt_tensor dprobs = PUT(dp_h, MT_F32, MT_F32, N, k), dlogits = PUT(NULL, MT_F32, MT_F32, N, E);
+    MT_CHECK(mt_moe_router_bwd(&dlogits, &dprobs, &probs, &idx, &logits, &seqc, &ro, coeffs[0],
+                               coeffs[1], NULL));
+    float *dl = get(&dlogits);
+    mt_test_close_f32("logits' gradient (seq aux)", dl, dlogits_g, (size_t)(N * E), 1e-6, 1e-5);
+    void *host[] = { meta, coeffs, logits_h, probs_g, seq_g, G,    losses_g, dlogits_g,
+                     p,    dense,  id,       sc,      lo,    dp_h, dl };
+    for (size_t i = 0; i < sizeof host / sizeof *host; i++)
+        free(host[i]);
+}
+
 /* The expert bias's update (golden bias_update: megatron-core's get_updated_expert_bias) and its
  * bookkeeping of the tokens per expert. */
 static void test_bias_update(void) {
@@ -478,13 +536,13 @@ static void test_group_args(void) {
     mt_tensor probs = PUT(NULL, MT_F32, MT_F32, 3, 4), idx = PUT(NULL, MT_F32, MT_I32, 3, 4);
     mt_tensor counts = PUT(NULL, MT_F32, MT_I32, 16);
     const mt_moe_router bad[] = {
-        { 0, 0.0f, 3, 1, 0, NULL },    /* 16 experts in 3 groups */
-        { 0, 0.0f, 4, 5, 0, NULL },    /* 5 of 4 groups */
-        { 0, 0.0f, 4, 0, 0, NULL },    /* groups without a group count a token */
-        { 0, 0.0f, 8, 1, 0, NULL },    /* top 4 from the 2 experts of 1 group */
-        { 0, 0.0f, 16, 8, 0, NULL },   /* top 4 from 8 groups: fewer choices than groups */
-        { 1, 0.0f, 0, 0, 1, NULL },    /* pre-softmax sigmoid scores */
-        { 0, 0.0f, 0, 0, 0, &logits }, /* an expert bias without sigmoid scores */
+        { 0, 0.0f, 3, 1, 0, NULL, 0 },    /* 16 experts in 3 groups */
+        { 0, 0.0f, 4, 5, 0, NULL, 0 },    /* 5 of 4 groups */
+        { 0, 0.0f, 4, 0, 0, NULL, 0 },    /* groups without a group count a token */
+        { 0, 0.0f, 8, 1, 0, NULL, 0 },    /* top 4 from the 2 experts of 1 group */
+        { 0, 0.0f, 16, 8, 0, NULL, 0 },   /* top 4 from 8 groups: fewer choices than groups */
+        { 1, 0.0f, 0, 0, 1, NULL, 0 },    /* pre-softmax sigmoid scores */
+        { 0, 0.0f, 0, 0, 0, &logits, 0 }, /* an expert bias without sigmoid scores */
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
         MT_EXPECT_STATUS(mt_moe_topk(&probs, &idx, &counts, &logits, &bad[i], NULL),
@@ -512,6 +570,8 @@ int main(int argc, char **argv) {
     run_case("sig4bias", MT_F32);  /* the same with an expert bias in the choice */
     run_case("sig2bias", MT_F32);  /* an expert bias, top-2, scaled */
     test_bias_update();
+    run_seq_case("seq2");    /* seq_aux_loss: 3 sequences of 13 tokens, softmax top-2 */
+    run_seq_case("seqsig3"); /* the same with sigmoid scores, top-3 */
     test_group_args();
     run_drop("drop_probs");
     run_drop("drop_probs_pad");

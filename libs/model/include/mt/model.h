@@ -238,6 +238,10 @@ typedef struct mt_model_config {
      * towards balance once a step. */
     int moe_router_enable_expert_bias;
     float moe_router_bias_update_rate;
+    /* Megatron's --moe-router-load-balancing-type seq_aux_loss (0: aux_loss): the load-balancing
+     * loss of each sequence (its own tokens per expert), averaged over the micro-batch's
+     * sequences, times moe_aux_loss_coeff (DeepSeek-V2/V3's); not with context parallelism yet */
+    int moe_router_seq_aux;
 } mt_model_config;
 
 // clang-format off
@@ -246,7 +250,8 @@ typedef struct mt_model_config {
         sizeof(mt_model_config), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, MT_NORM_LAYERNORM, 0.0f,     \
             MT_POS_LEARNED, 0.0, 0, 0, 1, 0, 0.0f, 1234, MT_F32, 0, MT_RECOMPUTE_NONE,         \
             MT_RECOMPUTE_METHOD_NONE, 0, 0, 0, 0, 0, 0, 0.0f, 0.0f, 0, 0, 0, 0, 0, 0, 0, 0, 0, \
-            0.0f, 0.0f, 0.0f, 0, 0, 0, 0.0f, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, { 0 }, 0, 0, 0.0f \
+            0.0f, 0.0f, 0.0f, 0, 0, 0, 0.0f, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, { 0 },          \
+            0, 0, 0.0f, 0                                                                      \
     }
 // clang-format on
 

@@ -38,6 +38,10 @@ typedef struct mt_moe_router {
      * added to the scores that choose the experts and rank the groups, not to the probabilities
      * (DeepSeek-V3's aux-loss-free balancing; mt_moe_expert_bias_update moves it). */
     const mt_tensor *expert_bias;
+    /* --moe-router-load-balancing-type seq_aux_loss (0: aux_loss): the load-balancing loss of each
+     * sequence of this many consecutive tokens (its counts a row of (N / seq_length, E)), averaged
+     * over the sequences (Megatron's _apply_seq_aux_loss, DeepSeek-V2/V3's) */
+    int64_t seq_length;
 } mt_moe_router;
 
 /* Top-k routing of logits (N,E) f32: idx (N,k) i32, each token's k largest logits' experts in
@@ -92,15 +96,17 @@ MT_API mt_status mt_moe_unpermute_bwd(mt_tensor *dyp, mt_tensor *dprobs, const m
  * q[n][e], q = softmax(logits[n]) (router->sigmoid: sigmoid(logits[n]) over its sum + 1e-20);
  * out[1] += z_loss_func / coeff = mean over n of logsumexp(logits[n])^2. counts are Megatron's
  * for the aux loss: each token's plain top k (no groups; mt_moe_aux_counts). router NULL:
- * softmax. */
+ * softmax. With router->seq_length S (seq_aux_loss): counts (N / S, E), each sequence's, and
+ * out[0] += E / (k S^2 (N / S)) * sum over n of counts[n / S] . q[n]. */
 MT_API mt_status mt_moe_router_losses(mt_tensor *out, const mt_tensor *logits,
                                       const mt_tensor *counts, int topk,
                                       const mt_moe_router *router, mt_stream stream);
 /* The tokens per expert that Megatron's aux loss takes (compute_routing_scores_for_aux_loss):
  * counts (E) i32 of each token's plain top k logits (softmax and sigmoid keep their order; no
- * groups), whatever the routing chose. probs and idx (N,k): scratch (their top k). */
+ * groups), whatever the routing chose; with seq_length S > 0 (seq_aux_loss) each sequence's,
+ * (N / S, E). probs and idx (N,k): scratch (their top k). */
 MT_API mt_status mt_moe_aux_counts(mt_tensor *counts, mt_tensor *probs, mt_tensor *idx,
-                                   const mt_tensor *logits, mt_stream stream);
+                                   const mt_tensor *logits, int64_t seq_length, mt_stream stream);
 
 /* The router's backward: dlogits (N,E) f32, the gradient of sum(dprobs * probs) + aux_scale *
  * aux + z_scale * z with respect to the logits (probs, idx as mt_moe_topk gave them with the same

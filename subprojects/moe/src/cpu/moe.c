@@ -14,7 +14,7 @@ static float row_softmax(const float *l, int64_t E, float *s) {
 }
 
 mt_status moe_topk_cpu(const moe_args *a) {
-    memset(a->counts, 0, (size_t)a->E * sizeof(int32_t));
+    memset(a->counts, 0, (size_t)((a->seq ? a->N / a->seq : 1) * a->E) * sizeof(int32_t));
     for (int64_t n = 0; n < a->N; n++) {
         const float *l = a->logits + n * a->E;
         int32_t *id = a->idx + n * a->k;
@@ -23,7 +23,7 @@ mt_status moe_topk_cpu(const moe_args *a) {
         const uint64_t groups = moe_group_mask(a, l, mx, sum);
         for (int64_t j = 0; j < a->k; j++) {
             id[j] = moe_pick(a, l, groups, id, j);
-            a->counts[id[j]]++;
+            a->counts[(a->seq ? n / a->seq * a->E : 0) + id[j]]++;
         }
         if (a->sigmoid) {
             moe_sigmoid_probs(a, l, id, p);
@@ -183,11 +183,12 @@ mt_status moe_router_losses_cpu(const moe_args *a) {
     double aux = 0.0, z = 0.0;
     for (int64_t n = 0; n < a->N; n++) {
         const float lse = aux_scores(a, a->logits + n * a->E, s);
+        const int32_t *cnt = moe_aux_row(a, n);
         for (int64_t e = 0; e < a->E; e++)
-            aux += (double)s[e] * a->counts_in[e];
+            aux += (double)s[e] * cnt[e];
         z += (double)lse * lse;
     }
-    a->losses[0] += (float)(aux * (double)a->E / ((double)a->k * a->N * a->N));
+    a->losses[0] += (float)(aux * (double)a->E / moe_aux_den(a));
     a->losses[1] += (float)(z / a->N);
     return MT_OK;
 }
@@ -199,9 +200,10 @@ mt_status moe_router_losses_cpu(const moe_args *a) {
  * z_scale 2 lse s_e / N. Sigmoid scores: moe_sigmoid_bwd_row. */
 mt_status moe_router_bwd_cpu(const moe_args *a) {
     float s[a->E];
-    const float c = a->aux_scale * (float)a->E / ((float)a->k * (float)a->N * (float)a->N);
+    const float c = a->aux_scale * (float)a->E / (float)moe_aux_den(a);
     for (int64_t n = 0; n < a->N; n++) {
         float *dl = a->dlogits + n * a->E;
+        const int32_t *cnt = moe_aux_row(a, n);
         const float *l = a->logits + n * a->E;
         const float *p = a->probs_in + n * a->k, *dp = a->dprobs + n * a->k;
         const int32_t *id = a->idx_in + n * a->k;
@@ -216,10 +218,9 @@ mt_status moe_router_bwd_cpu(const moe_args *a) {
         for (int64_t j = 0; j < a->k; j++)
             pdp += p[j] * dp[j];
         for (int64_t e = 0; e < a->E; e++)
-            sc += s[e] * (float)a->counts_in[e];
+            sc += s[e] * (float)cnt[e];
         for (int64_t e = 0; e < a->E; e++)
-            dl[e] = c * s[e] * ((float)a->counts_in[e] - sc) +
-                    a->z_scale * 2.0f * lse * s[e] / (float)a->N -
+            dl[e] = c * s[e] * ((float)cnt[e] - sc) + a->z_scale * 2.0f * lse * s[e] / (float)a->N -
                     (a->pre_softmax ? s[e] * pdp : 0.0f);
         for (int64_t j = 0; j < a->k; j++) /* (not pre: q_j (g_j - sum) = p_j (dp_j - sum)) */
             dl[id[j]] += a->pre_softmax ? p[j] * dp[j] : p[j] * (dp[j] - pdp / a->scaling);

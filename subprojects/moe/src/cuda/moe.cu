@@ -27,7 +27,7 @@ static __global__ void topk_kernel(moe_args a) {
     const uint64_t groups = moe_group_mask(&a, l, mx, sum);
     for (int64_t j = 0; j < a.k; j++) {
         id[j] = moe_pick(&a, l, groups, id, j);
-        atomicAdd(&a.counts[id[j]], 1); // why: integer adds, so the counts are exact in any order
+        atomicAdd(&a.counts[(a.seq ? n / a.seq * a.E : 0) + id[j]], 1); // why: exact in any order
     }
     if (a.sigmoid) {
         moe_sigmoid_probs(&a, l, id, p);
@@ -46,7 +46,9 @@ static __global__ void topk_kernel(moe_args a) {
 }
 
 extern "C" mt_status moe_topk_cuda(const moe_args *a, mt_stream s) {
-    MT_CUDA_TRY(cudaMemsetAsync(a->counts, 0, (size_t)a->E * sizeof(int32_t), (cudaStream_t)s));
+    const int64_t rows = a->seq ? a->N / a->seq : 1; /* (seq_aux_loss: each sequence's counts) */
+    MT_CUDA_TRY(
+        cudaMemsetAsync(a->counts, 0, (size_t)(rows * a->E) * sizeof(int32_t), (cudaStream_t)s));
     if (a->N == 0) return MT_OK;
     topk_kernel<<<blocks_for(a->N, 128), 128, 0, (cudaStream_t)s>>>(*a);
     MT_CUDA_CHECK_LAUNCH();
@@ -63,9 +65,9 @@ static __global__ void losses_kernel(moe_args a) {
         float mx, sum;
         moe_row_stats(l, a.E, &mx, &sum);
         const float t = a.sigmoid ? moe_sigmoid_sum(&a, l) : 0.0f;
+        const int32_t *cnt = moe_aux_row(&a, n);
         for (int64_t e = 0; e < a.E; e++) /* (sigmoid: the sigmoids over their sum) */
-            aux += (double)(a.sigmoid ? moe_score(&a, l, e) / t : expf(l[e] - mx) / sum) *
-                   a.counts_in[e];
+            aux += (double)(a.sigmoid ? moe_score(&a, l, e) / t : expf(l[e] - mx) / sum) * cnt[e];
         const float lse = mx + logf(sum);
         z += (double)lse * lse;
     }
@@ -73,7 +75,7 @@ static __global__ void losses_kernel(moe_args a) {
     __syncthreads();
     z = R(tmp).Sum(z);
     if (threadIdx.x == 0) {
-        a.losses[0] += (float)(aux * (double)a.E / ((double)a.k * a.N * a.N));
+        a.losses[0] += (float)(aux * (double)a.E / moe_aux_den(&a));
         a.losses[1] += (float)(z / a.N);
     }
 }
@@ -90,7 +92,8 @@ static __global__ void router_bwd_kernel(moe_args a) {
     const float *l = a.logits + n * a.E, *p = a.probs_in + n * a.k, *dp = a.dprobs + n * a.k;
     const int32_t *id = a.idx_in + n * a.k;
     float *dl = a.dlogits + n * a.E;
-    const float c = a.aux_scale * (float)a.E / ((float)a.k * (float)a.N * (float)a.N);
+    const float c = a.aux_scale * (float)a.E / (float)moe_aux_den(&a);
+    const int32_t *cnt = moe_aux_row(&a, n);
     float mx, sum, pdp = 0.0f, sc = 0.0f;
     moe_row_stats(l, a.E, &mx, &sum);
     if (a.sigmoid) {
@@ -101,10 +104,10 @@ static __global__ void router_bwd_kernel(moe_args a) {
     for (int64_t j = 0; j < a.k; j++)
         pdp += p[j] * dp[j];
     for (int64_t e = 0; e < a.E; e++)
-        sc += expf(l[e] - mx) / sum * (float)a.counts_in[e];
+        sc += expf(l[e] - mx) / sum * (float)cnt[e];
     for (int64_t e = 0; e < a.E; e++) {
         const float se = expf(l[e] - mx) / sum;
-        dl[e] = c * se * ((float)a.counts_in[e] - sc) + a.z_scale * 2.0f * lse * se / (float)a.N -
+        dl[e] = c * se * ((float)cnt[e] - sc) + a.z_scale * 2.0f * lse * se / (float)a.N -
                 (a.pre_softmax ? se * pdp : 0.0f);
     }
     for (int64_t j = 0; j < a.k; j++)
