@@ -38,7 +38,7 @@ expect "Number of experts should be a multiple of expert model parallel_size." "
 expect "num_experts must be non None to use expert model parallelism" --expert-model-parallel-size 2
 expect "--moe-router-topk (5) must be in [1, --num-experts (4)]" "${moe[@]}" --moe-router-topk 5
 expect "--moe-router-load-balancing-type sinkhorn is not supported yet" "${moe[@]}" --moe-router-load-balancing-type sinkhorn
-expect "--moe-router-score-function sigmoid is not supported yet" "${moe[@]}" --moe-router-score-function sigmoid
+expect "--moe-router-score-function sqrtsoftplus is not supported yet" "${moe[@]}" --moe-router-score-function sqrtsoftplus
 expect "argument --moe-token-dispatcher-type: invalid choice: 'a2a'" "${moe[@]}" --moe-token-dispatcher-type a2a
 expect "--moe-aux-loss-coeff (-1) and --moe-z-loss-coeff (0) must not be negative" "${moe[@]}" --moe-aux-loss-coeff -1
 expect "moe_expert_capacity_factor must be set to use moe_pad_expert_input_to_capacity" "${moe[@]}" --moe-pad-expert-input-to-capacity

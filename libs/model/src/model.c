@@ -326,27 +326,34 @@ static long fp_int(freq_parser *p) {
 
 static void fp_expr(freq_parser *p, int depth);
 
+/* Takes character ch (after spaces), else marks the expression bad (never past its end). */
+static void fp_eat(freq_parser *p, char ch) {
+    fp_space(p);
+    if (*p->s == ch)
+        p->s++;
+    else
+        p->bad = 1;
+}
+
 static void fp_factor(freq_parser *p, int depth) {
     fp_space(p);
     if (*p->s == '(') {
         p->s++;
         fp_expr(p, depth + 1);
-        fp_space(p);
-        if (*p->s++ != ')') p->bad = 1;
+        fp_eat(p, ')');
         return;
     }
-    if (*p->s++ != '[') {
-        p->bad = 1;
-        return;
-    }
-    do {
+    fp_eat(p, '[');
+    while (!p->bad) {
         long v = fp_int(p);
         if (v != 0 && v != 1) p->bad = 1;
         if (p->n < p->cap) p->out[p->n] = (unsigned char)v;
         p->n++;
         fp_space(p);
-    } while (!p->bad && *p->s == ',' && p->s++);
-    if (*p->s++ != ']') p->bad = 1;
+        if (*p->s != ',') break;
+        p->s++;
+    }
+    if (!p->bad) fp_eat(p, ']');
 }
 
 static void fp_term(freq_parser *p, int depth) {
@@ -365,6 +372,7 @@ static void fp_term(freq_parser *p, int depth) {
                 if (p->n < p->cap && start + i < p->cap) p->out[p->n] = p->out[start + i];
         if (times == 0) p->n = start;
     }
+    if (p->n > 1 << 24) p->bad = 1; /* (no pattern is that long) */
 }
 
 static void fp_expr(freq_parser *p, int depth) {
