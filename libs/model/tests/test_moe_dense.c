@@ -41,6 +41,29 @@ static void moe_name(const char *name, char *out, size_t len) {
         snprintf(out, len, "%s", name);
 }
 
+/* One training step of the dense model d and the MoE model m on the same batch: their losses
+ * equal within tol (relative). Returns the batch's arena (the caller destroys it). */
+static mt_arena *same_step(const char *tag, mt_model *d, mt_model *m, double tol) {
+    int32_t tok[B * T], tgt[B * T];
+    for (int i = 0; i < B * T; i++)
+        tok[i] = (int32_t)((i * 37 + 11) % V), tgt[i] = (int32_t)((i * 53 + 7) % V);
+    mt_arena *ar;
+    MT_CHECK(mt_arena_create(dev, 4 * MT_ARENA_ALIGN + 2 * B * T * 4, &ar));
+    mt_tensor tk, tg;
+    MT_CHECK(mt_tensor_alloc(ar, MT_I32, 2, (int64_t[]){ B, T }, &tk));
+    MT_CHECK(mt_tensor_alloc(ar, MT_I32, 2, (int64_t[]){ B, T }, &tg));
+    MT_CHECK(mt_memcpy(tk.data, dev, tok, MT_DEVICE_CPU, sizeof tok, NULL));
+    MT_CHECK(mt_memcpy(tg.data, dev, tgt, MT_DEVICE_CPU, sizeof tgt, NULL));
+    double ld, lm;
+    MT_CHECK(mt_model_forward_backward(d, &tk, &tg, 1.0f, NULL));
+    MT_CHECK(mt_model_forward_backward(m, &tk, &tg, 1.0f, NULL));
+    MT_CHECK(mt_model_take_loss(d, &ld, NULL));
+    MT_CHECK(mt_model_take_loss(m, &lm, NULL));
+    MT_EXPECT(fabs(ld - lm) <= tol * fabs(ld), "%s: loss %.9f, dense %.9f", tag, lm, ld);
+    fprintf(stderr, "%s: loss %.9f, dense %.9f\n", tag, lm, ld);
+    return ar;
+}
+
 static void check(const char *tag, int llama, int act, int pad, int bias) {
     mt_model_config dc = MT_MODEL_CONFIG_INIT;
     dc.num_layers = 2, dc.hidden_size = 64, dc.num_attention_heads = 4, dc.seq_length = T;
@@ -64,24 +87,8 @@ static void check(const char *tag, int llama, int act, int pad, int bias) {
         MT_EXPECT(q != NULL, "%s: the MoE model has no %s", tag, nm);
         if (q) MT_CHECK(mt_tensor_copy(&q->weight, &p->weight, NULL));
     }
-    int32_t tok[B * T], tgt[B * T];
-    for (int i = 0; i < B * T; i++)
-        tok[i] = (int32_t)((i * 37 + 11) % V), tgt[i] = (int32_t)((i * 53 + 7) % V);
-    mt_arena *ar;
-    MT_CHECK(mt_arena_create(dev, 4 * MT_ARENA_ALIGN + 2 * B * T * 4, &ar));
-    mt_tensor tk, tg;
-    MT_CHECK(mt_tensor_alloc(ar, MT_I32, 2, (int64_t[]){ B, T }, &tk));
-    MT_CHECK(mt_tensor_alloc(ar, MT_I32, 2, (int64_t[]){ B, T }, &tg));
-    MT_CHECK(mt_memcpy(tk.data, dev, tok, MT_DEVICE_CPU, sizeof tok, NULL));
-    MT_CHECK(mt_memcpy(tg.data, dev, tgt, MT_DEVICE_CPU, sizeof tgt, NULL));
-    double ld, lm;
-    MT_CHECK(mt_model_forward_backward(d, &tk, &tg, 1.0f, NULL));
-    MT_CHECK(mt_model_forward_backward(m, &tk, &tg, 1.0f, NULL));
-    MT_CHECK(mt_model_take_loss(d, &ld, NULL));
-    MT_CHECK(mt_model_take_loss(m, &lm, NULL));
     const double tol = mt_device_is_cuda(dev) ? 1e-5 : 1e-6;
-    MT_EXPECT(fabs(ld - lm) <= tol * fabs(ld), "%s: loss %.9f, dense %.9f", tag, lm, ld);
-    fprintf(stderr, "%s: loss %.9f, dense %.9f\n", tag, lm, ld);
+    mt_arena *ar = same_step(tag, d, m, tol);
     for (int i = 0; i < mt_model_num_params(d); i++) {
         mt_model_param *p = mt_model_param_at(d, i);
         char nm[160], what[200];
@@ -172,24 +179,8 @@ static void check_shared(const char *tag, int llama, int act) {
         }
         free(w);
     }
-    int32_t tok[B * T], tgt[B * T];
-    for (int i = 0; i < B * T; i++)
-        tok[i] = (int32_t)((i * 29 + 3) % V), tgt[i] = (int32_t)((i * 41 + 5) % V);
-    mt_arena *ar;
-    MT_CHECK(mt_arena_create(dev, 4 * MT_ARENA_ALIGN + 2 * B * T * 4, &ar));
-    mt_tensor tk, tg;
-    MT_CHECK(mt_tensor_alloc(ar, MT_I32, 2, (int64_t[]){ B, T }, &tk));
-    MT_CHECK(mt_tensor_alloc(ar, MT_I32, 2, (int64_t[]){ B, T }, &tg));
-    MT_CHECK(mt_memcpy(tk.data, dev, tok, MT_DEVICE_CPU, sizeof tok, NULL));
-    MT_CHECK(mt_memcpy(tg.data, dev, tgt, MT_DEVICE_CPU, sizeof tgt, NULL));
-    double ld, lm;
-    MT_CHECK(mt_model_forward_backward(d, &tk, &tg, 1.0f, NULL));
-    MT_CHECK(mt_model_forward_backward(m, &tk, &tg, 1.0f, NULL));
-    MT_CHECK(mt_model_take_loss(d, &ld, NULL));
-    MT_CHECK(mt_model_take_loss(m, &lm, NULL));
     const double tol = mt_device_is_cuda(dev) ? 1e-5 : 1e-6;
-    MT_EXPECT(fabs(ld - lm) <= tol * fabs(ld), "%s: loss %.9f, dense %.9f", tag, lm, ld);
-    fprintf(stderr, "%s: loss %.9f, dense %.9f\n", tag, lm, ld);
+    mt_arena *ar = same_step(tag, d, m, tol);
     for (int i = 0; i < mt_model_num_params(d); i++) { /* every gradient, the MLPs' split */
         mt_model_param *p = mt_model_param_at(d, i);
         float *gd = host_f32(&p->grad);

@@ -60,12 +60,18 @@ static mt_status router_opts(moe_args *a, const mt_moe_router *r) {
     return MT_OK;
 }
 
-mt_status mt_moe_topk(mt_tensor *probs, mt_tensor *idx, mt_tensor *counts, const mt_tensor *logits,
-                      const mt_moe_router *router, mt_stream s) {
+/* Top-k routing (router NULL: plain) with the counts of the whole batch (seq 0: (E)) or of each
+ * sequence of seq tokens ((N / seq, E)). */
+static mt_status topk_run(mt_tensor *probs, mt_tensor *idx, mt_tensor *counts,
+                          const mt_tensor *logits, const mt_moe_router *router, int64_t seq,
+                          mt_stream s) {
     MT_TRY(mt_tensor_check(logits, "logits", 2));
     MT_TRY(mt_tensor_check(idx, "idx", 2));
-    moe_args a = { .N = logits->shape[0], .E = logits->shape[1], .k = idx->shape[1] };
+    moe_args a = { .N = logits->shape[0], .E = logits->shape[1], .k = idx->shape[1], .seq = seq };
     MT_TRY(router_opts(&a, router));
+    MT_REQUIRE(seq >= 0 && (!seq || a.N % seq == 0), MT_ERR_INVALID_ARG,
+               "seq_aux_loss: %lld tokens are not sequences of %lld", (long long)a.N,
+               (long long)seq);
     const mt_device d = logits->device;
     MT_TRY(check(logits, "logits", MT_F32, 2, SHAPE(a.N, a.E), d));
     MT_REQUIRE(a.k >= 1 && a.k <= a.E, MT_ERR_INVALID_ARG,
@@ -73,9 +79,17 @@ mt_status mt_moe_topk(mt_tensor *probs, mt_tensor *idx, mt_tensor *counts, const
                (long long)a.E);
     MT_TRY(check(probs, "probs", MT_F32, 2, SHAPE(a.N, a.k), d));
     MT_TRY(check(idx, "idx", MT_I32, 2, SHAPE(a.N, a.k), d));
-    MT_TRY(check(counts, "counts", MT_I32, 1, SHAPE(a.E), d));
+    if (seq)
+        MT_TRY(check(counts, "counts", MT_I32, 2, SHAPE(a.N / seq, a.E), d));
+    else
+        MT_TRY(check(counts, "counts", MT_I32, 1, SHAPE(a.E), d));
     a.logits = logits->data, a.probs = probs->data, a.idx = idx->data, a.counts = counts->data;
     return MT_DISPATCH(d, moe_topk_cpu(&a), moe_topk_cuda(&a, s));
+}
+
+mt_status mt_moe_topk(mt_tensor *probs, mt_tensor *idx, mt_tensor *counts, const mt_tensor *logits,
+                      const mt_moe_router *router, mt_stream s) {
+    return topk_run(probs, idx, counts, logits, router, 0, s);
 }
 
 /* idx (N,k) and counts (E) into a (sizes and pointers). */
@@ -184,25 +198,9 @@ mt_status mt_moe_unpermute_bwd(mt_tensor *dyp, mt_tensor *dprobs, const mt_tenso
 
 mt_status mt_moe_aux_counts(mt_tensor *counts, mt_tensor *probs, mt_tensor *idx,
                             const mt_tensor *logits, int64_t seq_length, mt_stream s) {
-    if (!seq_length) return mt_moe_topk(probs, idx, counts, logits, NULL, s); /* (plain) */
-    MT_TRY(mt_tensor_check(logits, "logits", 2));
-    MT_TRY(mt_tensor_check(idx, "idx", 2));
-    moe_args a = { .N = logits->shape[0], .E = logits->shape[1], .k = idx->shape[1] };
-    MT_TRY(router_opts(&a, NULL));
-    MT_REQUIRE(seq_length > 0 && a.N % seq_length == 0, MT_ERR_INVALID_ARG,
-               "seq_aux_loss: %lld tokens are not sequences of %lld", (long long)a.N,
+    MT_REQUIRE(seq_length >= 0, MT_ERR_INVALID_ARG, "seq_aux_loss: sequences of %lld",
                (long long)seq_length);
-    a.seq = seq_length;
-    const mt_device d = logits->device;
-    MT_TRY(check(logits, "logits", MT_F32, 2, SHAPE(a.N, a.E), d));
-    MT_REQUIRE(a.k >= 1 && a.k <= a.E, MT_ERR_INVALID_ARG,
-               "--moe-router-topk (%lld) must be in [1, --num-experts (%lld)]", (long long)a.k,
-               (long long)a.E);
-    MT_TRY(check(probs, "probs", MT_F32, 2, SHAPE(a.N, a.k), d));
-    MT_TRY(check(idx, "idx", MT_I32, 2, SHAPE(a.N, a.k), d));
-    MT_TRY(check(counts, "counts", MT_I32, 2, SHAPE(a.N / seq_length, a.E), d));
-    a.logits = logits->data, a.probs = probs->data, a.idx = idx->data, a.counts = counts->data;
-    return MT_DISPATCH(d, moe_topk_cpu(&a), moe_topk_cuda(&a, s));
+    return topk_run(probs, idx, counts, logits, NULL, seq_length, s); /* (plain: logits' order) */
 }
 
 /* The aux loss's counts per sequence (router->seq_length) into a: their shape checked. */
