@@ -898,22 +898,18 @@ static mt_status expert_bias_setup(mt_model *m, const mt_model *src) {
     for (int l = 0; l < c->num_layers; l++)
         m->eb_row[l] = l >= l0 && l < l0 + nl && moe_layer(c, l) ? m->n_eb++ : -1;
     if (!m->n_eb) return MT_OK;
-    const size_t bytes = (size_t)m->n_eb * (size_t)E * 4;
-    if (src) {
+    if (src) { /* (a view only runs inference: it counts no tokens) */
         MT_REQUIRE(src->n_eb == m->n_eb, MT_ERR_INVALID_ARG, "the source model differs");
         m->eb_bias = src->eb_bias;
-    } else {
+    } else { /* the biases, then the counted tokens, both zero */
+        const size_t bytes = (size_t)m->n_eb * (size_t)E * 4;
         void *p;
-        MT_TRY(mt_arena_create(m->dev, 2 * bytes + 2 * MT_ARENA_ALIGN, &m->eb_arena));
-        MT_TRY(mt_arena_alloc(m->eb_arena, bytes, &p));
+        MT_TRY(mt_arena_create(m->dev, 2 * bytes + MT_ARENA_ALIGN, &m->eb_arena));
+        MT_TRY(mt_arena_alloc(m->eb_arena, 2 * bytes, &p));
+        MT_TRY(mt_memset_zero(p, m->dev, 2 * bytes, NULL));
         m->eb_bias = mt_tensor_2d(p, MT_F32, m->n_eb, E, m->dev);
-        MT_TRY(mt_memset_zero(p, m->dev, bytes, NULL));
+        m->eb_tokens = mt_tensor_2d((char *)p + bytes, MT_F32, m->n_eb, E, m->dev);
     }
-    void *t;
-    if (!m->eb_arena) MT_TRY(mt_arena_create(m->dev, bytes + MT_ARENA_ALIGN, &m->eb_arena));
-    MT_TRY(mt_arena_alloc(m->eb_arena, bytes, &t));
-    m->eb_tokens = mt_tensor_2d(t, MT_F32, m->n_eb, E, m->dev);
-    MT_TRY(mt_memset_zero(t, m->dev, bytes, NULL));
     for (int l = 0; l < c->num_layers; l++) {
         const int i = m->eb_row[l];
         if (i < 0) continue;
@@ -951,9 +947,8 @@ mt_status mt_model_list_buffers(const mt_model_config *cfg, mt_model_param_fn fn
 
 mt_status mt_model_expert_bias_tokens(mt_model *m, mt_tensor *tokens) {
     MT_REQUIRE(m && tokens, MT_ERR_INVALID_ARG, "NULL argument");
-    *tokens = m->n_eb
-                  ? mt_tensor_1d(m->eb_tokens.data, MT_F32, mt_tensor_numel(&m->eb_tokens), m->dev)
-                  : mt_tensor_1d(NULL, MT_F32, 0, m->dev);
+    *tokens = mt_tensor_1d(m->eb_tokens.data, MT_F32,
+                           m->eb_tokens.data ? mt_tensor_numel(&m->eb_tokens) : 0, m->dev);
     return MT_OK;
 }
 

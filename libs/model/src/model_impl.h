@@ -374,7 +374,8 @@ struct mt_model {
     graph_slot gf; /* mt_model_forward's graph (inference models with graphs on) */
     /* the expert bias (cfg.moe_router_enable_expert_bias): n_eb routers (this model's MoE
      * layers), their biases and counted tokens (n_eb, E) f32 (eb_arena; a view: its source's
-     * biases), eb_row[l] layer l's row (-1: none), eb_view[i] row i, eb_name[i] its name */
+     * biases and no tokens), eb_row[l] layer l's row (-1: none), eb_view[i] row i, eb_name[i]
+     * its name */
     int n_eb;
     mt_tensor eb_bias, eb_tokens;
     int *eb_row;

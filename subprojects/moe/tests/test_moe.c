@@ -95,6 +95,40 @@ static void bf16_reference(int64_t N, int64_t E, int64_t C, const float *counts_
 
 /* One golden case with the rows in `rt` (f32: golden tolerances; bf16: the inputs rounded, so
  * the row results within bf16's). */
+/* The routing's probabilities p (N,k) at experts id, spread into a dense (N,E) matrix, against the
+ * golden's dense ones; with `descending`, each token's in descending order. */
+static void expect_dense_probs(const float *p, const int32_t *id, int64_t N, int64_t E, int64_t k,
+                               const float *want, int descending) {
+    float *dense = calloc((size_t)(N * E), sizeof(float));
+    for (int64_t t = 0; t < N; t++)
+        for (int64_t j = 0; j < k; j++) {
+            dense[t * E + id[t * k + j]] = p[t * k + j];
+            if (j && descending)
+                MT_EXPECT(p[t * k + j] <= p[t * k + j - 1], "token %lld: not descending",
+                          (long long)t);
+        }
+    mt_test_close_f32("routing probs (dense)", dense, want, (size_t)(N * E), 1e-7, 1e-6);
+    free(dense);
+}
+
+/* n token counts against the golden's (stored as floats), exactly. */
+static void expect_counts(const char *what, const int32_t *got, const float *want, int64_t n) {
+    int64_t *g = malloc(sizeof(int64_t) * (size_t)n), *w = malloc(sizeof(int64_t) * (size_t)n);
+    for (int64_t i = 0; i < n; i++)
+        g[i] = got[i], w[i] = (int64_t)want[i];
+    mt_test_equal_i64(what, g, w, (size_t)n);
+    free(g), free(w);
+}
+
+/* The probabilities' gradient of sum(G * probs): G (N,E) at each token's experts id (N,k). */
+static float *dprobs_of(const float *G, const int32_t *id, int64_t N, int64_t E, int64_t k) {
+    float *dp = malloc(sizeof(float) * (size_t)(N * k));
+    for (int64_t t = 0; t < N; t++)
+        for (int64_t j = 0; j < k; j++)
+            dp[t * k + j] = G[t * E + id[t * k + j]];
+    return dp;
+}
+
 static void run_case(const char *tag, mt_dtype rt) {
     size_t n;
     float *meta = mt_test_golden_f32(nm(tag, "meta"), &n, NULL);
@@ -131,27 +165,15 @@ static void run_case(const char *tag, mt_dtype rt) {
               mt_last_error());
     float *p = get(&probs);
     int32_t *id = get(&idx), *cnt = get(&counts);
-    float *dense = calloc((size_t)(N * E), sizeof(float));
-    for (int64_t t = 0; t < N; t++)
-        for (int64_t j = 0; j < k; j++) {
-            dense[t * E + id[t * k + j]] = p[t * k + j];
-            if (j && !bias_h) /* (with a bias, the order of the scores plus the bias) */
-                MT_EXPECT(p[t * k + j] <= p[t * k + j - 1], "token %lld: not descending",
-                          (long long)t);
-        }
-    mt_test_close_f32("routing probs (dense)", dense, probs_g, (size_t)(N * E), 1e-7, 1e-6);
-    int64_t cg[64], cgot[64];
-    for (int64_t e = 0; e < E; e++)
-        cg[e] = (int64_t)counts_g[e], cgot[e] = cnt[e];
-    mt_test_equal_i64("tokens per expert", cgot, cg, (size_t)E);
+    /* (with a bias, the order is the scores' plus the bias, not the probabilities') */
+    expect_dense_probs(p, id, N, E, k, probs_g, !bias_h);
+    expect_counts("tokens per expert", cnt, counts_g, E);
     /* the aux loss's tokens per expert: each token's plain top k, whatever the routing chose */
     mt_tensor aux_counts = PUT(NULL, MT_F32, MT_I32, E), sp = PUT(NULL, MT_F32, MT_F32, N, k);
     mt_tensor sid = PUT(NULL, MT_F32, MT_I32, N, k);
     MT_CHECK(mt_moe_aux_counts(&aux_counts, &sp, &sid, &logits, 0, NULL));
     int32_t *acnt = get(&aux_counts);
-    for (int64_t e = 0; e < E; e++)
-        cg[e] = (int64_t)aux_counts_g[e], cgot[e] = acnt[e];
-    mt_test_equal_i64("the aux loss's tokens per expert", cgot, cg, (size_t)E);
+    expect_counts("the aux loss's tokens per expert", acnt, aux_counts_g, E);
 
     /* losses and the router's backward */
     mt_tensor losses = PUT(NULL, MT_F32, MT_F32, 2);
@@ -160,10 +182,7 @@ static void run_case(const char *tag, mt_dtype rt) {
     float *lo = get(&losses);
     const float lg[2] = { (float)losses_g[0], (float)losses_g[1] };
     mt_test_close_f32("aux and z losses", lo, lg, 2, 0.0, 1e-5);
-    float *dp_h = malloc(sizeof(float) * (size_t)(N * k));
-    for (int64_t t = 0; t < N; t++)
-        for (int64_t j = 0; j < k; j++)
-            dp_h[t * k + j] = G[t * E + id[t * k + j]];
+    float *dp_h = dprobs_of(G, id, N, E, k);
     mt_tensor dprobs = PUT(dp_h, MT_F32, MT_F32, N, k), dlogits = PUT(NULL, MT_F32, MT_F32, N, E);
     MT_EXPECT(mt_moe_router_bwd(&dlogits, &dprobs, &probs, &idx, &logits, &aux_counts, &ro,
                                 coeffs[0], coeffs[1], NULL) == MT_OK,
@@ -252,12 +271,11 @@ static void run_case(const char *tag, mt_dtype rt) {
                          &y,      &resid, &dy,  &dyp,    &dpr,    &idx1,   &p1 };
     for (size_t i = 0; i < sizeof all / sizeof *all; i++)
         drop(all[i]);
-    void *host[] = { router_g, meta,      coeffs, logits_h,     probs_g,  counts_g, G,
-                     losses_g, dlogits_g, p,      id,           cnt,      dense,    lo,
-                     dp_h,     dl,        rows_g, rw,           ps,       a,        b,
-                     x_h,      xp_g,      xpv,    DXP,          dx_g,     dxv,      dx2,
-                     yp_h,     y_g,       DY,     dyp_g,        dprobs_g, yv,       yr,
-                     dypv,     dprv,      dpr_g,  aux_counts_g, acnt,     bias_h };
+    void *host[] = { router_g,  meta, coeffs, logits_h, probs_g, counts_g,     G,     losses_g,
+                     dlogits_g, p,    id,     cnt,      lo,      dp_h,         dl,    rows_g,
+                     rw,        ps,   a,      b,        x_h,     xp_g,         xpv,   DXP,
+                     dx_g,      dxv,  dx2,    yp_h,     y_g,     DY,           dyp_g, dprobs_g,
+                     yv,        yr,   dypv,   dprv,     dpr_g,   aux_counts_g, acnt,  bias_h };
     for (size_t i = 0; i < sizeof host / sizeof *host; i++)
         free(host[i]);
 }
@@ -467,32 +485,23 @@ static void run_seq_case(const char *tag) {
     mt_tensor sp = PUT(NULL, MT_F32, MT_F32, N, k), sid = PUT(NULL, MT_F32, MT_I32, N, k);
     MT_CHECK(mt_moe_topk(&probs, &idx, &counts, &logits, &ro, NULL));
     MT_CHECK(mt_moe_aux_counts(&seqc, &sp, &sid, &logits, S, NULL));
-    float *p = get(&probs), *dense = calloc((size_t)(N * E), sizeof(float));
+    float *p = get(&probs);
     int32_t *id = get(&idx), *sc = get(&seqc);
-    for (int64_t t = 0; t < N; t++)
-        for (int64_t j = 0; j < k; j++)
-            dense[t * E + id[t * k + j]] = p[t * k + j];
-    mt_test_close_f32("routing probs (dense)", dense, probs_g, (size_t)(N * E), 1e-7, 1e-6);
-    int64_t cg[256], cgot[256];
-    for (int64_t i = 0; i < Bs * E; i++)
-        cg[i] = (int64_t)seq_g[i], cgot[i] = sc[i];
-    mt_test_equal_i64("each sequence's aux counts", cgot, cg, (size_t)(Bs * E));
+    expect_dense_probs(p, id, N, E, k, probs_g, 0);
+    expect_counts("each sequence's aux counts", sc, seq_g, Bs * E);
     mt_tensor losses = PUT(NULL, MT_F32, MT_F32, 2);
     MT_CHECK(mt_moe_router_losses(&losses, &logits, &seqc, (int)k, &ro, NULL));
     float *lo = get(&losses);
     const float lg[2] = { (float)losses_g[0], (float)losses_g[1] };
     mt_test_close_f32("seq aux and z losses", lo, lg, 2, 0.0, 1e-5);
-    float *dp_h = malloc(sizeof(float) * (size_t)(N * k));
-    for (int64_t t = 0; t < N; t++)
-        for (int64_t j = 0; j < k; j++)
-            dp_h[t * k + j] = G[t * E + id[t * k + j]];
+    float *dp_h = dprobs_of(G, id, N, E, k);
     mt_tensor dprobs = PUT(dp_h, MT_F32, MT_F32, N, k), dlogits = PUT(NULL, MT_F32, MT_F32, N, E);
     MT_CHECK(mt_moe_router_bwd(&dlogits, &dprobs, &probs, &idx, &logits, &seqc, &ro, coeffs[0],
                                coeffs[1], NULL));
     float *dl = get(&dlogits);
     mt_test_close_f32("logits' gradient (seq aux)", dl, dlogits_g, (size_t)(N * E), 1e-6, 1e-5);
-    void *host[] = { meta, coeffs, logits_h, probs_g, seq_g, G,    losses_g, dlogits_g,
-                     p,    dense,  id,       sc,      lo,    dp_h, dl };
+    void *host[] = { meta,      coeffs, logits_h, probs_g, seq_g, G,    losses_g,
+                     dlogits_g, p,      id,       sc,      lo,    dp_h, dl };
     for (size_t i = 0; i < sizeof host / sizeof *host; i++)
         free(host[i]);
 }
