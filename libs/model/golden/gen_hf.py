@@ -1,9 +1,11 @@
 """Golden values for libs/model from Hugging Face transformers (independent reference).
 Builds tiny random GPT2LMHeadModel, LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM,
-MixtralForCausalLM and Qwen2MoeForCausalLM models, runs them in float64 on the CPU
-and records, in our parameter names and layouts (nn.Linear (out, in); GPT-2's Conv1D transposed;
-Llama q|k|v and gate|up concatenated, HF's half-split RoPE kept):
-  <m>_weights.safetensors  the f32 weights the test loads
+MixtralForCausalLM, Qwen2MoeForCausalLM and DeepseekV3ForCausalLM models, runs them in float64 on
+the CPU and records, in our parameter names and layouts (nn.Linear (out, in); GPT-2's Conv1D
+transposed; Llama q|k|v and gate|up concatenated, HF's half-split RoPE kept; DeepSeek-V3's MLA
+projections as HF's, deepseek_names):
+  <m>_weights.safetensors  the f32 weights the test loads (DeepSeek-V3's router expert_bias, a
+                           buffer, only here)
   <m>_grads.safetensors    d(mean loss)/d(weight), f32
   <m>_io.safetensors       tokens, targets (i32), logits (f32, B*T x V), loss (f32)
   <m>_pos.safetensors      with position ids that restart inside the sequences (Megatron's
@@ -19,9 +21,12 @@ Versions: torch 2.15, transformers 5.23 (pip). Seeds: torch.manual_seed(0) for w
 Rerun: python gen_hf.py (from this directory; a venv with pip's torch, transformers,
 safetensors, randomgen); python gen_hf.py drop writes only the dropout records; python gen_hf.py
 mixtral only Mixtral's, python gen_hf.py qwen2 only Qwen2's, python gen_hf.py qwen2_moe only
-Qwen2-MoE's (session 41, the same versions; session 40: torch 2.15, transformers 5.24.0; transformers 5.x, torch 2.x, megatron-core 0.16.1 for
-mixtral_moe.safetensors: Megatron's router losses, record_moe_losses). The position-id records were added with torch 2.x and transformers 5.x of
-2026-11 (pip), whose weights, io, grads and AdamW losses reproduce the earlier files."""
+Qwen2-MoE's (session 41, the same versions; session 40: torch 2.15, transformers 5.24.0;
+transformers 5.x, torch 2.x, megatron-core 0.16.1 for mixtral_moe.safetensors: Megatron's router
+losses, record_moe_losses), python gen_hf.py deepseek only DeepSeek-V3's (deepseek_mla and
+deepseek_v3: torch 2.15.0, transformers 5.24.0). The position-id records were added with torch
+2.x and transformers 5.x of 2026-11 (pip), whose weights, io, grads and AdamW losses reproduce
+the earlier files."""
 import os
 import sys
 
@@ -121,6 +126,55 @@ def mixtral_names(model):
     return out
 
 
+def deepseek_names(model):
+    """DeepSeek-V3's multi-latent attention in Megatron's MLA names: q_proj (no q_lora_rank) ->
+    linear_q_proj, else q_a_proj -> linear_q_down_proj, q_a_layernorm and q_b_proj ->
+    linear_q_up_proj (layer_norm_weight, weight); kv_a_proj_with_mqa -> linear_kv_down_proj,
+    kv_a_layernorm and kv_b_proj -> linear_kv_up_proj; o_proj -> linear_proj; the layouts as HF's
+    (q_b_proj's rows per head [nope; rope], kv_b_proj's [k_nope; v], kv_a_proj_with_mqa's
+    [latent; rope], the rope dimensions interleaved pairs). The first first_k_dense_replace MLPs
+    dense (gate|up -> linear_fc1), the others routed experts as mixtral_names's, the shared experts
+    (gate_proj, up_proj -> linear_fc1; down_proj -> linear_fc2, no gate) and the router's
+    e_score_correction_bias (a buffer: only in the weights) as router.expert_bias."""
+    sd = {k.removeprefix("model."): v for k, v in model.state_dict().items()}
+    out = {"embedding.word_embeddings.weight": sd["embed_tokens.weight"],
+           "decoder.final_layernorm.weight": sd["norm.weight"],
+           "output_layer.weight": sd["lm_head.weight"]}
+    for i in range(model.config.num_hidden_layers):
+        p, q = f"layers.{i}.", f"decoder.layers.{i}."
+        a, s = p + "self_attn.", q + "self_attention."
+        out[q + "input_layernorm.weight"] = sd[p + "input_layernorm.weight"]
+        if a + "q_proj.weight" in sd:
+            out[s + "linear_q_proj.weight"] = sd[a + "q_proj.weight"]
+        else:
+            out[s + "linear_q_down_proj.weight"] = sd[a + "q_a_proj.weight"]
+            out[s + "linear_q_up_proj.layer_norm_weight"] = sd[a + "q_a_layernorm.weight"]
+            out[s + "linear_q_up_proj.weight"] = sd[a + "q_b_proj.weight"]
+        out[s + "linear_kv_down_proj.weight"] = sd[a + "kv_a_proj_with_mqa.weight"]
+        out[s + "linear_kv_up_proj.layer_norm_weight"] = sd[a + "kv_a_layernorm.weight"]
+        out[s + "linear_kv_up_proj.weight"] = sd[a + "kv_b_proj.weight"]
+        out[s + "linear_proj.weight"] = sd[a + "o_proj.weight"]
+        out[q + "pre_mlp_layernorm.weight"] = sd[p + "post_attention_layernorm.weight"]
+        p, q = p + "mlp.", q + "mlp."
+        if p + "gate_proj.weight" in sd:  # (a dense layer)
+            out[q + "linear_fc1.weight"] = torch.cat([sd[p + "gate_proj.weight"],
+                                                      sd[p + "up_proj.weight"]])
+            out[q + "linear_fc2.weight"] = sd[p + "down_proj.weight"]
+            continue
+        out[q + "router.weight"] = sd[p + "gate.weight"]
+        if p + "gate.e_score_correction_bias" in sd:  # (not in grads_named's state dict)
+            out[q + "router.expert_bias"] = sd[p + "gate.e_score_correction_bias"]
+        s, r = p + "shared_experts.", q + "shared_experts."
+        out[r + "linear_fc1.weight"] = torch.cat([sd[s + "gate_proj.weight"],
+                                                  sd[s + "up_proj.weight"]])
+        out[r + "linear_fc2.weight"] = sd[s + "down_proj.weight"]
+        for e in range(model.config.n_routed_experts):
+            r = f"{q}experts.local_experts.{e}."
+            out[r + "linear_fc1.weight"] = sd[p + "experts.gate_up_proj"][e]
+            out[r + "linear_fc2.weight"] = sd[p + "experts.down_proj"][e]
+    return out
+
+
 def loss_of(model, toks, tgts, pos=None):
     logits = model(toks, position_ids=pos).logits
     return logits, torch.nn.functional.cross_entropy(logits.reshape(-1, V), tgts.reshape(-1),
@@ -130,7 +184,9 @@ def loss_of(model, toks, tgts, pos=None):
 def grads_named(model, names, tag):
     """d(loss)/d(weight) in our names: the same renaming over a state dict of .grad tensors."""
     grads = {n: p.grad for n, p in model.named_parameters()}
-    gmodel = {k: grads.get(k, torch.zeros_like(v)) for k, v in model.state_dict().items()}
+    buffers = {n for n, _ in model.named_buffers()}  # (DeepSeek's expert bias: no gradient)
+    gmodel = {k: grads.get(k, torch.zeros_like(v)) for k, v in model.state_dict().items()
+              if k not in buffers}
 
     class Wrap:  # names() reads .state_dict() and .config
         config = model.config
@@ -341,6 +397,91 @@ if len(sys.argv) > 1 and sys.argv[1] in ("qwen2_moe", "qwen2_moe_mixed"):
                 layer.mlp.shared_expert_gate.weight.copy_(
                     0.5 * torch.randn_like(layer.mlp.shared_expert_gate.weight))
     record(sys.argv[1], qmoe, mixtral_names)
+    sys.exit(0)
+
+if len(sys.argv) > 1 and sys.argv[1] == "deepseek":
+    # DeepSeek-V3 (python gen_hf.py deepseek writes only these records): multi-latent attention of
+    # 4 heads (kv_lora_rank 16, qk_nope_head_dim 16, qk_rope_head_dim 8, v_head_dim 12; softmax
+    # scale 1/sqrt(24)), HF's rope_interleave (Megatron's MLA de-interleaves the rope dimensions
+    # the same way), plain RoPE (theta 1e4, no YaRN). rms_norm_eps 1e-6 (DeepSeek-V3's), which is
+    # also what HF's q_a_layernorm and kv_a_layernorm take (RMSNorm's default eps; Megatron's
+    # take --norm-epsilon, as every norm). deepseek_mla: no q_lora_rank (q_proj),
+    # both MLPs dense (SwiGLU 128). deepseek_v3: q_lora_rank 24; layer 0 dense (SwiGLU 128), layer
+    # 1 MoE: 8 experts of SwiGLU 32 and a shared expert of SwiGLU 32, sigmoid scores computed in
+    # f32 (HF casts the router's input and weight), the top-2 chosen on the scores plus
+    # e_score_correction_bias (Megatron's --moe-router-enable-expert-bias) within the best of 2
+    # groups of 4 (its score the sum of its top-2; Megatron's --moe-router-num-groups 2
+    # --moe-router-group-topk 1: topk / group_topk = 2 too), weighted by the
+    # scores without the bias normalized over the chosen (+1e-20) times 2.5
+    # (--moe-router-topk-scaling-factor 2.5). No aux loss in HF's DeepSeek-V3, and nothing updates
+    # the bias (AdamW takes the parameters only). The router, bias and the latent norms (ones at
+    # init) drawn so that they matter; the bias changes the experts of some tokens (printed).
+    from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
+
+    def deepseek_config(q_lora_rank, first_k_dense_replace):
+        return DeepseekV3Config(
+            vocab_size=V, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=4, q_lora_rank=q_lora_rank,
+            kv_lora_rank=16, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=12,
+            first_k_dense_replace=first_k_dense_replace, n_routed_experts=8,
+            num_experts_per_tok=2, moe_intermediate_size=32, n_shared_experts=1, n_group=2,
+            topk_group=1, routed_scaling_factor=2.5, norm_topk_prob=True,
+            max_position_embeddings=32, rms_norm_eps=1e-6,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, rope_interleave=True,
+            tie_word_embeddings=False, attention_bias=False, hidden_act="silu", num_mtp_layers=0,
+            attn_implementation="eager", experts_implementation="eager")
+
+    def init_summary(tag, model):
+        """The parameters the model's own init left constant (RMSNorm's ones) and the smallest
+        standard deviation of the others (HF's normal(0, 0.02) of the rest, experts included)."""
+        const = sorted({".".join(x for x in n.split(".") if not x.isdigit())
+                        for n, p in model.named_parameters() if p.std() == 0})
+        print(tag, "constant:", const, "smallest other std",
+              min(p.std().item() for p in model.parameters() if p.std() > 0))
+
+    def boost_rope(model):
+        """The rotary channels' weights (each query head's last 8 rows, the shared key's 8) times
+        8, so that the restarting positions move the loss by more than the CPU's tolerance."""
+        with torch.no_grad():
+            for layer in model.model.layers:
+                a = layer.self_attn
+                q = a.q_proj if a.q_proj is not None else a.q_b_proj
+                q.weight.view(4, 24, -1)[:, 16:] *= 8
+                a.kv_a_proj_with_mqa.weight[16:] *= 8
+
+    torch.manual_seed(0)
+    mla = DeepseekV3ForCausalLM(deepseek_config(None, 2))
+    boost_rope(mla)
+    init_summary("deepseek_mla", mla)
+    record("deepseek_mla", mla, deepseek_names)
+    torch.manual_seed(0)
+    dv3 = DeepseekV3ForCausalLM(deepseek_config(24, 1))
+    with torch.no_grad():
+        for layer in dv3.model.layers:
+            for norm in (layer.self_attn.q_a_layernorm, layer.self_attn.kv_a_layernorm):
+                norm.weight.copy_(1 + 0.3 * torch.randn_like(norm.weight))
+            if hasattr(layer.mlp, "gate"):  # (the MoE layer)
+                g = layer.mlp.gate
+                g.weight.copy_(0.1 * torch.randn_like(g.weight))
+                b = g.e_score_correction_bias  # (0.05 * randn changed 1 token's experts of 32)
+                b.copy_(0.1 * torch.randn_like(b))
+    boost_rope(dv3)
+    init_summary("deepseek_v3", dv3)
+    dv3 = dv3.double()
+    for pos in (None, position_ids):  # the experts chosen with and without the bias
+        g, seen = dv3.model.layers[1].mlp.gate, []
+        hook = g.register_forward_hook(lambda mod, args, out: seen.append(out[2].sort(-1)[0]))
+        with torch.no_grad():
+            dv3(tokens, position_ids=pos)
+            bias = g.e_score_correction_bias.clone()
+            g.e_score_correction_bias.zero_()
+            dv3(tokens, position_ids=pos)
+            g.e_score_correction_bias.copy_(bias)
+        hook.remove()
+        changed = (seen[0] != seen[1]).any(-1).sum().item()
+        print("deepseek_v3 tokens whose experts the bias changes:", changed, "of", B * T)
+        assert changed >= 3
+    record("deepseek_v3", dv3, deepseek_names)
     sys.exit(0)
 
 if len(sys.argv) > 1 and sys.argv[1] == "mixtral":

@@ -81,12 +81,144 @@ static const mt_tensor *positions(const mt_model *m) {
     return m->pos.data ? &m->pos : m->kv ? &m->kv_positions : NULL;
 }
 
+/* RoPE on the q or k heads x: the whole head, or multi-latent attention's rotary channels (the
+ * first qk_pos_emb_head_dim of each head as the model lays them out; interleaved pairs). */
 static mt_status rope(mt_model *m, mt_tensor *x, int backward, mt_stream s) {
     const mt_model_config *c = &m->cfg;
     const mt_tensor *p = positions(m);
-    if (backward)
-        return mt_rope_bwd(x, x, p, c->kv_channels, c->rotary_base, c->rotary_interleaved, s);
-    return mt_rope_fwd(x, x, p, c->kv_channels, c->rotary_base, c->rotary_interleaved, s);
+    const int mla = c->multi_latent_attention;
+    const int rd = mla ? c->qk_pos_emb_head_dim : c->kv_channels;
+    const int il = mla ? 1 : c->rotary_interleaved;
+    if (backward) return mt_rope_bwd(x, x, p, rd, c->rotary_base, il, s);
+    return mt_rope_fwd(x, x, p, rd, c->rotary_base, il, s);
+}
+
+/* ---- multi-latent attention ---- */
+
+/* A (d0, d1, d2) view of t's elements from `off` on with strides (s0, s1, s2) (t contiguous). */
+static mt_tensor strided(const mt_tensor *t, int64_t off, int64_t d0, int64_t d1, int64_t d2,
+                         int64_t s0, int64_t s1, int64_t s2) {
+    mt_tensor v = mt_tensor_3d((char *)t->data + off * (int64_t)mt_dtype_size(t->dtype), t->dtype,
+                               d0, d1, d2, t->device);
+    v.stride[0] = s0, v.stride[1] = s1, v.stride[2] = s2;
+    return v;
+}
+
+static mt_status copy_to(mt_tensor dst, mt_tensor src, mt_stream s) {
+    return mt_copy(&dst, &src, s);
+}
+
+/* The heads as the attention takes them, from MLA's projections, into la->qkv (N, 3, H, D): each
+ * query head [rotary | rest] from linear_q(_up)_proj's [rest | rotary]; each key head the shared
+ * rotary key and linear_kv_up_proj's key channels; each value head its value channels, then
+ * zeros. why the rotary channels first: RoPE takes a head's leading channels, and the dot
+ * products do not depend on the channels' order. */
+static mt_status mla_pack(mt_model *m, layer_acts *la, mt_stream s) {
+    const mt_model_config *c = &m->cfg;
+    const int64_t N = (int64_t)m->B * c->seq_length, H = local_heads(c), D = c->kv_channels;
+    const int64_t dn = c->qk_head_dim, dr = c->qk_pos_emb_head_dim, dv = c->v_head_dim;
+    const int64_t R = c->kv_lora_rank, row = 3 * H * D, kv = dn + dv;
+    mt_tensor *q = &la->qkv;
+    MT_TRY(copy_to(strided(q, 0, N, H, dr, row, D, 1),
+                   strided(&la->mla_q, dn, N, H, dr, H * D, D, 1), s));
+    MT_TRY(copy_to(strided(q, dr, N, H, dn, row, D, 1),
+                   strided(&la->mla_q, 0, N, H, dn, H * D, D, 1), s));
+    MT_TRY(copy_to(strided(q, H * D, N, H, dr, row, D, 1),
+                   strided(&la->mla_kvl, R, N, H, dr, R + dr, 0, 1), s));
+    MT_TRY(copy_to(strided(q, H * D + dr, N, H, dn, row, D, 1),
+                   strided(&la->mla_kv, 0, N, H, dn, H * kv, kv, 1), s));
+    MT_TRY(copy_to(strided(q, 2 * H * D, N, H, dv, row, D, 1),
+                   strided(&la->mla_kv, dn, N, H, dv, H * kv, kv, 1), s));
+    if (D == dv) return MT_OK;
+    return copy_to(strided(q, 2 * H * D + dv, N, H, D - dv, row, D, 1),
+                   strided(&m->a.mla_zero, 0, N, H, D - dv, 0, 0, 0), s);
+}
+
+/* MLA's projections of the layer's normed input x (N, C) and mla_pack's heads. */
+static mt_status mla_fwd(mt_model *m, layer_acts *la, const layer_params *lp, mt_stream s) {
+    const mt_model_config *c = &m->cfg;
+    const int64_t N = (int64_t)m->B * c->seq_length, R = c->kv_lora_rank;
+    const int64_t dr = c->qk_pos_emb_head_dim;
+    if (c->q_lora_rank) {
+        MT_TRY(mt_linear_fwd(m->blas, &la->mla_qc, NULL, &la->ln1, W(lp->mla_qd), NULL, 0, s));
+        MT_TRY(norm_fwd(m, &la->mla_qn, &la->mla_q_mean, &la->mla_q_rstd, &la->mla_qc, lp->mla_qn_w,
+                        lp->mla_qn_b, s));
+    }
+    MT_TRY(mt_linear_fwd(m->blas, &la->mla_q, NULL, c->q_lora_rank ? &la->mla_qn : &la->ln1,
+                         W(lp->mla_q), NULL, 0, s));
+    MT_TRY(mt_linear_fwd(m->blas, &la->mla_kvl, NULL, &la->ln1, W(lp->mla_kvd), NULL, 0, s));
+    MT_TRY(copy_to(strided(&la->mla_kc, 0, N, 1, R, R, R, 1),
+                   strided(&la->mla_kvl, 0, N, 1, R, R + dr, R, 1), s));
+    MT_TRY(norm_fwd(m, &la->mla_kn, &la->mla_k_mean, &la->mla_k_rstd, &la->mla_kc, lp->mla_kvn_w,
+                    lp->mla_kvn_b, s));
+    MT_TRY(mt_linear_fwd(m->blas, &la->mla_kv, NULL, &la->mla_kn, W(lp->mla_kvu), NULL, 0, s));
+    return mla_pack(m, la, s);
+}
+
+/* linear_proj's input: the value channels of the attention's padded output. */
+static mt_status mla_out(mt_model *m, layer_acts *la, mt_stream s) {
+    const mt_model_config *c = &m->cfg;
+    const int64_t N = (int64_t)m->B * c->seq_length, H = local_heads(c), D = c->kv_channels;
+    const int64_t dv = c->v_head_dim;
+    return copy_to(strided(&la->mla_o, 0, N, H, dv, H * dv, dv, 1),
+                   strided(&la->atty, 0, N, H, dv, H * D, D, 1), s);
+}
+
+/* linear_proj's input's gradient (a->mla_do) as the attention's output's (a->datty), the
+ * padding's zero. */
+static mt_status mla_out_bwd(mt_model *m, mt_stream s) {
+    const mt_model_config *c = &m->cfg;
+    const int64_t N = (int64_t)m->B * c->seq_length, H = local_heads(c), D = c->kv_channels;
+    const int64_t dv = c->v_head_dim;
+    acts *a = &m->a;
+    MT_TRY(copy_to(strided(&a->datty, 0, N, H, dv, H * D, D, 1),
+                   strided(&a->mla_do, 0, N, H, dv, H * dv, dv, 1), s));
+    if (D == dv) return MT_OK;
+    return copy_to(strided(&a->datty, dv, N, H, D - dv, H * D, D, 1),
+                   strided(&a->mla_zero, 0, N, H, D - dv, 0, 0, 0), s);
+}
+
+/* MLA's backward from the heads' gradient a->dqkv (RoPE's backward done) to a->dln, the normed
+ * input's (x: that input, as the forward read it). */
+static mt_status mla_bwd(mt_model *m, layer_acts *la, const layer_params *lp, const mt_tensor *x,
+                         int acc, mt_stream s) {
+    const mt_model_config *c = &m->cfg;
+    acts *a = &m->a;
+    const int64_t N = (int64_t)m->B * c->seq_length, H = local_heads(c), D = c->kv_channels;
+    const int64_t dn = c->qk_head_dim, dr = c->qk_pos_emb_head_dim, dv = c->v_head_dim;
+    const int64_t R = c->kv_lora_rank, row = 3 * H * D, kv = dn + dv;
+    const mt_tensor *g = &a->dqkv;
+    MT_TRY(copy_to(strided(&a->mla_dq, dn, N, H, dr, H * D, D, 1),
+                   strided(g, 0, N, H, dr, row, D, 1), s));
+    MT_TRY(copy_to(strided(&a->mla_dq, 0, N, H, dn, H * D, D, 1),
+                   strided(g, dr, N, H, dn, row, D, 1), s));
+    MT_TRY(copy_to(strided(&a->mla_dkv, 0, N, H, dn, H * kv, kv, 1),
+                   strided(g, H * D + dr, N, H, dn, row, D, 1), s));
+    MT_TRY(copy_to(strided(&a->mla_dkv, dn, N, H, dv, H * kv, kv, 1),
+                   strided(g, 2 * H * D, N, H, dv, row, D, 1), s));
+    /* the shared rotary key's gradient: its heads' summed, ones (1, H) times each row's (H, dr) */
+    mt_tensor dpe = strided(&a->mla_dkvl, R, N, 1, dr, R + dr, dr, 1);
+    mt_tensor dk = strided(g, H * D, N, H, dr, row, D, 1);
+    MT_TRY(mt_gemm(m->blas, &dpe, NULL, &a->mla_ones, &dk, NULL, 0, 1.0f, 0.0f, s));
+    MT_TRY(mt_linear_bwd(m->blas, &a->mla_dkn, G(lp->mla_kvu), NULL, &a->mla_dkv, &la->mla_kn,
+                         W(lp->mla_kvu), acc, s));
+    MT_TRY(norm_bwd(m, &a->mla_dkc, lp->mla_kvn_w, lp->mla_kvn_b, NULL, &a->mla_dkn, &la->mla_kc,
+                    &la->mla_k_mean, &la->mla_k_rstd, NULL, s));
+    MT_TRY(copy_to(strided(&a->mla_dkvl, 0, N, 1, R, R + dr, R, 1),
+                   strided(&a->mla_dkc, 0, N, 1, R, R, R, 1), s));
+    MT_TRY(mt_linear_bwd(m->blas, &a->dln, G(lp->mla_kvd), NULL, &a->mla_dkvl, x, W(lp->mla_kvd),
+                         acc, s));
+    const mt_tensor *dq = &a->mla_dq; /* (the queries' input's gradient: a->dln's share next) */
+    mt_model_param *wq = lp->mla_q;
+    if (c->q_lora_rank) {
+        MT_TRY(mt_linear_bwd(m->blas, &a->mla_dqn, G(lp->mla_q), NULL, &a->mla_dq, &la->mla_qn,
+                             W(lp->mla_q), acc, s));
+        MT_TRY(norm_bwd(m, &a->mla_dqc, lp->mla_qn_w, lp->mla_qn_b, NULL, &a->mla_dqn, &la->mla_qc,
+                        &la->mla_q_mean, &la->mla_q_rstd, NULL, s));
+        dq = &a->mla_dqc, wq = lp->mla_qd;
+    }
+    MT_TRY(mt_linear_bwd(m->blas, NULL, G(wq), NULL, dq, x, W(wq), acc, s));
+    return mt_gemm(m->blas, &a->dln, NULL, dq, W(wq), NULL, 0, 1.0f, 1.0f, s);
 }
 
 /* Dropout sites (mt_model_config.hidden_dropout): 0 the embeddings, 1 + 3l layer l's attention
@@ -874,9 +1006,12 @@ static mt_status layer_fwd(mt_model *m, int l, mt_tensor *next, mt_stream s) {
     mt_attn_config ac = attn_cfg(m, l);
     OP("fwd.norm",
        norm_fwd(m, &la->ln1, &la->ln1_mean, &la->ln1_rstd, &la->resid_in, lp->ln1_w, lp->ln1_b, s));
-    OP("fwd.gemm.qkv",
-       mt_tp_column_fwd(m->tp, m->blas, &la->qkv, NULL, &la->ln1, sp(m) ? &a->ln_all : NULL,
-                        W(lp->qkv_w), W(lp->qkv_b), 0, sp(m), s));
+    if (c->multi_latent_attention)
+        OP("fwd.mla", mla_fwd(m, la, lp, s));
+    else
+        OP("fwd.gemm.qkv",
+           mt_tp_column_fwd(m->tp, m->blas, &la->qkv, NULL, &la->ln1, sp(m) ? &a->ln_all : NULL,
+                            W(lp->qkv_w), W(lp->qkv_b), 0, sp(m), s));
     mt_tensor q, k, v, y;
     MT_TRY(qkv_views(m, &la->qkv, &q, &k, &v));
     if (c->qk_layernorm) OP("fwd.qk_norm", qk_norm_fwd(m, la, lp, &q, &k, s));
@@ -891,8 +1026,10 @@ static mt_status layer_fwd(mt_model *m, int l, mt_tensor *next, mt_stream s) {
         OP("fwd.attn", cp_attn_fwd(m, &y, &la->lse, &q, &k, &v, &ac, s));
     else
         OP("fwd.attn", mt_attn_fwd(&y, &la->lse, &q, &k, &v, &ac, s));
-    OP("fwd.gemm.proj", linear_drop_add(m, &la->resid_mid, &la->atty, lp->proj_w, lp->proj_b,
-                                        &la->resid_in, (uint32_t)(SITE_PROJ + 3 * l), s));
+    if (c->multi_latent_attention) OP("fwd.mla", mla_out(m, la, s));
+    OP("fwd.gemm.proj",
+       linear_drop_add(m, &la->resid_mid, c->multi_latent_attention ? &la->mla_o : &la->atty,
+                       lp->proj_w, lp->proj_b, &la->resid_in, (uint32_t)(SITE_PROJ + 3 * l), s));
     OP("fwd.norm", norm_fwd(m, &la->ln2, &la->ln2_mean, &la->ln2_rstd, &la->resid_mid, lp->ln2_w,
                             lp->ln2_b, s));
     if (moe_layer(c, l)) return moe_fwd(m, l, la, lp, next, s);
@@ -1239,9 +1376,11 @@ static mt_status backward(mt_model *m, int lm_head, mt_stream s) {
             OP("bwd.tp.gather", mt_tp_gather_rows(m->tp, &a->sp_all, dyp, s));
             dyp = &a->sp_all;
         }
-        OP("bwd.gemm.proj",
-           mt_linear_bwd(m->blas, &a->datty, G(lp->proj_w), hdrop ? G(lp->proj_b) : NULL, dyp,
-                         &la->atty, W(lp->proj_w), acc, s));
+        const int mla = c->multi_latent_attention;
+        OP("bwd.gemm.proj", mt_linear_bwd(m->blas, mla ? &a->mla_do : &a->datty, G(lp->proj_w),
+                                          hdrop ? G(lp->proj_b) : NULL, dyp,
+                                          mla ? &la->mla_o : &la->atty, W(lp->proj_w), acc, s));
+        if (mla) OP("bwd.mla", mla_out_bwd(m, s));
         mt_tensor q, k, v, dq, dk, dv, y, dy;
         MT_TRY(qkv_views(m, &la->qkv, &q, &k, &v));
         MT_TRY(qkv_views(m, &a->dqkv, &dq, &dk, &dv));
@@ -1274,10 +1413,13 @@ static mt_status backward(mt_model *m, int lm_head, mt_stream s) {
             OP("bwd.recompute.norm",
                norm_fwd(m, &la->ln1, NULL, NULL, &la->resid_in, lp->ln1_w, lp->ln1_b, s));
         OP("bwd.tp.gather", ln_rows(m, &la->ln1, &x, s));
-        OP("bwd.gemm.qkv",
-           mt_tp_column_bwd_async(m->tp, m->tpa_on, m->blas, &a->dln, sp(m) ? &a->sp_all : NULL,
-                                  G(lp->qkv_w), bias_here ? NULL : G(lp->qkv_b), &a->dqkv, x,
-                                  W(lp->qkv_w), acc, sp(m), s));
+        if (mla)
+            OP("bwd.mla", mla_bwd(m, la, lp, x, acc, s));
+        else
+            OP("bwd.gemm.qkv",
+               mt_tp_column_bwd_async(m->tp, m->tpa_on, m->blas, &a->dln, sp(m) ? &a->sp_all : NULL,
+                                      G(lp->qkv_w), bias_here ? NULL : G(lp->qkv_b), &a->dqkv, x,
+                                      W(lp->qkv_w), acc, sp(m), s));
         OP("bwd.norm",
            norm_bwd(m, &a->dres, lp->ln1_w, lp->ln1_b, l > l0 && !hdrop ? m->lp[l - 1].fc2_b : NULL,
                     &a->dln, &la->resid_in, &la->ln1_mean, &la->ln1_rstd, &a->dres, s));

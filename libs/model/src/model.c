@@ -116,6 +116,50 @@ static mt_status cp_finalize(const mt_model_config *c) {
     return MT_OK;
 }
 
+/* Multi-latent attention: its shapes and the choices it does not take (yet). megatron.core's
+ * MLASelfAttention; arguments.py refuses it with query groups. */
+static mt_status mla_finalize(mt_model_config *c) {
+    if (!c->multi_latent_attention) return MT_OK;
+    MT_REQUIRE(c->kv_lora_rank > 0 && c->qk_head_dim > 0 && c->qk_pos_emb_head_dim > 0 &&
+                   c->v_head_dim > 0 && c->q_lora_rank >= 0,
+               MT_ERR_INVALID_ARG,
+               "--multi-latent-attention needs positive --kv-lora-rank (%d), --qk-head-dim (%d), "
+               "--qk-pos-emb-head-dim (%d) and --v-head-dim (%d)",
+               c->kv_lora_rank, c->qk_head_dim, c->qk_pos_emb_head_dim, c->v_head_dim);
+    MT_REQUIRE(c->qk_pos_emb_head_dim % 2 == 0, MT_ERR_INVALID_ARG,
+               "--qk-pos-emb-head-dim (%d) must be even (rotary pairs)", c->qk_pos_emb_head_dim);
+    const int D = c->qk_head_dim + c->qk_pos_emb_head_dim;
+    MT_REQUIRE(c->v_head_dim <= D, MT_ERR_UNSUPPORTED,
+               "--v-head-dim (%d) larger than --qk-head-dim + --qk-pos-emb-head-dim (%d) is not "
+               "supported yet",
+               c->v_head_dim, D);
+    MT_REQUIRE(!c->kv_channels || c->kv_channels == D, MT_ERR_INVALID_ARG,
+               "--kv-channels (%d) with --multi-latent-attention: the head is --qk-head-dim + "
+               "--qk-pos-emb-head-dim (%d)",
+               c->kv_channels, D);
+    c->kv_channels = D;
+    MT_REQUIRE(!c->num_query_groups || c->num_query_groups == c->num_attention_heads,
+               MT_ERR_INVALID_ARG,
+               "--multi-latent-attention does not take --group-query-attention "
+               "(--num-query-groups %d of %d heads)",
+               c->num_query_groups, c->num_attention_heads);
+    MT_REQUIRE(c->position_embedding_type == MT_POS_ROPE, MT_ERR_INVALID_ARG,
+               "--multi-latent-attention needs --position-embedding-type rope");
+    MT_REQUIRE(!c->rotary_interleaved, MT_ERR_INVALID_ARG,
+               "--rotary-interleaved with --multi-latent-attention: MLA's rotary channels are "
+               "interleaved pairs already");
+    MT_REQUIRE(!c->add_bias_linear && !c->add_qkv_bias, MT_ERR_UNSUPPORTED,
+               "--multi-latent-attention with biases is not supported yet (use "
+               "--disable-bias-linear)");
+    MT_REQUIRE(!c->qk_layernorm, MT_ERR_UNSUPPORTED,
+               "--multi-latent-attention with --qk-layernorm is not supported yet");
+    MT_REQUIRE(c->tensor_model_parallel_size <= 1, MT_ERR_UNSUPPORTED,
+               "--multi-latent-attention with tensor parallelism is not supported yet");
+    MT_REQUIRE(c->context_parallel_size <= 1, MT_ERR_UNSUPPORTED,
+               "--multi-latent-attention with context parallelism is not supported yet");
+    return MT_OK;
+}
+
 mt_status mt_model_config_finalize(mt_model_config *c) {
     MT_REQUIRE(c && c->size >= sizeof(mt_model_config), MT_ERR_INVALID_ARG,
                "config is NULL or from an older header");
@@ -125,6 +169,7 @@ mt_status mt_model_config_finalize(mt_model_config *c) {
                "--num-attention-heads must be positive");
     MT_REQUIRE(c->seq_length > 0, MT_ERR_INVALID_ARG, "--seq-length must be positive");
     MT_REQUIRE(c->vocab_size > 0, MT_ERR_INVALID_ARG, "vocab size must be positive");
+    MT_TRY(mla_finalize(c));
     if (!c->num_query_groups) c->num_query_groups = c->num_attention_heads;
     MT_REQUIRE(c->num_attention_heads % c->num_query_groups == 0, MT_ERR_INVALID_ARG,
                "--num-attention-heads (%d) must be a multiple of --num-query-groups (%d)",
@@ -434,9 +479,19 @@ double mt_model_flops_per_iteration(const mt_model_config *c, int64_t global_bat
     double ffn_layers = 0.0; /* (the MLP widths of all layers: dense and MoE, --moe-layer-freq) */
     for (int l = 0; l < c->num_layers; l++)
         ffn_layers += moe_layer(c, l) ? moe_ffn : (double)c->ffn_hidden_size;
-    return T * (3 * 2 * h * ffn_layers * ffn_factor + 3 * 2 * (h * (q + 2 * kv) + q * h) * L +
-                3 * 2 * h * c->padded_vocab_size) +
-           S2 * 3 * 2 * q / 2 * 2 * L;
+    const double mlp_head =
+        T * (3 * 2 * h * ffn_layers * ffn_factor + 3 * 2 * h * c->padded_vocab_size);
+    if (c->multi_latent_attention) { /* (Megatron's MLA branch: its latents' norms as one FMA) */
+        const double H = c->num_attention_heads, dn = c->qk_head_dim;
+        const double dr = c->qk_pos_emb_head_dim, dv = c->v_head_dim;
+        const double q_term =
+            c->q_lora_rank ? c->q_lora_rank * (h + H * (dn + dr) + 1) : h * H * (dn + dr);
+        const double proj =
+            q_term + c->kv_lora_rank * (h + H * (dn + dv) + 1) + h * dr + H * dv * h;
+        const double core = (double)c->seq_length * (H * (dn + dr) / 2 + H * dv / 2);
+        return mlp_head + T * 3 * 2 * L * (proj + core);
+    }
+    return mlp_head + T * 3 * 2 * (h * (q + 2 * kv) + q * h) * L + S2 * 3 * 2 * q / 2 * 2 * L;
 }
 
 /* ---- parameter table ---- */
@@ -498,6 +553,25 @@ static void build_table(const mt_model_config *c, table *m) {
     } while (0)
         P("input_layernorm.weight", 1, C, 0, 0, 1, 1);
         if (ln) P("input_layernorm.bias", 1, C, 0, 0, 0, 1);
+        if (c->multi_latent_attention) { /* (tensor parallelism refused: whole) */
+            const int64_t Dq = c->qk_head_dim + c->qk_pos_emb_head_dim, Rq = c->q_lora_rank;
+            const int64_t Rkv = c->kv_lora_rank;
+            if (!Rq) P("self_attention.linear_q_proj.weight", 2, H * Dq, C, std, 0, 0);
+            if (Rq) {
+                P("self_attention.linear_q_down_proj.weight", 2, Rq, C, std, 0, 0);
+                P("self_attention.linear_q_up_proj.layer_norm_weight", 1, Rq, 0, 0, 1, 1);
+                if (ln) P("self_attention.linear_q_up_proj.layer_norm_bias", 1, Rq, 0, 0, 0, 1);
+                P("self_attention.linear_q_up_proj.weight", 2, H * Dq, Rq, std, 0, 0);
+            }
+            P("self_attention.linear_kv_down_proj.weight", 2, Rkv + c->qk_pos_emb_head_dim, C, std,
+              0, 0);
+            P("self_attention.linear_kv_up_proj.layer_norm_weight", 1, Rkv, 0, 0, 1, 1);
+            if (ln) P("self_attention.linear_kv_up_proj.layer_norm_bias", 1, Rkv, 0, 0, 0, 1);
+            P("self_attention.linear_kv_up_proj.weight", 2, H * (c->qk_head_dim + c->v_head_dim),
+              Rkv, std, 0, 0);
+            P("self_attention.linear_proj.weight", 2, C, H * c->v_head_dim, out_std, 0, 0);
+            goto mlp;
+        }
         /* column-parallel: each rank's q, k and v heads; row-parallel: their inputs' columns */
         P("self_attention.linear_qkv.weight", 2, (H + 2 * G) * D, C, std, 0, 0);
         split_last(m, tp, 0, 3, H * D, G * D, G * D);
@@ -514,6 +588,7 @@ static void build_table(const mt_model_config *c, table *m) {
         P("self_attention.linear_proj.weight", 2, C, H * D, out_std, 0, 0);
         split_last(m, tp, 1, 1, H * D, 0, 0);
         if (bias) P("self_attention.linear_proj.bias", 1, C, 0, 0, 0, 1);
+    mlp:
         P("pre_mlp_layernorm.weight", 1, C, 0, 0, 1, 1);
         if (ln) P("pre_mlp_layernorm.bias", 1, C, 0, 0, 0, 1);
         if (moe_layer(c, l)) { /* (--moe-layer-freq: some layers' MLPs dense) */
@@ -684,6 +759,24 @@ static void plan_layer(const mt_model *m, planner *p, layer_acts *la, int moe) {
     TAKE(p, &la->ln1_mean, MT_F32, Nl);
     TAKE(p, &la->ln1_rstd, MT_F32, Nl);
     TAKE(p, &la->qkv, dt, N, QKV);
+    if (c->multi_latent_attention) { /* (tensor parallelism refused: N = Nl) */
+        const int64_t Rq = c->q_lora_rank, Rkv = c->kv_lora_rank, dr = c->qk_pos_emb_head_dim;
+        const int ln = c->normalization == MT_NORM_LAYERNORM;
+        if (Rq) {
+            TAKE(p, &la->mla_qc, dt, N, Rq);
+            TAKE(p, &la->mla_qn, dt, N, Rq);
+            if (ln) TAKE(p, &la->mla_q_mean, MT_F32, N);
+            TAKE(p, &la->mla_q_rstd, MT_F32, N);
+        }
+        TAKE(p, &la->mla_q, dt, N, H * D);
+        TAKE(p, &la->mla_kvl, dt, N, Rkv + dr);
+        TAKE(p, &la->mla_kc, dt, N, Rkv);
+        TAKE(p, &la->mla_kn, dt, N, Rkv);
+        if (ln) TAKE(p, &la->mla_k_mean, MT_F32, N);
+        TAKE(p, &la->mla_k_rstd, MT_F32, N);
+        TAKE(p, &la->mla_kv, dt, N, H * (c->qk_head_dim + c->v_head_dim));
+        TAKE(p, &la->mla_o, dt, N, H * c->v_head_dim);
+    }
     if (c->qk_layernorm) {
         TAKE(p, &la->q_raw, dt, N * H, D);
         TAKE(p, &la->k_raw, dt, N * G, D);
@@ -874,6 +967,25 @@ static void plan_acts(mt_model *m, planner *p) {
         TAKE(p, &a->dfc1_pre, dt, N, F1);
     }
     int64_t ns = mt_norm_bwd_scratch_numel(N, C > F1 ? C : F1);
+    if (c->multi_latent_attention) {
+        const int64_t Rq = c->q_lora_rank, Rkv = c->kv_lora_rank, dr = c->qk_pos_emb_head_dim;
+        TAKE(p, &a->mla_do, dt, N, H * c->v_head_dim);
+        TAKE(p, &a->mla_dq, dt, N, H * D);
+        TAKE(p, &a->mla_dkv, dt, N, H * (c->qk_head_dim + c->v_head_dim));
+        TAKE(p, &a->mla_dkvl, dt, N, Rkv + dr);
+        if (Rq) {
+            TAKE(p, &a->mla_dqn, dt, N, Rq);
+            TAKE(p, &a->mla_dqc, dt, N, Rq);
+        }
+        TAKE(p, &a->mla_dkn, dt, N, Rkv);
+        TAKE(p, &a->mla_dkc, dt, N, Rkv);
+        TAKE(p, &a->mla_zero, dt, 1);
+        TAKE(p, &a->mla_ones, dt, 1, H);
+        for (int i = 0; i < 2; i++) { /* (the latents' norms' backwards) */
+            const int64_t w = mt_norm_bwd_scratch_numel(N, i ? Rq : Rkv);
+            ns = w > ns ? w : ns;
+        }
+    }
     if (c->qk_layernorm && mt_head_norm_bwd_scratch_numel(D) > ns)
         ns = mt_head_norm_bwd_scratch_numel(D);
     TAKE(p, &a->norm_scratch, MT_F32, ns + 1);
@@ -1228,6 +1340,15 @@ static mt_status create(const mt_model_config *cfg, int micro_batch_size, mt_dev
         FIND(kn_w, "self_attention.k_layernorm.weight");
         FIND(kn_b, "self_attention.k_layernorm.bias");
         FIND(router_w, "mlp.router.weight");
+        FIND(mla_q, m->cfg.q_lora_rank ? "self_attention.linear_q_up_proj.weight"
+                                       : "self_attention.linear_q_proj.weight");
+        FIND(mla_qd, "self_attention.linear_q_down_proj.weight");
+        FIND(mla_qn_w, "self_attention.linear_q_up_proj.layer_norm_weight");
+        FIND(mla_qn_b, "self_attention.linear_q_up_proj.layer_norm_bias");
+        FIND(mla_kvd, "self_attention.linear_kv_down_proj.weight");
+        FIND(mla_kvn_w, "self_attention.linear_kv_up_proj.layer_norm_weight");
+        FIND(mla_kvn_b, "self_attention.linear_kv_up_proj.layer_norm_bias");
+        FIND(mla_kvu, "self_attention.linear_kv_up_proj.weight");
         if (!moe_layer(&m->cfg, l)) continue; /* (--moe-layer-freq: a dense layer's MLP) */
         FIND(sh_fc1, "mlp.shared_experts.linear_fc1.weight");
         FIND(sh_fc2, "mlp.shared_experts.linear_fc2.weight");
@@ -1293,6 +1414,10 @@ static mt_status create(const mt_model_config *cfg, int micro_batch_size, mt_dev
     plan_acts(m, &p);
     if (moe_n(&m->cfg)) MT_TRY_GOTO(mt_memset_zero(m->a.moe_loss.data, device, 8, NULL), st, fail);
     if (shared_n(&m->cfg) && any_moe_layer(&m->cfg)) MT_TRY_GOTO(shared_constants(m), st, fail);
+    if (m->cfg.multi_latent_attention) {
+        MT_TRY_GOTO(mt_fill(&m->a.mla_zero, 0.0f, NULL), st, fail);
+        MT_TRY_GOTO(mt_fill(&m->a.mla_ones, 1.0f, NULL), st, fail);
+    }
     MT_TRY_GOTO(expert_bias_setup(m, src), st, fail);
 
     if (!m->view) MT_TRY_GOTO(init_weights(m), st, fail);

@@ -217,6 +217,16 @@ typedef struct layer_acts {
      * fc2's output (N,C) (this rank's partial sum under tensor parallelism) and the gate's
      * sigmoid (N,1) f32 */
     mt_tensor sh_pre, sh_act, sh_y, sh_g;
+    /* multi-latent attention (qkv: the heads as the attention takes them, (N, 3 H D) with D =
+     * qk_head_dim + qk_pos_emb_head_dim, each query and key head its rotary channels first, each
+     * value head zero-padded; atty: the attention's padded output (N, H D)): q_lora_rank's latent
+     * (N, Rq) and its norm's output and statistics; the queries (N, H Dq) (linear_q_proj's or
+     * linear_q_up_proj's output); linear_kv_down_proj's output (N, Rkv + rope), its first Rkv
+     * columns apart (kv_c), their norm's output and statistics; linear_kv_up_proj's output
+     * (N, H (qk_head_dim + v_head_dim)); linear_proj's input, the values' channels of atty
+     * (N, H v_head_dim) */
+    mt_tensor mla_qc, mla_qn, mla_q_mean, mla_q_rstd, mla_q, mla_kvl, mla_kc, mla_kn, mla_k_mean;
+    mt_tensor mla_k_rstd, mla_kv, mla_o;
 } layer_acts;
 
 typedef struct acts {
@@ -276,6 +286,13 @@ typedef struct acts {
     mt_tensor cp_qp, cp_op, cp_lp;
     /* context parallelism on a side stream (cp_side): the second chunk's dk, dv and workspace */
     mt_tensor cp_tmp2, ws2;
+    /* multi-latent attention's backward scratch: linear_proj's input's gradient (N, H v), the
+     * queries' (N, H Dq), linear_kv_up_proj's output's, linear_kv_down_proj's output's, the
+     * q latent's norm's output's and input's (N, Rq) and the kv latent's (N, Rkv); a zero
+     * (mla_zero, 1 element: the value heads' padding, broadcast) and the heads' ones (H) for the
+     * rotary key's gradient, summed over the heads */
+    mt_tensor mla_do, mla_dq, mla_dkv, mla_dkvl, mla_dqn, mla_dqc, mla_dkn, mla_dkc, mla_zero;
+    mt_tensor mla_ones;
 } acts;
 
 typedef struct layer_params {
@@ -285,6 +302,11 @@ typedef struct layer_params {
     /* mixture of experts (E experts; the biases NULL without add_bias_linear) */
     mt_model_param *router_w, **exp_fc1, **exp_fc2, **exp_fc1_b, **exp_fc2_b;
     mt_model_param *sh_fc1, *sh_fc2, *sh_gate; /* the shared experts (NULL: none, no gate) */
+    /* multi-latent attention: linear_q_proj, or with q_lora_rank linear_q_up_proj (mla_q), its
+     * linear_q_down_proj (mla_qd) and norm; linear_kv_down_proj, linear_kv_up_proj's norm and
+     * weight */
+    mt_model_param *mla_q, *mla_qd, *mla_qn_w, *mla_qn_b, *mla_kvd, *mla_kvn_w, *mla_kvn_b;
+    mt_model_param *mla_kvu;
 } layer_params;
 
 /* What a captured forward_backward (or inference forward) depends on besides the model's own

@@ -1,5 +1,6 @@
-/* The tiny Hugging Face GPT-2, Llama, Qwen2, Qwen3, Mixtral and Qwen2-MoE (also with a dense
- * layer: qwen2_moe_mixed) of golden/gen_hf.py, shared by libs/model's
+/* The tiny Hugging Face GPT-2, Llama, Qwen2, Qwen3, Mixtral, Qwen2-MoE (also with a dense
+ * layer: qwen2_moe_mixed) and DeepSeek-V3 (deepseek_mla: its attention, dense MLPs) of
+ * golden/gen_hf.py, shared by libs/model's
  * test_hf_golden and libs/train's test_hf_adamw: the model config and the weight loading. */
 #ifndef MT_MODEL_TESTS_HF_TINY_H
 #define MT_MODEL_TESTS_HF_TINY_H
@@ -61,6 +62,33 @@ static inline mt_model_config hf_tiny_config(const char *tag, mt_dtype dt) {
     }
     if (strcmp(tag, "qwen2_moe_mixed") == 0) /* layer 0's MLP dense, layer 1's MoE */
         MT_CHECK(mt_model_moe_layer_freq(&c, "[0]+[1]"));
+    if (strncmp(tag, "deepseek", 8) == 0) { /* MLA: heads of 16 + 8 rotary channels, values of
+                                               12, a kv latent of 16; DeepSeek's norm eps 1e-6 */
+        tiny_llama_layers(&c);
+        c.num_query_groups = 0;
+        c.norm_epsilon = 1e-6f;
+        c.multi_latent_attention = 1;
+        c.kv_lora_rank = 16;
+        c.qk_head_dim = 16;
+        c.qk_pos_emb_head_dim = 8;
+        c.v_head_dim = 12;
+    }
+    if (strcmp(tag, "deepseek_v3") == 0) { /* a q latent of 24; layer 1's MLP DeepSeek-V3's MoE:
+                                              8 experts of SwiGLU 32 in 2 groups, top-2 from the
+                                              best group by sigmoid scores + the expert bias,
+                                              scaled by 2.5; a shared expert of 32 */
+        c.q_lora_rank = 24;
+        c.num_moe_experts = 8;
+        c.moe_router_topk = 2;
+        c.moe_ffn_hidden_size = 32;
+        c.moe_shared_expert_intermediate_size = 32;
+        c.moe_router_score_sigmoid = 1;
+        c.moe_router_enable_expert_bias = 1;
+        c.moe_router_num_groups = 2;
+        c.moe_router_group_topk = 1;
+        c.moe_router_topk_scaling_factor = 2.5f;
+        MT_CHECK(mt_model_moe_layer_freq(&c, "[0]+[1]"));
+    }
     return c;
 }
 
@@ -121,6 +149,14 @@ static inline void hf_tiny_load_weights(mt_model *m, mt_safetensors *wf, mt_devi
             mt_memcpy(p->weight.data, dev, h, MT_DEVICE_CPU, (size_t)n * mt_dtype_size(dt), NULL));
         free(x);
         free(h);
+    }
+    for (int i = 0; i < mt_model_num_buffers(m); i++) { /* (f32: the routers' expert biases) */
+        const char *name;
+        mt_tensor t, g;
+        MT_CHECK(mt_model_buffer_at(m, i, &name, &t));
+        MT_CHECK(mt_safetensors_get(wf, name, &g));
+        MT_ASSERT(g.dtype == MT_F32 && mt_tensor_numel(&g) == mt_tensor_numel(&t));
+        MT_CHECK(mt_memcpy(t.data, dev, g.data, MT_DEVICE_CPU, mt_tensor_nbytes(&t), NULL));
     }
 }
 

@@ -5,7 +5,8 @@
  * pieces of the logits and of every gradient; `tpsp` with sequence parallelism too (each rank
  * holding its rows of the residual stream; mt_model_finalize_grads sums the norms' and the
  * row-parallel biases' shares).
- *   test_hf_golden gpt2|llama|qwen2|qwen3|mixtral|qwen2_moe cpu|cuda f32|bf16|f16 [tp|tpsp] */
+ *   test_hf_golden gpt2|llama|qwen2|qwen3|mixtral|qwen2_moe[_mixed]|deepseek_mla|deepseek_v3
+ *                  cpu|cuda f32|bf16|f16 [tp|tpsp] */
 #include "hf_tiny.h"
 
 #include <mt/comm.h>
@@ -195,7 +196,8 @@ static void check_logits(const char *what, mt_model *m, const float *golden, dou
 int main(int argc, char **argv) {
     if (argc != 4 && !(argc == 5 && (strcmp(argv[4], "tp") == 0 || strcmp(argv[4], "tpsp") == 0)))
         mt_die(__FILE__, __LINE__,
-               "usage: %s gpt2|llama|qwen2|qwen3|mixtral|qwen2_moe cpu|cuda f32|bf16|f16 [tp|tpsp]",
+               "usage: %s gpt2|llama|qwen2|qwen3|mixtral|qwen2_moe|deepseek_mla|deepseek_v3 "
+               "cpu|cuda f32|bf16|f16 [tp|tpsp]",
                argv[0]);
     g_sp = argc == 5 && strcmp(argv[4], "tpsp") == 0;
     const char *tag = argv[1];
@@ -233,9 +235,9 @@ int main(int argc, char **argv) {
     MT_CHECK(mt_safetensors_open(mt_test_golden_path(path), &gf));
     snprintf(path, sizeof path, "%s_io.safetensors", tag);
     MT_CHECK(mt_safetensors_open(mt_test_golden_path(path), &io));
-    MT_EXPECT(mt_safetensors_count(wf) == mt_model_num_params(m),
-              "golden has %d tensors, model %d params", mt_safetensors_count(wf),
-              mt_model_num_params(m));
+    MT_EXPECT(mt_safetensors_count(wf) == mt_model_num_params(m) + mt_model_num_buffers(m),
+              "golden has %d tensors, model %d params and %d buffers", mt_safetensors_count(wf),
+              mt_model_num_params(m), mt_model_num_buffers(m));
 
     /* load the weights */
     hf_tiny_load_weights(m, wf, dev, dt);

@@ -4,8 +4,8 @@
  * (decoding) then run the same tokens in pieces over one cache: positions 0-7 as a chunk, 8-10
  * one at a time, 11-18 as a chunk, 19-39 one at a time. Every piece's logits must be the whole
  * forward's rows of those positions (which test_hf_golden checks against transformers), for
- * GPT-2 (learned positions, biases, LayerNorm), Llama (RoPE, GQA, SwiGLU), Qwen3 (qk norms) and
- * Mixtral-style MoE layers (f32). On CUDA the views run as CUDA graphs (captured at their second
+ * GPT-2 (learned positions, biases, LayerNorm), Llama (RoPE, GQA, SwiGLU), Qwen3 (qk norms),
+ * Mixtral-style MoE layers (f32) and DeepSeek's multi-latent attention. On CUDA the views run as CUDA graphs (captured at their second
  * call, replayed at later positions: the cache's length is read on the device). In f32 a token
  * run at the wrong position must differ by far more than the tolerance. Also: the inference models have no gradients, views share the weights, and bad
  * positions or caches are refused. */
@@ -154,6 +154,11 @@ static void config_of(const char *tag, mt_model_config *c) {
     }
     if (!strcmp(tag, "qwen3")) c->qk_layernorm = 1;
     if (!strcmp(tag, "mixtral")) c->num_moe_experts = 4, c->moe_router_topk = 2;
+    if (!strcmp(tag, "deepseek")) { /* multi-latent attention: the cache holds its heads */
+        c->num_query_groups = 0, c->multi_latent_attention = 1, c->q_lora_rank = 32;
+        c->kv_lora_rank = 48, c->qk_head_dim = 32, c->qk_pos_emb_head_dim = 16;
+        c->v_head_dim = 24;
+    }
 }
 
 static void test_model(const char *tag) {
@@ -254,8 +259,8 @@ int main(int argc, char **argv) {
         MT_CHECK(mt_device_set(dev));
     }
     if (argc > 2) dtype = !strcmp(argv[2], "bf16") ? MT_BF16 : MT_F32;
-    const char *tags[] = { "gpt2", "llama", "qwen3", "mixtral" };
-    for (int i = 0; i < 4; i++)
+    const char *tags[] = { "gpt2", "llama", "qwen3", "mixtral", "deepseek" };
+    for (int i = 0; i < 5; i++)
         test_model(tags[i]);
     return mt_test_result();
 }

@@ -118,6 +118,14 @@ static const flag flags[] = {
       "positions restart after each EOD (attention still spans the documents)" },
     { "--reset-attention-mask", F_TRUE, O(reset_attention_mask),
       "a token attends only to its own document (since the last EOD)" },
+    { "--multi-latent-attention", F_TRUE, O(multi_latent_attention),
+      "DeepSeek's multi-latent attention (MLA)" },
+    { "--q-lora-rank", F_INT, O(q_lora_rank), "MLA's query latent (default none)" },
+    { "--kv-lora-rank", F_INT, O(kv_lora_rank), "MLA's key-value latent (32)" },
+    { "--qk-head-dim", F_INT, O(qk_head_dim), "MLA's query and key channels without RoPE (128)" },
+    { "--qk-pos-emb-head-dim", F_INT, O(qk_pos_emb_head_dim), "MLA's RoPE channels (64)" },
+    { "--v-head-dim", F_INT, O(v_head_dim), "MLA's value channels (128)" },
+    { "--rope-type", F_STR, O(rope_type), "rope | yarn (MLA's default; not supported yet)" },
     { "--qk-layernorm", F_TRUE, O(qk_layernorm),
       "normalise each query and key head (the --normalization) before RoPE" },
     { "--eod-mask-loss", F_TRUE, O(eod_mask_loss),
@@ -333,6 +341,10 @@ void mt_train_args_init(mt_train_args *a) {
     a->expert_model_parallel_size = 1;
     set_str(&a->moe_router_load_balancing_type, "aux_loss");
     a->moe_router_bias_update_rate = 1e-3;
+    a->kv_lora_rank = 32;
+    a->qk_head_dim = 128;
+    a->qk_pos_emb_head_dim = 64;
+    a->v_head_dim = 128;
     set_str(&a->moe_router_score_function, "softmax");
     set_str(&a->moe_token_dispatcher_type, "allgather");
     set_str(&a->cp_comm_type, "p2p");
@@ -455,7 +467,14 @@ static const char *const model_args[] = { "num_layers",
                                           "moe_layer_freq",
                                           "moe_router_score_function",
                                           "moe_router_enable_expert_bias",
-                                          "moe_router_load_balancing_type" };
+                                          "moe_router_load_balancing_type",
+                                          "multi_latent_attention",
+                                          "q_lora_rank",
+                                          "kv_lora_rank",
+                                          "qk_head_dim",
+                                          "qk_pos_emb_head_dim",
+                                          "v_head_dim",
+                                          "rope_type" };
 #define N_MODEL_ARGS ((int)(sizeof model_args / sizeof *model_args))
 
 /* The flag named by the first len characters of name (NULL: none). */
@@ -660,6 +679,31 @@ static mt_status validate_moe(const mt_train_args *a) {
         return MT_ERROR(MT_ERR_UNSUPPORTED,
                         "--moe-expert-capacity-factor with --sequence-parallel is not supported "
                         "yet");
+    return MT_OK;
+}
+
+/* Multi-latent attention's flags. Megatron's MLA takes YaRN rotary embeddings unless --rope-type
+ * rope (MLATransformerConfig.rope_type); YaRN is not supported yet. */
+static mt_status validate_mla(const mt_train_args *a) {
+    const char *rt = a->rope_type;
+    if (rt && strcmp(rt, "rope") != 0 && strcmp(rt, "yarn") != 0)
+        return BAD("argument --rope-type: invalid choice: '%s' (choose from 'rope', 'yarn')", rt);
+    if (rt && strcmp(rt, "yarn") == 0)
+        return MT_ERROR(MT_ERR_UNSUPPORTED, "--rope-type yarn is not supported yet");
+    if (!a->multi_latent_attention) return MT_OK;
+    if (!rt)
+        return MT_ERROR(MT_ERR_UNSUPPORTED,
+                        "--multi-latent-attention takes YaRN rotary embeddings by default "
+                        "(Megatron's MLA rope_type), which are not supported yet: pass "
+                        "--rope-type rope");
+    if (a->group_query_attention) /* (Megatron's num_floating_point_operations asserts it) */
+        return BAD("--multi-latent-attention does not take --group-query-attention");
+    if (a->q_lora_rank < 0 || a->kv_lora_rank <= 0 || a->qk_head_dim <= 0 ||
+        a->qk_pos_emb_head_dim <= 0 || a->v_head_dim <= 0)
+        return BAD("--q-lora-rank (%d) must not be negative; --kv-lora-rank (%d), --qk-head-dim "
+                   "(%d), --qk-pos-emb-head-dim (%d) and --v-head-dim (%d) must be positive",
+                   a->q_lora_rank, a->kv_lora_rank, a->qk_head_dim, a->qk_pos_emb_head_dim,
+                   a->v_head_dim);
     return MT_OK;
 }
 
@@ -972,6 +1016,7 @@ static mt_status validate(mt_train_args *a) {
                         "--attention-dropout is not supported yet",
                         cp);
     MT_TRY(validate_moe(a));
+    MT_TRY(validate_mla(a));
     if (a->tensor_model_parallel_size == 1) a->sequence_parallel = 0; /* as Megatron */
     if (a->sequence_parallel) {
         if (a->seq_length % a->tensor_model_parallel_size != 0)

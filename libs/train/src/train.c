@@ -472,8 +472,16 @@ static mt_status setup_model(run *r) {
     c->hidden_size = a->hidden_size;
     c->num_attention_heads = a->num_attention_heads;
     c->num_query_groups = a->num_query_groups;
-    c->kv_channels = a->kv_channels;
+    c->kv_channels = a->multi_latent_attention ? 0 : a->kv_channels; /* (MLA's: its dims') */
     c->ffn_hidden_size = a->ffn_hidden_size;
+    c->multi_latent_attention = a->multi_latent_attention;
+    if (c->multi_latent_attention) {
+        c->q_lora_rank = a->q_lora_rank;
+        c->kv_lora_rank = a->kv_lora_rank;
+        c->qk_head_dim = a->qk_head_dim;
+        c->qk_pos_emb_head_dim = a->qk_pos_emb_head_dim;
+        c->v_head_dim = a->v_head_dim;
+    }
     c->seq_length = a->seq_length;
     c->max_position_embeddings = a->max_position_embeddings;
     c->vocab_size = (int)r->vocab;
@@ -925,6 +933,7 @@ static mt_status ckpt_bcast(void *ctx, int64_t *value) {
  * kept in the checkpoint's args as hf.config so that `mt-convert mt-to-hf` can export it. */
 static json_t *hf_config(const run *r) {
     const mt_model_config *c = &r->mc;
+    if (c->multi_latent_attention) return NULL; /* (DeepSeek's config: not written yet) */
     int ln = c->normalization == MT_NORM_LAYERNORM,
         rope = c->position_embedding_type == MT_POS_ROPE;
     if (ln && !rope && !c->swiglu && c->add_bias_linear &&
@@ -2347,6 +2356,8 @@ mt_status mt_train_run(const mt_train_args *a) {
             snprintf(kind, sizeof kind, "%s MoE (%d experts, top-%d)",
                      r.mc.normalization == MT_NORM_RMSNORM ? "Mixtral-style" : "GPT",
                      r.mc.num_moe_experts, r.mc.moe_router_topk);
+        if (r.mc.multi_latent_attention) /* (DeepSeek's attention) */
+            snprintf(kind + strlen(kind), sizeof kind - strlen(kind), " with MLA");
         printf("> building %s model: %lld parameters%s, padded vocab %d, %d rank(s) on %s, %s, "
                "%d micro-batch(es) per iteration (tensor parallel %d x data parallel %d%s)\n",
                kind, (long long)params,

@@ -242,6 +242,26 @@ typedef struct mt_model_config {
      * loss of each sequence (its own tokens per expert), averaged over the micro-batch's
      * sequences, times moe_aux_loss_coeff (DeepSeek-V2/V3's); not with context parallelism yet */
     int moe_router_seq_aux;
+    /* Megatron's --multi-latent-attention (DeepSeek-V2/V3's MLA; 0: the fused linear_qkv): each
+     * layer's queries come from linear_q_proj (H (qk_head_dim + qk_pos_emb_head_dim), hidden),
+     * or with q_lora_rank > 0 from linear_q_down_proj (q_lora_rank, hidden), a norm
+     * (linear_q_up_proj.layer_norm_weight) and linear_q_up_proj; its keys and values from
+     * linear_kv_down_proj (kv_lora_rank + qk_pos_emb_head_dim, hidden), whose first kv_lora_rank
+     * outputs pass a norm (linear_kv_up_proj.layer_norm_weight) and linear_kv_up_proj
+     * (H (qk_head_dim + v_head_dim), kv_lora_rank) and whose last qk_pos_emb_head_dim are one
+     * rotary key shared by the heads. Each head's query and key are its qk_head_dim channels
+     * without positions and qk_pos_emb_head_dim with RoPE (interleaved pairs, Megatron's MLA rope
+     * and Hugging Face's rope_interleave); the softmax scale is 1/sqrt(qk_head_dim +
+     * qk_pos_emb_head_dim); linear_proj is (hidden, H v_head_dim). Needs rotary positions, no
+     * biases, no query groups, v_head_dim <= qk_head_dim + qk_pos_emb_head_dim; not yet with
+     * tensor or context parallelism or qk_layernorm. kv_channels becomes qk_head_dim +
+     * qk_pos_emb_head_dim (the attention's head, values zero-padded to it). */
+    int multi_latent_attention;
+    int q_lora_rank; /* 0: none (linear_q_proj) */
+    int kv_lora_rank;
+    int qk_head_dim;
+    int qk_pos_emb_head_dim;
+    int v_head_dim;
 } mt_model_config;
 
 // clang-format off
@@ -251,7 +271,7 @@ typedef struct mt_model_config {
             MT_POS_LEARNED, 0.0, 0, 0, 1, 0, 0.0f, 1234, MT_F32, 0, MT_RECOMPUTE_NONE,         \
             MT_RECOMPUTE_METHOD_NONE, 0, 0, 0, 0, 0, 0, 0.0f, 0.0f, 0, 0, 0, 0, 0, 0, 0, 0, 0, \
             0.0f, 0.0f, 0.0f, 0, 0, 0, 0.0f, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, { 0 },          \
-            0, 0, 0.0f, 0                                                                      \
+            0, 0, 0.0f, 0, 0, 0, 0, 0, 0, 0                                                    \
     }
 // clang-format on
 

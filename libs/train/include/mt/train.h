@@ -106,7 +106,13 @@ typedef struct mt_train_args {
     char *moe_layer_freq; /* --moe-layer-freq: Megatron's int or list expression (NULL: 1) */
     int moe_router_enable_expert_bias;  /* --moe-router-enable-expert-bias */
     double moe_router_bias_update_rate; /* --moe-router-bias-update-rate (1e-3) */
-    int decrease_batch_size_if_needed;  /* round the global batch down to a multiple of MBS x DP */
+    /* --multi-latent-attention and its shapes: --q-lora-rank (0: none), --kv-lora-rank (32),
+     * --qk-head-dim (128), --qk-pos-emb-head-dim (64), --v-head-dim (128); --rope-type (NULL:
+     * MLA's yarn, refused; rope) */
+    int multi_latent_attention, q_lora_rank, kv_lora_rank, qk_head_dim, qk_pos_emb_head_dim;
+    int v_head_dim;
+    char *rope_type;
+    int decrease_batch_size_if_needed; /* round the global batch down to a multiple of MBS x DP */
     /* evaluation and logging */
     int64_t eval_interval, eval_iters, log_interval;
     int log_throughput, log_num_zeros_in_grad, log_params_norm;

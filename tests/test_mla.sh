@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# functional: mt-pretrain with DeepSeek's multi-latent attention (--multi-latent-attention). The
+# loss falls; a query latent (--q-lora-rank) and the values' width change the losses; full
+# recompute gives the same losses bitwise; MLA's unsupported choices are refused before
+# training, each with its message (YaRN, Megatron's MLA default; query groups; biases;
+# --qk-layernorm; --rotary-interleaved). A DeepSeek-V3-shaped run (a dense layer, then sigmoid
+# routing with the expert bias, groups, a scaling factor and a shared expert) trains. With an
+# MPI launcher ($MPIEXEC): 2 data-parallel ranks, 2 pipeline stages and 2 expert-parallel ranks
+# give one rank's losses; tensor parallelism is refused. With "cuda": on the GPU.
+source "$(dirname "$0")/pretrain_common.sh"
+d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
+MLA=(--normalization RMSNorm --position-embedding-type rope --swiglu --disable-bias-linear
+     --untie-embeddings-and-output-weights --multi-latent-attention --rope-type rope
+     --kv-lora-rank 16 --qk-head-dim 16 --qk-pos-emb-head-dim 8 --v-head-dim 12)
+run() {  # name, then extra flags
+  local n=$1; shift
+  tiny_run "$d/$n.json" "${MLA[@]}" "$@" > "$d/$n.log" 2>&1 \
+    || { echo "FAIL: run $n"; cat "$d/$n.log"; exit 1; }
+}
+refused() {  # "FLAGS|MESSAGE"...: each set of flags is refused before training, with the message
+  local bad
+  for bad in "$@"; do
+    tiny_run "$d/bad.json" "${MLA[@]}" --train-iters 1 ${bad%%|*} > "$d/bad.log" 2>&1 \
+      && { echo "FAIL: ${bad%%|*} accepted"; exit 1; }
+    grep -qF -- "${bad#*|}" "$d/bad.log" || { echo "FAIL: ${bad%%|*}: want '${bad#*|}'"; cat "$d/bad.log"; exit 1; }
+  done
+}
+run base --train-iters 24 --q-lora-rank 24
+grep -q "Llama-style with MLA model" "$d/base.log" || { echo "FAIL: model line"; cat "$d/base.log"; exit 1; }
+first=$(losses "$d/base.json" 1 1 | awk '{ print $2 }'); last=$(losses "$d/base.json" 24 24 | awk '{ print $2 }')
+awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a - 0.5) }' \
+  || { echo "FAIL: the loss did not fall ($first -> $last)"; exit 1; }
+echo "ok: loss $first -> $last"
+# the shapes reach the model: no query latent, other value heads
+run noq --train-iters 4
+run v16 --train-iters 4 --q-lora-rank 24 --v-head-dim 16
+[ "$(losses "$d/base.json" 1 1)" != "$(losses "$d/noq.json" 1 1)" ] || { echo "FAIL: --q-lora-rank changed nothing"; exit 1; }
+[ "$(losses "$d/base.json" 1 1)" != "$(losses "$d/v16.json" 1 1)" ] || { echo "FAIL: --v-head-dim changed nothing"; exit 1; }
+echo "ok: --q-lora-rank and --v-head-dim change the losses"
+# full recompute repeats the forward bitwise (the latents and the packed heads included)
+run rec --train-iters 24 --q-lora-rank 24 --recompute-granularity full --recompute-method uniform --recompute-num-layers 1
+[ "$(losses "$d/base.json" 1 24)" = "$(losses "$d/rec.json" 1 24)" ] || { echo "FAIL: full recompute differs"; exit 1; }
+echo "ok: full recompute bitwise"
+refused "--rope-type yarn|--rope-type yarn is not supported yet" \
+  "--rope-type foo|invalid choice: 'foo'" \
+  "--group-query-attention --num-query-groups 2|does not take --group-query-attention" \
+  "--rotary-interleaved|interleaved pairs already" \
+  "--qk-layernorm|--qk-layernorm is not supported yet" \
+  "--v-head-dim 32|--v-head-dim (32) larger than"
+yarn=(); skip=0  # (MLA's flags without --rope-type rope)
+for f in "${MLA[@]}"; do [ "$f" = --rope-type ] && skip=2; [ $skip -gt 0 ] && skip=$((skip - 1)) && continue; yarn+=("$f"); done
+tiny_run "$d/bad.json" "${yarn[@]}" --train-iters 1 > "$d/bad.log" 2>&1 \
+  && { echo "FAIL: MLA without --rope-type accepted"; exit 1; }
+grep -qF "pass --rope-type rope" "$d/bad.log" || { echo "FAIL: no YaRN message"; cat "$d/bad.log"; exit 1; }
+nobias=(); for f in "${MLA[@]}"; do [ "$f" = --disable-bias-linear ] || nobias+=("$f"); done
+tiny_run "$d/bad.json" "${nobias[@]}" --train-iters 1 > "$d/bad.log" 2>&1 \
+  && { echo "FAIL: MLA with biases accepted"; exit 1; }
+grep -qF "with biases is not supported yet" "$d/bad.log" || { echo "FAIL: no bias message"; cat "$d/bad.log"; exit 1; }
+echo "ok: refusals"
+# DeepSeek-V3's shape: layer 0 dense, layer 1 MoE with sigmoid routing, the expert bias, groups,
+# a scaling factor and a shared expert
+DS=(--q-lora-rank 24 --num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 32
+    --moe-shared-expert-intermediate-size 32 --moe-layer-freq "[0]+[1]"
+    --moe-router-score-function sigmoid --moe-router-enable-expert-bias
+    --moe-router-num-groups 2 --moe-router-group-topk 1 --moe-router-topk-scaling-factor 2.5
+    --moe-aux-loss-coeff 0 --moe-grouped-gemm --moe-token-dispatcher-type alltoall)
+run ds --train-iters 24 "${DS[@]}"
+grep -q "Mixtral-style MoE (4 experts, top-2) with MLA model" "$d/ds.log" || { echo "FAIL: model line"; cat "$d/ds.log"; exit 1; }
+first=$(losses "$d/ds.json" 1 1 | awk '{ print $2 }'); last=$(losses "$d/ds.json" 24 24 | awk '{ print $2 }')
+awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a - 0.5) }' \
+  || { echo "FAIL: the DeepSeek-V3-shaped loss did not fall ($first -> $last)"; exit 1; }
+echo "ok: DeepSeek-V3-shaped run, loss $first -> $last"
+if [ -n "${MPIEXEC:-}" ]; then
+  mr() {  # name ranks, then extra flags
+    local n=$1 np=$2; shift 2
+    "$MPIEXEC" -n "$np" "$MT_PRETRAIN" "${tiny_args[@]}" "${MLA[@]}" --golden-values-out "$d/$n.json" \
+      "$@" > "$d/$n.log" 2>&1 || { echo "FAIL: run $n"; cat "$d/$n.log"; exit 1; }
+  }
+  run one --q-lora-rank 24
+  mr dp2 2 --q-lora-rank 24 --use-distributed-optimizer
+  mr pp2 2 --q-lora-rank 24 --pipeline-model-parallel-size 2
+  for n in dp2 pp2; do
+    paste <(losses "$d/one.json" 1 12) <(losses "$d/$n.json" 1 12) | awk '{ print $2, $4 }' | close "$n" 1e-5
+  done
+  run dsone --train-iters 12 "${DS[@]}"
+  mr dsep2 2 --train-iters 12 "${DS[@]}" --expert-model-parallel-size 2
+  paste <(losses "$d/dsone.json" 1 12) <(losses "$d/dsep2.json" 1 12) | awk '{ print $2, $4 }' | close "DeepSeek-V3-shaped EP 2" 1e-5
+  "$MPIEXEC" -n 2 "$MT_PRETRAIN" "${tiny_args[@]}" "${MLA[@]}" --train-iters 1 \
+    --tensor-model-parallel-size 2 > "$d/tp.log" 2>&1 && { echo "FAIL: MLA with TP 2 accepted"; exit 1; }
+  grep -qF "with tensor parallelism is not supported yet" "$d/tp.log" || { echo "FAIL: no TP message"; cat "$d/tp.log"; exit 1; }
+  echo "ok: tensor parallelism refused"
+fi
+echo "PASS"
