@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# functional: mt-generate. The tiny GPT-2, Llama, Qwen2, Qwen3, Mixtral and Qwen2-MoE of
-# mt-convert's tests, imported, give transformers' greedy continuation of a prompt
+# functional: mt-generate. The tiny GPT-2, Llama, Qwen2, Qwen3, Mixtral, Qwen2-MoE and DeepSeek-V3
+# (its expert bias, a buffer, loaded: without it the continuation differs) of mt-convert's tests,
+# imported, give transformers' greedy continuation of a prompt
 # (apps/generate/golden/expected.json, float64 there, fp32 here: the smallest top-2 logit gap on
 # the way is 0.012, Qwen2-MoE's); the KV cache's continuation is the whole window's (MT_KV_CACHE=0) for chunked and one-token prompts; sampling is reproducible
 # from its seed, varies with it, and top_k 1 is greedy; a checkpoint mt-pretrain just wrote
@@ -11,7 +12,7 @@ golden=$(dirname "$0")/../apps/generate/golden/expected.json
 fixtures=$(dirname "$0")/../apps/convert/golden
 fail=0
 gen() { "$MT_GENERATE" --tokenizer-type NullTokenizer --device "${MT_TEST_DEVICE:-cpu}" "$@"; }
-for m in gpt2 llama qwen2 qwen3 mixtral qwen2_moe qwen2_moe_mixed; do
+for m in gpt2 llama qwen2 qwen3 mixtral qwen2_moe qwen2_moe_mixed deepseek_v3; do
   "$MT_CONVERT" hf-to-mt "$fixtures/logits_$m" "$d/$m" > /dev/null 2>&1 || { echo "FAIL: import $m"; exit 1; }
   prompt=$(jq -r ".$m.prompt | map(tostring) | join(\",\")" "$golden")
   want=$(jq -r ".$m.greedy | map(tostring) | join(\",\")" "$golden")
@@ -21,7 +22,7 @@ done
 # the KV cache (prompt chunks of MT_KV_CHUNK tokens, then one token at a time) against the whole
 # window every token (MT_KV_CACHE=0): the same continuation, greedy and sampled
 long=$(for i in $(seq 1 14); do echo $(( (i * 37) % 100 )); done | paste -sd,)
-for m in gpt2 llama qwen2 qwen3 mixtral qwen2_moe qwen2_moe_mixed; do
+for m in gpt2 llama qwen2 qwen3 mixtral qwen2_moe qwen2_moe_mixed deepseek_v3; do
   for how in "--greedy" "--temperature 0.9 --seed 4"; do
     base=$(MT_KV_CACHE=0 gen --load "$d/$m" --prompt-ids "$long" --tokens-to-generate 12 $how)
     kv=$(MT_KV_CHUNK=4 gen --load "$d/$m" --prompt-ids "$long" --tokens-to-generate 12 $how)
@@ -57,4 +58,8 @@ expect "not comma-separated token ids" --load "$d/llama" --prompt-ids 1,x --toke
 expect "top_p 1.5 out of range" --load "$d/llama" --prompt-ids 1 --top_p 1.5 --tokenizer-type NullTokenizer
 expect "unrecognized arguments: --bogus" --bogus
 expect "latest_checkpointed_iteration" --load "$d/none" --prompt-ids 1 --tokenizer-type NullTokenizer
+cp -r "$d/deepseek_v3" "$d/dsnobias"  # (a checkpoint without the model's buffer: no zeros instead)
+jq 'del(.tensors["decoder.layers.1.mlp.router.expert_bias"])' "$d/deepseek_v3/iter_0000000/index.json" \
+  > "$d/dsnobias/iter_0000000/index.json"
+expect "the checkpoint has no 'decoder.layers.1.mlp.router.expert_bias'" --load "$d/dsnobias" --prompt-ids 1 --tokenizer-type NullTokenizer
 exit $fail

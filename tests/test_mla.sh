@@ -4,8 +4,9 @@
 # recompute gives the same losses bitwise; MLA's unsupported choices are refused before
 # training, each with its message (YaRN, Megatron's MLA default; query groups; biases;
 # --qk-layernorm; --rotary-interleaved). A DeepSeek-V3-shaped run (a dense layer, then sigmoid
-# routing with the expert bias, groups, a scaling factor and a shared expert) trains. With an
-# MPI launcher ($MPIEXEC): 2 data-parallel ranks, 2 pipeline stages and 2 expert-parallel ranks
+# routing with the expert bias, groups, a scaling factor and a shared expert) trains; with
+# mt-convert ($MT_CONVERT) its checkpoint (and a dense MLA one) exports as Hugging Face
+# DeepSeek-V3 and imports back to the same fine-tuning losses. With an MPI launcher ($MPIEXEC): 2 data-parallel ranks, 2 pipeline stages and 2 expert-parallel ranks
 # give one rank's losses; tensor parallelism is refused. With "cuda": on the GPU.
 source "$(dirname "$0")/pretrain_common.sh"
 d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
@@ -70,6 +71,35 @@ first=$(losses "$d/ds.json" 1 1 | awk '{ print $2 }'); last=$(losses "$d/ds.json
 awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a - 0.5) }' \
   || { echo "FAIL: the DeepSeek-V3-shaped loss did not fall ($first -> $last)"; exit 1; }
 echo "ok: DeepSeek-V3-shaped run, loss $first -> $last"
+if [ -n "${MT_CONVERT:-}" ]; then  # exported as Hugging Face DeepSeek-V3 and imported back
+  eb=(--moe-router-bias-update-rate 0.05)  # (an expert bias large enough to move the routing)
+  run dsck --train-iters 4 "${DS[@]}" "${eb[@]}" --save "$d/dsck"
+  "$MT_CONVERT" mt-to-hf "$d/dsck" "$d/dshf" 2> "$d/dsexport.log" || { echo "FAIL: DeepSeek-V3 export"; cat "$d/dsexport.log"; exit 1; }
+  [ "$(jq -r '.model_type, .q_lora_rank, .kv_lora_rank, .qk_nope_head_dim, .qk_rope_head_dim, .v_head_dim,
+      .first_k_dense_replace, .n_routed_experts, .n_group, .topk_group, .norm_topk_prob,
+      .routed_scaling_factor, .n_shared_experts, .rope_interleave' "$d/dshf/config.json" | tr '\n' ' ')" \
+    = "deepseek_v3 24 16 16 8 12 1 4 2 1 true 2.5 1 true " ] || { echo "FAIL: exported DeepSeek-V3 config"; cat "$d/dshf/config.json"; exit 1; }
+  "$MT_CONVERT" hf-to-mt "$d/dshf" "$d/dsback" 2> "$d/dsimport.log" || { echo "FAIL: DeepSeek-V3 import"; cat "$d/dsimport.log"; exit 1; }
+  grep -q '"decoder.layers.1.mlp.router.expert_bias"' "$d/dsback/iter_0000000/index.json" || { echo "FAIL: no expert bias in the import"; exit 1; }
+  run dsft --train-iters 4 "${DS[@]}" "${eb[@]}" --load "$d/dsck" --finetune
+  run dsftback --train-iters 4 "${DS[@]}" "${eb[@]}" --load "$d/dsback" --finetune
+  [ "$(losses "$d/dsft.json" 1 4)" = "$(losses "$d/dsftback.json" 1 4)" ] || { echo "FAIL: the DeepSeek-V3 round trip changed the losses"; exit 1; }
+  # MLA without a query latent and without experts: first_k_dense_replace = the layers
+  run noqck --train-iters 4 --save "$d/noqck"
+  "$MT_CONVERT" mt-to-hf "$d/noqck" "$d/noqhf" 2> "$d/noqexport.log" || { echo "FAIL: dense MLA export"; cat "$d/noqexport.log"; exit 1; }
+  [ "$(jq -r '.model_type, .q_lora_rank, .first_k_dense_replace, .n_routed_experts' "$d/noqhf/config.json" | tr '\n' ' ')" = "deepseek_v3 null 2 null " ] \
+    || { echo "FAIL: exported dense MLA config"; cat "$d/noqhf/config.json"; exit 1; }
+  "$MT_CONVERT" hf-to-mt "$d/noqhf" "$d/noqback" 2> "$d/noqimport.log" || { echo "FAIL: dense MLA import"; cat "$d/noqimport.log"; exit 1; }
+  run noqft --train-iters 4 --load "$d/noqck" --finetune
+  run noqftback --train-iters 4 --load "$d/noqback" --finetune
+  [ "$(losses "$d/noqft.json" 1 4)" = "$(losses "$d/noqftback.json" 1 4)" ] || { echo "FAIL: the dense MLA round trip changed the losses"; exit 1; }
+  # DeepSeek-V3's shape but softmax routing (no expert bias): no Hugging Face config to export
+  sm=(); for f in "${DS[@]}"; do case $f in --moe-router-score-function|sigmoid|--moe-router-enable-expert-bias) ;; *) sm+=("$f");; esac; done
+  run smck --train-iters 4 "${sm[@]}" --save "$d/smck"
+  "$MT_CONVERT" mt-to-hf "$d/smck" "$d/smhf" > "$d/smexport.log" 2>&1 && { echo "FAIL: MLA with softmax routing exported"; exit 1; }
+  grep -q "no hf.config" "$d/smexport.log" || { echo "FAIL: export message"; cat "$d/smexport.log"; exit 1; }
+  echo "ok: exported as Hugging Face DeepSeek-V3 (and dense MLA) and imported back (the same fine-tuning losses); softmax routing not exported"
+fi
 if [ -n "${MPIEXEC:-}" ]; then
   mr() {  # name ranks, then extra flags
     local n=$1 np=$2; shift 2

@@ -14,17 +14,24 @@
  *       Megatron's per-group interleaving): GPT-2 c_attn transposed; q_proj, k_proj, v_proj
  *   decoder.layers.i.self_attention.linear_proj.{weight,bias} (C,Q*D)  c_proj^T / o_proj
  *   decoder.layers.i.self_attention.{q,k}_layernorm.weight (D)  Qwen3 self_attn.{q,k}_norm
+ *   DeepSeek-V3's MLA (self_attention. <- self_attn., HF's layouts, the rope channels
+ *       interleaved pairs as Megatron's MLA): linear_q_proj.weight q_proj (no q_lora_rank), else
+ *       linear_q_down_proj.weight q_a_proj, linear_q_up_proj.layer_norm_weight q_a_layernorm,
+ *       linear_q_up_proj.weight q_b_proj; linear_kv_down_proj.weight kv_a_proj_with_mqa,
+ *       linear_kv_up_proj.layer_norm_weight kv_a_layernorm, linear_kv_up_proj.weight kv_b_proj
  *   decoder.layers.i.pre_mlp_layernorm.{weight,bias}  ln_2 / post_attention_layernorm
  *   decoder.layers.i.mlp.linear_fc1.{weight,bias}     GPT-2 c_fc^T (4C,C); Llama [gate; up] (2I,C)
  *   decoder.layers.i.mlp.linear_fc2.{weight,bias}     GPT-2 c_proj^T; Llama down_proj (C,I)
  *   decoder.layers.i.mlp.router.weight (E,C)          Mixtral gate
  *   decoder.layers.i.mlp.experts.local_experts.e.linear_fc1.weight (2I,C)  [w1; w3] = [gate; up]
  *   decoder.layers.i.mlp.experts.local_experts.e.linear_fc2.weight (C,I)   w2 = down
- *       (Qwen2-MoE: mlp.gate, and mlp.experts.e.{gate,up,down}_proj or transformers 5's fused
- *       mlp.experts.gate_up_proj and down_proj as Mixtral's)
- *   decoder.layers.i.mlp.shared_experts.linear_fc1.weight (2Is,C)  Qwen2-MoE shared_expert
- *       [gate_proj; up_proj]; linear_fc2.weight (C,Is) down_proj; gate_weight (1,C)
- *       shared_expert_gate
+ *       (Qwen2-MoE, DeepSeek-V3: mlp.gate, and mlp.experts.e.{gate,up,down}_proj or
+ *       transformers 5's fused mlp.experts.gate_up_proj and down_proj as Mixtral's)
+ *   decoder.layers.i.mlp.router.expert_bias (E)       DeepSeek-V3 mlp.gate.e_score_correction_bias
+ *       (a buffer of libs/model's, checkpointed beside the parameters)
+ *   decoder.layers.i.mlp.shared_experts.linear_fc1.weight (2Is,C)  Qwen2-MoE shared_expert,
+ *       DeepSeek-V3 shared_experts [gate_proj; up_proj]; linear_fc2.weight (C,Is) down_proj;
+ *       gate_weight (1,C) Qwen2-MoE shared_expert_gate
  *   decoder.final_layernorm.{weight,bias}, output_layer.weight (Vp,C, zero padding rows as the
  *       embedding; absent when tied)
  * RoPE: we keep HF's half-split (rotate_half) layout, so Llama q/k rows are not permuted; a Meta
@@ -129,10 +136,13 @@ static mt_status same(cv_map *m, const char *internal, const char *hf, int trans
 #define CV_MAX_LAYERS 1024
 
 typedef struct cv_cfg {
-    const char *type; /* gpt2, llama, qwen2, qwen3, mixtral, qwen2_moe */
+    const char *type; /* gpt2, llama, qwen2, qwen3, mixtral, qwen2_moe, deepseek_v3 */
     int64_t L, C, V, Vp, P, Q, G, D, I, E, Ie, Is; /* Vp: padded vocabulary; I: the dense MLPs'
                                                       width, Ie an expert's, Is the shared one's */
-    unsigned char dense[CV_MAX_LAYERS];            /* Qwen2-MoE: the layers whose MLP is dense */
+    /* DeepSeek-V3's MLA: q_lora_rank (0: none), kv_lora_rank, qk_nope_head_dim,
+     * qk_rope_head_dim, v_head_dim */
+    int64_t qr, kr, dn, dr, dv;
+    unsigned char dense[CV_MAX_LAYERS]; /* Qwen2-MoE, DeepSeek-V3: the layers whose MLP is dense */
     int tied, experts_fused;
     const char *prefix; /* GPT-2: "transformer." or "" */
 } cv_cfg;
@@ -143,13 +153,80 @@ static int64_t geti(json_t *cfg, const char *k, const char *alias, int64_t dflt)
     return json_is_integer(v) ? json_integer_value(v) : dflt;
 }
 
+/* A boolean of the config (absent: dflt). */
+static int getb(json_t *cfg, const char *k, int dflt) {
+    json_t *v = json_object_get(cfg, k);
+    return json_is_boolean(v) ? json_is_true(v) : dflt;
+}
+
+/* DeepSeek-V3's shapes, and what libs/model does not run as transformers does (refused). */
+static mt_status read_deepseek(json_t *cfg, cv_cfg *c) {
+    c->qr = geti(cfg, "q_lora_rank", NULL, 0); /* (null: none) */
+    c->kr = geti(cfg, "kv_lora_rank", NULL, -1);
+    c->dn = geti(cfg, "qk_nope_head_dim", NULL, -1);
+    c->dr = geti(cfg, "qk_rope_head_dim", NULL, -1);
+    c->dv = geti(cfg, "v_head_dim", NULL, -1);
+    const int64_t k = geti(cfg, "first_k_dense_replace", NULL, -1);
+    MT_REQUIRE(c->qr >= 0 && c->kr > 0 && c->dn > 0 && c->dr > 0 && c->dv > 0, MT_ERR_FORMAT,
+               "config.json: bad q_lora_rank, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim "
+               "or v_head_dim");
+    MT_REQUIRE(k >= 0 && c->L <= CV_MAX_LAYERS, MT_ERR_FORMAT,
+               "config.json: first_k_dense_replace %lld, %lld layers (at most %d)", (long long)k,
+               (long long)c->L, CV_MAX_LAYERS);
+    for (int64_t l = 0; l < c->L; l++)
+        c->dense[l] = l < k;
+    /* YaRN (the hub's rope_scaling; transformers 5's rope_parameters) is not ours */
+    const char *keys[] = { "rope_parameters", "rope_scaling" };
+    for (int i = 0; i < 2; i++) {
+        json_t *rp = json_object_get(cfg, keys[i]);
+        const char *rt = json_string_value(json_object_get(rp, "rope_type"));
+        if (!rt) rt = json_string_value(json_object_get(rp, "type"));
+        MT_REQUIRE(!rt || !strcmp(rt, "default"), MT_ERR_UNSUPPORTED,
+                   "config.json: %s type '%s' (only the default RoPE is supported, Megatron's "
+                   "--rope-type rope)",
+                   keys[i], rt);
+    }
+    MT_REQUIRE(getb(cfg, "rope_interleave", 1), MT_ERR_UNSUPPORTED,
+               "config.json: rope_interleave false (MLA's rotary channels are interleaved pairs "
+               "here, Megatron's MLA rope)");
+    MT_REQUIRE(!getb(cfg, "attention_bias", 0), MT_ERR_UNSUPPORTED,
+               "config.json: attention_bias true (MLA without biases only)");
+    if (k >= c->L) return MT_OK; /* (no MoE layer) */
+    c->E = geti(cfg, "n_routed_experts", NULL, -1);
+    c->Ie = geti(cfg, "moe_intermediate_size", NULL, -1);
+    const int64_t ns = geti(cfg, "n_shared_experts", NULL, -1);
+    MT_REQUIRE(c->E > 0 && c->Ie > 0, MT_ERR_FORMAT,
+               "config.json: bad n_routed_experts or moe_intermediate_size");
+    MT_REQUIRE(ns >= 1, MT_ERR_UNSUPPORTED, "config.json: n_shared_experts %lld (at least 1)",
+               (long long)ns);
+    c->Is = ns * c->Ie;
+    /* (Megatron's sigmoid scores are renormalised over the k chosen when k > 1, never for k 1) */
+    const int64_t topk = geti(cfg, "num_experts_per_tok", NULL, -1);
+    const int norm = getb(cfg, "norm_topk_prob", 1);
+    MT_REQUIRE(topk > 0 && norm == (topk > 1), MT_ERR_UNSUPPORTED,
+               "config.json: norm_topk_prob %s with num_experts_per_tok %lld (Megatron "
+               "renormalises sigmoid scores exactly when it is above 1)",
+               norm ? "true" : "false", (long long)topk);
+    /* HF ranks a group by its top 2 scores, Megatron by its top k / group_topk */
+    const int64_t ng = geti(cfg, "n_group", NULL, 1), tg = geti(cfg, "topk_group", NULL, 1);
+    MT_REQUIRE(ng <= 1 || tg >= ng || (tg > 0 && topk / tg == 2), MT_ERR_UNSUPPORTED,
+               "config.json: n_group %lld with topk_group %lld and num_experts_per_tok %lld "
+               "(Hugging Face ranks a group by its top 2 scores, Megatron by its top "
+               "num_experts_per_tok / topk_group: they must be 2)",
+               (long long)ng, (long long)tg, (long long)topk);
+    return MT_OK;
+}
+
 static mt_status read_cfg(json_t *cfg, cv_cfg *c) {
     const char *t = json_string_value(json_object_get(cfg, "model_type"));
     MT_REQUIRE(t, MT_ERR_FORMAT, "config.json has no model_type");
     MT_REQUIRE(!strcmp(t, "gpt2") || !strcmp(t, "llama") || !strcmp(t, "qwen2") ||
-                   !strcmp(t, "qwen3") || !strcmp(t, "mixtral") || !strcmp(t, "qwen2_moe"),
+                   !strcmp(t, "qwen3") || !strcmp(t, "mixtral") || !strcmp(t, "qwen2_moe") ||
+                   !strcmp(t, "deepseek_v3"),
                MT_ERR_UNSUPPORTED,
-               "model_type '%s' (we convert gpt2, llama, qwen2, qwen3, mixtral, qwen2_moe)", t);
+               "model_type '%s' (we convert gpt2, llama, qwen2, qwen3, mixtral, qwen2_moe, "
+               "deepseek_v3)",
+               t);
     c->type = t;
     int gpt2 = !strcmp(t, "gpt2");
     c->L = geti(cfg, gpt2 ? "n_layer" : "num_hidden_layers", "num_hidden_layers", -1);
@@ -184,6 +261,7 @@ static mt_status read_cfg(json_t *cfg, cv_cfg *c) {
             if (l >= 0 && l < c->L) c->dense[l] = 1;
         }
     }
+    if (!strcmp(t, "deepseek_v3")) MT_TRY(read_deepseek(cfg, c));
     MT_REQUIRE(c->I > 0 && (strcmp(t, "mixtral") || c->E > 0), MT_ERR_FORMAT,
                "config.json: bad intermediate size or expert count");
     json_t *tie = json_object_get(cfg, "tie_word_embeddings");
@@ -219,7 +297,28 @@ static mt_status build_map(const cv_cfg *c, json_t *wmap, cv_map *m) {
         snprintf(lp, sizeof lp, gpt2 ? "%sh.%lld." : "%slayers.%lld.", pre, (long long)i);
         snprintf(ip, sizeof ip, "decoder.layers.%lld.", (long long)i);
         const char *wb[] = { "weight", "bias" };
-        for (int b = 0; b < 2; b++) {
+        const int ds = !strcmp(c->type, "deepseek_v3");
+        if (ds) { /* MLA's projections and latent norms, HF's layouts in Megatron's MLA names */
+            const struct {
+                const char *ours, *hf;
+                int64_t rows;
+            } a[] = {
+                { "linear_q_proj.weight", "q_proj.weight", Q * (c->dn + c->dr) }, /* (no q_lora) */
+                { "linear_q_down_proj.weight", "q_a_proj.weight", c->qr },
+                { "linear_q_up_proj.layer_norm_weight", "q_a_layernorm.weight", c->qr },
+                { "linear_q_up_proj.weight", "q_b_proj.weight", Q * (c->dn + c->dr) },
+                { "linear_kv_down_proj.weight", "kv_a_proj_with_mqa.weight", c->kr + c->dr },
+                { "linear_kv_up_proj.layer_norm_weight", "kv_a_layernorm.weight", c->kr },
+                { "linear_kv_up_proj.weight", "kv_b_proj.weight", Q * (c->dn + c->dv) },
+            };
+            for (int k = 0; k < 7; k++) {
+                if (k < 4 && (k == 0) != (c->qr == 0)) continue;
+                snprintf(n, sizeof n, "%sself_attention.%s", ip, a[k].ours);
+                snprintf(h, sizeof h, "%sself_attn.%s", lp, a[k].hf);
+                MT_TRY(same(m, n, h, 0, a[k].rows));
+            }
+        }
+        for (int b = 0; b < 2 && !ds; b++) {
             if (!gpt2 && b == 1 && !has(wmap, "%sself_attn.q_proj.bias", lp)) continue;
             MT_TRY(entry(m, "%sself_attention.linear_qkv.%s", ip, wb[b]));
             if (gpt2) { /* c_attn^T rows are already q | k | v, each C = Q*D */
@@ -272,27 +371,29 @@ static mt_status build_map(const cv_cfg *c, json_t *wmap, cv_map *m) {
                 MT_TRY(same(m, n, h, 0, C));
             }
         }
-        const int qmoe = !strcmp(c->type, "qwen2_moe") && !c->dense[i]; /* (a sparse layer) */
+        /* (a sparse layer of Qwen2-MoE or DeepSeek-V3) */
+        const int qmoe = (!strcmp(c->type, "qwen2_moe") || ds) && !c->dense[i];
         const int64_t Ie = c->Ie;
-        if (qmoe) { /* the shared expert ([gate; up], down) and its gate */
+        if (qmoe) { /* the shared expert ([gate; up], down), Qwen2-MoE's gated */
+            const char *hs = ds ? "mlp.shared_experts" : "mlp.shared_expert";
             snprintf(n, sizeof n, "%smlp.shared_experts.", ip);
             MT_TRY(entry(m, "%slinear_fc1.weight", n));
-            snprintf(h, sizeof h, "%smlp.shared_expert.gate_proj.weight", lp);
+            snprintf(h, sizeof h, "%s%s.gate_proj.weight", lp, hs);
             MT_TRY(piece(m, h, -1, 0, 0, c->Is));
-            snprintf(h, sizeof h, "%smlp.shared_expert.up_proj.weight", lp);
+            snprintf(h, sizeof h, "%s%s.up_proj.weight", lp, hs);
             MT_TRY(piece(m, h, -1, 0, 0, c->Is));
             char sn[300];
             snprintf(sn, sizeof sn, "%slinear_fc2.weight", n);
-            snprintf(h, sizeof h, "%smlp.shared_expert.down_proj.weight", lp);
+            snprintf(h, sizeof h, "%s%s.down_proj.weight", lp, hs);
             MT_TRY(same(m, sn, h, 0, C));
             snprintf(sn, sizeof sn, "%sgate_weight", n);
             snprintf(h, sizeof h, "%smlp.shared_expert_gate.weight", lp);
-            MT_TRY(same(m, sn, h, 0, 1));
+            if (!ds) MT_TRY(same(m, sn, h, 0, 1));
         }
         if (!strcmp(c->type, "mixtral") || qmoe) {
             int f = c->experts_fused;
-            /* (Mixtral's unfused experts: block_sparse_moe.experts.e.w1, w3, w2; Qwen2-MoE's:
-             * mlp.experts.e.gate_proj, up_proj, down_proj) */
+            /* (Mixtral's unfused experts: block_sparse_moe.experts.e.w1, w3, w2; Qwen2-MoE's and
+             * DeepSeek-V3's: mlp.experts.e.gate_proj, up_proj, down_proj) */
             const char *u1 = qmoe ? "%smlp.experts.%d.gate_proj.weight"
                                   : "%sblock_sparse_moe.experts.%d.w1.weight";
             const char *u3 = qmoe ? "%smlp.experts.%d.up_proj.weight"
@@ -303,6 +404,11 @@ static mt_status build_map(const cv_cfg *c, json_t *wmap, cv_map *m) {
                      f || qmoe ? "%smlp.gate.weight" : "%sblock_sparse_moe.gate.weight", lp);
             snprintf(n, sizeof n, "%smlp.router.weight", ip);
             MT_TRY(same(m, n, h, 0, c->E));
+            if (ds) { /* the expert bias: a buffer of ours, not a parameter */
+                snprintf(n, sizeof n, "%smlp.router.expert_bias", ip);
+                snprintf(h, sizeof h, "%smlp.gate.e_score_correction_bias", lp);
+                MT_TRY(same(m, n, h, 0, c->E));
+            }
             for (int e = 0; e < c->E; e++) {
                 char ep[160];
                 snprintf(ep, sizeof ep, "%smlp.experts.local_experts.%d.", ip, e);
@@ -479,13 +585,18 @@ mt_status cv_hf_to_mt(const char *hf_dir, const char *mt_dir, int make_vocab_siz
     for (int64_t i = 0; i < c.L && !c.experts_fused; i++) /* (a MoE layer's; some are dense) */
         c.experts_fused = has(s.wmap, "model.layers.%lld.mlp.experts.gate_up_proj", (long long)i);
     MT_TRY_GOTO(build_map(&c, s.wmap, &m), st, done);
-    /* every HF tensor must be used (bar GPT-2's mask buffers), each row exactly once */
+    /* every HF tensor must be used (bar GPT-2's mask buffers and DeepSeek-V3's multi-token
+     * prediction layers), each row exactly once */
     const char *k;
     json_t *v;
+    int64_t nmtp = 0;
     json_object_foreach(s.wmap, k, v) {
         size_t kl = strlen(k); /* GPT-2's causal-mask buffers are not weights */
         int buffer = (kl > 10 && !strcmp(k + kl - 10, ".attn.bias")) || strstr(k, "masked_bias");
         buffer |= c.tied && !strcmp(k, "lm_head.weight"); /* the embedding's tied copy */
+        long long l = -1; /* (the hub's DeepSeek-V3 keeps them as model.layers.L.*, L >= layers) */
+        if (!strcmp(c.type, "deepseek_v3") && sscanf(k, "model.layers.%lld.", &l) == 1 && l >= c.L)
+            buffer = 1, nmtp++;
         int used = 0;
         for (int i = 0; i < m.nhf && !used; i++)
             used = !strcmp(m.hf[i], k);
@@ -495,6 +606,11 @@ mt_status cv_hf_to_mt(const char *hf_dir, const char *mt_dir, int make_vocab_siz
             goto done;
         }
     }
+    if (nmtp)
+        MT_LOG_INFO("%s: skipping %lld tensors of the multi-token prediction layers "
+                    "(model.layers.%lld and on; num_nextn_predict_layers %lld)",
+                    hf_dir, (long long)nmtp, (long long)c.L,
+                    (long long)geti(cfg, "num_nextn_predict_layers", NULL, 0));
     items = calloc((size_t)m.ne, sizeof *items);
     ts = calloc((size_t)m.ne, sizeof *ts);
     bufs = calloc((size_t)m.ne, sizeof *bufs);
@@ -662,9 +778,9 @@ mt_status cv_mt_to_hf(const char *mt_dir, const char *hf_dir, uint64_t max_shard
     if (!cfg) {
         st = MT_ERROR(MT_ERR_FORMAT,
                       "%s: args have no hf.config (neither imported by mt-convert nor a GPT-2, "
-                      "Llama, Qwen2, Qwen3, Mixtral or Qwen2-MoE shape that mt-pretrain keeps one "
-                      "for; an MoE router other than theirs, or ungated shared experts, have "
-                      "none)",
+                      "Llama, Qwen2, Qwen3, Mixtral, Qwen2-MoE or DeepSeek-V3 shape that "
+                      "mt-pretrain keeps one for; an MoE router other than theirs, or ungated "
+                      "shared experts without DeepSeek-V3's attention, have none)",
                       mt_dir);
         goto done;
     }

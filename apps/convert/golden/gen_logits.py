@@ -11,7 +11,11 @@ experts top-2 over the softmax of all 4, a gated shared expert; session 41, tran
 python gen_logits.py qwen2_moe only logits_qwen2_moe (save_pretrained's per-expert names,
 mlp.experts.e.{gate,up,down}_proj, as on the hub) and logits_qwen2_moe_fused (the same tensors
 stacked as transformers 5 holds them, mlp.experts.gate_up_proj and down_proj); python
-gen_logits.py qwen2_moe_mixed the same with layer 0's MLP dense (mlp_only_layers [0]).
+gen_logits.py qwen2_moe_mixed the same with layer 0's MLP dense (mlp_only_layers [0]);
+DeepSeek-V3 (MLA with a query latent, layer 0 dense, then 8 experts in 2 groups, top-2, sigmoid
+scores with a random expert bias (e_score_correction_bias, a buffer), scaling 2.5, a shared
+expert; transformers 5.24.0, torch 2.15.0): python gen_logits.py deepseek_v3 writes
+logits_deepseek_v3 (per-expert names) and logits_deepseek_v3_fused (stacked).
 Versions: torch (CPU), transformers 5.23.0, safetensors. Seeds: 1234 (weights), 7 (tokens).
 Rerun from this directory: /opt/gv/bin/python gen_logits.py [mixtral|qwen2]"""
 import json, os, shutil
@@ -80,6 +84,57 @@ if sys.argv[1:] in (["qwen2_moe"], ["qwen2_moe_mixed"]):  # (session 41) only Qw
     shutil.copytree(d, s)
     w = load_file(f"{d}/model.safetensors")
     out, E = {}, 4
+    for k, v in w.items():
+        if ".mlp.experts." not in k:
+            out[k] = v
+        elif k.endswith(".mlp.experts.0.gate_proj.weight"):
+            p = k[:-len("0.gate_proj.weight")]
+            out[p + "gate_up_proj"] = torch.stack([torch.cat(
+                [w[f"{p}{e}.gate_proj.weight"], w[f"{p}{e}.up_proj.weight"]]) for e in range(E)])
+            out[p + "down_proj"] = torch.stack([w[f"{p}{e}.down_proj.weight"] for e in range(E)])
+    save_file(out, f"{s}/model.safetensors", metadata={"format": "pt"})
+    print("transformers", transformers.__version__, "torch", torch.__version__)
+    sys.exit(0)
+if sys.argv[1:] == ["deepseek_v3"]:  # only DeepSeek-V3: MLA with a query latent,
+    # layer 0 dense, layer 1 8 experts in 2 groups (top-2 from the best group; HF's group score is
+    # the sum of its top 2, Megatron's of its top k / group_topk = 2), sigmoid scores, an expert
+    # bias (a buffer, 0.1 randn: it moves some tokens' experts), scaling 2.5, a shared expert
+    from safetensors.torch import load_file
+    from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
+    torch.manual_seed(0)
+    ds = DeepseekV3ForCausalLM(DeepseekV3Config(
+        vocab_size=V, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=4, q_lora_rank=16, kv_lora_rank=16,
+        qk_nope_head_dim=8, qk_rope_head_dim=8, v_head_dim=8, first_k_dense_replace=1,
+        n_routed_experts=8, num_experts_per_tok=2, moe_intermediate_size=16, n_shared_experts=1,
+        n_group=2, topk_group=1, routed_scaling_factor=2.5, norm_topk_prob=True,
+        max_position_embeddings=32, rms_norm_eps=1e-6,
+        rope_parameters={"rope_type": "default", "rope_theta": 500000.0}, rope_interleave=True,
+        tie_word_embeddings=False, attention_bias=False, attn_implementation="eager",
+        experts_implementation="eager"))
+    g = ds.model.layers[1].mlp.gate
+    with torch.no_grad():  # (record redraws the parameters only)
+        g.e_score_correction_bias.copy_(0.1 * torch.randn_like(g.e_score_correction_bias))
+    record("deepseek_v3", ds)
+    seen = []  # the experts chosen with and without the bias
+    hook = g.register_forward_hook(lambda mod, args, out: seen.append(out[2].sort(-1)[0]))
+    torch.manual_seed(7)
+    tokens = torch.randint(0, V, (B, T))
+    with torch.no_grad():
+        ds(tokens)
+        bias = g.e_score_correction_bias.clone()
+        g.e_score_correction_bias.zero_()
+        ds(tokens)
+        g.e_score_correction_bias.copy_(bias)
+    hook.remove()
+    changed = (seen[0] != seen[1]).any(-1).sum().item()
+    print("deepseek_v3 tokens whose experts the bias changes:", changed, "of", B * T)
+    assert changed >= 3
+    d, s = "logits_deepseek_v3", "logits_deepseek_v3_fused"  # (fused: transformers 5's stacked
+    shutil.rmtree(s, ignore_errors=True)                      # mlp.experts.gate_up_proj, down_proj)
+    shutil.copytree(d, s)
+    w = load_file(f"{d}/model.safetensors")
+    out, E = {}, 8
     for k, v in w.items():
         if ".mlp.experts." not in k:
             out[k] = v

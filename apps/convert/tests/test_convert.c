@@ -1,8 +1,10 @@
-/* unit: HF -> mt -> HF is bit-exact for tiny GPT-2, Llama (GQA), Qwen3 and Mixtral (split and fused
- * experts) written by transformers (golden/gen_hf_ckpt.py); the internal layout is what
- * convert.c's table says, libs/model's (Conv1D transposed, [all q | all k | all v] rows,
- * [gate; up], embeddings zero-padded to 128 rows); split and fused
- * Mixtral files import to the same tensors and export to each other. */
+/* unit: HF -> mt -> HF is bit-exact for tiny GPT-2, Llama (GQA), Qwen3, Mixtral and DeepSeek-V3
+ * (split and fused experts) written by transformers (golden/gen_hf_ckpt.py, gen_logits.py); the
+ * internal layout is what convert.c's table says, libs/model's (Conv1D transposed, [all q | all k
+ * | all v] rows, [gate; up], embeddings zero-padded to 128 rows; DeepSeek-V3's MLA projections as
+ * HF's, its expert bias a tensor of ours); split and fused Mixtral files import to the same
+ * tensors and export to each other. DeepSeek-V3's multi-token prediction layers are skipped, and
+ * configs that libs/model would not run as transformers does are refused, naming the field. */
 #include "convert.h"
 
 #include <jansson.h>
@@ -125,6 +127,28 @@ static void round_trip(const char *model, cv_experts ex, const char *expect_dir)
     json_decref(b);
 }
 
+/* A copy of DeepSeek-V3's fixture whose config has `key` set to `value` (JSON) is refused on
+ * import with a message that holds `want`. */
+static void ds_refused(const char *key, const char *value, const char *want) {
+    char cmd[1024], p[600];
+    const char *dir = sub("ds_bad");
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir '%s' && ln -s '%s/model.safetensors' '%s/'",
+             dir, dir, mt_test_golden_path("logits_deepseek_v3"), dir);
+    MT_ASSERT(system(cmd) == 0);
+    snprintf(p, sizeof p, "%s/config.json", mt_test_golden_path("logits_deepseek_v3"));
+    json_t *cfg = json_load_file(p, 0, NULL);
+    MT_ASSERT(cfg);
+    json_object_set_new(cfg, key, json_loads(value, JSON_DECODE_ANY, NULL));
+    snprintf(p, sizeof p, "%s/config.json", dir);
+    MT_ASSERT(json_dump_file(cfg, p, 0) == 0);
+    json_decref(cfg);
+    mt_status st = cv_hf_to_mt(dir, sub("ds_bad_mt"), 128);
+    const char *msg = mt_last_error();
+    MT_EXPECT(st != MT_OK && msg && strstr(msg, want), "deepseek_v3 %s %s refused: '%s'", key,
+              value, st == MT_OK ? "accepted" : msg);
+    mt_error_clear();
+}
+
 int main(void) {
     strcpy(tmp, "/tmp/mt-convert-test-XXXXXX");
     if (!mkdtemp(tmp)) return 1;
@@ -136,6 +160,53 @@ int main(void) {
     round_trip("mixtral_fused", CV_EXPERTS_AUTO, NULL);
     round_trip("mixtral", CV_EXPERTS_FUSED, "mixtral_fused"); /* split in, fused out */
     round_trip("mixtral_fused", CV_EXPERTS_SPLIT, "mixtral");
+    round_trip("logits_deepseek_v3", CV_EXPERTS_AUTO, NULL); /* MLA, the expert bias */
+    round_trip("logits_deepseek_v3_fused", CV_EXPERTS_AUTO, NULL);
+    round_trip("logits_deepseek_v3", CV_EXPERTS_FUSED, "logits_deepseek_v3_fused");
+    round_trip("logits_deepseek_v3_fused", CV_EXPERTS_SPLIT, "logits_deepseek_v3");
+    ds_refused("rope_parameters", "{\"rope_type\": \"yarn\", \"factor\": 40}", "rope_parameters");
+    ds_refused("rope_scaling", "{\"type\": \"yarn\", \"factor\": 40}", "rope_scaling");
+    ds_refused("rope_interleave", "false", "rope_interleave");
+    ds_refused("norm_topk_prob", "false", "norm_topk_prob");
+    ds_refused("attention_bias", "true", "attention_bias");
+    ds_refused("num_experts_per_tok", "3", "n_group"); /* (its groups ranked by their top 3) */
+    ds_refused("n_shared_experts", "0", "n_shared_experts");
+    { /* the hub's multi-token prediction layer (model.layers.2.* of 2 layers): skipped */
+        const char *dir = sub("ds_mtp");
+        char cmd[1024];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir '%s' && cp '%s/config.json' '%s/'", dir,
+                 dir, mt_test_golden_path("logits_deepseek_v3"), dir);
+        MT_ASSERT(system(cmd) == 0);
+        hf d;
+        hf_load(&d, mt_test_golden_path("logits_deepseek_v3"));
+        static mt_tensor t[128];
+        mt_safetensors_item it[128];
+        int n = 0;
+        const char *k;
+        json_t *v;
+        json_object_foreach(d.wmap, k, v) {
+            MT_ASSERT(n < 126);
+            t[n] = hf_get(&d, k);
+            it[n] = (mt_safetensors_item){ k, &t[n] };
+            n++;
+        }
+        mt_tensor norm = hf_get(&d, "model.layers.1.input_layernorm.weight");
+        mt_tensor eh = hf_get(&d, "model.layers.1.self_attn.o_proj.weight");
+        it[n++] = (mt_safetensors_item){ "model.layers.2.enorm.weight", &norm };
+        it[n++] = (mt_safetensors_item){ "model.layers.2.eh_proj.weight", &eh };
+        snprintf(cmd, sizeof cmd, "%s/model.safetensors", dir);
+        MT_CHECK(mt_safetensors_save(cmd, it, n, NULL, 0));
+        hf_free(&d);
+        mt_ckpt *a, *b;
+        MT_CHECK(cv_hf_to_mt(dir, sub("ds_mtp_mt"), 128));
+        MT_CHECK(mt_ckpt_open(sub("ds_mtp_mt"), MT_CKPT_ITER_LATEST, 0, &a));
+        MT_CHECK(mt_ckpt_open(sub("logits_deepseek_v3"), MT_CKPT_ITER_LATEST, 0, &b));
+        MT_EXPECT(mt_ckpt_count(a) == mt_ckpt_count(b) && mt_ckpt_count(a) == 43,
+                  "deepseek_v3 with an MTP layer: %d tensors, as without (%d)", mt_ckpt_count(a),
+                  mt_ckpt_count(b));
+        mt_ckpt_close(a);
+        mt_ckpt_close(b);
+    }
     { /* --make-vocab-size-divisible-by 96: 64 rows padded to 96, dropped again on export */
         mt_ckpt *c96;
         int64_t s96[MT_MAX_DIMS];
@@ -249,6 +320,46 @@ int main(void) {
               "mixtral: per-expert fc1 (2I, H)");
     mt_ckpt_close(a);
     mt_ckpt_close(b);
+    /* DeepSeek-V3 (C=32, 4 heads, q_lora 16, kv_lora 16, nope 8, rope 8, v 8; layer 1 MoE) */
+    hf ds;
+    hf_load(&ds, mt_test_golden_path("logits_deepseek_v3"));
+    MT_CHECK(mt_ckpt_open(sub("logits_deepseek_v3"), MT_CKPT_ITER_LATEST, 0, &c));
+    const struct {
+        const char *ours, *hf;
+    } dsn[] = {
+        { "decoder.layers.1.self_attention.linear_q_down_proj.weight",
+          "model.layers.1.self_attn.q_a_proj.weight" },
+        { "decoder.layers.1.self_attention.linear_q_up_proj.layer_norm_weight",
+          "model.layers.1.self_attn.q_a_layernorm.weight" },
+        { "decoder.layers.1.self_attention.linear_q_up_proj.weight",
+          "model.layers.1.self_attn.q_b_proj.weight" },
+        { "decoder.layers.0.self_attention.linear_kv_down_proj.weight",
+          "model.layers.0.self_attn.kv_a_proj_with_mqa.weight" },
+        { "decoder.layers.0.self_attention.linear_kv_up_proj.layer_norm_weight",
+          "model.layers.0.self_attn.kv_a_layernorm.weight" },
+        { "decoder.layers.0.self_attention.linear_kv_up_proj.weight",
+          "model.layers.0.self_attn.kv_b_proj.weight" },
+        { "decoder.layers.1.mlp.router.expert_bias",
+          "model.layers.1.mlp.gate.e_score_correction_bias" },
+        { "decoder.layers.1.mlp.shared_experts.linear_fc2.weight",
+          "model.layers.1.mlp.shared_experts.down_proj.weight" },
+    };
+    for (size_t i = 0; i < sizeof dsn / sizeof *dsn; i++) {
+        read_mt(c, dsn[i].ours, x, s);
+        mt_tensor t = hf_get(&ds, dsn[i].hf);
+        MT_EXPECT(s[0] == t.shape[0] && !memcmp(x, t.data, mt_tensor_nbytes(&t)),
+                  "deepseek_v3: %s = %s", dsn[i].ours, dsn[i].hf);
+    }
+    read_mt(c, "decoder.layers.0.mlp.linear_fc1.weight", x, s); /* (layer 0 dense) */
+    mt_tensor dup = hf_get(&ds, "model.layers.0.mlp.up_proj.weight");
+    MT_EXPECT(s[0] == 96 && !memcmp(x + 48 * 32, dup.data, 48 * 32 * 4),
+              "deepseek_v3: dense fc1 = [gate; up]");
+    read_mt(c, "decoder.layers.1.mlp.shared_experts.linear_fc1.weight", x, s);
+    mt_tensor sup = hf_get(&ds, "model.layers.1.mlp.shared_experts.up_proj.weight");
+    MT_EXPECT(s[0] == 32 && !memcmp(x + 16 * 32, sup.data, 16 * 32 * 4),
+              "deepseek_v3: shared fc1 = [gate; up]");
+    mt_ckpt_close(c);
+    hf_free(&ds);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
     if (system(cmd) != 0) return 1;

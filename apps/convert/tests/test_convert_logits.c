@@ -1,8 +1,9 @@
-/* functional: `mt-convert hf-to-mt` of a tiny transformers GPT-2 / Llama (golden/gen_logits.py),
- * loaded parameter by parameter into libs/model, gives transformers' logits (fp32 tolerance),
- * and the vocabulary padding rows give zero logits. The model config comes from the HF config
- * the import stored in the checkpoint's args.
- *   test_convert_logits MT_CONVERT gpt2|llama */
+/* functional: `mt-convert hf-to-mt` of a tiny transformers GPT-2 / Llama / ... / DeepSeek-V3
+ * (golden/gen_logits.py), loaded parameter by parameter (and buffer by buffer: DeepSeek-V3's
+ * expert bias) into libs/model, gives transformers' logits (fp32 tolerance), and the vocabulary
+ * padding rows give zero logits. The model config comes from the HF config the import stored in
+ * the checkpoint's args.
+ *   test_convert_logits MT_CONVERT gpt2|llama|... */
 #include <math.h>
 #include <mt/ckpt.h>
 #include <mt/model.h>
@@ -15,7 +16,9 @@
 int main(int argc, char **argv) {
     if (argc != 3)
         mt_die(__FILE__, __LINE__,
-               "usage: %s MT_CONVERT gpt2|llama|qwen2|qwen3|mixtral|qwen2_moe[_fused]", argv[0]);
+               "usage: %s MT_CONVERT gpt2|llama|qwen2|qwen3|mixtral|qwen2_moe[_fused]|"
+               "deepseek_v3[_fused]",
+               argv[0]);
     char fixture[64], tmp[64] = "/tmp/mt-convert-logits-XXXXXX", cmd[2048], p[1024];
     snprintf(fixture, sizeof fixture, "logits_%s", argv[2]);
     if (!mkdtemp(tmp)) return 1;
@@ -44,9 +47,11 @@ int main(int argc, char **argv) {
     int Vp = mt_model_get_config(m)->padded_vocab_size;
     MT_EXPECT(Vp == 128, "padded vocab %d (100 rounded up to 128)", Vp);
 
-    /* every model parameter from the checkpoint, and nothing else in it */
-    MT_EXPECT(mt_ckpt_count(ck) == mt_model_num_params(m), "checkpoint has %d tensors, model %d",
-              mt_ckpt_count(ck), mt_model_num_params(m));
+    /* every model parameter and buffer from the checkpoint, and nothing else in it */
+    const int nb = mt_model_num_buffers(m);
+    MT_EXPECT(mt_ckpt_count(ck) == mt_model_num_params(m) + nb,
+              "checkpoint has %d tensors, model %d parameters and %d buffers", mt_ckpt_count(ck),
+              mt_model_num_params(m), nb);
     for (int i = 0; i < mt_model_num_params(m); i++) {
         mt_model_param *pr = mt_model_param_at(m, i);
         mt_dtype dt;
@@ -64,6 +69,16 @@ int main(int argc, char **argv) {
         MT_CHECK(mt_ckpt_read(ck, pr->name, &want, NULL));
         MT_CHECK(
             mt_memcpy(pr->weight.data, pr->weight.device, want.data, MT_DEVICE_CPU, bytes, NULL));
+        free(want.data);
+    }
+    for (int i = 0; i < nb; i++) { /* (f32, 1-D: the routers' expert biases) */
+        const char *name;
+        mt_tensor b;
+        MT_CHECK(mt_model_buffer_at(m, i, &name, &b));
+        mt_tensor want = mt_tensor_make(NULL, MT_F32, b.ndim, b.shape, MT_DEVICE_CPU);
+        want.data = malloc(mt_tensor_nbytes(&want) + 1);
+        MT_CHECK(mt_ckpt_read(ck, name, &want, NULL));
+        MT_CHECK(mt_memcpy(b.data, b.device, want.data, MT_DEVICE_CPU, mt_tensor_nbytes(&b), NULL));
         free(want.data);
     }
 

@@ -1,5 +1,6 @@
 """Golden of test_generate.sh: transformers' greedy generation (generate(do_sample=False)) from the
-tiny GPT-2, Llama, Qwen2 (session 40), Qwen3, Mixtral (session 34) and Qwen2-MoE (session 41) that mt-convert's tests import (apps/convert/golden/logits_<m>: V 100),
+tiny GPT-2, Llama, Qwen2 (session 40), Qwen3, Mixtral (session 34), Qwen2-MoE (session 41) and
+DeepSeek-V3 (its expert bias nonzero) that mt-convert's tests import (apps/convert/golden/logits_<m>: V 100),
 in float64, for a fixed prompt: expected.json {model: {"prompt": ids, "greedy": the prompt and 10
 new ids, "min_gap": the smallest gap between the two largest logits along the way, "logprobs": the
 log-probability of each token of "greedy" after the first given the ones before it (Megatron's
@@ -21,7 +22,7 @@ models = sys.argv[1:] or ("gpt2", "llama", "qwen2", "qwen3", "mixtral")
 if sys.argv[1:]:  # (python3 gen_generate.py qwen2: only that model's entry, the others kept)
     out = json.load(open("expected.json"))
 for m in models:
-    moe = m in ("mixtral", "qwen2_moe", "qwen2_moe_mixed")
+    moe = m in ("mixtral", "qwen2_moe", "qwen2_moe_mixed", "deepseek_v3")
     kw = {"experts_implementation": "eager"} if moe else {}  # (grouped_mm: no float64)
     model = AutoModelForCausalLM.from_pretrained(f"../../convert/golden/logits_{m}",
                                                  **kw).double().eval()

@@ -33,6 +33,67 @@ static double getf(json_t *o, const char *k, double dflt) {
     return json_is_number(v) ? json_number_value(v) : dflt;
 }
 
+/* DeepSeek-V3's MLA and MoE (transformers' DeepseekV3ForCausalLM) in Megatron's terms: its
+ * latents, the first first_k_dense_replace MLPs dense, then sigmoid routing with the expert bias
+ * (e_score_correction_bias), groups and scaling, and an ungated shared expert. What would not run
+ * as transformers runs it is refused (mt-convert's import refuses the same). */
+static mt_status deepseek_config(json_t *h, mt_model_config *c) {
+    json_t *rp = json_object_get(h, "rope_parameters"), *rs = json_object_get(h, "rope_scaling");
+    const char *rt = json_string_value(json_object_get(rp, "rope_type"));
+    const char *st = json_string_value(json_object_get(rs, "rope_type"));
+    if (!st) st = json_string_value(json_object_get(rs, "type"));
+    MT_REQUIRE((!rt || !strcmp(rt, "default")) && (!st || !strcmp(st, "default")),
+               MT_ERR_UNSUPPORTED,
+               "DeepSeek-V3: rope_parameters/rope_scaling type '%s' (only the default RoPE, "
+               "Megatron's --rope-type rope)",
+               rt && strcmp(rt, "default") ? rt : st);
+    json_t *il = json_object_get(h, "rope_interleave"), *ab = json_object_get(h, "attention_bias");
+    MT_REQUIRE(!json_is_false(il), MT_ERR_UNSUPPORTED,
+               "DeepSeek-V3: rope_interleave false (MLA's rotary channels are interleaved pairs)");
+    MT_REQUIRE(!json_is_true(ab), MT_ERR_UNSUPPORTED,
+               "DeepSeek-V3: attention_bias true (MLA without biases only)");
+    c->num_query_groups = 0, c->kv_channels = 0; /* (MLA's head: its own dims) */
+    c->multi_latent_attention = 1;
+    c->q_lora_rank = geti(h, "q_lora_rank", 0); /* (null: none) */
+    c->kv_lora_rank = geti(h, "kv_lora_rank", 512);
+    c->qk_head_dim = geti(h, "qk_nope_head_dim", 128);
+    c->qk_pos_emb_head_dim = geti(h, "qk_rope_head_dim", 64);
+    c->v_head_dim = geti(h, "v_head_dim", 128);
+    const int k = geti(h, "first_k_dense_replace", 3);
+    if (k >= c->num_layers) return MT_OK; /* (no MoE layer) */
+    MT_REQUIRE(k >= 0 && c->num_layers <= MT_MODEL_MAX_LAYERS, MT_ERR_FORMAT,
+               "DeepSeek-V3: first_k_dense_replace %d, %d layers (at most %d)", k, c->num_layers,
+               MT_MODEL_MAX_LAYERS);
+    for (int l = 0; l < c->num_layers; l++)
+        c->moe_dense_layer[l] = l < k;
+    c->num_moe_experts = geti(h, "n_routed_experts", 256);
+    c->moe_router_topk = geti(h, "num_experts_per_tok", 8);
+    c->moe_ffn_hidden_size = geti(h, "moe_intermediate_size", 0);
+    const int ns = geti(h, "n_shared_experts", 1);
+    MT_REQUIRE(ns >= 1, MT_ERR_UNSUPPORTED, "DeepSeek-V3: n_shared_experts %d (at least 1)", ns);
+    c->moe_shared_expert_intermediate_size = ns * c->moe_ffn_hidden_size;
+    c->moe_router_score_sigmoid = 1;
+    c->moe_router_enable_expert_bias = 1;
+    c->moe_router_topk_scaling_factor = (float)getf(h, "routed_scaling_factor", 1.0);
+    /* (Megatron renormalises sigmoid scores over the k chosen exactly when k > 1) */
+    const int norm = !json_is_false(json_object_get(h, "norm_topk_prob"));
+    MT_REQUIRE(norm == (c->moe_router_topk > 1), MT_ERR_UNSUPPORTED,
+               "DeepSeek-V3: norm_topk_prob %s with num_experts_per_tok %d (Megatron renormalises "
+               "sigmoid scores exactly when it is above 1)",
+               norm ? "true" : "false", c->moe_router_topk);
+    /* groups: HF ranks a group by its top 2 scores, Megatron by its top k / group_topk */
+    const int ng = geti(h, "n_group", 1), tg = geti(h, "topk_group", 1);
+    if (ng > 1 && tg < ng) {
+        MT_REQUIRE(tg > 0 && c->moe_router_topk / tg == 2, MT_ERR_UNSUPPORTED,
+                   "DeepSeek-V3: n_group %d with topk_group %d and num_experts_per_tok %d "
+                   "(Hugging Face ranks a group by its top 2 scores, Megatron by its top "
+                   "num_experts_per_tok / topk_group: they must be 2)",
+                   ng, tg, c->moe_router_topk);
+        c->moe_router_num_groups = ng, c->moe_router_group_topk = tg;
+    }
+    return MT_OK;
+}
+
 mt_status mt_train_model_config_from_hf(const char *args_json, mt_model_config *c) {
     MT_REQUIRE(args_json && c, MT_ERR_INVALID_ARG, "NULL args or config");
     json_t *args = json_loads(args_json, JSON_DECODE_ANY, NULL);
@@ -41,11 +102,12 @@ mt_status mt_train_model_config_from_hf(const char *args_json, mt_model_config *
     mt_status st = MT_OK;
     *c = (mt_model_config)MT_MODEL_CONFIG_INIT;
     if (!type || (strcmp(type, "gpt2") && strcmp(type, "llama") && strcmp(type, "qwen3") &&
-                  strcmp(type, "qwen2") && strcmp(type, "mixtral") && strcmp(type, "qwen2_moe"))) {
+                  strcmp(type, "qwen2") && strcmp(type, "mixtral") && strcmp(type, "qwen2_moe") &&
+                  strcmp(type, "deepseek_v3"))) {
         st = MT_ERROR(MT_ERR_FORMAT,
-                      "the checkpoint's args have no GPT-2, Llama, Qwen2, Qwen3, Mixtral or "
-                      "Qwen2-MoE config (hf.config, kept by mt-pretrain for models of those shapes "
-                      "and by mt-convert)");
+                      "the checkpoint's args have no GPT-2, Llama, Qwen2, Qwen3, Mixtral, "
+                      "Qwen2-MoE or DeepSeek-V3 config (hf.config, kept by mt-pretrain for models "
+                      "of those shapes and by mt-convert)");
         goto done;
     }
     const int qmoe = !strcmp(type, "qwen2_moe");
@@ -116,6 +178,7 @@ mt_status mt_train_model_config_from_hf(const char *args_json, mt_model_config *
                 if (l >= 0 && l < c->num_layers) c->moe_dense_layer[l] = 1;
             }
         }
+        if (!strcmp(type, "deepseek_v3") && (st = deepseek_config(h, c)) != MT_OK) goto done;
     }
     c->seq_length = c->max_position_embeddings;
 done:
@@ -316,7 +379,8 @@ static mt_status batch_logits(void *ctx, int32_t *const *tokens, const int *n, c
     return st;
 }
 
-/* Every parameter of m from checkpoint ck (unsharded, as mt-pretrain and mt-convert write). */
+/* Every parameter of m from checkpoint ck (unsharded, as mt-pretrain and mt-convert write), and
+ * every buffer (the routers' expert biases, f32). */
 static mt_status load_params(mt_model *m, mt_ckpt *ck) {
     for (int i = 0; i < mt_model_num_params(m); i++) {
         mt_model_param *p = mt_model_param_at(m, i);
@@ -326,6 +390,22 @@ static mt_status load_params(mt_model *m, mt_ckpt *ck) {
         MT_REQUIRE(h.data, MT_ERR_OOM, "%s", p->name);
         mt_status st = mt_ckpt_read(ck, p->name, &h, NULL);
         if (st == MT_OK) st = mt_tensor_copy(&p->weight, &h, NULL);
+        free(h.data);
+        MT_TRY(st);
+    }
+    for (int i = 0; i < mt_model_num_buffers(m); i++) {
+        const char *name;
+        mt_tensor b;
+        MT_TRY(mt_model_buffer_at(m, i, &name, &b));
+        if (mt_ckpt_info(ck, name, NULL, NULL, NULL) != MT_OK) {
+            mt_error_clear();
+            return MT_ERROR(MT_ERR_FORMAT, "the checkpoint has no '%s' (the model's buffer)", name);
+        }
+        mt_tensor h = mt_tensor_make(NULL, MT_F32, b.ndim, b.shape, MT_DEVICE_CPU);
+        h.data = malloc(mt_tensor_nbytes(&h) + 1);
+        MT_REQUIRE(h.data, MT_ERR_OOM, "%s", name);
+        mt_status st = mt_ckpt_read(ck, name, &h, NULL);
+        if (st == MT_OK) st = mt_tensor_copy(&b, &h, NULL);
         free(h.data);
         MT_TRY(st);
     }

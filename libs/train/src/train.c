@@ -929,11 +929,68 @@ static mt_status ckpt_bcast(void *ctx, int64_t *value) {
     return mt_comm_broadcast(r->world, &t, &t, 0, NULL);
 }
 
-/* The Hugging Face config.json of GPT-2-, Llama-, Qwen3- and Mixtral-shaped models (else NULL),
- * kept in the checkpoint's args as hf.config so that `mt-convert mt-to-hf` can export it. */
+/* DeepSeek-V3's config (transformers' DeepseekV3ForCausalLM) for an MLA model of its shape, else
+ * NULL: RMSNorm, RoPE, SwiGLU, no biases; MoE layers (if any) after the first k dense ones, with
+ * sigmoid scores, the expert bias, groups ranked as HF's (the top 2 of each: Megatron's top k /
+ * group_topk) or none, and an ungated shared expert of a multiple of the experts' width. (HF's
+ * latent norms take RMSNorm's eps 1e-6, ours --norm-epsilon: the same at DeepSeek-V3's 1e-6.) */
+static json_t *deepseek_hf_config(const run *r) {
+    const mt_model_config *c = &r->mc;
+    const int moe = c->num_moe_experts > 0, F = c->moe_ffn_hidden_size;
+    if (c->normalization != MT_NORM_RMSNORM || c->position_embedding_type != MT_POS_ROPE ||
+        !c->swiglu || c->add_bias_linear || c->add_qkv_bias || c->rotary_interleaved ||
+        c->qk_layernorm || c->num_query_groups != c->num_attention_heads)
+        return NULL;
+    int k = 0; /* (the dense layers: exactly the first k) */
+    while (k < c->num_layers && (!moe || c->moe_dense_layer[k]))
+        k++;
+    for (int l = k; l < c->num_layers; l++)
+        if (c->moe_dense_layer[l]) return NULL;
+    const int topk = c->moe_router_topk, G = c->moe_router_num_groups;
+    const int g = c->moe_router_group_topk;
+    if (moe &&
+        (!c->moe_router_score_sigmoid || !c->moe_router_enable_expert_bias ||
+         c->moe_shared_expert_gate || c->moe_shared_expert_intermediate_size <= 0 ||
+         c->moe_shared_expert_intermediate_size % F != 0 || (G > 1 && g < G && topk / g != 2)))
+        return NULL;
+    json_t *h = json_pack(
+        "{s:s,s:[s],s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:s,s:f,s:{s:s,s:f},s:b,s:b,s:b,s:i,s:i,s:i,s:i,"
+        "s:i,s:i}",
+        "model_type", "deepseek_v3", "architectures", "DeepseekV3ForCausalLM", "num_hidden_layers",
+        c->num_layers, "hidden_size", c->hidden_size, "num_attention_heads", c->num_attention_heads,
+        "num_key_value_heads", c->num_attention_heads, "intermediate_size", c->ffn_hidden_size,
+        "vocab_size", c->vocab_size, "max_position_embeddings", c->max_position_embeddings,
+        "hidden_act", "silu", "rms_norm_eps", r->a->norm_epsilon, "rope_parameters", "rope_type",
+        "default", "rope_theta", c->rotary_base, "rope_interleave", 1, "attention_bias", 0,
+        "tie_word_embeddings", !c->untie_embeddings_and_output_weights, "kv_lora_rank",
+        c->kv_lora_rank, "qk_nope_head_dim", c->qk_head_dim, "qk_rope_head_dim",
+        c->qk_pos_emb_head_dim, "v_head_dim", c->v_head_dim, "first_k_dense_replace", k,
+        "num_nextn_predict_layers", 0);
+    if (!h) return NULL;
+    json_object_set_new(h, "q_lora_rank",
+                        c->q_lora_rank ? json_integer(c->q_lora_rank) : json_null());
+    json_object_set_new(h, "rope_theta", json_real(c->rotary_base)); /* (transformers 4's) */
+    if (!moe) return h; /* (every layer dense: transformers builds no router) */
+    const float sf = c->moe_router_topk_scaling_factor;
+    json_object_set_new(h, "n_routed_experts", json_integer(c->num_moe_experts));
+    json_object_set_new(h, "num_experts_per_tok", json_integer(topk));
+    json_object_set_new(h, "moe_intermediate_size", json_integer(F));
+    json_object_set_new(h, "n_shared_experts",
+                        json_integer(c->moe_shared_expert_intermediate_size / F));
+    json_object_set_new(h, "n_group", json_integer(G > 1 ? G : 1));
+    json_object_set_new(h, "topk_group", json_integer(G > 1 ? g : 1));
+    /* (Megatron renormalises sigmoid scores over the k chosen when k > 1) */
+    json_object_set_new(h, "norm_topk_prob", json_boolean(topk > 1));
+    json_object_set_new(h, "routed_scaling_factor", json_real(sf != 0.0f ? sf : 1.0));
+    return h;
+}
+
+/* The Hugging Face config.json of GPT-2-, Llama-, Qwen3-, Mixtral- and DeepSeek-V3-shaped models
+ * (else NULL), kept in the checkpoint's args as hf.config so that `mt-convert mt-to-hf` can export
+ * it. */
 static json_t *hf_config(const run *r) {
     const mt_model_config *c = &r->mc;
-    if (c->multi_latent_attention) return NULL; /* (DeepSeek's config: not written yet) */
+    if (c->multi_latent_attention) return deepseek_hf_config(r);
     int ln = c->normalization == MT_NORM_LAYERNORM,
         rope = c->position_embedding_type == MT_POS_ROPE;
     if (ln && !rope && !c->swiglu && c->add_bias_linear &&

@@ -169,9 +169,11 @@ MT_API mt_status mt_train_run(const mt_train_args *a);
 
 /* ---- mt-generate ---- */
 
-/* libs/model's config of the GPT-2-, Llama- or Qwen3-shaped model whose Hugging Face config a
- * checkpoint's args keep (hf.config: mt-pretrain writes it for those shapes, mt-convert's import
- * always); seq_length = max_position_embeddings. MT_ERR_FORMAT without one. */
+/* libs/model's config of the GPT-2-, Llama-, Qwen2-, Qwen3-, Mixtral-, Qwen2-MoE- or
+ * DeepSeek-V3-shaped model whose Hugging Face config a checkpoint's args keep (hf.config:
+ * mt-pretrain writes it for those shapes, mt-convert's import always); seq_length =
+ * max_position_embeddings. MT_ERR_FORMAT without one; MT_ERR_UNSUPPORTED for a DeepSeek-V3 config
+ * that libs/model would not run as transformers does (YaRN, rope_interleave false, ...). */
 MT_API mt_status mt_train_model_config_from_hf(const char *args_json, mt_model_config *c);
 
 /* mt-generate's settings (its flags: --load, --prompt or --prompt-ids, --tokens-to-generate,
