@@ -48,13 +48,13 @@ static int rounds_ds(const shape *s) {
     return s->dt == MT_BF16 && !s->det && !s->split;
 }
 
-/* Every bf16/f16 tensor-core path (D 64, 128) rounds P to the dtype for dV = P^T dO, as
+/* Every bf16/f16 tensor-core path (D 64, 128, 192) rounds P to the dtype for dV = P^T dO, as
  * flash-attention and cuDNN do: dV_jd carries sum_i e_i P_ij dO_id, |e_i| <= u (2^-8 bf16,
  * 2^-11 f16), bounded as dS's is with spread = sqrt(sum_i (P_ij dO_id)^2). It matters where many
  * rows give one key weight and dV cancels: causal key 0 of B2 T237 H4 KV2 D64 bf16 (draw 61-64)
  * had 0.0107 against the plain limit 0.0032, and P's rounding alone gives the same on the CPU. */
 static double p_round_bound(const shape *s) {
-    if (s->dt == MT_F32 || (s->D != 64 && s->D != 128)) return 0.0;
+    if (s->dt == MT_F32 || (s->D != 64 && s->D != 128 && s->D != 192)) return 0.0;
     return 8.0 * (s->dt == MT_BF16 ? 1.0 / 256.0 : 1.0 / 2048.0);
 }
 
@@ -630,6 +630,12 @@ int main(void) {
         { 1, 333, 4, 2, 128, 1, MT_BF16, 1, 0, 0, 0, 3 },
         { 1, 200, 2, 1, 40, 1, MT_F32, 0, 0, 0, 0, 4 },
         { 2, 256, 4, 2, 64, 1, MT_BF16, 0, 0, 0, 1, 90 },
+        /* D 192 (multi-latent attention's 128 + 64) on the mma.sync kernels: causal and not,
+         * deterministic and not, a partial last tile, fused-QKV strides, document masks, long */
+        { 2, 200, 4, 4, 192, 1, MT_BF16, 0, 1, 0, 0, 0 },
+        { 1, 129, 2, 2, 192, 0, MT_F16, 1, 0, 0, 0, 0 },
+        { 1, 300, 4, 4, 192, 1, MT_BF16, 1, 0, 0, 0, 4 },
+        { 1, 2048, 2, 2, 192, 1, MT_BF16, 0, 1, 0, 0, 0 },
     };
     for (size_t i = 0; i < sizeof later / sizeof later[0]; i++)
         random_inputs(&later[i]);

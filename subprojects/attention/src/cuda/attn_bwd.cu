@@ -790,9 +790,11 @@ static mt_status launch(const attn_args &a, int fast, mt_tensor *dq, mt_tensor *
             *tv = (const T *)v->data;
     bool mma = false;
     if constexpr (sizeof(T) == 2) {
-        mma = fast && (a.D == 64 || a.D == 128);
+        mma = fast && (a.D == 64 || a.D == 128 || a.D == 192);
         if (mma && a.D == 64)
             MT_TRY((launch_mma<T, 64, 8, 4>(a, gq, gk, gv, g, tq, tk, tv, lse, Dv, stream)));
+        else if (mma && a.D == 192) /* (multi-latent attention's heads) */
+            MT_TRY((launch_mma<T, 192, 8, 4>(a, gq, gk, gv, g, tq, tk, tv, lse, Dv, stream)));
         else if (mma)
             MT_TRY((launch_mma<T, 128, 8, 4>(a, gq, gk, gv, g, tq, tk, tv, lse, Dv, stream)));
     }

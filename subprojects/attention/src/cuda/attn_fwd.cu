@@ -322,7 +322,8 @@ static mt_status launch(const attn_args &a, int fast, mt_tensor *out, mt_tensor 
     T *o = (T *)out->data;
     float *L = (float *)lse->data;
     const T *tq = (const T *)q->data, *tk = (const T *)k->data, *tv = (const T *)v->data;
-    const bool tc = sizeof(T) == 2 && fast && (a.D == 64 || a.D == 128); /* tensor cores */
+    /* tensor cores (D 192: multi-latent attention's 128 + 64, on the mma.sync kernels) */
+    const bool tc = sizeof(T) == 2 && fast && (a.D == 64 || a.D == 128 || a.D == 192);
     attn_args g = a;
     if (a.Tk != a.T || a.kl) { /* over cached keys */
         if (!tc || !attn_prefix_ok(a)) return launch_rows<T>(a, fast, o, L, tq, tk, tv, stream);
@@ -330,11 +331,12 @@ static mt_status launch(const attn_args &a, int fast, mt_tensor *out, mt_tensor 
         o = attn_rows_back<T>(out, g.qoff), tq = attn_rows_back<const T>(q, g.qoff);
     }
     if constexpr (sizeof(T) == 2) {
-        if (tc && attn_sm90_takes(g))
+        if (tc && a.D != 192 && attn_sm90_takes(g))
             return a.D == 64 ? attn_fwd_sm90<T, 64>(g, o, L, tq, tk, tv, stream)
                              : attn_fwd_sm90<T, 128>(g, o, L, tq, tk, tv, stream);
         if (tc && a.D == 64) return launch_mma<T, 64, 4>(g, o, L, tq, tk, tv, stream);
         if (tc && a.D == 128) return launch_mma<T, 128, 8>(g, o, L, tq, tk, tv, stream);
+        if (tc && a.D == 192) return launch_mma<T, 192, 8>(g, o, L, tq, tk, tv, stream);
     }
     int64_t rows = (int64_t)a.B * a.H * a.T;
     attn_fwd_generic_kernel<T><<<(unsigned)((rows + 3) / 4), 128, 0, stream>>>(
