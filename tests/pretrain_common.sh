@@ -19,6 +19,17 @@ tiny_run() {
   local out=$1; shift
   "$MT_PRETRAIN" "${tiny_args[@]}" --golden-values-out "$out" "$@"
 }
+# refused BASE "FLAGS|MESSAGE"...: tiny_run with the flags of the array named BASE, then each set
+# of FLAGS, is refused before training with MESSAGE in its output ($d/bad.log; $d: the test's dir)
+refused() {
+  local -n base=$1; shift
+  local bad
+  for bad in "$@"; do
+    tiny_run "$d/bad.json" "${base[@]}" --train-iters 1 ${bad%%|*} > "$d/bad.log" 2>&1 \
+      && { echo "FAIL: ${bad%%|*} accepted"; exit 1; }
+    grep -qF -- "${bad#*|}" "$d/bad.log" || { echo "FAIL: ${bad%%|*}: want '${bad#*|}'"; cat "$d/bad.log"; exit 1; }
+  done
+}
 # losses OUT_JSON FROM TO: "step loss" lines of a golden-values file
 losses() {
   jq -r --argjson a "$2" --argjson b "$3" '.["lm loss"].values | to_entries[] |

@@ -29,14 +29,6 @@ run() {  # name, then extra flags
   tiny_run "$d/$n.json" "${MOE[@]}" --metrics-jsonl "$d/$n.jsonl" "$@" > "$d/$n.log" 2>&1 \
     || { echo "FAIL: run $n"; cat "$d/$n.log"; exit 1; }
 }
-refused() {  # "FLAGS|MESSAGE"...: each set of flags is refused before training, with the message
-  local bad
-  for bad in "$@"; do
-    tiny_run "$d/bad.json" "${MOE[@]}" --train-iters 1 ${bad%%|*} > "$d/bad.log" 2>&1 \
-      && { echo "FAIL: ${bad%%|*} accepted"; exit 1; }
-    grep -qF -- "${bad#*|}" "$d/bad.log" || { echo "FAIL: ${bad%%|*}: want '${bad#*|}'"; cat "$d/bad.log"; exit 1; }
-  done
-}
 run base --train-iters 24 --save "$d/ckpt"
 grep -q "Mixtral-style MoE (4 experts, top-2)" "$d/base.log" || { echo "FAIL: model line"; cat "$d/base.log"; exit 1; }
 first=$(losses "$d/base.json" 1 1 | awk '{ print $2 }'); last=$(losses "$d/base.json" 24 24 | awk '{ print $2 }')
@@ -79,7 +71,7 @@ run presoft --train-iters 4 --moe-router-pre-softmax --moe-router-topk-scaling-f
 # losses, bitwise; fp64 and other values are refused
 run rdt --train-iters 4 --moe-router-dtype fp32
 [ "$(losses "$d/dropless4.json" 1 4)" = "$(losses "$d/rdt.json" 1 4)" ] || { echo "FAIL: --moe-router-dtype fp32 changed the losses"; exit 1; }
-refused "--moe-router-dtype fp64|--moe-router-dtype fp64 is not supported yet" \
+refused MOE "--moe-router-dtype fp64|--moe-router-dtype fp64 is not supported yet" \
         "--moe-router-dtype bf16|invalid choice: 'bf16'"
 echo "ok: --moe-router-dtype fp32 (bitwise the default), fp64 and bf16 refused"
 # group-limited routing (Megatron's --moe-router-num-groups / --moe-router-group-topk; mt-moe's
@@ -87,7 +79,7 @@ echo "ok: --moe-router-dtype fp32 (bitwise the default), fp64 and bf16 refused"
 # first loss changes; bad groups get Megatron's messages before anything runs
 run grouped --train-iters 4 --moe-router-num-groups 2 --moe-router-group-topk 1 --save "$d/gckpt"
 [ "$(losses "$d/dropless4.json" 1 1)" != "$(losses "$d/grouped.json" 1 1)" ] || { echo "FAIL: group-limited routing changed nothing"; exit 1; }
-refused "--moe-router-group-topk 1|moe_router_num_groups must be specified" \
+refused MOE "--moe-router-group-topk 1|moe_router_num_groups must be specified" \
         "--moe-router-num-groups 3 --moe-router-group-topk 1|num_moe_experts (4) should be divisible by moe_router_num_groups (3)" \
         "--moe-router-num-groups 2 --moe-router-group-topk 3|moe_router_group_topk (3) should be smaller than moe_router_num_groups (2)"
 echo "ok: group-limited routing ($(losses "$d/grouped.json" 1 1 | awk '{print $2}') first loss; bad groups refused)"
@@ -103,7 +95,7 @@ run sig --train-iters 4 --moe-router-score-function sigmoid --save "$d/sigck"
 run siggroup --train-iters 4 --moe-router-score-function sigmoid --moe-router-num-groups 2 --moe-router-group-topk 1 --moe-router-topk-scaling-factor 2.5
 [ "$(losses "$d/dropless4.json" 1 1)" != "$(losses "$d/sig.json" 1 1)" ] || { echo "FAIL: sigmoid scores changed nothing"; exit 1; }
 [ "$(losses "$d/sig.json" 1 1)" != "$(losses "$d/siggroup.json" 1 1)" ] || { echo "FAIL: sigmoid groups changed nothing"; exit 1; }
-refused "--moe-router-score-function sigmoid --moe-router-pre-softmax|--moe-router-pre-softmax is the softmax score function's" \
+refused MOE "--moe-router-score-function sigmoid --moe-router-pre-softmax|--moe-router-pre-softmax is the softmax score function's" \
         "--moe-router-score-function sqrtsoftplus|sqrtsoftplus is not supported yet" \
         "--moe-router-score-function relu|invalid choice: 'relu'" \
         "--moe-router-enable-expert-bias|Expert bias for aux-loss-free routing only supports sigmoid score function"
@@ -143,7 +135,7 @@ run sharednog --train-iters 4 --moe-shared-expert-intermediate-size 32
 [ "$(losses "$d/shared.json" 1 1)" != "$(losses "$d/sharednog.json" 1 1)" ] || { echo "FAIL: the shared experts' gate changed nothing"; exit 1; }
 run sharedrec --train-iters 4 "${sh[@]}" --recompute-granularity full --recompute-method uniform --recompute-num-layers 1
 [ "$(losses "$d/shared.json" 1 4)" = "$(losses "$d/sharedrec.json" 1 4)" ] || { echo "FAIL: full recompute changed the shared experts' losses"; exit 1; }
-refused "--moe-shared-expert-gate|--moe-shared-expert-gate needs --moe-shared-expert-intermediate-size" \
+refused MOE "--moe-shared-expert-gate|--moe-shared-expert-gate needs --moe-shared-expert-intermediate-size" \
         "--moe-shared-expert-intermediate-size 30 --tensor-model-parallel-size 4|is not divisible by --tensor-model-parallel-size (4)"
 tiny_run "$d/bad.json" "${moe_bias[@]}" "${sh[@]}" --train-iters 1 > "$d/bad.log" 2>&1 && { echo "FAIL: shared experts with biases accepted"; exit 1; }
 grep -qF "bias is not supported in the shared experts" "$d/bad.log" || { echo "FAIL: biases message"; cat "$d/bad.log"; exit 1; }

@@ -28,6 +28,26 @@ from transformers import (GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCaus
 B, T, V = 2, 16, 100
 
 
+def write_fused(d, E):
+    """d_fused/: d/ (save_pretrained's hub layout, per-expert names) with each layer's E experts
+    stacked as transformers 5 holds them: mlp.experts.gate_up_proj (E, 2I, H), down_proj."""
+    from safetensors.torch import load_file
+    s = d + "_fused"
+    shutil.rmtree(s, ignore_errors=True)
+    shutil.copytree(d, s)
+    w = load_file(f"{d}/model.safetensors")
+    out = {}
+    for k, v in w.items():
+        if ".mlp.experts." not in k:
+            out[k] = v
+        elif k.endswith(".mlp.experts.0.gate_proj.weight"):
+            p = k[:-len("0.gate_proj.weight")]
+            out[p + "gate_up_proj"] = torch.stack([torch.cat(
+                [w[f"{p}{e}.gate_proj.weight"], w[f"{p}{e}.up_proj.weight"]]) for e in range(E)])
+            out[p + "down_proj"] = torch.stack([w[f"{p}{e}.down_proj.weight"] for e in range(E)])
+    save_file(out, f"{s}/model.safetensors", metadata={"format": "pt"})
+
+
 def record(tag, model):
     torch.manual_seed(1234)
     with torch.no_grad():
@@ -68,7 +88,6 @@ if sys.argv[1:] == ["qwen2"]:  # (session 40) only Qwen2: biases on q_proj, k_pr
     sys.exit(0)
 if sys.argv[1:] in (["qwen2_moe"], ["qwen2_moe_mixed"]):  # (session 41) only Qwen2-MoE (mixed:
     # layer 0's MLP dense, mlp_only_layers [0])
-    from safetensors.torch import load_file
     from transformers import Qwen2MoeConfig, Qwen2MoeForCausalLM
     torch.manual_seed(0)
     record(sys.argv[1], Qwen2MoeForCausalLM(Qwen2MoeConfig(
@@ -79,27 +98,13 @@ if sys.argv[1:] in (["qwen2_moe"], ["qwen2_moe_mixed"]):  # (session 41) only Qw
         shared_expert_intermediate_size=40, norm_topk_prob=False, tie_word_embeddings=False,
         use_sliding_window=False, experts_implementation="eager",
         mlp_only_layers=[0] if sys.argv[1] == "qwen2_moe_mixed" else [])))
-    d, s = f"logits_{sys.argv[1]}", f"logits_{sys.argv[1]}_fused"  # (save_pretrained writes the hub's
-    shutil.rmtree(s, ignore_errors=True)                  # per-expert names; fused: stacked)
-    shutil.copytree(d, s)
-    w = load_file(f"{d}/model.safetensors")
-    out, E = {}, 4
-    for k, v in w.items():
-        if ".mlp.experts." not in k:
-            out[k] = v
-        elif k.endswith(".mlp.experts.0.gate_proj.weight"):
-            p = k[:-len("0.gate_proj.weight")]
-            out[p + "gate_up_proj"] = torch.stack([torch.cat(
-                [w[f"{p}{e}.gate_proj.weight"], w[f"{p}{e}.up_proj.weight"]]) for e in range(E)])
-            out[p + "down_proj"] = torch.stack([w[f"{p}{e}.down_proj.weight"] for e in range(E)])
-    save_file(out, f"{s}/model.safetensors", metadata={"format": "pt"})
+    write_fused(f"logits_{sys.argv[1]}", 4)
     print("transformers", transformers.__version__, "torch", torch.__version__)
     sys.exit(0)
 if sys.argv[1:] == ["deepseek_v3"]:  # only DeepSeek-V3: MLA with a query latent,
     # layer 0 dense, layer 1 8 experts in 2 groups (top-2 from the best group; HF's group score is
     # the sum of its top 2, Megatron's of its top k / group_topk = 2), sigmoid scores, an expert
     # bias (a buffer, 0.1 randn: it moves some tokens' experts), scaling 2.5, a shared expert
-    from safetensors.torch import load_file
     from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
     torch.manual_seed(0)
     ds = DeepseekV3ForCausalLM(DeepseekV3Config(
@@ -130,20 +135,7 @@ if sys.argv[1:] == ["deepseek_v3"]:  # only DeepSeek-V3: MLA with a query latent
     changed = (seen[0] != seen[1]).any(-1).sum().item()
     print("deepseek_v3 tokens whose experts the bias changes:", changed, "of", B * T)
     assert changed >= 3
-    d, s = "logits_deepseek_v3", "logits_deepseek_v3_fused"  # (fused: transformers 5's stacked
-    shutil.rmtree(s, ignore_errors=True)                      # mlp.experts.gate_up_proj, down_proj)
-    shutil.copytree(d, s)
-    w = load_file(f"{d}/model.safetensors")
-    out, E = {}, 8
-    for k, v in w.items():
-        if ".mlp.experts." not in k:
-            out[k] = v
-        elif k.endswith(".mlp.experts.0.gate_proj.weight"):
-            p = k[:-len("0.gate_proj.weight")]
-            out[p + "gate_up_proj"] = torch.stack([torch.cat(
-                [w[f"{p}{e}.gate_proj.weight"], w[f"{p}{e}.up_proj.weight"]]) for e in range(E)])
-            out[p + "down_proj"] = torch.stack([w[f"{p}{e}.down_proj.weight"] for e in range(E)])
-    save_file(out, f"{s}/model.safetensors", metadata={"format": "pt"})
+    write_fused("logits_deepseek_v3", 8)
     print("transformers", transformers.__version__, "torch", torch.__version__)
     sys.exit(0)
 if sys.argv[1:] == ["mixtral"]:  # (session 34) only Mixtral: 4 experts, top-2, router and experts
