@@ -6,8 +6,10 @@
 # --qk-layernorm; --rotary-interleaved). A DeepSeek-V3-shaped run (a dense layer, then sigmoid
 # routing with the expert bias, groups, a scaling factor and a shared expert) trains; with
 # mt-convert ($MT_CONVERT) its checkpoint (and a dense MLA one) exports as Hugging Face
-# DeepSeek-V3 and imports back to the same fine-tuning losses. With an MPI launcher ($MPIEXEC): 2 data-parallel ranks, 2 pipeline stages and 2 expert-parallel ranks
-# give one rank's losses; tensor parallelism is refused. With "cuda": on the GPU.
+# DeepSeek-V3 and imports back to the same fine-tuning losses. With an MPI launcher ($MPIEXEC):
+# 2 data-parallel ranks, 2 pipeline stages, 2 expert-parallel ranks and 2 tensor-parallel ranks
+# (with and without sequence parallelism and the query latent) give one rank's losses. With
+# "cuda": on the GPU.
 source "$(dirname "$0")/pretrain_common.sh"
 d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
 MLA=(--normalization RMSNorm --position-embedding-type rope --swiglu --disable-bias-linear
@@ -103,9 +105,17 @@ if [ -n "${MPIEXEC:-}" ]; then
   run dsone --train-iters 12 "${DS[@]}"
   mr dsep2 2 --train-iters 12 "${DS[@]}" --expert-model-parallel-size 2
   paste <(losses "$d/dsone.json" 1 12) <(losses "$d/dsep2.json" 1 12) | awk '{ print $2, $4 }' | close "DeepSeek-V3-shaped EP 2" 1e-5
-  "$MPIEXEC" -n 2 "$MT_PRETRAIN" "${tiny_args[@]}" "${MLA[@]}" --train-iters 1 \
-    --tensor-model-parallel-size 2 > "$d/tp.log" 2>&1 && { echo "FAIL: MLA with TP 2 accepted"; exit 1; }
-  grep -qF "with tensor parallelism is not supported yet" "$d/tp.log" || { echo "FAIL: no TP message"; cat "$d/tp.log"; exit 1; }
-  echo "ok: tensor parallelism refused"
+  # tensor parallelism: each rank its heads (the up-projections column-parallel, linear_proj
+  # row-parallel), the down-projections and latent norms whole on every rank
+  mr tp2 2 --q-lora-rank 24 --tensor-model-parallel-size 2
+  mr tpsp2 2 --q-lora-rank 24 --tensor-model-parallel-size 2 --sequence-parallel
+  run noqone
+  mr noqtp2 2 --tensor-model-parallel-size 2 --sequence-parallel  # (linear_q_proj's heads)
+  mr dstp2 2 --train-iters 12 "${DS[@]}" --tensor-model-parallel-size 2 --sequence-parallel
+  for n in tp2 tpsp2; do
+    paste <(losses "$d/one.json" 1 12) <(losses "$d/$n.json" 1 12) | awk '{ print $2, $4 }' | close "$n" 1e-5
+  done
+  paste <(losses "$d/noqone.json" 1 12) <(losses "$d/noqtp2.json" 1 12) | awk '{ print $2, $4 }' | close "no query latent, TP 2 + SP" 1e-5
+  paste <(losses "$d/dsone.json" 1 12) <(losses "$d/dstp2.json" 1 12) | awk '{ print $2, $4 }' | close "DeepSeek-V3-shaped TP 2 + SP" 1e-5
 fi
 echo "PASS"

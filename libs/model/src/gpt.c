@@ -134,19 +134,25 @@ static mt_status mla_pack(mt_model *m, layer_acts *la, mt_stream s) {
                    strided(&m->a.mla_zero, 0, N, H, D - dv, 0, 0, 0), s);
 }
 
-/* MLA's projections of the layer's normed input x (N, C) and mla_pack's heads. */
+/* MLA's projections of the layer's normed input (under sequence parallelism every rank's rows,
+ * gathered into ln_all: the down-projections are whole on every rank) and mla_pack's heads. */
 static mt_status mla_fwd(mt_model *m, layer_acts *la, const layer_params *lp, mt_stream s) {
     const mt_model_config *c = &m->cfg;
     const int64_t N = (int64_t)m->B * c->seq_length, R = c->kv_lora_rank;
     const int64_t dr = c->qk_pos_emb_head_dim;
+    const mt_tensor *x = &la->ln1;
+    if (sp(m)) {
+        MT_TRY(mt_tp_gather_rows(m->tp, &m->a.ln_all, &la->ln1, s));
+        x = &m->a.ln_all;
+    }
     if (c->q_lora_rank) {
-        MT_TRY(mt_linear_fwd(m->blas, &la->mla_qc, NULL, &la->ln1, W(lp->mla_qd), NULL, 0, s));
+        MT_TRY(mt_linear_fwd(m->blas, &la->mla_qc, NULL, x, W(lp->mla_qd), NULL, 0, s));
         MT_TRY(norm_fwd(m, &la->mla_qn, &la->mla_q_mean, &la->mla_q_rstd, &la->mla_qc, lp->mla_qn_w,
                         lp->mla_qn_b, s));
     }
-    MT_TRY(mt_linear_fwd(m->blas, &la->mla_q, NULL, c->q_lora_rank ? &la->mla_qn : &la->ln1,
-                         W(lp->mla_q), NULL, 0, s));
-    MT_TRY(mt_linear_fwd(m->blas, &la->mla_kvl, NULL, &la->ln1, W(lp->mla_kvd), NULL, 0, s));
+    MT_TRY(mt_linear_fwd(m->blas, &la->mla_q, NULL, c->q_lora_rank ? &la->mla_qn : x, W(lp->mla_q),
+                         NULL, 0, s));
+    MT_TRY(mt_linear_fwd(m->blas, &la->mla_kvl, NULL, x, W(lp->mla_kvd), NULL, 0, s));
     MT_TRY(copy_to(strided(&la->mla_kc, 0, N, 1, R, R, R, 1),
                    strided(&la->mla_kvl, 0, N, 1, R, R + dr, R, 1), s));
     MT_TRY(norm_fwd(m, &la->mla_kn, &la->mla_k_mean, &la->mla_k_rstd, &la->mla_kc, lp->mla_kvn_w,
@@ -179,7 +185,11 @@ static mt_status mla_out_bwd(mt_model *m, mt_stream s) {
 }
 
 /* MLA's backward from the heads' gradient a->dqkv (RoPE's backward done) to a->dln, the normed
- * input's (x: that input, as the forward read it). */
+ * input's (x: that input as the forward read it, every row). Under tensor parallelism this rank's
+ * heads give a share of the latents' and the rotary key's gradients, summed over the group before
+ * the latents' norms; the whole down-projections' input gradient is then the same on every rank,
+ * so each rank adds 1/tp of it to its heads' share of linear_q_proj's before the one all-reduce
+ * (reduce-scatter with sequence parallelism) that a column-parallel linear's backward makes. */
 static mt_status mla_bwd(mt_model *m, layer_acts *la, const layer_params *lp, const mt_tensor *x,
                          int acc, mt_stream s) {
     const mt_model_config *c = &m->cfg;
@@ -187,6 +197,7 @@ static mt_status mla_bwd(mt_model *m, layer_acts *la, const layer_params *lp, co
     const int64_t N = (int64_t)m->B * c->seq_length, H = local_heads(c), D = c->kv_channels;
     const int64_t dn = c->qk_head_dim, dr = c->qk_pos_emb_head_dim, dv = c->v_head_dim;
     const int64_t R = c->kv_lora_rank, row = 3 * H * D, kv = dn + dv;
+    const int tp = tp_n(c);
     const mt_tensor *g = &a->dqkv;
     MT_TRY(copy_to(strided(&a->mla_dq, dn, N, H, dr, H * D, D, 1),
                    strided(g, 0, N, H, dr, row, D, 1), s));
@@ -197,28 +208,43 @@ static mt_status mla_bwd(mt_model *m, layer_acts *la, const layer_params *lp, co
     MT_TRY(copy_to(strided(&a->mla_dkv, dn, N, H, dv, H * kv, kv, 1),
                    strided(g, 2 * H * D, N, H, dv, row, D, 1), s));
     /* the shared rotary key's gradient: its heads' summed, ones (1, H) times each row's (H, dr) */
-    mt_tensor dpe = strided(&a->mla_dkvl, R, N, 1, dr, R + dr, dr, 1);
+    mt_tensor dpe = strided(&a->mla_dpe, 0, N, 1, dr, dr, dr, 1);
     mt_tensor dk = strided(g, H * D, N, H, dr, row, D, 1);
     MT_TRY(mt_gemm(m->blas, &dpe, NULL, &a->mla_ones, &dk, NULL, 0, 1.0f, 0.0f, s));
     MT_TRY(mt_linear_bwd(m->blas, &a->mla_dkn, G(lp->mla_kvu), NULL, &a->mla_dkv, &la->mla_kn,
                          W(lp->mla_kvu), acc, s));
+    if (c->q_lora_rank)
+        MT_TRY(mt_linear_bwd(m->blas, &a->mla_dqn, G(lp->mla_q), NULL, &a->mla_dq, &la->mla_qn,
+                             W(lp->mla_q), acc, s));
+    if (tp > 1) { /* (the heads' shares, summed) */
+        MT_TRY(mt_tp_all_reduce(m->tp, &a->mla_dpe, s));
+        MT_TRY(mt_tp_all_reduce(m->tp, &a->mla_dkn, s));
+        if (c->q_lora_rank) MT_TRY(mt_tp_all_reduce(m->tp, &a->mla_dqn, s));
+    }
     MT_TRY(norm_bwd(m, &a->mla_dkc, lp->mla_kvn_w, lp->mla_kvn_b, NULL, &a->mla_dkn, &la->mla_kc,
                     &la->mla_k_mean, &la->mla_k_rstd, NULL, s));
     MT_TRY(copy_to(strided(&a->mla_dkvl, 0, N, 1, R, R + dr, R, 1),
                    strided(&a->mla_dkc, 0, N, 1, R, R, R, 1), s));
-    MT_TRY(mt_linear_bwd(m->blas, &a->dln, G(lp->mla_kvd), NULL, &a->mla_dkvl, x, W(lp->mla_kvd),
-                         acc, s));
-    const mt_tensor *dq = &a->mla_dq; /* (the queries' input's gradient: a->dln's share next) */
+    MT_TRY(copy_to(strided(&a->mla_dkvl, R, N, 1, dr, R + dr, dr, 1), dpe, s));
+    /* the input's gradient over every row (sequence parallelism: into sp_all, then scattered) */
+    mt_tensor *dx = sp(m) ? &a->sp_all : &a->dln;
+    const float share = 1.0f / (float)tp; /* (the whole linears' part of each rank's sum) */
+    MT_TRY(mt_linear_bwd(m->blas, NULL, G(lp->mla_kvd), NULL, &a->mla_dkvl, x, W(lp->mla_kvd), acc,
+                         s));
+    MT_TRY(mt_gemm(m->blas, dx, NULL, &a->mla_dkvl, W(lp->mla_kvd), NULL, 0, share, 0.0f, s));
+    const mt_tensor *dq = &a->mla_dq; /* (the queries' input's gradient: a share of dx next) */
     mt_model_param *wq = lp->mla_q;
+    float qs = 1.0f; /* (linear_q_proj: this rank's heads' part) */
     if (c->q_lora_rank) {
-        MT_TRY(mt_linear_bwd(m->blas, &a->mla_dqn, G(lp->mla_q), NULL, &a->mla_dq, &la->mla_qn,
-                             W(lp->mla_q), acc, s));
         MT_TRY(norm_bwd(m, &a->mla_dqc, lp->mla_qn_w, lp->mla_qn_b, NULL, &a->mla_dqn, &la->mla_qc,
                         &la->mla_q_mean, &la->mla_q_rstd, NULL, s));
-        dq = &a->mla_dqc, wq = lp->mla_qd;
+        dq = &a->mla_dqc, wq = lp->mla_qd, qs = share;
     }
     MT_TRY(mt_linear_bwd(m->blas, NULL, G(wq), NULL, dq, x, W(wq), acc, s));
-    return mt_gemm(m->blas, &a->dln, NULL, dq, W(wq), NULL, 0, 1.0f, 1.0f, s);
+    MT_TRY(mt_gemm(m->blas, dx, NULL, dq, W(wq), NULL, 0, qs, 1.0f, s));
+    if (tp == 1) return MT_OK;
+    return sp(m) ? mt_tp_reduce_scatter_rows(m->tp, &a->dln, dx, s)
+                 : mt_tp_all_reduce(m->tp, &a->dln, s);
 }
 
 /* Dropout sites (mt_model_config.hidden_dropout): 0 the embeddings, 1 + 3l layer l's attention

@@ -153,8 +153,6 @@ static mt_status mla_finalize(mt_model_config *c) {
                "--disable-bias-linear)");
     MT_REQUIRE(!c->qk_layernorm, MT_ERR_UNSUPPORTED,
                "--multi-latent-attention with --qk-layernorm is not supported yet");
-    MT_REQUIRE(c->tensor_model_parallel_size <= 1, MT_ERR_UNSUPPORTED,
-               "--multi-latent-attention with tensor parallelism is not supported yet");
     MT_REQUIRE(c->context_parallel_size <= 1, MT_ERR_UNSUPPORTED,
                "--multi-latent-attention with context parallelism is not supported yet");
     return MT_OK;
@@ -553,23 +551,31 @@ static void build_table(const mt_model_config *c, table *m) {
     } while (0)
         P("input_layernorm.weight", 1, C, 0, 0, 1, 1);
         if (ln) P("input_layernorm.bias", 1, C, 0, 0, 0, 1);
-        if (c->multi_latent_attention) { /* (tensor parallelism refused: whole) */
+        if (c->multi_latent_attention) {
+            /* tensor parallelism: the up-projections and linear_q_proj column-parallel (each
+             * rank's heads), linear_proj row-parallel; the down-projections and the latents'
+             * norms whole on every rank (Megatron's TE "duplicated" linears) */
             const int64_t Dq = c->qk_head_dim + c->qk_pos_emb_head_dim, Rq = c->q_lora_rank;
-            const int64_t Rkv = c->kv_lora_rank;
-            if (!Rq) P("self_attention.linear_q_proj.weight", 2, H * Dq, C, std, 0, 0);
+            const int64_t Rkv = c->kv_lora_rank, KV = H * (c->qk_head_dim + c->v_head_dim);
+            if (!Rq) {
+                P("self_attention.linear_q_proj.weight", 2, H * Dq, C, std, 0, 0);
+                split_last(m, tp, 0, 1, H * Dq, 0, 0);
+            }
             if (Rq) {
                 P("self_attention.linear_q_down_proj.weight", 2, Rq, C, std, 0, 0);
                 P("self_attention.linear_q_up_proj.layer_norm_weight", 1, Rq, 0, 0, 1, 1);
                 if (ln) P("self_attention.linear_q_up_proj.layer_norm_bias", 1, Rq, 0, 0, 0, 1);
                 P("self_attention.linear_q_up_proj.weight", 2, H * Dq, Rq, std, 0, 0);
+                split_last(m, tp, 0, 1, H * Dq, 0, 0);
             }
             P("self_attention.linear_kv_down_proj.weight", 2, Rkv + c->qk_pos_emb_head_dim, C, std,
               0, 0);
             P("self_attention.linear_kv_up_proj.layer_norm_weight", 1, Rkv, 0, 0, 1, 1);
             if (ln) P("self_attention.linear_kv_up_proj.layer_norm_bias", 1, Rkv, 0, 0, 0, 1);
-            P("self_attention.linear_kv_up_proj.weight", 2, H * (c->qk_head_dim + c->v_head_dim),
-              Rkv, std, 0, 0);
+            P("self_attention.linear_kv_up_proj.weight", 2, KV, Rkv, std, 0, 0);
+            split_last(m, tp, 0, 1, KV, 0, 0);
             P("self_attention.linear_proj.weight", 2, C, H * c->v_head_dim, out_std, 0, 0);
+            split_last(m, tp, 1, 1, H * c->v_head_dim, 0, 0);
             goto mlp;
         }
         /* column-parallel: each rank's q, k and v heads; row-parallel: their inputs' columns */
@@ -759,7 +765,7 @@ static void plan_layer(const mt_model *m, planner *p, layer_acts *la, int moe) {
     TAKE(p, &la->ln1_mean, MT_F32, Nl);
     TAKE(p, &la->ln1_rstd, MT_F32, Nl);
     TAKE(p, &la->qkv, dt, N, QKV);
-    if (c->multi_latent_attention) { /* (tensor parallelism refused: N = Nl) */
+    if (c->multi_latent_attention) { /* (every row: under sequence parallelism the gathered) */
         const int64_t Rq = c->q_lora_rank, Rkv = c->kv_lora_rank, dr = c->qk_pos_emb_head_dim;
         const int ln = c->normalization == MT_NORM_LAYERNORM;
         if (Rq) {
@@ -979,6 +985,7 @@ static void plan_acts(mt_model *m, planner *p) {
         }
         TAKE(p, &a->mla_dkn, dt, N, Rkv);
         TAKE(p, &a->mla_dkc, dt, N, Rkv);
+        TAKE(p, &a->mla_dpe, dt, N, dr);
         TAKE(p, &a->mla_zero, dt, 1);
         TAKE(p, &a->mla_ones, dt, 1, H);
         for (int i = 0; i < 2; i++) { /* (the latents' norms' backwards) */

@@ -288,11 +288,11 @@ typedef struct acts {
     mt_tensor cp_tmp2, ws2;
     /* multi-latent attention's backward scratch: linear_proj's input's gradient (N, H v), the
      * queries' (N, H Dq), linear_kv_up_proj's output's, linear_kv_down_proj's output's, the
-     * q latent's norm's output's and input's (N, Rq) and the kv latent's (N, Rkv); a zero
-     * (mla_zero, 1 element: the value heads' padding, broadcast) and the heads' ones (H) for the
-     * rotary key's gradient, summed over the heads */
-    mt_tensor mla_do, mla_dq, mla_dkv, mla_dkvl, mla_dqn, mla_dqc, mla_dkn, mla_dkc, mla_zero;
-    mt_tensor mla_ones;
+     * q latent's norm's output's and input's (N, Rq) and the kv latent's (N, Rkv), the rotary
+     * key's (N, rope); a zero (mla_zero, 1 element: the value heads' padding, broadcast) and the
+     * heads' ones (H) for the rotary key's gradient, summed over the heads */
+    mt_tensor mla_do, mla_dq, mla_dkv, mla_dkvl, mla_dqn, mla_dqc, mla_dkn, mla_dkc, mla_dpe;
+    mt_tensor mla_zero, mla_ones;
 } acts;
 
 typedef struct layer_params {
