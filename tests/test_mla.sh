@@ -11,6 +11,10 @@
 # (with and without sequence parallelism and the query latent) give one rank's losses. With
 # "cuda": on the GPU.
 source "$(dirname "$0")/pretrain_common.sh"
+if [ "${1:-}" = cuda ] && [ -n "${MPIEXEC:-}" ]; then  # (the launcher's ranks: a GPU each)
+  n=$(nvidia-smi -L 2>/dev/null | wc -l)
+  [ "$n" -ge 2 ] || { echo "skip: needs 2 GPUs, found $n"; exit 77; }
+fi
 d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
 MLA=(--normalization RMSNorm --position-embedding-type rope --swiglu --disable-bias-linear
      --untie-embeddings-and-output-weights --multi-latent-attention --rope-type rope
