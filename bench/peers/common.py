@@ -38,6 +38,23 @@ def time_train_step(model, x, warmup=3, iters=10):
         return None
 
 
+def report(res, label, name, x, ms, flops, extra=""):
+    """Records a training step's median ms (None: out of memory) as `label` in res and prints its
+    tokens/s (tokens x: (B, T)) and peak memory; then frees the cached memory for the next case
+    (the caller drops its model first)."""
+    if ms is None:
+        print(f"{name}: out of memory", file=sys.stderr)
+    else:
+        res.add(label, ms, flops_per_iter=flops)
+        print(f"{name}: {x.numel() / ms * 1e3:.0f} tokens/s{extra}, peak memory "
+              f"{torch.cuda.max_memory_allocated() / 2**20:.0f} MB", file=sys.stderr)
+
+
+def free_memory():
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+
+
 class Results:
     def __init__(self):
         self.rows = []

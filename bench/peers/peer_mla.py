@@ -8,7 +8,7 @@ import sys
 import torch
 from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
 
-from common import Results, time_train_step
+from common import Results, free_memory, report, time_train_step
 
 T = 1024
 
@@ -37,15 +37,8 @@ for case in sys.argv[2:]:
     with torch.device("cuda"):
         model = DeepseekV3ForCausalLM(cfg).to(torch.bfloat16)
     x = torch.randint(0, V, (MB, T), device="cuda")
-    ms = time_train_step(model, x)
-    if ms is None:
-        print(f"{name}: out of memory", file=sys.stderr)
-    else:
-        res.add(f"mla/torch/{name}_B{MB}_T1024", ms,
-                flops_per_iter=flops(L, H, NH, QR, KR, DN, DR, DV, F, V, MB))
-        print(f"{name}: {MB * T / ms * 1e3:.0f} tokens/s, peak memory "
-              f"{torch.cuda.max_memory_allocated() / 2**20:.0f} MB", file=sys.stderr)
+    report(res, f"mla/torch/{name}_B{MB}_T1024", name, x, time_train_step(model, x),
+           flops(L, H, NH, QR, KR, DN, DR, DV, F, V, MB))
     del model
-    torch.cuda.empty_cache()
-    torch.cuda.reset_peak_memory_stats()
+    free_memory()
 res.write(sys.argv[1])

@@ -7,7 +7,7 @@ import sys
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
-from common import Results, time_train_step
+from common import Results, free_memory, report, time_train_step
 
 T, V, VP = 1024, 50257, 50304
 
@@ -27,14 +27,8 @@ for case in sys.argv[2:]:
     with torch.device("cuda"):  # initialise on the GPU: the 1.5B model takes minutes on the CPU
         model = GPT2LMHeadModel(cfg).to(torch.bfloat16)
     x = torch.randint(0, V, (MB, T), device="cuda")
-    ms = time_train_step(model, x)
-    if ms is None:
-        print(f"{name}: out of memory", file=sys.stderr)
-    else:
-        res.add(f"pretrain/torch/{name}_B{MB}_T1024", ms, flops_per_iter=flops(L, H, MB))
-        print(f"{name}: {MB * T / ms * 1e3:.0f} tokens/s, peak memory "
-              f"{torch.cuda.max_memory_allocated() / 2**20:.0f} MB", file=sys.stderr)
+    report(res, f"pretrain/torch/{name}_B{MB}_T1024", name, x, time_train_step(model, x),
+           flops(L, H, MB))
     del model
-    torch.cuda.empty_cache()
-    torch.cuda.reset_peak_memory_stats()
+    free_memory()
 res.write(sys.argv[1])
