@@ -75,11 +75,17 @@ def gpt2_names(model):
     return out
 
 
-def llama_names(model):
+def llama_family(model):
+    """A Llama-family model's state dict without "model." and our names of its embedding, final
+    norm and output layer."""
     sd = {k.removeprefix("model."): v for k, v in model.state_dict().items()}
-    out = {"embedding.word_embeddings.weight": sd["embed_tokens.weight"],
-           "decoder.final_layernorm.weight": sd["norm.weight"],
-           "output_layer.weight": sd["lm_head.weight"]}
+    return sd, {"embedding.word_embeddings.weight": sd["embed_tokens.weight"],
+                "decoder.final_layernorm.weight": sd["norm.weight"],
+                "output_layer.weight": sd["lm_head.weight"]}
+
+
+def llama_names(model):
+    sd, out = llama_family(model)
     for i in range(model.config.num_hidden_layers):
         p, q = f"layers.{i}.", f"decoder.layers.{i}."
         out[q + "input_layernorm.weight"] = sd[p + "input_layernorm.weight"]
@@ -136,10 +142,7 @@ def deepseek_names(model):
     dense (gate|up -> linear_fc1), the others routed experts as mixtral_names's, the shared experts
     (gate_proj, up_proj -> linear_fc1; down_proj -> linear_fc2, no gate) and the router's
     e_score_correction_bias (a buffer: only in the weights) as router.expert_bias."""
-    sd = {k.removeprefix("model."): v for k, v in model.state_dict().items()}
-    out = {"embedding.word_embeddings.weight": sd["embed_tokens.weight"],
-           "decoder.final_layernorm.weight": sd["norm.weight"],
-           "output_layer.weight": sd["lm_head.weight"]}
+    sd, out = llama_family(model)
     for i in range(model.config.num_hidden_layers):
         p, q = f"layers.{i}.", f"decoder.layers.{i}."
         a, s = p + "self_attn.", q + "self_attention."
