@@ -40,17 +40,32 @@ echo "ok: --q-lora-rank and --v-head-dim change the losses"
 run rec --train-iters 24 --q-lora-rank 24 --recompute-granularity full --recompute-method uniform --recompute-num-layers 1
 [ "$(losses "$d/base.json" 1 24)" = "$(losses "$d/rec.json" 1 24)" ] || { echo "FAIL: full recompute differs"; exit 1; }
 echo "ok: full recompute bitwise"
+# --recompute-modules mla_up_proj (Megatron's): the heads made again before each attention
+# backward, bitwise, in less memory; without the query latent (linear_q_proj reads the normed
+# input, also recomputed with layernorm)
+sel=(--recompute-granularity selective --recompute-modules)
+run rup --train-iters 24 --q-lora-rank 24 "${sel[@]}" mla_up_proj
+run rupnoq --train-iters 4 "${sel[@]}" mla_up_proj layernorm
+[ "$(losses "$d/base.json" 1 24)" = "$(losses "$d/rup.json" 1 24)" ] || { echo "FAIL: mla_up_proj recompute differs"; exit 1; }
+[ "$(losses "$d/noq.json" 1 4)" = "$(losses "$d/rupnoq.json" 1 4)" ] || { echo "FAIL: mla_up_proj + layernorm recompute differs"; exit 1; }
+mem() { grep -o "memory (MB): [0-9.]*" "$d/$1.log" | awk '{ print $3 }'; }
+awk -v a="$(mem base)" -v b="$(mem rup)" 'BEGIN { exit !(b < a) }' \
+  || { echo "FAIL: mla_up_proj saves no memory ($(mem base) -> $(mem rup) MB)"; exit 1; }
+echo "ok: mla_up_proj recompute bitwise, memory $(mem base) -> $(mem rup) MB"
 refused MLA "--rope-type yarn|--rope-type yarn is not supported yet" \
   "--rope-type foo|invalid choice: 'foo'" \
   "--group-query-attention --num-query-groups 2|does not take --group-query-attention" \
   "--rotary-interleaved|interleaved pairs already" \
   "--qk-layernorm|--qk-layernorm is not supported yet" \
-  "--v-head-dim 32|--v-head-dim (32) larger than"
+  "--v-head-dim 32|--v-head-dim (32) larger than" \
+  "--recompute-modules mla_up_proj|needs --recompute-granularity selective"
 yarn=(); skip=0  # (MLA's flags without --rope-type rope)
 for f in "${MLA[@]}"; do [ "$f" = --rope-type ] && skip=2; [ $skip -gt 0 ] && skip=$((skip - 1)) && continue; yarn+=("$f"); done
 refused yarn "|pass --rope-type rope"
 nobias=(); for f in "${MLA[@]}"; do [ "$f" = --disable-bias-linear ] || nobias+=("$f"); done
 refused nobias "|with biases is not supported yet"
+plain=()  # (no MLA)
+refused plain "${sel[@]} mla_up_proj|mla_up_proj with --multi-latent-attention"
 echo "ok: refusals"
 # DeepSeek-V3's shape: layer 0 dense, layer 1 MoE with sigmoid routing, the expert bias, groups,
 # a scaling factor and a shared expert
@@ -115,11 +130,14 @@ if [ -n "${MPIEXEC:-}" ]; then
   mr tpsp2 2 --q-lora-rank 24 --tensor-model-parallel-size 2 --sequence-parallel
   run noqone
   mr noqtp2 2 --tensor-model-parallel-size 2 --sequence-parallel  # (linear_q_proj's heads)
+  mr noqtp2rup 2 --tensor-model-parallel-size 2 --sequence-parallel "${sel[@]}" mla_up_proj layernorm
   mr dstp2 2 --train-iters 12 "${DS[@]}" --tensor-model-parallel-size 2 --sequence-parallel
   for n in tp2 tpsp2; do
     paste <(losses "$d/one.json" 1 12) <(losses "$d/$n.json" 1 12) | awk '{ print $2, $4 }' | close "$n" 1e-5
   done
-  paste <(losses "$d/noqone.json" 1 12) <(losses "$d/noqtp2.json" 1 12) | awk '{ print $2, $4 }' | close "no query latent, TP 2 + SP" 1e-5
+  for n in noqtp2 noqtp2rup; do
+    paste <(losses "$d/noqone.json" 1 12) <(losses "$d/$n.json" 1 12) | awk '{ print $2, $4 }' | close "no query latent, TP 2 + SP ($n)" 1e-5
+  done
   paste <(losses "$d/dsone.json" 1 12) <(losses "$d/dstp2.json" 1 12) | awk '{ print $2, $4 }' | close "DeepSeek-V3-shaped TP 2 + SP" 1e-5
 fi
 echo "PASS"

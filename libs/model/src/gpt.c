@@ -134,6 +134,17 @@ static mt_status mla_pack(mt_model *m, layer_acts *la, mt_stream s) {
                    strided(&m->a.mla_zero, 0, N, H, D - dv, 0, 0, 0), s);
 }
 
+/* MLA's up-projections from the kept latents (without a query latent, linear_q_proj from the
+ * normed input x) and mla_pack's heads: the forward's, and recompute_mla_up_proj's again before
+ * the attention backward. */
+static mt_status mla_up(mt_model *m, layer_acts *la, const layer_params *lp, const mt_tensor *x,
+                        mt_stream s) {
+    MT_TRY(mt_linear_fwd(m->blas, &la->mla_q, NULL, m->cfg.q_lora_rank ? &la->mla_qn : x,
+                         W(lp->mla_q), NULL, 0, s));
+    MT_TRY(mt_linear_fwd(m->blas, &la->mla_kv, NULL, &la->mla_kn, W(lp->mla_kvu), NULL, 0, s));
+    return mla_pack(m, la, s);
+}
+
 /* MLA's projections of the layer's normed input (under sequence parallelism every rank's rows,
  * gathered into ln_all: the down-projections are whole on every rank) and mla_pack's heads. */
 static mt_status mla_fwd(mt_model *m, layer_acts *la, const layer_params *lp, mt_stream s) {
@@ -150,15 +161,12 @@ static mt_status mla_fwd(mt_model *m, layer_acts *la, const layer_params *lp, mt
         MT_TRY(norm_fwd(m, &la->mla_qn, &la->mla_q_mean, &la->mla_q_rstd, &la->mla_qc, lp->mla_qn_w,
                         lp->mla_qn_b, s));
     }
-    MT_TRY(mt_linear_fwd(m->blas, &la->mla_q, NULL, c->q_lora_rank ? &la->mla_qn : x, W(lp->mla_q),
-                         NULL, 0, s));
     MT_TRY(mt_linear_fwd(m->blas, &la->mla_kvl, NULL, x, W(lp->mla_kvd), NULL, 0, s));
     MT_TRY(copy_to(strided(&la->mla_kc, 0, N, 1, R, R, R, 1),
                    strided(&la->mla_kvl, 0, N, 1, R, R + dr, R, 1), s));
     MT_TRY(norm_fwd(m, &la->mla_kn, &la->mla_k_mean, &la->mla_k_rstd, &la->mla_kc, lp->mla_kvn_w,
                     lp->mla_kvn_b, s));
-    MT_TRY(mt_linear_fwd(m->blas, &la->mla_kv, NULL, &la->mla_kn, W(lp->mla_kvu), NULL, 0, s));
-    return mla_pack(m, la, s);
+    return mla_up(m, la, lp, x, s);
 }
 
 /* linear_proj's input: the value channels of the attention's padded output. */
@@ -1409,6 +1417,16 @@ static mt_status backward(mt_model *m, int lm_head, mt_stream s) {
         if (mla) OP("bwd.mla", mla_out_bwd(m, s));
         mt_tensor q, k, v, dq, dk, dv, y, dy;
         MT_TRY(qkv_views(m, &la->qkv, &q, &k, &v));
+        if (mla && c->recompute_mla_up_proj) { /* (the heads again, into the shared buffers) */
+            const mt_tensor *xq = NULL; /* (linear_q_proj's input: the layer's normed input) */
+            if (!c->q_lora_rank && c->recompute_layernorm)
+                OP("bwd.recompute.norm",
+                   norm_fwd(m, &la->ln1, NULL, NULL, &la->resid_in, lp->ln1_w, lp->ln1_b, s));
+            if (!c->q_lora_rank) OP("bwd.tp.gather", ln_rows(m, &la->ln1, &xq, s));
+            OP("bwd.recompute.mla", mla_up(m, la, lp, xq, s));
+            OP("bwd.recompute.rope", rope(m, &q, 0, s));
+            OP("bwd.recompute.rope", rope(m, &k, 0, s));
+        }
         MT_TRY(qkv_views(m, &a->dqkv, &dq, &dk, &dv));
         MT_TRY(as_bthd(m, &la->atty, local_heads(c), &y));
         MT_TRY(as_bthd(m, &a->datty, local_heads(c), &dy));

@@ -270,6 +270,11 @@ mt_status mt_model_config_finalize(mt_model_config *c) {
                "recompute_modules mlp_act needs recompute_granularity: selective");
     MT_REQUIRE(c->logits_chunks >= 0, MT_ERR_INVALID_ARG, "logits_chunks %d < 0", c->logits_chunks);
     if (c->logits_chunks == 0) c->logits_chunks = 1;
+    MT_REQUIRE(!c->recompute_mla_up_proj || (c->recompute_granularity == MT_RECOMPUTE_SELECTIVE &&
+                                             c->multi_latent_attention),
+               MT_ERR_INVALID_ARG,
+               "recompute_modules mla_up_proj needs recompute_granularity: selective and "
+               "multi_latent_attention");
     MT_REQUIRE(!c->recompute_layernorm || c->recompute_granularity == MT_RECOMPUTE_SELECTIVE,
                MT_ERR_INVALID_ARG,
                "recompute_modules layernorm needs recompute_granularity: selective");
@@ -764,7 +769,10 @@ static void plan_layer(const mt_model *m, planner *p, layer_acts *la, int moe) {
         TAKE(p, &la->ln1, dt, Nl, C);
     TAKE(p, &la->ln1_mean, MT_F32, Nl);
     TAKE(p, &la->ln1_rstd, MT_F32, Nl);
-    TAKE(p, &la->qkv, dt, N, QKV);
+    if (c->recompute_mla_up_proj)
+        la->qkv = m->a.mla_up_qkv; /* (shared: made again before each attention backward) */
+    else
+        TAKE(p, &la->qkv, dt, N, QKV);
     if (c->multi_latent_attention) { /* (every row: under sequence parallelism the gathered) */
         const int64_t Rq = c->q_lora_rank, Rkv = c->kv_lora_rank, dr = c->qk_pos_emb_head_dim;
         const int ln = c->normalization == MT_NORM_LAYERNORM;
@@ -774,13 +782,17 @@ static void plan_layer(const mt_model *m, planner *p, layer_acts *la, int moe) {
             if (ln) TAKE(p, &la->mla_q_mean, MT_F32, N);
             TAKE(p, &la->mla_q_rstd, MT_F32, N);
         }
-        TAKE(p, &la->mla_q, dt, N, H * D);
+        if (c->recompute_mla_up_proj)
+            la->mla_q = m->a.mla_up_q, la->mla_kv = m->a.mla_up_kv;
+        else
+            TAKE(p, &la->mla_q, dt, N, H * D);
         TAKE(p, &la->mla_kvl, dt, N, Rkv + dr);
         TAKE(p, &la->mla_kc, dt, N, Rkv);
         TAKE(p, &la->mla_kn, dt, N, Rkv);
         if (ln) TAKE(p, &la->mla_k_mean, MT_F32, N);
         TAKE(p, &la->mla_k_rstd, MT_F32, N);
-        TAKE(p, &la->mla_kv, dt, N, H * (c->qk_head_dim + c->v_head_dim));
+        if (!c->recompute_mla_up_proj)
+            TAKE(p, &la->mla_kv, dt, N, H * (c->qk_head_dim + c->v_head_dim));
         TAKE(p, &la->mla_o, dt, N, H * c->v_head_dim);
     }
     if (c->qk_layernorm) {
@@ -865,6 +877,11 @@ static void plan_acts(mt_model *m, planner *p) {
     if (c->recompute_mlp_act && moe) /* (the experts' rows) */
         TAKE(p, &a->moe_mlp_act, dt, moe_expert_rows(c, N), local_moe_ffn(c));
     if (c->recompute_layernorm) TAKE(p, &a->ln_out, dt, Nl, C);
+    if (c->recompute_mla_up_proj) { /* (one set for every layer) */
+        TAKE(p, &a->mla_up_qkv, dt, N, QKV);
+        TAKE(p, &a->mla_up_q, dt, N, H * D);
+        TAKE(p, &a->mla_up_kv, dt, N, H * (c->qk_head_dim + c->v_head_dim));
+    }
     if (cp_n(c) > 1) {
         const int64_t cp = cp_n(c), KV = 2 * G;
         TAKE(p, &a->cp_kvl, dt, B, T, KV, D);

@@ -761,10 +761,12 @@ static mt_status validate_recompute(mt_train_args *a, int per_stage) {
         static const char *const megatron[] = { "moe_act", "mla_up_proj", "mlp", "moe",
                                                 "shared_experts" };
         if (strcmp(x, "moe_act") == 0 && a->num_experts > 0) continue; /* (the experts' mlp_act) */
+        if (strcmp(x, "mla_up_proj") == 0 && a->multi_latent_attention) continue;
         for (size_t k = 0; k < sizeof megatron / sizeof *megatron; k++)
             if (strcmp(x, megatron[k]) == 0)
                 return BAD("--recompute-modules %s is not supported yet (supported: core_attn, "
-                           "layernorm, mlp_act; moe_act with --num-experts)",
+                           "layernorm, mlp_act; moe_act with --num-experts, mla_up_proj with "
+                           "--multi-latent-attention)",
                            x);
         if (strcmp(x, "core_attn") != 0 && strcmp(x, "layernorm") != 0 && strcmp(x, "mlp_act") != 0)
             return BAD("Invalid choice for recompute_modules: %s (choose from core_attn, "

@@ -553,6 +553,8 @@ static mt_status setup_model(run *r) {
                 c->recompute_mlp_act = 1;
             else if (strcmp(a->recompute_modules[i], "layernorm") == 0)
                 c->recompute_layernorm = 1;
+            else if (strcmp(a->recompute_modules[i], "mla_up_proj") == 0)
+                c->recompute_mla_up_proj = 1;
     }
     const int G = a->microbatch_group_size_per_vp_stage; /* (0: P) */
     if (r->vpp > 1) MT_TRY(mt_pp_interleaved_check(r->pp_size, r->vpp, r->num_micro, G));

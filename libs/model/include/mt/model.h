@@ -266,6 +266,14 @@ typedef struct mt_model_config {
     int qk_head_dim;
     int qk_pos_emb_head_dim;
     int v_head_dim;
+    /* selective only, with multi_latent_attention, 1: the queries, keys and values that the
+     * up-projections make from the kept latents (and their RoPE and packing) are not kept per
+     * layer but made again into one shared buffer before each layer's attention backward
+     * (Megatron's --recompute-modules mla_up_proj). Bitwise the forward's. Saves
+     * (num_layers - 1) x tokens x heads x (2 (qk_head_dim + qk_pos_emb_head_dim) x 2 +
+     * qk_head_dim + v_head_dim) activations, about, for each layer's packed heads and up-projected
+     * outputs. */
+    int recompute_mla_up_proj;
 } mt_model_config;
 
 // clang-format off
@@ -275,7 +283,7 @@ typedef struct mt_model_config {
             MT_POS_LEARNED, 0.0, 0, 0, 1, 0, 0.0f, 1234, MT_F32, 0, MT_RECOMPUTE_NONE,         \
             MT_RECOMPUTE_METHOD_NONE, 0, 0, 0, 0, 0, 0, 0.0f, 0.0f, 0, 0, 0, 0, 0, 0, 0, 0, 0, \
             0.0f, 0.0f, 0.0f, 0, 0, 0, 0.0f, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, { 0 },          \
-            0, 0, 0.0f, 0, 0, 0, 0, 0, 0, 0                                                    \
+            0, 0, 0.0f, 0, 0, 0, 0, 0, 0, 0, 0                                                 \
     }
 // clang-format on
 
