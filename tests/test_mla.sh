@@ -7,9 +7,9 @@
 # routing with the expert bias, groups, a scaling factor and a shared expert) trains; with
 # mt-convert ($MT_CONVERT) its checkpoint (and a dense MLA one) exports as Hugging Face
 # DeepSeek-V3 and imports back to the same fine-tuning losses. With an MPI launcher ($MPIEXEC):
-# 2 data-parallel ranks, 2 pipeline stages, 2 expert-parallel ranks and 2 tensor-parallel ranks
-# (with and without sequence parallelism and the query latent) give one rank's losses. With
-# "cuda": on the GPU.
+# 2 data-parallel ranks, 2 pipeline stages, 2 expert-parallel ranks, 2 tensor-parallel ranks
+# (with and without sequence parallelism and the query latent) and 2 context-parallel ranks (also
+# with TP 2 + SP, 4 ranks) give one rank's losses. With "cuda": on the GPU.
 source "$(dirname "$0")/pretrain_common.sh"
 if [ "${1:-}" = cuda ] && [ -n "${MPIEXEC:-}" ]; then  # (the launcher's ranks: a GPU each)
   n=$(nvidia-smi -L 2>/dev/null | wc -l)
@@ -132,7 +132,15 @@ if [ -n "${MPIEXEC:-}" ]; then
   mr noqtp2 2 --tensor-model-parallel-size 2 --sequence-parallel  # (linear_q_proj's heads)
   mr noqtp2rup 2 --tensor-model-parallel-size 2 --sequence-parallel "${sel[@]}" mla_up_proj layernorm
   mr dstp2 2 --train-iters 12 "${DS[@]}" --tensor-model-parallel-size 2 --sequence-parallel
-  for n in tp2 tpsp2; do
+  # context parallelism: each rank 2 chunks of every sequence, the packed keys and values
+  # all-gathered (also under TP 2 + SP on 4 ranks where there are as many)
+  mr cp2 2 --q-lora-rank 24 --context-parallel-size 2
+  cases="tp2 tpsp2 cp2"
+  if [ "${1:-}" != cuda ] || [ "$(nvidia-smi -L | wc -l)" -ge 4 ]; then
+    mr tp2cp2 4 --q-lora-rank 24 --tensor-model-parallel-size 2 --sequence-parallel --context-parallel-size 2
+    cases="$cases tp2cp2"
+  fi
+  for n in $cases; do
     paste <(losses "$d/one.json" 1 12) <(losses "$d/$n.json" 1 12) | awk '{ print $2, $4 }' | close "$n" 1e-5
   done
   for n in noqtp2 noqtp2rup; do

@@ -153,8 +153,6 @@ static mt_status mla_finalize(mt_model_config *c) {
                "--disable-bias-linear)");
     MT_REQUIRE(!c->qk_layernorm, MT_ERR_UNSUPPORTED,
                "--multi-latent-attention with --qk-layernorm is not supported yet");
-    MT_REQUIRE(c->context_parallel_size <= 1, MT_ERR_UNSUPPORTED,
-               "--multi-latent-attention with context parallelism is not supported yet");
     return MT_OK;
 }
 

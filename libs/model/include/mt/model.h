@@ -254,7 +254,7 @@ typedef struct mt_model_config {
      * and Hugging Face's rope_interleave); the softmax scale is 1/sqrt(qk_head_dim +
      * qk_pos_emb_head_dim); linear_proj is (hidden, H v_head_dim). Needs rotary positions, no
      * biases, no query groups, v_head_dim <= qk_head_dim + qk_pos_emb_head_dim; not yet with
-     * context parallelism or qk_layernorm. kv_channels becomes qk_head_dim +
+     * qk_layernorm. kv_channels becomes qk_head_dim +
      * qk_pos_emb_head_dim (the attention's head, values zero-padded to it). Under tensor
      * parallelism each rank holds its heads' rows of linear_q_proj / linear_q_up_proj and
      * linear_kv_up_proj and their columns of linear_proj; the down-projections and the latents'
