@@ -178,18 +178,15 @@ static mt_status mla_out(mt_model *m, layer_acts *la, mt_stream s) {
                    strided(&la->atty, 0, N, H, dv, H * D, D, 1), s);
 }
 
-/* linear_proj's input's gradient (a->mla_do) as the attention's output's (a->datty), the
- * padding's zero. */
+/* linear_proj's input's gradient (a->mla_do) as the attention's output's (a->datty), whose
+ * padding was zeroed when the model was made. */
 static mt_status mla_out_bwd(mt_model *m, mt_stream s) {
     const mt_model_config *c = &m->cfg;
     const int64_t N = (int64_t)m->B * c->seq_length, H = local_heads(c), D = c->kv_channels;
     const int64_t dv = c->v_head_dim;
     acts *a = &m->a;
-    MT_TRY(copy_to(strided(&a->datty, 0, N, H, dv, H * D, D, 1),
-                   strided(&a->mla_do, 0, N, H, dv, H * dv, dv, 1), s));
-    if (D == dv) return MT_OK;
-    return copy_to(strided(&a->datty, dv, N, H, D - dv, H * D, D, 1),
-                   strided(&a->mla_zero, 0, N, H, D - dv, 0, 0, 0), s);
+    return copy_to(strided(&a->datty, 0, N, H, dv, H * D, D, 1),
+                   strided(&a->mla_do, 0, N, H, dv, H * dv, dv, 1), s);
 }
 
 /* MLA's backward from the heads' gradient a->dqkv (RoPE's backward done) to a->dln, the normed
@@ -224,11 +221,7 @@ static mt_status mla_bwd(mt_model *m, layer_acts *la, const layer_params *lp, co
     if (c->q_lora_rank)
         MT_TRY(mt_linear_bwd(m->blas, &a->mla_dqn, G(lp->mla_q), NULL, &a->mla_dq, &la->mla_qn,
                              W(lp->mla_q), acc, s));
-    if (tp > 1) { /* (the heads' shares, summed) */
-        MT_TRY(mt_tp_all_reduce(m->tp, &a->mla_dpe, s));
-        MT_TRY(mt_tp_all_reduce(m->tp, &a->mla_dkn, s));
-        if (c->q_lora_rank) MT_TRY(mt_tp_all_reduce(m->tp, &a->mla_dqn, s));
-    }
+    if (tp > 1) MT_TRY(mt_tp_all_reduce(m->tp, &a->mla_shares, s)); /* (the heads' shares) */
     MT_TRY(norm_bwd(m, &a->mla_dkc, lp->mla_kvn_w, lp->mla_kvn_b, NULL, &a->mla_dkn, &la->mla_kc,
                     &la->mla_k_mean, &la->mla_k_rstd, NULL, s));
     MT_TRY(copy_to(strided(&a->mla_dkvl, 0, N, 1, R, R + dr, R, 1),

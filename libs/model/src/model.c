@@ -994,13 +994,22 @@ static void plan_acts(mt_model *m, planner *p) {
         TAKE(p, &a->mla_dq, dt, N, H * D);
         TAKE(p, &a->mla_dkv, dt, N, H * (c->qk_head_dim + c->v_head_dim));
         TAKE(p, &a->mla_dkvl, dt, N, Rkv + dr);
-        if (Rq) {
-            TAKE(p, &a->mla_dqn, dt, N, Rq);
-            TAKE(p, &a->mla_dqc, dt, N, Rq);
-        }
-        TAKE(p, &a->mla_dkn, dt, N, Rkv);
+        if (Rq) TAKE(p, &a->mla_dqc, dt, N, Rq);
         TAKE(p, &a->mla_dkc, dt, N, Rkv);
-        TAKE(p, &a->mla_dpe, dt, N, dr);
+        /* the heads' shares (kv latent, rotary key, q latent) in one span, each part starting
+         * aligned as the arena's tensors: one all-reduce (the padding between them summed too,
+         * never read) */
+        const int64_t sh[3][2] = { { N, Rkv }, { N, dr }, { N, Rq } };
+        const int64_t es = (int64_t)mt_dtype_size(dt), al = MT_ARENA_ALIGN / es;
+        int64_t off[4] = { 0 };
+        for (int i = 0; i < 3; i++)
+            off[i + 1] = off[i] + (sh[i][0] * sh[i][1] + al - 1) / al * al;
+        TAKE(p, &a->mla_shares, dt, off[3]);
+        mt_tensor *part[3] = { &a->mla_dkn, &a->mla_dpe, &a->mla_dqn };
+        for (int i = 0; i < 3; i++) {
+            char *at = a->mla_shares.data;
+            *part[i] = mt_tensor_make(at ? at + off[i] * es : NULL, dt, 2, sh[i], m->dev);
+        }
         TAKE(p, &a->mla_zero, dt, 1);
         TAKE(p, &a->mla_ones, dt, 1, H);
         for (int i = 0; i < 2; i++) { /* (the latents' norms' backwards) */
@@ -1439,6 +1448,9 @@ static mt_status create(const mt_model_config *cfg, int micro_batch_size, mt_dev
     if (m->cfg.multi_latent_attention) {
         MT_TRY_GOTO(mt_fill(&m->a.mla_zero, 0.0f, NULL), st, fail);
         MT_TRY_GOTO(mt_fill(&m->a.mla_ones, 1.0f, NULL), st, fail);
+        /* (the attention output's gradient: mla_out_bwd writes the value channels only, so the
+         * padding stays zero) */
+        MT_TRY_GOTO(mt_fill(&m->a.datty, 0.0f, NULL), st, fail);
     }
     MT_TRY_GOTO(expert_bias_setup(m, src), st, fail);
 

@@ -293,6 +293,7 @@ typedef struct acts {
      * heads' ones (H) for the rotary key's gradient, summed over the heads */
     mt_tensor mla_do, mla_dq, mla_dkv, mla_dkvl, mla_dqn, mla_dqc, mla_dkn, mla_dkc, mla_dpe;
     mt_tensor mla_zero, mla_ones;
+    mt_tensor mla_shares; /* mla_dkn, mla_dpe and mla_dqn's storage, in that order (one span) */
     /* recompute_mla_up_proj: every layer's packed heads (N, 3 H D) and up-projected queries and
      * keys|values, refilled before each attention backward */
     mt_tensor mla_up_qkv, mla_up_q, mla_up_kv;
