@@ -197,11 +197,13 @@ mt_status embedding_bwd_cuda(mt_tensor *dwte, mt_tensor *dwpe, const mt_tensor *
                              const mt_tensor *ids, const mt_tensor *pos, int64_t v0, void *ws,
                              size_t ws_bytes, mt_stream stream);
 
-/* rope: sign = +1 forward, -1 backward (rotation by -angle). */
+/* rope: the angles pos * inv_freq[i], i < rotary_dim / 2, cos and sin times attn (mt_rope_inv_freq);
+ * sign = +1 forward, -1 backward (rotation by -angle). */
 mt_status rope_cpu(mt_tensor *out, const mt_tensor *x, const mt_tensor *pos, int rotary_dim,
-                   double theta, int interleaved, int sign);
+                   const double *inv_freq, double attn, int interleaved, int sign);
 mt_status rope_cuda(mt_tensor *out, const mt_tensor *x, const mt_tensor *pos, int rotary_dim,
-                    double theta, int interleaved, int sign, mt_stream stream);
+                    const double *inv_freq, double attn, int interleaved, int sign,
+                    mt_stream stream);
 
 /* reduce: the CUDA path writes reduce_blocks(n) per-block fp64 partials to `ws`, then one block
  * adds them in order. colsum: colsum_chunks(R) row chunks of f32 partials (C each) in `ws`. */

@@ -1,8 +1,21 @@
 /* gpu: RoPE forward/backward on CUDA equal the CPU reference on fresh random input in f32 and bf16:
  * both layouts, full and partial rotary dims (vectorised and scalar paths), default positions and
  * (T)/(B,T) position ids up to 1e5, in place; q and k as strided slices of a fused QKV buffer (in
- * place, and out of place into a contiguous out); and the golden values. */
+ * place, and out of place into a contiguous out); Llama 3, YaRN and linear scaled frequencies
+ * (up to MT_ROPE_MAX_PAIRS pairs); and the golden values. */
 #include "gpu_common.h"
+
+static const mt_rope_scaling *scaling; /* run's: NULL, or mt_rope_scaled_* */
+
+static mt_status fwd(mt_tensor *o, const mt_tensor *x, const mt_tensor *p, int rot, double theta,
+                     int inter) {
+    return mt_rope_scaled_fwd(o, x, p, rot, theta, inter, scaling, NULL);
+}
+
+static mt_status bwd(mt_tensor *o, const mt_tensor *x, const mt_tensor *p, int rot, double theta,
+                     int inter) {
+    return mt_rope_scaled_bwd(o, x, p, rot, theta, inter, scaling, NULL);
+}
 
 /* pos_kind: 0 default, 1 (T) i32, 2 (B,T) i64 */
 static void run(mt_dtype dt, int64_t B, int64_t T, int64_t H, int64_t D, int rot, double theta,
@@ -18,21 +31,21 @@ static void run(mt_dtype dt, int64_t B, int64_t T, int64_t H, int64_t D, int rot
                                    : mt_tensor_2d(p64, MT_I64, B, T, MT_DEVICE_CPU);
     mt_tensor hx = host_as(x, dt, 4, sh), hf = host_as(x, dt, 4, sh), hb = host_as(x, dt, 4, sh);
     const mt_tensor *pp = pos_kind ? &hpos : NULL;
-    MT_CHECK(mt_rope_fwd(&hf, &hx, pp, rot, theta, inter, NULL));
-    MT_CHECK(mt_rope_bwd(&hb, &hx, pp, rot, theta, inter, NULL));
+    MT_CHECK(fwd(&hf, &hx, pp, rot, theta, inter));
+    MT_CHECK(bwd(&hb, &hx, pp, rot, theta, inter));
     mt_tensor dpos = to_dev(&hpos), dx_ = to_dev(&hx);
     const mt_tensor *dp = pos_kind ? &dpos : NULL;
     mt_tensor df = dev_nan(dt, 4, sh), db = dev_nan(dt, 4, sh);
-    MT_CHECK(mt_rope_fwd(&df, &dx_, dp, rot, theta, inter, NULL));
-    MT_CHECK(mt_rope_bwd(&db, &dx_, dp, rot, theta, inter, NULL));
+    MT_CHECK(fwd(&df, &dx_, dp, rot, theta, inter));
+    MT_CHECK(bwd(&db, &dx_, dp, rot, theta, inter));
     char what[128];
-    snprintf(what, sizeof what, "rope %s %s B=%lld T=%lld H=%lld D=%lld rot=%d pos=%d",
+    snprintf(what, sizeof what, "rope %s %s B=%lld T=%lld H=%lld D=%lld rot=%d pos=%d scaling=%d",
              mt_dtype_name(dt), inter ? "interleaved" : "half", (long long)B, (long long)T,
-             (long long)H, (long long)D, rot, pos_kind);
+             (long long)H, (long long)D, rot, pos_kind, scaling ? (int)scaling->type : 0);
     double rtol = dt == MT_F32 ? 1e-5 : 1e-2; /* bf16: one rounding step apart at most */
     close_dev(what, &df, &hf, 1e-6, rtol);
     close_dev(what, &db, &hb, 1e-6, rtol);
-    MT_CHECK(mt_rope_fwd(&dx_, &dx_, dp, rot, theta, inter, NULL)); /* in place */
+    MT_CHECK(fwd(&dx_, &dx_, dp, rot, theta, inter)); /* in place */
     close_dev(what, &dx_, &hf, 1e-6, rtol);
     free(x), free(u), free(p64), free(p32), free(hx.data), free(hf.data), free(hb.data);
 }
@@ -122,6 +135,24 @@ int main(void) {
                 fused(dt, 2, 33, 8, 2, 128, pad, 128, inter, 11 + pad);
                 fused(dt, 1, 17, 4, 1, 64, pad, 32, inter, 13 + pad);
             }
+    /* scaled frequencies (the table and cos/sin factor reach the kernels): CUDA == CPU */
+    const mt_rope_scaling sc[3] = {
+        { .type = MT_ROPE_SCALING_LLAMA3, .factor = 8, .original_max_position_embeddings = 8192 },
+        { .type = MT_ROPE_SCALING_YARN, .factor = 40, .mscale = 0.707, .mscale_all_dim = 0.5 },
+        { .type = MT_ROPE_SCALING_LINEAR, .factor = 4 },
+    };
+    for (int k = 0; k < 3; k++) {
+        scaling = &sc[k];
+        for (int bf = 0; bf < 2; bf++)
+            for (int inter = 0; inter < 2; inter++) {
+                mt_dtype dt = bf ? MT_BF16 : MT_F32;
+                run(dt, 2, 67, 5, 128, 128, 500000.0, inter, 2, 21 + bf);
+                run(dt, 2, 19, 3, 192, 64, 10000.0, inter, 1, 23 + bf); /* MLA's rotary part */
+                run(dt, 1, 9, 2, 512, 512, 10000.0, inter, 2, 25 + bf); /* MT_ROPE_MAX_PAIRS */
+                run(dt, 1, 9, 2, 10, 6, 10000.0, inter, 0, 27 + bf);    /* scalar */
+            }
+    }
+    scaling = NULL;
     golden("half", 8, 10000.0, 0, 0);
     golden("inter", 12, 500000.0, 1, 1);
     mt_arena_destroy(ar);

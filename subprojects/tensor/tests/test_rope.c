@@ -1,5 +1,6 @@
 /* unit: RoPE forward and backward (CPU reference) against PyTorch: Hugging Face rotate_half with a
  * partial rotary dim, and Meta's interleaved complex form with given position ids (i32 and i64);
+ * Llama 3, YaRN (rounded and not) and linear scaled frequencies against transformers';
  * in place; bf16 vs the f32 path on the same rounded inputs; q and k as strided slices of a fused
  * QKV buffer, in place and out of place, equal to the same data made contiguous. */
 #include <mt/tensor.h>
@@ -18,6 +19,8 @@ static float *x, *dout;
 static int64_t pos64[B * T];
 static int32_t pos32[B * T];
 
+static const mt_rope_scaling *scaling; /* run's, NULL: mt_rope_fwd / mt_rope_bwd */
+
 /* rope in dtype dt on src -> got (f32). bwd: mt_rope_bwd. */
 static void run(float *got, const float *src, mt_dtype dt, const mt_tensor *pos, int rot,
                 double theta, int inter, int bwd) {
@@ -30,8 +33,12 @@ static void run(float *got, const float *src, mt_dtype dt, const mt_tensor *pos,
         MT_CHECK(mt_cast(&t, &t32, NULL));
     }
     /* in place: out aliases x */
-    MT_CHECK(bwd ? mt_rope_bwd(&t, &t, pos, rot, theta, inter, NULL)
-                 : mt_rope_fwd(&t, &t, pos, rot, theta, inter, NULL));
+    if (scaling)
+        MT_CHECK(bwd ? mt_rope_scaled_bwd(&t, &t, pos, rot, theta, inter, scaling, NULL)
+                     : mt_rope_scaled_fwd(&t, &t, pos, rot, theta, inter, scaling, NULL));
+    else
+        MT_CHECK(bwd ? mt_rope_bwd(&t, &t, pos, rot, theta, inter, NULL)
+                     : mt_rope_fwd(&t, &t, pos, rot, theta, inter, NULL));
     mt_tensor g = mt_tensor_4d(got, MT_F32, B, T, H, D, MT_DEVICE_CPU);
     MT_CHECK(mt_cast(&g, &t, NULL));
 }
@@ -56,6 +63,31 @@ static void check(const char *name, const mt_tensor *pos, int rot, double theta,
     snprintf(what, sizeof what, "rope %s fwd bf16", name);
     mt_test_close_f32(what, got, ref, NEL, 1e-6, 4e-3);
     free(out_ref), free(dx_ref);
+}
+
+/* Scaled frequencies: mt_rope_inv_freq's table and cos/sin factor equal transformers' (its fp32
+ * frequencies: 1e-6 relative), then the rotation with them as check() does. */
+static void check_scaled(const char *name, const mt_tensor *pos, int rot, int inter,
+                         mt_rope_scaling sc) {
+    char path[64], what[64];
+    snprintf(path, sizeof path, "rope_%s_invf.npy", name);
+    float *invf = mt_test_golden_f32(path, NULL, NULL);
+    snprintf(path, sizeof path, "rope_%s_attn.npy", name);
+    float *attn = mt_test_golden_f32(path, NULL, NULL);
+    double inv[16], a;
+    float got[16], fa;
+    MT_CHECK(mt_rope_inv_freq(inv, &a, rot, 10000.0, &sc));
+    for (int i = 0; i < rot / 2; i++)
+        got[i] = (float)inv[i];
+    fa = (float)a;
+    snprintf(what, sizeof what, "rope %s inv_freq", name);
+    mt_test_close_f32(what, got, invf, (size_t)rot / 2, 0, 1e-6);
+    snprintf(what, sizeof what, "rope %s attn factor", name);
+    mt_test_close_f32(what, &fa, attn, 1, 0, 1e-6);
+    scaling = &sc;
+    check(name, pos, rot, 10000.0, inter);
+    scaling = NULL;
+    free(invf), free(attn);
 }
 
 /* Heads [h0, h0 + nh) of a (B,T,W) buffer, W >= (h0 + nh) * D, as a (B,T,nh,D) view. */
@@ -156,6 +188,42 @@ int main(void) {
     run(b, x, MT_F32, &tar, 8, 10000.0, 0, 0);
     mt_test_close_f32("rope pos (T) == default", b, a, NEL, 0, 0);
 
+    /* scaled frequencies, against transformers' */
+    check_scaled("llama3", NULL, 12, 0,
+                 (mt_rope_scaling){ .type = MT_ROPE_SCALING_LLAMA3,
+                                    .factor = 8,
+                                    .original_max_position_embeddings = 256 });
+    int32_t p16[B * T];
+    for (int i = 0; i < B * T; i++)
+        p16[i] = pos32[i] % 16;
+    mt_tensor tp16 = mt_tensor_2d(p16, MT_I32, B, T, MT_DEVICE_CPU);
+    check_scaled("yarn", &tp16, 8, 1,
+                 (mt_rope_scaling){ .type = MT_ROPE_SCALING_YARN,
+                                    .factor = 40,
+                                    .mscale = 0.707,
+                                    .mscale_all_dim = 0.5,
+                                    .original_max_position_embeddings = 64 });
+    check_scaled("yarnnt", NULL, 12, 0,
+                 (mt_rope_scaling){ .type = MT_ROPE_SCALING_YARN,
+                                    .factor = 4,
+                                    .no_truncate = 1,
+                                    .original_max_position_embeddings = 512 });
+    check_scaled("linear", NULL, 10, 0,
+                 (mt_rope_scaling){ .type = MT_ROPE_SCALING_LINEAR, .factor = 2.5 });
+    /* NONE (and factor 1 linear) is mt_rope_fwd bit for bit */
+    {
+        float u[NEL];
+        run(a, x, MT_F32, &tp64, 12, 500000.0, 1, 0);
+        mt_rope_scaling none = { 0 }, lin1 = { .type = MT_ROPE_SCALING_LINEAR, .factor = 1 };
+        scaling = &none;
+        run(u, x, MT_F32, &tp64, 12, 500000.0, 1, 0);
+        mt_test_close_f32("rope scaling NONE == unscaled", u, a, NEL, 0, 0);
+        scaling = &lin1;
+        run(u, x, MT_F32, &tp64, 12, 500000.0, 1, 0);
+        mt_test_close_f32("rope linear factor 1 == unscaled", u, a, NEL, 0, 0);
+        scaling = NULL;
+    }
+
     for (int bf = 0; bf < 2; bf++)
         for (int pad = 0; pad < 2; pad++) {
             strided(bf ? MT_BF16 : MT_F32, pad, 8, 0);
@@ -176,6 +244,16 @@ int main(void) {
     MT_EXPECT_STATUS(mt_rope_fwd(&to, &td, NULL, 8, 1e4, 0, NULL), MT_ERR_INVALID_ARG);
     mt_tensor tsh = mt_tensor_4d(a, MT_F32, B, T, H - 1, D, MT_DEVICE_CPU);
     MT_EXPECT_STATUS(mt_rope_fwd(&tsh, &tx, NULL, 8, 1e4, 0, NULL), MT_ERR_INVALID_ARG);
+    double inv[8], at;
+    mt_rope_scaling bad = { .type = MT_ROPE_SCALING_YARN }; /* factor 0 */
+    MT_EXPECT_STATUS(mt_rope_inv_freq(inv, &at, 8, 1e4, &bad), MT_ERR_INVALID_ARG);
+    MT_EXPECT_STATUS(mt_rope_scaled_fwd(&to, &tx, NULL, 8, 1e4, 0, &bad, NULL), MT_ERR_INVALID_ARG);
+    bad = (mt_rope_scaling){
+        .type = MT_ROPE_SCALING_LLAMA3, .factor = 8, .low_freq_factor = 4, .high_freq_factor = 4
+    };
+    MT_EXPECT_STATUS(mt_rope_inv_freq(inv, &at, 8, 1e4, &bad), MT_ERR_INVALID_ARG);
+    bad = (mt_rope_scaling){ .type = (mt_rope_scaling_type)7, .factor = 8 };
+    MT_EXPECT_STATUS(mt_rope_inv_freq(inv, &at, 8, 1e4, &bad), MT_ERR_INVALID_ARG);
     free(x), free(dout);
     return mt_test_result();
 }

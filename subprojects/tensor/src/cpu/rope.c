@@ -1,12 +1,12 @@
-/* RoPE CPU reference: angle pos * theta^(-2i/rotary_dim) in fp64, the 2x2 rotation of each pair
- * in fp32 (both elements read before either is written, so out may alias x). out and x are
+/* RoPE CPU reference: angle pos * inv_freq[i] in fp64 (mt_rope_inv_freq), cos and sin times attn,
+ * the 2x2 rotation of each pair in fp32 (both elements read before either is written, so out may alias x). out and x are
  * indexed through their own B, T, H strides; D is contiguous. */
 #include <math.h>
 
 #include "../ops_impl.h"
 
 mt_status rope_cpu(mt_tensor *out, const mt_tensor *x, const mt_tensor *pos, int rotary_dim,
-                   double theta, int interleaved, int sign) {
+                   const double *inv_freq, double attn, int interleaved, int sign) {
     int64_t B = x->shape[0], T = x->shape[1], H = x->shape[2], D = x->shape[3];
     int64_t half = rotary_dim / 2;
     for (int64_t b = 0; b < B; b++)
@@ -21,8 +21,8 @@ mt_status rope_cpu(mt_tensor *out, const mt_tensor *x, const mt_tensor *pos, int
                 int64_t xo = b * x->stride[0] + t * x->stride[1] + h * x->stride[2];
                 int64_t o = b * out->stride[0] + t * out->stride[1] + h * out->stride[2];
                 for (int64_t i = 0; i < half; i++) {
-                    double ang = (double)p * pow(theta, -2.0 * (double)i / rotary_dim);
-                    float cs = (float)cos(ang), sn = (float)(sign * sin(ang));
+                    double ang = (double)p * inv_freq[i];
+                    float cs = (float)(attn * cos(ang)), sn = (float)(sign * attn * sin(ang));
                     int64_t i0 = interleaved ? 2 * i : i, i1 = interleaved ? 2 * i + 1 : i + half;
                     float x0 = mt_load_f32(x->data, x->dtype, xo + i0);
                     float x1 = mt_load_f32(x->data, x->dtype, xo + i1);

@@ -1,4 +1,5 @@
-/* RoPE CUDA kernels: one token (b, t) per block; its cos/sin (fp64 angles, as the CPU) go to
+/* RoPE CUDA kernels: one token (b, t) per block; its cos/sin (fp64 angles pos * inv_freq[i], times
+ * attn, as the CPU) go to
  * shared memory once and serve all H heads; 16-byte loads over each head's D channels. out and x
  * are read through their own B, T, H strides (D contiguous), e.g. q and k slices of a fused QKV. */
 #include "common.cuh"
@@ -8,16 +9,22 @@ struct rope_strides {
     int64_t ob, ot, oh, xb, xt, xh;
 };
 
+/* The inverse frequencies and the cos/sin factor (mt_rope_inv_freq), passed by value. */
+struct rope_freqs {
+    double inv[MT_ROPE_MAX_PAIRS];
+    double attn;
+};
+
 template <typename I>
 static __device__ void rope_table(float *cs, float *sn, const I *pos, int64_t bt, int64_t T_,
-                                  int pos_bt, int rot, double theta, int sign) {
+                                  int pos_bt, int rot, const rope_freqs &f, int sign) {
     int64_t p = bt % T_;
     if (pos) p = (int64_t)pos[pos_bt ? bt : bt % T_];
     for (int i = threadIdx.x; i < rot / 2; i += blockDim.x) {
         double s, c;
-        sincos((double)p * pow(theta, -2.0 * (double)i / rot), &s, &c);
-        cs[i] = (float)c;
-        sn[i] = (float)(sign * s);
+        sincos((double)p * f.inv[i], &s, &c);
+        cs[i] = (float)(f.attn * c);
+        sn[i] = (float)(sign * f.attn * s);
     }
     __syncthreads();
 }
@@ -26,13 +33,13 @@ static __device__ void rope_table(float *cs, float *sn, const I *pos, int64_t bt
  * interleaved: N/2 adjacent pairs), then pass-through channels [rot, D). */
 template <typename T, typename I, int N, int INTERLEAVED>
 static __global__ void rope_kernel(T *out, const T *x, const I *pos, int64_t bt0, int64_t T_,
-                                   int pos_bt, int H, int D, int rot, double theta, int sign,
+                                   int pos_bt, int H, int D, int rot, const rope_freqs f, int sign,
                                    rope_strides st) {
     extern __shared__ float sh[];
     float *cs = sh, *sn = sh + rot / 2;
     typedef vec_t<T, N> VT;
     int64_t bt = bt0 + blockIdx.x;
-    rope_table<I>(cs, sn, pos, bt, T_, pos_bt, rot, theta, sign);
+    rope_table<I>(cs, sn, pos, bt, T_, pos_bt, rot, f, sign);
     int64_t b = bt / T_, t = bt % T_;
     int ur = INTERLEAVED ? rot / N : rot / 2 / N, up = (D - rot) / N, upr = ur + up;
     for (int idx = threadIdx.x; idx < H * upr; idx += blockDim.x) {
@@ -71,12 +78,12 @@ static __global__ void rope_kernel(T *out, const T *x, const I *pos, int64_t bt0
 /* Scalar fallback for shapes the vectors do not tile: one pair or one pass-through channel. */
 template <typename T, typename I>
 static __global__ void rope_scalar_kernel(T *out, const T *x, const I *pos, int64_t bt0, int64_t T_,
-                                          int pos_bt, int H, int D, int rot, double theta, int sign,
-                                          int interleaved, rope_strides st) {
+                                          int pos_bt, int H, int D, int rot, const rope_freqs f,
+                                          int sign, int interleaved, rope_strides st) {
     extern __shared__ float sh[];
     float *cs = sh, *sn = sh + rot / 2;
     int64_t bt = bt0 + blockIdx.x;
-    rope_table<I>(cs, sn, pos, bt, T_, pos_bt, rot, theta, sign);
+    rope_table<I>(cs, sn, pos, bt, T_, pos_bt, rot, f, sign);
     int64_t b = bt / T_, t = bt % T_;
     int half = rot / 2, upr = half + (D - rot);
     for (int idx = threadIdx.x; idx < H * upr; idx += blockDim.x) {
@@ -97,7 +104,12 @@ static __global__ void rope_scalar_kernel(T *out, const T *x, const I *pos, int6
 
 template <typename T, typename I>
 static mt_status launch(mt_tensor *out, const mt_tensor *x, const mt_tensor *pos, int rot,
-                        double theta, int interleaved, int sign, mt_stream stream) {
+                        const double *inv_freq, double attn, int interleaved, int sign,
+                        mt_stream stream) {
+    rope_freqs f;
+    for (int i = 0; i < rot / 2; i++)
+        f.inv[i] = inv_freq[i];
+    f.attn = attn;
     int64_t BT = x->shape[0] * x->shape[1], T_ = x->shape[1];
     int H = (int)x->shape[2], D = (int)x->shape[3];
     const int N = 16 / sizeof(T);
@@ -116,29 +128,29 @@ static mt_status launch(mt_tensor *out, const mt_tensor *x, const mt_tensor *pos
         unsigned g = (unsigned)(BT - r0 < 65535LL * 32 ? BT - r0 : 65535LL * 32);
         if (vec && interleaved)
             rope_kernel<T, I, N, 1>
-                <<<g, 128, smem, stream>>>(o, a, p, r0, T_, pos_bt, H, D, rot, theta, sign, st);
+                <<<g, 128, smem, stream>>>(o, a, p, r0, T_, pos_bt, H, D, rot, f, sign, st);
         else if (vec)
             rope_kernel<T, I, N, 0>
-                <<<g, 128, smem, stream>>>(o, a, p, r0, T_, pos_bt, H, D, rot, theta, sign, st);
+                <<<g, 128, smem, stream>>>(o, a, p, r0, T_, pos_bt, H, D, rot, f, sign, st);
         else
             rope_scalar_kernel<T, I><<<g, 128, smem, stream>>>(o, a, p, r0, T_, pos_bt, H, D, rot,
-                                                               theta, sign, interleaved, st);
+                                                               f, sign, interleaved, st);
         MT_CUDA_CHECK_LAUNCH();
     }
     return MT_OK;
 }
 
 extern "C" mt_status rope_cuda(mt_tensor *out, const mt_tensor *x, const mt_tensor *pos,
-                               int rotary_dim, double theta, int interleaved, int sign,
-                               mt_stream stream) {
+                               int rotary_dim, const double *inv_freq, double attn, int interleaved,
+                               int sign, mt_stream stream) {
     if (mt_tensor_numel(x) == 0) return MT_OK;
     if (pos && pos->dtype == MT_I64)
-        MT_DISPATCH_FLOAT(
-            x->dtype, T,
-            return launch<T, int64_t>(out, x, pos, rotary_dim, theta, interleaved, sign, stream));
+        MT_DISPATCH_FLOAT(x->dtype, T,
+                          return launch<T, int64_t>(out, x, pos, rotary_dim, inv_freq, attn,
+                                                    interleaved, sign, stream));
     else
-        MT_DISPATCH_FLOAT(
-            x->dtype, T,
-            return launch<T, int32_t>(out, x, pos, rotary_dim, theta, interleaved, sign, stream));
+        MT_DISPATCH_FLOAT(x->dtype, T,
+                          return launch<T, int32_t>(out, x, pos, rotary_dim, inv_freq, attn,
+                                                    interleaved, sign, stream));
     return MT_OK;
 }

@@ -348,6 +348,56 @@ MT_API mt_status mt_rope_fwd(mt_tensor *out, const mt_tensor *x, const mt_tensor
 MT_API mt_status mt_rope_bwd(mt_tensor *dx, const mt_tensor *dout, const mt_tensor *pos,
                              int rotary_dim, double theta, int interleaved, mt_stream stream);
 
+/* RoPE frequency scaling for longer contexts (Megatron's and Hugging Face's rope_scaling). Zero
+ * fields take the defaults given; factor must be > 0. With base_i = theta^(-2i/rotary_dim):
+ * - LINEAR: base_i / factor (positions interpolated: Megatron
+ *   --rotary-seq-len-interpolation-factor, Hugging Face "linear");
+ * - LLAMA3: Llama 3.x's (Megatron --use-rope-scaling, Hugging Face "llama3"): wavelengths
+ *   2 pi / base_i below original/high_freq_factor kept, above original/low_freq_factor divided by
+ *   factor, between them blended by s = (original / wavelength - low) / (high - low):
+ *   (1 - s) base_i / factor + s base_i;
+ * - YARN: YaRN's (Megatron --rope-type yarn, Hugging Face "yarn"): base_i / factor blended into
+ *   base_i by a ramp over channel pairs [lo, hi], the pairs where base_i turns beta_fast and
+ *   beta_slow times within original positions (d(b) = rotary_dim ln(original / (2 pi b)) /
+ *   (2 ln theta), lo = floor d(beta_fast) >= 0, hi = ceil d(beta_slow) <= rotary_dim - 1; not
+ *   rounded with no_truncate): r = clamp((i - lo) / (hi - lo), 0, 1), base_i (r / factor + 1 - r);
+ *   and cos and sin times m(factor, mscale) / m(factor, mscale_all_dim), m(s, k) = 0.1 k ln s + 1
+ *   (s > 1; else 1) (mt_rope_yarn_mscale). */
+typedef enum mt_rope_scaling_type {
+    MT_ROPE_SCALING_NONE = 0,
+    MT_ROPE_SCALING_LINEAR = 1,
+    MT_ROPE_SCALING_LLAMA3 = 2,
+    MT_ROPE_SCALING_YARN = 3
+} mt_rope_scaling_type;
+
+typedef struct mt_rope_scaling {
+    mt_rope_scaling_type type;
+    double factor;
+    double low_freq_factor, high_freq_factor; /* LLAMA3: 1, 4 */
+    double original_max_position_embeddings;  /* LLAMA3: 8192; YARN: 4096 */
+    double beta_fast, beta_slow;              /* YARN: 32, 1 */
+    double mscale, mscale_all_dim;            /* YARN: 1, 0 */
+    int no_truncate; /* YARN: lo, hi unrounded (Hugging Face truncate false) */
+} mt_rope_scaling;
+
+/* The most rotary channel pairs mt_rope_scaled_* take on CUDA (rotary_dim <= 512). */
+#define MT_ROPE_MAX_PAIRS 256
+
+/* YaRN's m(s, k) = 0.1 k ln s + 1 for s > 1, else 1. */
+MT_API double mt_rope_yarn_mscale(double s, double k);
+/* The rotary_dim / 2 inverse frequencies (fp64) of rotary_dim channels under scaling (NULL or
+ * NONE: base_i), and the factor cos and sin are multiplied by (1 but for YARN). */
+MT_API mt_status mt_rope_inv_freq(double *inv_freq, double *attn_factor, int rotary_dim,
+                                  double theta, const mt_rope_scaling *scaling);
+/* mt_rope_fwd / mt_rope_bwd with the angles pos * inv_freq[i] and the rotation times attn_factor
+ * of mt_rope_inv_freq (scaling NULL: the same as mt_rope_fwd / mt_rope_bwd, bit for bit). */
+MT_API mt_status mt_rope_scaled_fwd(mt_tensor *out, const mt_tensor *x, const mt_tensor *pos,
+                                    int rotary_dim, double theta, int interleaved,
+                                    const mt_rope_scaling *scaling, mt_stream stream);
+MT_API mt_status mt_rope_scaled_bwd(mt_tensor *dx, const mt_tensor *dout, const mt_tensor *pos,
+                                    int rotary_dim, double theta, int interleaved,
+                                    const mt_rope_scaling *scaling, mt_stream stream);
+
 typedef enum mt_reduce_op {
     MT_REDUCE_SUM,       /* sum(x) */
     MT_REDUCE_SUMSQ,     /* sum(x^2) */
