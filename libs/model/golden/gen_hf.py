@@ -24,9 +24,10 @@ mixtral only Mixtral's, python gen_hf.py qwen2 only Qwen2's, python gen_hf.py qw
 Qwen2-MoE's (session 41, the same versions; session 40: torch 2.15, transformers 5.24.0;
 transformers 5.x, torch 2.x, megatron-core 0.16.1 for mixtral_moe.safetensors: Megatron's router
 losses, record_moe_losses), python gen_hf.py deepseek only DeepSeek-V3's (deepseek_mla and
-deepseek_v3: torch 2.15.0, transformers 5.24.0). The position-id records were added with torch
-2.x and transformers 5.x of 2026-11 (pip), whose weights, io, grads and AdamW losses reproduce
-the earlier files."""
+deepseek_v3: torch 2.15.0, transformers 5.24.0), python gen_hf.py rope only the scaled
+rotary frequencies' (llama_scaled, deepseek_yarn: the same versions). The position-id records
+were added with torch 2.x and transformers 5.x of 2026-11 (pip), whose weights, io, grads and
+AdamW losses reproduce the earlier files."""
 import os
 import sys
 
@@ -176,6 +177,17 @@ def deepseek_names(model):
             out[r + "linear_fc1.weight"] = sd[p + "experts.gate_up_proj"][e]
             out[r + "linear_fc2.weight"] = sd[p + "experts.down_proj"][e]
     return out
+
+
+def boost_rope(model):
+    """The rotary channels' weights (each query head's last 8 rows, the shared key's 8) times
+    8, so that the restarting positions move the loss by more than the CPU's tolerance."""
+    with torch.no_grad():
+        for layer in model.model.layers:
+            a = layer.self_attn
+            q = a.q_proj if a.q_proj is not None else a.q_b_proj
+            q.weight.view(4, 24, -1)[:, 16:] *= 8
+            a.kv_a_proj_with_mqa.weight[16:] *= 8
 
 
 def loss_of(model, toks, tgts, pos=None):
@@ -442,16 +454,6 @@ if len(sys.argv) > 1 and sys.argv[1] == "deepseek":
         print(tag, "constant:", const, "smallest other std",
               min(p.std().item() for p in model.parameters() if p.std() > 0))
 
-    def boost_rope(model):
-        """The rotary channels' weights (each query head's last 8 rows, the shared key's 8) times
-        8, so that the restarting positions move the loss by more than the CPU's tolerance."""
-        with torch.no_grad():
-            for layer in model.model.layers:
-                a = layer.self_attn
-                q = a.q_proj if a.q_proj is not None else a.q_b_proj
-                q.weight.view(4, 24, -1)[:, 16:] *= 8
-                a.kv_a_proj_with_mqa.weight[16:] *= 8
-
     torch.manual_seed(0)
     mla = DeepseekV3ForCausalLM(deepseek_config(None, 2))
     boost_rope(mla)
@@ -485,6 +487,42 @@ if len(sys.argv) > 1 and sys.argv[1] == "deepseek":
         print("deepseek_v3 tokens whose experts the bias changes:", changed, "of", B * T)
         assert changed >= 3
     record("deepseek_v3", dv3, deepseek_names)
+    sys.exit(0)
+
+if len(sys.argv) > 1 and sys.argv[1] == "rope":
+    # Scaled rotary frequencies (python gen_hf.py rope writes only these records). rope_theta 100
+    # so that the scaled pairs turn visibly within 16 positions. llama_scaled: the llama model
+    # (max_position_embeddings 128) with Llama 3's rope_type llama3 (factor 8, low/high_freq_factor
+    # 1/4, original 64: pairs 0-1 kept, 2-4 blended, 5-7 divided). deepseek_yarn: deepseek_mla
+    # (boost_rope too) with YaRN (factor 4, original 16, beta_fast/slow 32/1, mscale 0.9,
+    # mscale_all_dim 0.8: cos and sin times m(4, .9) / m(4, .8), the softmax scale times
+    # m(4, .8)^2, m(s, k) = 0.1 k ln s + 1).
+    from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
+    torch.manual_seed(0)
+    lc = LlamaConfig(vocab_size=V, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                     num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+                     rms_norm_eps=1e-5, tie_word_embeddings=False, attention_bias=False,
+                     mlp_bias=False,
+                     rope_parameters={"rope_type": "llama3", "rope_theta": 100.0, "factor": 8.0,
+                                      "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                      "original_max_position_embeddings": 64})
+    record("llama_scaled", LlamaForCausalLM(lc), llama_names)
+    torch.manual_seed(0)
+    dc = DeepseekV3Config(
+        vocab_size=V, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=4, q_lora_rank=None, kv_lora_rank=16,
+        qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=12, first_k_dense_replace=2,
+        max_position_embeddings=32, rms_norm_eps=1e-6,
+        rope_parameters={"rope_type": "yarn", "rope_theta": 100.0, "factor": 4.0,
+                         "original_max_position_embeddings": 16, "beta_fast": 32,
+                         "beta_slow": 1, "mscale": 0.9, "mscale_all_dim": 0.8},
+        rope_interleave=True, tie_word_embeddings=False, attention_bias=False,
+        hidden_act="silu", num_mtp_layers=0, attn_implementation="eager")
+    yarn = DeepseekV3ForCausalLM(dc)
+    boost_rope(yarn)
+    print("deepseek_yarn softmax scale", yarn.model.layers[0].self_attn.scaling,
+          "cos/sin factor", yarn.model.rotary_emb.attention_scaling)
+    record("deepseek_yarn", yarn, deepseek_names)
     sys.exit(0)
 
 if len(sys.argv) > 1 and sys.argv[1] == "mixtral":

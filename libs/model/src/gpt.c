@@ -89,8 +89,9 @@ static mt_status rope(mt_model *m, mt_tensor *x, int backward, mt_stream s) {
     const int mla = c->multi_latent_attention;
     const int rd = mla ? c->qk_pos_emb_head_dim : c->kv_channels;
     const int il = mla ? 1 : c->rotary_interleaved;
-    if (backward) return mt_rope_bwd(x, x, p, rd, c->rotary_base, il, s);
-    return mt_rope_fwd(x, x, p, rd, c->rotary_base, il, s);
+    const mt_rope_scaling *sc = &c->rope_scaling;
+    if (backward) return mt_rope_scaled_bwd(x, x, p, rd, c->rotary_base, il, sc, s);
+    return mt_rope_scaled_fwd(x, x, p, rd, c->rotary_base, il, sc, s);
 }
 
 /* ---- multi-latent attention ---- */
@@ -292,6 +293,13 @@ static mt_attn_config attn_cfg(const mt_model *m, int l) {
     ac.key_start = m->ks.data ? &m->ks : NULL; /* document masks */
     const uint32_t site = (uint32_t)(SITE_ATTN + 3 * l + m->tpr * (3 * m->cfg.num_layers + 1));
     ac.dropout = drop_cfg(m, m->cfg.attention_dropout, site);
+    const mt_rope_scaling *sc = &m->cfg.rope_scaling;
+    if (m->cfg.multi_latent_attention && sc->type == MT_ROPE_SCALING_YARN) {
+        /* (Megatron's MLA and DeepSeek's: YaRN's mscale on the softmax too, squared) */
+        const double ms = mt_rope_yarn_mscale(sc->factor, sc->mscale_all_dim);
+        ac.scale =
+            (float)(ms * ms / sqrt((double)(m->cfg.qk_head_dim + m->cfg.qk_pos_emb_head_dim)));
+    }
     return ac;
 }
 

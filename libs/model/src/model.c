@@ -230,6 +230,13 @@ mt_status mt_model_config_finalize(mt_model_config *c) {
     MT_REQUIRE(c->attention_dropout >= 0.0f && c->attention_dropout < 1.0f, MT_ERR_INVALID_ARG,
                "--attention-dropout %g must be in [0, 1)", (double)c->attention_dropout);
     if (c->rotary_base == 0.0) c->rotary_base = 10000.0;
+    if (c->rope_scaling.type != MT_ROPE_SCALING_NONE) {
+        double inv[2], attn;
+        MT_REQUIRE(c->position_embedding_type == MT_POS_ROPE, MT_ERR_INVALID_ARG,
+                   "rotary scaling (--use-rope-scaling, --rope-type yarn, "
+                   "--rotary-seq-len-interpolation-factor) needs rotary position embeddings");
+        MT_TRY(mt_rope_inv_freq(inv, &attn, 2, c->rotary_base, &c->rope_scaling));
+    }
     if (c->init_method_std == 0.0f) c->init_method_std = 0.02f;
     MT_REQUIRE(c->dtype == MT_F32 || c->dtype == MT_BF16 || c->dtype == MT_F16, MT_ERR_UNSUPPORTED,
                "model dtype %s (use f32, bf16 or f16)", mt_dtype_name(c->dtype));

@@ -1,5 +1,6 @@
-/* The tiny Hugging Face GPT-2, Llama, Qwen2, Qwen3, Mixtral, Qwen2-MoE (also with a dense
- * layer: qwen2_moe_mixed) and DeepSeek-V3 (deepseek_mla: its attention, dense MLPs) of
+/* The tiny Hugging Face GPT-2, Llama (llama_scaled: with Llama 3's scaled rotary frequencies),
+ * Qwen2, Qwen3, Mixtral, Qwen2-MoE (also with a dense layer: qwen2_moe_mixed) and DeepSeek-V3
+ * (deepseek_mla: its attention, dense MLPs; deepseek_yarn: that with YaRN) of
  * golden/gen_hf.py, shared by libs/model's
  * test_hf_golden and libs/train's test_hf_adamw: the model config and the weight loading. */
 #ifndef MT_MODEL_TESTS_HF_TINY_H
@@ -38,6 +39,14 @@ static inline mt_model_config hf_tiny_config(const char *tag, mt_dtype dt) {
     c.make_vocab_size_divisible_by = 128; /* padded to 512: exercises the padded columns */
     c.dtype = dt;
     if (strcmp(tag, "llama") == 0) tiny_llama_layers(&c);
+    if (strcmp(tag, "llama_scaled") == 0) { /* Llama 3's scaled rotary frequencies, theta 100 */
+        tiny_llama_layers(&c);
+        c.max_position_embeddings = 128;
+        c.rotary_base = 100.0;
+        c.rope_scaling = (mt_rope_scaling){ .type = MT_ROPE_SCALING_LLAMA3,
+                                            .factor = 8,
+                                            .original_max_position_embeddings = 64 };
+    }
     if (strcmp(tag, "qwen2") == 0) { /* Llama's choices and biases on q, k and v */
         tiny_llama_layers(&c);
         c.add_qkv_bias = 1;
@@ -72,6 +81,14 @@ static inline mt_model_config hf_tiny_config(const char *tag, mt_dtype dt) {
         c.qk_head_dim = 16;
         c.qk_pos_emb_head_dim = 8;
         c.v_head_dim = 12;
+    }
+    if (strcmp(tag, "deepseek_yarn") == 0) { /* YaRN (theta 100): cos/sin and softmax mscales */
+        c.rotary_base = 100.0;
+        c.rope_scaling = (mt_rope_scaling){ .type = MT_ROPE_SCALING_YARN,
+                                            .factor = 4,
+                                            .original_max_position_embeddings = 16,
+                                            .mscale = 0.9,
+                                            .mscale_all_dim = 0.8 };
     }
     if (strcmp(tag, "deepseek_v3") == 0) { /* a q latent of 24; layer 1's MLP DeepSeek-V3's MoE:
                                               8 experts of SwiGLU 32 in 2 groups, top-2 from the

@@ -274,6 +274,11 @@ typedef struct mt_model_config {
      * qk_head_dim + v_head_dim) activations, about, for each layer's packed heads and up-projected
      * outputs. */
     int recompute_mla_up_proj;
+    /* rotary frequency scaling (type NONE: none): Llama 3's (Megatron --use-rope-scaling), YaRN
+     * (--rope-type yarn; with multi_latent_attention the softmax scale is also multiplied by
+     * mt_rope_yarn_mscale(factor, mscale_all_dim)^2, as Megatron's MLA and DeepSeek's) or linear
+     * (--rotary-seq-len-interpolation-factor); see mt_rope_scaling */
+    mt_rope_scaling rope_scaling;
 } mt_model_config;
 
 // clang-format off
@@ -283,7 +288,7 @@ typedef struct mt_model_config {
             MT_POS_LEARNED, 0.0, 0, 0, 1, 0, 0.0f, 1234, MT_F32, 0, MT_RECOMPUTE_NONE,         \
             MT_RECOMPUTE_METHOD_NONE, 0, 0, 0, 0, 0, 0, 0.0f, 0.0f, 0, 0, 0, 0, 0, 0, 0, 0, 0, \
             0.0f, 0.0f, 0.0f, 0, 0, 0, 0.0f, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, { 0 },          \
-            0, 0, 0.0f, 0, 0, 0, 0, 0, 0, 0, 0                                                 \
+            0, 0, 0.0f, 0, 0, 0, 0, 0, 0, 0, 0, { MT_ROPE_SCALING_NONE }                       \
     }
 // clang-format on
 
