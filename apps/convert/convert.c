@@ -175,17 +175,6 @@ static mt_status read_deepseek(json_t *cfg, cv_cfg *c) {
                (long long)c->L, CV_MAX_LAYERS);
     for (int64_t l = 0; l < c->L; l++)
         c->dense[l] = l < k;
-    /* YaRN (the hub's rope_scaling; transformers 5's rope_parameters) is not ours */
-    const char *keys[] = { "rope_parameters", "rope_scaling" };
-    for (int i = 0; i < 2; i++) {
-        json_t *rp = json_object_get(cfg, keys[i]);
-        const char *rt = json_string_value(json_object_get(rp, "rope_type"));
-        if (!rt) rt = json_string_value(json_object_get(rp, "type"));
-        MT_REQUIRE(!rt || !strcmp(rt, "default"), MT_ERR_UNSUPPORTED,
-                   "config.json: %s type '%s' (only the default RoPE is supported, Megatron's "
-                   "--rope-type rope)",
-                   keys[i], rt);
-    }
     MT_REQUIRE(getb(cfg, "rope_interleave", 1), MT_ERR_UNSUPPORTED,
                "config.json: rope_interleave false (MLA's rotary channels are interleaved pairs "
                "here, Megatron's MLA rope)");
@@ -229,6 +218,19 @@ static mt_status read_cfg(json_t *cfg, cv_cfg *c) {
                t);
     c->type = t;
     int gpt2 = !strcmp(t, "gpt2");
+    /* the rotary scaling libs/model runs (the hub's rope_scaling; transformers 5's
+     * rope_parameters; their parameters are read where the model is built) */
+    const char *keys[] = { "rope_parameters", "rope_scaling" };
+    for (int i = 0; i < 2 && !gpt2; i++) {
+        json_t *rp = json_object_get(cfg, keys[i]);
+        const char *rt = json_string_value(json_object_get(rp, "rope_type"));
+        if (!rt) rt = json_string_value(json_object_get(rp, "type"));
+        MT_REQUIRE(!rt || !strcmp(rt, "default") || !strcmp(rt, "linear") ||
+                       !strcmp(rt, "llama3") || !strcmp(rt, "yarn"),
+                   MT_ERR_UNSUPPORTED,
+                   "config.json: %s type '%s' (default, linear, llama3 and yarn are supported)",
+                   keys[i], rt);
+    }
     c->L = geti(cfg, gpt2 ? "n_layer" : "num_hidden_layers", "num_hidden_layers", -1);
     c->C = geti(cfg, gpt2 ? "n_embd" : "hidden_size", "hidden_size", -1);
     c->Q = geti(cfg, gpt2 ? "n_head" : "num_attention_heads", "num_attention_heads", -1);

@@ -17,7 +17,7 @@ scores with a random expert bias (e_score_correction_bias, a buffer), scaling 2.
 expert; transformers 5.24.0, torch 2.15.0): python gen_logits.py deepseek_v3 writes
 logits_deepseek_v3 (per-expert names) and logits_deepseek_v3_fused (stacked).
 Versions: torch (CPU), transformers 5.23.0, safetensors. Seeds: 1234 (weights), 7 (tokens).
-Rerun from this directory: /opt/gv/bin/python gen_logits.py [mixtral|qwen2]"""
+Rerun from this directory: /opt/gv/bin/python gen_logits.py [mixtral|qwen2|...|rope]"""
 import json, os, shutil
 import torch
 import transformers
@@ -76,6 +76,38 @@ def record(tag, model):
 
 
 import sys  # noqa: E402
+if sys.argv[1:] == ["rope"]:  # (session 43) only the scaled rotary frequencies, rope_theta 100:
+    # logits_llama_scaled, Llama 3's (rope_parameters llama3, factor 8, original 64, max 128,
+    # transformers 5's config), and logits_deepseek_yarn, DeepSeek-V3's MLA with YaRN (factor 4,
+    # original 16, mscale 0.9 / 0.8) whose config.json is rewritten as the hub's DeepSeek-V3
+    # (transformers 4's top-level rope_theta and rope_scaling {"type": "yarn", ...})
+    from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
+    torch.manual_seed(0)
+    record("llama_scaled", LlamaForCausalLM(LlamaConfig(
+        vocab_size=V, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+        rms_norm_eps=1e-6, tie_word_embeddings=False,
+        rope_parameters={"rope_type": "llama3", "rope_theta": 100.0, "factor": 8.0,
+                         "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                         "original_max_position_embeddings": 64})))
+    torch.manual_seed(0)
+    yarn = {"factor": 4.0, "original_max_position_embeddings": 16, "beta_fast": 32,
+            "beta_slow": 1, "mscale": 0.9, "mscale_all_dim": 0.8}
+    record("deepseek_yarn", DeepseekV3ForCausalLM(DeepseekV3Config(
+        vocab_size=V, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=4, q_lora_rank=16, kv_lora_rank=16,
+        qk_nope_head_dim=8, qk_rope_head_dim=8, v_head_dim=8, first_k_dense_replace=2,
+        max_position_embeddings=32, rms_norm_eps=1e-6,
+        rope_parameters=dict(yarn, rope_type="yarn", rope_theta=100.0), rope_interleave=True,
+        tie_word_embeddings=False, attention_bias=False, attn_implementation="eager")))
+    with open("logits_deepseek_yarn/config.json") as f:
+        cfg = json.load(f)
+    del cfg["rope_parameters"]
+    cfg["rope_theta"], cfg["rope_scaling"] = 100.0, dict(yarn, type="yarn")
+    with open("logits_deepseek_yarn/config.json", "w") as f:
+        json.dump(cfg, f, indent=2)
+    print("transformers", transformers.__version__, "torch", torch.__version__)
+    sys.exit(0)
 if sys.argv[1:] == ["qwen2"]:  # (session 40) only Qwen2: biases on q_proj, k_proj, v_proj
     from transformers import Qwen2Config, Qwen2ForCausalLM
     torch.manual_seed(0)

@@ -53,7 +53,8 @@ static const flag flags[] = {
       "a bias on the QKV linear even with --disable-bias-linear (Qwen2)" },
     { "--rotary-interleaved", F_TRUE, O(rotary_interleaved), "Meta's interleaved RoPE pairs" },
     { "--normalization", F_STR, O(normalization), "LayerNorm | RMSNorm" },
-    { "--position-embedding-type", F_STR, O(position_embedding_type), "learned_absolute | rope" },
+    { "--position-embedding-type", F_STR, O(position_embedding_type),
+      "learned_absolute | rope | yarn (rope with YaRN's scaling)" },
     { "--norm-epsilon", F_DBL, O(norm_epsilon), "1e-5" },
     { "--rotary-base", F_DBL, O(rotary_base), "10000" },
     { "--init-method-std", F_DBL, O(init_method_std), "0.02" },
@@ -125,7 +126,19 @@ static const flag flags[] = {
     { "--qk-head-dim", F_INT, O(qk_head_dim), "MLA's query and key channels without RoPE (128)" },
     { "--qk-pos-emb-head-dim", F_INT, O(qk_pos_emb_head_dim), "MLA's RoPE channels (64)" },
     { "--v-head-dim", F_INT, O(v_head_dim), "MLA's value channels (128)" },
-    { "--rope-type", F_STR, O(rope_type), "rope | yarn (MLA's default; not supported yet)" },
+    { "--rope-type", F_STR, O(rope_type), "rope | yarn (MLA's default): MLA's rotary embeddings" },
+    { "--use-rope-scaling", F_TRUE, O(use_rope_scaling),
+      "Llama 3.x's scaled rotary frequencies (low/high_freq_factor 1/4, original 8192)" },
+    { "--rope-scaling-factor", F_DBL, O(rope_scaling_factor), "--use-rope-scaling's (8.0)" },
+    { "--rotary-seq-len-interpolation-factor", F_DBL, O(rotary_seq_len_interpolation_factor),
+      "positions divided by it (linear interpolation; default none)" },
+    { "--rotary-scaling-factor", F_DBL, O(rotary_scaling_factor), "YaRN's factor (1.0: none)" },
+    { "--mscale", F_DBL, O(mscale), "YaRN's mscale (1.0)" },
+    { "--mscale-all-dim", F_DBL, O(mscale_all_dim), "YaRN's mscale_all_dim (0.0)" },
+    { "--original-max-position-embeddings", F_INT, O(original_max_position_embeddings),
+      "YaRN's original context (4096)" },
+    { "--beta-fast", F_DBL, O(beta_fast), "YaRN's beta_fast (32)" },
+    { "--beta-slow", F_DBL, O(beta_slow), "YaRN's beta_slow (1)" },
     { "--qk-layernorm", F_TRUE, O(qk_layernorm),
       "normalise each query and key head (the --normalization) before RoPE" },
     { "--eod-mask-loss", F_TRUE, O(eod_mask_loss),
@@ -352,6 +365,12 @@ void mt_train_args_init(mt_train_args *a) {
     a->distributed_timeout_minutes = 10;
     set_str(&a->device, "auto");
     a->rotary_percent = 1.0;
+    a->rope_scaling_factor = 8.0;
+    a->rotary_scaling_factor = 1.0;
+    a->mscale = 1.0;
+    a->original_max_position_embeddings = 4096;
+    a->beta_fast = 32.0;
+    a->beta_slow = 1.0;
     a->logits_chunks = 1;
     a->attention_dropout = 0.1;
     a->hidden_dropout = 0.1;
@@ -474,7 +493,16 @@ static const char *const model_args[] = { "num_layers",
                                           "qk_head_dim",
                                           "qk_pos_emb_head_dim",
                                           "v_head_dim",
-                                          "rope_type" };
+                                          "rope_type",
+                                          "use_rope_scaling",
+                                          "rope_scaling_factor",
+                                          "rotary_seq_len_interpolation_factor",
+                                          "rotary_scaling_factor",
+                                          "mscale",
+                                          "mscale_all_dim",
+                                          "original_max_position_embeddings",
+                                          "beta_fast",
+                                          "beta_slow" };
 #define N_MODEL_ARGS ((int)(sizeof model_args / sizeof *model_args))
 
 /* The flag named by the first len characters of name (NULL: none). */
@@ -682,20 +710,48 @@ static mt_status validate_moe(const mt_train_args *a) {
     return MT_OK;
 }
 
-/* Multi-latent attention's flags. Megatron's MLA takes YaRN rotary embeddings unless --rope-type
- * rope (MLATransformerConfig.rope_type); YaRN is not supported yet. */
+/* Multi-latent attention's flags, and the rotary scaling: Megatron's MLA takes YaRN rotary
+ * embeddings unless --rope-type rope (MLATransformerConfig.rope_type), other attention YaRN with
+ * --position-embedding-type yarn; YaRN's flags are for those only, one scaling at a time. */
 static mt_status validate_mla(const mt_train_args *a) {
     const char *rt = a->rope_type;
+    const int mla = a->multi_latent_attention;
     if (rt && strcmp(rt, "rope") != 0 && strcmp(rt, "yarn") != 0)
         return BAD("argument --rope-type: invalid choice: '%s' (choose from 'rope', 'yarn')", rt);
-    if (rt && strcmp(rt, "yarn") == 0)
-        return MT_ERROR(MT_ERR_UNSUPPORTED, "--rope-type yarn is not supported yet");
-    if (!a->multi_latent_attention) return MT_OK;
-    if (!rt)
-        return MT_ERROR(MT_ERR_UNSUPPORTED,
-                        "--multi-latent-attention takes YaRN rotary embeddings by default "
-                        "(Megatron's MLA rope_type), which are not supported yet: pass "
-                        "--rope-type rope");
+    if (rt && strcmp(rt, "yarn") == 0 && !mla)
+        return BAD("--rope-type yarn is multi-latent attention's: other attention takes "
+                   "--position-embedding-type yarn");
+    const int pos_yarn = strcmp(a->position_embedding_type, "yarn") == 0;
+    if (mla && pos_yarn)
+        return BAD("--multi-latent-attention takes YaRN by --rope-type yarn (its default), not "
+                   "--position-embedding-type yarn");
+    const int yarn = mla ? !rt || strcmp(rt, "yarn") == 0 : pos_yarn;
+    if (!yarn && (a->rotary_scaling_factor != 1.0 || a->mscale != 1.0 || a->mscale_all_dim != 0.0 ||
+                  a->original_max_position_embeddings != 4096 || a->beta_fast != 32.0 ||
+                  a->beta_slow != 1.0))
+        return BAD("--rotary-scaling-factor, --mscale, --mscale-all-dim, "
+                   "--original-max-position-embeddings, --beta-fast and --beta-slow are YaRN's: "
+                   "--multi-latent-attention with --rope-type yarn (its default), or "
+                   "--position-embedding-type yarn");
+    if (yarn && (!(a->rotary_scaling_factor > 0.0) || a->original_max_position_embeddings <= 0 ||
+                 !(a->beta_fast > 0.0) || !(a->beta_slow > 0.0)))
+        return BAD("--rotary-scaling-factor (%g), --original-max-position-embeddings (%d), "
+                   "--beta-fast (%g) and --beta-slow (%g) must be positive",
+                   a->rotary_scaling_factor, a->original_max_position_embeddings, a->beta_fast,
+                   a->beta_slow);
+    const int rope = strcmp(a->position_embedding_type, "rope") == 0 && !mla;
+    if (a->use_rope_scaling && !rope)
+        return BAD("--use-rope-scaling (Llama 3.x's) is for --position-embedding-type rope "
+                   "without multi-latent attention");
+    if (a->use_rope_scaling && !(a->rope_scaling_factor > 0.0))
+        return BAD("--rope-scaling-factor must be positive, got %g", a->rope_scaling_factor);
+    const double li = a->rotary_seq_len_interpolation_factor;
+    if (li != 0.0 && (!rope || a->use_rope_scaling))
+        return BAD("--rotary-seq-len-interpolation-factor is for --position-embedding-type rope "
+                   "without multi-latent attention or --use-rope-scaling");
+    if (li != 0.0 && !(li >= 1.0))
+        return BAD("--rotary-seq-len-interpolation-factor must be at least 1, got %g", li);
+    if (!mla) return MT_OK;
     if (a->group_query_attention) /* (Megatron's num_floating_point_operations asserts it) */
         return BAD("--multi-latent-attention does not take --group-query-attention");
     if (a->q_lora_rank < 0 || a->kv_lora_rank <= 0 || a->qk_head_dim <= 0 ||
@@ -956,7 +1012,7 @@ static mt_status validate(mt_train_args *a) {
     }
     MT_TRY(level_choice("--timing-log-level", a->timing_log_level));
     if (a->use_rotary_position_embeddings) set_str(&a->position_embedding_type, "rope");
-    if (a->no_position_embedding && strcmp(a->position_embedding_type, "rope") != 0)
+    if (a->no_position_embedding && strcmp(a->position_embedding_type, "learned_absolute") == 0)
         return MT_ERROR(MT_ERR_UNSUPPORTED,
                         "--no-position-embedding without rotary embeddings (no positions at all) "
                         "is not supported: add --position-embedding-type rope");
@@ -1038,9 +1094,10 @@ static mt_status validate(mt_train_args *a) {
                    "'RMSNorm')",
                    a->normalization);
     if (strcmp(a->position_embedding_type, "learned_absolute") != 0 &&
-        strcmp(a->position_embedding_type, "rope") != 0)
+        strcmp(a->position_embedding_type, "rope") != 0 &&
+        strcmp(a->position_embedding_type, "yarn") != 0)
         return BAD("argument --position-embedding-type: invalid choice: '%s' (choose from "
-                   "'learned_absolute', 'rope')",
+                   "'learned_absolute', 'rope', 'yarn')",
                    a->position_embedding_type);
     if (a->group_query_attention && a->num_query_groups <= 0)
         return BAD("--group-query-attention needs --num-query-groups");

@@ -33,20 +33,69 @@ static double getf(json_t *o, const char *k, double dflt) {
     return json_is_number(v) ? json_number_value(v) : dflt;
 }
 
+/* Hugging Face's rotary scaling (transformers 5's rope_parameters, else the hub's rope_scaling;
+ * "rope_type", or the older "type") into c->rope_scaling as transformers computes it: default,
+ * linear, llama3 and yarn (with multi-latent attention, DeepSeek-V3's softmax mscale too); the
+ * rest is refused. */
+static mt_status rope_from_hf(json_t *h, mt_model_config *c) {
+    json_t *rp = json_object_get(h, "rope_parameters");
+    if (!json_is_object(rp)) rp = json_object_get(h, "rope_scaling");
+    if (!json_is_object(rp)) return MT_OK;
+    const char *t = json_string_value(json_object_get(rp, "rope_type"));
+    if (!t) t = json_string_value(json_object_get(rp, "type"));
+    if (!t || !strcmp(t, "default")) return MT_OK;
+    const double prf = getf(rp, "partial_rotary_factor", getf(h, "partial_rotary_factor", 1.0));
+    MT_REQUIRE(prf == 1.0, MT_ERR_UNSUPPORTED,
+               "partial_rotary_factor %g (rotary embeddings over whole heads only)", prf);
+    mt_rope_scaling *s = &c->rope_scaling;
+    /* (transformers' standardize_rope_params: a top-level original_max_position_embeddings
+     * first, then the rope parameters', then max_position_embeddings) */
+    const double n =
+        getf(h, "original_max_position_embeddings",
+             getf(rp, "original_max_position_embeddings", (double)c->max_position_embeddings));
+    s->factor = getf(rp, "factor", 0.0);
+    if (!strcmp(t, "linear")) {
+        s->type = MT_ROPE_SCALING_LINEAR;
+    } else if (!strcmp(t, "llama3")) {
+        s->type = MT_ROPE_SCALING_LLAMA3;
+        s->low_freq_factor = getf(rp, "low_freq_factor", 0.0);
+        s->high_freq_factor = getf(rp, "high_freq_factor", 0.0);
+        s->original_max_position_embeddings = n;
+        MT_REQUIRE(s->low_freq_factor > 0.0 && s->high_freq_factor > 0.0, MT_ERR_FORMAT,
+                   "rope_type llama3 without low_freq_factor and high_freq_factor");
+    } else if (!strcmp(t, "yarn")) {
+        s->type = MT_ROPE_SCALING_YARN;
+        s->original_max_position_embeddings = n;
+        if (s->factor == 0.0 && n > 0.0) s->factor = c->max_position_embeddings / n;
+        s->beta_fast = getf(rp, "beta_fast", 0.0); /* (0: 32 and 1, as transformers') */
+        s->beta_slow = getf(rp, "beta_slow", 0.0);
+        s->no_truncate = json_is_false(json_object_get(rp, "truncate"));
+        MT_REQUIRE(json_is_null(json_object_get(rp, "attention_factor")) ||
+                       !json_object_get(rp, "attention_factor"),
+                   MT_ERR_UNSUPPORTED,
+                   "rope_type yarn with an explicit attention_factor (only the one of factor, "
+                   "mscale and mscale_all_dim, Megatron's)");
+        /* (transformers: cos and sin times m(factor, mscale) / m(factor, mscale_all_dim) when
+         * both are given, else m(factor, 1); DeepSeek-V3's softmax times m(factor,
+         * mscale_all_dim)^2 when that is given, as Megatron's MLA) */
+        const double ms = getf(rp, "mscale", 0.0), mad = getf(rp, "mscale_all_dim", 0.0);
+        MT_REQUIRE(!(mad != 0.0 && ms == 0.0 && c->multi_latent_attention), MT_ERR_UNSUPPORTED,
+                   "rope_type yarn with mscale_all_dim but no mscale (not Megatron's MLA)");
+        s->mscale = ms != 0.0 && mad != 0.0 ? ms : 1.0;
+        s->mscale_all_dim = ms != 0.0 ? mad : 0.0;
+    } else {
+        return MT_ERROR(MT_ERR_UNSUPPORTED,
+                        "rope type '%s' (default, linear, llama3 and yarn only)", t);
+    }
+    MT_REQUIRE(s->factor > 0.0, MT_ERR_FORMAT, "rope type '%s' without a positive factor", t);
+    return MT_OK;
+}
+
 /* DeepSeek-V3's MLA and MoE (transformers' DeepseekV3ForCausalLM) in Megatron's terms: its
  * latents, the first first_k_dense_replace MLPs dense, then sigmoid routing with the expert bias
  * (e_score_correction_bias), groups and scaling, and an ungated shared expert. What would not run
  * as transformers runs it is refused (mt-convert's import refuses the same). */
 static mt_status deepseek_config(json_t *h, mt_model_config *c) {
-    json_t *rp = json_object_get(h, "rope_parameters"), *rs = json_object_get(h, "rope_scaling");
-    const char *rt = json_string_value(json_object_get(rp, "rope_type"));
-    const char *st = json_string_value(json_object_get(rs, "rope_type"));
-    if (!st) st = json_string_value(json_object_get(rs, "type"));
-    MT_REQUIRE((!rt || !strcmp(rt, "default")) && (!st || !strcmp(st, "default")),
-               MT_ERR_UNSUPPORTED,
-               "DeepSeek-V3: rope_parameters/rope_scaling type '%s' (only the default RoPE, "
-               "Megatron's --rope-type rope)",
-               rt && strcmp(rt, "default") ? rt : st);
     json_t *il = json_object_get(h, "rope_interleave"), *ab = json_object_get(h, "attention_bias");
     MT_REQUIRE(!json_is_false(il), MT_ERR_UNSUPPORTED,
                "DeepSeek-V3: rope_interleave false (MLA's rotary channels are interleaved pairs)");
@@ -179,6 +228,7 @@ mt_status mt_train_model_config_from_hf(const char *args_json, mt_model_config *
             }
         }
         if (!strcmp(type, "deepseek_v3") && (st = deepseek_config(h, c)) != MT_OK) goto done;
+        if ((st = rope_from_hf(h, c)) != MT_OK) goto done;
     }
     c->seq_length = c->max_position_embeddings;
 done:

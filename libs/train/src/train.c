@@ -496,9 +496,29 @@ static mt_status setup_model(run *r) {
     c->normalization =
         strcmp(a->normalization, "RMSNorm") == 0 ? MT_NORM_RMSNORM : MT_NORM_LAYERNORM;
     c->norm_epsilon = (float)a->norm_epsilon;
+    const int yarn = strcmp(a->position_embedding_type, "yarn") == 0;
     c->position_embedding_type =
-        strcmp(a->position_embedding_type, "rope") == 0 ? MT_POS_ROPE : MT_POS_LEARNED;
+        strcmp(a->position_embedding_type, "rope") == 0 || yarn ? MT_POS_ROPE : MT_POS_LEARNED;
     c->rotary_base = a->rotary_base;
+    if (a->use_rope_scaling) /* (Megatron's: low/high_freq_factor 1/4, original 8192) */
+        c->rope_scaling = (mt_rope_scaling){ .type = MT_ROPE_SCALING_LLAMA3,
+                                             .factor = a->rope_scaling_factor,
+                                             .original_max_position_embeddings = 8192 };
+    else if (a->rotary_seq_len_interpolation_factor != 0.0)
+        c->rope_scaling = (mt_rope_scaling){ .type = MT_ROPE_SCALING_LINEAR,
+                                             .factor = a->rotary_seq_len_interpolation_factor };
+    else if ((yarn || (a->multi_latent_attention &&
+                       (!a->rope_type || strcmp(a->rope_type, "yarn") == 0))) &&
+             a->rotary_scaling_factor != 1.0) /* (factor 1: YaRN is plain RoPE) */
+        c->rope_scaling = (mt_rope_scaling){
+            .type = MT_ROPE_SCALING_YARN,
+            .factor = a->rotary_scaling_factor,
+            .original_max_position_embeddings = a->original_max_position_embeddings,
+            .beta_fast = a->beta_fast,
+            .beta_slow = a->beta_slow,
+            .mscale = a->mscale,
+            .mscale_all_dim = a->mscale_all_dim,
+        };
     c->rotary_interleaved = a->rotary_interleaved;
     c->swiglu = a->swiglu;
     c->add_bias_linear = !a->disable_bias_linear;

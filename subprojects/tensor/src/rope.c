@@ -68,7 +68,7 @@ mt_status mt_rope_inv_freq(double *inv_freq, double *attn_factor, int rotary_dim
             r = r < 0.0 ? 0.0 : r > 1.0 ? 1.0 : r;
             inv_freq[i] = inv_freq[i] / sc->factor * r + inv_freq[i] * (1.0 - r);
         }
-        *attn_factor = mt_rope_yarn_mscale(sc->factor, or_default(sc->mscale, 1.0)) /
+        *attn_factor = mt_rope_yarn_mscale(sc->factor, sc->mscale) /
                        mt_rope_yarn_mscale(sc->factor, sc->mscale_all_dim);
     }
     return MT_OK;

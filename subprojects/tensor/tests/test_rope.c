@@ -206,6 +206,7 @@ int main(void) {
     check_scaled("yarnnt", NULL, 12, 0,
                  (mt_rope_scaling){ .type = MT_ROPE_SCALING_YARN,
                                     .factor = 4,
+                                    .mscale = 1,
                                     .no_truncate = 1,
                                     .original_max_position_embeddings = 512 });
     check_scaled("linear", NULL, 10, 0,

@@ -108,10 +108,18 @@ typedef struct mt_train_args {
     double moe_router_bias_update_rate; /* --moe-router-bias-update-rate (1e-3) */
     /* --multi-latent-attention and its shapes: --q-lora-rank (0: none), --kv-lora-rank (32),
      * --qk-head-dim (128), --qk-pos-emb-head-dim (64), --v-head-dim (128); --rope-type (NULL:
-     * MLA's yarn, refused; rope) */
+     * MLA's yarn; rope) */
     int multi_latent_attention, q_lora_rank, kv_lora_rank, qk_head_dim, qk_pos_emb_head_dim;
     int v_head_dim;
     char *rope_type;
+    /* rotary scaling: Llama 3.x's --use-rope-scaling with --rope-scaling-factor (8);
+     * --rotary-seq-len-interpolation-factor (0: none); YaRN's (MLA's --rope-type yarn, its
+     * default, or --position-embedding-type yarn): --rotary-scaling-factor (1: none), --mscale
+     * (1), --mscale-all-dim (0), --original-max-position-embeddings (4096), --beta-fast (32),
+     * --beta-slow (1) */
+    int use_rope_scaling, original_max_position_embeddings;
+    double rope_scaling_factor, rotary_seq_len_interpolation_factor, rotary_scaling_factor;
+    double mscale, mscale_all_dim, beta_fast, beta_slow;
     int decrease_batch_size_if_needed; /* round the global batch down to a multiple of MBS x DP */
     /* evaluation and logging */
     int64_t eval_interval, eval_iters, log_interval;

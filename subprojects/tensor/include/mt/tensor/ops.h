@@ -349,7 +349,8 @@ MT_API mt_status mt_rope_bwd(mt_tensor *dx, const mt_tensor *dout, const mt_tens
                              int rotary_dim, double theta, int interleaved, mt_stream stream);
 
 /* RoPE frequency scaling for longer contexts (Megatron's and Hugging Face's rope_scaling). Zero
- * fields take the defaults given; factor must be > 0. With base_i = theta^(-2i/rotary_dim):
+ * fields take the defaults given (the mscales none); factor must be > 0. With base_i =
+ * theta^(-2i/rotary_dim):
  * - LINEAR: base_i / factor (positions interpolated: Megatron
  *   --rotary-seq-len-interpolation-factor, Hugging Face "linear");
  * - LLAMA3: Llama 3.x's (Megatron --use-rope-scaling, Hugging Face "llama3"): wavelengths
@@ -376,7 +377,7 @@ typedef struct mt_rope_scaling {
     double low_freq_factor, high_freq_factor; /* LLAMA3: 1, 4 */
     double original_max_position_embeddings;  /* LLAMA3: 8192; YARN: 4096 */
     double beta_fast, beta_slow;              /* YARN: 32, 1 */
-    double mscale, mscale_all_dim;            /* YARN: 1, 0 */
+    double mscale, mscale_all_dim;            /* YARN: as given (Megatron's: 1, 0) */
     int no_truncate; /* YARN: lo, hi unrounded (Hugging Face truncate false) */
 } mt_rope_scaling;
 
