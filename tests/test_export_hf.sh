@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # functional: a checkpoint written by mt-pretrain exports to Hugging Face (mt-convert mt-to-hf) for
 # GPT-2-, Llama-, Qwen2- (--add-qkv-bias) and Qwen3-shaped (--qk-layernorm) models, the config
-# says so, and the export imports back (hf-to-mt) into the same weights.
+# says so, and the export imports back (hf-to-mt) into the same weights; scaled rotary frequencies
+# (Llama 3's, linear, YaRN) export as Hugging Face's rope_scaling.
 source "$(dirname "$0")/pretrain_common.sh"
 d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
 llama=(--normalization RMSNorm --position-embedding-type rope --swiglu --disable-bias-linear
@@ -36,4 +37,18 @@ for m in gpt2 llama qwen2 qwen3; do
   cmp "$d/$m-hf/model.safetensors" "$d/$m-hf2/model.safetensors" \
     || { echo "FAIL: $m: the re-imported checkpoint exports other tensors"; exit 1; }
   echo "ok: $m exported ($(ls "$d/$m-hf" | tr '\n' ' ')) and imported back"
+done
+# scaled rotary frequencies export as Hugging Face's rope_scaling (and rope_parameters):
+# Llama 3.x's (Megatron's fixed 1, 4, 8192), linear, YaRN (its attention_factor m(4, 1) / m(4, 0))
+for s in "llama3 4 1 4 8192 null|--use-rope-scaling --rope-scaling-factor 4" \
+         "linear 2 null null null null|--rotary-seq-len-interpolation-factor 2" \
+         "yarn 4 null null 16 1138629|--position-embedding-type yarn --rotary-scaling-factor 4 --original-max-position-embeddings 16"; do
+  tiny_run "$d/s.json" --train-iters 4 --save "$d/s-ckpt" "${llama[@]}" ${s#*|} > "$d/s.log" 2>&1 \
+    || { echo "FAIL: ${s#*|}"; cat "$d/s.log"; exit 1; }
+  "$MT_CONVERT" mt-to-hf "$d/s-ckpt" "$d/s-hf" 2> "$d/s-export.log" || { echo "FAIL: ${s#*|} export"; cat "$d/s-export.log"; exit 1; }
+  got=$(jq -r '.rope_scaling | "\(.rope_type) \(.factor) \(.low_freq_factor) \(.high_freq_factor) \(.original_max_position_embeddings) \(.attention_factor // null | if . then . * 1e6 | round else . end)"' "$d/s-hf/config.json")
+  [ "$got" = "${s%%|*}" ] || { echo "FAIL: ${s#*|} exported rope_scaling '$got', want '${s%%|*}'"; cat "$d/s-hf/config.json"; exit 1; }
+  [ "$(jq -r .rope_parameters.rope_type "$d/s-hf/config.json")" = "${s%% *}" ] || { echo "FAIL: ${s#*|} rope_parameters"; exit 1; }
+  rm -rf "$d/s-ckpt" "$d/s-hf"
+  echo "ok: ${s#*|} exported as rope_scaling ${s%%|*}"
 done

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # functional: mt-pretrain with DeepSeek's multi-latent attention (--multi-latent-attention). The
 # loss falls; a query latent (--q-lora-rank) and the values' width change the losses; full
-# recompute gives the same losses bitwise; MLA's unsupported choices are refused before
-# training, each with its message (YaRN, Megatron's MLA default; query groups; biases;
-# --qk-layernorm; --rotary-interleaved). A DeepSeek-V3-shaped run (a dense layer, then sigmoid
+# recompute gives the same losses bitwise; YaRN (Megatron's MLA default) of factor 1 is RoPE, and
+# its factor and mscales change the losses and export; MLA's unsupported choices are refused before
+# training, each with its message (query groups; biases; --qk-layernorm; --rotary-interleaved;
+# Llama 3's scaling; YaRN's flags without YaRN). A DeepSeek-V3-shaped run (a dense layer, then sigmoid
 # routing with the expert bias, groups, a scaling factor and a shared expert) trains; with
 # mt-convert ($MT_CONVERT) its checkpoint (and a dense MLA one) exports as Hugging Face
 # DeepSeek-V3 and imports back to the same fine-tuning losses. With an MPI launcher ($MPIEXEC):
@@ -52,16 +53,27 @@ mem() { grep -o "memory (MB): [0-9.]*" "$d/$1.log" | awk '{ print $3 }'; }
 awk -v a="$(mem base)" -v b="$(mem rup)" 'BEGIN { exit !(b < a) }' \
   || { echo "FAIL: mla_up_proj saves no memory ($(mem base) -> $(mem rup) MB)"; exit 1; }
 echo "ok: mla_up_proj recompute bitwise, memory $(mem base) -> $(mem rup) MB"
-refused MLA "--rope-type yarn|--rope-type yarn is not supported yet" \
-  "--rope-type foo|invalid choice: 'foo'" \
+# YaRN (Megatron's MLA default): factor 1 is plain RoPE (bitwise); a factor and the mscales change
+# the losses and export as Hugging Face's rope_scaling, its attention_factor m(4, .9) / m(4, .8)
+yarn=(); skip=0  # (MLA's flags without --rope-type rope)
+for f in "${MLA[@]}"; do [ "$f" = --rope-type ] && skip=2; [ $skip -gt 0 ] && skip=$((skip - 1)) && continue; yarn+=("$f"); done
+YARN=(--rotary-scaling-factor 4 --mscale 0.9 --mscale-all-dim 0.8 --original-max-position-embeddings 8
+      --rotary-base 100)
+tiny_run "$d/yarn1.json" "${yarn[@]}" --train-iters 4 --q-lora-rank 24 > "$d/yarn1.log" 2>&1 || { echo "FAIL: yarn1"; cat "$d/yarn1.log"; exit 1; }
+[ "$(losses "$d/base.json" 1 4)" = "$(losses "$d/yarn1.json" 1 4)" ] || { echo "FAIL: YaRN of factor 1 is not RoPE"; exit 1; }
+run rope100 --train-iters 4 --q-lora-rank 24 --rotary-base 100
+run yarn --train-iters 4 --q-lora-rank 24 --rope-type yarn "${YARN[@]}" --save "$d/yarnck"
+[ "$(losses "$d/rope100.json" 1 1)" != "$(losses "$d/yarn.json" 1 1)" ] || { echo "FAIL: YaRN changed nothing"; exit 1; }
+echo "ok: YaRN of factor 1 is RoPE; YaRN's factor and mscales change the losses"
+refused MLA "--rope-type foo|invalid choice: 'foo'" \
+  "--position-embedding-type yarn|not --position-embedding-type yarn" \
+  "--mscale 2|are YaRN's" \
+  "--use-rope-scaling|--use-rope-scaling (Llama 3.x's) is for" \
   "--group-query-attention --num-query-groups 2|does not take --group-query-attention" \
   "--rotary-interleaved|interleaved pairs already" \
   "--qk-layernorm|--qk-layernorm is not supported yet" \
   "--v-head-dim 32|--v-head-dim (32) larger than" \
   "--recompute-modules mla_up_proj|needs --recompute-granularity selective"
-yarn=(); skip=0  # (MLA's flags without --rope-type rope)
-for f in "${MLA[@]}"; do [ "$f" = --rope-type ] && skip=2; [ $skip -gt 0 ] && skip=$((skip - 1)) && continue; yarn+=("$f"); done
-refused yarn "|pass --rope-type rope"
 nobias=(); for f in "${MLA[@]}"; do [ "$f" = --disable-bias-linear ] || nobias+=("$f"); done
 refused nobias "|with biases is not supported yet"
 plain=()  # (no MLA)
@@ -107,7 +119,11 @@ if [ -n "${MT_CONVERT:-}" ]; then  # exported as Hugging Face DeepSeek-V3 and im
   run smck --train-iters 4 "${sm[@]}" --save "$d/smck"
   "$MT_CONVERT" mt-to-hf "$d/smck" "$d/smhf" > "$d/smexport.log" 2>&1 && { echo "FAIL: MLA with softmax routing exported"; exit 1; }
   grep -q "no hf.config" "$d/smexport.log" || { echo "FAIL: export message"; cat "$d/smexport.log"; exit 1; }
-  echo "ok: exported as Hugging Face DeepSeek-V3 (and dense MLA) and imported back (the same fine-tuning losses); softmax routing not exported"
+  "$MT_CONVERT" mt-to-hf "$d/yarnck" "$d/yarnhf" 2> "$d/yarnexport.log" || { echo "FAIL: YaRN export"; cat "$d/yarnexport.log"; exit 1; }
+  got=$(jq -r '.rope_scaling | "\(.rope_type) \(.factor) \(.original_max_position_embeddings) \(.mscale) \(.mscale_all_dim) \(.attention_factor * 1e6 | round)"' "$d/yarnhf/config.json")
+  [ "$got" = "yarn 4 8 0.9 0.8 1012479" ] || { echo "FAIL: exported YaRN: $got"; cat "$d/yarnhf/config.json"; exit 1; }
+  [ "$(jq -r '.rope_parameters | "\(.rope_type) \(.rope_theta)"' "$d/yarnhf/config.json")" = "yarn 100" ] || { echo "FAIL: exported rope_parameters"; exit 1; }
+  echo "ok: exported as Hugging Face DeepSeek-V3 (and dense MLA, and YaRN's rope_scaling) and imported back (the same fine-tuning losses); softmax routing not exported"
 fi
 if [ -n "${MPIEXEC:-}" ]; then
   mr() {  # name ranks, then extra flags

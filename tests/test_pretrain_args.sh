@@ -32,6 +32,15 @@ expect "seq-length should be a multiple of 2 * context-parallel-size" --context-
 expect "argument --cp-comm-type: invalid choice: 'ring'" --cp-comm-type ring
 expect "--expert-tensor-parallel-size 2: only the tensor-parallel size (1) is supported yet" --num-experts 4 --disable-bias-linear --expert-tensor-parallel-size 2
 expect "--context-parallel-size 2 with --reset-attention-mask or --attention-dropout is not supported yet" --context-parallel-size 2 --reset-attention-mask
+# rotary scaling: for rotary embeddings, one at a time, YaRN's flags with YaRN only
+expect "--use-rope-scaling (Llama 3.x's) is for --position-embedding-type rope" --use-rope-scaling
+expect "--rope-scaling-factor must be positive, got 0" --position-embedding-type rope --use-rope-scaling --rope-scaling-factor 0
+expect "--rotary-seq-len-interpolation-factor is for --position-embedding-type rope" --position-embedding-type rope --use-rope-scaling --rotary-seq-len-interpolation-factor 2
+expect "--rotary-seq-len-interpolation-factor must be at least 1, got 0.5" --position-embedding-type rope --rotary-seq-len-interpolation-factor 0.5
+expect "--rope-type yarn is multi-latent attention's" --position-embedding-type rope --rope-type yarn
+expect "are YaRN's" --position-embedding-type rope --rotary-scaling-factor 4
+expect "--rotary-scaling-factor (-1), --original-max-position-embeddings (4096), --beta-fast (32) and --beta-slow (1) must be positive" --position-embedding-type yarn --rotary-scaling-factor -1
+expect "argument --position-embedding-type: invalid choice: 'alibi'" --position-embedding-type alibi
 # mixture of experts: what the MoE layers do not take yet, and bad routing settings
 moe=(--num-experts 4 --disable-bias-linear)
 expect "Number of experts should be a multiple of expert model parallel_size." "${moe[@]}" --expert-model-parallel-size 3

@@ -70,19 +70,23 @@ static mt_status rope_from_hf(json_t *h, mt_model_config *c) {
         s->beta_fast = getf(rp, "beta_fast", 0.0); /* (0: 32 and 1, as transformers') */
         s->beta_slow = getf(rp, "beta_slow", 0.0);
         s->no_truncate = json_is_false(json_object_get(rp, "truncate"));
-        MT_REQUIRE(json_is_null(json_object_get(rp, "attention_factor")) ||
-                       !json_object_get(rp, "attention_factor"),
-                   MT_ERR_UNSUPPORTED,
-                   "rope_type yarn with an explicit attention_factor (only the one of factor, "
-                   "mscale and mscale_all_dim, Megatron's)");
-        /* (transformers: cos and sin times m(factor, mscale) / m(factor, mscale_all_dim) when
-         * both are given, else m(factor, 1); DeepSeek-V3's softmax times m(factor,
-         * mscale_all_dim)^2 when that is given, as Megatron's MLA) */
-        const double ms = getf(rp, "mscale", 0.0), mad = getf(rp, "mscale_all_dim", 0.0);
-        MT_REQUIRE(!(mad != 0.0 && ms == 0.0 && c->multi_latent_attention), MT_ERR_UNSUPPORTED,
-                   "rope_type yarn with mscale_all_dim but no mscale (not Megatron's MLA)");
-        s->mscale = ms != 0.0 && mad != 0.0 ? ms : 1.0;
-        s->mscale_all_dim = ms != 0.0 ? mad : 0.0;
+        /* (transformers: cos and sin times attention_factor, else m(factor, mscale) /
+         * m(factor, mscale_all_dim) when both are given, else m(factor, 1); DeepSeek-V3's softmax
+         * times m(factor, mscale_all_dim)^2 when that is given, as Megatron's MLA. Ours: that
+         * mscale_all_dim (none without MLA), and the mscale whose ratio is that factor) */
+        const double f = s->factor, ms = getf(rp, "mscale", 0.0);
+        const double mad = getf(rp, "mscale_all_dim", 0.0);
+        const double af =
+            getf(rp, "attention_factor",
+                 ms != 0.0 && mad != 0.0 ? mt_rope_yarn_mscale(f, ms) / mt_rope_yarn_mscale(f, mad)
+                                         : mt_rope_yarn_mscale(f, 1.0));
+        s->mscale_all_dim = c->multi_latent_attention ? mad : 0.0;
+        s->mscale = 1.0;
+        if (f > 1.0)
+            s->mscale = (af * mt_rope_yarn_mscale(f, s->mscale_all_dim) - 1.0) / (0.1 * log(f));
+        else
+            MT_REQUIRE(fabs(af - 1.0) < 1e-12, MT_ERR_UNSUPPORTED,
+                       "rope_type yarn: attention_factor %g with factor %g <= 1", af, f);
     } else {
         return MT_ERROR(MT_ERR_UNSUPPORTED,
                         "rope type '%s' (default, linear, llama3 and yarn only)", t);

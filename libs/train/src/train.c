@@ -951,6 +951,43 @@ static mt_status ckpt_bcast(void *ctx, int64_t *value) {
     return mt_comm_broadcast(r->world, &t, &t, 0, NULL);
 }
 
+/* The model's rotary frequencies in Hugging Face's config h: rope_theta (transformers 4's) and
+ * rope_parameters (5's: rope_type, rope_theta, the scaling's own), and for a scaled one also
+ * rope_scaling (4's; 5 reads it first), YaRN's with its attention_factor (cos and sin times
+ * m(factor, mscale) / m(factor, mscale_all_dim)) given, which transformers would otherwise infer
+ * other than Megatron where one mscale is 0. */
+static void hf_rope(json_t *h, const mt_model_config *c) {
+    const mt_rope_scaling *s = &c->rope_scaling;
+    json_t *p = json_object();
+    static const char *const types[] = { "default", "linear", "llama3", "yarn" };
+    json_object_set_new(p, "rope_type", json_string(types[s->type]));
+    if (s->type != MT_ROPE_SCALING_NONE) json_object_set_new(p, "factor", json_real(s->factor));
+    const double n = s->original_max_position_embeddings;
+    if (s->type == MT_ROPE_SCALING_LLAMA3) {
+        json_object_set_new(p, "low_freq_factor",
+                            json_real(s->low_freq_factor != 0.0 ? s->low_freq_factor : 1.0));
+        json_object_set_new(p, "high_freq_factor",
+                            json_real(s->high_freq_factor != 0.0 ? s->high_freq_factor : 4.0));
+        json_object_set_new(p, "original_max_position_embeddings",
+                            json_integer((json_int_t)(n != 0.0 ? n : 8192)));
+    } else if (s->type == MT_ROPE_SCALING_YARN) {
+        json_object_set_new(p, "original_max_position_embeddings",
+                            json_integer((json_int_t)(n != 0.0 ? n : 4096)));
+        json_object_set_new(p, "beta_fast", json_real(s->beta_fast != 0.0 ? s->beta_fast : 32));
+        json_object_set_new(p, "beta_slow", json_real(s->beta_slow != 0.0 ? s->beta_slow : 1));
+        json_object_set_new(p, "mscale", json_real(s->mscale));
+        json_object_set_new(p, "mscale_all_dim", json_real(s->mscale_all_dim));
+        json_object_set_new(p, "attention_factor",
+                            json_real(mt_rope_yarn_mscale(s->factor, s->mscale) /
+                                      mt_rope_yarn_mscale(s->factor, s->mscale_all_dim)));
+        if (s->no_truncate) json_object_set_new(p, "truncate", json_false());
+    }
+    if (s->type != MT_ROPE_SCALING_NONE) json_object_set_new(h, "rope_scaling", json_deep_copy(p));
+    json_object_set_new(p, "rope_theta", json_real(c->rotary_base));
+    json_object_set_new(h, "rope_parameters", p);
+    json_object_set_new(h, "rope_theta", json_real(c->rotary_base));
+}
+
 /* DeepSeek-V3's config (transformers' DeepseekV3ForCausalLM) for an MLA model of its shape, else
  * NULL: RMSNorm, RoPE, SwiGLU, no biases; MoE layers (if any) after the first k dense ones, with
  * sigmoid scores, the expert bias, groups ranked as HF's (the top 2 of each: Megatron's top k /
@@ -976,22 +1013,20 @@ static json_t *deepseek_hf_config(const run *r) {
          c->moe_shared_expert_intermediate_size % F != 0 || (G > 1 && g < G && topk / g != 2)))
         return NULL;
     json_t *h = json_pack(
-        "{s:s,s:[s],s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:s,s:f,s:{s:s,s:f},s:b,s:b,s:b,s:i,s:i,s:i,s:i,"
-        "s:i,s:i}",
+        "{s:s,s:[s],s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:s,s:f,s:b,s:b,s:b,s:i,s:i,s:i,s:i,s:i,s:i}",
         "model_type", "deepseek_v3", "architectures", "DeepseekV3ForCausalLM", "num_hidden_layers",
         c->num_layers, "hidden_size", c->hidden_size, "num_attention_heads", c->num_attention_heads,
         "num_key_value_heads", c->num_attention_heads, "intermediate_size", c->ffn_hidden_size,
         "vocab_size", c->vocab_size, "max_position_embeddings", c->max_position_embeddings,
-        "hidden_act", "silu", "rms_norm_eps", r->a->norm_epsilon, "rope_parameters", "rope_type",
-        "default", "rope_theta", c->rotary_base, "rope_interleave", 1, "attention_bias", 0,
-        "tie_word_embeddings", !c->untie_embeddings_and_output_weights, "kv_lora_rank",
-        c->kv_lora_rank, "qk_nope_head_dim", c->qk_head_dim, "qk_rope_head_dim",
+        "hidden_act", "silu", "rms_norm_eps", r->a->norm_epsilon, "rope_interleave", 1,
+        "attention_bias", 0, "tie_word_embeddings", !c->untie_embeddings_and_output_weights,
+        "kv_lora_rank", c->kv_lora_rank, "qk_nope_head_dim", c->qk_head_dim, "qk_rope_head_dim",
         c->qk_pos_emb_head_dim, "v_head_dim", c->v_head_dim, "first_k_dense_replace", k,
         "num_nextn_predict_layers", 0);
     if (!h) return NULL;
     json_object_set_new(h, "q_lora_rank",
                         c->q_lora_rank ? json_integer(c->q_lora_rank) : json_null());
-    json_object_set_new(h, "rope_theta", json_real(c->rotary_base)); /* (transformers 4's) */
+    hf_rope(h, c);
     if (!moe) return h; /* (every layer dense: transformers builds no router) */
     const float sf = c->moe_router_topk_scaling_factor;
     json_object_set_new(h, "n_routed_experts", json_integer(c->num_moe_experts));
@@ -1064,9 +1099,11 @@ static json_t *hf_config(const run *r) {
             r->a->norm_epsilon, "rope_theta", c->rotary_base, "tie_word_embeddings",
             !c->untie_embeddings_and_output_weights, "use_sliding_window", 0,
             "router_aux_loss_coef", c->moe_aux_loss_coeff, "output_router_logits", 0);
-        if (q)
+        if (q) {
             json_object_set_new(q, "max_position_embeddings",
                                 json_integer(c->max_position_embeddings));
+            hf_rope(q, c);
+        }
         return q; /* (s:o took dense: freed with q, or by json_pack on failure) */
     }
     json_t *h = json_pack(
@@ -1087,6 +1124,7 @@ static json_t *hf_config(const run *r) {
         "hidden_act", "silu", "rms_norm_eps", r->a->norm_epsilon, "rope_theta", c->rotary_base,
         "tie_word_embeddings", !c->untie_embeddings_and_output_weights);
     if (!h) return NULL;
+    hf_rope(h, c);
     if (moe) {
         json_object_set_new(h, "num_local_experts", json_integer(c->num_moe_experts));
         json_object_set_new(h, "num_experts_per_tok", json_integer(c->moe_router_topk));
