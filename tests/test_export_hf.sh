@@ -40,13 +40,14 @@ for m in gpt2 llama qwen2 qwen3; do
 done
 # scaled rotary frequencies export as Hugging Face's rope_scaling (and rope_parameters):
 # Llama 3.x's (Megatron's fixed 1, 4, 8192), linear, YaRN (its attention_factor m(4, 1) / m(4, 0))
+# (numbers as integers: jq versions print reals differently)
 for s in "llama3 4 1 4 8192 null|--use-rope-scaling --rope-scaling-factor 4" \
          "linear 2 null null null null|--rotary-seq-len-interpolation-factor 2" \
          "yarn 4 null null 16 1138629|--position-embedding-type yarn --rotary-scaling-factor 4 --original-max-position-embeddings 16"; do
   tiny_run "$d/s.json" --train-iters 4 --save "$d/s-ckpt" "${llama[@]}" ${s#*|} > "$d/s.log" 2>&1 \
     || { echo "FAIL: ${s#*|}"; cat "$d/s.log"; exit 1; }
   "$MT_CONVERT" mt-to-hf "$d/s-ckpt" "$d/s-hf" 2> "$d/s-export.log" || { echo "FAIL: ${s#*|} export"; cat "$d/s-export.log"; exit 1; }
-  got=$(jq -r '.rope_scaling | "\(.rope_type) \(.factor) \(.low_freq_factor) \(.high_freq_factor) \(.original_max_position_embeddings) \(.attention_factor // null | if . then . * 1e6 | round else . end)"' "$d/s-hf/config.json")
+  got=$(jq -r 'def i: if . then round else . end; .rope_scaling | "\(.rope_type) \(.factor | i) \(.low_freq_factor | i) \(.high_freq_factor | i) \(.original_max_position_embeddings) \(.attention_factor // null | if . then . * 1e6 | round else . end)"' "$d/s-hf/config.json")
   [ "$got" = "${s%%|*}" ] || { echo "FAIL: ${s#*|} exported rope_scaling '$got', want '${s%%|*}'"; cat "$d/s-hf/config.json"; exit 1; }
   [ "$(jq -r .rope_parameters.rope_type "$d/s-hf/config.json")" = "${s%% *}" ] || { echo "FAIL: ${s#*|} rope_parameters"; exit 1; }
   rm -rf "$d/s-ckpt" "$d/s-hf"

@@ -120,9 +120,10 @@ if [ -n "${MT_CONVERT:-}" ]; then  # exported as Hugging Face DeepSeek-V3 and im
   "$MT_CONVERT" mt-to-hf "$d/smck" "$d/smhf" > "$d/smexport.log" 2>&1 && { echo "FAIL: MLA with softmax routing exported"; exit 1; }
   grep -q "no hf.config" "$d/smexport.log" || { echo "FAIL: export message"; cat "$d/smexport.log"; exit 1; }
   "$MT_CONVERT" mt-to-hf "$d/yarnck" "$d/yarnhf" 2> "$d/yarnexport.log" || { echo "FAIL: YaRN export"; cat "$d/yarnexport.log"; exit 1; }
-  got=$(jq -r '.rope_scaling | "\(.rope_type) \(.factor) \(.original_max_position_embeddings) \(.mscale) \(.mscale_all_dim) \(.attention_factor * 1e6 | round)"' "$d/yarnhf/config.json")
-  [ "$got" = "yarn 4 8 0.9 0.8 1012479" ] || { echo "FAIL: exported YaRN: $got"; cat "$d/yarnhf/config.json"; exit 1; }
-  [ "$(jq -r '.rope_parameters | "\(.rope_type) \(.rope_theta)"' "$d/yarnhf/config.json")" = "yarn 100" ] || { echo "FAIL: exported rope_parameters"; exit 1; }
+  # (numbers as integers: jq versions print reals differently)
+  got=$(jq -r '.rope_scaling | "\(.rope_type) \(.factor * 10 | round) \(.original_max_position_embeddings) \(.mscale * 10 | round) \(.mscale_all_dim * 10 | round) \(.attention_factor * 1e6 | round)"' "$d/yarnhf/config.json")
+  [ "$got" = "yarn 40 8 9 8 1012479" ] || { echo "FAIL: exported YaRN: $got"; cat "$d/yarnhf/config.json"; exit 1; }
+  [ "$(jq -r '.rope_parameters | "\(.rope_type) \(.rope_theta | round)"' "$d/yarnhf/config.json")" = "yarn 100" ] || { echo "FAIL: exported rope_parameters"; exit 1; }
   echo "ok: exported as Hugging Face DeepSeek-V3 (and dense MLA, and YaRN's rope_scaling) and imported back (the same fine-tuning losses); softmax routing not exported"
 fi
 if [ -n "${MPIEXEC:-}" ]; then
