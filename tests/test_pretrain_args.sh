@@ -77,7 +77,9 @@ expect "argument --distributed-backend: invalid choice: 'mpi' (choose from 'nccl
 expect "argument --attention-backend: invalid choice: 'cudnn'" --attention-backend cudnn
 expect "--dataloader-type cyclic is not supported: only 'single'" --dataloader-type cyclic
 expect "argument --ckpt-format: invalid choice: 'pickle'" --ckpt-format pickle
-expect "--rotary-percent 0.5 is not supported" --position-embedding-type rope --rotary-percent 0.5
+expect "--rotary-percent must be in (0, 1], got 1.5" --position-embedding-type rope --rotary-percent 1.5
+expect "--rotary-percent needs rotary position embeddings" --rotary-percent 0.5
+expect "--rotary-percent 0.1875 rotates 3 of the 16 channels of a head" --position-embedding-type rope --rotary-percent 0.1875
 expect "HuggingFaceTokenizer needs --tokenizer-model" --tokenizer-type HuggingFaceTokenizer
 expect "expected no batch-size rampup for iteration-based training" --rampup-batch-size 2 2 16
 S=(--train-iters 0 --train-samples 96 --lr-warmup-iters 0) # sample-based, as a ramp needs

@@ -25,7 +25,8 @@ Qwen2-MoE's (session 41, the same versions; session 40: torch 2.15, transformers
 transformers 5.x, torch 2.x, megatron-core 0.16.1 for mixtral_moe.safetensors: Megatron's router
 losses, record_moe_losses), python gen_hf.py deepseek only DeepSeek-V3's (deepseek_mla and
 deepseek_v3: torch 2.15.0, transformers 5.24.0), python gen_hf.py rope only the scaled
-rotary frequencies' (llama_scaled, deepseek_yarn: the same versions). The position-id records
+rotary frequencies' (llama_scaled, deepseek_yarn: the same versions), python gen_hf.py stablelm
+only StableLM's (partial rotary embeddings; the same versions). The position-id records
 were added with torch 2.x and transformers 5.x of 2026-11 (pip), whose weights, io, grads and
 AdamW losses reproduce the earlier files."""
 import os
@@ -80,9 +81,12 @@ def llama_family(model):
     """A Llama-family model's state dict without "model." and our names of its embedding, final
     norm and output layer."""
     sd = {k.removeprefix("model."): v for k, v in model.state_dict().items()}
-    return sd, {"embedding.word_embeddings.weight": sd["embed_tokens.weight"],
-                "decoder.final_layernorm.weight": sd["norm.weight"],
-                "output_layer.weight": sd["lm_head.weight"]}
+    out = {"embedding.word_embeddings.weight": sd["embed_tokens.weight"],
+           "decoder.final_layernorm.weight": sd["norm.weight"],
+           "output_layer.weight": sd["lm_head.weight"]}
+    if "norm.bias" in sd:  # (StableLM's LayerNorms)
+        out["decoder.final_layernorm.bias"] = sd["norm.bias"]
+    return sd, out
 
 
 def llama_names(model):
@@ -90,6 +94,9 @@ def llama_names(model):
     for i in range(model.config.num_hidden_layers):
         p, q = f"layers.{i}.", f"decoder.layers.{i}."
         out[q + "input_layernorm.weight"] = sd[p + "input_layernorm.weight"]
+        if p + "input_layernorm.bias" in sd:  # (StableLM's LayerNorms)
+            out[q + "input_layernorm.bias"] = sd[p + "input_layernorm.bias"]
+            out[q + "pre_mlp_layernorm.bias"] = sd[p + "post_attention_layernorm.bias"]
         out[q + "self_attention.linear_qkv.weight"] = torch.cat(
             [sd[p + f"self_attn.{x}_proj.weight"] for x in "qkv"])
         if p + "self_attn.q_proj.bias" in sd:  # (Qwen2's: Megatron's --add-qkv-bias)
@@ -487,6 +494,29 @@ if len(sys.argv) > 1 and sys.argv[1] == "deepseek":
         print("deepseek_v3 tokens whose experts the bias changes:", changed, "of", B * T)
         assert changed >= 3
     record("deepseek_v3", dv3, deepseek_names)
+    sys.exit(0)
+
+if len(sys.argv) > 1 and sys.argv[1] == "stablelm":
+    # StableLM (python gen_hf.py stablelm writes only these records): Llama's shape with
+    # LayerNorms (weights and biases, drawn so that they matter) and RoPE on the first quarter of
+    # each head's channels (partial_rotary_factor 0.25: Megatron's --rotary-percent 0.25), no
+    # biases on the linears
+    from transformers import StableLmConfig, StableLmForCausalLM
+    torch.manual_seed(0)
+    sc = StableLmConfig(vocab_size=V, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32,
+                        layer_norm_eps=1e-5, use_qkv_bias=False, qk_layernorm=False,
+                        use_parallel_residual=False, hidden_dropout=0.0, attention_dropout=0.0,
+                        tie_word_embeddings=False,
+                        rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                                         "partial_rotary_factor": 0.25})
+    slm = StableLmForCausalLM(sc)
+    with torch.no_grad():
+        for n, p in slm.named_parameters():
+            if "norm" in n:
+                p.copy_((1.0 if n.endswith("weight") else 0.0) + 0.3 * torch.randn_like(p))
+    print("stablelm rotary channels", slm.model.layers[0].self_attn.rotary_ndims, "of 16")
+    record("stablelm", slm, llama_names)
     sys.exit(0)
 
 if len(sys.argv) > 1 and sys.argv[1] == "rope":

@@ -81,13 +81,14 @@ static const mt_tensor *positions(const mt_model *m) {
     return m->pos.data ? &m->pos : m->kv ? &m->kv_positions : NULL;
 }
 
-/* RoPE on the q or k heads x: the whole head, or multi-latent attention's rotary channels (the
- * first qk_pos_emb_head_dim of each head as the model lays them out; interleaved pairs). */
+/* RoPE on the q or k heads x: each head's first int(kv_channels x rotary_percent) channels (the
+ * whole head by default), or multi-latent attention's rotary channels (the first
+ * qk_pos_emb_head_dim of each head as the model lays them out; interleaved pairs). */
 static mt_status rope(mt_model *m, mt_tensor *x, int backward, mt_stream s) {
     const mt_model_config *c = &m->cfg;
     const mt_tensor *p = positions(m);
     const int mla = c->multi_latent_attention;
-    const int rd = mla ? c->qk_pos_emb_head_dim : c->kv_channels;
+    const int rd = mla ? c->qk_pos_emb_head_dim : (int)(c->kv_channels * c->rotary_percent);
     const int il = mla ? 1 : c->rotary_interleaved;
     const mt_rope_scaling *sc = &c->rope_scaling;
     if (backward) return mt_rope_scaled_bwd(x, x, p, rd, c->rotary_base, il, sc, s);

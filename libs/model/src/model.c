@@ -230,6 +230,21 @@ mt_status mt_model_config_finalize(mt_model_config *c) {
     MT_REQUIRE(c->attention_dropout >= 0.0f && c->attention_dropout < 1.0f, MT_ERR_INVALID_ARG,
                "--attention-dropout %g must be in [0, 1)", (double)c->attention_dropout);
     if (c->rotary_base == 0.0) c->rotary_base = 10000.0;
+    if (c->rotary_percent == 0.0) c->rotary_percent = 1.0;
+    MT_REQUIRE(c->rotary_percent > 0.0 && c->rotary_percent <= 1.0, MT_ERR_INVALID_ARG,
+               "--rotary-percent %g must be in (0, 1]", c->rotary_percent);
+    MT_REQUIRE(c->rotary_percent == 1.0 ||
+                   (c->position_embedding_type == MT_POS_ROPE && !c->multi_latent_attention),
+               MT_ERR_INVALID_ARG,
+               "--rotary-percent %g needs rotary position embeddings without multi-latent "
+               "attention",
+               c->rotary_percent);
+    {
+        const int rd = (int)(c->kv_channels * c->rotary_percent);
+        MT_REQUIRE(c->rotary_percent == 1.0 || (rd >= 2 && rd % 2 == 0), MT_ERR_INVALID_ARG,
+                   "--rotary-percent %g rotates %d of %d channels (want an even number >= 2)",
+                   c->rotary_percent, rd, c->kv_channels);
+    }
     if (c->rope_scaling.type != MT_ROPE_SCALING_NONE) {
         double inv[2], attn;
         MT_REQUIRE(c->position_embedding_type == MT_POS_ROPE, MT_ERR_INVALID_ARG,

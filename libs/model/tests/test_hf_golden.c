@@ -5,7 +5,7 @@
  * pieces of the logits and of every gradient; `tpsp` with sequence parallelism too (each rank
  * holding its rows of the residual stream; mt_model_finalize_grads sums the norms' and the
  * row-parallel biases' shares).
- *   test_hf_golden gpt2|llama[_scaled]|qwen2|qwen3|mixtral|qwen2_moe[_mixed]|deepseek_mla|
+ *   test_hf_golden gpt2|llama[_scaled]|stablelm|qwen2|qwen3|mixtral|qwen2_moe[_mixed]|deepseek_mla|
  *                 deepseek_v3|deepseek_yarn
  *                  cpu|cuda f32|bf16|f16 [tp|tpsp] */
 #include "hf_tiny.h"
@@ -198,7 +198,8 @@ int main(int argc, char **argv) {
     if (argc != 4 && !(argc == 5 && (strcmp(argv[4], "tp") == 0 || strcmp(argv[4], "tpsp") == 0)))
         mt_die(
             __FILE__, __LINE__,
-            "usage: %s gpt2|llama[_scaled]|qwen2|qwen3|mixtral|qwen2_moe|deepseek_mla|deepseek_v3|"
+            "usage: %s "
+            "gpt2|llama[_scaled]|stablelm|qwen2|qwen3|mixtral|qwen2_moe|deepseek_mla|deepseek_v3|"
             "deepseek_yarn "
             "cpu|cuda f32|bf16|f16 [tp|tpsp]",
             argv[0]);

@@ -114,7 +114,8 @@ static const flag flags[] = {
     { "--dataloader-type", F_STR, O(dataloader_type), "single (the only one)" },
     { "--ckpt-format", F_STR, O(ckpt_format),
       "accepted: checkpoints are this project's sharded safetensors (mt-convert exports HF)" },
-    { "--rotary-percent", F_DBL, O(rotary_percent), "1.0 (the only one)" },
+    { "--rotary-percent", F_DBL, O(rotary_percent),
+      "the share of each head's channels RoPE rotates (1.0)" },
     { "--reset-position-ids", F_TRUE, O(reset_position_ids),
       "positions restart after each EOD (attention still spans the documents)" },
     { "--reset-attention-mask", F_TRUE, O(reset_attention_mask),
@@ -494,6 +495,7 @@ static const char *const model_args[] = { "num_layers",
                                           "qk_pos_emb_head_dim",
                                           "v_head_dim",
                                           "rope_type",
+                                          "rotary_percent",
                                           "use_rope_scaling",
                                           "rope_scaling_factor",
                                           "rotary_seq_len_interpolation_factor",
@@ -993,11 +995,22 @@ static mt_status validate(mt_train_args *a) {
     MT_TRY(choice("--dataloader-type", a->dataloader_type, loaders));
     MT_TRY(choice("--ckpt-format", a->ckpt_format, ckpts));
     MT_TRY(level_choice("--empty-unused-memory-level", a->empty_unused_memory_level));
-    if (a->rotary_percent != 1.0)
-        return MT_ERROR(MT_ERR_UNSUPPORTED,
-                        "--rotary-percent %g is not supported: rotary embeddings cover the whole "
-                        "head (1.0)",
-                        a->rotary_percent);
+    if (!(a->rotary_percent > 0.0 && a->rotary_percent <= 1.0))
+        return BAD("--rotary-percent must be in (0, 1], got %g", a->rotary_percent);
+    if (a->rotary_percent != 1.0 && a->multi_latent_attention)
+        return BAD("--rotary-percent is not multi-latent attention's (its rotary channels are "
+                   "--qk-pos-emb-head-dim)");
+    if (a->rotary_percent != 1.0 && !a->use_rotary_position_embeddings &&
+        strcmp(a->position_embedding_type, "learned_absolute") == 0)
+        return BAD("--rotary-percent needs rotary position embeddings");
+    if (a->rotary_percent != 1.0 && a->num_attention_heads > 0) {
+        const int kv = a->kv_channels ? a->kv_channels : a->hidden_size / a->num_attention_heads;
+        const int rd = (int)(kv * a->rotary_percent);
+        if (rd < 2 || rd % 2 != 0)
+            return BAD("--rotary-percent %g rotates %d of the %d channels of a head (want an even "
+                       "number, at least 2)",
+                       a->rotary_percent, rd, kv);
+    }
     if (a->n_rampup) { /* megatron-core's RampupBatchsizeNumMicroBatchesCalculator asserts */
         const int64_t *rb = a->rampup_batch_size;
         if (a->n_rampup != 3)

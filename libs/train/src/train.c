@@ -500,6 +500,7 @@ static mt_status setup_model(run *r) {
     c->position_embedding_type =
         strcmp(a->position_embedding_type, "rope") == 0 || yarn ? MT_POS_ROPE : MT_POS_LEARNED;
     c->rotary_base = a->rotary_base;
+    c->rotary_percent = a->rotary_percent;
     if (a->use_rope_scaling) /* (Megatron's: low/high_freq_factor 1/4, original 8192) */
         c->rope_scaling = (mt_rope_scaling){ .type = MT_ROPE_SCALING_LLAMA3,
                                              .factor = a->rope_scaling_factor,

@@ -279,6 +279,10 @@ typedef struct mt_model_config {
      * mt_rope_yarn_mscale(factor, mscale_all_dim)^2, as Megatron's MLA and DeepSeek's) or linear
      * (--rotary-seq-len-interpolation-factor); see mt_rope_scaling */
     mt_rope_scaling rope_scaling;
+    /* the share of each head's channels that RoPE rotates, the first int(kv_channels x
+     * rotary_percent) (even; the rest pass through: Megatron's --rotary-percent, Hugging Face's
+     * partial_rotary_factor); 0: 1 */
+    double rotary_percent;
 } mt_model_config;
 
 // clang-format off
@@ -288,7 +292,7 @@ typedef struct mt_model_config {
             MT_POS_LEARNED, 0.0, 0, 0, 1, 0, 0.0f, 1234, MT_F32, 0, MT_RECOMPUTE_NONE,         \
             MT_RECOMPUTE_METHOD_NONE, 0, 0, 0, 0, 0, 0, 0.0f, 0.0f, 0, 0, 0, 0, 0, 0, 0, 0, 0, \
             0.0f, 0.0f, 0.0f, 0, 0, 0, 0.0f, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, { 0 },          \
-            0, 0, 0.0f, 0, 0, 0, 0, 0, 0, 0, 0, { MT_ROPE_SCALING_NONE }                       \
+            0, 0, 0.0f, 0, 0, 0, 0, 0, 0, 0, 0, { MT_ROPE_SCALING_NONE }, 0.0                       \
     }
 // clang-format on
 

@@ -34,9 +34,9 @@ typedef struct mt_train_args {
     char *tensorboard_dir, *wandb_project;    /* accepted, with a warning: not written */
     /* Megatron's implementation choices, accepted when this project has the one asked for (or
      * none to choose from): --distributed-backend, --attention-backend, --dataloader-type,
-     * --ckpt-format (noted: checkpoints are this project's format); --rotary-percent (1 only) */
+     * --ckpt-format (noted: checkpoints are this project's format) */
     char *distributed_backend, *attention_backend, *dataloader_type, *ckpt_format;
-    double rotary_percent;
+    double rotary_percent; /* --rotary-percent: the share of each head RoPE rotates (1.0) */
     int empty_unused_memory_level;  /* accepted (0, 1 or 2): memory is planned once here */
     int exit_on_missing_checkpoint; /* --load finds no checkpoint: an error, not a fresh start */
     int use_checkpoint_args;        /* the model's shape from the --load checkpoint's saved args */
