@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
 # functional: a checkpoint written by mt-pretrain exports to Hugging Face (mt-convert mt-to-hf) for
-# GPT-2-, Llama-, Qwen2- (--add-qkv-bias) and Qwen3-shaped (--qk-layernorm) models, the config
+# GPT-2-, Llama-, Qwen2- (--add-qkv-bias), Qwen3- (--qk-layernorm) and StableLM-shaped
+# (LayerNorm, --rotary-percent) models, the config
 # says so, and the export imports back (hf-to-mt) into the same weights; scaled rotary frequencies
 # (Llama 3's, linear, YaRN) export as Hugging Face's rope_scaling.
 source "$(dirname "$0")/pretrain_common.sh"
 d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
 llama=(--normalization RMSNorm --position-embedding-type rope --swiglu --disable-bias-linear
        --untie-embeddings-and-output-weights --group-query-attention --num-query-groups 2)
-for m in gpt2 llama qwen2 qwen3; do
+stablelm=(--position-embedding-type rope --swiglu --disable-bias-linear --untie-embeddings-and-output-weights
+          --group-query-attention --num-query-groups 2 --rotary-percent 0.25)
+for m in gpt2 llama qwen2 qwen3 stablelm; do
   extra=(); [ $m = llama ] && extra=("${llama[@]}"); [ $m = qwen3 ] && extra=("${llama[@]}" --qk-layernorm)
+  [ $m = stablelm ] && extra=("${stablelm[@]}")
   [ $m = qwen2 ] && extra=("${llama[@]}" --add-qkv-bias)
   tiny_run "$d/$m.json" --train-iters 4 --save "$d/$m-ckpt" "${extra[@]}" > "$d/$m.log"
   "$MT_CONVERT" mt-to-hf "$d/$m-ckpt" "$d/$m-hf" 2> "$d/$m-export.log" \
@@ -16,6 +20,13 @@ for m in gpt2 llama qwen2 qwen3; do
   got=$(jq -r .model_type "$d/$m-hf/config.json")
   [ "$got" = $m ] || { echo "FAIL: $m exported as model_type $got"; exit 1; }
   [ "$(jq -r .vocab_size "$d/$m-hf/config.json")" = 301 ] || { echo "FAIL: $m vocab"; exit 1; }
+  # (StableLM: the partial rotary embeddings and the LayerNorms' biases)
+  if [ $m = stablelm ]; then
+    [ "$(jq -r '.rope_parameters.partial_rotary_factor * 100 | round' "$d/$m-hf/config.json")" = 25 ] \
+      || { echo "FAIL: stablelm partial_rotary_factor"; cat "$d/$m-hf/config.json"; exit 1; }
+    grep -q '"model.layers.1.post_attention_layernorm.bias"' "$d/$m-hf"/model*.safetensors \
+      || { echo "FAIL: stablelm export without the norm biases"; exit 1; }
+  fi
   # (Qwen3: the per-head q and k norms exported, not dropped as a Llama would)
   if [ $m = qwen3 ]; then
     grep -q '"model.layers.1.self_attn.k_norm.weight"' "$d/$m-hf"/model*.safetensors \

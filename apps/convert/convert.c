@@ -8,7 +8,8 @@
  *   embedding.word_embeddings.weight (Vp,C)    GPT-2 wte, Llama/Mixtral model.embed_tokens, then
  *       Vp - V zero rows: Vp = V rounded up to --make-vocab-size-divisible-by (Megatron, 128)
  *   embedding.position_embeddings.weight (P,C) GPT-2 wpe
- *   decoder.layers.i.input_layernorm.{weight,bias}    ln_1 / input_layernorm
+ *   decoder.layers.i.input_layernorm.{weight,bias}    ln_1 / input_layernorm (biases: GPT-2's
+ *       and StableLM's LayerNorms)
  *   decoder.layers.i.self_attention.linear_qkv.{weight,bias} ((Q+2G)*D, C): [all Q query heads |
  *       all G key heads | all G value heads], each head D rows (libs/model's layout, not
  *       Megatron's per-group interleaving): GPT-2 c_attn transposed; q_proj, k_proj, v_proj
@@ -211,11 +212,17 @@ static mt_status read_cfg(json_t *cfg, cv_cfg *c) {
     MT_REQUIRE(t, MT_ERR_FORMAT, "config.json has no model_type");
     MT_REQUIRE(!strcmp(t, "gpt2") || !strcmp(t, "llama") || !strcmp(t, "qwen2") ||
                    !strcmp(t, "qwen3") || !strcmp(t, "mixtral") || !strcmp(t, "qwen2_moe") ||
-                   !strcmp(t, "deepseek_v3"),
+                   !strcmp(t, "deepseek_v3") || !strcmp(t, "stablelm"),
                MT_ERR_UNSUPPORTED,
-               "model_type '%s' (we convert gpt2, llama, qwen2, qwen3, mixtral, qwen2_moe, "
-               "deepseek_v3)",
+               "model_type '%s' (we convert gpt2, llama, stablelm, qwen2, qwen3, mixtral, "
+               "qwen2_moe, deepseek_v3)",
                t);
+    if (!strcmp(t, "stablelm")) { /* (its per-head norms are one per head, not Megatron's) */
+        MT_REQUIRE(!getb(cfg, "qk_layernorm", 0), MT_ERR_UNSUPPORTED,
+                   "config.json: qk_layernorm true (StableLM's norms of each head apart)");
+        MT_REQUIRE(!getb(cfg, "use_parallel_residual", 0), MT_ERR_UNSUPPORTED,
+                   "config.json: use_parallel_residual true (sequential layers only)");
+    }
     c->type = t;
     int gpt2 = !strcmp(t, "gpt2");
     /* the rotary scaling libs/model runs (the hub's rope_scaling; transformers 5's
@@ -285,6 +292,7 @@ static int has(json_t *wmap, const char *fmt, ...) {
 static mt_status build_map(const cv_cfg *c, json_t *wmap, cv_map *m) {
     char h[256], n[256];
     int gpt2 = !strcmp(c->type, "gpt2");
+    int ln = gpt2 || !strcmp(c->type, "stablelm"); /* LayerNorms with biases */
     const char *pre = gpt2 ? c->prefix : "model.";
     int64_t Q = c->Q, G = c->G, D = c->D, C = c->C, I = c->I;
     snprintf(h, sizeof h, "%s%s", pre, gpt2 ? "wte.weight" : "embed_tokens.weight");
@@ -342,7 +350,7 @@ static mt_status build_map(const cv_cfg *c, json_t *wmap, cv_map *m) {
         for (int b = 0; b < 2; b++) {
             const char *w = wb[b];
             int t = gpt2 && b == 0; /* Conv1D weights are (in, out) */
-            if (gpt2 || b == 0) {
+            if (ln || b == 0) {
                 snprintf(h, sizeof h, gpt2 ? "%sln_1.%s" : "%sinput_layernorm.%s", lp, w);
                 snprintf(n, sizeof n, "%sinput_layernorm.%s", ip, w);
                 MT_TRY(same(m, n, h, 0, C));
@@ -361,7 +369,7 @@ static mt_status build_map(const cv_cfg *c, json_t *wmap, cv_map *m) {
                 snprintf(h, sizeof h, "%smlp.c_proj.%s", lp, w);
                 MT_TRY(same(m, n, h, t, C));
             } else if ((!strcmp(c->type, "llama") || !strcmp(c->type, "qwen2") ||
-                        !strcmp(c->type, "qwen3") || c->dense[i]) &&
+                        !strcmp(c->type, "qwen3") || !strcmp(c->type, "stablelm") || c->dense[i]) &&
                        (b == 0 || has(wmap, "%smlp.gate_proj.bias", lp))) {
                 MT_TRY(entry(m, "%smlp.linear_fc1.%s", ip, w));
                 snprintf(h, sizeof h, "%smlp.gate_proj.%s", lp, w);
@@ -437,7 +445,7 @@ static mt_status build_map(const cv_cfg *c, json_t *wmap, cv_map *m) {
         }
     }
     const char *fw[] = { "weight", "bias" };
-    for (int b = 0; b < (gpt2 ? 2 : 1); b++) {
+    for (int b = 0; b < (ln ? 2 : 1); b++) {
         snprintf(h, sizeof h, gpt2 ? "%sln_f.%s" : "%snorm.%s", pre, fw[b]);
         snprintf(n, sizeof n, "decoder.final_layernorm.%s", fw[b]);
         MT_TRY(same(m, n, h, 0, C));

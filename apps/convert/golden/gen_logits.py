@@ -76,6 +76,19 @@ def record(tag, model):
 
 
 import sys  # noqa: E402
+if sys.argv[1:] == ["stablelm"]:  # (session 43) only StableLM: LayerNorms with biases, RoPE on
+    # a quarter of each head (partial_rotary_factor 0.25), q/k/v biases (use_qkv_bias)
+    from transformers import StableLmConfig, StableLmForCausalLM
+    torch.manual_seed(0)
+    record("stablelm", StableLmForCausalLM(StableLmConfig(
+        vocab_size=V, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32,
+        layer_norm_eps=1e-5, use_qkv_bias=True, qk_layernorm=False, use_parallel_residual=False,
+        tie_word_embeddings=False,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                         "partial_rotary_factor": 0.25})))
+    print("transformers", transformers.__version__, "torch", torch.__version__)
+    sys.exit(0)
 if sys.argv[1:] == ["rope"]:  # (session 43) only the scaled rotary frequencies, rope_theta 100:
     # logits_llama_scaled, Llama 3's (rope_parameters llama3, factor 8, original 64, max 128,
     # transformers 5's config), and logits_deepseek_yarn, DeepSeek-V3's MLA with YaRN (factor 4,

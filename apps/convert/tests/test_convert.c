@@ -156,6 +156,7 @@ int main(void) {
     round_trip("llama", CV_EXPERTS_AUTO, NULL);
     round_trip("logits_qwen2", CV_EXPERTS_AUTO, NULL); /* q, k and v biases */
     round_trip("logits_qwen3", CV_EXPERTS_AUTO, NULL); /* q_norm, k_norm */
+    round_trip("logits_stablelm", CV_EXPERTS_AUTO, NULL); /* LayerNorm biases, q/k/v biases */
     round_trip("mixtral", CV_EXPERTS_AUTO, NULL);
     round_trip("mixtral_fused", CV_EXPERTS_AUTO, NULL);
     round_trip("mixtral", CV_EXPERTS_FUSED, "mixtral_fused"); /* split in, fused out */

@@ -40,13 +40,16 @@ static double getf(json_t *o, const char *k, double dflt) {
 static mt_status rope_from_hf(json_t *h, mt_model_config *c) {
     json_t *rp = json_object_get(h, "rope_parameters");
     if (!json_is_object(rp)) rp = json_object_get(h, "rope_scaling");
+    /* (StableLM's partial_rotary_factor: Megatron's --rotary-percent) */
+    const double prf = getf(rp, "partial_rotary_factor", getf(h, "partial_rotary_factor", 1.0));
+    const char *type = json_string_value(json_object_get(h, "model_type"));
+    MT_REQUIRE(prf == 1.0 || (type && !strcmp(type, "stablelm")), MT_ERR_UNSUPPORTED,
+               "partial_rotary_factor %g (transformers' %s rotates whole heads)", prf, type);
+    c->rotary_percent = prf;
     if (!json_is_object(rp)) return MT_OK;
     const char *t = json_string_value(json_object_get(rp, "rope_type"));
     if (!t) t = json_string_value(json_object_get(rp, "type"));
     if (!t || !strcmp(t, "default")) return MT_OK;
-    const double prf = getf(rp, "partial_rotary_factor", getf(h, "partial_rotary_factor", 1.0));
-    MT_REQUIRE(prf == 1.0, MT_ERR_UNSUPPORTED,
-               "partial_rotary_factor %g (rotary embeddings over whole heads only)", prf);
     mt_rope_scaling *s = &c->rope_scaling;
     /* (transformers' standardize_rope_params: a top-level original_max_position_embeddings
      * first, then the rope parameters', then max_position_embeddings) */
@@ -156,11 +159,11 @@ mt_status mt_train_model_config_from_hf(const char *args_json, mt_model_config *
     *c = (mt_model_config)MT_MODEL_CONFIG_INIT;
     if (!type || (strcmp(type, "gpt2") && strcmp(type, "llama") && strcmp(type, "qwen3") &&
                   strcmp(type, "qwen2") && strcmp(type, "mixtral") && strcmp(type, "qwen2_moe") &&
-                  strcmp(type, "deepseek_v3"))) {
+                  strcmp(type, "deepseek_v3") && strcmp(type, "stablelm"))) {
         st = MT_ERROR(MT_ERR_FORMAT,
-                      "the checkpoint's args have no GPT-2, Llama, Qwen2, Qwen3, Mixtral, "
-                      "Qwen2-MoE or DeepSeek-V3 config (hf.config, kept by mt-pretrain for models "
-                      "of those shapes and by mt-convert)");
+                      "the checkpoint's args have no GPT-2, Llama, StableLM, Qwen2, Qwen3, "
+                      "Mixtral, Qwen2-MoE or DeepSeek-V3 config (hf.config, kept by mt-pretrain "
+                      "for models of those shapes and by mt-convert)");
         goto done;
     }
     const int qmoe = !strcmp(type, "qwen2_moe");
@@ -195,9 +198,19 @@ mt_status mt_train_model_config_from_hf(const char *args_json, mt_model_config *
         c->ffn_hidden_size = geti(h, "intermediate_size", 0);
         c->max_position_embeddings = geti(h, "max_position_embeddings", 0);
         c->norm_epsilon = (float)getf(h, "rms_norm_eps", 1e-6);
+        if (!strcmp(type, "stablelm")) { /* LayerNorms, q/k/v biases by use_qkv_bias */
+            c->norm_epsilon = (float)getf(h, "layer_norm_eps", 1e-5);
+            c->add_qkv_bias = json_is_true(json_object_get(h, "use_qkv_bias"));
+            if (json_is_true(json_object_get(h, "qk_layernorm")) ||
+                json_is_true(json_object_get(h, "use_parallel_residual"))) {
+                st = MT_ERROR(MT_ERR_UNSUPPORTED, "StableLM with qk_layernorm or "
+                                                  "use_parallel_residual (not Megatron's)");
+                goto done;
+            }
+        }
         json_t *rp = json_object_get(h, "rope_parameters"); /* transformers 5; 4: rope_theta */
         c->rotary_base = getf(rp ? rp : h, "rope_theta", 10000.0);
-        c->normalization = MT_NORM_RMSNORM;
+        c->normalization = strcmp(type, "stablelm") ? MT_NORM_RMSNORM : MT_NORM_LAYERNORM;
         c->position_embedding_type = MT_POS_ROPE;
         c->swiglu = 1;
         c->add_bias_linear = 0;

@@ -985,6 +985,10 @@ static void hf_rope(json_t *h, const mt_model_config *c) {
     }
     if (s->type != MT_ROPE_SCALING_NONE) json_object_set_new(h, "rope_scaling", json_deep_copy(p));
     json_object_set_new(p, "rope_theta", json_real(c->rotary_base));
+    if (c->rotary_percent != 1.0) { /* (StableLM's: transformers 5's place, and 4's) */
+        json_object_set_new(p, "partial_rotary_factor", json_real(c->rotary_percent));
+        json_object_set_new(h, "partial_rotary_factor", json_real(c->rotary_percent));
+    }
     json_object_set_new(h, "rope_parameters", p);
     json_object_set_new(h, "rope_theta", json_real(c->rotary_base));
 }
@@ -1043,8 +1047,8 @@ static json_t *deepseek_hf_config(const run *r) {
     return h;
 }
 
-/* The Hugging Face config.json of GPT-2-, Llama-, Qwen3-, Mixtral- and DeepSeek-V3-shaped models
- * (else NULL), kept in the checkpoint's args as hf.config so that `mt-convert mt-to-hf` can export
+/* The Hugging Face config.json of GPT-2-, Llama-, StableLM-, Qwen3-, Mixtral- and
+ * DeepSeek-V3-shaped models (else NULL), kept in the checkpoint's args as hf.config so that `mt-convert mt-to-hf` can export
  * it. */
 static json_t *hf_config(const run *r) {
     const mt_model_config *c = &r->mc;
@@ -1068,8 +1072,24 @@ static json_t *hf_config(const run *r) {
                        layers are all MoE) */
     for (int l = 0; moe && l < c->num_layers; l++)
         ndense += c->moe_dense_layer[l] != 0;
+    if (ln && rope && c->swiglu && !c->add_bias_linear && !c->rotary_interleaved && !moe &&
+        !qwen3 && c->kv_channels * c->num_attention_heads == c->hidden_size) {
+        /* StableLM: Llama's with LayerNorms, partial rotary embeddings, q/k/v biases or not */
+        json_t *h = json_pack(
+            "{s:s,s:[s],s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:s,s:f,s:b,s:b,s:b,s:b,s:f,s:f}", "model_type",
+            "stablelm", "architectures", "StableLmForCausalLM", "num_hidden_layers", c->num_layers,
+            "hidden_size", c->hidden_size, "num_attention_heads", c->num_attention_heads,
+            "num_key_value_heads", c->num_query_groups, "intermediate_size", c->ffn_hidden_size,
+            "vocab_size", c->vocab_size, "max_position_embeddings", c->max_position_embeddings,
+            "hidden_act", "silu", "layer_norm_eps", r->a->norm_epsilon, "use_qkv_bias", qwen2,
+            "qk_layernorm", 0, "use_parallel_residual", 0, "tie_word_embeddings",
+            !c->untie_embeddings_and_output_weights, "hidden_dropout", 0.0, "attention_dropout",
+            0.0);
+        if (h) hf_rope(h, c);
+        return h;
+    }
     if (ln || !rope || !c->swiglu || c->add_bias_linear || c->rotary_interleaved ||
-        moe + qwen3 + qwen2 > 1 + qmoe || (ndense && !qmoe))
+        c->rotary_percent != 1.0 || moe + qwen3 + qwen2 > 1 + qmoe || (ndense && !qmoe))
         return NULL;
     /* (Mixtral's router: the softmax over the k, unscaled, any experts, no shared experts;
      * Qwen2-MoE's: the softmax over the k (norm_topk_prob) or over all (--moe-router-pre-softmax),
