@@ -15,7 +15,8 @@
 # the losses, recompute bitwise, give one rank's losses under TP + SP and EP, and export as a
 # Hugging Face Qwen2-MoE that imports back. --moe-layer-freq's dense layers (int and list forms)
 # too, also over pipeline stages, and in Qwen2-MoE's mlp_only_layers. Sigmoid scores change the
-# losses and give one rank's under TP + SP and EP. With "cuda": on the GPU.
+# losses and give one rank's under TP + SP and EP. A Qwen3-MoE shape (--qk-layernorm, a dense
+# first layer) exports as Hugging Face's qwen3_moe and imports back. With "cuda": on the GPU.
 source "$(dirname "$0")/pretrain_common.sh"
 d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
 moe=(--normalization RMSNorm --position-embedding-type rope --swiglu --disable-bias-linear
@@ -182,7 +183,18 @@ if [ -n "${MT_CONVERT:-}" ]; then  # Qwen2-MoE with a dense first layer: its mlp
   [ "$(losses "$d/qmft.json" 1 4)" = "$(losses "$d/qmftback.json" 1 4)" ] || { echo "FAIL: the mixed Qwen2-MoE round trip changed the losses"; exit 1; }
   run mixmix --train-iters 4 --num-layers 4 --moe-layer-freq 2 --save "$d/mmck"
   "$MT_CONVERT" mt-to-hf "$d/mmck" "$d/mmhf" > "$d/mmexport.log" 2>&1 && { echo "FAIL: Mixtral with dense layers exported"; exit 1; }
-  echo "ok: Qwen2-MoE with a dense layer exported (mlp_only_layers [0]) and imported back; Mixtral with dense layers not exported"
+  # Qwen3-MoE: Qwen3's per-head norms, experts without a shared one, a dense first layer
+  q3=(--num-layers 4 --moe-layer-freq "[0]+[1]*3" --qk-layernorm)
+  run q3 --train-iters 4 "${q3[@]}" --save "$d/q3ck"
+  "$MT_CONVERT" mt-to-hf "$d/q3ck" "$d/q3hf" 2> "$d/q3export.log" || { echo "FAIL: Qwen3-MoE export"; cat "$d/q3export.log"; exit 1; }
+  [ "$(jq -r '.model_type, .num_experts, .norm_topk_prob, (.mlp_only_layers | tostring)' "$d/q3hf/config.json" | tr '\n' ' ')" = "qwen3_moe 4 true [0] " ] \
+    || { echo "FAIL: exported Qwen3-MoE config"; cat "$d/q3hf/config.json"; exit 1; }
+  grep -q '"model.layers.1.self_attn.k_norm.weight"' "$d/q3hf"/model*.safetensors || { echo "FAIL: Qwen3-MoE export without the k norms"; exit 1; }
+  "$MT_CONVERT" hf-to-mt "$d/q3hf" "$d/q3back" 2> "$d/q3import.log" || { echo "FAIL: Qwen3-MoE import"; cat "$d/q3import.log"; exit 1; }
+  run q3ft --train-iters 4 "${q3[@]}" --load "$d/q3ck" --finetune
+  run q3ftback --train-iters 4 "${q3[@]}" --load "$d/q3back" --finetune
+  [ "$(losses "$d/q3ft.json" 1 4)" = "$(losses "$d/q3ftback.json" 1 4)" ] || { echo "FAIL: the Qwen3-MoE round trip changed the losses"; exit 1; }
+  echo "ok: Qwen2-MoE with a dense layer exported (mlp_only_layers [0]) and imported back; Mixtral with dense layers not exported; Qwen3-MoE exported and imported back"
 fi
 # Megatron's --recompute-modules moe_act (and layernorm) with MoE: the same losses, bitwise
 run recact --train-iters 4 --recompute-granularity selective --recompute-modules moe_act layernorm

@@ -137,7 +137,8 @@ static mt_status same(cv_map *m, const char *internal, const char *hf, int trans
 #define CV_MAX_LAYERS 1024
 
 typedef struct cv_cfg {
-    const char *type; /* gpt2, llama, qwen2, qwen3, mixtral, qwen2_moe, deepseek_v3 */
+    const char *type; /* gpt2, llama, stablelm, qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe,
+                         deepseek_v3 */
     int64_t L, C, V, Vp, P, Q, G, D, I, E, Ie, Is; /* Vp: padded vocabulary; I: the dense MLPs'
                                                       width, Ie an expert's, Is the shared one's */
     /* DeepSeek-V3's MLA: q_lora_rank (0: none), kv_lora_rank, qk_nope_head_dim,
@@ -212,10 +213,10 @@ static mt_status read_cfg(json_t *cfg, cv_cfg *c) {
     MT_REQUIRE(t, MT_ERR_FORMAT, "config.json has no model_type");
     MT_REQUIRE(!strcmp(t, "gpt2") || !strcmp(t, "llama") || !strcmp(t, "qwen2") ||
                    !strcmp(t, "qwen3") || !strcmp(t, "mixtral") || !strcmp(t, "qwen2_moe") ||
-                   !strcmp(t, "deepseek_v3") || !strcmp(t, "stablelm"),
+                   !strcmp(t, "deepseek_v3") || !strcmp(t, "stablelm") || !strcmp(t, "qwen3_moe"),
                MT_ERR_UNSUPPORTED,
                "model_type '%s' (we convert gpt2, llama, stablelm, qwen2, qwen3, mixtral, "
-               "qwen2_moe, deepseek_v3)",
+               "qwen2_moe, qwen3_moe, deepseek_v3)",
                t);
     if (!strcmp(t, "stablelm")) { /* (its per-head norms are one per head, not Megatron's) */
         MT_REQUIRE(!getb(cfg, "qk_layernorm", 0), MT_ERR_UNSUPPORTED,
@@ -250,9 +251,9 @@ static mt_status read_cfg(json_t *cfg, cv_cfg *c) {
     c->I = gpt2 ? geti(cfg, "n_inner", NULL, 4 * c->C) : geti(cfg, "intermediate_size", NULL, -1);
     c->E = geti(cfg, "num_local_experts", "num_experts", 0);
     c->Ie = c->I; /* (Mixtral's experts are intermediate_size wide) */
-    if (!strcmp(t, "qwen2_moe")) {
+    if (!strcmp(t, "qwen2_moe") || !strcmp(t, "qwen3_moe")) { /* (Qwen3-MoE: no shared expert) */
         c->Ie = geti(cfg, "moe_intermediate_size", NULL, -1);
-        c->Is = geti(cfg, "shared_expert_intermediate_size", NULL, -1);
+        c->Is = strcmp(t, "qwen3_moe") ? geti(cfg, "shared_expert_intermediate_size", NULL, -1) : 1;
         MT_REQUIRE(c->E > 0 && c->Ie > 0 && c->Is > 0, MT_ERR_FORMAT,
                    "config.json: bad expert count, moe_intermediate_size or "
                    "shared_expert_intermediate_size");
@@ -342,7 +343,8 @@ static mt_status build_map(const cv_cfg *c, json_t *wmap, cv_map *m) {
                 MT_TRY(piece(m, h, -1, 0, 0, (k ? G : Q) * D));
             }
         }
-        for (int k = 0; !strcmp(c->type, "qwen3") && k < 2; k++) { /* per-head q and k norms */
+        const int q3 = !strcmp(c->type, "qwen3") || !strcmp(c->type, "qwen3_moe");
+        for (int k = 0; q3 && k < 2; k++) { /* per-head q and k norms */
             snprintf(h, sizeof h, "%sself_attn.%s_norm.weight", lp, k ? "k" : "q");
             snprintf(n, sizeof n, "%sself_attention.%s_layernorm.weight", ip, k ? "k" : "q");
             MT_TRY(same(m, n, h, 0, D));
@@ -381,10 +383,11 @@ static mt_status build_map(const cv_cfg *c, json_t *wmap, cv_map *m) {
                 MT_TRY(same(m, n, h, 0, C));
             }
         }
-        /* (a sparse layer of Qwen2-MoE or DeepSeek-V3) */
-        const int qmoe = (!strcmp(c->type, "qwen2_moe") || ds) && !c->dense[i];
+        /* (a sparse layer of Qwen2-MoE, Qwen3-MoE or DeepSeek-V3) */
+        const int q3moe = !strcmp(c->type, "qwen3_moe");
+        const int qmoe = (!strcmp(c->type, "qwen2_moe") || q3moe || ds) && !c->dense[i];
         const int64_t Ie = c->Ie;
-        if (qmoe) { /* the shared expert ([gate; up], down), Qwen2-MoE's gated */
+        if (qmoe && !q3moe) { /* the shared expert ([gate; up], down), Qwen2-MoE's gated */
             const char *hs = ds ? "mlp.shared_experts" : "mlp.shared_expert";
             snprintf(n, sizeof n, "%smlp.shared_experts.", ip);
             MT_TRY(entry(m, "%slinear_fc1.weight", n));

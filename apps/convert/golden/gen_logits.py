@@ -76,6 +76,22 @@ def record(tag, model):
 
 
 import sys  # noqa: E402
+if sys.argv[1:] == ["qwen3_moe"]:  # (session 43) only Qwen3-MoE: Qwen3's attention (per-head
+    # q and k norms), layer 0 dense (mlp_only_layers [0]), layer 1 4 experts top-2 renormalized
+    # (norm_topk_prob), no shared expert; logits_qwen3_moe (the hub's per-expert names) and
+    # logits_qwen3_moe_fused (stacked as transformers 5 holds them)
+    from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+    torch.manual_seed(0)
+    record("qwen3_moe", Qwen3MoeForCausalLM(Qwen3MoeConfig(
+        vocab_size=V, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=32,
+        rms_norm_eps=1e-6, rope_parameters={"rope_type": "default", "rope_theta": 500000.0},
+        num_experts=4, num_experts_per_tok=2, moe_intermediate_size=24, norm_topk_prob=True,
+        mlp_only_layers=[0], tie_word_embeddings=False, use_sliding_window=False,
+        experts_implementation="eager")))
+    write_fused("logits_qwen3_moe", 4)
+    print("transformers", transformers.__version__, "torch", torch.__version__)
+    sys.exit(0)
 if sys.argv[1:] == ["stablelm"]:  # (session 43) only StableLM: LayerNorms with biases, RoPE on
     # a quarter of each head (partial_rotary_factor 0.25), q/k/v biases (use_qkv_bias)
     from transformers import StableLmConfig, StableLmForCausalLM

@@ -26,7 +26,8 @@ transformers 5.x, torch 2.x, megatron-core 0.16.1 for mixtral_moe.safetensors: M
 losses, record_moe_losses), python gen_hf.py deepseek only DeepSeek-V3's (deepseek_mla and
 deepseek_v3: torch 2.15.0, transformers 5.24.0), python gen_hf.py rope only the scaled
 rotary frequencies' (llama_scaled, deepseek_yarn: the same versions), python gen_hf.py stablelm
-only StableLM's (partial rotary embeddings; the same versions). The position-id records
+only StableLM's (partial rotary embeddings; the same versions), python gen_hf.py qwen3_moe only
+Qwen3-MoE's (the same versions). The position-id records
 were added with torch 2.x and transformers 5.x of 2026-11 (pip), whose weights, io, grads and
 AdamW losses reproduce the earlier files."""
 import os
@@ -494,6 +495,32 @@ if len(sys.argv) > 1 and sys.argv[1] == "deepseek":
         print("deepseek_v3 tokens whose experts the bias changes:", changed, "of", B * T)
         assert changed >= 3
     record("deepseek_v3", dv3, deepseek_names)
+    sys.exit(0)
+
+if len(sys.argv) > 1 and sys.argv[1] == "qwen3_moe":
+    # Qwen3-MoE (python gen_hf.py qwen3_moe writes only these records): Qwen3's attention
+    # (per-head q and k RMSNorms, no biases); layer 0's MLP dense (mlp_only_layers [0]: SwiGLU
+    # 128), layer 1's 4 experts of SwiGLU 32, top-2 with the softmax renormalized over the 2
+    # (norm_topk_prob: Megatron's softmax over the top-k, its default), no shared expert
+    # (Megatron's --moe-layer-freq "[0]+[1]"); the norms and router drawn so that they matter
+    from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+    torch.manual_seed(0)
+    q3 = Qwen3MoeConfig(vocab_size=V, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                        num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                        max_position_embeddings=32, rms_norm_eps=1e-5,
+                        rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+                        tie_word_embeddings=False, attention_bias=False, use_sliding_window=False,
+                        num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+                        norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[0],
+                        output_router_logits=False, experts_implementation="eager")
+    q3m = Qwen3MoeForCausalLM(q3)
+    with torch.no_grad():
+        for layer in q3m.model.layers:
+            for norm in (layer.self_attn.q_norm, layer.self_attn.k_norm):
+                norm.weight.copy_(1 + 0.3 * torch.randn_like(norm.weight))
+            if hasattr(layer.mlp, "gate"):  # (the sparse layer)
+                layer.mlp.gate.weight.copy_(0.1 * torch.randn_like(layer.mlp.gate.weight))
+    record("qwen3_moe", q3m, mixtral_names)
     sys.exit(0)
 
 if len(sys.argv) > 1 and sys.argv[1] == "stablelm":

@@ -1,5 +1,5 @@
 /* The tiny Hugging Face GPT-2, Llama (llama_scaled: with Llama 3's scaled rotary frequencies),
- * StableLM (LayerNorms, partial rotary embeddings),
+ * StableLM (LayerNorms, partial rotary embeddings), Qwen3-MoE (a dense layer, then experts),
  * Qwen2, Qwen3, Mixtral, Qwen2-MoE (also with a dense layer: qwen2_moe_mixed) and DeepSeek-V3
  * (deepseek_mla: its attention, dense MLPs; deepseek_yarn: that with YaRN) of
  * golden/gen_hf.py, shared by libs/model's
@@ -75,7 +75,16 @@ static inline mt_model_config hf_tiny_config(const char *tag, mt_dtype dt) {
         c.moe_shared_expert_intermediate_size = 48;
         c.moe_shared_expert_gate = 1;
     }
-    if (strcmp(tag, "qwen2_moe_mixed") == 0) /* layer 0's MLP dense, layer 1's MoE */
+    if (strcmp(tag, "qwen3_moe") == 0) { /* Qwen3's attention; layer 0 dense, layer 1 4 experts
+                                            of SwiGLU 32, top-2 over their softmax */
+        tiny_llama_layers(&c);
+        c.qk_layernorm = 1;
+        c.num_moe_experts = 4;
+        c.moe_router_topk = 2;
+        c.moe_ffn_hidden_size = 32;
+    }
+    if (strcmp(tag, "qwen2_moe_mixed") == 0 ||
+        strcmp(tag, "qwen3_moe") == 0) /* layer 0's MLP dense, layer 1's MoE */
         MT_CHECK(mt_model_moe_layer_freq(&c, "[0]+[1]"));
     if (strncmp(tag, "deepseek", 8) == 0) { /* MLA: heads of 16 + 8 rotary channels, values of
                                                12, a kv latent of 16; DeepSeek's norm eps 1e-6 */

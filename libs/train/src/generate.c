@@ -157,16 +157,19 @@ mt_status mt_train_model_config_from_hf(const char *args_json, mt_model_config *
     const char *type = json_string_value(json_object_get(h, "model_type"));
     mt_status st = MT_OK;
     *c = (mt_model_config)MT_MODEL_CONFIG_INIT;
-    if (!type || (strcmp(type, "gpt2") && strcmp(type, "llama") && strcmp(type, "qwen3") &&
-                  strcmp(type, "qwen2") && strcmp(type, "mixtral") && strcmp(type, "qwen2_moe") &&
-                  strcmp(type, "deepseek_v3") && strcmp(type, "stablelm"))) {
+    if (!type ||
+        (strcmp(type, "gpt2") && strcmp(type, "llama") && strcmp(type, "qwen3") &&
+         strcmp(type, "qwen2") && strcmp(type, "mixtral") && strcmp(type, "qwen2_moe") &&
+         strcmp(type, "deepseek_v3") && strcmp(type, "stablelm") && strcmp(type, "qwen3_moe"))) {
         st = MT_ERROR(MT_ERR_FORMAT,
                       "the checkpoint's args have no GPT-2, Llama, StableLM, Qwen2, Qwen3, "
-                      "Mixtral, Qwen2-MoE or DeepSeek-V3 config (hf.config, kept by mt-pretrain "
-                      "for models of those shapes and by mt-convert)");
+                      "Mixtral, Qwen2-MoE, Qwen3-MoE or DeepSeek-V3 config (hf.config, kept by "
+                      "mt-pretrain for models of those shapes and by mt-convert)");
         goto done;
     }
-    const int qmoe = !strcmp(type, "qwen2_moe");
+    const int q3moe = !strcmp(type, "qwen3_moe"); /* (Qwen2-MoE's, Qwen3's attention, no
+                                                      shared expert) */
+    const int qmoe = !strcmp(type, "qwen2_moe") || q3moe;
     c->vocab_size = geti(h, "vocab_size", 0);
     c->make_vocab_size_divisible_by = geti(hf, "make_vocab_size_divisible_by", 0);
     c->padded_vocab_size = geti(hf, "padded_vocab_size", 0);
@@ -185,9 +188,9 @@ mt_status mt_train_model_config_from_hf(const char *args_json, mt_model_config *
         c->norm_epsilon = (float)getf(h, "layer_norm_epsilon", 1e-5);
         c->untie_embeddings_and_output_weights = tie && !json_is_true(tie);
     } else {
-        c->qk_layernorm = !strcmp(type, "qwen3"); /* q_norm, k_norm per head */
-        c->add_qkv_bias = !strcmp(type, "qwen2"); /* q_proj, k_proj, v_proj biases */
-        if (qmoe)
+        c->qk_layernorm = !strcmp(type, "qwen3") || q3moe; /* q_norm, k_norm per head */
+        c->add_qkv_bias = !strcmp(type, "qwen2");          /* q_proj, k_proj, v_proj biases */
+        if (qmoe && !q3moe)
             c->add_qkv_bias = json_object_get(h, "qkv_bias") == NULL ||
                               json_is_true(json_object_get(h, "qkv_bias"));
         c->num_layers = geti(h, "num_hidden_layers", 0);
@@ -221,12 +224,16 @@ mt_status mt_train_model_config_from_hf(const char *args_json, mt_model_config *
             c->moe_ffn_hidden_size = c->ffn_hidden_size;
         }
         if (qmoe) { /* experts of moe_intermediate_size, a gated shared expert */
-            c->num_moe_experts = geti(h, "num_experts", 60);
+            /* (transformers 5 writes Qwen3-MoE's as num_local_experts) */
+            c->num_moe_experts = geti(h, "num_experts", geti(h, "num_local_experts", 60));
             c->moe_router_topk = geti(h, "num_experts_per_tok", 4);
             c->moe_ffn_hidden_size = geti(h, "moe_intermediate_size", 0);
             c->moe_router_pre_softmax = !json_is_true(json_object_get(h, "norm_topk_prob"));
-            c->moe_shared_expert_intermediate_size = geti(h, "shared_expert_intermediate_size", 0);
-            c->moe_shared_expert_gate = 1;
+            if (!q3moe) {
+                c->moe_shared_expert_intermediate_size =
+                    geti(h, "shared_expert_intermediate_size", 0);
+                c->moe_shared_expert_gate = 1;
+            }
             /* (its dense layers: transformers' rule, l in mlp_only_layers or (l + 1) %
              * decoder_sparse_step != 0; Megatron's --moe-layer-freq pattern) */
             const int step = geti(h, "decoder_sparse_step", 1);

@@ -1068,6 +1068,8 @@ static json_t *hf_config(const run *r) {
      * Llama; none has two of their marks otherwise */
     const int moe = c->num_moe_experts > 0, qwen3 = c->qk_layernorm, qwen2 = c->add_qkv_bias;
     const int qmoe = moe && qwen2 && c->moe_shared_expert_gate;
+    /* (Qwen3-MoE: Qwen3's attention, experts as Qwen2-MoE's, no shared expert) */
+    const int q3moe = moe && qwen3 && !qwen2 && !c->moe_shared_expert_intermediate_size;
     int ndense = 0; /* (--moe-layer-freq's dense layers: Qwen2-MoE's mlp_only_layers; Mixtral's
                        layers are all MoE) */
     for (int l = 0; moe && l < c->num_layers; l++)
@@ -1089,22 +1091,42 @@ static json_t *hf_config(const run *r) {
         return h;
     }
     if (ln || !rope || !c->swiglu || c->add_bias_linear || c->rotary_interleaved ||
-        c->rotary_percent != 1.0 || moe + qwen3 + qwen2 > 1 + qmoe || (ndense && !qmoe))
+        c->rotary_percent != 1.0 || moe + qwen3 + qwen2 > 1 + qmoe + q3moe ||
+        (ndense && !qmoe && !q3moe))
         return NULL;
     /* (Mixtral's router: the softmax over the k, unscaled, any experts, no shared experts;
      * Qwen2-MoE's: the softmax over the k (norm_topk_prob) or over all (--moe-router-pre-softmax),
      * unscaled, no groups; another router has no such config, so that nothing routes its tokens
      * otherwise) */
     const float sf = c->moe_router_topk_scaling_factor;
-    if (moe && ((c->moe_router_pre_softmax && !qmoe) || (sf != 0.0f && sf != 1.0f) ||
+    if (moe && ((c->moe_router_pre_softmax && !qmoe && !q3moe) || (sf != 0.0f && sf != 1.0f) ||
                 c->moe_router_num_groups || (c->moe_shared_expert_intermediate_size && !qmoe) ||
                 c->moe_router_score_sigmoid))
         return NULL;
-    if (qmoe) {
+    if (qmoe || q3moe) {
         json_t *dense = json_array();
         for (int l = 0; dense && l < c->num_layers; l++)
             if (c->moe_dense_layer[l]) json_array_append_new(dense, json_integer(l));
         if (!dense) return NULL;
+        if (q3moe) {
+            json_t *q = json_pack(
+                "{s:s,s:[s],s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:b,s:i,s:o,s:b,s:s,s:f,s:b,"
+                "s:b,s:f,s:b,s:i}",
+                "model_type", "qwen3_moe", "architectures", "Qwen3MoeForCausalLM",
+                "num_hidden_layers", c->num_layers, "hidden_size", c->hidden_size,
+                "num_attention_heads", c->num_attention_heads, "num_key_value_heads",
+                c->num_query_groups, "head_dim", c->kv_channels, "intermediate_size",
+                c->ffn_hidden_size, "moe_intermediate_size", c->moe_ffn_hidden_size, "num_experts",
+                c->num_moe_experts, "num_experts_per_tok", c->moe_router_topk, "vocab_size",
+                c->vocab_size, "norm_topk_prob", !c->moe_router_pre_softmax, "decoder_sparse_step",
+                1, "mlp_only_layers", dense, "attention_bias", 0, "hidden_act", "silu",
+                "rms_norm_eps", r->a->norm_epsilon, "tie_word_embeddings",
+                !c->untie_embeddings_and_output_weights, "use_sliding_window", 0,
+                "router_aux_loss_coef", c->moe_aux_loss_coeff, "output_router_logits", 0,
+                "max_position_embeddings", c->max_position_embeddings);
+            if (q) hf_rope(q, c);
+            return q; /* (s:o took dense: freed with q, or by json_pack on failure) */
+        }
         json_t *q = json_pack(
             "{s:s,s:[s],s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:b,s:i,s:o,s:b,s:s,s:f,"
             "s:f,s:b,s:b,s:f,s:b}",
