@@ -211,13 +211,25 @@ static mt_status read_deepseek(json_t *cfg, cv_cfg *c) {
 static mt_status read_cfg(json_t *cfg, cv_cfg *c) {
     const char *t = json_string_value(json_object_get(cfg, "model_type"));
     MT_REQUIRE(t, MT_ERR_FORMAT, "config.json has no model_type");
-    MT_REQUIRE(!strcmp(t, "gpt2") || !strcmp(t, "llama") || !strcmp(t, "qwen2") ||
-                   !strcmp(t, "qwen3") || !strcmp(t, "mixtral") || !strcmp(t, "qwen2_moe") ||
-                   !strcmp(t, "deepseek_v3") || !strcmp(t, "stablelm") || !strcmp(t, "qwen3_moe"),
+    MT_REQUIRE(!strcmp(t, "gpt2") || !strcmp(t, "llama") || !strcmp(t, "mistral") ||
+                   !strcmp(t, "qwen2") || !strcmp(t, "qwen3") || !strcmp(t, "mixtral") ||
+                   !strcmp(t, "qwen2_moe") || !strcmp(t, "deepseek_v3") || !strcmp(t, "stablelm") ||
+                   !strcmp(t, "qwen3_moe"),
                MT_ERR_UNSUPPORTED,
-               "model_type '%s' (we convert gpt2, llama, stablelm, qwen2, qwen3, mixtral, "
+               "model_type '%s' (we convert gpt2, llama, mistral, stablelm, qwen2, qwen3, mixtral, "
                "qwen2_moe, qwen3_moe, deepseek_v3)",
                t);
+    { /* (Mistral's, Mixtral's, Qwen2's and Qwen3's sliding window: not ours unless it spans the
+         context or is switched off) */
+        json_t *sw = json_object_get(cfg, "sliding_window");
+        const json_int_t w = json_integer_value(sw),
+                         P = geti(cfg, "max_position_embeddings", NULL, 0);
+        MT_REQUIRE(!json_is_integer(sw) || w >= P || getb(cfg, "use_sliding_window", 1) == 0,
+                   MT_ERR_UNSUPPORTED,
+                   "config.json: sliding_window %lld below max_position_embeddings %lld (attention "
+                   "over the whole context only)",
+                   (long long)w, (long long)P);
+    }
     if (!strcmp(t, "stablelm")) { /* (its per-head norms are one per head, not Megatron's) */
         MT_REQUIRE(!getb(cfg, "qk_layernorm", 0), MT_ERR_UNSUPPORTED,
                    "config.json: qk_layernorm true (StableLM's norms of each head apart)");
@@ -370,8 +382,9 @@ static mt_status build_map(const cv_cfg *c, json_t *wmap, cv_map *m) {
                 snprintf(n, sizeof n, "%smlp.linear_fc2.%s", ip, w);
                 snprintf(h, sizeof h, "%smlp.c_proj.%s", lp, w);
                 MT_TRY(same(m, n, h, t, C));
-            } else if ((!strcmp(c->type, "llama") || !strcmp(c->type, "qwen2") ||
-                        !strcmp(c->type, "qwen3") || !strcmp(c->type, "stablelm") || c->dense[i]) &&
+            } else if ((!strcmp(c->type, "llama") || !strcmp(c->type, "mistral") ||
+                        !strcmp(c->type, "qwen2") || !strcmp(c->type, "qwen3") ||
+                        !strcmp(c->type, "stablelm") || c->dense[i]) &&
                        (b == 0 || has(wmap, "%smlp.gate_proj.bias", lp))) {
                 MT_TRY(entry(m, "%smlp.linear_fc1.%s", ip, w));
                 snprintf(h, sizeof h, "%smlp.gate_proj.%s", lp, w);

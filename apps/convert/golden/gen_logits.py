@@ -76,6 +76,18 @@ def record(tag, model):
 
 
 import sys  # noqa: E402
+if sys.argv[1:] == ["mistral"]:  # (session 43) only Mistral: Llama's layout, head_dim 16 with
+    # hidden 32 and 4 heads (Mistral-Nemo's kind: heads wider than hidden / heads), no sliding
+    # window (sliding_window null, as Mistral v0.2 on)
+    from transformers import MistralConfig, MistralForCausalLM
+    torch.manual_seed(0)
+    record("mistral", MistralForCausalLM(MistralConfig(
+        vocab_size=V, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=32,
+        rms_norm_eps=1e-5, rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+        sliding_window=None, tie_word_embeddings=False)))
+    print("transformers", transformers.__version__, "torch", torch.__version__)
+    sys.exit(0)
 if sys.argv[1:] == ["qwen3_moe"]:  # (session 43) only Qwen3-MoE: Qwen3's attention (per-head
     # q and k norms), layer 0 dense (mlp_only_layers [0]), layer 1 4 experts top-2 renormalized
     # (norm_topk_prob), no shared expert; logits_qwen3_moe (the hub's per-expert names) and

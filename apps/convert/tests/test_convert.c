@@ -129,13 +129,14 @@ static void round_trip(const char *model, cv_experts ex, const char *expect_dir)
 
 /* A copy of DeepSeek-V3's fixture whose config has `key` set to `value` (JSON) is refused on
  * import with a message that holds `want`. */
-static void ds_refused(const char *key, const char *value, const char *want) {
+/* Fixture `model` with config.json's `key` set to `value` is refused, naming `want`. */
+static void refused(const char *model, const char *key, const char *value, const char *want) {
     char cmd[1024], p[600];
     const char *dir = sub("ds_bad");
     snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir '%s' && ln -s '%s/model.safetensors' '%s/'",
-             dir, dir, mt_test_golden_path("logits_deepseek_v3"), dir);
+             dir, dir, mt_test_golden_path(model), dir);
     MT_ASSERT(system(cmd) == 0);
-    snprintf(p, sizeof p, "%s/config.json", mt_test_golden_path("logits_deepseek_v3"));
+    snprintf(p, sizeof p, "%s/config.json", mt_test_golden_path(model));
     json_t *cfg = json_load_file(p, 0, NULL);
     MT_ASSERT(cfg);
     json_object_set_new(cfg, key, json_loads(value, JSON_DECODE_ANY, NULL));
@@ -144,9 +145,13 @@ static void ds_refused(const char *key, const char *value, const char *want) {
     json_decref(cfg);
     mt_status st = cv_hf_to_mt(dir, sub("ds_bad_mt"), 128);
     const char *msg = mt_last_error();
-    MT_EXPECT(st != MT_OK && msg && strstr(msg, want), "deepseek_v3 %s %s refused: '%s'", key,
-              value, st == MT_OK ? "accepted" : msg);
+    MT_EXPECT(st != MT_OK && msg && strstr(msg, want), "%s %s %s refused: '%s'", model, key, value,
+              st == MT_OK ? "accepted" : msg);
     mt_error_clear();
+}
+
+static void ds_refused(const char *key, const char *value, const char *want) {
+    refused("logits_deepseek_v3", key, value, want);
 }
 
 int main(void) {
@@ -154,9 +159,9 @@ int main(void) {
     if (!mkdtemp(tmp)) return 1;
     round_trip("gpt2", CV_EXPERTS_AUTO, NULL);
     round_trip("llama", CV_EXPERTS_AUTO, NULL);
-    round_trip("logits_qwen2", CV_EXPERTS_AUTO, NULL); /* q, k and v biases */
-    round_trip("logits_qwen3", CV_EXPERTS_AUTO, NULL); /* q_norm, k_norm */
-    round_trip("logits_stablelm", CV_EXPERTS_AUTO, NULL); /* LayerNorm biases, q/k/v biases */
+    round_trip("logits_qwen2", CV_EXPERTS_AUTO, NULL);     /* q, k and v biases */
+    round_trip("logits_qwen3", CV_EXPERTS_AUTO, NULL);     /* q_norm, k_norm */
+    round_trip("logits_stablelm", CV_EXPERTS_AUTO, NULL);  /* LayerNorm biases, q/k/v biases */
     round_trip("logits_qwen3_moe", CV_EXPERTS_AUTO, NULL); /* q/k norms, experts, a dense layer */
     round_trip("logits_qwen3_moe", CV_EXPERTS_FUSED, "logits_qwen3_moe_fused");
     round_trip("mixtral", CV_EXPERTS_AUTO, NULL);
@@ -175,6 +180,10 @@ int main(void) {
     ds_refused("attention_bias", "true", "attention_bias");
     ds_refused("num_experts_per_tok", "3", "n_group"); /* (its groups ranked by their top 3) */
     ds_refused("n_shared_experts", "0", "n_shared_experts");
+    refused("logits_mistral", "sliding_window", "16", "sliding_window 16");
+    refused("logits_stablelm", "qk_layernorm", "true", "qk_layernorm");
+    refused("logits_stablelm", "use_parallel_residual", "true", "use_parallel_residual");
+    round_trip("logits_mistral", CV_EXPERTS_AUTO, NULL);
     { /* the hub's multi-token prediction layer (model.layers.2.* of 2 layers): skipped */
         const char *dir = sub("ds_mtp");
         char cmd[1024];

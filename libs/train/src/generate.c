@@ -157,14 +157,15 @@ mt_status mt_train_model_config_from_hf(const char *args_json, mt_model_config *
     const char *type = json_string_value(json_object_get(h, "model_type"));
     mt_status st = MT_OK;
     *c = (mt_model_config)MT_MODEL_CONFIG_INIT;
-    if (!type ||
-        (strcmp(type, "gpt2") && strcmp(type, "llama") && strcmp(type, "qwen3") &&
-         strcmp(type, "qwen2") && strcmp(type, "mixtral") && strcmp(type, "qwen2_moe") &&
-         strcmp(type, "deepseek_v3") && strcmp(type, "stablelm") && strcmp(type, "qwen3_moe"))) {
-        st = MT_ERROR(MT_ERR_FORMAT,
-                      "the checkpoint's args have no GPT-2, Llama, StableLM, Qwen2, Qwen3, "
-                      "Mixtral, Qwen2-MoE, Qwen3-MoE or DeepSeek-V3 config (hf.config, kept by "
-                      "mt-pretrain for models of those shapes and by mt-convert)");
+    if (!type || (strcmp(type, "gpt2") && strcmp(type, "llama") && strcmp(type, "mistral") &&
+                  strcmp(type, "qwen3") && strcmp(type, "qwen2") && strcmp(type, "mixtral") &&
+                  strcmp(type, "qwen2_moe") && strcmp(type, "deepseek_v3") &&
+                  strcmp(type, "stablelm") && strcmp(type, "qwen3_moe"))) {
+        st =
+            MT_ERROR(MT_ERR_FORMAT,
+                     "the checkpoint's args have no GPT-2, Llama, Mistral, StableLM, Qwen2, Qwen3, "
+                     "Mixtral, Qwen2-MoE, Qwen3-MoE or DeepSeek-V3 config (hf.config, kept by "
+                     "mt-pretrain for models of those shapes and by mt-convert)");
         goto done;
     }
     const int q3moe = !strcmp(type, "qwen3_moe"); /* (Qwen2-MoE's, Qwen3's attention, no
