@@ -27,7 +27,8 @@ losses, record_moe_losses), python gen_hf.py deepseek only DeepSeek-V3's (deepse
 deepseek_v3: torch 2.15.0, transformers 5.24.0), python gen_hf.py rope only the scaled
 rotary frequencies' (llama_scaled, deepseek_yarn: the same versions), python gen_hf.py stablelm
 only StableLM's (partial rotary embeddings; the same versions), python gen_hf.py qwen3_moe only
-Qwen3-MoE's (the same versions). The position-id records
+Qwen3-MoE's, python gen_hf.py mistral_window only Mistral's with a sliding window (the same
+versions). The position-id records
 were added with torch 2.x and transformers 5.x of 2026-11 (pip), whose weights, io, grads and
 AdamW losses reproduce the earlier files."""
 import os
@@ -495,6 +496,20 @@ if len(sys.argv) > 1 and sys.argv[1] == "deepseek":
         print("deepseek_v3 tokens whose experts the bias changes:", changed, "of", B * T)
         assert changed >= 3
     record("deepseek_v3", dv3, deepseek_names)
+    sys.exit(0)
+
+if len(sys.argv) > 1 and sys.argv[1] == "mistral_window":
+    # Mistral with a sliding window of 6 (python gen_hf.py mistral_window writes only these
+    # records): Llama's shape, each token attends itself and the 5 before (Megatron's
+    # --window-size 5,0), over the 16 tokens (eager attention: transformers' sliding-window mask)
+    from transformers import MistralConfig, MistralForCausalLM
+    torch.manual_seed(0)
+    mc = MistralConfig(vocab_size=V, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32,
+                       rms_norm_eps=1e-5,
+                       rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+                       sliding_window=6, tie_word_embeddings=False, attn_implementation="eager")
+    record("mistral_window", MistralForCausalLM(mc), llama_names)
     sys.exit(0)
 
 if len(sys.argv) > 1 and sys.argv[1] == "qwen3_moe":

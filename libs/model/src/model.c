@@ -113,6 +113,8 @@ static mt_status cp_finalize(const mt_model_config *c) {
                c->seq_length);
     MT_REQUIRE(c->attention_dropout == 0.0f, MT_ERR_UNSUPPORTED,
                "context parallelism with attention dropout is not supported yet");
+    MT_REQUIRE(!c->window_size, MT_ERR_UNSUPPORTED,
+               "context parallelism with sliding-window attention is not supported yet");
     return MT_OK;
 }
 
@@ -230,6 +232,7 @@ mt_status mt_model_config_finalize(mt_model_config *c) {
     MT_REQUIRE(c->attention_dropout >= 0.0f && c->attention_dropout < 1.0f, MT_ERR_INVALID_ARG,
                "--attention-dropout %g must be in [0, 1)", (double)c->attention_dropout);
     if (c->rotary_base == 0.0) c->rotary_base = 10000.0;
+    MT_REQUIRE(c->window_size >= 0, MT_ERR_INVALID_ARG, "window_size %d < 0", c->window_size);
     if (c->rotary_percent == 0.0) c->rotary_percent = 1.0;
     MT_REQUIRE(c->rotary_percent > 0.0 && c->rotary_percent <= 1.0, MT_ERR_INVALID_ARG,
                "--rotary-percent %g must be in (0, 1]", c->rotary_percent);
@@ -1296,6 +1299,25 @@ mt_status mt_model_create(const mt_model_config *cfg, int micro_batch_size, mt_d
 
 /* A model: weights from fn, from src (a view: no initialisation) or its own; gradients unless
  * no_grads. */
+/* Sliding-window attention's key starts, max(0, t - window_size) for every row: m->win_ks. */
+static mt_status window_key_starts(mt_model *m) {
+    const int T = m->cfg.seq_length, W = m->cfg.window_size;
+    const size_t n = (size_t)m->B * T;
+    void *buf;
+    MT_TRY(mt_arena_create(m->dev, n * 4 + MT_ARENA_ALIGN, &m->win_arena));
+    MT_TRY(mt_arena_alloc(m->win_arena, n * 4, &buf));
+    m->win_ks = mt_tensor_2d(buf, MT_I32, m->B, T, m->dev);
+    int32_t *h = malloc(n * 4);
+    MT_REQUIRE(h, MT_ERR_OOM, "window key starts");
+    for (size_t i = 0; i < n; i++) {
+        const int t = (int)(i % (size_t)T);
+        h[i] = t > W ? t - W : 0;
+    }
+    mt_status st = mt_memcpy(buf, m->dev, h, MT_DEVICE_CPU, n * 4, NULL);
+    free(h);
+    return st;
+}
+
 static mt_status create(const mt_model_config *cfg, int micro_batch_size, mt_device device,
                         mt_comm *tp, mt_model_param_fn fn, void *ctx, const mt_model *src,
                         const mt_model_slots *shared, int no_grads, mt_model **out) {
@@ -1475,6 +1497,8 @@ static mt_status create(const mt_model_config *cfg, int micro_batch_size, mt_dev
         MT_TRY_GOTO(mt_fill(&m->a.datty, 0.0f, NULL), st, fail);
     }
     MT_TRY_GOTO(expert_bias_setup(m, src), st, fail);
+    if (m->cfg.window_size && m->cfg.window_size < m->cfg.seq_length - 1) /* (else: no effect) */
+        MT_TRY_GOTO(window_key_starts(m), st, fail);
 
     if (!m->view) MT_TRY_GOTO(init_weights(m), st, fail);
     if (!m->no_grads) MT_TRY_GOTO(mt_model_zero_grad(m, NULL), st, fail);
@@ -1613,6 +1637,9 @@ mt_status mt_model_set_kv_cache_rows(mt_model *m, mt_model_kv_cache *c, const in
                    pos[b], pos[b] + T - 1, mc->max_position_embeddings);
     }
     MT_REQUIRE(!m->ks.data, MT_ERR_UNSUPPORTED, "a KV cache with document masks");
+    MT_REQUIRE(!mc->window_size || c->max_len <= mc->window_size + 1, MT_ERR_UNSUPPORTED,
+               "a KV cache of %d positions with a sliding window of %d keys (at most the window)",
+               c->max_len, mc->window_size + 1);
     const size_t n = (size_t)m->B * (T + 1); /* positions (B,T), then lengths (B) */
     if (!m->kv_arena) {
         void *buf;
@@ -1638,6 +1665,7 @@ mt_status mt_model_set_kv_cache_rows(mt_model *m, mt_model_kv_cache *c, const in
 void mt_model_destroy(mt_model *m) {
     if (!m) return;
     mt_arena_destroy(m->kv_arena);
+    mt_arena_destroy(m->win_arena);
     mt_graph_destroy(m->gf.graph);
     for (int i = 0; i < MODEL_GRAPH_SLOTS; i++)
         mt_graph_destroy(m->gs[i].graph);

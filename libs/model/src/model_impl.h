@@ -372,8 +372,10 @@ struct mt_model {
      * training micro-batch ran (its pp_backward comes next) */
     int slot, nslots, pp_fwd;
     mt_tensor *slot_tokens;
-    mt_tensor pos;     /* mt_model_set_positions (data NULL: 0..T-1 in every sequence) */
-    mt_tensor ks;      /* mt_model_set_key_starts (data NULL: no document masks) */
+    mt_tensor pos;    /* mt_model_set_positions (data NULL: 0..T-1 in every sequence) */
+    mt_tensor ks;     /* mt_model_set_key_starts (data NULL: no document masks) */
+    mt_tensor win_ks; /* (B,T) i32 max(0, t - window_size) (win_arena; data NULL: no window) */
+    mt_arena *win_arena;
     mt_tensor ids;     /* mt_model_set_sample_ids (data NULL: none) */
     int train;         /* the forward running now is forward_backward's (dropout on) */
     int recomputing;   /* a full recomputation's forward runs (MoE: no router losses counted) */

@@ -1,5 +1,5 @@
 /* The tiny Hugging Face GPT-2, Llama (llama_scaled: with Llama 3's scaled rotary frequencies),
- * StableLM (LayerNorms, partial rotary embeddings), Qwen3-MoE (a dense layer, then experts),
+ * Mistral (mistral_window: a sliding window), StableLM (LayerNorms, partial rotary embeddings), Qwen3-MoE (a dense layer, then experts),
  * Qwen2, Qwen3, Mixtral, Qwen2-MoE (also with a dense layer: qwen2_moe_mixed) and DeepSeek-V3
  * (deepseek_mla: its attention, dense MLPs; deepseek_yarn: that with YaRN) of
  * golden/gen_hf.py, shared by libs/model's
@@ -40,6 +40,10 @@ static inline mt_model_config hf_tiny_config(const char *tag, mt_dtype dt) {
     c.make_vocab_size_divisible_by = 128; /* padded to 512: exercises the padded columns */
     c.dtype = dt;
     if (strcmp(tag, "llama") == 0) tiny_llama_layers(&c);
+    if (strcmp(tag, "mistral_window") == 0) { /* Llama's, each token attending the 5 before */
+        tiny_llama_layers(&c);
+        c.window_size = 5;
+    }
     if (strcmp(tag, "stablelm") == 0) { /* Llama's with LayerNorms, RoPE on a quarter of a head */
         tiny_llama_layers(&c);
         c.normalization = MT_NORM_LAYERNORM;

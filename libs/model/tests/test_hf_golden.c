@@ -5,7 +5,7 @@
  * pieces of the logits and of every gradient; `tpsp` with sequence parallelism too (each rank
  * holding its rows of the residual stream; mt_model_finalize_grads sums the norms' and the
  * row-parallel biases' shares).
- *   test_hf_golden gpt2|llama[_scaled]|stablelm|qwen2|qwen3[_moe]|mixtral|qwen2_moe[_mixed]|deepseek_mla|
+ *   test_hf_golden gpt2|llama[_scaled]|mistral_window|stablelm|qwen2|qwen3[_moe]|mixtral|qwen2_moe[_mixed]|deepseek_mla|
  *                 deepseek_v3|deepseek_yarn
  *                  cpu|cuda f32|bf16|f16 [tp|tpsp] */
 #include "hf_tiny.h"

@@ -283,6 +283,12 @@ typedef struct mt_model_config {
      * rotary_percent) (even; the rest pass through: Megatron's --rotary-percent, Hugging Face's
      * partial_rotary_factor); 0: 1 */
     double rotary_percent;
+    /* sliding-window attention: each query i attends the keys i - window_size .. i only
+     * (Megatron's --window-size (window_size, 0), flash-attention's left window; Hugging Face's
+     * sliding_window W is W - 1 here); 0: the whole causal context. The model keeps the window's
+     * key starts itself; a caller's mt_model_set_key_starts must include the window. Not with
+     * context parallelism, nor a KV cache longer than the window. */
+    int window_size;
 } mt_model_config;
 
 // clang-format off
@@ -292,7 +298,7 @@ typedef struct mt_model_config {
             MT_POS_LEARNED, 0.0, 0, 0, 1, 0, 0.0f, 1234, MT_F32, 0, MT_RECOMPUTE_NONE,         \
             MT_RECOMPUTE_METHOD_NONE, 0, 0, 0, 0, 0, 0, 0.0f, 0.0f, 0, 0, 0, 0, 0, 0, 0, 0, 0, \
             0.0f, 0.0f, 0.0f, 0, 0, 0, 0.0f, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, { 0 },          \
-            0, 0, 0.0f, 0, 0, 0, 0, 0, 0, 0, 0, { MT_ROPE_SCALING_NONE }, 0.0                       \
+            0, 0, 0.0f, 0, 0, 0, 0, 0, 0, 0, 0, { MT_ROPE_SCALING_NONE }, 0.0, 0                       \
     }
 // clang-format on
 
