@@ -219,8 +219,9 @@ static mt_status read_cfg(json_t *cfg, cv_cfg *c) {
                "model_type '%s' (we convert gpt2, llama, mistral, stablelm, qwen2, qwen3, mixtral, "
                "qwen2_moe, qwen3_moe, deepseek_v3)",
                t);
-    { /* (Mistral's, Mixtral's, Qwen2's and Qwen3's sliding window: not ours unless it spans the
-         context or is switched off) */
+    if (strcmp(t, "mistral") && strcmp(t, "mixtral")) { /* (Qwen2's and Qwen3's sliding window,
+                                                             on some layers only: not ours unless
+                                                             it spans the context or is off) */
         json_t *sw = json_object_get(cfg, "sliding_window");
         const json_int_t w = json_integer_value(sw),
                          P = geti(cfg, "max_position_embeddings", NULL, 0);

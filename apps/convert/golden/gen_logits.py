@@ -86,6 +86,12 @@ if sys.argv[1:] == ["mistral"]:  # (session 43) only Mistral: Llama's layout, he
         num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=32,
         rms_norm_eps=1e-5, rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
         sliding_window=None, tie_word_embeddings=False)))
+    torch.manual_seed(0)  # logits_mistral_window: v0.1's kind, a sliding window (6 of 16 tokens)
+    record("mistral_window", MistralForCausalLM(MistralConfig(
+        vocab_size=V, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32,
+        rms_norm_eps=1e-5, rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        sliding_window=6, tie_word_embeddings=False, attn_implementation="eager")))
     print("transformers", transformers.__version__, "torch", torch.__version__)
     sys.exit(0)
 if sys.argv[1:] == ["qwen3_moe"]:  # (session 43) only Qwen3-MoE: Qwen3's attention (per-head

@@ -127,10 +127,9 @@ static void round_trip(const char *model, cv_experts ex, const char *expect_dir)
     json_decref(b);
 }
 
-/* A copy of DeepSeek-V3's fixture whose config has `key` set to `value` (JSON) is refused on
- * import with a message that holds `want`. */
-/* Fixture `model` with config.json's `key` set to `value` is refused, naming `want`. */
-static void refused(const char *model, const char *key, const char *value, const char *want) {
+/* A copy of fixture `model` whose config.json has the keys of the JSON object `set` set so is
+ * refused on import with a message that holds `want`. */
+static void refused(const char *model, const char *set, const char *want) {
     char cmd[1024], p[600];
     const char *dir = sub("ds_bad");
     snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir '%s' && ln -s '%s/model.safetensors' '%s/'",
@@ -139,19 +138,24 @@ static void refused(const char *model, const char *key, const char *value, const
     snprintf(p, sizeof p, "%s/config.json", mt_test_golden_path(model));
     json_t *cfg = json_load_file(p, 0, NULL);
     MT_ASSERT(cfg);
-    json_object_set_new(cfg, key, json_loads(value, JSON_DECODE_ANY, NULL));
+    json_t *o = json_loads(set, 0, NULL);
+    MT_ASSERT(o && json_object_update(cfg, o) == 0);
+    json_decref(o);
     snprintf(p, sizeof p, "%s/config.json", dir);
     MT_ASSERT(json_dump_file(cfg, p, 0) == 0);
     json_decref(cfg);
     mt_status st = cv_hf_to_mt(dir, sub("ds_bad_mt"), 128);
     const char *msg = mt_last_error();
-    MT_EXPECT(st != MT_OK && msg && strstr(msg, want), "%s %s %s refused: '%s'", model, key, value,
+    MT_EXPECT(st != MT_OK && msg && strstr(msg, want), "%s %s refused: '%s'", model, set,
               st == MT_OK ? "accepted" : msg);
     mt_error_clear();
 }
 
+/* DeepSeek-V3's fixture with `key` set to `value` (JSON) is refused, naming `want`. */
 static void ds_refused(const char *key, const char *value, const char *want) {
-    refused("logits_deepseek_v3", key, value, want);
+    char set[256];
+    snprintf(set, sizeof set, "{\"%s\": %s}", key, value);
+    refused("logits_deepseek_v3", set, want);
 }
 
 int main(void) {
@@ -180,9 +184,10 @@ int main(void) {
     ds_refused("attention_bias", "true", "attention_bias");
     ds_refused("num_experts_per_tok", "3", "n_group"); /* (its groups ranked by their top 3) */
     ds_refused("n_shared_experts", "0", "n_shared_experts");
-    refused("logits_mistral", "sliding_window", "16", "sliding_window 16");
-    refused("logits_stablelm", "qk_layernorm", "true", "qk_layernorm");
-    refused("logits_stablelm", "use_parallel_residual", "true", "use_parallel_residual");
+    refused("logits_qwen2", "{\"use_sliding_window\": true, \"sliding_window\": 8}",
+            "sliding_window 8");
+    refused("logits_stablelm", "{\"qk_layernorm\": true}", "qk_layernorm");
+    refused("logits_stablelm", "{\"use_parallel_residual\": true}", "use_parallel_residual");
     round_trip("logits_mistral", CV_EXPERTS_AUTO, NULL);
     { /* the hub's multi-token prediction layer (model.layers.2.* of 2 layers): skipped */
         const char *dir = sub("ds_mtp");

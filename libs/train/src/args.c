@@ -118,6 +118,8 @@ static const flag flags[] = {
       "the share of each head's channels RoPE rotates (1.0)" },
     { "--reset-position-ids", F_TRUE, O(reset_position_ids),
       "positions restart after each EOD (attention still spans the documents)" },
+    { "--window-size", F_STR, O(window_size),
+      "L,R: sliding-window attention over the L keys before each token (R 0; default none)" },
     { "--reset-attention-mask", F_TRUE, O(reset_attention_mask),
       "a token attends only to its own document (since the last EOD)" },
     { "--multi-latent-attention", F_TRUE, O(multi_latent_attention),
@@ -496,6 +498,7 @@ static const char *const model_args[] = { "num_layers",
                                           "v_head_dim",
                                           "rope_type",
                                           "rotary_percent",
+                                          "window_size",
                                           "use_rope_scaling",
                                           "rope_scaling_factor",
                                           "rotary_seq_len_interpolation_factor",
@@ -995,6 +998,36 @@ static mt_status validate(mt_train_args *a) {
     MT_TRY(choice("--dataloader-type", a->dataloader_type, loaders));
     MT_TRY(choice("--ckpt-format", a->ckpt_format, ckpts));
     MT_TRY(level_choice("--empty-unused-memory-level", a->empty_unused_memory_level));
+    a->window_left = 0;
+    if (a->window_size) { /* Megatron's tuple_type: "L,R", parentheses and spaces allowed */
+        const char *w = a->window_size;
+        char *e;
+        while (*w == ' ' || *w == '(')
+            w++;
+        const long l = strtol(w, &e, 10);
+        int ok = e != w;
+        while (*e == ' ')
+            e++;
+        ok = ok && *e == ',';
+        w = e + 1;
+        const long r = strtol(w, &e, 10);
+        ok = ok && e != w;
+        while (*e == ' ' || *e == ')')
+            e++;
+        if (!ok || *e)
+            return BAD("argument --window-size: invalid tuple value: '%s' (want L,R)",
+                       a->window_size);
+        if (r != 0)
+            return MT_ERROR(MT_ERR_UNSUPPORTED,
+                            "--window-size %s: only causal windows (R = 0) are supported",
+                            a->window_size);
+        if (l < -1 || l > 1L << 30)
+            return BAD("--window-size %s: L must be -1 (no window) or more", a->window_size);
+        a->window_left = l < 0 ? 0 : (int)l;
+        if (a->window_left && a->context_parallel_size > 1)
+            return MT_ERROR(MT_ERR_UNSUPPORTED,
+                            "--window-size with --context-parallel-size is not supported yet");
+    }
     if (!(a->rotary_percent > 0.0 && a->rotary_percent <= 1.0))
         return BAD("--rotary-percent must be in (0, 1], got %g", a->rotary_percent);
     if (a->rotary_percent != 1.0 && a->multi_latent_attention)

@@ -253,6 +253,18 @@ mt_status mt_train_model_config_from_hf(const char *args_json, mt_model_config *
             }
         }
         if (!strcmp(type, "deepseek_v3") && (st = deepseek_config(h, c)) != MT_OK) goto done;
+        /* (Mistral's and Mixtral's sliding window of W tokens, the token itself included:
+         * window_size W - 1; Qwen's apply to some layers only: refused, as mt-convert does) */
+        json_t *sw = json_object_get(h, "sliding_window");
+        const int W = json_is_integer(sw) ? (int)json_integer_value(sw) : 0;
+        if (W > 0 && W < c->max_position_embeddings &&
+            !json_is_false(json_object_get(h, "use_sliding_window"))) {
+            if (strcmp(type, "mistral") && strcmp(type, "mixtral")) {
+                st = MT_ERROR(MT_ERR_UNSUPPORTED, "%s with sliding_window %d", type, W);
+                goto done;
+            }
+            c->window_size = W - 1;
+        }
         if ((st = rope_from_hf(h, c)) != MT_OK) goto done;
     }
     c->seq_length = c->max_position_embeddings;
@@ -594,7 +606,12 @@ static mt_status generator_model(generator *G, int window) {
     mt_model_config c = G->c;
     g->T = window < c.max_position_embeddings ? window : c.max_position_embeddings;
     if (g->T < 1) g->T = 1;
-    const int cache = mt_env_int("MT_KV_CACHE", 1) != 0;
+    int cache = mt_env_int("MT_KV_CACHE", 1) != 0;
+    if (cache && c.window_size && g->T > c.window_size + 1) { /* (a cache holds the window) */
+        fprintf(stderr, "note: a sliding window of %d tokens, sequences of up to %d: no KV cache\n",
+                c.window_size + 1, g->T);
+        cache = 0;
+    }
     const int chunk = mt_env_int("MT_KV_CHUNK", 64); /* (prompt chunks; tests set it) */
     g->C = cache ? (g->T < chunk ? g->T : chunk > 0 ? chunk : 1) : g->T;
     c.seq_length = g->C;

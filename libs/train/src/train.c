@@ -501,6 +501,7 @@ static mt_status setup_model(run *r) {
         strcmp(a->position_embedding_type, "rope") == 0 || yarn ? MT_POS_ROPE : MT_POS_LEARNED;
     c->rotary_base = a->rotary_base;
     c->rotary_percent = a->rotary_percent;
+    c->window_size = a->window_left;
     if (a->use_rope_scaling) /* (Megatron's: low/high_freq_factor 1/4, original 8192) */
         c->rope_scaling = (mt_rope_scaling){ .type = MT_ROPE_SCALING_LLAMA3,
                                              .factor = a->rope_scaling_factor,
@@ -762,7 +763,8 @@ static mt_status setup_io(run *r) {
     r->text = calloc((size_t)(B * (T + 1)), sizeof *r->text);
     r->htok = calloc((size_t)(2 * B * T), sizeof *r->htok);
     r->htgt = calloc((size_t)(2 * B * T), sizeof *r->htgt);
-    const int docs = doc_masks(a);
+    const int docs = doc_masks(a) || a->window_left; /* (key starts of their own: the window's
+                                                        with the documents') */
     if (a->reset_position_ids) r->hpos = calloc((size_t)(2 * B * T), sizeof *r->hpos);
     if (docs) r->hks = calloc((size_t)(2 * B * T), sizeof *r->hks);
     const int drop = a->hidden_dropout > 0.0 || a->attention_dropout > 0.0;
@@ -851,10 +853,15 @@ static mt_status read_batch(run *r, mt_data_dataset *ds, mt_data_sampler *s, int
          * _get_ltor_masks_and_position_ids): positions restart at each document's first token,
          * and attention sees the tokens from there on */
         if (!r->hpos && !r->hks) continue;
-        mt_data_doc_starts(r->text + b * (T + 1), T, r->eod, r->dstart);
+        if (r->hpos || doc_masks(a))
+            mt_data_doc_starts(r->text + b * (T + 1), T, r->eod, r->dstart);
+        else
+            memset(r->dstart, 0, (size_t)T * sizeof *r->dstart);
+        const int64_t W = a->window_left; /* (--window-size: at most W keys before) */
         for (int64_t t = 0; t < T; t++) {
             if (r->hpos) r->hpos[slot * B * T + b * T + t] = (int32_t)(t - r->dstart[t]);
-            if (r->hks) r->hks[slot * B * T + b * T + t] = (int32_t)r->dstart[t];
+            const int64_t ks = doc_masks(a) ? (int64_t)r->dstart[t] : 0;
+            if (r->hks) r->hks[slot * B * T + b * T + t] = (int32_t)(W && t - W > ks ? t - W : ks);
         }
     }
     return MT_OK;
@@ -1052,10 +1059,11 @@ static json_t *deepseek_hf_config(const run *r) {
  * it. */
 static json_t *hf_config(const run *r) {
     const mt_model_config *c = &r->mc;
-    if (c->multi_latent_attention) return deepseek_hf_config(r);
+    const int win = c->window_size; /* (a sliding window: Mistral's or Mixtral's only) */
+    if (c->multi_latent_attention) return win ? NULL : deepseek_hf_config(r);
     int ln = c->normalization == MT_NORM_LAYERNORM,
         rope = c->position_embedding_type == MT_POS_ROPE;
-    if (ln && !rope && !c->swiglu && c->add_bias_linear &&
+    if (ln && !rope && !c->swiglu && c->add_bias_linear && !win &&
         !c->untie_embeddings_and_output_weights && c->num_query_groups == c->num_attention_heads)
         return json_pack("{s:s,s:[s],s:i,s:i,s:i,s:i,s:i,s:i,s:s,s:f,s:b}", "model_type", "gpt2",
                          "architectures", "GPT2LMHeadModel", "n_layer", c->num_layers, "n_embd",
@@ -1075,7 +1083,7 @@ static json_t *hf_config(const run *r) {
     for (int l = 0; moe && l < c->num_layers; l++)
         ndense += c->moe_dense_layer[l] != 0;
     if (ln && rope && c->swiglu && !c->add_bias_linear && !c->rotary_interleaved && !moe &&
-        !qwen3 && c->kv_channels * c->num_attention_heads == c->hidden_size) {
+        !qwen3 && !win && c->kv_channels * c->num_attention_heads == c->hidden_size) {
         /* StableLM: Llama's with LayerNorms, partial rotary embeddings, q/k/v biases or not */
         json_t *h = json_pack(
             "{s:s,s:[s],s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:s,s:f,s:b,s:b,s:b,s:b,s:f,s:f}", "model_type",
@@ -1092,7 +1100,7 @@ static json_t *hf_config(const run *r) {
     }
     if (ln || !rope || !c->swiglu || c->add_bias_linear || c->rotary_interleaved ||
         c->rotary_percent != 1.0 || moe + qwen3 + qwen2 > 1 + qmoe + q3moe ||
-        (ndense && !qmoe && !q3moe))
+        (ndense && !qmoe && !q3moe) || (win && (qwen3 || qwen2)))
         return NULL;
     /* (Mixtral's router: the softmax over the k, unscaled, any experts, no shared experts;
      * Qwen2-MoE's: the softmax over the k (norm_topk_prob) or over all (--moe-router-pre-softmax),
@@ -1103,6 +1111,7 @@ static json_t *hf_config(const run *r) {
                 c->moe_router_num_groups || (c->moe_shared_expert_intermediate_size && !qmoe) ||
                 c->moe_router_score_sigmoid))
         return NULL;
+    if ((qmoe || q3moe) && win) return NULL;
     if (qmoe || q3moe) {
         json_t *dense = json_array();
         for (int l = 0; dense && l < c->num_layers; l++)
@@ -1154,11 +1163,13 @@ static json_t *hf_config(const run *r) {
         moe     ? "mixtral"
         : qwen3 ? "qwen3"
         : qwen2 ? "qwen2"
+        : win   ? "mistral"
                 : "llama",
         "architectures",
         moe     ? "MixtralForCausalLM"
         : qwen3 ? "Qwen3ForCausalLM"
         : qwen2 ? "Qwen2ForCausalLM"
+        : win   ? "MistralForCausalLM"
                 : "LlamaForCausalLM",
         "num_hidden_layers", c->num_layers, "hidden_size", c->hidden_size, "num_attention_heads",
         c->num_attention_heads, "num_key_value_heads", c->num_query_groups, "head_dim",
@@ -1168,6 +1179,8 @@ static json_t *hf_config(const run *r) {
         "tie_word_embeddings", !c->untie_embeddings_and_output_weights);
     if (!h) return NULL;
     hf_rope(h, c);
+    if (win) /* (Hugging Face's window counts the token itself) */
+        json_object_set_new(h, "sliding_window", json_integer(win + 1));
     if (moe) {
         json_object_set_new(h, "num_local_experts", json_integer(c->num_moe_experts));
         json_object_set_new(h, "num_experts_per_tok", json_integer(c->moe_router_topk));

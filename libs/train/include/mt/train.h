@@ -36,8 +36,8 @@ typedef struct mt_train_args {
      * none to choose from): --distributed-backend, --attention-backend, --dataloader-type,
      * --ckpt-format (noted: checkpoints are this project's format) */
     char *distributed_backend, *attention_backend, *dataloader_type, *ckpt_format;
-    double rotary_percent; /* --rotary-percent: the share of each head RoPE rotates (1.0) */
-    int empty_unused_memory_level;  /* accepted (0, 1 or 2): memory is planned once here */
+    double rotary_percent;         /* --rotary-percent: the share of each head RoPE rotates (1.0) */
+    int empty_unused_memory_level; /* accepted (0, 1 or 2): memory is planned once here */
     int exit_on_missing_checkpoint; /* --load finds no checkpoint: an error, not a fresh start */
     int use_checkpoint_args;        /* the model's shape from the --load checkpoint's saved args */
     /* --rampup-batch-size START INCREMENT SAMPLES (n_rampup values given; 0: none): the global
@@ -80,6 +80,10 @@ typedef struct mt_train_args {
      * last EOD before it), unless --no-create-attention-mask-in-dataloader (Megatron then has no
      * mask to reset: documents attend across, with a warning) */
     int reset_attention_mask, no_create_attention_mask;
+    /* --window-size "L,R" (Megatron's tuple; "(L, R)" too): sliding-window attention over the
+     * L keys before each token (window_left; R must be 0; L -1: none) */
+    char *window_size;
+    int window_left;
     int qk_layernorm; /* --qk-layernorm: per-head q and k norms */
     /* mixture of experts: --num-experts (0: dense), --moe-router-topk, --moe-ffn-hidden-size,
      * --moe-aux-loss-coeff, --moe-z-loss-coeff (0: none), --moe-router-load-balancing-type
