@@ -212,14 +212,16 @@ static mt_status read_cfg(json_t *cfg, cv_cfg *c) {
     const char *t = json_string_value(json_object_get(cfg, "model_type"));
     MT_REQUIRE(t, MT_ERR_FORMAT, "config.json has no model_type");
     MT_REQUIRE(!strcmp(t, "gpt2") || !strcmp(t, "llama") || !strcmp(t, "mistral") ||
-                   !strcmp(t, "qwen2") || !strcmp(t, "qwen3") || !strcmp(t, "mixtral") ||
-                   !strcmp(t, "qwen2_moe") || !strcmp(t, "deepseek_v3") || !strcmp(t, "stablelm") ||
-                   !strcmp(t, "qwen3_moe"),
+                   !strcmp(t, "phi3") || !strcmp(t, "qwen2") || !strcmp(t, "qwen3") ||
+                   !strcmp(t, "mixtral") || !strcmp(t, "qwen2_moe") || !strcmp(t, "deepseek_v3") ||
+                   !strcmp(t, "stablelm") || !strcmp(t, "qwen3_moe"),
                MT_ERR_UNSUPPORTED,
-               "model_type '%s' (we convert gpt2, llama, mistral, stablelm, qwen2, qwen3, mixtral, "
+               "model_type '%s' (we convert gpt2, llama, mistral, phi3, stablelm, qwen2, qwen3, "
+               "mixtral, "
                "qwen2_moe, qwen3_moe, deepseek_v3)",
                t);
-    if (strcmp(t, "mistral") && strcmp(t, "mixtral")) { /* (Qwen2's and Qwen3's sliding window,
+    if (strcmp(t, "mistral") && strcmp(t, "mixtral") &&
+        strcmp(t, "phi3")) { /* (Qwen2's and Qwen3's sliding window,
                                                              on some layers only: not ours unless
                                                              it spans the context or is off) */
         json_t *sw = json_object_get(cfg, "sliding_window");
@@ -342,12 +344,20 @@ static mt_status build_map(const cv_cfg *c, json_t *wmap, cv_map *m) {
                 MT_TRY(same(m, n, h, 0, a[k].rows));
             }
         }
+        const int phi3 = !strcmp(c->type, "phi3"); /* (its q|k|v and gate|up fused as ours) */
         for (int b = 0; b < 2 && !ds; b++) {
-            if (!gpt2 && b == 1 && !has(wmap, "%sself_attn.q_proj.bias", lp)) continue;
+            if (!gpt2 && b == 1 &&
+                !has(wmap, phi3 ? "%sself_attn.qkv_proj.bias" : "%sself_attn.q_proj.bias", lp))
+                continue;
             MT_TRY(entry(m, "%sself_attention.linear_qkv.%s", ip, wb[b]));
             if (gpt2) { /* c_attn^T rows are already q | k | v, each C = Q*D */
                 snprintf(h, sizeof h, "%sattn.c_attn.%s", lp, wb[b]);
                 MT_TRY(piece(m, h, -1, b == 0, 0, 3 * C));
+                continue;
+            }
+            if (phi3) {
+                snprintf(h, sizeof h, "%sself_attn.qkv_proj.%s", lp, wb[b]);
+                MT_TRY(piece(m, h, -1, 0, 0, (Q + 2 * G) * D));
                 continue;
             }
             const char *qkv[] = { "q", "k", "v" };
@@ -383,6 +393,13 @@ static mt_status build_map(const cv_cfg *c, json_t *wmap, cv_map *m) {
                 snprintf(n, sizeof n, "%smlp.linear_fc2.%s", ip, w);
                 snprintf(h, sizeof h, "%smlp.c_proj.%s", lp, w);
                 MT_TRY(same(m, n, h, t, C));
+            } else if (phi3 && b == 0) {
+                snprintf(n, sizeof n, "%smlp.linear_fc1.weight", ip);
+                snprintf(h, sizeof h, "%smlp.gate_up_proj.weight", lp);
+                MT_TRY(same(m, n, h, 0, 2 * I));
+                snprintf(n, sizeof n, "%smlp.linear_fc2.weight", ip);
+                snprintf(h, sizeof h, "%smlp.down_proj.weight", lp);
+                MT_TRY(same(m, n, h, 0, C));
             } else if ((!strcmp(c->type, "llama") || !strcmp(c->type, "mistral") ||
                         !strcmp(c->type, "qwen2") || !strcmp(c->type, "qwen3") ||
                         !strcmp(c->type, "stablelm") || c->dense[i]) &&

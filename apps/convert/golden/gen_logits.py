@@ -94,6 +94,22 @@ if sys.argv[1:] == ["mistral"]:  # (session 43) only Mistral: Llama's layout, he
         sliding_window=6, tie_word_embeddings=False, attn_implementation="eager")))
     print("transformers", transformers.__version__, "torch", torch.__version__)
     sys.exit(0)
+if sys.argv[1:] == ["phi3"]:  # (session 43) only Phi-3: Llama's with q|k|v in one qkv_proj and
+    # gate|up in one gate_up_proj, RoPE on half of each head (partial_rotary_factor 0.5, as
+    # Phi-4-mini's 0.75) and a sliding window of 6 tokens (Phi-3-mini-4k's kind)
+    from transformers import Phi3Config, Phi3ForCausalLM
+    torch.manual_seed(0)
+    record("phi3", Phi3ForCausalLM(Phi3Config(
+        vocab_size=V, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32,
+        original_max_position_embeddings=32, rms_norm_eps=1e-5, sliding_window=6,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                         "partial_rotary_factor": 0.5},
+        resid_pdrop=0.0, embd_pdrop=0.0, attention_dropout=0.0, tie_word_embeddings=False,
+        pad_token_id=0, bos_token_id=1, eos_token_id=2,
+        attn_implementation="eager")))
+    print("transformers", transformers.__version__, "torch", torch.__version__)
+    sys.exit(0)
 if sys.argv[1:] == ["qwen3_moe"]:  # (session 43) only Qwen3-MoE: Qwen3's attention (per-head
     # q and k norms), layer 0 dense (mlp_only_layers [0]), layer 1 4 experts top-2 renormalized
     # (norm_topk_prob), no shared expert; logits_qwen3_moe (the hub's per-expert names) and

@@ -167,6 +167,7 @@ int main(void) {
     round_trip("logits_qwen3", CV_EXPERTS_AUTO, NULL);     /* q_norm, k_norm */
     round_trip("logits_stablelm", CV_EXPERTS_AUTO, NULL);  /* LayerNorm biases, q/k/v biases */
     round_trip("logits_qwen3_moe", CV_EXPERTS_AUTO, NULL); /* q/k norms, experts, a dense layer */
+    round_trip("logits_phi3", CV_EXPERTS_AUTO, NULL);      /* qkv_proj, gate_up_proj */
     round_trip("logits_qwen3_moe", CV_EXPERTS_FUSED, "logits_qwen3_moe_fused");
     round_trip("mixtral", CV_EXPERTS_AUTO, NULL);
     round_trip("mixtral_fused", CV_EXPERTS_AUTO, NULL);

@@ -43,7 +43,8 @@ static mt_status rope_from_hf(json_t *h, mt_model_config *c) {
     /* (StableLM's partial_rotary_factor: Megatron's --rotary-percent) */
     const double prf = getf(rp, "partial_rotary_factor", getf(h, "partial_rotary_factor", 1.0));
     const char *type = json_string_value(json_object_get(h, "model_type"));
-    MT_REQUIRE(prf == 1.0 || (type && !strcmp(type, "stablelm")), MT_ERR_UNSUPPORTED,
+    MT_REQUIRE(prf == 1.0 || (type && (!strcmp(type, "stablelm") || !strcmp(type, "phi3"))),
+               MT_ERR_UNSUPPORTED,
                "partial_rotary_factor %g (transformers' %s rotates whole heads)", prf, type);
     c->rotary_percent = prf;
     if (!json_is_object(rp)) return MT_OK;
@@ -160,10 +161,11 @@ mt_status mt_train_model_config_from_hf(const char *args_json, mt_model_config *
     if (!type || (strcmp(type, "gpt2") && strcmp(type, "llama") && strcmp(type, "mistral") &&
                   strcmp(type, "qwen3") && strcmp(type, "qwen2") && strcmp(type, "mixtral") &&
                   strcmp(type, "qwen2_moe") && strcmp(type, "deepseek_v3") &&
-                  strcmp(type, "stablelm") && strcmp(type, "qwen3_moe"))) {
+                  strcmp(type, "stablelm") && strcmp(type, "qwen3_moe") && strcmp(type, "phi3"))) {
         st =
             MT_ERROR(MT_ERR_FORMAT,
-                     "the checkpoint's args have no GPT-2, Llama, Mistral, StableLM, Qwen2, Qwen3, "
+                     "the checkpoint's args have no GPT-2, Llama, Mistral, Phi-3, StableLM, Qwen2, "
+                     "Qwen3, "
                      "Mixtral, Qwen2-MoE, Qwen3-MoE or DeepSeek-V3 config (hf.config, kept by "
                      "mt-pretrain for models of those shapes and by mt-convert)");
         goto done;
@@ -253,13 +255,13 @@ mt_status mt_train_model_config_from_hf(const char *args_json, mt_model_config *
             }
         }
         if (!strcmp(type, "deepseek_v3") && (st = deepseek_config(h, c)) != MT_OK) goto done;
-        /* (Mistral's and Mixtral's sliding window of W tokens, the token itself included:
+        /* (Mistral's, Mixtral's and Phi-3's sliding window of W tokens, the token included:
          * window_size W - 1; Qwen's apply to some layers only: refused, as mt-convert does) */
         json_t *sw = json_object_get(h, "sliding_window");
         const int W = json_is_integer(sw) ? (int)json_integer_value(sw) : 0;
         if (W > 0 && W < c->max_position_embeddings &&
             !json_is_false(json_object_get(h, "use_sliding_window"))) {
-            if (strcmp(type, "mistral") && strcmp(type, "mixtral")) {
+            if (strcmp(type, "mistral") && strcmp(type, "mixtral") && strcmp(type, "phi3")) {
                 st = MT_ERROR(MT_ERR_UNSUPPORTED, "%s with sliding_window %d", type, W);
                 goto done;
             }
