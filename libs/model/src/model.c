@@ -1297,8 +1297,6 @@ mt_status mt_model_create(const mt_model_config *cfg, int micro_batch_size, mt_d
     return mt_model_create_tp(cfg, micro_batch_size, device, NULL, fn, ctx, out);
 }
 
-/* A model: weights from fn, from src (a view: no initialisation) or its own; gradients unless
- * no_grads. */
 /* Sliding-window attention's key starts, max(0, t - window_size) for every row: m->win_ks. */
 static mt_status window_key_starts(mt_model *m) {
     const int T = m->cfg.seq_length, W = m->cfg.window_size;
@@ -1318,6 +1316,8 @@ static mt_status window_key_starts(mt_model *m) {
     return st;
 }
 
+/* A model: weights from fn, from src (a view: no initialisation) or its own; gradients unless
+ * no_grads. */
 static mt_status create(const mt_model_config *cfg, int micro_batch_size, mt_device device,
                         mt_comm *tp, mt_model_param_fn fn, void *ctx, const mt_model *src,
                         const mt_model_slots *shared, int no_grads, mt_model **out) {
