@@ -248,11 +248,12 @@ static mt_status read_cfg(json_t *cfg, cv_cfg *c) {
         json_t *rp = json_object_get(cfg, keys[i]);
         const char *rt = json_string_value(json_object_get(rp, "rope_type"));
         if (!rt) rt = json_string_value(json_object_get(rp, "type"));
-        MT_REQUIRE(!rt || !strcmp(rt, "default") || !strcmp(rt, "linear") ||
-                       !strcmp(rt, "llama3") || !strcmp(rt, "yarn"),
-                   MT_ERR_UNSUPPORTED,
-                   "config.json: %s type '%s' (default, linear, llama3 and yarn are supported)",
-                   keys[i], rt);
+        MT_REQUIRE(
+            !rt || !strcmp(rt, "default") || !strcmp(rt, "linear") || !strcmp(rt, "llama3") ||
+                !strcmp(rt, "yarn") || !strcmp(rt, "longrope"),
+            MT_ERR_UNSUPPORTED,
+            "config.json: %s type '%s' (default, linear, llama3, yarn and longrope are supported)",
+            keys[i], rt);
     }
     c->L = geti(cfg, gpt2 ? "n_layer" : "num_hidden_layers", "num_hidden_layers", -1);
     c->C = geti(cfg, gpt2 ? "n_embd" : "hidden_size", "hidden_size", -1);

@@ -110,6 +110,35 @@ if sys.argv[1:] == ["phi3"]:  # (session 43) only Phi-3: Llama's with q|k|v in o
         attn_implementation="eager")))
     print("transformers", transformers.__version__, "torch", torch.__version__)
     sys.exit(0)
+if sys.argv[1:] == ["phi3_longrope"]:  # (session 43) only Phi-3 with LongRoPE (Phi-3.5's,
+    # Phi-4-mini's): head dim 16, RoPE on 12 channels (partial_rotary_factor 0.75, 6 pairs),
+    # max_position_embeddings 128; logits_phi3_longrope: original 32 > the 16 tokens, so the short
+    # factors (transformers 5's config); logits_phi3_longrope_long: original 8, so the long ones,
+    # its config rewritten as the hub's Phi-3.5 (rope_scaling {"type": "longrope", ...},
+    # top-level original_max_position_embeddings and rope_theta)
+    from transformers import Phi3Config, Phi3ForCausalLM
+    short, long = [1.0, 1.25, 1.5, 2.0, 3.0, 4.0], [1.0, 2.0, 4.0, 8.0, 16.0, 32.0]
+    for tag, orig in (("phi3_longrope", 32), ("phi3_longrope_long", 8)):
+        torch.manual_seed(0)
+        record(tag, Phi3ForCausalLM(Phi3Config(
+            vocab_size=V, hidden_size=64, intermediate_size=48, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+            original_max_position_embeddings=orig, rms_norm_eps=1e-5, sliding_window=None,
+            rope_parameters={"rope_type": "longrope", "rope_theta": 10000.0,
+                             "partial_rotary_factor": 0.75, "short_factor": short,
+                             "long_factor": long, "original_max_position_embeddings": orig},
+            resid_pdrop=0.0, embd_pdrop=0.0, attention_dropout=0.0, tie_word_embeddings=False,
+            pad_token_id=0, bos_token_id=1, eos_token_id=2, attn_implementation="eager")))
+    with open("logits_phi3_longrope_long/config.json") as f:
+        cfg = json.load(f)
+    rp = cfg.pop("rope_parameters")
+    cfg["rope_theta"], cfg["partial_rotary_factor"] = rp["rope_theta"], rp["partial_rotary_factor"]
+    cfg["original_max_position_embeddings"] = 8
+    cfg["rope_scaling"] = {"type": "longrope", "short_factor": short, "long_factor": long}
+    with open("logits_phi3_longrope_long/config.json", "w") as f:
+        json.dump(cfg, f, indent=2)
+    print("transformers", transformers.__version__, "torch", torch.__version__)
+    sys.exit(0)
 if sys.argv[1:] == ["qwen3_moe"]:  # (session 43) only Qwen3-MoE: Qwen3's attention (per-head
     # q and k norms), layer 0 dense (mlp_only_layers [0]), layer 1 4 experts top-2 renormalized
     # (norm_topk_prob), no shared expert; logits_qwen3_moe (the hub's per-expert names) and

@@ -177,7 +177,7 @@ int main(void) {
     round_trip("logits_deepseek_v3_fused", CV_EXPERTS_AUTO, NULL);
     round_trip("logits_deepseek_v3", CV_EXPERTS_FUSED, "logits_deepseek_v3_fused");
     round_trip("logits_deepseek_v3_fused", CV_EXPERTS_SPLIT, "logits_deepseek_v3");
-    ds_refused("rope_parameters", "{\"rope_type\": \"longrope\", \"factor\": 40}",
+    ds_refused("rope_parameters", "{\"rope_type\": \"dynamic\", \"factor\": 40}",
                "rope_parameters");
     ds_refused("rope_scaling", "{\"type\": \"dynamic\", \"factor\": 40}", "rope_scaling");
     ds_refused("rope_interleave", "false", "rope_interleave");

@@ -91,6 +91,13 @@ static mt_status rope(mt_model *m, mt_tensor *x, int backward, mt_stream s) {
     const int rd = mla ? c->qk_pos_emb_head_dim : (int)(c->kv_channels * c->rotary_percent);
     const int il = mla ? 1 : c->rotary_interleaved;
     const mt_rope_scaling *sc = &c->rope_scaling;
+    mt_rope_scaling lr;
+    if (sc->type == MT_ROPE_SCALING_LONGROPE && c->rope_long_factors[0] > 0.0 &&
+        (m->kv ? m->kv->max_len : c->seq_length) > sc->original_max_position_embeddings) {
+        lr = *sc; /* (LongRoPE's long factors: a context beyond the original) */
+        memcpy(lr.ext_factors, c->rope_long_factors, sizeof lr.ext_factors);
+        sc = &lr;
+    }
     if (backward) return mt_rope_scaled_bwd(x, x, p, rd, c->rotary_base, il, sc, s);
     return mt_rope_scaled_fwd(x, x, p, rd, c->rotary_base, il, sc, s);
 }

@@ -91,9 +91,29 @@ static mt_status rope_from_hf(json_t *h, mt_model_config *c) {
         else
             MT_REQUIRE(fabs(af - 1.0) < 1e-12, MT_ERR_UNSUPPORTED,
                        "rope_type yarn: attention_factor %g with factor %g <= 1", af, f);
+    } else if (!strcmp(t, "longrope")) { /* (Phi-3's: per-pair divisors, short and long) */
+        s->type = MT_ROPE_SCALING_LONGROPE;
+        s->original_max_position_embeddings = n;
+        if (s->factor == 0.0 && n > 0.0) s->factor = c->max_position_embeddings / n;
+        s->attention_factor = getf(rp, "attention_factor", 0.0);
+        const int D = c->kv_channels               ? c->kv_channels
+                      : c->num_attention_heads > 0 ? c->hidden_size / c->num_attention_heads
+                                                   : 0;
+        const int half = (int)(D * prf) / 2;
+        json_t *sf = json_object_get(rp, "short_factor"), *lf = json_object_get(rp, "long_factor");
+        MT_REQUIRE(half > 0 && half <= MT_ROPE_MAX_PAIRS && (int)json_array_size(sf) == half &&
+                       (int)json_array_size(lf) == half,
+                   MT_ERR_FORMAT,
+                   "rope_type longrope: short_factor and long_factor of %d and %d values (want %d, "
+                   "one per rotary channel pair)",
+                   (int)json_array_size(sf), (int)json_array_size(lf), half);
+        for (int i = 0; i < half; i++) {
+            s->ext_factors[i] = json_number_value(json_array_get(sf, (size_t)i));
+            c->rope_long_factors[i] = json_number_value(json_array_get(lf, (size_t)i));
+        }
     } else {
         return MT_ERROR(MT_ERR_UNSUPPORTED,
-                        "rope type '%s' (default, linear, llama3 and yarn only)", t);
+                        "rope type '%s' (default, linear, llama3, yarn and longrope only)", t);
     }
     MT_REQUIRE(s->factor > 0.0, MT_ERR_FORMAT, "rope type '%s' without a positive factor", t);
     return MT_OK;

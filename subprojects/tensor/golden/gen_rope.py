@@ -4,7 +4,8 @@
 - rope_inter_*: Meta's interleaved complex formulation (view_as_complex of (x[2i], x[2i+1]) times
   exp(i*angle)) over all D = 12 channels, theta = 500000, position ids (B,T) given.
 Backward (dx for an upstream dout) by autograd. torch >= 2.4, numpy; seed 5.
-- rope_{llama3,yarn,yarnnt,linear}_*: scaled frequencies from transformers' own
+- rope_{llama3,yarn,yarnnt,linear,longrope_short,longrope_long}_*: scaled frequencies from
+  transformers' own
   ROPE_INIT_FUNCTIONS (its Llama 3, YaRN and linear rope_parameters, fp32): the inverse
   frequencies (_invf) and cos/sin factor (_attn), and the rotation with them (in fp64, positions
   pos_ids % 16 for yarn, 0..T-1 else, so the fp32 frequencies' rounding stays below 1e-6).
@@ -64,13 +65,14 @@ save("half", lambda v: rope_half(v, 8, 10000.0))
 save("inter", lambda v: rope_inter(v, 12, 500000.0, pos_ids))
 
 
-def hf_freqs(name, rot, params):
-    """transformers' inverse frequencies and cos/sin factor for rope_parameters params."""
+def hf_freqs(name, rot, params, max_pos=4096, seq_len=None):
+    """transformers' inverse frequencies and cos/sin factor for rope_parameters params (seq_len:
+    LongRoPE's choice of factors)."""
     cfg = LlamaConfig(hidden_size=H * D, num_attention_heads=H, head_dim=D,
-                      max_position_embeddings=4096,
+                      max_position_embeddings=max_pos,
                       rope_parameters=dict(params, rope_theta=10000.0,
                                            partial_rotary_factor=rot / D))
-    invf, attn = ROPE_INIT_FUNCTIONS[params["rope_type"]](cfg, "cpu")
+    invf, attn = ROPE_INIT_FUNCTIONS[params["rope_type"]](cfg, "cpu", seq_len=seq_len)
     np.save(f"rope_{name}_invf.npy", invf.numpy())
     np.save(f"rope_{name}_attn.npy", np.array([attn], dtype=np.float64))
     return invf.to(torch.float64), float(attn)
@@ -91,3 +93,11 @@ f, a = hf_freqs("yarnnt", 12, {"rope_type": "yarn", "factor": 4.0, "truncate": F
 save("yarnnt", lambda v: rope_half(v, 12, 10000.0, f, a))
 f, a = hf_freqs("linear", 10, {"rope_type": "linear", "factor": 2.5})
 save("linear", lambda v: rope_half(v, 10, 10000.0, f, a))
+# LongRoPE (Phi-3's): per-pair divisors, short below the original 16 positions, long above;
+# cos/sin times sqrt(1 + ln(64 / 16) / ln 16) (factor from max_position_embeddings 64)
+lr = {"rope_type": "longrope", "original_max_position_embeddings": 16,
+      "short_factor": [1.0, 1.5, 2.0, 3.0, 5.0], "long_factor": [1.0, 2.0, 4.0, 8.0, 16.0]}
+f, a = hf_freqs("longrope_short", 10, lr, max_pos=64)
+save("longrope_short", lambda v: rope_half(v, 10, 10000.0, f, a))
+f, a = hf_freqs("longrope_long", 10, lr, max_pos=64, seq_len=17)
+save("longrope_long", lambda v: rope_half(v, 10, 10000.0, f, a))

@@ -26,8 +26,10 @@ mt_status mt_rope_inv_freq(double *inv_freq, double *attn_factor, int rotary_dim
                "rotary_dim = %d, want even >= 2", rotary_dim);
     MT_REQUIRE(theta > 0.0, MT_ERR_INVALID_ARG, "theta = %g, want > 0", theta);
     const int half = rotary_dim / 2, type = sc ? (int)sc->type : MT_ROPE_SCALING_NONE;
-    MT_REQUIRE(type >= MT_ROPE_SCALING_NONE && type <= MT_ROPE_SCALING_YARN, MT_ERR_INVALID_ARG,
-               "rope scaling type %d is not NONE, LINEAR, LLAMA3 or YARN", type);
+    MT_REQUIRE(type >= MT_ROPE_SCALING_NONE && type <= MT_ROPE_SCALING_LONGROPE, MT_ERR_INVALID_ARG,
+               "rope scaling type %d is not NONE, LINEAR, LLAMA3, YARN or LONGROPE", type);
+    MT_REQUIRE(half <= MT_ROPE_MAX_PAIRS || type != MT_ROPE_SCALING_LONGROPE, MT_ERR_UNSUPPORTED,
+               "LongRoPE over %d channel pairs (at most %d)", half, MT_ROPE_MAX_PAIRS);
     MT_REQUIRE(type == MT_ROPE_SCALING_NONE || sc->factor > 0.0, MT_ERR_INVALID_ARG,
                "rope scaling factor = %g, want > 0", type ? sc->factor : 0.0);
     *attn_factor = 1.0;
@@ -70,6 +72,17 @@ mt_status mt_rope_inv_freq(double *inv_freq, double *attn_factor, int rotary_dim
         }
         *attn_factor = mt_rope_yarn_mscale(sc->factor, sc->mscale) /
                        mt_rope_yarn_mscale(sc->factor, sc->mscale_all_dim);
+    } else if (type == MT_ROPE_SCALING_LONGROPE) {
+        const double n = or_default(sc->original_max_position_embeddings, 4096.0);
+        MT_REQUIRE(n > 1.0, MT_ERR_INVALID_ARG, "LongRoPE: original positions %g (want > 1)", n);
+        for (int i = 0; i < half; i++) {
+            MT_REQUIRE(sc->ext_factors[i] > 0.0, MT_ERR_INVALID_ARG,
+                       "LongRoPE: channel pair %d's factor %g (want > 0)", i, sc->ext_factors[i]);
+            inv_freq[i] /= sc->ext_factors[i];
+        }
+        *attn_factor = sc->attention_factor != 0.0 ? sc->attention_factor
+                       : sc->factor > 1.0          ? sqrt(1.0 + log(sc->factor) / log(n))
+                                                   : 1.0;
     }
     return MT_OK;
 }

@@ -1,8 +1,8 @@
 /* gpu: RoPE forward/backward on CUDA equal the CPU reference on fresh random input in f32 and bf16:
  * both layouts, full and partial rotary dims (vectorised and scalar paths), default positions and
  * (T)/(B,T) position ids up to 1e5, in place; q and k as strided slices of a fused QKV buffer (in
- * place, and out of place into a contiguous out); Llama 3, YaRN and linear scaled frequencies
- * (up to MT_ROPE_MAX_PAIRS pairs); and the golden values. */
+ * place, and out of place into a contiguous out); Llama 3, YaRN, linear and LongRoPE scaled
+ * frequencies (up to MT_ROPE_MAX_PAIRS pairs); and the golden values. */
 #include "gpu_common.h"
 
 static const mt_rope_scaling *scaling; /* run's: NULL, or mt_rope_scaled_* */
@@ -136,12 +136,17 @@ int main(void) {
                 fused(dt, 1, 17, 4, 1, 64, pad, 32, inter, 13 + pad);
             }
     /* scaled frequencies (the table and cos/sin factor reach the kernels): CUDA == CPU */
-    const mt_rope_scaling sc[3] = {
+    static mt_rope_scaling sc[4] = {
         { .type = MT_ROPE_SCALING_LLAMA3, .factor = 8, .original_max_position_embeddings = 8192 },
         { .type = MT_ROPE_SCALING_YARN, .factor = 40, .mscale = 0.707, .mscale_all_dim = 0.5 },
         { .type = MT_ROPE_SCALING_LINEAR, .factor = 4 },
+        { .type = MT_ROPE_SCALING_LONGROPE,
+          .factor = 32,
+          .original_max_position_embeddings = 4096 },
     };
-    for (int k = 0; k < 3; k++) {
+    for (int i = 0; i < MT_ROPE_MAX_PAIRS; i++) /* (LongRoPE's divisors, one per pair) */
+        sc[3].ext_factors[i] = 1.0 + 0.37 * i;
+    for (int k = 0; k < 4; k++) {
         scaling = &sc[k];
         for (int bf = 0; bf < 2; bf++)
             for (int inter = 0; inter < 2; inter++) {

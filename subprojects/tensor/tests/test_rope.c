@@ -211,6 +211,19 @@ int main(void) {
                                     .original_max_position_embeddings = 512 });
     check_scaled("linear", NULL, 10, 0,
                  (mt_rope_scaling){ .type = MT_ROPE_SCALING_LINEAR, .factor = 2.5 });
+    { /* LongRoPE: the short factors below the original positions, the long above */
+        mt_rope_scaling lr = { .type = MT_ROPE_SCALING_LONGROPE,
+                               .factor = 4,
+                               .original_max_position_embeddings = 16 };
+        const double sh[5] = { 1.0, 1.5, 2.0, 3.0, 5.0 }, lg[5] = { 1.0, 2.0, 4.0, 8.0, 16.0 };
+        memcpy(lr.ext_factors, sh, sizeof sh);
+        check_scaled("longrope_short", NULL, 10, 0, lr);
+        memcpy(lr.ext_factors, lg, sizeof lg);
+        check_scaled("longrope_long", NULL, 10, 0, lr);
+        double inv[5], at;
+        lr.ext_factors[3] = 0.0;
+        MT_EXPECT_STATUS(mt_rope_inv_freq(inv, &at, 10, 1e4, &lr), MT_ERR_INVALID_ARG);
+    }
     /* NONE (and factor 1 linear) is mt_rope_fwd bit for bit */
     {
         float u[NEL];

@@ -289,6 +289,11 @@ typedef struct mt_model_config {
      * key starts itself; a caller's mt_model_set_key_starts must include the window. Not with
      * context parallelism, nor a KV cache longer than the window. */
     int window_size;
+    /* LongRoPE (rope_scaling LONGROPE, whose ext_factors are the short factors): the long
+     * factors, taken instead when the model's context (seq_length, or with a KV cache its length)
+     * is longer than rope_scaling.original_max_position_embeddings, as Hugging Face's (which
+     * chooses by each forward's length); zeros: the short factors always */
+    double rope_long_factors[MT_ROPE_MAX_PAIRS];
 } mt_model_config;
 
 // clang-format off
@@ -298,7 +303,7 @@ typedef struct mt_model_config {
             MT_POS_LEARNED, 0.0, 0, 0, 1, 0, 0.0f, 1234, MT_F32, 0, MT_RECOMPUTE_NONE,         \
             MT_RECOMPUTE_METHOD_NONE, 0, 0, 0, 0, 0, 0, 0.0f, 0.0f, 0, 0, 0, 0, 0, 0, 0, 0, 0, \
             0.0f, 0.0f, 0.0f, 0, 0, 0, 0.0f, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, { 0 },          \
-            0, 0, 0.0f, 0, 0, 0, 0, 0, 0, 0, 0, { MT_ROPE_SCALING_NONE }, 0.0, 0                       \
+            0, 0, 0.0f, 0, 0, 0, 0, 0, 0, 0, 0, { MT_ROPE_SCALING_NONE }, 0.0, 0, { 0 }                       \
     }
 // clang-format on
 

@@ -363,12 +363,18 @@ MT_API mt_status mt_rope_bwd(mt_tensor *dx, const mt_tensor *dout, const mt_tens
  *   (2 ln theta), lo = floor d(beta_fast) >= 0, hi = ceil d(beta_slow) <= rotary_dim - 1; not
  *   rounded with no_truncate): r = clamp((i - lo) / (hi - lo), 0, 1), base_i (r / factor + 1 - r);
  *   and cos and sin times m(factor, mscale) / m(factor, mscale_all_dim), m(s, k) = 0.1 k ln s + 1
- *   (s > 1; else 1) (mt_rope_yarn_mscale). */
+ *   (s > 1; else 1) (mt_rope_yarn_mscale);
+ * - LONGROPE: LongRoPE's (Hugging Face "longrope": Phi-3's long contexts): base_i /
+ *   ext_factors[i], cos and sin times attention_factor. */
+/* The most rotary channel pairs mt_rope_scaled_* take (rotary_dim <= 512). */
+#define MT_ROPE_MAX_PAIRS 256
+
 typedef enum mt_rope_scaling_type {
     MT_ROPE_SCALING_NONE = 0,
     MT_ROPE_SCALING_LINEAR = 1,
     MT_ROPE_SCALING_LLAMA3 = 2,
-    MT_ROPE_SCALING_YARN = 3
+    MT_ROPE_SCALING_YARN = 3,
+    MT_ROPE_SCALING_LONGROPE = 4
 } mt_rope_scaling_type;
 
 typedef struct mt_rope_scaling {
@@ -379,10 +385,11 @@ typedef struct mt_rope_scaling {
     double beta_fast, beta_slow;              /* YARN: 32, 1 */
     double mscale, mscale_all_dim;            /* YARN: as given (Megatron's: 1, 0) */
     int no_truncate; /* YARN: lo, hi unrounded (Hugging Face truncate false) */
+    /* LONGROPE: the cos/sin factor (0: sqrt(1 + ln factor / ln original) for factor > 1, else
+     * 1), and each channel pair's divisor (> 0; Hugging Face's short_factor or long_factor) */
+    double attention_factor;
+    double ext_factors[MT_ROPE_MAX_PAIRS];
 } mt_rope_scaling;
-
-/* The most rotary channel pairs mt_rope_scaled_* take on CUDA (rotary_dim <= 512). */
-#define MT_ROPE_MAX_PAIRS 256
 
 /* YaRN's m(s, k) = 0.1 k ln s + 1 for s > 1, else 1. */
 MT_API double mt_rope_yarn_mscale(double s, double k);
