@@ -967,7 +967,7 @@ static mt_status ckpt_bcast(void *ctx, int64_t *value) {
 static void hf_rope(json_t *h, const mt_model_config *c) {
     const mt_rope_scaling *s = &c->rope_scaling;
     json_t *p = json_object();
-    static const char *const types[] = { "default", "linear", "llama3", "yarn" };
+    static const char *const types[] = { "default", "linear", "llama3", "yarn", "longrope" };
     json_object_set_new(p, "rope_type", json_string(types[s->type]));
     if (s->type != MT_ROPE_SCALING_NONE) json_object_set_new(p, "factor", json_real(s->factor));
     const double n = s->original_max_position_embeddings;
@@ -989,6 +989,19 @@ static void hf_rope(json_t *h, const mt_model_config *c) {
                             json_real(mt_rope_yarn_mscale(s->factor, s->mscale) /
                                       mt_rope_yarn_mscale(s->factor, s->mscale_all_dim)));
         if (s->no_truncate) json_object_set_new(p, "truncate", json_false());
+    } else if (s->type == MT_ROPE_SCALING_LONGROPE) { /* (imported: no flags make one) */
+        double inv[MT_ROPE_MAX_PAIRS], af;
+        const int half = (int)(c->kv_channels * c->rotary_percent) / 2;
+        json_t *sf = json_array(), *lf = json_array();
+        for (int i = 0; i < half; i++) {
+            json_array_append_new(sf, json_real(s->ext_factors[i]));
+            json_array_append_new(lf, json_real(c->rope_long_factors[i]));
+        }
+        json_object_set_new(p, "short_factor", sf);
+        json_object_set_new(p, "long_factor", lf);
+        json_object_set_new(p, "original_max_position_embeddings", json_integer((json_int_t)n));
+        if (mt_rope_inv_freq(inv, &af, 2 * half, c->rotary_base, s) == MT_OK)
+            json_object_set_new(p, "attention_factor", json_real(af));
     }
     if (s->type != MT_ROPE_SCALING_NONE) json_object_set_new(h, "rope_scaling", json_deep_copy(p));
     json_object_set_new(p, "rope_theta", json_real(c->rotary_base));
