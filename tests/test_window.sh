@@ -11,7 +11,9 @@
 # 3. Bad values and --context-parallel-size are refused; the window is restored from a
 #    checkpoint's args (--use-checkpoint-args), the resumed steps bitwise the uninterrupted run's.
 # 4. With mt-convert ($MT_CONVERT): a Llama-shaped run exports as Hugging Face Mistral with
-#    sliding_window L + 1 and imports back (the same fine-tuning losses).
+#    sliding_window L + 1 and imports back (the same fine-tuning losses). With mt-generate
+#    ($MT_GENERATE): past the window it runs without a KV cache, within it with one, both giving
+#    the uncached run's tokens.
 # "cuda" as the argument: the same on a GPU (bf16, head dim 64: the tensor-core kernels), and
 # the CUDA graph's replays are bitwise the run without graphs.
 MT_CUDA_FLAGS="--bf16 --deterministic-mode"
@@ -71,4 +73,17 @@ if [ -n "${MT_CONVERT:-}" ]; then
   run ftback k 4 --window-size 4,0 --load "$d/back" --finetune
   [ "$(losses "$d/ft.json" 1 4)" = "$(losses "$d/ftback.json" 1 4)" ] || { echo "FAIL: the round trip changed the losses"; exit 1; }
   echo "ok: exported as Hugging Face Mistral (sliding_window 5) and imported back"
+fi
+if [ -n "${MT_GENERATE:-}" ]; then  # generation past the window: without a KV cache, as asked
+  gen() { "$MT_GENERATE" --load "$d/ck" --tokenizer-type NullTokenizer --greedy --print-ids \
+            --device "${MT_TEST_DEVICE:-cpu}" "$@" 2> "$d/gen.err" | tail -1; }
+  a=$(gen --prompt-ids 5,6,7,8,9,10,11 --tokens-to-generate 6)
+  grep -q "no KV cache" "$d/gen.err" || { echo "FAIL: no note"; cat "$d/gen.err"; exit 1; }
+  b=$(MT_KV_CACHE=0 gen --prompt-ids 5,6,7,8,9,10,11 --tokens-to-generate 6)
+  [ -n "$a" ] && [ "$a" = "$b" ] || { echo "FAIL: generation past the window: '$a' vs '$b'"; exit 1; }
+  c=$(gen --prompt-ids 5,6 --tokens-to-generate 3)  # (within the window: with the KV cache)
+  grep -q "(KV cache)" "$d/gen.err" || { echo "FAIL: no KV cache within the window"; cat "$d/gen.err"; exit 1; }
+  d2=$(MT_KV_CACHE=0 gen --prompt-ids 5,6 --tokens-to-generate 3)
+  [ -n "$c" ] && [ "$c" = "$d2" ] || { echo "FAIL: generation within the window: '$c' vs '$d2'"; exit 1; }
+  echo "ok: generation past the window (no KV cache) and within it (KV cache) give the uncached tokens"
 fi
