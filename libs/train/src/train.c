@@ -763,8 +763,7 @@ static mt_status setup_io(run *r) {
     r->text = calloc((size_t)(B * (T + 1)), sizeof *r->text);
     r->htok = calloc((size_t)(2 * B * T), sizeof *r->htok);
     r->htgt = calloc((size_t)(2 * B * T), sizeof *r->htgt);
-    const int docs = doc_masks(a) || a->window_left; /* (key starts of their own: the window's
-                                                        with the documents') */
+    const int docs = doc_masks(a);
     if (a->reset_position_ids) r->hpos = calloc((size_t)(2 * B * T), sizeof *r->hpos);
     if (docs) r->hks = calloc((size_t)(2 * B * T), sizeof *r->hks);
     const int drop = a->hidden_dropout > 0.0 || a->attention_dropout > 0.0;
@@ -853,15 +852,13 @@ static mt_status read_batch(run *r, mt_data_dataset *ds, mt_data_sampler *s, int
          * _get_ltor_masks_and_position_ids): positions restart at each document's first token,
          * and attention sees the tokens from there on */
         if (!r->hpos && !r->hks) continue;
-        if (r->hpos || doc_masks(a))
-            mt_data_doc_starts(r->text + b * (T + 1), T, r->eod, r->dstart);
-        else
-            memset(r->dstart, 0, (size_t)T * sizeof *r->dstart);
-        const int64_t W = a->window_left; /* (--window-size: at most W keys before) */
+        mt_data_doc_starts(r->text + b * (T + 1), T, r->eod, r->dstart);
+        const int64_t W = a->window_left; /* (--window-size: at most W keys before, as the
+                                             model's own key starts without documents) */
         for (int64_t t = 0; t < T; t++) {
-            if (r->hpos) r->hpos[slot * B * T + b * T + t] = (int32_t)(t - r->dstart[t]);
-            const int64_t ks = doc_masks(a) ? (int64_t)r->dstart[t] : 0;
-            if (r->hks) r->hks[slot * B * T + b * T + t] = (int32_t)(W && t - W > ks ? t - W : ks);
+            const int64_t ds = r->dstart[t];
+            if (r->hpos) r->hpos[slot * B * T + b * T + t] = (int32_t)(t - ds);
+            if (r->hks) r->hks[slot * B * T + b * T + t] = (int32_t)(W && t - W > ds ? t - W : ds);
         }
     }
     return MT_OK;
