@@ -10,6 +10,7 @@
 set -uo pipefail
 b=$1; out=$2; mkdir -p "$out"
 top=$(cd "$(dirname "$0")/.." && pwd)
+source "$top/bench/summary.sh"
 iters=${MT_MLA_ITERS:-20}
 # (DeepSeek-V2-Lite's attention: 16 heads of 128 + 64 rotary, values of 128, a kv latent of 512)
 cases=${MT_MLA_CASES:-"mla_lite_h2048:4:2048:16:0:512:128:64:128:10944:32000:4"}
@@ -31,12 +32,7 @@ for c in $cases; do
   s=$(grep '^\[summary\]' "$log")
   echo "${name}_B$MB: ${s:-FAILED (see $log)}"
   [ -n "$s" ] || { tail -5 "$log"; continue; }
-  ms=$(echo "$s" | sed -n 's/.*| \([0-9.]*\) ms\/iteration.*/\1/p')
-  tf=$(echo "$s" | sed -n 's/.*| \([0-9.]*\) TFLOP\/s\/GPU.*/\1/p')
-  tok=$(echo "$s" | sed -n 's/.*| \([0-9.]*\) tokens\/s |.*/\1/p')
-  mem=$(echo "$s" | sed -n 's/.*memory (MB): \([0-9.]*\).*/\1/p')
-  printf '%s{"name": "mla/cuda/%s_B%s_T1024", "run_type": "iteration", "real_time": %s, "time_unit": "ms", "FLOPS": %s, "tokens_per_second": %s, "memory_MB": %s}\n' \
-    "$sep" "$name" "$MB" "$ms" "$(awk -v t="$tf" 'BEGIN { printf "%.6e", t * 1e12 }')" "$tok" "$mem" >> "$out/mla.json"
+  echo "$sep$(summary_json "mla/cuda/${name}_B${MB}_T1024" "$s")" >> "$out/mla.json"
   sep=","
 done
 echo ']}' >> "$out/mla.json"

@@ -13,6 +13,7 @@
 set -uo pipefail
 b=$1; out=$2; mkdir -p "$out"
 top=$(cd "$(dirname "$0")/.." && pwd)
+source "$top/bench/summary.sh"
 iters=${MT_MOE_ITERS:-20}
 ranks=${MT_MOE_RANKS:-1}; ep=${MT_MOE_EP:-1}
 launch=(); tag=""
@@ -38,12 +39,7 @@ for c in $cases; do
   echo "${name}_B$MB$tag: ${s:-FAILED (see $log)}"
   [ -n "$s" ] || { tail -5 "$log"; continue; }
   grep -o "load_balancing_loss: [^|]*" "$log" | tail -1
-  ms=$(echo "$s" | sed -n 's/.*| \([0-9.]*\) ms\/iteration.*/\1/p')
-  tf=$(echo "$s" | sed -n 's/.*| \([0-9.]*\) TFLOP\/s\/GPU.*/\1/p')
-  tok=$(echo "$s" | sed -n 's/.*| \([0-9.]*\) tokens\/s |.*/\1/p')
-  mem=$(echo "$s" | sed -n 's/.*memory (MB): \([0-9.]*\).*/\1/p')
-  printf '%s{"name": "moe/cuda/%s_B%s_T1024", "run_type": "iteration", "real_time": %s, "time_unit": "ms", "FLOPS": %s, "tokens_per_second": %s, "memory_MB": %s}\n' \
-    "$sep" "$name" "$MB$tag" "$ms" "$(awk -v t="$tf" 'BEGIN { printf "%.6e", t * 1e12 }')" "$tok" "$mem" >> "$out/moe.json"
+  echo "$sep$(summary_json "moe/cuda/${name}_B$MB${tag}_T1024" "$s")" >> "$out/moe.json"
   sep=","
 done
 echo ']}' >> "$out/moe.json"

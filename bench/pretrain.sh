@@ -16,6 +16,7 @@
 set -uo pipefail
 b=$1; out=$2; mkdir -p "$out"
 top=$(cd "$(dirname "$0")/.." && pwd)
+source "$top/bench/summary.sh"
 iters=${MT_PRETRAIN_ITERS:-30}
 # name layers hidden heads micro-batch [recomputed modules]
 # (the plain shapes against PyTorch; the others within llm.c's memory at their batch)
@@ -87,12 +88,7 @@ for c in $cases; do
     grep -m1 'Inf/NaN' "$log"
     continue
   fi
-  ms=$(echo "$s" | sed -n 's/.*| \([0-9.]*\) ms\/iteration.*/\1/p')
-  tf=$(echo "$s" | sed -n 's/.*| \([0-9.]*\) TFLOP\/s\/GPU.*/\1/p')
-  tok=$(echo "$s" | sed -n 's/.*| \([0-9.]*\) tokens\/s |.*/\1/p')
-  mem=$(echo "$s" | sed -n 's/.*memory (MB): \([0-9.]*\).*/\1/p')
-  printf '%s{"name": "pretrain/cuda/%s_B%s_T1024%s", "run_type": "iteration", "real_time": %s, "time_unit": "ms", "FLOPS": %s, "tokens_per_second": %s, "memory_MB": %s, "llmc_memory_MB": %s}\n' \
-    "$sep" "$name" "$MB" "$tag" "$ms" "$(awk -v t="$tf" 'BEGIN { printf "%.6e", t * 1e12 }')" "$tok" "$mem" "$llmc" >> "$out/pretrain.json"
+  echo "$sep$(summary_json "pretrain/cuda/${name}_B${MB}_T1024$tag" "$s" ", \"llmc_memory_MB\": $llmc")" >> "$out/pretrain.json"
   sep=","
 done
 echo ']}' >> "$out/pretrain.json"
