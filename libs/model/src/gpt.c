@@ -1100,6 +1100,15 @@ static mt_status params_needed(mt_model *m, int level, mt_stream s) {
     return m->wait_fn ? m->wait_fn(m->wait_ctx, level, s) : MT_OK;
 }
 
+/* The output layer's logits of the final norm's output. */
+static mt_status lm_head_fwd(mt_model *m, mt_stream s) {
+    acts *a = &m->a;
+    OP("fwd.gemm.lmhead",
+       mt_tp_column_fwd(m->tp, m->blas, &a->logits, NULL, &a->lnf, sp(m) ? &a->lnf_all : NULL,
+                        W(m->out_w), NULL, 0, sp(m), s));
+    return MT_OK;
+}
+
 /* The forward up to the final norm, and the output layer's logits when lm_head (else the caller
  * runs the output layer on slices: lm_head_slices). */
 static mt_status forward(mt_model *m, const mt_tensor *tokens, int lm_head, mt_stream s) {
@@ -1133,11 +1142,7 @@ static mt_status forward(mt_model *m, const mt_tensor *tokens, int lm_head, mt_s
     MT_TRY(params_needed(m, L, s));
     OP("fwd.norm",
        norm_fwd(m, &a->lnf, &a->lnf_mean, &a->lnf_rstd, &a->resid_final, m->lnf_w, m->lnf_b, s));
-    if (lm_head)
-        OP("fwd.gemm.lmhead",
-           mt_tp_column_fwd(m->tp, m->blas, &a->logits, NULL, &a->lnf, sp(m) ? &a->lnf_all : NULL,
-                            W(m->out_w), NULL, 0, sp(m), s));
-    return MT_OK;
+    return lm_head ? lm_head_fwd(m, s) : MT_OK;
 }
 
 /* Full recompute: before the backward of group [g0, g1] (reached at g1), runs its layers' forward
@@ -1194,17 +1199,20 @@ static mt_status xent_rows(mt_model *m, mt_tensor *lo, mt_tensor *lg, const mt_t
     return mt_xent_fwd_bwd(lg, lo, NULL, lg, tc, g, 0.0f, V, MT_XENT_IGNORE_INDEX, s);
 }
 
-/* logits_chunks > 1: the output layer and the cross-entropy on row slices of the tokens, one
- * slice's logits at a time; with train, also the loss gradient (loss_grad, over the whole batch
- * before the first slice, as the one-call mean) and the output layer's backward:
- * dln receives each slice's rows, the weight gradient adds up over the slices. */
-static mt_status lm_head_slices(mt_model *m, const mt_tensor *t, int train, float loss_scale,
-                                mt_stream s) {
+/* The output layer and the cross-entropy of xin (N,C) (this rank's rows under sequence
+ * parallelism) against targets t, on row slices of the tokens (a->logits' rows), one slice's
+ * logits at a time; with train, also the loss gradient (loss_grad, over the whole batch before
+ * the first slice, as the one-call mean) and the output layer's backward: dxout receives each
+ * slice's rows, the weight gradient adds up over the slices (acc: onto what it holds; else the
+ * first slice writes it). The losses in a->losses and a->stats. */
+static mt_status head_slices(mt_model *m, const mt_tensor *xin, mt_tensor *dxout,
+                             const mt_tensor *t, int train, float loss_scale, int acc,
+                             mt_stream s) {
     acts *a = &m->a;
     const int64_t N = t->shape[0], R = a->logits.shape[0];
     /* sequence parallelism: the slices are of the gathered rows, their dx of sp_all */
-    mt_tensor *xs = sp(m) ? &a->lnf_all : &a->lnf, *dxs = sp(m) ? &a->sp_all : &a->dln;
-    if (sp(m)) OP("fwd.tp.gather", mt_tp_gather_rows(m->tp, &a->lnf_all, &a->lnf, s));
+    mt_tensor *xs = sp(m) ? &a->lnf_all : (mt_tensor *)xin, *dxs = sp(m) ? &a->sp_all : dxout;
+    if (sp(m)) OP("fwd.tp.gather", mt_tp_gather_rows(m->tp, &a->lnf_all, xin, s));
     if (train) MT_TRY(loss_grad(m, t, loss_scale, s));
     for (int64_t r0 = 0; r0 < N; r0 += R) {
         const int64_t n = N - r0 < R ? N - r0 : R;
@@ -1223,14 +1231,145 @@ static mt_status lm_head_slices(mt_model *m, const mt_tensor *t, int train, floa
         MT_TRY(mt_tensor_slice(dxs, 0, r0, n, &dx));
         OP("xent", xent_rows(m, &lo, &lg, &tc, &g, s));
         /* (column-parallel: each slice's dx summed over the group once, after the last) */
-        OP("bwd.gemm.lmhead", mt_linear_bwd(m->blas, &dx, G(m->out_w), NULL, &lg, &x, W(m->out_w),
-                                            !m->grads_discarded || r0 > 0, s));
+        OP("bwd.gemm.lmhead",
+           mt_linear_bwd(m->blas, &dx, G(m->out_w), NULL, &lg, &x, W(m->out_w), acc || r0 > 0, s));
     }
     if (train && sp(m))
-        OP("bwd.tp.lmhead", mt_tp_reduce_scatter_rows(m->tp, &a->dln, &a->sp_all, s));
+        OP("bwd.tp.lmhead", mt_tp_reduce_scatter_rows(m->tp, dxout, &a->sp_all, s));
     else if (train)
-        OP("bwd.tp.lmhead", mt_tp_all_reduce(m->tp, &a->dln, s));
+        OP("bwd.tp.lmhead", mt_tp_all_reduce(m->tp, dxout, s));
     return mt_xent_stats(&a->stats, NULL, &a->losses, t, 0.0f, MT_XENT_IGNORE_INDEX, s);
+}
+
+/* logits_chunks > 1: the decoder's output layer in slices, dln receiving its input's gradient. */
+static mt_status lm_head_slices(mt_model *m, const mt_tensor *t, int train, float loss_scale,
+                                mt_stream s) {
+    return head_slices(m, &m->a.lnf, &m->a.dln, t, train, loss_scale,
+                       !m->grads_discarded || m->mtp_ran, s);
+}
+
+/* ---- multi-token prediction ---- */
+
+static mt_status layer_bwd(mt_model *m, int l, int own_fc2_b, mt_model_param *prev_fc2_b,
+                           mt_stream s);
+
+/* Dropout site of MTP depth k+1's embedding (past every layer's sites). */
+#define SITE_MTP_EMB(k) (0x40000000u + (uint32_t)(k))
+
+/* dst (B,T) i32 = src rolled left by one along T, the last column the fill (0: zero, 1: the
+ * ignore index): megatron.core's roll_tensor(shifts=-1) without context parallelism. */
+static mt_status roll_left(mt_model *m, mt_tensor *dst, const mt_tensor *src, int fill,
+                           mt_stream s) {
+    const int64_t T = m->cfg.seq_length;
+    mt_tensor d, x, f, f2;
+    MT_TRY(mt_tensor_slice(dst, 1, 0, T - 1, &d));
+    MT_TRY(mt_tensor_slice(src, 1, 1, T - 1, &x));
+    MT_TRY(mt_copy(&d, &x, s));
+    MT_TRY(mt_tensor_slice(dst, 1, T - 1, 1, &d));
+    MT_TRY(mt_tensor_slice(&m->a.mtp_fill, 0, fill, 1, &f));
+    MT_TRY(mt_tensor_reshape(&f, 2, (int64_t[]){ m->B, 1 }, &f2));
+    return mt_copy(&d, &f2, s);
+}
+
+/* eh_proj's input's half i (0: the embedding's norm, 1: the hidden state's), a (rows, C) view. */
+static mt_status cat_half(const mt_model *m, const mt_tensor *cat, int i, mt_tensor *out) {
+    const int64_t C = m->cfg.hidden_size;
+    return mt_tensor_slice(cat, 1, i * C, C, out);
+}
+
+/* Training with multi-token prediction (between the decoder's final norm and its output layer):
+ * each depth's forward, its head's loss, that loss's gradient (times mtp_loss_scaling_factor / D)
+ * and the output layer's backward, then the depths' backwards from the last down. Leaves in
+ * a->mtp_dh0 the gradient of the final norm's output (backward() adds it to the output layer's)
+ * and each depth's token losses in the MTP accumulators. tokens and targets (B,T) i32. */
+static mt_status mtp_step(mt_model *m, const mt_tensor *tokens, const mt_tensor *targets,
+                          float loss_scale, mt_stream s) {
+    const mt_model_config *c = &m->cfg;
+    acts *a = &m->a;
+    const int L = c->num_layers, D = mtp_n(c), hdrop = hidden_drop(m);
+    const int64_t N = (int64_t)m->B * c->seq_length;
+    const int64_t bt[3] = { m->B, c->seq_length, c->hidden_size };
+    const float scale = loss_scale * c->mtp_loss_scaling_factor / (float)D;
+    for (int k = 0; k < D; k++) {
+        mtp_acts *d = &a->mtp[k];
+        const mtp_params *q = &m->mp[k];
+        const mt_tensor *pos0 = positions(m) ? positions(m) : &a->mtp_pos0;
+        OP("fwd.mtp.roll", roll_left(m, &d->tok, k ? &a->mtp[k - 1].tok : tokens, 0, s));
+        OP("fwd.mtp.roll", roll_left(m, &d->tgt, k ? &a->mtp[k - 1].tgt : targets, 1, s));
+        if (d->pos.data)
+            OP("fwd.mtp.roll", roll_left(m, &d->pos, k ? &a->mtp[k - 1].pos : pos0, 0, s));
+        /* the embedding of the tokens k+1 ahead (sequence parallelism: this rank's rows) */
+        mt_tensor e3, half;
+        MT_TRY(mt_tensor_reshape(sp(m) ? &a->sp_all : &d->emb, 3, bt, &e3));
+        OP("fwd.mtp.embedding",
+           mt_tp_embedding_fwd(m->tp, sp(m) ? &d->emb : &e3, sp(m) ? &e3 : NULL, &d->tok, W(m->wte),
+                               W(m->wpe), d->pos.data ? &d->pos : NULL, sp(m), s));
+        if (hdrop) {
+            mt_dropout_config dc = hidden_cfg(m, SITE_MTP_EMB(k));
+            OP("fwd.dropout", mt_dropout(&d->emb, &d->emb, NULL, &dc, s));
+        }
+        /* eh_proj([enorm(e) | hnorm(h)]) into the transformer layer's input */
+        const mt_tensor *h = k ? &a->mtp[k - 1].fin : &a->lnf;
+        OP("fwd.mtp.norm",
+           norm_fwd(m, &a->mtp_tmp, &d->en_mean, &d->en_rstd, &d->emb, q->en_w, q->en_b, s));
+        MT_TRY(cat_half(m, &d->cat, 0, &half));
+        OP("fwd.mtp.cat", copy_to(half, a->mtp_tmp, s));
+        OP("fwd.mtp.norm",
+           norm_fwd(m, &a->mtp_tmp, &d->hn_mean, &d->hn_rstd, h, q->hn_w, q->hn_b, s));
+        MT_TRY(cat_half(m, &d->cat, 1, &half));
+        OP("fwd.mtp.cat", copy_to(half, a->mtp_tmp, s));
+        layer_acts *la = layer_of(m, L + k);
+        OP("fwd.gemm.eh_proj",
+           mt_linear_fwd(m->blas, &la->resid_in, NULL, &d->cat, W(q->eh_w), NULL, 0, s));
+        MT_TRY(layer_fwd(m, L + k, &d->out, s));
+        OP("fwd.mtp.norm",
+           norm_fwd(m, &d->fin, &d->fin_mean, &d->fin_rstd, &d->out, q->fn_w, q->fn_b, s));
+        /* the head: the loss, its gradient and the output layer's backward into d->dh */
+        mt_tensor t, sum, cnt, cnt_k;
+        MT_TRY(mt_tensor_reshape(&d->tgt, 1, &N, &t));
+        MT_TRY(head_slices(m, &d->fin, &d->dh, &t, 1, scale, k > 0 || !m->grads_discarded, s));
+        MT_TRY(mt_tensor_slice(&a->mtp_sum, 0, k, 1, &sum));
+        MT_TRY(mt_tensor_reshape(&sum, 1, &N, &sum));
+        MT_TRY(mt_axpy(&sum, 1.0f, &a->losses, s));
+        MT_TRY(mt_tensor_slice(&a->stats, 0, 1, 1, &cnt));
+        MT_TRY(mt_tensor_slice(&a->mtp_count, 0, k, 1, &cnt_k));
+        MT_TRY(mt_axpy(&cnt_k, 1.0f, &cnt, s));
+    }
+    const int acc = !m->grads_discarded;
+    for (int k = D - 1; k >= 0; k--) {
+        mtp_acts *d = &a->mtp[k];
+        const mtp_params *q = &m->mp[k];
+        /* (the final norm's backward takes the layer's fc2 bias gradient, as the decoder's) */
+        OP("bwd.norm", norm_bwd(m, &a->dres, q->fn_w, q->fn_b, hdrop ? NULL : m->lp[L + k].fc2_b,
+                                &d->dh, &d->out, &d->fin_mean, &d->fin_rstd, NULL, s));
+        MT_TRY(layer_bwd(m, L + k, 0, NULL, s));
+        OP("bwd.gemm.eh_proj", mt_linear_bwd(m->blas, &a->mtp_dcat, G(q->eh_w), NULL, &a->dres,
+                                             &d->cat, W(q->eh_w), acc, s));
+        /* the embedding's half, through enorm and the dropout into the embeddings */
+        mt_tensor half, d3;
+        MT_TRY(cat_half(m, &a->mtp_dcat, 0, &half));
+        OP("bwd.mtp.cat", copy_to(a->dln, half, s));
+        OP("bwd.norm", norm_bwd(m, &a->mtp_tmp, q->en_w, q->en_b, NULL, &a->dln, &d->emb,
+                                &d->en_mean, &d->en_rstd, NULL, s));
+        if (hdrop) {
+            mt_dropout_config dc = hidden_cfg(m, SITE_MTP_EMB(k));
+            OP("bwd.dropout", mt_dropout(&a->mtp_tmp, &a->mtp_tmp, NULL, &dc, s));
+        }
+        MT_TRY(mt_tensor_reshape(sp(m) ? &a->sp_all : &a->mtp_tmp, 3, bt, &d3));
+        OP("bwd.embedding",
+           mt_tp_embedding_bwd(m->tp, G(m->wte), G(m->wpe), sp(m) ? &a->mtp_tmp : &d3,
+                               sp(m) ? &d3 : NULL, &d->tok, d->pos.data ? &d->pos : NULL,
+                               a->ws.data, m->ws_bytes, sp(m), s));
+        /* the hidden state's half, through hnorm into the depth before's output (or the final
+         * norm's) */
+        mt_tensor *dh = k ? &a->mtp[k - 1].dh : &a->mtp_dh0;
+        MT_TRY(cat_half(m, &a->mtp_dcat, 1, &half));
+        OP("bwd.mtp.cat", copy_to(a->dln, half, s));
+        OP("bwd.norm",
+           norm_bwd(m, dh, q->hn_w, q->hn_b, NULL, &a->dln, k ? &a->mtp[k - 1].fin : &a->lnf,
+                    &d->hn_mean, &d->hn_rstd, k ? dh : NULL, s));
+    }
+    return MT_OK;
 }
 
 /* The stage's forward (the whole model's without pipeline parallelism) and, on the last stage
@@ -1244,10 +1383,17 @@ static mt_status stage_fwd(mt_model *m, const mt_tensor *tokens, const mt_tensor
                "1 (this model keeps one of %d slices)",
                m->cfg.logits_chunks);
     m->loss_scale = loss_scale;
-    MT_TRY(forward(m, tokens, !sliced, s));
+    /* (multi-token prediction: its depths between the final norm and the output layer) */
+    m->mtp_ran = train && targets && last && mtp_n(&m->cfg) > 0;
+    MT_TRY(forward(m, tokens, !sliced && !m->mtp_ran, s));
     if (!targets || !last) return MT_OK;
     mt_tensor t;
     MT_TRY(targets_flat(m, targets, &t));
+    if (m->mtp_ran) {
+        MT_TRY(mtp_step(m, m->slot_tokens[m->slot].data ? &m->slot_tokens[m->slot] : tokens,
+                        targets, loss_scale, s));
+        if (!sliced) MT_TRY(lm_head_fwd(m, s));
+    }
     if (sliced) {
         MT_TRY(lm_head_slices(m, &t, train, loss_scale, s));
     } else if (m->tp) { /* the vocab-parallel cross-entropy takes each token's gradient */
@@ -1342,6 +1488,129 @@ static mt_status grads_ready(mt_model *m, int level, mt_stream s) {
     return m->ready_fn ? m->ready_fn(m->ready_ctx, level, s) : MT_OK;
 }
 
+/* Layer l's backward: a->dres, the gradient of its output, becomes its input's. own_fc2_b: no
+ * norm backward came before to take fc2's bias gradient (a pipeline stage's last layer), so
+ * fc2's backward takes it; prev_fc2_b: the bias whose gradient the input norm's backward takes
+ * (the layer before's fc2 bias; NULL: none). */
+static mt_status layer_bwd(mt_model *m, int l, int own_fc2_b, mt_model_param *prev_fc2_b,
+                           mt_stream s) {
+    const mt_model_config *c = &m->cfg;
+    acts *a = &m->a;
+    const int acc = !m->grads_discarded; /* 0: the first write of every weight's grad */
+    /* with hidden dropout the projections' bias gradients are the dropped gradients' sums, taken
+     * by their own linear backwards, not the norm backwards' sums of dres */
+    const int hdrop = hidden_drop(m);
+    layer_acts *la = layer_of(m, l);
+    layer_params *lp = &m->lp[l];
+    mt_attn_config ac = attn_cfg(m, l);
+    /* a->dres is the gradient of resid_in[l+1] = resid_mid + mlp(ln2); dy is fc2's output's
+     * (a->dres, or its dropout) */
+    const mt_tensor *dyp = &a->dres;
+    if (moe_layer(c, l)) {
+        MT_TRY(moe_bwd(m, l, la, lp, acc, s));
+        goto mlp_done;
+    }
+    if (hdrop) OP("bwd.dropout", drop_grad(m, (uint32_t)(SITE_FC2 + 3 * l), &dyp, s));
+    /* (else from the norm backward's sums; no norm follows a stage's last layer) */
+    mt_model_param *fc2_b = hdrop || own_fc2_b ? lp->fc2_b : NULL;
+    if (sp(m)) { /* row-parallel: every row's gradient (the dropped one under hidden dropout) */
+        OP("bwd.tp.gather", mt_tp_gather_rows(m->tp, &a->sp_all, dyp, s));
+        dyp = &a->sp_all;
+    }
+    if (c->recompute_mlp_act && c->swiglu)
+        OP("bwd.recompute.act", mt_swiglu_fwd(&la->fc1_act, &la->fc1_pre, NULL, s));
+    if (c->swiglu) {
+        OP("bwd.gemm.fc2", mt_linear_bwd(m->blas, &a->dfc1_act, G(lp->fc2_w), G(fc2_b), dyp,
+                                         &la->fc1_act, W(lp->fc2_w), acc, s));
+        OP("bwd.swiglu", mt_swiglu_bwd(&a->dfc1_pre, NULL, &a->dfc1_act, &la->fc1_pre, NULL, s));
+    } else if (c->recompute_mlp_act) { /* the GELU recomputed by fc2's dx GEMM too */
+        OP("bwd.gemm.fc2+dgelu",
+           mt_linear_bwd_dgelu_recompute(m->blas, &a->dfc1_pre, G(lp->fc1_b), &la->fc1_pre,
+                                         G(lp->fc2_w), G(fc2_b), dyp, &la->fc1_act, W(lp->fc2_w),
+                                         acc, s));
+    } else { /* the GELU backward (and fc1's bias gradient) ride on fc2's dx GEMM */
+        OP("bwd.gemm.fc2+dgelu",
+           mt_linear_bwd_dgelu(m->blas, &a->dfc1_pre, G(lp->fc1_b), &la->fc1_pre, G(lp->fc2_w),
+                               G(fc2_b), dyp, &la->fc1_act, W(lp->fc2_w), acc, s));
+    }
+    if (c->recompute_layernorm)
+        OP("bwd.recompute.norm",
+           norm_fwd(m, &la->ln2, NULL, NULL, &la->resid_mid, lp->ln2_w, lp->ln2_b, s));
+    const mt_tensor *x;
+    OP("bwd.tp.gather", ln_rows(m, &la->ln2, &x, s));
+    OP("bwd.gemm.fc1",
+       mt_tp_column_bwd_async(m->tp, m->tpa_on, m->blas, &a->dln, sp(m) ? &a->sp_all : NULL,
+                              G(lp->fc1_w), c->swiglu ? G(lp->fc1_b) : NULL, &a->dfc1_pre, x,
+                              W(lp->fc1_w), acc, sp(m), s));
+mlp_done:
+    OP("bwd.norm", norm_bwd(m, &a->dres, lp->ln2_w, lp->ln2_b, hdrop ? NULL : lp->proj_b, &a->dln,
+                            &la->resid_mid, &la->ln2_mean, &la->ln2_rstd, &a->dres, s));
+    /* a->dres is now the gradient of resid_mid = resid_in + proj(attention) */
+    dyp = &a->dres;
+    if (hdrop) OP("bwd.dropout", drop_grad(m, (uint32_t)(SITE_PROJ + 3 * l), &dyp, s));
+    if (sp(m)) {
+        OP("bwd.tp.gather", mt_tp_gather_rows(m->tp, &a->sp_all, dyp, s));
+        dyp = &a->sp_all;
+    }
+    const int mla = c->multi_latent_attention;
+    OP("bwd.gemm.proj", mt_linear_bwd(m->blas, mla ? &a->mla_do : &a->datty, G(lp->proj_w),
+                                      hdrop ? G(lp->proj_b) : NULL, dyp,
+                                      mla ? &la->mla_o : &la->atty, W(lp->proj_w), acc, s));
+    if (mla) OP("bwd.mla", mla_out_bwd(m, s));
+    mt_tensor q, k, v, dq, dk, dv, y, dy;
+    MT_TRY(qkv_views(m, &la->qkv, &q, &k, &v));
+    if (mla && c->recompute_mla_up_proj) { /* (the heads again, into the shared buffers) */
+        const mt_tensor *xq = NULL;        /* (linear_q_proj's input: the layer's normed input) */
+        if (!c->q_lora_rank && c->recompute_layernorm)
+            OP("bwd.recompute.norm",
+               norm_fwd(m, &la->ln1, NULL, NULL, &la->resid_in, lp->ln1_w, lp->ln1_b, s));
+        if (!c->q_lora_rank) OP("bwd.tp.gather", ln_rows(m, &la->ln1, &xq, s));
+        OP("bwd.recompute.mla", mla_up(m, la, lp, xq, s));
+        OP("bwd.recompute.rope", rope(m, &q, 0, s));
+        OP("bwd.recompute.rope", rope(m, &k, 0, s));
+    }
+    MT_TRY(qkv_views(m, &a->dqkv, &dq, &dk, &dv));
+    MT_TRY(as_bthd(m, &la->atty, local_heads(c), &y));
+    MT_TRY(as_bthd(m, &a->datty, local_heads(c), &dy));
+    /* qkv's bias gradient from the attention backward, which needs no pass over dqkv for
+     * it; with rotary embeddings between, the column sums of dqkv (qkv's linear backward) */
+    mt_tensor db[3];
+    const int bias_here =
+        lp->qkv_b && c->position_embedding_type != MT_POS_ROPE && !c->qk_layernorm && cp_n(c) == 1;
+    if (bias_here) {
+        const int64_t nh = local_heads(c), ng = local_groups(c), hd = c->kv_channels;
+        MT_TRY(mt_tensor_slice(&lp->qkv_b->grad, 0, 0, nh * hd, &db[0]));
+        MT_TRY(mt_tensor_slice(&lp->qkv_b->grad, 0, nh * hd, ng * hd, &db[1]));
+        MT_TRY(mt_tensor_slice(&lp->qkv_b->grad, 0, (nh + ng) * hd, ng * hd, &db[2]));
+    }
+    if (cp_n(c) > 1) /* (context parallelism: the keys' gradients summed over the ranks) */
+        OP("bwd.attn", cp_attn_bwd(m, &dq, &dk, &dv, &dy, &q, &k, &v, &y, &la->lse, &ac, s));
+    else
+        OP("bwd.attn",
+           mt_attn_bwd_bias(&dq, &dk, &dv, bias_here ? &db[0] : NULL, bias_here ? &db[1] : NULL,
+                            bias_here ? &db[2] : NULL, acc, &dy, &q, &k, &v, &y, &la->lse, &ac,
+                            a->ws.data, m->ws_bytes, s));
+    if (c->position_embedding_type == MT_POS_ROPE) {
+        OP("bwd.rope", rope(m, &dq, 1, s));
+        OP("bwd.rope", rope(m, &dk, 1, s));
+    }
+    if (c->qk_layernorm) OP("bwd.qk_norm", qk_norm_bwd(m, la, lp, &dq, &dk, s));
+    if (c->recompute_layernorm)
+        OP("bwd.recompute.norm",
+           norm_fwd(m, &la->ln1, NULL, NULL, &la->resid_in, lp->ln1_w, lp->ln1_b, s));
+    OP("bwd.tp.gather", ln_rows(m, &la->ln1, &x, s));
+    if (mla)
+        OP("bwd.mla", mla_bwd(m, la, lp, x, acc, s));
+    else
+        OP("bwd.gemm.qkv",
+           mt_tp_column_bwd_async(m->tp, m->tpa_on, m->blas, &a->dln, sp(m) ? &a->sp_all : NULL,
+                                  G(lp->qkv_w), bias_here ? NULL : G(lp->qkv_b), &a->dqkv, x,
+                                  W(lp->qkv_w), acc, sp(m), s));
+    OP("bwd.norm", norm_bwd(m, &a->dres, lp->ln1_w, lp->ln1_b, hdrop ? NULL : prev_fc2_b, &a->dln,
+                            &la->resid_in, &la->ln1_mean, &la->ln1_rstd, &a->dres, s));
+    return MT_OK;
+}
+
 /* The backward from the logits' gradient (lm_head), or from dln when lm_head_slices ran the
  * output layer's backward. */
 static mt_status backward(mt_model *m, int lm_head, mt_stream s) {
@@ -1356,7 +1625,9 @@ static mt_status backward(mt_model *m, int lm_head, mt_stream s) {
         OP("bwd.gemm.lmhead",
            mt_tp_column_bwd_async(m->tp, m->tpa_on, m->blas, &a->dln, sp(m) ? &a->sp_all : NULL,
                                   G(m->out_w), NULL, &a->logits, sp(m) ? &a->lnf_all : &a->lnf,
-                                  W(m->out_w), acc, sp(m), s));
+                                  W(m->out_w), acc || m->mtp_ran, sp(m), s));
+    if (last && m->mtp_ran) /* (the first MTP depth's input is the final norm's output too) */
+        OP("bwd.mtp", mt_axpy(&a->dln, 1.0f, &a->mtp_dh0, s));
     /* fc2's and proj's bias gradients come from the norm backwards that write their dy (a
      * pipeline stage before the last: a->dres is its output's gradient, received) */
     if (last)
@@ -1365,119 +1636,9 @@ static mt_status backward(mt_model *m, int lm_head, mt_stream s) {
                     &a->dln, &a->resid_final, &a->lnf_mean, &a->lnf_rstd, NULL, s));
     if (last) MT_TRY(grads_ready(m, c->num_layers, s));
     for (int l = l1 - 1; l >= l0; l--) {
-        layer_acts *la = layer_of(m, l);
-        layer_params *lp = &m->lp[l];
         int g0, g1;
         if (recompute_group(c, l, &g0, &g1) && l == g1) MT_TRY(recompute(m, g0, g1, s));
-        mt_attn_config ac = attn_cfg(m, l);
-        /* a->dres is the gradient of resid_in[l+1] = resid_mid + mlp(ln2); dy is fc2's output's
-         * (a->dres, or its dropout) */
-        const mt_tensor *dyp = &a->dres;
-        if (moe_layer(c, l)) {
-            MT_TRY(moe_bwd(m, l, la, lp, acc, s));
-            goto mlp_done;
-        }
-        if (hdrop) OP("bwd.dropout", drop_grad(m, (uint32_t)(SITE_FC2 + 3 * l), &dyp, s));
-        /* (else from the norm backward's sums; no norm follows a stage's last layer) */
-        mt_model_param *fc2_b = hdrop || (l == l1 - 1 && !last) ? lp->fc2_b : NULL;
-        if (sp(m)) { /* row-parallel: every row's gradient (the dropped one under hidden dropout) */
-            OP("bwd.tp.gather", mt_tp_gather_rows(m->tp, &a->sp_all, dyp, s));
-            dyp = &a->sp_all;
-        }
-        if (c->recompute_mlp_act && c->swiglu)
-            OP("bwd.recompute.act", mt_swiglu_fwd(&la->fc1_act, &la->fc1_pre, NULL, s));
-        if (c->swiglu) {
-            OP("bwd.gemm.fc2", mt_linear_bwd(m->blas, &a->dfc1_act, G(lp->fc2_w), G(fc2_b), dyp,
-                                             &la->fc1_act, W(lp->fc2_w), acc, s));
-            OP("bwd.swiglu",
-               mt_swiglu_bwd(&a->dfc1_pre, NULL, &a->dfc1_act, &la->fc1_pre, NULL, s));
-        } else if (c->recompute_mlp_act) { /* the GELU recomputed by fc2's dx GEMM too */
-            OP("bwd.gemm.fc2+dgelu",
-               mt_linear_bwd_dgelu_recompute(m->blas, &a->dfc1_pre, G(lp->fc1_b), &la->fc1_pre,
-                                             G(lp->fc2_w), G(fc2_b), dyp, &la->fc1_act,
-                                             W(lp->fc2_w), acc, s));
-        } else { /* the GELU backward (and fc1's bias gradient) ride on fc2's dx GEMM */
-            OP("bwd.gemm.fc2+dgelu",
-               mt_linear_bwd_dgelu(m->blas, &a->dfc1_pre, G(lp->fc1_b), &la->fc1_pre, G(lp->fc2_w),
-                                   G(fc2_b), dyp, &la->fc1_act, W(lp->fc2_w), acc, s));
-        }
-        if (c->recompute_layernorm)
-            OP("bwd.recompute.norm",
-               norm_fwd(m, &la->ln2, NULL, NULL, &la->resid_mid, lp->ln2_w, lp->ln2_b, s));
-        const mt_tensor *x;
-        OP("bwd.tp.gather", ln_rows(m, &la->ln2, &x, s));
-        OP("bwd.gemm.fc1",
-           mt_tp_column_bwd_async(m->tp, m->tpa_on, m->blas, &a->dln, sp(m) ? &a->sp_all : NULL,
-                                  G(lp->fc1_w), c->swiglu ? G(lp->fc1_b) : NULL, &a->dfc1_pre, x,
-                                  W(lp->fc1_w), acc, sp(m), s));
-    mlp_done:
-        OP("bwd.norm",
-           norm_bwd(m, &a->dres, lp->ln2_w, lp->ln2_b, hdrop ? NULL : lp->proj_b, &a->dln,
-                    &la->resid_mid, &la->ln2_mean, &la->ln2_rstd, &a->dres, s));
-        /* a->dres is now the gradient of resid_mid = resid_in + proj(attention) */
-        dyp = &a->dres;
-        if (hdrop) OP("bwd.dropout", drop_grad(m, (uint32_t)(SITE_PROJ + 3 * l), &dyp, s));
-        if (sp(m)) {
-            OP("bwd.tp.gather", mt_tp_gather_rows(m->tp, &a->sp_all, dyp, s));
-            dyp = &a->sp_all;
-        }
-        const int mla = c->multi_latent_attention;
-        OP("bwd.gemm.proj", mt_linear_bwd(m->blas, mla ? &a->mla_do : &a->datty, G(lp->proj_w),
-                                          hdrop ? G(lp->proj_b) : NULL, dyp,
-                                          mla ? &la->mla_o : &la->atty, W(lp->proj_w), acc, s));
-        if (mla) OP("bwd.mla", mla_out_bwd(m, s));
-        mt_tensor q, k, v, dq, dk, dv, y, dy;
-        MT_TRY(qkv_views(m, &la->qkv, &q, &k, &v));
-        if (mla && c->recompute_mla_up_proj) { /* (the heads again, into the shared buffers) */
-            const mt_tensor *xq = NULL; /* (linear_q_proj's input: the layer's normed input) */
-            if (!c->q_lora_rank && c->recompute_layernorm)
-                OP("bwd.recompute.norm",
-                   norm_fwd(m, &la->ln1, NULL, NULL, &la->resid_in, lp->ln1_w, lp->ln1_b, s));
-            if (!c->q_lora_rank) OP("bwd.tp.gather", ln_rows(m, &la->ln1, &xq, s));
-            OP("bwd.recompute.mla", mla_up(m, la, lp, xq, s));
-            OP("bwd.recompute.rope", rope(m, &q, 0, s));
-            OP("bwd.recompute.rope", rope(m, &k, 0, s));
-        }
-        MT_TRY(qkv_views(m, &a->dqkv, &dq, &dk, &dv));
-        MT_TRY(as_bthd(m, &la->atty, local_heads(c), &y));
-        MT_TRY(as_bthd(m, &a->datty, local_heads(c), &dy));
-        /* qkv's bias gradient from the attention backward, which needs no pass over dqkv for
-         * it; with rotary embeddings between, the column sums of dqkv (qkv's linear backward) */
-        mt_tensor db[3];
-        const int bias_here = lp->qkv_b && c->position_embedding_type != MT_POS_ROPE &&
-                              !c->qk_layernorm && cp_n(c) == 1;
-        if (bias_here) {
-            const int64_t nh = local_heads(c), ng = local_groups(c), hd = c->kv_channels;
-            MT_TRY(mt_tensor_slice(&lp->qkv_b->grad, 0, 0, nh * hd, &db[0]));
-            MT_TRY(mt_tensor_slice(&lp->qkv_b->grad, 0, nh * hd, ng * hd, &db[1]));
-            MT_TRY(mt_tensor_slice(&lp->qkv_b->grad, 0, (nh + ng) * hd, ng * hd, &db[2]));
-        }
-        if (cp_n(c) > 1) /* (context parallelism: the keys' gradients summed over the ranks) */
-            OP("bwd.attn", cp_attn_bwd(m, &dq, &dk, &dv, &dy, &q, &k, &v, &y, &la->lse, &ac, s));
-        else
-            OP("bwd.attn",
-               mt_attn_bwd_bias(&dq, &dk, &dv, bias_here ? &db[0] : NULL, bias_here ? &db[1] : NULL,
-                                bias_here ? &db[2] : NULL, acc, &dy, &q, &k, &v, &y, &la->lse, &ac,
-                                a->ws.data, m->ws_bytes, s));
-        if (c->position_embedding_type == MT_POS_ROPE) {
-            OP("bwd.rope", rope(m, &dq, 1, s));
-            OP("bwd.rope", rope(m, &dk, 1, s));
-        }
-        if (c->qk_layernorm) OP("bwd.qk_norm", qk_norm_bwd(m, la, lp, &dq, &dk, s));
-        if (c->recompute_layernorm)
-            OP("bwd.recompute.norm",
-               norm_fwd(m, &la->ln1, NULL, NULL, &la->resid_in, lp->ln1_w, lp->ln1_b, s));
-        OP("bwd.tp.gather", ln_rows(m, &la->ln1, &x, s));
-        if (mla)
-            OP("bwd.mla", mla_bwd(m, la, lp, x, acc, s));
-        else
-            OP("bwd.gemm.qkv",
-               mt_tp_column_bwd_async(m->tp, m->tpa_on, m->blas, &a->dln, sp(m) ? &a->sp_all : NULL,
-                                      G(lp->qkv_w), bias_here ? NULL : G(lp->qkv_b), &a->dqkv, x,
-                                      W(lp->qkv_w), acc, sp(m), s));
-        OP("bwd.norm",
-           norm_bwd(m, &a->dres, lp->ln1_w, lp->ln1_b, l > l0 && !hdrop ? m->lp[l - 1].fc2_b : NULL,
-                    &a->dln, &la->resid_in, &la->ln1_mean, &la->ln1_rstd, &a->dres, s));
+        MT_TRY(layer_bwd(m, l, l == l1 - 1 && !last, l > l0 ? m->lp[l - 1].fc2_b : NULL, s));
         MT_TRY(grads_ready(m, l, s));
     }
     if (!first_stage(c)) return grads_ready(m, -1, s); /* (a->dres: the input's gradient) */

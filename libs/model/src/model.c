@@ -301,6 +301,20 @@ mt_status mt_model_config_finalize(mt_model_config *c) {
     MT_REQUIRE(!c->recompute_layernorm || c->recompute_granularity == MT_RECOMPUTE_SELECTIVE,
                MT_ERR_INVALID_ARG,
                "recompute_modules layernorm needs recompute_granularity: selective");
+    MT_REQUIRE(c->mtp_num_layers >= 0, MT_ERR_INVALID_ARG, "--mtp-num-layers %d must be >= 0",
+               c->mtp_num_layers);
+    if (c->mtp_num_layers > 0) {
+        MT_REQUIRE(c->mtp_num_layers < c->seq_length, MT_ERR_INVALID_ARG,
+                   "--mtp-num-layers %d leaves no target in a sequence of %d", c->mtp_num_layers,
+                   c->seq_length);
+        MT_REQUIRE(pp == 1 && c->context_parallel_size <= 1 && c->num_moe_experts == 0,
+                   MT_ERR_UNSUPPORTED,
+                   "--mtp-num-layers is not supported yet with pipeline parallelism (%d), context "
+                   "parallelism (%d) or MoE (--num-experts %d)",
+                   pp, c->context_parallel_size, c->num_moe_experts);
+        MT_REQUIRE(c->mtp_loss_scaling_factor >= 0.0f, MT_ERR_INVALID_ARG,
+                   "--mtp-loss-scaling-factor %g must be >= 0", (double)c->mtp_loss_scaling_factor);
+    }
     MT_TRY(moe_finalize(c));
     return cp_finalize(c);
 }
@@ -491,8 +505,11 @@ mt_status mt_model_moe_layer_freq(mt_model_config *c, const char *freq) {
 }
 
 double mt_model_flops_per_iteration(const mt_model_config *c, int64_t global_batch) {
-    /* megatron/training/training.py num_floating_point_operations, dense GPT */
-    double T = (double)global_batch * c->seq_length, h = c->hidden_size, L = c->num_layers;
+    /* megatron/training/training.py num_floating_point_operations, dense GPT; multi-token
+     * prediction's depths as layers more, each with its norms and eh_proj (3 h + 2 h^2 a token)
+     * and another output layer */
+    const double Dm = mtp_n(c);
+    double T = (double)global_batch * c->seq_length, h = c->hidden_size, L = c->num_layers + Dm;
     double q = (double)c->kv_channels * c->num_attention_heads;
     double kv = (double)c->kv_channels * c->num_query_groups;
     double ffn_factor = c->swiglu ? 3 : 2;
@@ -503,10 +520,11 @@ double mt_model_flops_per_iteration(const mt_model_config *c, int64_t global_bat
         (double)c->moe_ffn_hidden_size * (c->moe_router_topk ? c->moe_router_topk : 2) +
         c->moe_shared_expert_intermediate_size;
     double ffn_layers = 0.0; /* (the MLP widths of all layers: dense and MoE, --moe-layer-freq) */
-    for (int l = 0; l < c->num_layers; l++)
+    for (int l = 0; l < c->num_layers + mtp_n(c); l++)
         ffn_layers += moe_layer(c, l) ? moe_ffn : (double)c->ffn_hidden_size;
     const double mlp_head =
-        T * (3 * 2 * h * ffn_layers * ffn_factor + 3 * 2 * h * c->padded_vocab_size);
+        T * (3 * 2 * h * ffn_layers * ffn_factor + 3 * 2 * h * c->padded_vocab_size * (1 + Dm) +
+             3 * 2 * Dm * (3 * h + 2 * h * h));
     if (c->multi_latent_attention) { /* (Megatron's MLA branch: its latents' norms as one FMA) */
         const double H = c->num_attention_heads, dn = c->qk_head_dim;
         const double dr = c->qk_pos_emb_head_dim, dv = c->v_head_dim;
@@ -556,12 +574,116 @@ static void split_last(table *m, int n, int axis, int nblk, int64_t b0, int64_t 
     s->numel = s->shape[0] * (s->ndim == 2 ? s->shape[1] : 1);
 }
 
-static void build_table(const mt_model_config *c, table *m) {
+/* Layer l's parameters (l >= num_layers: an MTP depth's transformer layer), named base.<suffix>. */
+static void layer_table(const mt_model_config *c, table *m, int l, const char *base) {
     int64_t C = c->hidden_size, D = c->kv_channels, H = c->num_attention_heads;
-    int64_t G = c->num_query_groups, F = c->ffn_hidden_size, Vp = c->padded_vocab_size;
+    int64_t G = c->num_query_groups, F = c->ffn_hidden_size;
     float std = c->init_method_std, out_std = std / sqrtf(2.0f * (float)c->num_layers);
     int ln = c->normalization == MT_NORM_LAYERNORM, bias = c->add_bias_linear;
     int64_t F1 = (c->swiglu ? 2 : 1) * F, Fb = c->swiglu ? F : 0;
+    const int tp = tp_n(c);
+    char n[MT_MODEL_NAME_LEN];
+#define P(suffix, ...)                                \
+    do {                                              \
+        snprintf(n, sizeof n, "%s.%s", base, suffix); \
+        add_param(m, n, __VA_ARGS__);                 \
+    } while (0)
+    P("input_layernorm.weight", 1, C, 0, 0, 1, 1);
+    if (ln) P("input_layernorm.bias", 1, C, 0, 0, 0, 1);
+    if (c->multi_latent_attention) {
+        /* tensor parallelism: the up-projections and linear_q_proj column-parallel (each
+         * rank's heads), linear_proj row-parallel; the down-projections and the latents'
+         * norms whole on every rank (Megatron's TE "duplicated" linears) */
+        const int64_t Dq = c->qk_head_dim + c->qk_pos_emb_head_dim, Rq = c->q_lora_rank;
+        const int64_t Rkv = c->kv_lora_rank, KV = H * (c->qk_head_dim + c->v_head_dim);
+        if (!Rq) {
+            P("self_attention.linear_q_proj.weight", 2, H * Dq, C, std, 0, 0);
+            split_last(m, tp, 0, 1, H * Dq, 0, 0);
+        }
+        if (Rq) {
+            P("self_attention.linear_q_down_proj.weight", 2, Rq, C, std, 0, 0);
+            P("self_attention.linear_q_up_proj.layer_norm_weight", 1, Rq, 0, 0, 1, 1);
+            if (ln) P("self_attention.linear_q_up_proj.layer_norm_bias", 1, Rq, 0, 0, 0, 1);
+            P("self_attention.linear_q_up_proj.weight", 2, H * Dq, Rq, std, 0, 0);
+            split_last(m, tp, 0, 1, H * Dq, 0, 0);
+        }
+        P("self_attention.linear_kv_down_proj.weight", 2, Rkv + c->qk_pos_emb_head_dim, C, std, 0,
+          0);
+        P("self_attention.linear_kv_up_proj.layer_norm_weight", 1, Rkv, 0, 0, 1, 1);
+        if (ln) P("self_attention.linear_kv_up_proj.layer_norm_bias", 1, Rkv, 0, 0, 0, 1);
+        P("self_attention.linear_kv_up_proj.weight", 2, KV, Rkv, std, 0, 0);
+        split_last(m, tp, 0, 1, KV, 0, 0);
+        P("self_attention.linear_proj.weight", 2, C, H * c->v_head_dim, out_std, 0, 0);
+        split_last(m, tp, 1, 1, H * c->v_head_dim, 0, 0);
+        goto mlp;
+    }
+    /* column-parallel: each rank's q, k and v heads; row-parallel: their inputs' columns */
+    P("self_attention.linear_qkv.weight", 2, (H + 2 * G) * D, C, std, 0, 0);
+    split_last(m, tp, 0, 3, H * D, G * D, G * D);
+    if (bias || c->add_qkv_bias) {
+        P("self_attention.linear_qkv.bias", 1, (H + 2 * G) * D, 0, 0, 0, 1);
+        split_last(m, tp, 0, 3, H * D, G * D, G * D);
+    }
+    if (c->qk_layernorm) {
+        P("self_attention.q_layernorm.weight", 1, D, 0, 0, 1, 1);
+        if (ln) P("self_attention.q_layernorm.bias", 1, D, 0, 0, 0, 1);
+        P("self_attention.k_layernorm.weight", 1, D, 0, 0, 1, 1);
+        if (ln) P("self_attention.k_layernorm.bias", 1, D, 0, 0, 0, 1);
+    }
+    P("self_attention.linear_proj.weight", 2, C, H * D, out_std, 0, 0);
+    split_last(m, tp, 1, 1, H * D, 0, 0);
+    if (bias) P("self_attention.linear_proj.bias", 1, C, 0, 0, 0, 1);
+mlp:
+    P("pre_mlp_layernorm.weight", 1, C, 0, 0, 1, 1);
+    if (ln) P("pre_mlp_layernorm.bias", 1, C, 0, 0, 0, 1);
+    if (moe_layer(c, l)) {                         /* (--moe-layer-freq: some layers' MLPs dense) */
+        const int64_t Fe = c->moe_ffn_hidden_size; /* (expert TP = TP: Megatron's default) */
+        P("mlp.router.weight", 2, moe_n(c), C, std, 0, 0);
+        /* (expert parallelism: this rank's experts, by global index) */
+        for (int e = moe_first(c); e < moe_first(c) + moe_local(c); e++) {
+            char x[64];
+            snprintf(x, sizeof x, "mlp.experts.local_experts.%d.linear_fc1.weight", e);
+            P(x, 2, (c->swiglu ? 2 : 1) * Fe, C, std, 0, 0);
+            split_last(m, tp, 0, c->swiglu ? 2 : 1, Fe, c->swiglu ? Fe : 0, 0);
+            if (bias) { /* (column-parallel: split as its rows) */
+                snprintf(x, sizeof x, "mlp.experts.local_experts.%d.linear_fc1.bias", e);
+                P(x, 1, (c->swiglu ? 2 : 1) * Fe, 0, 0, 0, 1);
+                split_last(m, tp, 0, c->swiglu ? 2 : 1, Fe, c->swiglu ? Fe : 0, 0);
+            }
+            snprintf(x, sizeof x, "mlp.experts.local_experts.%d.linear_fc2.weight", e);
+            P(x, 2, C, Fe, out_std, 0, 0);
+            split_last(m, tp, 1, 1, Fe, 0, 0);
+            if (bias) { /* (row-parallel: whole on every rank) */
+                snprintf(x, sizeof x, "mlp.experts.local_experts.%d.linear_fc2.bias", e);
+                P(x, 1, C, 0, 0, 0, 1);
+            }
+        }
+        const int64_t Fs = c->moe_shared_expert_intermediate_size; /* (a dense MLP's split) */
+        if (Fs) {
+            P("mlp.shared_experts.linear_fc1.weight", 2, (c->swiglu ? 2 : 1) * Fs, C, std, 0, 0);
+            split_last(m, tp, 0, c->swiglu ? 2 : 1, Fs, c->swiglu ? Fs : 0, 0);
+            P("mlp.shared_experts.linear_fc2.weight", 2, C, Fs, out_std, 0, 0);
+            split_last(m, tp, 1, 1, Fs, 0, 0);
+        }
+        if (c->moe_shared_expert_gate) P("mlp.shared_experts.gate_weight", 2, 1, C, std, 0, 0);
+        return;
+    }
+    P("mlp.linear_fc1.weight", 2, F1, C, std, 0, 0);
+    split_last(m, tp, 0, c->swiglu ? 2 : 1, F, Fb, 0);
+    if (bias) {
+        P("mlp.linear_fc1.bias", 1, F1, 0, 0, 0, 1);
+        split_last(m, tp, 0, c->swiglu ? 2 : 1, F, Fb, 0);
+    }
+    P("mlp.linear_fc2.weight", 2, C, F, out_std, 0, 0);
+    split_last(m, tp, 1, 1, F, 0, 0);
+    if (bias) P("mlp.linear_fc2.bias", 1, C, 0, 0, 0, 1);
+#undef P
+}
+
+static void build_table(const mt_model_config *c, table *m) {
+    int64_t C = c->hidden_size, Vp = c->padded_vocab_size;
+    float std = c->init_method_std;
+    int ln = c->normalization == MT_NORM_LAYERNORM;
     const int tp = tp_n(c);
     char n[MT_MODEL_NAME_LEN];
     if (first_stage(c)) {
@@ -572,106 +694,30 @@ static void build_table(const mt_model_config *c, table *m) {
                       std, 0, 0);
     }
     for (int l = stage_l0(c); l < stage_l0(c) + stage_nl(c); l++) {
-#define P(suffix, ...)                                            \
-    do {                                                          \
-        snprintf(n, sizeof n, "decoder.layers.%d.%s", l, suffix); \
-        add_param(m, n, __VA_ARGS__);                             \
-    } while (0)
-        P("input_layernorm.weight", 1, C, 0, 0, 1, 1);
-        if (ln) P("input_layernorm.bias", 1, C, 0, 0, 0, 1);
-        if (c->multi_latent_attention) {
-            /* tensor parallelism: the up-projections and linear_q_proj column-parallel (each
-             * rank's heads), linear_proj row-parallel; the down-projections and the latents'
-             * norms whole on every rank (Megatron's TE "duplicated" linears) */
-            const int64_t Dq = c->qk_head_dim + c->qk_pos_emb_head_dim, Rq = c->q_lora_rank;
-            const int64_t Rkv = c->kv_lora_rank, KV = H * (c->qk_head_dim + c->v_head_dim);
-            if (!Rq) {
-                P("self_attention.linear_q_proj.weight", 2, H * Dq, C, std, 0, 0);
-                split_last(m, tp, 0, 1, H * Dq, 0, 0);
-            }
-            if (Rq) {
-                P("self_attention.linear_q_down_proj.weight", 2, Rq, C, std, 0, 0);
-                P("self_attention.linear_q_up_proj.layer_norm_weight", 1, Rq, 0, 0, 1, 1);
-                if (ln) P("self_attention.linear_q_up_proj.layer_norm_bias", 1, Rq, 0, 0, 0, 1);
-                P("self_attention.linear_q_up_proj.weight", 2, H * Dq, Rq, std, 0, 0);
-                split_last(m, tp, 0, 1, H * Dq, 0, 0);
-            }
-            P("self_attention.linear_kv_down_proj.weight", 2, Rkv + c->qk_pos_emb_head_dim, C, std,
-              0, 0);
-            P("self_attention.linear_kv_up_proj.layer_norm_weight", 1, Rkv, 0, 0, 1, 1);
-            if (ln) P("self_attention.linear_kv_up_proj.layer_norm_bias", 1, Rkv, 0, 0, 0, 1);
-            P("self_attention.linear_kv_up_proj.weight", 2, KV, Rkv, std, 0, 0);
-            split_last(m, tp, 0, 1, KV, 0, 0);
-            P("self_attention.linear_proj.weight", 2, C, H * c->v_head_dim, out_std, 0, 0);
-            split_last(m, tp, 1, 1, H * c->v_head_dim, 0, 0);
-            goto mlp;
-        }
-        /* column-parallel: each rank's q, k and v heads; row-parallel: their inputs' columns */
-        P("self_attention.linear_qkv.weight", 2, (H + 2 * G) * D, C, std, 0, 0);
-        split_last(m, tp, 0, 3, H * D, G * D, G * D);
-        if (bias || c->add_qkv_bias) {
-            P("self_attention.linear_qkv.bias", 1, (H + 2 * G) * D, 0, 0, 0, 1);
-            split_last(m, tp, 0, 3, H * D, G * D, G * D);
-        }
-        if (c->qk_layernorm) {
-            P("self_attention.q_layernorm.weight", 1, D, 0, 0, 1, 1);
-            if (ln) P("self_attention.q_layernorm.bias", 1, D, 0, 0, 0, 1);
-            P("self_attention.k_layernorm.weight", 1, D, 0, 0, 1, 1);
-            if (ln) P("self_attention.k_layernorm.bias", 1, D, 0, 0, 0, 1);
-        }
-        P("self_attention.linear_proj.weight", 2, C, H * D, out_std, 0, 0);
-        split_last(m, tp, 1, 1, H * D, 0, 0);
-        if (bias) P("self_attention.linear_proj.bias", 1, C, 0, 0, 0, 1);
-    mlp:
-        P("pre_mlp_layernorm.weight", 1, C, 0, 0, 1, 1);
-        if (ln) P("pre_mlp_layernorm.bias", 1, C, 0, 0, 0, 1);
-        if (moe_layer(c, l)) { /* (--moe-layer-freq: some layers' MLPs dense) */
-            const int64_t Fe = c->moe_ffn_hidden_size; /* (expert TP = TP: Megatron's default) */
-            P("mlp.router.weight", 2, moe_n(c), C, std, 0, 0);
-            /* (expert parallelism: this rank's experts, by global index) */
-            for (int e = moe_first(c); e < moe_first(c) + moe_local(c); e++) {
-                char x[64];
-                snprintf(x, sizeof x, "mlp.experts.local_experts.%d.linear_fc1.weight", e);
-                P(x, 2, (c->swiglu ? 2 : 1) * Fe, C, std, 0, 0);
-                split_last(m, tp, 0, c->swiglu ? 2 : 1, Fe, c->swiglu ? Fe : 0, 0);
-                if (bias) { /* (column-parallel: split as its rows) */
-                    snprintf(x, sizeof x, "mlp.experts.local_experts.%d.linear_fc1.bias", e);
-                    P(x, 1, (c->swiglu ? 2 : 1) * Fe, 0, 0, 0, 1);
-                    split_last(m, tp, 0, c->swiglu ? 2 : 1, Fe, c->swiglu ? Fe : 0, 0);
-                }
-                snprintf(x, sizeof x, "mlp.experts.local_experts.%d.linear_fc2.weight", e);
-                P(x, 2, C, Fe, out_std, 0, 0);
-                split_last(m, tp, 1, 1, Fe, 0, 0);
-                if (bias) { /* (row-parallel: whole on every rank) */
-                    snprintf(x, sizeof x, "mlp.experts.local_experts.%d.linear_fc2.bias", e);
-                    P(x, 1, C, 0, 0, 0, 1);
-                }
-            }
-            const int64_t Fs = c->moe_shared_expert_intermediate_size; /* (a dense MLP's split) */
-            if (Fs) {
-                P("mlp.shared_experts.linear_fc1.weight", 2, (c->swiglu ? 2 : 1) * Fs, C, std, 0,
-                  0);
-                split_last(m, tp, 0, c->swiglu ? 2 : 1, Fs, c->swiglu ? Fs : 0, 0);
-                P("mlp.shared_experts.linear_fc2.weight", 2, C, Fs, out_std, 0, 0);
-                split_last(m, tp, 1, 1, Fs, 0, 0);
-            }
-            if (c->moe_shared_expert_gate) P("mlp.shared_experts.gate_weight", 2, 1, C, std, 0, 0);
-            continue;
-        }
-        P("mlp.linear_fc1.weight", 2, F1, C, std, 0, 0);
-        split_last(m, tp, 0, c->swiglu ? 2 : 1, F, Fb, 0);
-        if (bias) {
-            P("mlp.linear_fc1.bias", 1, F1, 0, 0, 0, 1);
-            split_last(m, tp, 0, c->swiglu ? 2 : 1, F, Fb, 0);
-        }
-        P("mlp.linear_fc2.weight", 2, C, F, out_std, 0, 0);
-        split_last(m, tp, 1, 1, F, 0, 0);
-        if (bias) P("mlp.linear_fc2.bias", 1, C, 0, 0, 0, 1);
-#undef P
+        snprintf(n, sizeof n, "decoder.layers.%d", l);
+        layer_table(c, m, l, n);
     }
     if (!last_stage(c)) return;
     add_param(m, "decoder.final_layernorm.weight", 1, C, 0, 0, 1, 1);
     if (ln) add_param(m, "decoder.final_layernorm.bias", 1, C, 0, 0, 0, 1);
+    for (int k = 0; k < mtp_n(c); k++) { /* (megatron.core's order: after the decoder) */
+#define P(suffix, ...)                                        \
+    do {                                                      \
+        snprintf(n, sizeof n, "mtp.layers.%d.%s", k, suffix); \
+        add_param(m, n, __VA_ARGS__);                         \
+    } while (0)
+        P("enorm.weight", 1, C, 0, 0, 1, 1);
+        if (ln) P("enorm.bias", 1, C, 0, 0, 0, 1);
+        P("hnorm.weight", 1, C, 0, 0, 1, 1);
+        if (ln) P("hnorm.bias", 1, C, 0, 0, 0, 1);
+        P("eh_proj.weight", 2, C, 2 * C, std, 0, 0); /* (whole on every tensor-parallel rank) */
+        char b[MT_MODEL_NAME_LEN];
+        snprintf(b, sizeof b, "mtp.layers.%d.transformer_layer", k);
+        layer_table(c, m, c->num_layers + k, b);
+        P("final_layernorm.weight", 1, C, 0, 0, 1, 1);
+        if (ln) P("final_layernorm.bias", 1, C, 0, 0, 0, 1);
+#undef P
+    }
     if (c->untie_embeddings_and_output_weights || !first_stage(c)) {
         /* (tied, on the last of several stages: the embedding's copy, the same name and init) */
         const int shared = !c->untie_embeddings_and_output_weights;
@@ -943,6 +989,35 @@ static void plan_acts(mt_model *m, planner *p) {
             if (sp.off > p->slot_bytes) p->slot_bytes = sp.off;
         }
     }
+    /* multi-token prediction (training models only; one stage, one slot) */
+    const int nmtp = m->no_grads ? 0 : mtp_n(c);
+    for (int k = 0; k < nmtp; k++) {
+        mtp_acts *t = &a->mtp[k];
+        plan_layer(m, p, &a->layer[nl + k], 0);
+        TAKE(p, &t->tok, MT_I32, B, T);
+        if (c->position_embedding_type == MT_POS_LEARNED) TAKE(p, &t->pos, MT_I32, B, T);
+        TAKE(p, &t->tgt, MT_I32, B, T);
+        TAKE(p, &t->emb, dt, Nl, C);
+        TAKE(p, &t->en_mean, MT_F32, Nl);
+        TAKE(p, &t->en_rstd, MT_F32, Nl);
+        TAKE(p, &t->hn_mean, MT_F32, Nl);
+        TAKE(p, &t->hn_rstd, MT_F32, Nl);
+        TAKE(p, &t->cat, dt, Nl, 2 * C);
+        TAKE(p, &t->out, dt, Nl, C);
+        TAKE(p, &t->fin, dt, Nl, C);
+        TAKE(p, &t->fin_mean, MT_F32, Nl);
+        TAKE(p, &t->fin_rstd, MT_F32, Nl);
+        TAKE(p, &t->dh, dt, Nl, C);
+    }
+    if (nmtp) {
+        TAKE(p, &a->mtp_dh0, dt, Nl, C);
+        TAKE(p, &a->mtp_dcat, dt, Nl, 2 * C);
+        TAKE(p, &a->mtp_tmp, dt, Nl, C);
+        TAKE(p, &a->mtp_fill, MT_I32, 2, B);
+        if (c->position_embedding_type == MT_POS_LEARNED) TAKE(p, &a->mtp_pos0, MT_I32, B, T);
+        TAKE(p, &a->mtp_sum, MT_F32, nmtp, N);
+        TAKE(p, &a->mtp_count, MT_F32, nmtp);
+    }
     TAKE(p, &a->resid_final, dt, Nl, C);
     if (last) { /* (the final norm and the output layer: the last stage's) */
         TAKE(p, &a->lnf, dt, Nl, C);
@@ -956,7 +1031,7 @@ static void plan_acts(mt_model *m, planner *p) {
     }
     const int64_t chunks = c->logits_chunks;                          /* >= 1 once finalized */
     if (last) TAKE(p, &a->logits, dt, (N + chunks - 1) / chunks, Vp); /* one slice's logits */
-    if (last && (chunks > 1 || c->per_token_loss || tp)) TAKE(p, &a->dloss, MT_F32, N);
+    if (last && (chunks > 1 || c->per_token_loss || tp || nmtp)) TAKE(p, &a->dloss, MT_F32, N);
     if (last && tp) TAKE(p, &a->tp_stats, MT_F32, 3 * N);
     if (tp && c->qk_layernorm) TAKE(p, &a->qk_grad, MT_F32, 4 * D);
     TAKE(p, &a->losses, MT_F32, N);
@@ -1344,13 +1419,18 @@ static mt_status create(const mt_model_config *cfg, int micro_batch_size, mt_dev
     m->tp = mt_tp_size(tp) > 1 ? tp : NULL;
     m->tpr = mt_tp_rank(m->tp);
     m->nslots = pp_slots(&m->cfg);
-    m->a.layer = calloc((size_t)(m->nslots * stage_nl(&m->cfg)), sizeof *m->a.layer);
+    /* (multi-token prediction: its layers' sets after the decoder's; one slot) */
+    m->a.layer =
+        calloc((size_t)(m->nslots * stage_nl(&m->cfg) + mtp_n(&m->cfg)), sizeof *m->a.layer);
+    m->a.mtp = calloc((size_t)mtp_n(&m->cfg) + 1, sizeof *m->a.mtp);
+    m->mp = calloc((size_t)mtp_n(&m->cfg) + 1, sizeof *m->mp);
     m->slot_tokens = calloc((size_t)m->nslots, sizeof *m->slot_tokens);
     m->a.n_rc = recompute_sets(&m->cfg);
     m->a.rc = calloc((size_t)m->a.n_rc * 2 + 1, sizeof *m->a.rc); /* (MoE and dense sets) */
     m->spec = calloc(MT_MODEL_MAX_PARAMS, sizeof *m->spec);
     m->params = calloc(MT_MODEL_MAX_PARAMS, sizeof *m->params);
-    if (!m->a.layer || !m->slot_tokens || !m->a.rc || !m->spec || !m->params) {
+    if (!m->a.layer || !m->slot_tokens || !m->a.rc || !m->spec || !m->params || !m->a.mtp ||
+        !m->mp) {
         st = MT_ERROR(MT_ERR_OOM, "model tables");
         goto fail;
     }
@@ -1386,18 +1466,24 @@ static mt_status create(const mt_model_config *cfg, int micro_batch_size, mt_dev
                 st, fail);
 
     /* per-layer parameter handles for the forward and backward */
-    char n[MT_MODEL_NAME_LEN + 32];
-    m->lp = calloc((size_t)m->cfg.num_layers, sizeof *m->lp);
+    char n[2 * MT_MODEL_NAME_LEN + 32];
+    const int nlp = m->cfg.num_layers + mtp_n(&m->cfg); /* (the MTP depths' layers last) */
+    m->lp = calloc((size_t)nlp, sizeof *m->lp);
     if (!m->lp) {
         st = MT_ERROR(MT_ERR_OOM, "layer table");
         goto fail;
     }
-#define FIND(field, suffix)                                       \
-    do {                                                          \
-        snprintf(n, sizeof n, "decoder.layers.%d.%s", l, suffix); \
-        m->lp[l].field = mt_model_param_find(m, n);               \
+#define FIND(field, suffix)                           \
+    do {                                              \
+        snprintf(n, sizeof n, "%s.%s", base, suffix); \
+        m->lp[l].field = mt_model_param_find(m, n);   \
     } while (0)
-    for (int l = 0; l < m->cfg.num_layers; l++) {
+    for (int l = 0; l < nlp; l++) {
+        char base[MT_MODEL_NAME_LEN];
+        if (l < m->cfg.num_layers)
+            snprintf(base, sizeof base, "decoder.layers.%d", l);
+        else
+            snprintf(base, sizeof base, "mtp.layers.%d.transformer_layer", l - m->cfg.num_layers);
         FIND(ln1_w, "input_layernorm.weight");
         FIND(ln1_b, "input_layernorm.bias");
         FIND(qkv_w, "self_attention.linear_qkv.weight");
@@ -1452,6 +1538,18 @@ static mt_status create(const mt_model_config *cfg, int micro_batch_size, mt_dev
         }
     }
 #undef FIND
+    for (int k = 0; k < mtp_n(&m->cfg); k++) {
+        mtp_params *q = &m->mp[k];
+        mt_model_param **f[7] = { &q->en_w, &q->en_b, &q->hn_w, &q->hn_b,
+                                  &q->eh_w, &q->fn_w, &q->fn_b };
+        const char *sfx[7] = { "enorm.weight",        "enorm.bias",     "hnorm.weight",
+                               "hnorm.bias",          "eh_proj.weight", "final_layernorm.weight",
+                               "final_layernorm.bias" };
+        for (int i = 0; i < 7; i++) {
+            snprintf(n, sizeof n, "mtp.layers.%d.%s", k, sfx[i]);
+            *f[i] = mt_model_param_find(m, n);
+        }
+    }
     /* (pipeline parallelism: the first stage's embeddings, the last stage's head; tied, the
      * last of several stages has the embedding's copy as its output layer) */
     mt_model_param *emb = mt_model_param_find(m, "embedding.word_embeddings.weight");
@@ -1506,6 +1604,31 @@ static mt_status create(const mt_model_config *cfg, int micro_batch_size, mt_dev
         mt_memset_zero(m->a.loss_sum.data, device, (size_t)m->B * m->cfg.seq_length * 4, NULL), st,
         fail);
     MT_TRY_GOTO(mt_memset_zero(m->a.loss_count.data, device, 4, NULL), st, fail);
+    if (m->a.mtp_fill.data) { /* (the rolls' fill: token and position 0, the ignore index) */
+        const int T = m->cfg.seq_length;
+        int32_t *f = malloc((size_t)m->B * (2 + T) * sizeof *f);
+        if (!f) {
+            st = MT_ERROR(MT_ERR_OOM, "MTP fill");
+            goto fail;
+        }
+        for (int b = 0; b < m->B; b++) {
+            f[b] = 0, f[m->B + b] = MT_XENT_IGNORE_INDEX;
+            for (int t = 0; t < T; t++)
+                f[2 * m->B + b * T + t] = t;
+        }
+        st = mt_memcpy(m->a.mtp_fill.data, device, f, MT_DEVICE_CPU, (size_t)m->B * 8, NULL);
+        if (st == MT_OK && m->a.mtp_pos0.data)
+            st = mt_memcpy(m->a.mtp_pos0.data, device, f + 2 * m->B, MT_DEVICE_CPU,
+                           (size_t)m->B * T * 4, NULL);
+        free(f);
+        MT_TRY_GOTO(st, st, fail);
+        MT_TRY_GOTO(
+            mt_memset_zero(m->a.mtp_sum.data, device, mt_tensor_nbytes(&m->a.mtp_sum), NULL), st,
+            fail);
+        MT_TRY_GOTO(
+            mt_memset_zero(m->a.mtp_count.data, device, mt_tensor_nbytes(&m->a.mtp_count), NULL),
+            st, fail);
+    }
     MT_TRY_GOTO(mt_stream_sync(NULL), st, fail);
     *out = m;
     return MT_OK;
@@ -1682,6 +1805,8 @@ void mt_model_destroy(mt_model *m) {
     free(m->slot_tokens);
     free(m->a.rc);
     free(m->lp);
+    free(m->mp);
+    free(m->a.mtp);
     free(m->moe_params);
     free(m->moe_host);
     mt_arena_destroy(m->eb_arena);
@@ -1787,6 +1912,27 @@ mt_status mt_model_finalize_grads(mt_model *m, mt_stream stream) {
         for (int k = 0; k < 6; k++)
             MT_TRY(q[k] ? mt_tp_all_reduce(m->tp, &q[k]->grad, stream) : MT_OK);
     }
+    /* multi-token prediction: its norms and its layers' as the decoder's, and eh_proj (whole on
+     * every rank, each applied to its rows) */
+    for (int k = 0; k < mtp_n(&m->cfg); k++) {
+        const layer_params *lp = &m->lp[m->cfg.num_layers + k];
+        const mtp_params *mp = &m->mp[k];
+        mt_model_param *q[13] = { lp->ln1_w,
+                                  lp->ln1_b,
+                                  lp->ln2_w,
+                                  lp->ln2_b,
+                                  biases ? lp->proj_b : NULL,
+                                  biases ? lp->fc2_b : NULL,
+                                  mp->en_w,
+                                  mp->en_b,
+                                  mp->hn_w,
+                                  mp->hn_b,
+                                  mp->eh_w,
+                                  mp->fn_w,
+                                  mp->fn_b };
+        for (int i = 0; i < 13; i++)
+            MT_TRY(q[i] ? mt_tp_all_reduce(m->tp, &q[i]->grad, stream) : MT_OK);
+    }
     return MT_OK;
 }
 
@@ -1829,6 +1975,30 @@ mt_status mt_model_take_loss(mt_model *m, double *mean_loss, mt_stream stream) {
     MT_TRY(mt_model_take_loss_sum(m, &sum, &count, stream));
     *mean_loss = n > 0 ? sum / count : NAN; /* no counted token: 0/0, NaN as torch */
     return MT_OK;
+}
+
+mt_status mt_model_take_mtp_loss_sums(mt_model *m, double *sum, double *count, int n,
+                                      mt_stream stream) {
+    MT_REQUIRE(m && (n <= 0 || (sum && count)), MT_ERR_INVALID_ARG, "NULL argument");
+    const int D = m->a.mtp_sum.data ? mtp_n(&m->cfg) : 0;
+    MT_REQUIRE(n <= D, MT_ERR_INVALID_ARG, "%d MTP losses asked of a model with %d", n, D);
+    if (D == 0) return MT_OK;
+    acts *a = &m->a;
+    const int64_t N = a->mtp_sum.shape[1];
+    float v[2];
+    for (int k = 0; k < n; k++) {
+        mt_tensor r2, row, out;
+        MT_TRY(mt_tensor_slice(&a->mtp_sum, 0, k, 1, &r2));
+        MT_TRY(mt_tensor_reshape(&r2, 1, &N, &row));
+        MT_TRY(mt_tensor_slice(&a->stats, 0, 0, 1, &out));
+        MT_TRY(mt_reduce(&out, &row, MT_REDUCE_SUM, a->ws.data, m->ws_bytes, stream));
+        MT_TRY(mt_stream_sync(stream));
+        MT_TRY(mt_memcpy(&v[0], MT_DEVICE_CPU, out.data, m->dev, 4, NULL));
+        MT_TRY(mt_memcpy(&v[1], MT_DEVICE_CPU, (float *)a->mtp_count.data + k, m->dev, 4, NULL));
+        sum[k] = v[0], count[k] = v[1];
+    }
+    MT_TRY(mt_memset_zero(a->mtp_sum.data, m->dev, mt_tensor_nbytes(&a->mtp_sum), stream));
+    return mt_memset_zero(a->mtp_count.data, m->dev, mt_tensor_nbytes(&a->mtp_count), stream);
 }
 
 mt_status mt_model_take_moe_losses(mt_model *m, double *aux, double *z, mt_stream stream) {
@@ -1926,7 +2096,9 @@ mt_status mt_model_param_ready_level(const mt_model_config *cfg, const char *nam
         *level = -1;
         return MT_OK;
     }
-    if (!strncmp(name, "decoder.final_layernorm.", 24) || !strcmp(name, "output_layer.weight")) {
+    /* (multi-token prediction: read after the final norm, its backward before the final norm's) */
+    if (!strncmp(name, "decoder.final_layernorm.", 24) || !strcmp(name, "output_layer.weight") ||
+        (sscanf(name, "mtp.layers.%d.%n", &l, &n) == 1 && n > 0 && l >= 0 && l < mtp_n(cfg))) {
         *level = cfg->num_layers;
         return MT_OK;
     }

@@ -177,6 +177,12 @@ static inline int cp_two_streams(const mt_model_config *c, mt_device dev) {
            mt_env_int("MT_CP_STREAMS", 1) != 0; /* (0: one stream, for comparisons) */
 }
 
+/* Multi-token prediction's depths (0: none). Depth k+1's transformer layer is layer
+ * num_layers + k of the layer tables (lp, the activation sets: one stage, one slot). */
+static inline int mtp_n(const mt_model_config *c) {
+    return c->mtp_num_layers > 0 ? c->mtp_num_layers : 0;
+}
+
 /* The token rows of the residual stream a rank holds: N, or N / tp with sequence parallelism. */
 static inline int64_t local_rows(const mt_model_config *c, int64_t N) {
     return c->sequence_parallel ? N / tp_n(c) : N;
@@ -228,6 +234,16 @@ typedef struct layer_acts {
     mt_tensor mla_qc, mla_qn, mla_q_mean, mla_q_rstd, mla_q, mla_kvl, mla_kc, mla_kn, mla_k_mean;
     mt_tensor mla_k_rstd, mla_kv, mla_o;
 } layer_acts;
+
+/* Multi-token prediction, depth k+1 (mt_model_config.mtp_num_layers): the tokens, learned
+ * positions and targets rolled left by k+1 (B,T) i32; the embedding of those tokens (after its
+ * dropout) (Nl,C); the two norms' statistics; eh_proj's input [enorm | hnorm] (Nl,2C); the
+ * transformer layer's output (Nl,C); final_layernorm's output (the next depth's input, the
+ * head's) and statistics; that output's gradient (Nl,C). */
+typedef struct mtp_acts {
+    mt_tensor tok, pos, tgt, emb, en_mean, en_rstd, hn_mean, hn_rstd, cat, out;
+    mt_tensor fin, fin_mean, fin_rstd, dh;
+} mtp_acts;
 
 typedef struct acts {
     layer_acts *layer; /* views, slot-major ([slot * stage_nl + l - stage_l0]: layer_of); the
@@ -297,7 +313,20 @@ typedef struct acts {
     /* recompute_mla_up_proj: every layer's packed heads (N, 3 H D) and up-projected queries and
      * keys|values, refilled before each attention backward */
     mt_tensor mla_up_qkv, mla_up_q, mla_up_kv;
+    /* multi-token prediction: each depth's (mtp_n), the gradient its first depth's hnorm gives
+     * the final norm's output (Nl,C), eh_proj's input gradient (Nl,2C), a scratch (Nl,C), the
+     * rolls' fill values (B) i32 (zeros, then the ignore index), and the depths' token losses
+     * summed over the micro-batches (D,N) and their counts (D) f32 */
+    mtp_acts *mtp;
+    mt_tensor mtp_dh0, mtp_dcat, mtp_tmp, mtp_fill, mtp_sum, mtp_count;
+    mt_tensor mtp_pos0; /* (learned positions: 0..T-1 in every row, rolled when none are set) */
 } acts;
+
+/* Multi-token prediction, a depth's own parameters (its transformer layer's: lp[num_layers + k]):
+ * enorm, hnorm, eh_proj and final_layernorm (the biases NULL with RMSNorm). */
+typedef struct mtp_params {
+    mt_model_param *en_w, *en_b, *hn_w, *hn_b, *eh_w, *fn_w, *fn_b;
+} mtp_params;
 
 typedef struct layer_params {
     mt_model_param *ln1_w, *ln1_b, *qkv_w, *qkv_b, *proj_w, *proj_b;
@@ -364,7 +393,8 @@ struct mt_model {
     mt_model_slots shared; /* the activation slots in the caller's memory (base NULL: in a_arena) */
     size_t ws_bytes;
     acts a;
-    layer_params *lp;
+    layer_params *lp; /* (num_layers + mtp_n: the MTP depths' transformer layers last) */
+    mtp_params *mp;   /* multi-token prediction: each depth's (NULL: none) */
     mt_model_param *wte, *wpe, *lnf_w, *lnf_b, *out_w;
     int n_loss; /* micro-batches in loss_sum */
     /* pipeline parallelism: the slot the forward or backward running now uses, and each slot's
@@ -380,6 +410,7 @@ struct mt_model {
     int train;         /* the forward running now is forward_backward's (dropout on) */
     int recomputing;   /* a full recomputation's forward runs (MoE: no router losses counted) */
     float loss_scale;  /* the training forward's (MoE: the router losses' backward scale) */
+    int mtp_ran;       /* the last forward ran the MTP depths (their gradients are in) */
     int n_moe;         /* mixture of experts: layer forwards in a->moe_loss */
     int32_t *moe_host; /* mixture of experts: every activation set's tokens per expert */
     mt_model_param **moe_params; /* the layers' expert tables (lp's exp_fc1, exp_fc2, biases) */
@@ -426,7 +457,7 @@ struct mt_model_kv_cache {
 static inline int recompute_group(const mt_model_config *c, int l, int *g0, int *g1) {
     /* (Megatron's: counted in each pipeline stage's layers) */
     int n = c->recompute_num_layers, l0 = stage_l0(c), end = l0 + stage_nl(c);
-    if (c->recompute_granularity != MT_RECOMPUTE_FULL) return 0;
+    if (c->recompute_granularity != MT_RECOMPUTE_FULL || l >= c->num_layers) return 0; /* (MTP) */
     if (c->recompute_method == MT_RECOMPUTE_BLOCK) {
         *g0 = *g1 = l;
         return l - l0 < n;

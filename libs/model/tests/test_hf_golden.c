@@ -157,6 +157,26 @@ static void check_moe_losses(mt_model_config cfg, mt_device dev, mt_dtype dt, mt
     mt_safetensors_close(mf);
 }
 
+/* Multi-token prediction: each depth's mean loss of the training forwards since the last call
+ * against the golden's (golden/gen_mtp.py: megatron.core's MTPLossLoggingHelper values). */
+static void check_mtp_losses(mt_model *m, mt_safetensors *f, const char *name, double rtol) {
+    mt_tensor g;
+    MT_CHECK(mt_safetensors_get(f, name, &g));
+    const int D = mt_model_get_config(m)->mtp_num_layers;
+    MT_EXPECT(mt_tensor_numel(&g) == D, "%s: %lld values for %d depths", name,
+              (long long)mt_tensor_numel(&g), D);
+    double sum[8], count[8];
+    float got[8];
+    MT_CHECK(mt_model_take_mtp_loss_sums(m, sum, count, D, NULL));
+    for (int k = 0; k < D && k < 8; k++)
+        got[k] = (float)(sum[k] / count[k]);
+    mt_test_close_f32("MTP losses", got, g.data, (size_t)D, 0.0, rtol);
+    fprintf(stderr, "MTP losses:");
+    for (int k = 0; k < D && k < 8; k++)
+        fprintf(stderr, " %.8f (want %.8f)", got[k], ((const float *)g.data)[k]);
+    fprintf(stderr, "\n");
+}
+
 static void check_init(const mt_model_config *cfg, mt_device dev) {
     mt_model *one, *part = create(*cfg, dev);
     MT_CHECK(mt_model_create(cfg, B, dev, NULL, NULL, &one));
@@ -277,6 +297,7 @@ int main(int argc, char **argv) {
         MT_CHECK(mt_model_finalize_grads(m, NULL));
         MT_CHECK(mt_model_take_loss(m, &loss, NULL));
         MT_EXPECT(fabs(loss - want) <= rtol * fabs(want), "fused loss %.8f want %.8f", loss, want);
+        if (cfg.mtp_num_layers) check_mtp_losses(m, io, "mtp_losses", rtol);
         int np = mt_model_num_params(m);
         float **first = calloc((size_t)np, sizeof *first);
         for (int i = 0; i < np; i++)
@@ -299,6 +320,7 @@ int main(int argc, char **argv) {
         MT_CHECK(mt_model_forward_backward(m, &tok, &tgt, 1.0f, NULL));
         MT_CHECK(mt_model_finalize_grads(m, NULL));
         MT_CHECK(mt_model_take_loss(m, &loss, NULL));
+        if (cfg.mtp_num_layers) check_mtp_losses(m, io, "mtp_losses", rtol);
         for (int i = 0; i < np; i++) {
             mt_model_param *p = mt_model_param_at(m, i);
             float *got = to_host_f32(&p->grad);
@@ -319,7 +341,9 @@ int main(int argc, char **argv) {
         for (int64_t j = 0; j < mt_tensor_numel(&hg); j++)
             counted += ((const int32_t *)hg.data)[j] != MT_XENT_IGNORE_INDEX;
         MT_EXPECT(counted < mt_tensor_numel(&hg), "the golden batch ignores no token");
-        for (int chunks = 1; chunks <= 3; chunks += 2) {
+        /* (multi-token prediction: Megatron's per-token MTP losses are sums, not the golden's
+         * means; its sliced output layer below) */
+        for (int chunks = 1; chunks <= 3 && !cfg.mtp_num_layers; chunks += 2) {
             mt_model_config pc = cfg;
             pc.per_token_loss = 1;
             pc.logits_chunks = chunks;
@@ -335,8 +359,26 @@ int main(int argc, char **argv) {
             mt_model_destroy(pm);
         }
 
+        if (cfg.mtp_num_layers) { /* the MTP heads and the decoder's on logits slices */
+            mt_model_config pc = cfg;
+            pc.logits_chunks = 3;
+            mt_model *pm = create(pc, dev);
+            hf_tiny_load_weights(pm, wf, dev, dt);
+            MT_CHECK(mt_model_forward_backward(pm, &tok, &tgt, 1.0f, NULL));
+            MT_CHECK(mt_model_finalize_grads(pm, NULL));
+            MT_CHECK(mt_model_take_loss(pm, &loss, NULL));
+            MT_EXPECT(fabs(loss - want) <= rtol * fabs(want), "sliced: loss %.8f want %.8f", loss,
+                      want);
+            check_mtp_losses(pm, io, "mtp_losses", rtol);
+            for (int i = 0; i < np; i++)
+                free(check_grad(mt_model_param_at(pm, i), gf, "", rtol));
+            mt_model_destroy(pm);
+        }
+
         /* position ids that restart inside the sequences (--reset-position-ids): transformers
-         * with position_ids; learned positions (GPT-2) and RoPE angles (Llama) */
+         * with position_ids; learned positions (GPT-2) and RoPE angles (Llama); (megatron.core's
+         * MTP golden: learned positions only, its RoPE ignores them) */
+        if (strcmp(tag, "mtp_llama") == 0) goto done;
         mt_safetensors *pf;
         snprintf(path, sizeof path, "%s_pos.safetensors", tag);
         MT_CHECK(mt_safetensors_open(mt_test_golden_path(path), &pf));
@@ -354,6 +396,7 @@ int main(int argc, char **argv) {
         want = ((float *)plo.data)[0];
         MT_EXPECT(fabs(loss - want) <= rtol * fabs(want), "positions: loss %.8f want %.8f", loss,
                   want);
+        if (cfg.mtp_num_layers) check_mtp_losses(m, pf, "mtp_losses", rtol);
         /* (the check can fail: the golden's loss moves by more than the CPU's tolerance; the
          * logits and gradients with positions are checked element by element) */
         MT_EXPECT(fabs(want - ((float *)gloss.data)[0]) > 1e-5 * fabs(want),
@@ -367,6 +410,7 @@ int main(int argc, char **argv) {
         MT_CHECK(mt_model_set_positions(m, NULL));
         mt_safetensors_close(pf);
     }
+done:
     if (strcmp(tag, "mixtral") == 0) check_moe_losses(cfg, dev, dt, wf, &tok, &tgt, rtol);
     /* (tensor parallelism: the attention dropout's masks are each rank's own, Megatron's
      * model-parallel RNG, not the golden's; MoE layers take no hidden dropout yet) */

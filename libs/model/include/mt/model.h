@@ -294,6 +294,21 @@ typedef struct mt_model_config {
      * is longer than rope_scaling.original_max_position_embeddings, as Hugging Face's (which
      * chooses by each forward's length); zeros: the short factors always */
     double rope_long_factors[MT_ROPE_MAX_PAIRS];
+    /* Multi-token prediction (Megatron's --mtp-num-layers D; 0: none; DeepSeek-V3's MTP): in
+     * training, depth k = 1..D predicts each token's (k+1)-th next token. Its input at position i
+     * is the previous depth's output h (depth 1: the decoder's, after its final norm) and the
+     * embedding of the token k positions ahead (the tokens, and learned positions, rolled left
+     * by k, zeros past the end, as megatron.core's roll_tensor): mtp.layers.(k-1).hnorm(h) and
+     * .enorm(embedding) concatenated [e | h] into eh_proj (hidden, 2 hidden; whole on every
+     * tensor-parallel rank), a transformer layer (.transformer_layer.*, the decoder layer's names
+     * and shapes) and .final_layernorm, whose output goes through the shared output layer to the
+     * cross-entropy against the targets rolled left by k (the last k of each row ignored). Each
+     * depth's mean loss times mtp_loss_scaling_factor / D is added to the training loss
+     * (megatron.core's MTPLossAutoScaler); mt_model_take_mtp_loss_sums reports them apart. The
+     * forwards without training (evaluation, generation) skip it. Not yet with pipeline or
+     * context parallelism, MoE or a KV cache in training. */
+    int mtp_num_layers;
+    float mtp_loss_scaling_factor; /* Megatron's --mtp-loss-scaling-factor (mt-pretrain: 0.1) */
 } mt_model_config;
 
 // clang-format off
@@ -303,7 +318,7 @@ typedef struct mt_model_config {
             MT_POS_LEARNED, 0.0, 0, 0, 1, 0, 0.0f, 1234, MT_F32, 0, MT_RECOMPUTE_NONE,         \
             MT_RECOMPUTE_METHOD_NONE, 0, 0, 0, 0, 0, 0, 0.0f, 0.0f, 0, 0, 0, 0, 0, 0, 0, 0, 0, \
             0.0f, 0.0f, 0.0f, 0, 0, 0, 0.0f, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, { 0 },          \
-            0, 0, 0.0f, 0, 0, 0, 0, 0, 0, 0, 0, { MT_ROPE_SCALING_NONE }, 0.0, 0, { 0 }                       \
+            0, 0, 0.0f, 0, 0, 0, 0, 0, 0, 0, 0, { MT_ROPE_SCALING_NONE }, 0.0, 0, { 0 }, 0, 0.0f           \
     }
 // clang-format on
 
@@ -591,6 +606,13 @@ MT_API mt_status mt_model_set_kv_cache_rows(mt_model *m, mt_model_kv_cache *c, c
 /* Row b of a cache as a cache of one sequence over the same storage, for models of micro-batch
  * 1 (a prompt's prefill into its row of a batch's cache). Destroy it before c. */
 MT_API mt_status mt_model_kv_cache_row(mt_model_kv_cache *c, int b, mt_model_kv_cache **out);
+
+/* Multi-token prediction: each depth's token losses summed over the training micro-batches since
+ * the last call (sum[k], depth k+1) and their counted tokens (count[k]), for k < n (n at most
+ * cfg.mtp_num_layers), then resets every depth's (a depth's mean: sum / count, both summed over
+ * data-parallel ranks first). Blocking. */
+MT_API mt_status mt_model_take_mtp_loss_sums(mt_model *m, double *sum, double *count, int n,
+                                             mt_stream stream);
 
 /* Mixture of experts: the load-balancing and z losses (without their coefficients) of the
  * training forwards since the last call, each the mean over the layers and micro-batches that
