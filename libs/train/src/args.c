@@ -255,6 +255,10 @@ static const flag flags[] = {
     { "--moe-router-topk", F_INT, O(moe_router_topk), "MoE: experts a token (2)" },
     { "--moe-ffn-hidden-size", F_INT, O(moe_ffn_hidden_size),
       "MoE: an expert's MLP width (default --ffn-hidden-size)" },
+    { "--mtp-num-layers", F_INT, O(mtp_num_layers),
+      "multi-token prediction depths, each predicting one token further (none)" },
+    { "--mtp-loss-scaling-factor", F_DBL, O(mtp_loss_scaling_factor),
+      "weight of the MTP depths' mean loss in the training loss (0.1)" },
     { "--moe-aux-loss-coeff", F_DBL, O(moe_aux_loss_coeff), "load-balancing loss weight (0)" },
     { "--moe-z-loss-coeff", F_DBL, O(moe_z_loss_coeff), "router z-loss weight (none)" },
     { "--moe-router-load-balancing-type", F_STR, O(moe_router_load_balancing_type),
@@ -377,6 +381,7 @@ void mt_train_args_init(mt_train_args *a) {
     a->logits_chunks = 1;
     a->attention_dropout = 0.1;
     a->hidden_dropout = 0.1;
+    a->mtp_loss_scaling_factor = 0.1;
 }
 
 static void free_list(char ***list, int *n) {
@@ -507,7 +512,8 @@ static const char *const model_args[] = { "num_layers",
                                           "mscale_all_dim",
                                           "original_max_position_embeddings",
                                           "beta_fast",
-                                          "beta_slow" };
+                                          "beta_slow",
+                                          "mtp_num_layers" };
 #define N_MODEL_ARGS ((int)(sizeof model_args / sizeof *model_args))
 
 /* The flag named by the first len characters of name (NULL: none). */
@@ -1028,6 +1034,20 @@ static mt_status validate(mt_train_args *a) {
             return MT_ERROR(MT_ERR_UNSUPPORTED,
                             "--window-size with --context-parallel-size is not supported yet");
     }
+    if (a->mtp_num_layers < 0)
+        return BAD("--mtp-num-layers must be positive, got %d", a->mtp_num_layers);
+    if (!(a->mtp_loss_scaling_factor >= 0))
+        return BAD("--mtp-loss-scaling-factor must not be negative, got %g",
+                   a->mtp_loss_scaling_factor);
+    if (a->mtp_num_layers &&
+        (a->pipeline_model_parallel_size > 1 || a->context_parallel_size > 1 || a->num_experts))
+        return MT_ERROR(MT_ERR_UNSUPPORTED,
+                        "--mtp-num-layers is not supported yet with --pipeline-model-parallel-size "
+                        "%d, --context-parallel-size %d or --num-experts %d",
+                        a->pipeline_model_parallel_size, a->context_parallel_size, a->num_experts);
+    if (a->mtp_num_layers && a->mtp_num_layers >= a->seq_length)
+        return BAD("--mtp-num-layers %d leaves no target in a sequence of --seq-length %d",
+                   a->mtp_num_layers, a->seq_length);
     if (!(a->rotary_percent > 0.0 && a->rotary_percent <= 1.0))
         return BAD("--rotary-percent must be in (0, 1], got %g", a->rotary_percent);
     if (a->rotary_percent != 1.0 && a->multi_latent_attention)

@@ -94,6 +94,9 @@ typedef struct run {
     int exited;     /* --exit-signal-handler / --exit-duration-in-mins stopped training */
     FILE *jsonl;
     double *gv_loss, *gv_zeros, *gv_time;
+    /* multi-token prediction: each depth's loss of every iteration (golden values: gv_mtp[k n +
+     * i], n = train_iters + 1), of the last iteration and summed over the log interval */
+    double *gv_mtp, *mtp_iter, *mtp_interval;
     mt_ckpt_writer *writer;
     mt_ckpt_group group;
     /* --overlap-grad-reduce: bucket k's reduction starts once the backward passes ready[k]
@@ -219,6 +222,23 @@ static mt_status take_moe_losses(run *r, double *aux, double *z) {
     MT_TRY(allreduce_on(r, r->pp, v, 2, MT_REDOP_SUM));
     *aux = v[0], *z = v[1];
     return MT_OK;
+}
+
+/* Multi-token prediction: the iteration's loss of each depth into r->mtp_iter, its tokens' mean over
+ * the global batch (the sums and counts over the data-parallel ranks; Megatron's "mtp_<k> loss"). */
+static mt_status take_mtp_losses(run *r) {
+    const int D = r->mc.mtp_num_layers;
+    if (!D) return MT_OK;
+    double *sc = calloc((size_t)D * 2, sizeof *sc);
+    MT_REQUIRE(sc, MT_ERR_OOM, "MTP losses");
+    mt_status st = mt_model_take_mtp_loss_sums(r->model, sc, sc + D, D, NULL);
+    for (int k = 0; k < D && st == MT_OK; k++) {
+        double v[2] = { sc[k], sc[D + k] };
+        st = allreduce_on(r, r->dp, v, 2, MT_REDOP_SUM);
+        r->mtp_iter[k] = v[0] / v[1];
+    }
+    free(sc);
+    return st;
 }
 
 /* The global batch size after `consumed` samples: `gbs`, or with --rampup-batch-size megatron-core's
@@ -502,6 +522,8 @@ static mt_status setup_model(run *r) {
     c->rotary_base = a->rotary_base;
     c->rotary_percent = a->rotary_percent;
     c->window_size = a->window_left;
+    c->mtp_num_layers = a->mtp_num_layers;
+    c->mtp_loss_scaling_factor = (float)a->mtp_loss_scaling_factor;
     if (a->use_rope_scaling) /* (Megatron's: low/high_freq_factor 1/4, original 8192) */
         c->rope_scaling = (mt_rope_scaling){ .type = MT_ROPE_SCALING_LLAMA3,
                                              .factor = a->rope_scaling_factor,
@@ -813,7 +835,13 @@ static mt_status setup_io(run *r) {
     r->gv_loss = calloc((size_t)n, sizeof(double));
     r->gv_zeros = calloc((size_t)n, sizeof(double));
     r->gv_time = calloc((size_t)n, sizeof(double));
-    MT_REQUIRE(r->gv_loss && r->gv_zeros && r->gv_time, MT_ERR_OOM, "golden values");
+    const int D = r->mc.mtp_num_layers;
+    r->gv_mtp = calloc((size_t)(n * D + 1), sizeof(double));
+    r->mtp_iter = calloc((size_t)D + 1, sizeof(double));
+    r->mtp_interval = calloc((size_t)D + 1, sizeof(double));
+    MT_REQUIRE(r->gv_loss && r->gv_zeros && r->gv_time && r->gv_mtp && r->mtp_iter &&
+                   r->mtp_interval,
+               MT_ERR_OOM, "golden values");
     for (int64_t i = 0; i < n; i++)
         r->gv_loss[i] = NAN;
     if (a->metrics_jsonl && last_rank(r)) {
@@ -1663,6 +1691,24 @@ static mt_status load_checkpoint(run *r) {
 static void write_golden(const run *r) {
     const mt_train_args *a = r->a;
     json_t *root = json_object();
+    for (int k = 0; k < r->mc.mtp_num_layers; k++) { /* ("mtp_<k> loss", as Megatron's) */
+        json_t *v = json_object();
+        int64_t first = 0;
+        for (int64_t i = 1; i <= r->iteration; i++) {
+            const double x = r->gv_mtp[(int64_t)k * (a->train_iters + 1) + i];
+            if (isnan(r->gv_loss[i])) continue;
+            if (!first) first = i;
+            char key[32];
+            snprintf(key, sizeof key, "%lld", (long long)i);
+            json_object_set_new(v, key, json_real(round(x * 1e5) / 1e5));
+        }
+        char name[32];
+        snprintf(name, sizeof name, "mtp_%d loss", k + 1);
+        json_object_set_new(root, name,
+                            json_pack("{s:I,s:I,s:i,s:o}", "start_step", (json_int_t)first,
+                                      "end_step", (json_int_t)r->iteration, "step_interval", 1,
+                                      "values", v));
+    }
     const char *keys[3] = { "lm loss", "num-zeros", "iteration-time" };
     const double *vals[3] = { r->gv_loss, r->gv_zeros, r->gv_time };
     for (int k = 0; k < 3; k++) {
@@ -2259,6 +2305,7 @@ static mt_status train(run *r) {
         double loss, moe[2] = { NAN, NAN };
         MT_TRY(take_loss(r, &loss));
         MT_TRY(take_moe_losses(r, &moe[0], &moe[1]));
+        MT_TRY(take_mtp_losses(r));
         if (info.skipped && !r->scale_p)
             MT_TRY(nonfinite_step(r, r->iteration + 1, loss, &skip_reported));
         MT_TRY(mt_prof_collect(pr));
@@ -2279,10 +2326,14 @@ static mt_status train(run *r) {
         r->gv_loss[r->iteration] = loss;
         r->gv_zeros[r->iteration] = (double)info.num_zeros;
         r->gv_time[r->iteration] = dt;
+        for (int k = 0; k < r->mc.mtp_num_layers; k++)
+            r->gv_mtp[(int64_t)k * (a->train_iters + 1) + r->iteration] = r->mtp_iter[k];
         interval_t += dt;
         if (!info.skipped) {
             interval_loss += loss;
             interval_moe[0] += moe[0], interval_moe[1] += moe[1];
+            for (int k = 0; k < r->mc.mtp_num_layers; k++)
+                r->mtp_interval[k] += r->mtp_iter[k];
             advanced++;
         }
         interval_n++;
@@ -2303,13 +2354,15 @@ static mt_status train(run *r) {
                 fprintf(r->jsonl, ",\"%sload_balancing_loss\":%.6f",
                         r->mc.moe_router_seq_aux ? "seq_" : "", moe[0]);
             if (isfinite(moe[1])) fprintf(r->jsonl, ",\"z_loss\":%.6f", moe[1]);
+            for (int k = 0; k < r->mc.mtp_num_layers; k++)
+                fprintf(r->jsonl, ",\"mtp_%d loss\":%.6f", k + 1, r->mtp_iter[k]);
             fprintf(r->jsonl, "}\n");
         }
         if (r->iteration % a->log_interval == 0 || r->iteration == 1) {
             double pn = 0; /* (collective under tensor parallelism: on every rank) */
             if (a->log_params_norm) MT_TRY(params_norm(r, &pn));
             if (last_rank(r)) {
-                char ts[64], tp[96] = "", gn[64] = "", nz[128] = "", ml[96] = "";
+                char ts[64], tp[96] = "", gn[64] = "", nz[128] = "", ml[1024] = "";
                 stamp(ts, sizeof ts);
                 double per = interval_t / (double)interval_n;
                 if (a->log_throughput)
@@ -2331,6 +2384,11 @@ static mt_status train(run *r) {
                     size_t k = strlen(ml);
                     snprintf(ml + k, sizeof ml - k, " z_loss: %.6E |", interval_moe[1] / nadv);
                 }
+                for (int k = 0; k < r->mc.mtp_num_layers && k < 32; k++) {
+                    size_t n = strlen(ml); /* (Megatron's track_mtp_metrics keys) */
+                    snprintf(ml + n, sizeof ml - n, " mtp_%d loss: %.6E |", k + 1,
+                             r->mtp_interval[k] / nadv);
+                }
                 printf(" [%s] iteration %8lld/%8lld | consumed samples: %12lld | elapsed time per "
                        "iteration (ms): %.1f |%s learning rate: %.6E | global batch size: %5lld | "
                        "lm loss: %.6E |%s loss scale: %.1f |%s%s number of skipped iterations: "
@@ -2342,6 +2400,8 @@ static mt_status train(run *r) {
                 fflush(stdout);
             }
             interval_t = interval_loss = interval_moe[0] = interval_moe[1] = 0;
+            for (int k = 0; k < r->mc.mtp_num_layers; k++)
+                r->mtp_interval[k] = 0;
             interval_n = advanced = 0;
             skipped = nan_iters = 0;
         }
@@ -2427,6 +2487,9 @@ static void teardown(run *r) {
     free(r->gv_loss);
     free(r->gv_zeros);
     free(r->gv_time);
+    free(r->gv_mtp);
+    free(r->mtp_iter);
+    free(r->mtp_interval);
     events_free(r->bucket_ev, r->n_buckets);
     events_free(r->gather_ev, r->n_buckets);
     mt_event_destroy(r->done_ev);

@@ -85,6 +85,9 @@ typedef struct mt_train_args {
     char *window_size;
     int window_left;
     int qk_layernorm; /* --qk-layernorm: per-head q and k norms */
+    /* multi-token prediction: --mtp-num-layers (0: none), --mtp-loss-scaling-factor (0.1) */
+    int mtp_num_layers;
+    double mtp_loss_scaling_factor;
     /* mixture of experts: --num-experts (0: dense), --moe-router-topk, --moe-ffn-hidden-size,
      * --moe-aux-loss-coeff, --moe-z-loss-coeff (0: none), --moe-router-load-balancing-type
      * (aux_loss | none), --moe-router-score-function (softmax), --moe-token-dispatcher-type

@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# functional: multi-token prediction in mt-pretrain (Megatron's --mtp-num-layers and
+# --mtp-loss-scaling-factor). The depths' math is libs/model's (hf_golden_mtp_llama and
+# _mtp_gpt2: megatron.core's GPTModel with its MTP block); here, the plumbing:
+# 1. Two depths train (Llama's shape): the log line, --metrics-jsonl and --golden-values-out carry
+#    "mtp_1 loss" and "mtp_2 loss" (Megatron's keys), and every loss falls.
+# 2. With --mtp-loss-scaling-factor 0 the decoder's losses are bitwise a run without MTP's (the
+#    depths add parameters and work, nothing to the decoder's path); the default factor changes
+#    them.
+# 3. A checkpoint resumes bitwise (the depths' weights and Adam state come back); its args restore
+#    the depths (--use-checkpoint-args); a run without them refuses it (unexpected keys).
+# 4. Bad values and unsupported combinations are refused before training.
+# 5. mt-generate ($MT_GENERATE) runs the checkpoint's decoder (the depths are for training only).
+# ($MPIEXEC): DP 2 and TP 2 with sequence parallelism give one rank's losses, MTP losses and grad
+# norms (relative 1e-5; eh_proj and the depths' norms whole on every rank).
+# "cuda" as the argument: the same on a GPU in bf16, and the CUDA graph's replays are bitwise the
+# run without graphs.
+MT_CUDA_FLAGS="--bf16 --deterministic-mode"
+source "$(dirname "$0")/pretrain_common.sh"
+d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
+llama=(--normalization RMSNorm --position-embedding-type rope --swiglu --disable-bias-linear
+       --untie-embeddings-and-output-weights --group-query-attention --num-query-groups 2)
+run() {  # name flags...
+  local n=$1; shift
+  tiny_run "$d/$n.json" "${llama[@]}" --metrics-jsonl "$d/$n.jsonl" "$@" > "$d/$n.log" 2>&1 \
+    || { echo "FAIL: run $n"; cat "$d/$n.log"; exit 1; }
+}
+key_losses() {  # file key from to
+  jq -r --arg k "$2" --argjson a "$3" --argjson b "$4" '.[$k].values | to_entries[] |
+    select((.key|tonumber) >= $a and (.key|tonumber) <= $b) | "\(.key) \(.value)"' "$1" | sort -n
+}
+run plain
+run mtp2 --mtp-num-layers 2
+for k in 1 2; do
+  grep -q " lm loss: [0-9.E+-]* |.* mtp_$k loss: [0-9.E+-]* |" "$d/mtp2.log" \
+    || { echo "FAIL: no mtp_$k loss in the log line"; grep iteration "$d/mtp2.log"; exit 1; }
+  [ "$(jq -c "select(.[\"mtp_$k loss\"] != null)" "$d/mtp2.jsonl" | wc -l)" = 12 ] \
+    || { echo "FAIL: mtp_$k loss missing from --metrics-jsonl"; exit 1; }
+  first=$(key_losses "$d/mtp2.json" "mtp_$k loss" 1 1 | awk '{print $2}')
+  last=$(key_losses "$d/mtp2.json" "mtp_$k loss" 12 12 | awk '{print $2}')
+  awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a - 0.2) }' \
+    || { echo "FAIL: mtp_$k loss $first -> $last does not fall"; exit 1; }
+  echo "ok: mtp_$k loss $first -> $last"
+done
+awk -v a="$(losses "$d/mtp2.json" 1 1 | awk '{print $2}')" -v b="$(losses "$d/mtp2.json" 12 12 | awk '{print $2}')" \
+  'BEGIN { exit !(b < a - 0.2) }' || { echo "FAIL: lm loss does not fall with MTP"; exit 1; }
+run zero --mtp-num-layers 1 --mtp-loss-scaling-factor 0
+[ "$(losses "$d/zero.json" 1 12)" = "$(losses "$d/plain.json" 1 12)" ] \
+  || { echo "FAIL: factor 0 changed the decoder's losses"; paste <(losses "$d/zero.json" 1 12) <(losses "$d/plain.json" 1 12); exit 1; }
+[ "$(losses "$d/mtp2.json" 3 3)" != "$(losses "$d/plain.json" 3 3)" ] \
+  || { echo "FAIL: the MTP losses' gradient changed nothing (iteration 3; 1 runs at LR 0)"; exit 1; }
+echo "ok: factor 0 leaves the decoder's losses bitwise; the default factor changes them"
+# resume: iterations 7..12 of the lm and MTP losses bitwise
+run first --mtp-num-layers 2 --exit-interval 6 --save "$d/ck"
+run second --mtp-num-layers 2 --load "$d/ck"
+run third --load "$d/ck" --use-checkpoint-args
+for f in second third; do
+  for k in "lm loss" "mtp_1 loss" "mtp_2 loss"; do
+    [ "$(key_losses "$d/$f.json" "$k" 7 12)" = "$(key_losses "$d/mtp2.json" "$k" 7 12)" ] \
+      && [ "$(key_losses "$d/$f.json" "$k" 7 12 | wc -l)" = 6 ] \
+      || { echo "FAIL: $f: resumed $k differs"; paste <(key_losses "$d/$f.json" "$k" 7 12) <(key_losses "$d/mtp2.json" "$k" 7 12); exit 1; }
+  done
+done
+echo "ok: resumed bitwise (also with the depths from the checkpoint's args)"
+tiny_run "$d/bad.json" "${llama[@]}" --load "$d/ck" > "$d/nomtp.log" 2>&1 \
+  && { echo "FAIL: a run without MTP loaded the MTP checkpoint"; exit 1; }
+grep -q 'Unexpected key(s) in state_dict: "mtp.layers.0' "$d/nomtp.log" \
+  || { echo "FAIL: want unexpected keys"; cat "$d/nomtp.log"; exit 1; }
+refused llama "--mtp-num-layers -1|--mtp-num-layers must be positive" \
+  "--mtp-num-layers 32|leaves no target in a sequence of --seq-length 32" \
+  "--mtp-num-layers 1 --mtp-loss-scaling-factor -1|--mtp-loss-scaling-factor must not be negative" \
+  "--mtp-num-layers 1 --num-experts 4|--mtp-num-layers is not supported yet" \
+  "--mtp-num-layers 1 --context-parallel-size 2|--mtp-num-layers is not supported yet"
+echo "ok: bad MTP flags refused"
+if [ "${1:-}" = cuda ]; then
+  MT_CUDA_GRAPHS=0 run eager --mtp-num-layers 2
+  for k in "lm loss" "mtp_1 loss" "mtp_2 loss"; do
+    [ "$(key_losses "$d/eager.json" "$k" 1 12)" = "$(key_losses "$d/mtp2.json" "$k" 1 12)" ] \
+      || { echo "FAIL: CUDA graphs change the $k"; exit 1; }
+  done
+  echo "ok: bitwise the same with and without CUDA graphs"
+fi
+if [ -n "${MT_GENERATE:-}" ]; then
+  out=$("$MT_GENERATE" --load "$d/ck" --tokenizer-type NullTokenizer --greedy --print-ids \
+          --device "${MT_TEST_DEVICE:-cpu}" --prompt-ids 5,6,7 --tokens-to-generate 4 2> "$d/gen.err" | tail -1)
+  [ -n "$out" ] || { echo "FAIL: mt-generate"; cat "$d/gen.err"; exit 1; }
+  echo "ok: mt-generate from the MTP checkpoint: $out"
+fi
+if [ -n "${MPIEXEC:-}" ]; then
+  mr() {  # ranks name flags...
+    local n=$1 name=$2; shift 2
+    "$MPIEXEC" -n "$n" "$MT_PRETRAIN" "${tiny_args[@]}" "${llama[@]}" --mtp-num-layers 2 \
+      --golden-values-out "$d/$name.json" --metrics-jsonl "$d/$name.jsonl" "$@" \
+      > "$d/$name.log" 2>&1 || { cat "$d/$name.log"; exit 1; }
+  }
+  mr 2 dp2 --use-distributed-optimizer
+  mr 2 sp2 --tensor-model-parallel-size 2 --make-vocab-size-divisible-by 64 --sequence-parallel
+  for r in dp2 sp2; do
+    for k in "lm loss" "mtp_1 loss" "mtp_2 loss"; do
+      paste <(key_losses "$d/mtp2.json" "$k" 1 12 | awk '{print $2}') \
+            <(key_losses "$d/$r.json" "$k" 1 12 | awk '{print $2}') | close "$r $k" 1e-5 || exit 1
+    done
+    paste <(gnorms "$d/mtp2.jsonl") <(gnorms "$d/$r.jsonl") | close "$r grad norms" 1e-5 || exit 1
+  done
+fi
+echo "ok: multi-token prediction"
