@@ -19,7 +19,7 @@ echo "full run 7..12:"; echo "$want"; echo "resumed 7..12:"; echo "$got"
 # the per-iteration fields of the logged iterations 7..12: the schedule's LR, the loss scale (the
 # grad scaler's state with --fp16) and the grad norm (absent on a skipped step)
 fields() {
-  grep " iteration " "$1" | while IFS= read -r l; do
+  grep -E "\] iteration +[0-9]+/" "$1" | while IFS= read -r l; do
     it=$(echo "$l" | sed 's/.*iteration *\([0-9]*\)\/.*/\1/')
     [ "$it" -ge 7 ] && echo "$it$(echo "$l" | grep -o ' \(learning rate\|loss scale\|grad norm\): [^|]*' | tr -d '\n')"
   done; true

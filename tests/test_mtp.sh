@@ -13,10 +13,15 @@
 # 5. mt-generate ($MT_GENERATE) runs the checkpoint's decoder (the depths are for training only).
 # ($MPIEXEC): DP 2 and TP 2 with sequence parallelism give one rank's losses, MTP losses and grad
 # norms (relative 1e-5; eh_proj and the depths' norms whole on every rank).
-# "cuda" as the argument: the same on a GPU in bf16, and the CUDA graph's replays are bitwise the
-# run without graphs.
+# "cuda" as the argument: the same on a GPU in bf16 (with $MPIEXEC in fp32, as the comparisons
+# need: a GPU a rank), and the CUDA graph's replays are bitwise the run without graphs.
 MT_CUDA_FLAGS="--bf16 --deterministic-mode"
+[ -n "${MPIEXEC:-}" ] && MT_CUDA_FLAGS="--deterministic-mode"
 source "$(dirname "$0")/pretrain_common.sh"
+if [ "${1:-}" = cuda ] && [ -n "${MPIEXEC:-}" ]; then  # (the launcher's ranks: a GPU each)
+  n=$(nvidia-smi -L 2>/dev/null | wc -l)
+  [ "$n" -ge 2 ] || { echo "skip: needs 2 GPUs, found $n"; exit 77; }
+fi
 d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
 llama=(--normalization RMSNorm --position-embedding-type rope --swiglu --disable-bias-linear
        --untie-embeddings-and-output-weights --group-query-attention --num-query-groups 2)
