@@ -9,8 +9,10 @@
 #    them.
 # 3. A checkpoint resumes bitwise (the depths' weights and Adam state come back); its args restore
 #    the depths (--use-checkpoint-args); a run without them refuses it (unexpected keys).
-# 4. Bad values and unsupported combinations are refused before training.
-# 5. mt-generate ($MT_GENERATE) runs the checkpoint's decoder (the depths are for training only).
+# 4. With MoE (sigmoid scores and the expert bias) the depth's layer is MoE too: its router loss
+#    is logged with the decoder's, and a resume is bitwise (its expert bias comes back).
+# 5. Bad values and unsupported combinations are refused before training.
+# 6. mt-generate ($MT_GENERATE) runs the checkpoint's decoder (the depths are for training only).
 # ($MPIEXEC): DP 2 and TP 2 with sequence parallelism give one rank's losses, MTP losses and grad
 # norms (relative 1e-5; eh_proj and the depths' norms whole on every rank).
 # "cuda" as the argument: the same on a GPU in bf16 (with $MPIEXEC in fp32, as the comparisons
@@ -67,6 +69,21 @@ for f in second third; do
   done
 done
 echo "ok: resumed bitwise (also with the depths from the checkpoint's args)"
+# with MoE (DeepSeek-V3's kind: sigmoid scores and the expert bias, a buffer of each router, the
+# depth's too): the depth's layer is MoE as the last layer; the losses and router loss logged,
+# and a resume bitwise
+moe=(--mtp-num-layers 1 --num-experts 4 --moe-ffn-hidden-size 32 --moe-aux-loss-coeff 0.01
+     --moe-router-score-function sigmoid --moe-router-enable-expert-bias)
+run moe "${moe[@]}"
+grep -q " lm loss: [^|]*| load_balancing_loss: [^|]*| mtp_1 loss: [^|]*|" "$d/moe.log" \
+  || { echo "FAIL: MoE with MTP: the log line"; grep iteration "$d/moe.log"; exit 1; }
+run moefirst "${moe[@]}" --exit-interval 6 --save "$d/moeck"
+run moesecond "${moe[@]}" --load "$d/moeck"
+for k in "lm loss" "mtp_1 loss"; do
+  [ "$(key_losses "$d/moesecond.json" "$k" 7 12)" = "$(key_losses "$d/moe.json" "$k" 7 12)" ] \
+    || { echo "FAIL: MoE with MTP: resumed $k differs"; exit 1; }
+done
+echo "ok: MoE with MTP (sigmoid scores, expert bias) trains and resumes bitwise"
 tiny_run "$d/bad.json" "${llama[@]}" --load "$d/ck" > "$d/nomtp.log" 2>&1 \
   && { echo "FAIL: a run without MTP loaded the MTP checkpoint"; exit 1; }
 grep -q 'Unexpected key(s) in state_dict: "mtp.layers.0' "$d/nomtp.log" \
@@ -74,7 +91,6 @@ grep -q 'Unexpected key(s) in state_dict: "mtp.layers.0' "$d/nomtp.log" \
 refused llama "--mtp-num-layers -1|--mtp-num-layers must be positive" \
   "--mtp-num-layers 32|leaves no target in a sequence of --seq-length 32" \
   "--mtp-num-layers 1 --mtp-loss-scaling-factor -1|--mtp-loss-scaling-factor must not be negative" \
-  "--mtp-num-layers 1 --num-experts 4|--mtp-num-layers is not supported yet" \
   "--mtp-num-layers 1 --context-parallel-size 2|--mtp-num-layers is not supported yet"
 echo "ok: bad MTP flags refused"
 if [ "${1:-}" = cuda ]; then

@@ -15,10 +15,12 @@ interleave):
   <m>_pos.safetensors      (learned positions only) with position ids restarting inside the
                            sequences: position_ids, logits, loss, mtp_losses, "grad.<name>"
 Models: mtp_llama (RMSNorm, SwiGLU, 4 heads in 2 query groups, RoPE, untied, no biases; 2
-depths, factor 0.3) and mtp_gpt2 (LayerNorm, tanh GELU, learned positions, tied, biases; 1
-depth, factor 0.5).
+depths, factor 0.3), mtp_gpt2 (LayerNorm, tanh GELU, learned positions, tied, biases; 1
+depth, factor 0.5) and mtp_moe (mtp_llama's with Mixtral's MoE MLPs: 4 experts of SwiGLU 32,
+top-2, the load-balancing loss at 0.01; 1 depth, itself MoE as the last layer, factor 0.3).
 megatron-core needs CUDA for a few calls that do not matter here: torch.cuda.current_device
-is pointed at the CPU and the model-parallel RNG tracker's fork is a no-op (no dropout).
+is pointed at the CPU and the model-parallel RNG tracker's fork is a no-op (no dropout); without
+Transformer Engine its router's GEMM reads an undefined te_general_gemm, set to None.
 Versions: torch 2.15.0 (CPU), megatron-core 0.16.1 (pip, --no-deps). Rerun from this directory:
 python gen_mtp.py
 """
@@ -39,6 +41,7 @@ torch.distributed.init_process_group("gloo", rank=0, world_size=1)
 from megatron.core import parallel_state  # noqa: E402
 
 parallel_state.initialize_model_parallel(1, 1)
+import megatron.core.transformer.moe.moe_utils as moe_utils  # noqa: E402
 import megatron.core.transformer.multi_token_prediction as mtp_mod  # noqa: E402
 from megatron.core.models.gpt.gpt_layer_specs import (  # noqa: E402
     get_gpt_layer_local_spec, get_gpt_mtp_block_spec)
@@ -47,6 +50,7 @@ from megatron.core.tensor_parallel import random as tp_random  # noqa: E402
 from megatron.core.transformer.transformer_config import TransformerConfig  # noqa: E402
 
 tp_random.get_cuda_rng_tracker().fork = lambda *a, **k: contextlib.nullcontext()
+moe_utils.te_general_gemm = None
 TRACKED = {}
 
 
@@ -66,8 +70,11 @@ position_ids = torch.stack([torch.cat([torch.arange(6), torch.arange(6), torch.a
                             torch.cat([torch.arange(9), torch.arange(7)])])
 
 
-def build(llama, D, factor):
+def build(llama, D, factor, moe=False):
     torch.manual_seed(0)
+    experts = dict(num_moe_experts=4, moe_router_topk=2, moe_ffn_hidden_size=32,
+                   moe_aux_loss_coeff=0.01, moe_token_dispatcher_type="allgather",
+                   moe_router_dtype="fp64") if moe else {}
     act = F.silu if llama else (lambda x: F.gelu(x, approximate="tanh"))
     norm = "RMSNorm" if llama else "LayerNorm"
     cfg = TransformerConfig(
@@ -75,8 +82,9 @@ def build(llama, D, factor):
         ffn_hidden_size=128 if llama else 256, use_cpu_initialization=True, normalization=norm,
         gated_linear_unit=llama, activation_func=act, add_bias_linear=not llama,
         hidden_dropout=0.0, attention_dropout=0.0, layernorm_epsilon=1e-5,
-        mtp_num_layers=D, mtp_loss_scaling_factor=factor, params_dtype=torch.float64)
-    spec = get_gpt_layer_local_spec(normalization=norm)
+        mtp_num_layers=D, mtp_loss_scaling_factor=factor, params_dtype=torch.float64, **experts)
+    spec = get_gpt_layer_local_spec(normalization=norm, num_experts=4 if moe else None,
+                                    moe_grouped_gemm=False)
     model = GPTModel(cfg, spec, vocab_size=V, max_sequence_length=32,
                      position_embedding_type="rope" if llama else "learned_absolute",
                      share_embeddings_and_output_weights=not llama,
@@ -131,8 +139,8 @@ def run(model, cfg, pos):
     return lg.detach().float().contiguous(), loss.detach().float().reshape(1), mtp.float()
 
 
-def record(tag, llama, D, factor):
-    model, cfg = build(llama, D, factor)
+def record(tag, llama, D, factor, moe=False):
+    model, cfg = build(llama, D, factor, moe)
     save_file(named(model, cfg, False), f"{tag}_weights.safetensors")
     pos0 = torch.arange(T).unsqueeze(0).expand(B, T)
     logits, loss, mtp = run(model, cfg, pos0)
@@ -152,3 +160,4 @@ def record(tag, llama, D, factor):
 
 record("mtp_llama", True, 2, 0.3)
 record("mtp_gpt2", False, 1, 0.5)
+record("mtp_moe", True, 1, 0.3, moe=True)

@@ -307,11 +307,10 @@ mt_status mt_model_config_finalize(mt_model_config *c) {
         MT_REQUIRE(c->mtp_num_layers < c->seq_length, MT_ERR_INVALID_ARG,
                    "--mtp-num-layers %d leaves no target in a sequence of %d", c->mtp_num_layers,
                    c->seq_length);
-        MT_REQUIRE(pp == 1 && c->context_parallel_size <= 1 && c->num_moe_experts == 0,
-                   MT_ERR_UNSUPPORTED,
-                   "--mtp-num-layers is not supported yet with pipeline parallelism (%d), context "
-                   "parallelism (%d) or MoE (--num-experts %d)",
-                   pp, c->context_parallel_size, c->num_moe_experts);
+        MT_REQUIRE(pp == 1 && c->context_parallel_size <= 1, MT_ERR_UNSUPPORTED,
+                   "--mtp-num-layers is not supported yet with pipeline parallelism (%d) or "
+                   "context parallelism (%d)",
+                   pp, c->context_parallel_size);
         MT_REQUIRE(c->mtp_loss_scaling_factor >= 0.0f, MT_ERR_INVALID_ARG,
                    "--mtp-loss-scaling-factor %g must be >= 0", (double)c->mtp_loss_scaling_factor);
     }
@@ -993,7 +992,7 @@ static void plan_acts(mt_model *m, planner *p) {
     const int nmtp = m->no_grads ? 0 : mtp_n(c);
     for (int k = 0; k < nmtp; k++) {
         mtp_acts *t = &a->mtp[k];
-        plan_layer(m, p, &a->layer[nl + k], 0);
+        plan_layer(m, p, &a->layer[nl + k], moe_layer(c, c->num_layers + k));
         TAKE(p, &t->tok, MT_I32, B, T);
         if (c->position_embedding_type == MT_POS_LEARNED) TAKE(p, &t->pos, MT_I32, B, T);
         TAKE(p, &t->tgt, MT_I32, B, T);
@@ -1132,14 +1131,14 @@ static size_t align_up(size_t x, size_t a) {
 static mt_status expert_bias_setup(mt_model *m, const mt_model *src) {
     const mt_model_config *c = &m->cfg;
     if (!c->moe_router_enable_expert_bias) return MT_OK;
-    const int l0 = stage_l0(c), nl = stage_nl(c);
+    const int l0 = stage_l0(c), nl = stage_nl(c), L = c->num_layers, D = mtp_n(c);
     const int64_t E = moe_n(c);
-    m->eb_row = malloc(sizeof(int) * (size_t)c->num_layers);
-    m->eb_view = calloc((size_t)nl + 1, sizeof *m->eb_view);
-    m->eb_name = calloc((size_t)nl + 1, sizeof *m->eb_name);
+    m->eb_row = malloc(sizeof(int) * (size_t)(L + D));
+    m->eb_view = calloc((size_t)(nl + D) + 1, sizeof *m->eb_view);
+    m->eb_name = calloc((size_t)(nl + D) + 1, sizeof *m->eb_name);
     MT_REQUIRE(m->eb_row && m->eb_view && m->eb_name, MT_ERR_OOM, "expert bias tables");
-    for (int l = 0; l < c->num_layers; l++)
-        m->eb_row[l] = l >= l0 && l < l0 + nl && moe_layer(c, l) ? m->n_eb++ : -1;
+    for (int l = 0; l < L + D; l++) /* (the MTP depths' layers last: one stage) */
+        m->eb_row[l] = ((l >= l0 && l < l0 + nl) || l >= L) && moe_layer(c, l) ? m->n_eb++ : -1;
     if (!m->n_eb) return MT_OK;
     if (src) { /* (a view only runs inference: it counts no tokens) */
         MT_REQUIRE(src->n_eb == m->n_eb, MT_ERR_INVALID_ARG, "the source model differs");
@@ -1153,11 +1152,16 @@ static mt_status expert_bias_setup(mt_model *m, const mt_model *src) {
         m->eb_bias = mt_tensor_2d(p, MT_F32, m->n_eb, E, m->dev);
         m->eb_tokens = mt_tensor_2d((char *)p + bytes, MT_F32, m->n_eb, E, m->dev);
     }
-    for (int l = 0; l < c->num_layers; l++) {
+    for (int l = 0; l < L + D; l++) {
         const int i = m->eb_row[l];
         if (i < 0) continue;
         m->eb_view[i] = mt_tensor_1d((float *)m->eb_bias.data + (size_t)i * E, MT_F32, E, m->dev);
-        snprintf(m->eb_name[i], MT_MODEL_NAME_LEN, "decoder.layers.%d.mlp.router.expert_bias", l);
+        if (l < L)
+            snprintf(m->eb_name[i], MT_MODEL_NAME_LEN, "decoder.layers.%d.mlp.router.expert_bias",
+                     l);
+        else
+            snprintf(m->eb_name[i], MT_MODEL_NAME_LEN,
+                     "mtp.layers.%d.transformer_layer.mlp.router.expert_bias", l - L);
     }
     return MT_OK;
 }
@@ -1184,6 +1188,11 @@ mt_status mt_model_list_buffers(const mt_model_config *cfg, mt_model_param_fn fn
         char name[MT_MODEL_NAME_LEN];
         snprintf(name, sizeof name, "decoder.layers.%d.mlp.router.expert_bias", l);
         if (moe_layer(&c, l)) MT_TRY(fn(ctx, name, 1, shape, 1, NULL, NULL));
+    }
+    for (int k = 0; k < mtp_n(&c) && moe_layer(&c, c.num_layers + k); k++) {
+        char name[MT_MODEL_NAME_LEN];
+        snprintf(name, sizeof name, "mtp.layers.%d.transformer_layer.mlp.router.expert_bias", k);
+        MT_TRY(fn(ctx, name, 1, shape, 1, NULL, NULL));
     }
     return MT_OK;
 }
@@ -1515,8 +1524,7 @@ static mt_status create(const mt_model_config *cfg, int micro_batch_size, mt_dev
         FIND(sh_fc2, "mlp.shared_experts.linear_fc2.weight");
         FIND(sh_gate, "mlp.shared_experts.gate_weight");
         const int E = moe_local(&m->cfg), e0 = moe_first(&m->cfg); /* (this rank's experts) */
-        if (!m->moe_params)
-            m->moe_params = calloc((size_t)(4 * E * m->cfg.num_layers), sizeof *m->moe_params);
+        if (!m->moe_params) m->moe_params = calloc((size_t)(4 * E * nlp), sizeof *m->moe_params);
         if (!m->moe_params) {
             st = MT_ERROR(MT_ERR_OOM, "layer table");
             goto fail;

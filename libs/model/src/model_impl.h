@@ -100,9 +100,11 @@ static inline int64_t moe_k(const mt_model_config *c) {
 static inline int64_t local_moe_ffn(const mt_model_config *c) { /* (each expert's share) */
     return c->moe_ffn_hidden_size / tp_n(c);
 }
-/* Whether layer l's MLP is MoE (--moe-layer-freq: moe_dense_layer marks the dense ones), whether
+/* Whether layer l's MLP is MoE (--moe-layer-freq: moe_dense_layer marks the dense ones; an MTP
+ * depth's layer is the decoder's last layer's kind, as megatron.core's MTP block spec), whether
  * some layer's is, and whether some layer's MLP is dense. */
 static inline int moe_layer(const mt_model_config *c, int l) {
+    if (l >= c->num_layers) l = c->num_layers - 1; /* (an MTP depth's layer: the last layer's) */
     return c->num_moe_experts > 0 && !(l < MT_MODEL_MAX_LAYERS && c->moe_dense_layer[l]);
 }
 static inline int any_moe_layer(const mt_model_config *c) {

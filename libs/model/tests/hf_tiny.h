@@ -2,8 +2,8 @@
  * Mistral (mistral_window: a sliding window), StableLM (LayerNorms, partial rotary embeddings), Qwen3-MoE (a dense layer, then experts),
  * Qwen2, Qwen3, Mixtral, Qwen2-MoE (also with a dense layer: qwen2_moe_mixed) and DeepSeek-V3
  * (deepseek_mla: its attention, dense MLPs; deepseek_yarn: that with YaRN) of
- * golden/gen_hf.py (and megatron.core's GPT models with multi-token prediction, mtp_llama and
- * mtp_gpt2, of golden/gen_mtp.py), shared by libs/model's
+ * golden/gen_hf.py (and megatron.core's GPT models with multi-token prediction, mtp_llama,
+ * mtp_gpt2 and mtp_moe, of golden/gen_mtp.py), shared by libs/model's
  * test_hf_golden and libs/train's test_hf_adamw: the model config and the weight loading. */
 #ifndef MT_MODEL_TESTS_HF_TINY_H
 #define MT_MODEL_TESTS_HF_TINY_H
@@ -61,6 +61,16 @@ static inline mt_model_config hf_tiny_config(const char *tag, mt_dtype dt) {
     if (strcmp(tag, "mtp_llama") == 0) { /* (megatron.core, gen_mtp.py) 2 MTP depths, 0.3 */
         tiny_llama_layers(&c);
         c.mtp_num_layers = 2;
+        c.mtp_loss_scaling_factor = 0.3f;
+    }
+    if (strcmp(tag, "mtp_moe") == 0) { /* (gen_mtp.py) Mixtral's experts (every layer's, the
+                                          depth's too), the load-balancing loss at 0.01; 1 depth */
+        tiny_llama_layers(&c);
+        c.num_moe_experts = 4;
+        c.moe_router_topk = 2;
+        c.moe_ffn_hidden_size = 32;
+        c.moe_aux_loss_coeff = 0.01f;
+        c.mtp_num_layers = 1;
         c.mtp_loss_scaling_factor = 0.3f;
     }
     if (strcmp(tag, "mtp_gpt2") == 0) { /* (megatron.core, gen_mtp.py) GPT-2's, 1 depth, 0.5 */

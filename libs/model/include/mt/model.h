@@ -305,8 +305,9 @@ typedef struct mt_model_config {
      * cross-entropy against the targets rolled left by k (the last k of each row ignored). Each
      * depth's mean loss times mtp_loss_scaling_factor / D is added to the training loss
      * (megatron.core's MTPLossAutoScaler); mt_model_take_mtp_loss_sums reports them apart. The
-     * forwards without training (evaluation, generation) skip it. Not yet with pipeline or
-     * context parallelism, MoE or a KV cache in training. */
+     * forwards without training (evaluation, generation) skip it. The depths' transformer layers
+     * are the decoder's last layer's kind (MoE or dense; with MoE their routers' losses count
+     * with the decoder's). Not yet with pipeline or context parallelism. */
     int mtp_num_layers;
     float mtp_loss_scaling_factor; /* Megatron's --mtp-loss-scaling-factor (mt-pretrain: 0.1) */
 } mt_model_config;
