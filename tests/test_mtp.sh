@@ -13,6 +13,8 @@
 #    is logged with the decoder's, and a resume is bitwise (its expert bias comes back).
 # 5. Bad values and unsupported combinations are refused before training.
 # 6. mt-generate ($MT_GENERATE) runs the checkpoint's decoder (the depths are for training only).
+# 7. With mt-convert ($MT_CONVERT): DeepSeek-V3's shape exports its depth as the hub's
+#    model.layers.L with num_nextn_predict_layers and imports back to the same fine-tuning losses.
 # ($MPIEXEC): DP 2 and TP 2 with sequence parallelism give one rank's losses, MTP losses and grad
 # norms (relative 1e-5; eh_proj and the depths' norms whole on every rank).
 # "cuda" as the argument: the same on a GPU in bf16 (with $MPIEXEC in fp32, as the comparisons
@@ -29,9 +31,10 @@ llama=(--normalization RMSNorm --position-embedding-type rope --swiglu --disable
        --untie-embeddings-and-output-weights --group-query-attention --num-query-groups 2)
 run() {  # name flags...
   local n=$1; shift
-  tiny_run "$d/$n.json" "${llama[@]}" --metrics-jsonl "$d/$n.jsonl" "$@" > "$d/$n.log" 2>&1 \
+  tiny_run "$d/$n.json" "${shape[@]}" --metrics-jsonl "$d/$n.jsonl" "$@" > "$d/$n.log" 2>&1 \
     || { echo "FAIL: run $n"; cat "$d/$n.log"; exit 1; }
 }
+shape=("${llama[@]}")
 key_losses() {  # file key from to
   jq -r --arg k "$2" --argjson a "$3" --argjson b "$4" '.[$k].values | to_entries[] |
     select((.key|tonumber) >= $a and (.key|tonumber) <= $b) | "\(.key) \(.value)"' "$1" | sort -n
@@ -101,11 +104,54 @@ if [ "${1:-}" = cuda ]; then
   done
   echo "ok: bitwise the same with and without CUDA graphs"
 fi
+if [ -n "${MT_CONVERT:-}" ]; then
+  # DeepSeek-V3's shape exports its depth as the hub's model.layers.L (enorm, hnorm, eh_proj,
+  # shared_head.norm, the copies of the embedding and head) with num_nextn_predict_layers, and
+  # imports back to the same fine-tuning losses; another family's depths are not exported (a
+  # warning)
+  ds=(--multi-latent-attention --rope-type rope --kv-lora-rank 16 --qk-head-dim 16
+      --qk-pos-emb-head-dim 8 --v-head-dim 12 --q-lora-rank 24 --num-experts 4 --moe-router-topk 2
+      --moe-ffn-hidden-size 32 --moe-shared-expert-intermediate-size 32 --moe-layer-freq "[0]+[1]"
+      --moe-router-score-function sigmoid --moe-router-enable-expert-bias
+      --moe-router-bias-update-rate 0.05 --moe-aux-loss-coeff 0 --mtp-num-layers 1)
+  shape=("${llama[@]:0:7}")  # (MLA: no query groups)
+  run dsck "${ds[@]}" --train-iters 4 --save "$d/dsck"
+  "$MT_CONVERT" mt-to-hf "$d/dsck" "$d/dshf" 2> "$d/dsexport.log" || { echo "FAIL: export"; cat "$d/dsexport.log"; exit 1; }
+  [ "$(jq -r '"\(.model_type) \(.num_hidden_layers) \(.num_nextn_predict_layers)"' "$d/dshf/config.json")" = "deepseek_v3 2 1" ] \
+    || { echo "FAIL: exported config"; cat "$d/dshf/config.json"; exit 1; }
+  for t in enorm.weight hnorm.weight eh_proj.weight shared_head.norm.weight embed_tokens.weight \
+      shared_head.head.weight mlp.gate.e_score_correction_bias self_attn.kv_a_proj_with_mqa.weight; do
+    grep -q "\"model.layers.2.$t\"" "$d/dshf/model.safetensors.index.json" 2>/dev/null \
+      || grep -q "model.layers.2.$t" "$d/dshf/"*.safetensors \
+      || { echo "FAIL: no model.layers.2.$t in the export"; exit 1; }
+  done
+  "$MT_CONVERT" hf-to-mt "$d/dshf" "$d/dsback" 2> "$d/dsimport.log" || { echo "FAIL: import"; cat "$d/dsimport.log"; exit 1; }
+  grep -q "importing 1 multi-token prediction layer" "$d/dsimport.log" || { echo "FAIL: import log"; cat "$d/dsimport.log"; exit 1; }
+  run dsft "${ds[@]}" --train-iters 4 --load "$d/dsck" --finetune
+  run dsftback "${ds[@]}" --train-iters 4 --load "$d/dsback" --finetune
+  for k in "lm loss" "mtp_1 loss"; do
+    [ "$(key_losses "$d/dsft.json" "$k" 1 4)" = "$(key_losses "$d/dsftback.json" "$k" 1 4)" ] \
+      || { echo "FAIL: the DeepSeek-V3 round trip changed the $k"; exit 1; }
+  done
+  shape=("${llama[@]}")
+  "$MT_CONVERT" mt-to-hf "$d/ck" "$d/llamahf" 2> "$d/llamaexport.log" || { echo "FAIL: Llama export"; cat "$d/llamaexport.log"; exit 1; }
+  grep -q "multi-token prediction layer(s) (mtp.layers.\*) are not exported" "$d/llamaexport.log" \
+    || { echo "FAIL: no warning"; cat "$d/llamaexport.log"; exit 1; }
+  echo "ok: DeepSeek-V3's MTP layer exported and imported back (the same fine-tuning losses); Llama's not exported, with a warning"
+fi
 if [ -n "${MT_GENERATE:-}" ]; then
   out=$("$MT_GENERATE" --load "$d/ck" --tokenizer-type NullTokenizer --greedy --print-ids \
           --device "${MT_TEST_DEVICE:-cpu}" --prompt-ids 5,6,7 --tokens-to-generate 4 2> "$d/gen.err" | tail -1)
   [ -n "$out" ] || { echo "FAIL: mt-generate"; cat "$d/gen.err"; exit 1; }
   echo "ok: mt-generate from the MTP checkpoint: $out"
+  if [ -n "${MT_CONVERT:-}" ]; then  # (and from the DeepSeek-V3 import: its args' depth)
+    a=$("$MT_GENERATE" --load "$d/dsback" --tokenizer-type NullTokenizer --greedy --print-ids \
+          --device "${MT_TEST_DEVICE:-cpu}" --prompt-ids 5,6,7 --tokens-to-generate 4 2> "$d/gen.err" | tail -1)
+    b=$("$MT_GENERATE" --load "$d/dsck" --tokenizer-type NullTokenizer --greedy --print-ids \
+          --device "${MT_TEST_DEVICE:-cpu}" --prompt-ids 5,6,7 --tokens-to-generate 4 2>> "$d/gen.err" | tail -1)
+    [ -n "$a" ] && [ "$a" = "$b" ] || { echo "FAIL: generation from the import: '$a' vs '$b'"; cat "$d/gen.err"; exit 1; }
+    echo "ok: mt-generate from the DeepSeek-V3 import gives the original's tokens: $a"
+  fi
 fi
 if [ -n "${MPIEXEC:-}" ]; then
   mr() {  # ranks name flags...

@@ -33,6 +33,10 @@
  *   decoder.layers.i.mlp.shared_experts.linear_fc1.weight (2Is,C)  Qwen2-MoE shared_expert,
  *       DeepSeek-V3 shared_experts [gate_proj; up_proj]; linear_fc2.weight (C,Is) down_proj;
  *       gate_weight (1,C) Qwen2-MoE shared_expert_gate
+ *   mtp.layers.k.{enorm,hnorm,eh_proj,final_layernorm}.weight  DeepSeek-V3's multi-token
+ *       prediction layer model.layers.(L+k).{enorm,hnorm,eh_proj,shared_head.norm}.weight, its
+ *       transformer layer mtp.layers.k.transformer_layer.* as a decoder layer's (exported with the
+ *       hub's copies of the embedding and head: embed_tokens, shared_head.head)
  *   decoder.final_layernorm.{weight,bias}, output_layer.weight (Vp,C, zero padding rows as the
  *       embedding; absent when tied)
  * RoPE: we keep HF's half-split (rotate_half) layout, so Llama q/k rows are not permuted; a Meta
@@ -145,6 +149,7 @@ typedef struct cv_cfg {
      * qk_rope_head_dim, v_head_dim */
     int64_t qr, kr, dn, dr, dv;
     unsigned char dense[CV_MAX_LAYERS]; /* Qwen2-MoE, DeepSeek-V3: the layers whose MLP is dense */
+    int64_t nmtp; /* DeepSeek-V3: the multi-token prediction layers (num_nextn_predict_layers) */
     int tied, experts_fused;
     const char *prefix; /* GPT-2: "transformer." or "" */
 } cv_cfg;
@@ -172,11 +177,13 @@ static mt_status read_deepseek(json_t *cfg, cv_cfg *c) {
     MT_REQUIRE(c->qr >= 0 && c->kr > 0 && c->dn > 0 && c->dr > 0 && c->dv > 0, MT_ERR_FORMAT,
                "config.json: bad q_lora_rank, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim "
                "or v_head_dim");
-    MT_REQUIRE(k >= 0 && c->L <= CV_MAX_LAYERS, MT_ERR_FORMAT,
-               "config.json: first_k_dense_replace %lld, %lld layers (at most %d)", (long long)k,
-               (long long)c->L, CV_MAX_LAYERS);
-    for (int64_t l = 0; l < c->L; l++)
-        c->dense[l] = l < k;
+    c->nmtp = geti(cfg, "num_nextn_predict_layers", NULL, 0);
+    MT_REQUIRE(k >= 0 && c->nmtp >= 0 && c->L + c->nmtp <= CV_MAX_LAYERS, MT_ERR_FORMAT,
+               "config.json: first_k_dense_replace %lld, %lld layers and %lld MTP layers (at "
+               "most %d)",
+               (long long)k, (long long)c->L, (long long)c->nmtp, CV_MAX_LAYERS);
+    for (int64_t l = 0; l < c->L + c->nmtp; l++) /* (an MTP layer: the last layer's kind, ours) */
+        c->dense[l] = (l < c->L ? l : c->L - 1) < k;
     MT_REQUIRE(getb(cfg, "rope_interleave", 1), MT_ERR_UNSUPPORTED,
                "config.json: rope_interleave false (MLA's rotary channels are interleaved pairs "
                "here, Megatron's MLA rope)");
@@ -319,12 +326,16 @@ static mt_status build_map(const cv_cfg *c, json_t *wmap, cv_map *m) {
         snprintf(h, sizeof h, "%swpe.weight", pre);
         MT_TRY(same(m, "embedding.position_embeddings.weight", h, 0, c->P));
     }
-    for (int64_t i = 0; i < c->L; i++) {
-        char lp[64], ip[64];
+    const int ds = !strcmp(c->type, "deepseek_v3");
+    /* (DeepSeek-V3's multi-token prediction layers: model.layers.L + k, our mtp.layers.k) */
+    for (int64_t i = 0; i < c->L + (ds ? c->nmtp : 0); i++) {
+        char lp[64], ip[96];
         snprintf(lp, sizeof lp, gpt2 ? "%sh.%lld." : "%slayers.%lld.", pre, (long long)i);
-        snprintf(ip, sizeof ip, "decoder.layers.%lld.", (long long)i);
+        if (i < c->L)
+            snprintf(ip, sizeof ip, "decoder.layers.%lld.", (long long)i);
+        else
+            snprintf(ip, sizeof ip, "mtp.layers.%lld.transformer_layer.", (long long)(i - c->L));
         const char *wb[] = { "weight", "bias" };
-        const int ds = !strcmp(c->type, "deepseek_v3");
         if (ds) { /* MLA's projections and latent norms, HF's layouts in Megatron's MLA names */
             const struct {
                 const char *ours, *hf;
@@ -476,6 +487,26 @@ static mt_status build_map(const cv_cfg *c, json_t *wmap, cv_map *m) {
                     snprintf(h, sizeof h, u2, lp, e);
                     MT_TRY(same(m, n, h, 0, C));
                 }
+            }
+        }
+        if (i >= c->L) { /* the MTP layer's own: its norms, eh_proj ([e | h], as ours) */
+            const char *a[4][2] = { { "enorm.weight", "enorm.weight" },
+                                    { "hnorm.weight", "hnorm.weight" },
+                                    { "eh_proj.weight", "eh_proj.weight" },
+                                    { "final_layernorm.weight", "shared_head.norm.weight" } };
+            for (int k = 0; k < 4; k++) {
+                snprintf(n, sizeof n, "mtp.layers.%lld.%s", (long long)(i - c->L), a[k][0]);
+                snprintf(h, sizeof h, "%s%s", lp, a[k][1]);
+                MT_TRY(same(m, n, h, 0, C));
+            }
+            if (!wmap) { /* (export: the hub's copies of the shared embedding and head) */
+                snprintf(h, sizeof h, "%sembed_tokens.weight", lp);
+                MT_TRY(same(m, "embedding.word_embeddings.weight", h, 0, c->V));
+                MT_TRY(pad(m, c->Vp - c->V));
+                snprintf(h, sizeof h, "%sshared_head.head.weight", lp);
+                MT_TRY(same(m, c->tied ? "embedding.word_embeddings.weight" : "output_layer.weight",
+                            h, 0, c->V));
+                MT_TRY(pad(m, c->Vp - c->V));
             }
         }
     }
@@ -630,6 +661,15 @@ mt_status cv_hf_to_mt(const char *hf_dir, const char *mt_dir, int make_vocab_siz
     for (int64_t i = 0; i < c.L && !c.experts_fused; i++) /* (a MoE layer's; some are dense) */
         c.experts_fused = has(s.wmap, "model.layers.%lld.mlp.experts.gate_up_proj", (long long)i);
     MT_TRY_GOTO(build_map(&c, s.wmap, &m), st, done);
+    for (int i = 0; i < m.nhf && c.nmtp; i++) /* (MTP layers stripped or partial: skipped) */
+        if (!json_object_get(s.wmap, m.hf[i])) {
+            MT_LOG_INFO("%s: no '%s': the multi-token prediction layers are not imported", hf_dir,
+                        m.hf[i]);
+            map_free(&m);
+            memset(&m, 0, sizeof m);
+            c.nmtp = 0;
+            MT_TRY_GOTO(build_map(&c, s.wmap, &m), st, done);
+        }
     /* every HF tensor must be used (bar GPT-2's mask buffers and DeepSeek-V3's multi-token
      * prediction layers), each row exactly once */
     const char *k;
@@ -639,9 +679,13 @@ mt_status cv_hf_to_mt(const char *hf_dir, const char *mt_dir, int make_vocab_siz
         size_t kl = strlen(k); /* GPT-2's causal-mask buffers are not weights */
         int buffer = (kl > 10 && !strcmp(k + kl - 10, ".attn.bias")) || strstr(k, "masked_bias");
         buffer |= c.tied && !strcmp(k, "lm_head.weight"); /* the embedding's tied copy */
-        long long l = -1; /* (the hub's DeepSeek-V3 keeps them as model.layers.L.*, L >= layers) */
-        if (!strcmp(c.type, "deepseek_v3") && sscanf(k, "model.layers.%lld.", &l) == 1 && l >= c.L)
-            buffer = 1, nmtp++;
+        long long l = -1; /* (the hub's DeepSeek-V3 keeps them as model.layers.L.*, L >= layers:
+                             imported when whole, their copies of the embedding and head not) */
+        if (!strcmp(c.type, "deepseek_v3") && sscanf(k, "model.layers.%lld.", &l) == 1 &&
+            l >= c.L) {
+            buffer = !c.nmtp || strstr(k, ".embed_tokens.") || strstr(k, ".shared_head.head.");
+            nmtp += !c.nmtp;
+        }
         int used = 0;
         for (int i = 0; i < m.nhf && !used; i++)
             used = !strcmp(m.hf[i], k);
@@ -651,6 +695,10 @@ mt_status cv_hf_to_mt(const char *hf_dir, const char *mt_dir, int make_vocab_siz
             goto done;
         }
     }
+    if (c.nmtp)
+        MT_LOG_INFO("%s: importing %lld multi-token prediction layer(s) (model.layers.%lld and on) "
+                    "as mtp.layers.*: train them with --mtp-num-layers %lld",
+                    hf_dir, (long long)c.nmtp, (long long)c.L, (long long)c.nmtp);
     if (nmtp)
         MT_LOG_INFO("%s: skipping %lld tensors of the multi-token prediction layers "
                     "(model.layers.%lld and on; num_nextn_predict_layers %lld)",
@@ -728,6 +776,8 @@ mt_status cv_hf_to_mt(const char *hf_dir, const char *mt_dir, int make_vocab_siz
                           c.experts_fused ? "fused" : "split", "prefix", c.prefix,
                           "make_vocab_size_divisible_by", (json_int_t)div, "padded_vocab_size",
                           (json_int_t)c.Vp);
+    if (c.nmtp) /* (mt-pretrain's --use-checkpoint-args and mt-generate read it) */
+        json_object_set_new(a, "mtp_num_layers", json_integer(c.nmtp));
     args = json_dumps(a, JSON_COMPACT);
     json_decref(a);
     mt_ckpt_writer_config wc = MT_CKPT_WRITER_CONFIG_INIT;
@@ -842,6 +892,17 @@ mt_status cv_mt_to_hf(const char *mt_dir, const char *hf_dir, uint64_t max_shard
         st = MT_ERROR(MT_ERR_FORMAT, "%s: embedding has %lld rows < vocab_size %lld", mt_dir,
                       (long long)c.Vp, (long long)c.V);
         goto done;
+    }
+    /* multi-token prediction: DeepSeek-V3's layers model.layers.L + k when the checkpoint has
+     * them; other families have no such layers (not exported) */
+    const json_int_t ntrained = json_integer_value(json_object_get(args, "mtp_num_layers"));
+    if (mt_ckpt_info(ck, "mtp.layers.0.eh_proj.weight", NULL, NULL, NULL) != MT_OK) {
+        mt_error_clear();
+        c.nmtp = 0;
+    } else if (strcmp(c.type, "deepseek_v3") != 0) {
+        MT_LOG_WARN("%s: its %lld multi-token prediction layer(s) (mtp.layers.*) are not exported: "
+                    "Hugging Face's %s has none",
+                    mt_dir, (long long)ntrained, c.type);
     }
     MT_TRY_GOTO(build_map(&c, NULL, &m), st, done);
     keep = calloc((size_t)m.nhf + 1, sizeof *keep);

@@ -1290,6 +1290,8 @@ static mt_status mtp_step(mt_model *m, const mt_tensor *tokens, const mt_tensor 
     const int64_t N = (int64_t)m->B * c->seq_length;
     const int64_t bt[3] = { m->B, c->seq_length, c->hidden_size };
     const float scale = loss_scale * c->mtp_loss_scaling_factor / (float)D;
+    MT_REQUIRE(c->seq_length > D, MT_ERR_INVALID_ARG,
+               "--mtp-num-layers %d leaves no target in a sequence of %d", D, c->seq_length);
     for (int k = 0; k < D; k++) {
         mtp_acts *d = &a->mtp[k];
         const mtp_params *q = &m->mp[k];

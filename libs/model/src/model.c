@@ -304,9 +304,6 @@ mt_status mt_model_config_finalize(mt_model_config *c) {
     MT_REQUIRE(c->mtp_num_layers >= 0, MT_ERR_INVALID_ARG, "--mtp-num-layers %d must be >= 0",
                c->mtp_num_layers);
     if (c->mtp_num_layers > 0) {
-        MT_REQUIRE(c->mtp_num_layers < c->seq_length, MT_ERR_INVALID_ARG,
-                   "--mtp-num-layers %d leaves no target in a sequence of %d", c->mtp_num_layers,
-                   c->seq_length);
         MT_REQUIRE(pp == 1 && c->context_parallel_size <= 1, MT_ERR_UNSUPPORTED,
                    "--mtp-num-layers is not supported yet with pipeline parallelism (%d) or "
                    "context parallelism (%d)",

@@ -194,6 +194,8 @@ mt_status mt_train_model_config_from_hf(const char *args_json, mt_model_config *
                                                       shared expert) */
     const int qmoe = !strcmp(type, "qwen2_moe") || q3moe;
     c->vocab_size = geti(h, "vocab_size", 0);
+    /* (mt-convert's import of DeepSeek-V3's multi-token prediction layers: not run, but loaded) */
+    c->mtp_num_layers = geti(args, "mtp_num_layers", 0);
     c->make_vocab_size_divisible_by = geti(hf, "make_vocab_size_divisible_by", 0);
     c->padded_vocab_size = geti(hf, "padded_vocab_size", 0);
     json_t *tie = json_object_get(h, "tie_word_embeddings");

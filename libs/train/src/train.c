@@ -1072,7 +1072,7 @@ static json_t *deepseek_hf_config(const run *r) {
         "attention_bias", 0, "tie_word_embeddings", !c->untie_embeddings_and_output_weights,
         "kv_lora_rank", c->kv_lora_rank, "qk_nope_head_dim", c->qk_head_dim, "qk_rope_head_dim",
         c->qk_pos_emb_head_dim, "v_head_dim", c->v_head_dim, "first_k_dense_replace", k,
-        "num_nextn_predict_layers", 0);
+        "num_nextn_predict_layers", c->mtp_num_layers); /* (the hub's model.layers.L + k) */
     if (!h) return NULL;
     json_object_set_new(h, "q_lora_rank",
                         c->q_lora_rank ? json_integer(c->q_lora_rank) : json_null());
@@ -1553,10 +1553,14 @@ static mt_status unexpected_keys(run *r, mt_ckpt *c) {
         free(names.name[i]);
     free(names.name);
     if (st != MT_OK || n == 0) return st;
+    const int mtp = !strncmp(list, "\"mtp.", 5); /* (a hint for multi-token prediction's) */
     return MT_ERROR(MT_ERR_FORMAT,
                     "Unexpected key(s) in state_dict: %s%s (%d tensor(s) of the checkpoint of "
-                    "iteration %lld that this model does not have: a different model?)",
-                    list, n > 4 ? ", ..." : "", n, (long long)mt_ckpt_iteration(c));
+                    "iteration %lld that this model does not have: %s)",
+                    list, n > 4 ? ", ..." : "", n, (long long)mt_ckpt_iteration(c),
+                    mtp ? "multi-token prediction layers: --mtp-num-layers, or "
+                          "--use-checkpoint-args"
+                        : "a different model?");
 }
 
 /* The shortest %g that reads back as v (Python's repr of a float). */
