@@ -15,8 +15,9 @@
 # 6. mt-generate ($MT_GENERATE) runs the checkpoint's decoder (the depths are for training only).
 # 7. With mt-convert ($MT_CONVERT): DeepSeek-V3's shape exports its depth as the hub's
 #    model.layers.L with num_nextn_predict_layers and imports back to the same fine-tuning losses.
-# ($MPIEXEC): DP 2 and TP 2 with sequence parallelism give one rank's losses, MTP losses and grad
-# norms (relative 1e-5; eh_proj and the depths' norms whole on every rank).
+# ($MPIEXEC): DP 2, TP 2 with sequence parallelism and PP 2 (untied, tied, interleaved) give one
+# rank's losses, MTP losses and grad norms (relative 1e-5; eh_proj and the depths' norms whole on
+# every tensor-parallel rank; the depths on the last stage, with a copy of the embedding).
 # "cuda" as the argument: the same on a GPU in bf16 (with $MPIEXEC in fp32, as the comparisons
 # need: a GPU a rank), and the CUDA graph's replays are bitwise the run without graphs.
 MT_CUDA_FLAGS="--bf16 --deterministic-mode"
@@ -94,7 +95,8 @@ grep -q 'Unexpected key(s) in state_dict: "mtp.layers.0' "$d/nomtp.log" \
 refused llama "--mtp-num-layers -1|--mtp-num-layers must be positive" \
   "--mtp-num-layers 32|leaves no target in a sequence of --seq-length 32" \
   "--mtp-num-layers 1 --mtp-loss-scaling-factor -1|--mtp-loss-scaling-factor must not be negative" \
-  "--mtp-num-layers 1 --context-parallel-size 2|--mtp-num-layers is not supported yet"
+  "--mtp-num-layers 1 --context-parallel-size 2|--mtp-num-layers is not supported yet" \
+  "--mtp-num-layers 1 --pipeline-model-parallel-size 2 --position-embedding-type learned_absolute|not supported yet with learned absolute position embeddings"
 echo "ok: bad MTP flags refused"
 if [ "${1:-}" = cuda ]; then
   MT_CUDA_GRAPHS=0 run eager --mtp-num-layers 2
@@ -162,12 +164,25 @@ if [ -n "${MPIEXEC:-}" ]; then
   }
   mr 2 dp2 --use-distributed-optimizer
   mr 2 sp2 --tensor-model-parallel-size 2 --make-vocab-size-divisible-by 64 --sequence-parallel
-  for r in dp2 sp2; do
+  # pipeline parallelism: the depths on the last stage with a copy of the embedding (its gradient
+  # summed with the first stage's), untied and tied, and with the interleaved schedule
+  mr 2 pp2 --pipeline-model-parallel-size 2
+  tied=(--normalization RMSNorm --position-embedding-type rope --swiglu --disable-bias-linear
+        --group-query-attention --num-query-groups 2)
+  tiny_run "$d/tied1.json" "${tied[@]}" --mtp-num-layers 2 --metrics-jsonl "$d/tied1.jsonl" \
+    > "$d/tied1.log" 2>&1 || { cat "$d/tied1.log"; exit 1; }
+  "$MPIEXEC" -n 2 "$MT_PRETRAIN" "${tiny_args[@]}" "${tied[@]}" --mtp-num-layers 2 \
+    --pipeline-model-parallel-size 2 --golden-values-out "$d/tiedpp2.json" \
+    --metrics-jsonl "$d/tiedpp2.jsonl" > "$d/tiedpp2.log" 2>&1 || { cat "$d/tiedpp2.log"; exit 1; }
+  run l4 --mtp-num-layers 2 --num-layers 4
+  mr 2 pp2v --num-layers 4 --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1
+  for pair in mtp2:dp2 mtp2:sp2 mtp2:pp2 tied1:tiedpp2 l4:pp2v; do
+    a=${pair%%:*} r=${pair#*:}
     for k in "lm loss" "mtp_1 loss" "mtp_2 loss"; do
-      paste <(key_losses "$d/mtp2.json" "$k" 1 12 | awk '{print $2}') \
+      paste <(key_losses "$d/$a.json" "$k" 1 12 | awk '{print $2}') \
             <(key_losses "$d/$r.json" "$k" 1 12 | awk '{print $2}') | close "$r $k" 1e-5 || exit 1
     done
-    paste <(gnorms "$d/mtp2.jsonl") <(gnorms "$d/$r.jsonl") | close "$r grad norms" 1e-5 || exit 1
+    paste <(gnorms "$d/$a.jsonl") <(gnorms "$d/$r.jsonl") | close "$r grad norms" 1e-5 || exit 1
   done
 fi
 echo "ok: multi-token prediction"

@@ -1292,6 +1292,9 @@ static mt_status mtp_step(mt_model *m, const mt_tensor *tokens, const mt_tensor 
     const float scale = loss_scale * c->mtp_loss_scaling_factor / (float)D;
     MT_REQUIRE(c->seq_length > D, MT_ERR_INVALID_ARG,
                "--mtp-num-layers %d leaves no target in a sequence of %d", D, c->seq_length);
+    MT_REQUIRE(tokens, MT_ERR_INVALID_ARG,
+               "multi-token prediction needs the tokens on the last pipeline stage too");
+    MT_TRY(check_ids(m, tokens, "tokens"));
     for (int k = 0; k < D; k++) {
         mtp_acts *d = &a->mtp[k];
         const mtp_params *q = &m->mp[k];
@@ -1304,8 +1307,8 @@ static mt_status mtp_step(mt_model *m, const mt_tensor *tokens, const mt_tensor 
         mt_tensor e3, half;
         MT_TRY(mt_tensor_reshape(sp(m) ? &a->sp_all : &d->emb, 3, bt, &e3));
         OP("fwd.mtp.embedding",
-           mt_tp_embedding_fwd(m->tp, sp(m) ? &d->emb : &e3, sp(m) ? &e3 : NULL, &d->tok, W(m->wte),
-                               W(m->wpe), d->pos.data ? &d->pos : NULL, sp(m), s));
+           mt_tp_embedding_fwd(m->tp, sp(m) ? &d->emb : &e3, sp(m) ? &e3 : NULL, &d->tok,
+                               W(m->mtp_wte), W(m->wpe), d->pos.data ? &d->pos : NULL, sp(m), s));
         if (hdrop) {
             mt_dropout_config dc = hidden_cfg(m, SITE_MTP_EMB(k));
             OP("fwd.dropout", mt_dropout(&d->emb, &d->emb, NULL, &dc, s));
@@ -1359,7 +1362,7 @@ static mt_status mtp_step(mt_model *m, const mt_tensor *tokens, const mt_tensor 
         }
         MT_TRY(mt_tensor_reshape(sp(m) ? &a->sp_all : &a->mtp_tmp, 3, bt, &d3));
         OP("bwd.embedding",
-           mt_tp_embedding_bwd(m->tp, G(m->wte), G(m->wpe), sp(m) ? &a->mtp_tmp : &d3,
+           mt_tp_embedding_bwd(m->tp, G(m->mtp_wte), G(m->wpe), sp(m) ? &a->mtp_tmp : &d3,
                                sp(m) ? &d3 : NULL, &d->tok, d->pos.data ? &d->pos : NULL,
                                a->ws.data, m->ws_bytes, sp(m), s));
         /* the hidden state's half, through hnorm into the depth before's output (or the final
@@ -1392,8 +1395,7 @@ static mt_status stage_fwd(mt_model *m, const mt_tensor *tokens, const mt_tensor
     mt_tensor t;
     MT_TRY(targets_flat(m, targets, &t));
     if (m->mtp_ran) {
-        MT_TRY(mtp_step(m, m->slot_tokens[m->slot].data ? &m->slot_tokens[m->slot] : tokens,
-                        targets, loss_scale, s));
+        MT_TRY(mtp_step(m, tokens, targets, loss_scale, s));
         if (!sliced) MT_TRY(lm_head_fwd(m, s));
     }
     if (sliced) {

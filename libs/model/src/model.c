@@ -304,10 +304,12 @@ mt_status mt_model_config_finalize(mt_model_config *c) {
     MT_REQUIRE(c->mtp_num_layers >= 0, MT_ERR_INVALID_ARG, "--mtp-num-layers %d must be >= 0",
                c->mtp_num_layers);
     if (c->mtp_num_layers > 0) {
-        MT_REQUIRE(pp == 1 && c->context_parallel_size <= 1, MT_ERR_UNSUPPORTED,
-                   "--mtp-num-layers is not supported yet with pipeline parallelism (%d) or "
-                   "context parallelism (%d)",
-                   pp, c->context_parallel_size);
+        MT_REQUIRE(c->context_parallel_size <= 1, MT_ERR_UNSUPPORTED,
+                   "--mtp-num-layers is not supported yet with context parallelism (%d)",
+                   c->context_parallel_size);
+        MT_REQUIRE(pp == 1 || c->position_embedding_type != MT_POS_LEARNED, MT_ERR_UNSUPPORTED,
+                   "--mtp-num-layers with pipeline parallelism is not supported yet with learned "
+                   "absolute position embeddings (the last stage holds no copy of them)");
         MT_REQUIRE(c->mtp_loss_scaling_factor >= 0.0f, MT_ERR_INVALID_ARG,
                    "--mtp-loss-scaling-factor %g must be >= 0", (double)c->mtp_loss_scaling_factor);
     }
@@ -696,6 +698,13 @@ static void build_table(const mt_model_config *c, table *m) {
     if (!last_stage(c)) return;
     add_param(m, "decoder.final_layernorm.weight", 1, C, 0, 0, 1, 1);
     if (ln) add_param(m, "decoder.final_layernorm.bias", 1, C, 0, 0, 0, 1);
+    if (mtp_n(c) && !first_stage(c) && c->untie_embeddings_and_output_weights) {
+        /* (multi-token prediction on the last of several stages: a copy of the embedding, as a
+         * tied output layer's; tied, that copy is the output layer below) */
+        add_param(m, "embedding.word_embeddings.weight", 2, Vp, C, std, 0, 0);
+        split_last(m, tp, 0, 1, Vp, 0, 0);
+        m->spec[m->n - 1].shared = 1;
+    }
     for (int k = 0; k < mtp_n(c); k++) { /* (megatron.core's order: after the decoder) */
 #define P(suffix, ...)                                        \
     do {                                                      \
@@ -989,7 +998,7 @@ static void plan_acts(mt_model *m, planner *p) {
     const int nmtp = m->no_grads ? 0 : mtp_n(c);
     for (int k = 0; k < nmtp; k++) {
         mtp_acts *t = &a->mtp[k];
-        plan_layer(m, p, &a->layer[nl + k], moe_layer(c, c->num_layers + k));
+        plan_layer(m, p, &a->layer[pp_slots(c) * nl + k], moe_layer(c, c->num_layers + k));
         TAKE(p, &t->tok, MT_I32, B, T);
         if (c->position_embedding_type == MT_POS_LEARNED) TAKE(p, &t->pos, MT_I32, B, T);
         TAKE(p, &t->tgt, MT_I32, B, T);
@@ -1564,6 +1573,7 @@ static mt_status create(const mt_model_config *cfg, int micro_batch_size, mt_dev
     m->lnf_b = mt_model_param_find(m, "decoder.final_layernorm.bias");
     m->out_w = mt_model_param_find(m, "output_layer.weight");
     if (!m->out_w && last_stage(&m->cfg)) m->out_w = emb;
+    m->mtp_wte = mtp_n(&m->cfg) && last_stage(&m->cfg) ? emb : NULL; /* (PP: the last's copy) */
 
     /* activations */
     const int sh = m->shared.base != NULL;
@@ -1859,10 +1869,12 @@ static mt_status measure(const mt_model_config *cfg, int micro_batch_size, mt_de
     MT_TRY(mt_model_config_finalize(&m.cfg));
     MT_TRY(workspace_sizes(&m));
     m.a.n_rc = recompute_sets(&m.cfg);
-    m.a.layer = calloc((size_t)(pp_slots(&m.cfg) * stage_nl(&m.cfg)), sizeof *m.a.layer);
+    m.nslots = pp_slots(&m.cfg);
+    m.a.layer = calloc((size_t)(m.nslots * stage_nl(&m.cfg) + mtp_n(&m.cfg)), sizeof *m.a.layer);
     m.a.rc = calloc((size_t)m.a.n_rc * 2 + 1, sizeof *m.a.rc);
+    m.a.mtp = calloc((size_t)mtp_n(&m.cfg) + 1, sizeof *m.a.mtp);
     mt_status st = MT_OK;
-    if (m.a.layer && m.a.rc) {
+    if (m.a.layer && m.a.rc && m.a.mtp) {
         planner p = { NULL, 0, device, 0, NULL, shared, NULL, 0, 0 };
         plan_acts(&m, &p);
         *bytes = p.off + MT_ARENA_ALIGN; // why: as mt_model_create sizes its arena
@@ -1872,6 +1884,7 @@ static mt_status measure(const mt_model_config *cfg, int micro_batch_size, mt_de
     }
     free(m.a.layer);
     free(m.a.rc);
+    free(m.a.mtp);
     return st;
 }
 
@@ -1953,6 +1966,8 @@ mt_status mt_model_discard_grads(mt_model *m, mt_stream stream) {
     /* the embedding's backward adds its scatter; an untied wte has no other writer */
     if (m->wpe) MT_TRY(zero_grad_of(m, m->wpe, stream));
     if (m->wte && m->out_w != m->wte) MT_TRY(zero_grad_of(m, m->wte, stream));
+    if (m->mtp_wte && m->mtp_wte != m->wte && m->mtp_wte != m->out_w) /* (MTP's stage copy) */
+        MT_TRY(zero_grad_of(m, m->mtp_wte, stream));
     m->grads_discarded = 1;
     return MT_OK;
 }
@@ -1985,9 +2000,11 @@ mt_status mt_model_take_loss(mt_model *m, double *mean_loss, mt_stream stream) {
 mt_status mt_model_take_mtp_loss_sums(mt_model *m, double *sum, double *count, int n,
                                       mt_stream stream) {
     MT_REQUIRE(m && (n <= 0 || (sum && count)), MT_ERR_INVALID_ARG, "NULL argument");
-    const int D = m->a.mtp_sum.data ? mtp_n(&m->cfg) : 0;
-    MT_REQUIRE(n <= D, MT_ERR_INVALID_ARG, "%d MTP losses asked of a model with %d", n, D);
-    if (D == 0) return MT_OK;
+    MT_REQUIRE(n <= mtp_n(&m->cfg), MT_ERR_INVALID_ARG, "%d MTP losses asked of a model with %d", n,
+               mtp_n(&m->cfg));
+    for (int k = 0; k < n; k++) /* (a stage without the depths: none) */
+        sum[k] = count[k] = 0.0;
+    if (!m->a.mtp_sum.data) return MT_OK;
     acts *a = &m->a;
     const int64_t N = a->mtp_sum.shape[1];
     float v[2];

@@ -398,7 +398,8 @@ struct mt_model {
     layer_params *lp; /* (num_layers + mtp_n: the MTP depths' transformer layers last) */
     mtp_params *mp;   /* multi-token prediction: each depth's (NULL: none) */
     mt_model_param *wte, *wpe, *lnf_w, *lnf_b, *out_w;
-    int n_loss; /* micro-batches in loss_sum */
+    mt_model_param *mtp_wte; /* multi-token prediction: the embedding it reads (the last stage's) */
+    int n_loss;              /* micro-batches in loss_sum */
     /* pipeline parallelism: the slot the forward or backward running now uses, and each slot's
      * tokens (the embedding backward's; slot 0 without pipeline parallelism); pp_fwd: the last stage's pp_forward of a
      * training micro-batch ran (its pp_backward comes next) */
@@ -469,8 +470,12 @@ static inline int recompute_group(const mt_model_config *c, int l, int *g0, int 
     return 1;
 }
 
-/* Layer l's activations in the slot running now. */
+/* Layer l's activations in the slot running now (an MTP depth's layer, l >= num_layers: its one
+ * set after every slot's, on the last stage: a micro-batch's depths run forward and backward in
+ * its forward). */
 static inline layer_acts *layer_of(const mt_model *m, int l) {
+    const int L = m->cfg.num_layers;
+    if (l >= L) return &m->a.layer[m->nslots * stage_nl(&m->cfg) + l - L];
     return &m->a.layer[m->slot * stage_nl(&m->cfg) + l - stage_l0(&m->cfg)];
 }
 

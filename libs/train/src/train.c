@@ -231,10 +231,12 @@ static mt_status take_mtp_losses(run *r) {
     if (!D) return MT_OK;
     double *sc = calloc((size_t)D * 2, sizeof *sc);
     MT_REQUIRE(sc, MT_ERR_OOM, "MTP losses");
-    mt_status st = mt_model_take_mtp_loss_sums(r->model, sc, sc + D, D, NULL);
+    /* (pipeline parallelism: the last stage's, the last chunk's) */
+    mt_status st = mt_model_take_mtp_loss_sums(r->chunks[r->vpp - 1], sc, sc + D, D, NULL);
     for (int k = 0; k < D && st == MT_OK; k++) {
         double v[2] = { sc[k], sc[D + k] };
         st = allreduce_on(r, r->dp, v, 2, MT_REDOP_SUM);
+        if (st == MT_OK) st = allreduce_on(r, r->pp, v, 2, MT_REDOP_SUM);
         r->mtp_iter[k] = v[0] / v[1];
     }
     free(sc);
@@ -2031,7 +2033,8 @@ static mt_status start_buckets(run *r, int level, mt_stream s) {
 /* The tied embedding of the first and last pipeline stages: its buckets (level -1) wait for its
  * two copies' sum (pp_embedding_grads starts them). */
 static int embedding_held(const run *r) {
-    return r->emb && !r->mc.untie_embeddings_and_output_weights;
+    /* (multi-token prediction: the last stage's copy, which its depths read) */
+    return r->emb && (!r->mc.untie_embeddings_and_output_weights || r->mc.mtp_num_layers > 0);
 }
 
 static mt_status grad_ready(void *ctx, int level, mt_stream s) {

@@ -307,7 +307,10 @@ typedef struct mt_model_config {
      * (megatron.core's MTPLossAutoScaler); mt_model_take_mtp_loss_sums reports them apart. The
      * forwards without training (evaluation, generation) skip it. The depths' transformer layers
      * are the decoder's last layer's kind (MoE or dense; with MoE their routers' losses count
-     * with the decoder's). Not yet with pipeline or context parallelism. */
+     * with the decoder's). With pipeline parallelism the depths are the last stage's, which then
+     * also holds a copy of the embedding (mt_model_param.pp_shared, as a tied output layer's;
+     * the caller sums the copies' gradients) and needs the tokens too; not yet with learned
+     * positions there, nor with context parallelism. */
     int mtp_num_layers;
     float mtp_loss_scaling_factor; /* Megatron's --mtp-loss-scaling-factor (mt-pretrain: 0.1) */
 } mt_model_config;
@@ -611,7 +614,8 @@ MT_API mt_status mt_model_kv_cache_row(mt_model_kv_cache *c, int b, mt_model_kv_
 /* Multi-token prediction: each depth's token losses summed over the training micro-batches since
  * the last call (sum[k], depth k+1) and their counted tokens (count[k]), for k < n (n at most
  * cfg.mtp_num_layers), then resets every depth's (a depth's mean: sum / count, both summed over
- * data-parallel ranks first). Blocking. */
+ * data-parallel ranks first; zeros on a pipeline stage before the last, which has no depths).
+ * Blocking. */
 MT_API mt_status mt_model_take_mtp_loss_sums(mt_model *m, double *sum, double *count, int n,
                                              mt_stream stream);
 
