@@ -10,6 +10,14 @@ fi
 # Megatron's default dropout (0.1) is on; the tests that do not test it train without (as before
 # it existed), so that their numbers are the model's alone
 nodrop=(--attention-dropout 0 --hidden-dropout 0)
+# need_mr_gpus "$1": a script run with "cuda" under $MPIEXEC puts a rank on each GPU: skipped (77)
+# with fewer than 2
+need_mr_gpus() {
+  if [ "${1:-}" = cuda ] && [ -n "${MPIEXEC:-}" ]; then
+    local n; n=$(nvidia-smi -L 2>/dev/null | wc -l)
+    [ "$n" -ge 2 ] || { echo "skip: needs 2 GPUs, found $n"; exit 77; }
+  fi
+}
 tiny_args=("${nodrop[@]}" --num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32
            --micro-batch-size 2 --global-batch-size 8 --mock-data --tokenizer-type NullTokenizer
            --vocab-size 300 --train-iters 12 --lr 3e-3 --lr-decay-style cosine

@@ -12,10 +12,7 @@
 # (with and without sequence parallelism and the query latent) and 2 context-parallel ranks (also
 # with TP 2 + SP, 4 ranks) give one rank's losses. With "cuda": on the GPU.
 source "$(dirname "$0")/pretrain_common.sh"
-if [ "${1:-}" = cuda ] && [ -n "${MPIEXEC:-}" ]; then  # (the launcher's ranks: a GPU each)
-  n=$(nvidia-smi -L 2>/dev/null | wc -l)
-  [ "$n" -ge 2 ] || { echo "skip: needs 2 GPUs, found $n"; exit 77; }
-fi
+need_mr_gpus "${1:-}"
 d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
 MLA=(--normalization RMSNorm --position-embedding-type rope --swiglu --disable-bias-linear
      --untie-embeddings-and-output-weights --multi-latent-attention --rope-type rope

@@ -23,10 +23,7 @@
 MT_CUDA_FLAGS="--bf16 --deterministic-mode"
 [ -n "${MPIEXEC:-}" ] && MT_CUDA_FLAGS="--deterministic-mode"
 source "$(dirname "$0")/pretrain_common.sh"
-if [ "${1:-}" = cuda ] && [ -n "${MPIEXEC:-}" ]; then  # (the launcher's ranks: a GPU each)
-  n=$(nvidia-smi -L 2>/dev/null | wc -l)
-  [ "$n" -ge 2 ] || { echo "skip: needs 2 GPUs, found $n"; exit 77; }
-fi
+need_mr_gpus "${1:-}"
 d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
 llama=(--normalization RMSNorm --position-embedding-type rope --swiglu --disable-bias-linear
        --untie-embeddings-and-output-weights --group-query-attention --num-query-groups 2)

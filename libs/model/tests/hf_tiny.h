@@ -63,12 +63,9 @@ static inline mt_model_config hf_tiny_config(const char *tag, mt_dtype dt) {
         c.mtp_num_layers = 2;
         c.mtp_loss_scaling_factor = 0.3f;
     }
-    if (strcmp(tag, "mtp_moe") == 0) { /* (gen_mtp.py) Mixtral's experts (every layer's, the
-                                          depth's too), the load-balancing loss at 0.01; 1 depth */
-        tiny_llama_layers(&c);
-        c.num_moe_experts = 4;
-        c.moe_router_topk = 2;
-        c.moe_ffn_hidden_size = 32;
+    if (strcmp(tag, "mtp_moe") == 0) { /* (gen_mtp.py) Mixtral's (below; every layer's experts,
+                                          the depth's too), the load-balancing loss at 0.01; 1
+                                          depth */
         c.moe_aux_loss_coeff = 0.01f;
         c.mtp_num_layers = 1;
         c.mtp_loss_scaling_factor = 0.3f;
@@ -86,7 +83,7 @@ static inline mt_model_config hf_tiny_config(const char *tag, mt_dtype dt) {
         c.qk_layernorm = 1;
     }
     const int qmoe = strncmp(tag, "qwen2_moe", 9) == 0;
-    if (strcmp(tag, "mixtral") == 0 ||
+    if (strcmp(tag, "mixtral") == 0 || strcmp(tag, "mtp_moe") == 0 ||
         qmoe) { /* Llama's attention; 4 experts of SwiGLU 32, top-2 */
         tiny_llama_layers(&c);
         c.num_moe_experts = 4;
