@@ -15,8 +15,8 @@
 # 6. mt-generate ($MT_GENERATE) runs the checkpoint's decoder (the depths are for training only).
 # 7. With mt-convert ($MT_CONVERT): DeepSeek-V3's shape exports its depth as the hub's
 #    model.layers.L with num_nextn_predict_layers and imports back to the same fine-tuning losses.
-# ($MPIEXEC): DP 2, TP 2 with sequence parallelism and PP 2 (untied, tied, interleaved) give one
-# rank's losses, MTP losses and grad norms (relative 1e-5; eh_proj and the depths' norms whole on
+# ($MPIEXEC): DP 2, TP 2 with sequence parallelism, PP 2 (untied, tied, interleaved) and CP 2 give
+# one rank's losses, MTP losses and grad norms (relative 1e-5; eh_proj and the depths' norms whole on
 # every tensor-parallel rank; the depths on the last stage, with a copy of the embedding).
 # "cuda" as the argument: the same on a GPU in bf16 (with $MPIEXEC in fp32, as the comparisons
 # need: a GPU a rank), and the CUDA graph's replays are bitwise the run without graphs.
@@ -114,7 +114,7 @@ grep -q 'Unexpected key(s) in state_dict: "mtp.layers.0' "$d/nomtp.log" \
 refused llama "--mtp-num-layers -1|--mtp-num-layers must be positive" \
   "--mtp-num-layers 32|leaves no target in a sequence of --seq-length 32" \
   "--mtp-num-layers 1 --mtp-loss-scaling-factor -1|--mtp-loss-scaling-factor must not be negative" \
-  "--mtp-num-layers 1 --context-parallel-size 2|--mtp-num-layers is not supported yet" \
+  "--mtp-num-layers 1 --context-parallel-size 2 --position-embedding-type learned_absolute|not supported yet with learned absolute position embeddings" \
   "--mtp-num-layers 1 --pipeline-model-parallel-size 2 --position-embedding-type learned_absolute|not supported yet with learned absolute position embeddings"
 echo "ok: bad MTP flags refused"
 if [ "${1:-}" = cuda ]; then
@@ -186,6 +186,9 @@ if [ -n "${MPIEXEC:-}" ]; then
   # pipeline parallelism: the depths on the last stage with a copy of the embedding (its gradient
   # summed with the first stage's), untied and tied, and with the interleaved schedule
   mr 2 pp2 --pipeline-model-parallel-size 2
+  # context parallelism: the trainer rolls the whole sequences, each rank takes its chunks of the
+  # rolls, and each depth's gradient is a mean over every rank's counted tokens
+  mr 2 cp2 --context-parallel-size 2
   tied=(--normalization RMSNorm --position-embedding-type rope --swiglu --disable-bias-linear
         --group-query-attention --num-query-groups 2)
   tiny_run "$d/tied1.json" "${tied[@]}" --mtp-num-layers 2 --metrics-jsonl "$d/tied1.jsonl" \
@@ -195,7 +198,7 @@ if [ -n "${MPIEXEC:-}" ]; then
     --metrics-jsonl "$d/tiedpp2.jsonl" > "$d/tiedpp2.log" 2>&1 || { cat "$d/tiedpp2.log"; exit 1; }
   run l4 --mtp-num-layers 2 --num-layers 4
   mr 2 pp2v --num-layers 4 --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1
-  for pair in mtp2:dp2 mtp2:sp2 mtp2:pp2 tied1:tiedpp2 l4:pp2v; do
+  for pair in mtp2:dp2 mtp2:sp2 mtp2:pp2 mtp2:cp2 tied1:tiedpp2 l4:pp2v; do
     a=${pair%%:*} r=${pair#*:}
     for k in "lm loss" "mtp_1 loss" "mtp_2 loss"; do
       paste <(key_losses "$d/$a.json" "$k" 1 12 | awk '{print $2}') \

@@ -1299,8 +1299,24 @@ static mt_status mtp_step(mt_model *m, const mt_tensor *tokens, const mt_tensor 
         mtp_acts *d = &a->mtp[k];
         const mtp_params *q = &m->mp[k];
         const mt_tensor *pos0 = positions(m) ? positions(m) : &a->mtp_pos0;
-        OP("fwd.mtp.roll", roll_left(m, &d->tok, k ? &a->mtp[k - 1].tok : tokens, 0, s));
-        OP("fwd.mtp.roll", roll_left(m, &d->tgt, k ? &a->mtp[k - 1].tgt : targets, 1, s));
+        float sk = scale;
+        if (m->mtp_in_tok.data) { /* (the caller's rolls: context parallelism) */
+            const int64_t bt2[2] = { m->B, c->seq_length };
+            mt_tensor x, x2;
+            MT_TRY(mt_tensor_slice(&m->mtp_in_tok, 0, k, 1, &x));
+            MT_TRY(mt_tensor_reshape(&x, 2, bt2, &x2));
+            OP("fwd.mtp.roll", mt_copy(&d->tok, &x2, s));
+            MT_TRY(mt_tensor_slice(&m->mtp_in_tgt, 0, k, 1, &x));
+            MT_TRY(mt_tensor_reshape(&x, 2, bt2, &x2));
+            OP("fwd.mtp.roll", mt_copy(&d->tgt, &x2, s));
+            sk *= m->mtp_mult ? m->mtp_mult[k] : 1.0f;
+        } else {
+            MT_REQUIRE(cp_n(c) == 1, MT_ERR_INVALID_ARG,
+                       "multi-token prediction under context parallelism needs the caller's "
+                       "rolls: mt_model_set_mtp_inputs");
+            OP("fwd.mtp.roll", roll_left(m, &d->tok, k ? &a->mtp[k - 1].tok : tokens, 0, s));
+            OP("fwd.mtp.roll", roll_left(m, &d->tgt, k ? &a->mtp[k - 1].tgt : targets, 1, s));
+        }
         if (d->pos.data)
             OP("fwd.mtp.roll", roll_left(m, &d->pos, k ? &a->mtp[k - 1].pos : pos0, 0, s));
         /* the embedding of the tokens k+1 ahead (sequence parallelism: this rank's rows) */
@@ -1332,7 +1348,7 @@ static mt_status mtp_step(mt_model *m, const mt_tensor *tokens, const mt_tensor 
         /* the head: the loss, its gradient and the output layer's backward into d->dh */
         mt_tensor t, sum, cnt, cnt_k;
         MT_TRY(mt_tensor_reshape(&d->tgt, 1, &N, &t));
-        MT_TRY(head_slices(m, &d->fin, &d->dh, &t, 1, scale, k > 0 || !m->grads_discarded, s));
+        MT_TRY(head_slices(m, &d->fin, &d->dh, &t, 1, sk, k > 0 || !m->grads_discarded, s));
         MT_TRY(mt_tensor_slice(&a->mtp_sum, 0, k, 1, &sum));
         MT_TRY(mt_tensor_reshape(&sum, 1, &N, &sum));
         MT_TRY(mt_axpy(&sum, 1.0f, &a->losses, s));
@@ -1761,7 +1777,9 @@ mt_status mt_model_forward_backward(mt_model *m, const mt_tensor *tokens, const 
     MT_TRY(whole_model(m, "mt_model_forward_backward"));
     MT_TRY(trainable(m, "mt_model_forward_backward"));
     /* (MoE: the tokens per expert come to the host every layer, which no graph can replay) */
-    if (m->graphs && !m->prof && mt_device_is_cuda(m->dev) && !moe_n(&m->cfg))
+    /* (nor with the caller's MTP rolls: their scales change between micro-batches) */
+    if (m->graphs && !m->prof && mt_device_is_cuda(m->dev) && !moe_n(&m->cfg) &&
+        !m->mtp_in_tok.data)
         return fwd_bwd_graph(m, tokens, targets, loss_scale, s);
     return fwd_bwd(m, tokens, targets, loss_scale, s);
 }

@@ -304,9 +304,10 @@ mt_status mt_model_config_finalize(mt_model_config *c) {
     MT_REQUIRE(c->mtp_num_layers >= 0, MT_ERR_INVALID_ARG, "--mtp-num-layers %d must be >= 0",
                c->mtp_num_layers);
     if (c->mtp_num_layers > 0) {
-        MT_REQUIRE(c->context_parallel_size <= 1, MT_ERR_UNSUPPORTED,
-                   "--mtp-num-layers is not supported yet with context parallelism (%d)",
-                   c->context_parallel_size);
+        MT_REQUIRE(c->context_parallel_size <= 1 || c->position_embedding_type != MT_POS_LEARNED,
+                   MT_ERR_UNSUPPORTED,
+                   "--mtp-num-layers with context parallelism is not supported yet with learned "
+                   "absolute position embeddings");
         MT_REQUIRE(pp == 1 || c->position_embedding_type != MT_POS_LEARNED, MT_ERR_UNSUPPORTED,
                    "--mtp-num-layers with pipeline parallelism is not supported yet with learned "
                    "absolute position embeddings (the last stage holds no copy of them)");
@@ -2021,6 +2022,30 @@ mt_status mt_model_take_mtp_loss_sums(mt_model *m, double *sum, double *count, i
     }
     MT_TRY(mt_memset_zero(a->mtp_sum.data, m->dev, mt_tensor_nbytes(&a->mtp_sum), stream));
     return mt_memset_zero(a->mtp_count.data, m->dev, mt_tensor_nbytes(&a->mtp_count), stream);
+}
+
+mt_status mt_model_set_mtp_inputs(mt_model *m, const mt_tensor *tokens, const mt_tensor *targets,
+                                  const float *scales) {
+    MT_REQUIRE(m, MT_ERR_INVALID_ARG, "NULL model");
+    const int D = mtp_n(&m->cfg);
+    if (!D || !m->a.mtp_sum.data) return MT_OK; /* (no depths here) */
+    if (!tokens) {
+        m->mtp_in_tok.data = m->mtp_in_tgt.data = NULL;
+        return MT_OK;
+    }
+    const int64_t want[3] = { D, m->B, m->cfg.seq_length };
+    const mt_tensor *t[2] = { tokens, targets };
+    for (int i = 0; i < 2; i++) {
+        MT_REQUIRE(t[i] && t[i]->dtype == MT_I32 && t[i]->ndim == 3 && t[i]->data &&
+                       !memcmp(t[i]->shape, want, sizeof want) && mt_tensor_is_contiguous(t[i]) &&
+                       mt_device_eq(t[i]->device, m->dev),
+                   MT_ERR_INVALID_ARG,
+                   "MTP %s: want (%d, %d, %d) i32 contiguous on the model's device",
+                   i ? "targets" : "tokens", D, m->B, m->cfg.seq_length);
+    }
+    m->mtp_mult = scales;
+    m->mtp_in_tok = *tokens, m->mtp_in_tgt = *targets;
+    return MT_OK;
 }
 
 mt_status mt_model_take_moe_losses(mt_model *m, double *aux, double *z, mt_stream stream) {

@@ -399,7 +399,9 @@ struct mt_model {
     mtp_params *mp;   /* multi-token prediction: each depth's (NULL: none) */
     mt_model_param *wte, *wpe, *lnf_w, *lnf_b, *out_w;
     mt_model_param *mtp_wte; /* multi-token prediction: the embedding it reads (the last stage's) */
-    int n_loss;              /* micro-batches in loss_sum */
+    mt_tensor mtp_in_tok, mtp_in_tgt; /* mt_model_set_mtp_inputs (data NULL: the model rolls) */
+    const float *mtp_mult;            /* its scales, a depth's (mtp_n; NULL: ones) */
+    int n_loss;                       /* micro-batches in loss_sum */
     /* pipeline parallelism: the slot the forward or backward running now uses, and each slot's
      * tokens (the embedding backward's; slot 0 without pipeline parallelism); pp_fwd: the last stage's pp_forward of a
      * training micro-batch ran (its pp_backward comes next) */

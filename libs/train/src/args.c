@@ -1039,15 +1039,13 @@ static mt_status validate(mt_train_args *a) {
     if (!(a->mtp_loss_scaling_factor >= 0))
         return BAD("--mtp-loss-scaling-factor must not be negative, got %g",
                    a->mtp_loss_scaling_factor);
-    if (a->mtp_num_layers && a->context_parallel_size > 1)
-        return MT_ERROR(MT_ERR_UNSUPPORTED,
-                        "--mtp-num-layers is not supported yet with --context-parallel-size %d",
-                        a->context_parallel_size);
-    if (a->mtp_num_layers && a->pipeline_model_parallel_size > 1 &&
+    if (a->mtp_num_layers &&
+        (a->pipeline_model_parallel_size > 1 || a->context_parallel_size > 1) &&
         strcmp(a->position_embedding_type, "learned_absolute") == 0)
         return MT_ERROR(MT_ERR_UNSUPPORTED,
-                        "--mtp-num-layers with --pipeline-model-parallel-size is not supported "
-                        "yet with learned absolute position embeddings");
+                        "--mtp-num-layers with --pipeline-model-parallel-size or "
+                        "--context-parallel-size is not supported yet with learned absolute "
+                        "position embeddings");
     if (a->mtp_num_layers && a->mtp_num_layers >= a->seq_length)
         return BAD("--mtp-num-layers %d leaves no target in a sequence of --seq-length %d",
                    a->mtp_num_layers, a->seq_length);

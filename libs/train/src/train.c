@@ -84,6 +84,14 @@ typedef struct run {
     int64_t hcount[2];     /* the counted targets (not ignored) of each host batch (with context
                              parallelism: of this rank's chunks) */
     int64_t hcount_all[2]; /* context parallelism: of the whole sequences */
+    /* multi-token prediction under context parallelism: each host batch's rolls of the whole
+     * sequences ([slot][tokens, targets][depth](B,T)), their counted targets on this rank and on
+     * all ([slot][depth][this rank, all]); each device slot's rolls (D, B, T / cp) and the
+     * depths' loss scales (mt_model_set_mtp_inputs) */
+    int32_t *hmtp;
+    int64_t *hmcount;
+    mt_tensor *mtp_tok, *mtp_tgt;
+    float *mtp_scale;
     /* the device's micro-batches, one a slot of the model's (a pipeline stage keeps several in
      * flight; else one): tokens, targets, --reset-position-ids' position ids,
      * --reset-attention-mask's key starts, dropout's sample ids (B) i64 (else unallocated) */
@@ -808,10 +816,22 @@ static mt_status setup_io(run *r) {
         r->hcp = calloc((size_t)(B * Tl), sizeof *r->hcp);
         MT_REQUIRE(r->hcp, MT_ERR_OOM, "batch buffers");
     }
-    MT_TRY(mt_arena_create(r->dev,
-                           (size_t)S * ((size_t)(4 * B * T * 4 + 8 * B) + 6 * MT_ARENA_ALIGN) +
-                               MT_ARENA_ALIGN + 64,
-                           &r->io_arena));
+    const int D = r->mc.mtp_num_layers, mtp_cp = D > 0 && r->cp_size > 1;
+    if (mtp_cp) {
+        r->hmtp = calloc((size_t)(2 * 2 * D * B * T), sizeof *r->hmtp);
+        r->hmcount = calloc((size_t)(2 * D * 2), sizeof *r->hmcount);
+        r->mtp_tok = calloc((size_t)S, sizeof(mt_tensor));
+        r->mtp_tgt = calloc((size_t)S, sizeof(mt_tensor));
+        r->mtp_scale = calloc((size_t)(S * D), sizeof *r->mtp_scale);
+        MT_REQUIRE(r->hmtp && r->hmcount && r->mtp_tok && r->mtp_tgt && r->mtp_scale, MT_ERR_OOM,
+                   "MTP batch buffers");
+    }
+    MT_TRY(mt_arena_create(
+        r->dev,
+        (size_t)S * ((size_t)(4 * B * T * 4 + 8 * B) + 6 * MT_ARENA_ALIGN) +
+            (mtp_cp ? (size_t)S * (2 * (size_t)(D * B * T) * 4 + 2 * MT_ARENA_ALIGN) : 0) +
+            MT_ARENA_ALIGN + 64,
+        &r->io_arena));
     for (int k = 0; k < S; k++) {
         MT_TRY(mt_tensor_alloc(r->io_arena, MT_I32, 2, (int64_t[]){ B, Tl }, &r->tok[k]));
         MT_TRY(mt_tensor_alloc(r->io_arena, MT_I32, 2, (int64_t[]){ B, Tl }, &r->tgt[k]));
@@ -828,6 +848,10 @@ static mt_status setup_io(run *r) {
                              NULL));
         }
         if (docs) MT_TRY(mt_tensor_alloc(r->io_arena, MT_I32, 2, (int64_t[]){ B, T }, &r->ks[k]));
+        if (mtp_cp)
+            for (int i = 0; i < 2; i++)
+                MT_TRY(mt_tensor_alloc(r->io_arena, MT_I32, 3, (int64_t[]){ D, B, Tl },
+                                       i ? &r->mtp_tgt[k] : &r->mtp_tok[k]));
         /* the dropout masks are keyed by the sample (mt_model_set_sample_ids) */
         if (drop) MT_TRY(mt_tensor_alloc(r->io_arena, MT_I64, 1, (int64_t[]){ B }, &r->sid[k]));
     }
@@ -837,7 +861,6 @@ static mt_status setup_io(run *r) {
     r->gv_loss = calloc((size_t)n, sizeof(double));
     r->gv_zeros = calloc((size_t)n, sizeof(double));
     r->gv_time = calloc((size_t)n, sizeof(double));
-    const int D = r->mc.mtp_num_layers;
     r->gv_mtp = calloc((size_t)(n * D + 1), sizeof(double));
     r->mtp_iter = calloc((size_t)D + 1, sizeof(double));
     r->mtp_interval = calloc((size_t)D + 1, sizeof(double));
@@ -878,6 +901,22 @@ static mt_status read_batch(run *r, mt_data_dataset *ds, mt_data_sampler *s, int
             r->hcount[slot] += tgt[i] != MT_XENT_IGNORE_INDEX && (g == cpr || g == last - cpr);
             r->hcount_all[slot] += tgt[i] != MT_XENT_IGNORE_INDEX;
         }
+        /* multi-token prediction under context parallelism: depth k's rolls of the whole
+         * sequence (megatron.core's roll_tensor across the ranks' chunks), k = 1..D */
+        for (int k = 1; r->hmtp && k <= r->mc.mtp_num_layers; k++) {
+            const int64_t D = r->mc.mtp_num_layers;
+            int32_t *mt = r->hmtp + ((slot * 2 + 0) * D + k - 1) * B * T + b * T;
+            int32_t *mg = r->hmtp + ((slot * 2 + 1) * D + k - 1) * B * T + b * T;
+            int64_t *cnt = r->hmcount + (slot * D + k - 1) * 2;
+            if (b == 0) cnt[0] = cnt[1] = 0;
+            for (int64_t t = 0; t < T; t++) {
+                mt[t] = t + k < T ? tok[b * T + t + k] : 0;
+                mg[t] = t + k < T ? tgt[b * T + t + k] : MT_XENT_IGNORE_INDEX;
+                const int64_t g = t / c2;
+                cnt[0] += mg[t] != MT_XENT_IGNORE_INDEX && (g == cpr || g == last - cpr);
+                cnt[1] += mg[t] != MT_XENT_IGNORE_INDEX;
+            }
+        }
         /* --reset-position-ids and --reset-attention-mask (megatron's
          * _get_ltor_masks_and_position_ids): positions restart at each document's first token,
          * and attention sees the tokens from there on */
@@ -914,6 +953,22 @@ static mt_status upload_ids(run *r, void *dst, const int32_t *src) {
 /* Host batch `slot` to device slot `k`'s tokens, targets, positions, key starts, sample ids. */
 static mt_status upload_batch(run *r, int slot, int k) {
     size_t n = (size_t)(r->a->micro_batch_size * r->a->seq_length);
+    const int D = r->hmtp ? r->mc.mtp_num_layers : 0;
+    for (int j = 0; j < D; j++) { /* (MTP's rolls, this rank's chunks of them, and scales) */
+        const size_t per = n / (size_t)r->cp_size;
+        MT_TRY(upload_ids(r, (int32_t *)r->mtp_tok[k].data + j * per,
+                          r->hmtp + ((size_t)(slot * 2 + 0) * D + j) * n));
+        MT_TRY(upload_ids(r, (int32_t *)r->mtp_tgt[k].data + j * per,
+                          r->hmtp + ((size_t)(slot * 2 + 1) * D + j) * n));
+        /* a depth's gradient as a mean over every rank's counted tokens, given the loss scale
+         * of the decoder's (micro_scale: its mean over every rank's) */
+        const int64_t *cnt = r->hmcount + (slot * D + j) * 2;
+        const double nl = (double)r->hcount[slot], na = (double)r->hcount_all[slot];
+        r->mtp_scale[k * D + j] = r->a->calculate_per_token_loss ? 1.0f
+                                  : cnt[1] > 0 && nl > 0
+                                      ? (float)((double)cnt[0] * na / ((double)cnt[1] * nl))
+                                      : 0.0f;
+    }
     MT_TRY(upload_ids(r, r->tok[k].data, r->htok + slot * n));
     if (r->hpos) MT_TRY(upload_ids(r, r->pos[k].data, r->hpos + slot * n));
     if (r->hks)
@@ -931,6 +986,9 @@ static mt_status upload_batch(run *r, int slot, int k) {
  * the run has). */
 static mt_status use_slot_on(run *r, mt_model *m, int k) {
     if (r->hpos || r->cp_size > 1) MT_TRY(mt_model_set_positions(m, &r->pos[k]));
+    if (r->hmtp)
+        MT_TRY(mt_model_set_mtp_inputs(m, &r->mtp_tok[k], &r->mtp_tgt[k],
+                                       r->mtp_scale + (size_t)k * r->mc.mtp_num_layers));
     if (r->hks) MT_TRY(mt_model_set_key_starts(m, &r->ks[k]));
     if (r->hsid) MT_TRY(mt_model_set_sample_ids(m, &r->sid[k]));
     return MT_OK;
@@ -2495,6 +2553,11 @@ static void teardown(run *r) {
     free(r->gv_zeros);
     free(r->gv_time);
     free(r->gv_mtp);
+    free(r->hmtp);
+    free(r->hmcount);
+    free(r->mtp_tok);
+    free(r->mtp_tgt);
+    free(r->mtp_scale);
     free(r->mtp_iter);
     free(r->mtp_interval);
     events_free(r->bucket_ev, r->n_buckets);

@@ -310,7 +310,8 @@ typedef struct mt_model_config {
      * with the decoder's). With pipeline parallelism the depths are the last stage's, which then
      * also holds a copy of the embedding (mt_model_param.pp_shared, as a tied output layer's;
      * the caller sums the copies' gradients) and needs the tokens too; not yet with learned
-     * positions there, nor with context parallelism. */
+     * positions there. Under context parallelism the caller gives the rolls
+     * (mt_model_set_mtp_inputs); not yet with learned positions there either. */
     int mtp_num_layers;
     float mtp_loss_scaling_factor; /* Megatron's --mtp-loss-scaling-factor (mt-pretrain: 0.1) */
 } mt_model_config;
@@ -618,6 +619,18 @@ MT_API mt_status mt_model_kv_cache_row(mt_model_kv_cache *c, int b, mt_model_kv_
  * Blocking. */
 MT_API mt_status mt_model_take_mtp_loss_sums(mt_model *m, double *sum, double *count, int n,
                                              mt_stream stream);
+
+/* Multi-token prediction with the caller's rolls (needed under context parallelism, where a
+ * rank's chunks do not hold the tokens ahead of their ends): tokens and targets (D, B, T) i32 on
+ * the model's device, depth k+1's inputs and targets for this rank's positions (the whole
+ * sequence's tokens and targets shifted left by k+1, zeros and ignore indices past its end), read
+ * when the training forwards from now on run; scales (D floats on the host, read then too; NULL:
+ * ones) multiply each depth's loss gradient (e.g. this rank's share of the depth's counted tokens
+ * over the decoder's, for a mean over every rank's). All three must outlive those forwards. NULL
+ * tokens: the model rolls its own (the default). The training step then runs without CUDA
+ * graphs. A model without depths ignores it. */
+MT_API mt_status mt_model_set_mtp_inputs(mt_model *m, const mt_tensor *tokens,
+                                         const mt_tensor *targets, const float *scales);
 
 /* Mixture of experts: the load-balancing and z losses (without their coefficients) of the
  * training forwards since the last call, each the mean over the layers and micro-batches that
