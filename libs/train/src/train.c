@@ -1752,44 +1752,36 @@ static mt_status load_checkpoint(run *r) {
 
 /* ---- logging ---- */
 
+/* One series of the golden-values JSON: vals[i] of the logged iterations i >= start (a skipped
+ * one, whose lm loss is NaN, left out), rounded to 5 decimals, as Megatron's. */
+static void golden_series(json_t *root, const run *r, const char *name, const double *vals,
+                          int64_t start) {
+    json_t *v = json_object();
+    int64_t first = 0;
+    for (int64_t i = start; i <= r->iteration; i++) {
+        if (isnan(r->gv_loss[i])) continue;
+        if (!first) first = i;
+        char key[32];
+        snprintf(key, sizeof key, "%lld", (long long)i);
+        json_object_set_new(v, key, json_real(round(vals[i] * 1e5) / 1e5));
+    }
+    json_object_set_new(root, name,
+                        json_pack("{s:I,s:I,s:i,s:o}", "start_step", (json_int_t)first, "end_step",
+                                  (json_int_t)r->iteration, "step_interval", 1, "values", v));
+}
+
 static void write_golden(const run *r) {
     const mt_train_args *a = r->a;
     json_t *root = json_object();
-    for (int k = 0; k < r->mc.mtp_num_layers; k++) { /* ("mtp_<k> loss", as Megatron's) */
-        json_t *v = json_object();
-        int64_t first = 0;
-        for (int64_t i = 1; i <= r->iteration; i++) {
-            const double x = r->gv_mtp[(int64_t)k * (a->train_iters + 1) + i];
-            if (isnan(r->gv_loss[i])) continue;
-            if (!first) first = i;
-            char key[32];
-            snprintf(key, sizeof key, "%lld", (long long)i);
-            json_object_set_new(v, key, json_real(round(x * 1e5) / 1e5));
-        }
-        char name[32];
-        snprintf(name, sizeof name, "mtp_%d loss", k + 1);
-        json_object_set_new(root, name,
-                            json_pack("{s:I,s:I,s:i,s:o}", "start_step", (json_int_t)first,
-                                      "end_step", (json_int_t)r->iteration, "step_interval", 1,
-                                      "values", v));
-    }
     const char *keys[3] = { "lm loss", "num-zeros", "iteration-time" };
     const double *vals[3] = { r->gv_loss, r->gv_zeros, r->gv_time };
-    for (int k = 0; k < 3; k++) {
-        if (k == 1 && !a->log_num_zeros_in_grad) continue;
-        int64_t start = k == 2 ? 2 : 1, first = 0;
-        json_t *v = json_object();
-        for (int64_t i = start; i <= r->iteration; i++) {
-            if (isnan(r->gv_loss[i])) continue;
-            if (!first) first = i;
-            char key[32];
-            snprintf(key, sizeof key, "%lld", (long long)i);
-            json_object_set_new(v, key, json_real(round(vals[k][i] * 1e5) / 1e5));
-        }
-        json_object_set_new(root, keys[k],
-                            json_pack("{s:I,s:I,s:i,s:o}", "start_step", (json_int_t)first,
-                                      "end_step", (json_int_t)r->iteration, "step_interval", 1,
-                                      "values", v));
+    for (int k = 0; k < 3; k++)
+        if (k != 1 || a->log_num_zeros_in_grad)
+            golden_series(root, r, keys[k], vals[k], k == 2 ? 2 : 1);
+    for (int k = 0; k < r->mc.mtp_num_layers; k++) { /* ("mtp_<k> loss", as Megatron's) */
+        char name[32];
+        snprintf(name, sizeof name, "mtp_%d loss", k + 1);
+        golden_series(root, r, name, r->gv_mtp + (int64_t)k * (a->train_iters + 1), 1);
     }
     if (json_dump_file(root, a->golden_values_out, JSON_INDENT(4)) != 0)
         MT_LOG_WARN("cannot write --golden-values-out %s", a->golden_values_out);
