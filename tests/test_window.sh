@@ -74,6 +74,43 @@ if [ -n "${MT_CONVERT:-}" ]; then
   [ "$(losses "$d/ft.json" 1 4)" = "$(losses "$d/ftback.json" 1 4)" ] || { echo "FAIL: the round trip changed the losses"; exit 1; }
   echo "ok: exported as Hugging Face Mistral (sliding_window 5) and imported back"
 fi
+# 5. --window-attn-skip-freq (Megatron's full-attention layers among the windowed ones; Qwen2's
+#    max_window_layers): "[0,1]" windows layer 1 only, unlike a window everywhere or nowhere; 1
+#    (every layer full) is bitwise no window, "[1,1]" the window everywhere, 2 "[1,0]"; a Qwen2-
+#    shaped run exports with layer_types and max_window_layers and imports back
+qw=(--add-qkv-bias --window-size 4,0)
+run q_plain k 8 --add-qkv-bias
+run q_w4 k 8 "${qw[@]}"
+run q_mix k 8 "${qw[@]}" --window-attn-skip-freq "[0,1]"
+run q_full k 8 "${qw[@]}" --window-attn-skip-freq 1
+run q_all k 8 "${qw[@]}" --window-attn-skip-freq "[1]*2"
+run q_two k 8 "${qw[@]}" --window-attn-skip-freq 2
+run q_10 k 8 "${qw[@]}" --window-attn-skip-freq "[1,0]"
+differ q_mix q_w4 "--window-attn-skip-freq [0,1] is the window everywhere"
+differ q_mix q_plain "--window-attn-skip-freq [0,1] is no window"
+same q_full q_plain "--window-attn-skip-freq 1 is not full attention everywhere"
+same q_all q_w4 "--window-attn-skip-freq [1]*2 is not the window everywhere"
+same q_two q_10 "--window-attn-skip-freq 2 is not [1,0]"
+refused llama "--window-size 4,0 --window-attn-skip-freq [1]|Invalid length of window_attn_skip_freq: 1, expected 2" \
+  "--window-size 4,0 --window-attn-skip-freq [1,0] --reset-attention-mask|--window-attn-skip-freq with --reset-attention-mask"
+echo "ok: --window-attn-skip-freq windows the layers it names"
+if [ -n "${MT_CONVERT:-}" ]; then
+  run q_ck k 4 "${qw[@]}" --window-attn-skip-freq "[0,1]" --save "$d/qck"
+  "$MT_CONVERT" mt-to-hf "$d/qck" "$d/qhf" 2> "$d/qexport.log" || { echo "FAIL: Qwen2 export"; cat "$d/qexport.log"; exit 1; }
+  [ "$(jq -r '"\(.model_type) \(.use_sliding_window) \(.sliding_window) \(.max_window_layers) \(.layer_types | join(","))"' "$d/qhf/config.json")" \
+    = "qwen2 true 5 1 full_attention,sliding_attention" ] || { echo "FAIL: exported Qwen2 config"; cat "$d/qhf/config.json"; exit 1; }
+  "$MT_CONVERT" hf-to-mt "$d/qhf" "$d/qback" 2> "$d/qimport.log" || { echo "FAIL: Qwen2 import"; cat "$d/qimport.log"; exit 1; }
+  run q_ft k 4 "${qw[@]}" --window-attn-skip-freq "[0,1]" --load "$d/qck" --finetune
+  run q_ftback k 4 "${qw[@]}" --window-attn-skip-freq "[0,1]" --load "$d/qback" --finetune
+  [ "$(losses "$d/q_ft.json" 1 4)" = "$(losses "$d/q_ftback.json" 1 4)" ] || { echo "FAIL: the Qwen2 round trip changed the losses"; exit 1; }
+  if [ -n "${MT_GENERATE:-}" ]; then  # (the import's layers windowed as the original's)
+    qgen() { MT_KV_CACHE=0 "$MT_GENERATE" --load "$1" --tokenizer-type NullTokenizer --greedy --print-ids \
+               --device "${MT_TEST_DEVICE:-cpu}" --prompt-ids 5,6,7,8,9,10,11 --tokens-to-generate 6 2>> "$d/qgen.err" | tail -1; }
+    a=$(qgen "$d/qck"); b=$(qgen "$d/qback")
+    [ -n "$a" ] && [ "$a" = "$b" ] || { echo "FAIL: generation from the Qwen2 import: '$a' vs '$b'"; cat "$d/qgen.err"; exit 1; }
+  fi
+  echo "ok: exported as Hugging Face Qwen2 (layer_types, max_window_layers 1) and imported back"
+fi
 if [ -n "${MT_GENERATE:-}" ]; then  # generation past the window: without a KV cache, as asked
   gen() { "$MT_GENERATE" --load "$d/ck" --tokenizer-type NullTokenizer --greedy --print-ids \
             --device "${MT_TEST_DEVICE:-cpu}" "$@" 2> "$d/gen.err" | tail -1; }

@@ -227,10 +227,9 @@ static mt_status read_cfg(json_t *cfg, cv_cfg *c) {
                "mixtral, "
                "qwen2_moe, qwen3_moe, deepseek_v3)",
                t);
-    if (strcmp(t, "mistral") && strcmp(t, "mixtral") &&
-        strcmp(t, "phi3")) { /* (Qwen2's and Qwen3's sliding window,
-                                                             on some layers only: not ours unless
-                                                             it spans the context or is off) */
+    if (strcmp(t, "mistral") && strcmp(t, "mixtral") && strcmp(t, "phi3") &&
+        strncmp(t, "qwen", 4)) { /* (Qwen's on some layers: mt-generate's full_attention_layer;
+                                    another family's: not ours unless it spans the context) */
         json_t *sw = json_object_get(cfg, "sliding_window");
         const json_int_t w = json_integer_value(sw),
                          P = geti(cfg, "max_position_embeddings", NULL, 0);

@@ -17,6 +17,8 @@ scores with a random expert bias (e_score_correction_bias, a buffer), scaling 2.
 expert; transformers 5.24.0, torch 2.15.0): python gen_logits.py deepseek_v3 writes
 logits_deepseek_v3 (per-expert names) and logits_deepseek_v3_fused (stacked).
 Versions: torch (CPU), transformers 5.23.0, safetensors. Seeds: 1234 (weights), 7 (tokens).
+Qwen's sliding windows on some layers (session 44, transformers 5.24.0, torch 2.15.0): python
+gen_logits.py qwen_window writes logits_qwen2_window and logits_qwen3_window.
 Rerun from this directory: /opt/gv/bin/python gen_logits.py [mixtral|qwen2|...|rope]"""
 import json, os, shutil
 import torch
@@ -198,6 +200,30 @@ if sys.argv[1:] == ["rope"]:  # (session 43) only the scaled rotary frequencies,
     cfg["rope_theta"], cfg["rope_scaling"] = 100.0, dict(yarn, type="yarn")
     with open("logits_deepseek_yarn/config.json", "w") as f:
         json.dump(cfg, f, indent=2)
+    print("transformers", transformers.__version__, "torch", torch.__version__)
+    sys.exit(0)
+if sys.argv[1:] == ["qwen_window"]:  # (session 44) only Qwen's sliding windows on some layers:
+    # logits_qwen2_window, Qwen2 of 3 layers with max_window_layers 1 (layer 0 full, 1 and 2
+    # through a window of 6 of the 16 tokens); logits_qwen3_window, Qwen3 whose layer_types
+    # window layer 0 only (not a prefix of full layers: read from layer_types)
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+    torch.manual_seed(0)
+    q2 = Qwen2Config(
+        vocab_size=V, hidden_size=32, intermediate_size=48, num_hidden_layers=3,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32,
+        rms_norm_eps=1e-6, rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        tie_word_embeddings=False, use_sliding_window=True, sliding_window=6,
+        max_window_layers=1, attn_implementation="eager")
+    assert q2.layer_types == ["full_attention", "sliding_attention", "sliding_attention"]
+    record("qwen2_window", Qwen2ForCausalLM(q2))
+    torch.manual_seed(0)
+    q3 = Qwen3Config(
+        vocab_size=V, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=32,
+        rms_norm_eps=1e-6, rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        tie_word_embeddings=False, use_sliding_window=True, sliding_window=6,
+        layer_types=["sliding_attention", "full_attention"], attn_implementation="eager")
+    record("qwen3_window", Qwen3ForCausalLM(q3))
     print("transformers", transformers.__version__, "torch", torch.__version__)
     sys.exit(0)
 if sys.argv[1:] == ["qwen2"]:  # (session 40) only Qwen2: biases on q_proj, k_proj, v_proj

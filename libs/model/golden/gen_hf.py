@@ -28,7 +28,8 @@ deepseek_v3: torch 2.15.0, transformers 5.24.0), python gen_hf.py rope only the 
 rotary frequencies' (llama_scaled, deepseek_yarn: the same versions), python gen_hf.py stablelm
 only StableLM's (partial rotary embeddings; the same versions), python gen_hf.py qwen3_moe only
 Qwen3-MoE's, python gen_hf.py mistral_window only Mistral's with a sliding window (the same
-versions). The position-id records
+versions), python gen_hf.py qwen2_window only Qwen2's with a sliding window on its second layer
+(the same versions). The position-id records
 were added with torch 2.x and transformers 5.x of 2026-11 (pip), whose weights, io, grads and
 AdamW losses reproduce the earlier files."""
 import os
@@ -510,6 +511,27 @@ if len(sys.argv) > 1 and sys.argv[1] == "mistral_window":
                        rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
                        sliding_window=6, tie_word_embeddings=False, attn_implementation="eager")
     record("mistral_window", MistralForCausalLM(mc), llama_names)
+    sys.exit(0)
+
+if len(sys.argv) > 1 and sys.argv[1] == "qwen2_window":
+    # Qwen2 with a sliding window of 6 above max_window_layers 1 (python gen_hf.py qwen2_window
+    # writes only these records): layer 0 attends the whole context, layer 1 itself and the 5
+    # tokens before (Megatron's --window-size 5,0 with --window-attn-skip-freq [0,1]); Qwen2's q,
+    # k and v biases drawn as qwen2's
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+    torch.manual_seed(0)
+    q2 = Qwen2Config(vocab_size=V, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                     num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32,
+                     rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=False,
+                     use_sliding_window=True, sliding_window=6, max_window_layers=1,
+                     attn_implementation="eager")
+    assert q2.layer_types == ["full_attention", "sliding_attention"], q2.layer_types
+    qwen2 = Qwen2ForCausalLM(q2)
+    with torch.no_grad():
+        for layer in qwen2.model.layers:
+            for proj in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj):
+                proj.bias.copy_(0.3 * torch.randn_like(proj.bias))
+    record("qwen2_window", qwen2, llama_names)
     sys.exit(0)
 
 if len(sys.argv) > 1 and sys.argv[1] == "qwen3_moe":

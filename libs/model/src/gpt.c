@@ -300,7 +300,9 @@ static mt_attn_config attn_cfg(const mt_model *m, int l) {
     ac.deterministic = m->cfg.deterministic;
     /* (document masks, with the window if any; else the sliding window's own, but over a KV
      * cache, which is not longer than the window) */
-    ac.key_start = m->ks.data ? &m->ks : m->win_ks.data && !m->kv ? &m->win_ks : NULL;
+    ac.key_start = m->ks.data                                             ? &m->ks
+                   : m->win_ks.data && !m->kv && window_layer(&m->cfg, l) ? &m->win_ks
+                                                                          : NULL;
     const uint32_t site = (uint32_t)(SITE_ATTN + 3 * l + m->tpr * (3 * m->cfg.num_layers + 1));
     ac.dropout = drop_cfg(m, m->cfg.attention_dropout, site);
     const mt_rope_scaling *sc = &m->cfg.rope_scaling;

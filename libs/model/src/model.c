@@ -471,35 +471,55 @@ static void fp_expr(freq_parser *p, int depth) {
     }
 }
 
-mt_status mt_model_moe_layer_freq(mt_model_config *c, const char *freq) {
+/* A per-layer pattern flag (--moe-layer-freq, --window-attn-skip-freq) for c's num_layers
+ * layers into pat[0..L): an int N (*n set, pat untouched) or a list expression of 0s and 1s
+ * (*n 0). `what` names the pattern in Megatron's length message. */
+static mt_status layer_pattern(const mt_model_config *c, const char *flag, const char *what,
+                               const char *current, const char *freq, unsigned char *pat, long *n) {
     MT_REQUIRE(c && freq, MT_ERR_INVALID_ARG, "NULL argument");
     const int L = c->num_layers;
     MT_REQUIRE(L > 0 && L <= MT_MODEL_MAX_LAYERS, MT_ERR_INVALID_ARG,
-               "--moe-layer-freq with --num-layers %d (at most %d)", L, MT_MODEL_MAX_LAYERS);
-    memset(c->moe_dense_layer, 0, sizeof c->moe_dense_layer);
-    if (!strchr(freq, '[')) { /* an int N: one MoE layer in N, the first of every N */
+               "%s with --num-layers %d (at most %d)", flag, L, MT_MODEL_MAX_LAYERS);
+    *n = 0;
+    if (!strchr(freq, '[')) {
         char *end;
-        long n = strtol(freq, &end, 10);
-        MT_REQUIRE(end != freq && *end == '\0' && n >= 1, MT_ERR_INVALID_ARG,
-                   "--moe-layer-freq %s: an int of at least 1 or a list expression such as "
+        *n = strtol(freq, &end, 10);
+        MT_REQUIRE(end != freq && *end == '\0' && *n >= 1, MT_ERR_INVALID_ARG,
+                   "%s %s: an int of at least 1 or a list expression such as "
                    "\"([0]*1+[1]*3)*2\"",
-                   freq);
-        for (int l = 0; l < L; l++)
-            c->moe_dense_layer[l] = l % n != 0;
+                   flag, freq);
         return MT_OK;
     }
-    unsigned char pat[MT_MODEL_MAX_LAYERS];
     freq_parser p = { freq, pat, 0, MT_MODEL_MAX_LAYERS, 0 };
     fp_expr(&p, 0);
     fp_space(&p);
     MT_REQUIRE(!p.bad && *p.s == '\0', MT_ERR_INVALID_ARG,
-               "--moe-layer-freq %s: not a list expression of 0s and 1s with + and *", freq);
-    MT_REQUIRE(
-        p.n == L, MT_ERR_INVALID_ARG,
-        "Invalid length of moe_layer_pattern: %d, expected %d, current moe layer pattern: %s", p.n,
-        L, freq);
-    for (int l = 0; l < L; l++)
-        c->moe_dense_layer[l] = !pat[l];
+               "%s %s: not a list expression of 0s and 1s with + and *", flag, freq);
+    MT_REQUIRE(p.n == L, MT_ERR_INVALID_ARG,
+               "Invalid length of %s: %d, expected %d, current %s: %s", what, p.n, L, current,
+               freq);
+    return MT_OK;
+}
+
+mt_status mt_model_moe_layer_freq(mt_model_config *c, const char *freq) {
+    unsigned char pat[MT_MODEL_MAX_LAYERS];
+    long n;
+    MT_TRY(layer_pattern(c, "--moe-layer-freq", "moe_layer_pattern", "moe layer pattern", freq, pat,
+                         &n));
+    memset(c->moe_dense_layer, 0, sizeof c->moe_dense_layer);
+    for (int l = 0; l < c->num_layers; l++) /* (an int N: one MoE layer in N, the first) */
+        c->moe_dense_layer[l] = n ? l % n != 0 : !pat[l];
+    return MT_OK;
+}
+
+mt_status mt_model_window_attn_skip_freq(mt_model_config *c, const char *freq) {
+    unsigned char pat[MT_MODEL_MAX_LAYERS];
+    long n;
+    MT_TRY(layer_pattern(c, "--window-attn-skip-freq", "window_attn_skip_freq",
+                         "window attention pattern", freq, pat, &n));
+    memset(c->full_attention_layer, 0, sizeof c->full_attention_layer);
+    for (int l = 0; l < c->num_layers; l++) /* (megatron.core's is_layer_window_attention) */
+        c->full_attention_layer[l] = n ? (l + 1) % n == 0 : !pat[l];
     return MT_OK;
 }
 

@@ -179,6 +179,13 @@ static inline int cp_two_streams(const mt_model_config *c, mt_device dev) {
            mt_env_int("MT_CP_STREAMS", 1) != 0; /* (0: one stream, for comparisons) */
 }
 
+/* Whether layer l attends through the sliding window (window_size, not one of the
+ * full_attention_layer ones; an MTP depth's layer: the last layer's kind). */
+static inline int window_layer(const mt_model_config *c, int l) {
+    if (l >= c->num_layers) l = c->num_layers - 1;
+    return c->window_size > 0 && !(l < MT_MODEL_MAX_LAYERS && c->full_attention_layer[l]);
+}
+
 /* Multi-token prediction's depths (0: none). Depth k+1's transformer layer is layer
  * num_layers + k of the layer tables (lp, the activation sets: one stage, one slot). */
 static inline int mtp_n(const mt_model_config *c) {

@@ -1,6 +1,6 @@
 /* The tiny Hugging Face GPT-2, Llama (llama_scaled: with Llama 3's scaled rotary frequencies),
  * Mistral (mistral_window: a sliding window), StableLM (LayerNorms, partial rotary embeddings), Qwen3-MoE (a dense layer, then experts),
- * Qwen2, Qwen3, Mixtral, Qwen2-MoE (also with a dense layer: qwen2_moe_mixed) and DeepSeek-V3
+ * Qwen2 (qwen2_window: a window on its second layer only), Qwen3, Mixtral, Qwen2-MoE (also with a dense layer: qwen2_moe_mixed) and DeepSeek-V3
  * (deepseek_mla: its attention, dense MLPs; deepseek_yarn: that with YaRN) of
  * golden/gen_hf.py (and megatron.core's GPT models with multi-token prediction, mtp_llama,
  * mtp_gpt2 and mtp_moe, of golden/gen_mtp.py), shared by libs/model's
@@ -73,6 +73,13 @@ static inline mt_model_config hf_tiny_config(const char *tag, mt_dtype dt) {
     if (strcmp(tag, "mtp_gpt2") == 0) { /* (megatron.core, gen_mtp.py) GPT-2's, 1 depth, 0.5 */
         c.mtp_num_layers = 1;
         c.mtp_loss_scaling_factor = 0.5f;
+    }
+    if (strcmp(tag, "qwen2_window") == 0) { /* Qwen2's; layer 1 through a window of 5 before,
+                                               layer 0 the whole context (max_window_layers 1) */
+        tiny_llama_layers(&c);
+        c.add_qkv_bias = 1;
+        c.window_size = 5;
+        MT_CHECK(mt_model_window_attn_skip_freq(&c, "[0,1]"));
     }
     if (strcmp(tag, "qwen2") == 0) { /* Llama's choices and biases on q, k and v */
         tiny_llama_layers(&c);

@@ -120,6 +120,8 @@ static const flag flags[] = {
       "positions restart after each EOD (attention still spans the documents)" },
     { "--window-size", F_STR, O(window_size),
       "L,R: sliding-window attention over the L keys before each token (R 0; default none)" },
+    { "--window-attn-skip-freq", F_STR, O(window_attn_skip_freq),
+      "N or a list like \"[0]+[1]*3\": the full-attention layers among the windowed (1s) ones" },
     { "--reset-attention-mask", F_TRUE, O(reset_attention_mask),
       "a token attends only to its own document (since the last EOD)" },
     { "--multi-latent-attention", F_TRUE, O(multi_latent_attention),
@@ -504,6 +506,7 @@ static const char *const model_args[] = { "num_layers",
                                           "rope_type",
                                           "rotary_percent",
                                           "window_size",
+                                          "window_attn_skip_freq",
                                           "use_rope_scaling",
                                           "rope_scaling_factor",
                                           "rotary_seq_len_interpolation_factor",
@@ -1033,6 +1036,10 @@ static mt_status validate(mt_train_args *a) {
         if (a->window_left && a->context_parallel_size > 1)
             return MT_ERROR(MT_ERR_UNSUPPORTED,
                             "--window-size with --context-parallel-size is not supported yet");
+        if (a->window_left && a->window_attn_skip_freq && a->reset_attention_mask)
+            return MT_ERROR(MT_ERR_UNSUPPORTED,
+                            "--window-attn-skip-freq with --reset-attention-mask is not supported "
+                            "yet (the documents' key starts carry the window for every layer)");
     }
     if (a->mtp_num_layers < 0)
         return BAD("--mtp-num-layers must be positive, got %d", a->mtp_num_layers);

@@ -278,16 +278,26 @@ mt_status mt_train_model_config_from_hf(const char *args_json, mt_model_config *
         }
         if (!strcmp(type, "deepseek_v3") && (st = deepseek_config(h, c)) != MT_OK) goto done;
         /* (Mistral's, Mixtral's and Phi-3's sliding window of W tokens, the token included:
-         * window_size W - 1; Qwen's apply to some layers only: refused, as mt-convert does) */
+         * window_size W - 1; Qwen's on the layers that layer_types calls "sliding_attention",
+         * or else from max_window_layers on, the others full: full_attention_layer) */
         json_t *sw = json_object_get(h, "sliding_window");
         const int W = json_is_integer(sw) ? (int)json_integer_value(sw) : 0;
         if (W > 0 && W < c->max_position_embeddings &&
             !json_is_false(json_object_get(h, "use_sliding_window"))) {
-            if (strcmp(type, "mistral") && strcmp(type, "mixtral") && strcmp(type, "phi3")) {
+            const int qwen = !strncmp(type, "qwen", 4);
+            if (strcmp(type, "mistral") && strcmp(type, "mixtral") && strcmp(type, "phi3") &&
+                !qwen) {
                 st = MT_ERROR(MT_ERR_UNSUPPORTED, "%s with sliding_window %d", type, W);
                 goto done;
             }
             c->window_size = W - 1;
+            json_t *lt = json_object_get(h, "layer_types");
+            const int mw = geti(h, "max_window_layers", c->num_layers);
+            for (int l = 0; qwen && l < c->num_layers && l < MT_MODEL_MAX_LAYERS; l++) {
+                const char *k = json_string_value(json_array_get(lt, (size_t)l));
+                c->full_attention_layer[l] =
+                    lt ? !k || strcmp(k, "sliding_attention") != 0 : l < mw;
+            }
         }
         if ((st = rope_from_hf(h, c)) != MT_OK) goto done;
     }

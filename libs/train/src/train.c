@@ -532,6 +532,8 @@ static mt_status setup_model(run *r) {
     c->rotary_base = a->rotary_base;
     c->rotary_percent = a->rotary_percent;
     c->window_size = a->window_left;
+    if (a->window_attn_skip_freq && c->window_size) /* (Megatron's: read with a window only) */
+        MT_TRY(mt_model_window_attn_skip_freq(c, a->window_attn_skip_freq));
     c->mtp_num_layers = a->mtp_num_layers;
     c->mtp_loss_scaling_factor = (float)a->mtp_loss_scaling_factor;
     if (a->use_rope_scaling) /* (Megatron's: low/high_freq_factor 1/4, original 8192) */
@@ -1157,7 +1159,7 @@ static json_t *deepseek_hf_config(const run *r) {
  * it. */
 static json_t *hf_config(const run *r) {
     const mt_model_config *c = &r->mc;
-    const int win = c->window_size; /* (a sliding window: Mistral's or Mixtral's only) */
+    const int win = c->window_size; /* (a sliding window: Mistral's, Mixtral's, Qwen's) */
     if (c->multi_latent_attention) return win ? NULL : deepseek_hf_config(r);
     int ln = c->normalization == MT_NORM_LAYERNORM,
         rope = c->position_embedding_type == MT_POS_ROPE;
@@ -1196,9 +1198,15 @@ static json_t *hf_config(const run *r) {
         if (h) hf_rope(h, c);
         return h;
     }
+    /* (a window on some layers only: Qwen's, from max_window_layers on) */
+    int nfull = 0, prefix = 0;
+    for (int l = 0; win && l < c->num_layers; l++) {
+        nfull += c->full_attention_layer[l] != 0;
+        prefix += c->full_attention_layer[l] != 0 && prefix == l;
+    }
     if (ln || !rope || !c->swiglu || c->add_bias_linear || c->rotary_interleaved ||
         c->rotary_percent != 1.0 || moe + qwen3 + qwen2 > 1 + qmoe + q3moe ||
-        (ndense && !qmoe && !q3moe) || (win && (qwen3 || qwen2)))
+        (ndense && !qmoe && !q3moe) || (nfull && (!(qwen3 || qwen2) || nfull != prefix)))
         return NULL;
     /* (Mixtral's router: the softmax over the k, unscaled, any experts, no shared experts;
      * Qwen2-MoE's: the softmax over the k (norm_topk_prob) or over all (--moe-router-pre-softmax),
@@ -1279,6 +1287,15 @@ static json_t *hf_config(const run *r) {
     hf_rope(h, c);
     if (win) /* (Hugging Face's window counts the token itself) */
         json_object_set_new(h, "sliding_window", json_integer(win + 1));
+    if (win && (qwen3 || qwen2)) { /* (transformers 5's layer_types, 4's max_window_layers) */
+        json_t *lt = json_array();
+        for (int l = 0; lt && l < c->num_layers; l++)
+            json_array_append_new(
+                lt,
+                json_string(c->full_attention_layer[l] ? "full_attention" : "sliding_attention"));
+        json_object_set_new(h, "layer_types", lt);
+        json_object_set_new(h, "max_window_layers", json_integer(prefix));
+    }
     if (moe) {
         json_object_set_new(h, "num_local_experts", json_integer(c->num_moe_experts));
         json_object_set_new(h, "num_experts_per_tok", json_integer(c->moe_router_topk));
@@ -1286,7 +1303,8 @@ static json_t *hf_config(const run *r) {
         json_object_set_new(h, "output_router_logits", json_false());
     } else {
         if (!qwen2) json_object_set_new(h, "attention_bias", json_false());
-        json_object_set_new(h, qwen3 || qwen2 ? "use_sliding_window" : "mlp_bias", json_false());
+        json_object_set_new(h, qwen3 || qwen2 ? "use_sliding_window" : "mlp_bias",
+                            json_boolean((qwen3 || qwen2) && win));
     }
     return h;
 }

@@ -314,6 +314,11 @@ typedef struct mt_model_config {
      * (mt_model_set_mtp_inputs); not yet with learned positions there either. */
     int mtp_num_layers;
     float mtp_loss_scaling_factor; /* Megatron's --mtp-loss-scaling-factor (mt-pretrain: 0.1) */
+    /* With window_size: the layers that attend the whole causal context all the same (nonzero:
+     * Megatron's --window-attn-skip-freq, its full-attention layers among the sliding-window
+     * ones; Hugging Face's layer_types "full_attention", Qwen2's below max_window_layers); an MTP
+     * depth's layer is the last layer's kind. mt_model_window_attn_skip_freq fills it. */
+    unsigned char full_attention_layer[MT_MODEL_MAX_LAYERS];
 } mt_model_config;
 
 // clang-format off
@@ -323,7 +328,7 @@ typedef struct mt_model_config {
             MT_POS_LEARNED, 0.0, 0, 0, 1, 0, 0.0f, 1234, MT_F32, 0, MT_RECOMPUTE_NONE,         \
             MT_RECOMPUTE_METHOD_NONE, 0, 0, 0, 0, 0, 0, 0.0f, 0.0f, 0, 0, 0, 0, 0, 0, 0, 0, 0, \
             0.0f, 0.0f, 0.0f, 0, 0, 0, 0.0f, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, { 0 },          \
-            0, 0, 0.0f, 0, 0, 0, 0, 0, 0, 0, 0, { MT_ROPE_SCALING_NONE }, 0.0, 0, { 0 }, 0, 0.0f           \
+            0, 0, 0.0f, 0, 0, 0, 0, 0, 0, 0, 0, { MT_ROPE_SCALING_NONE }, 0.0, 0, { 0 }, 0, 0.0f, { 0 }   \
     }
 // clang-format on
 
@@ -332,6 +337,12 @@ typedef struct mt_model_config {
  * + and * (e.g. "([0]*1+[1]*3)*2"), whose length must be the layer count. MT_ERR_INVALID_ARG
  * with Megatron's messages otherwise. */
 MT_API mt_status mt_model_moe_layer_freq(mt_model_config *cfg, const char *freq);
+
+/* Megatron's --window-attn-skip-freq into cfg->full_attention_layer for cfg->num_layers layers:
+ * an int N (layer numbers l + 1 that are multiples of N attend fully, the others through the
+ * window: (N-1):1) or a list expression of 1s (sliding window) and 0s (full attention) as
+ * --moe-layer-freq's, whose length must be the layer count. MT_ERR_INVALID_ARG otherwise. */
+MT_API mt_status mt_model_window_attn_skip_freq(mt_model_config *cfg, const char *freq);
 
 /* Fills the derived fields (zeros) of cfg in place and checks it; MT_ERR_INVALID_ARG with
  * Megatron-style messages for inconsistent values. */

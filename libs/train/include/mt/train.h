@@ -83,6 +83,9 @@ typedef struct mt_train_args {
     /* --window-size "L,R" (Megatron's tuple; "(L, R)" too): sliding-window attention over the
      * L keys before each token (window_left; R must be 0; L -1: none) */
     char *window_size;
+    /* --window-attn-skip-freq: the full-attention layers among the windowed ones (an int N or a
+     * list expression of 1s, window, and 0s, full; Megatron's) */
+    char *window_attn_skip_freq;
     int window_left;
     int qk_layernorm; /* --qk-layernorm: per-head q and k norms */
     /* multi-token prediction: --mtp-num-layers (0: none), --mtp-loss-scaling-factor (0.1) */
