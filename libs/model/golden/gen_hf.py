@@ -376,21 +376,25 @@ if len(sys.argv) > 1 and sys.argv[1] == "drop":
     record_drop("llama", lm, llama_names)
     sys.exit(0)
 
-if len(sys.argv) > 1 and sys.argv[1] == "qwen2":
-    # Qwen2: Llama's choices plus biases on q_proj, k_proj and v_proj (python gen_hf.py qwen2
-    # writes only these records); the biases (zeros at init) drawn so that they matter
+def qwen2_tiny(**kw):
+    """The tiny Qwen2 (seed 0): Llama's choices plus biases on q_proj, k_proj and v_proj, drawn
+    (zeros at init) so that they matter; kw: its config's sliding-window and attention fields."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
     torch.manual_seed(0)
     q2 = Qwen2Config(vocab_size=V, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32,
-                     rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=False,
-                     use_sliding_window=False)
+                     rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=False, **kw)
     qwen2 = Qwen2ForCausalLM(q2)
     with torch.no_grad():
         for layer in qwen2.model.layers:
             for proj in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj):
                 proj.bias.copy_(0.3 * torch.randn_like(proj.bias))
-    record("qwen2", qwen2, llama_names)
+    return qwen2
+
+
+if len(sys.argv) > 1 and sys.argv[1] == "qwen2":
+    # Qwen2 (python gen_hf.py qwen2 writes only these records)
+    record("qwen2", qwen2_tiny(use_sliding_window=False), llama_names)
     sys.exit(0)
 
 if len(sys.argv) > 1 and sys.argv[1] in ("qwen2_moe", "qwen2_moe_mixed"):
@@ -518,19 +522,10 @@ if len(sys.argv) > 1 and sys.argv[1] == "qwen2_window":
     # writes only these records): layer 0 attends the whole context, layer 1 itself and the 5
     # tokens before (Megatron's --window-size 5,0 with --window-attn-skip-freq [0,1]); Qwen2's q,
     # k and v biases drawn as qwen2's
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-    torch.manual_seed(0)
-    q2 = Qwen2Config(vocab_size=V, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                     num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32,
-                     rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=False,
-                     use_sliding_window=True, sliding_window=6, max_window_layers=1,
-                     attn_implementation="eager")
-    assert q2.layer_types == ["full_attention", "sliding_attention"], q2.layer_types
-    qwen2 = Qwen2ForCausalLM(q2)
-    with torch.no_grad():
-        for layer in qwen2.model.layers:
-            for proj in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj):
-                proj.bias.copy_(0.3 * torch.randn_like(proj.bias))
+    qwen2 = qwen2_tiny(use_sliding_window=True, sliding_window=6, max_window_layers=1,
+                       attn_implementation="eager")
+    layers = qwen2.config.layer_types
+    assert layers == ["full_attention", "sliding_attention"], layers
     record("qwen2_window", qwen2, llama_names)
     sys.exit(0)
 

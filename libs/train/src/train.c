@@ -889,6 +889,9 @@ static mt_status read_batch(run *r, mt_data_dataset *ds, mt_data_sampler *s, int
     MT_REQUIRE(got == B, MT_ERR_INTERNAL, "data sampler exhausted (%lld of %lld samples)",
                (long long)got, (long long)B);
     r->hcount[slot] = r->hcount_all[slot] = 0;
+    if (r->hmcount) /* (multi-token prediction under context parallelism: its depths' counts) */
+        memset(r->hmcount + slot * 2 * r->mc.mtp_num_layers, 0,
+               sizeof *r->hmcount * 2 * (size_t)r->mc.mtp_num_layers);
     const int64_t c2 = T / (2 * r->cp_size), cpr = r->cp_rank, last = 2 * r->cp_size - 1;
     if (r->hsid) memcpy(r->hsid + slot * B, r->ids, (size_t)B * sizeof *r->ids);
     for (int64_t b = 0; b < B; b++) {
@@ -910,7 +913,6 @@ static mt_status read_batch(run *r, mt_data_dataset *ds, mt_data_sampler *s, int
             int32_t *mt = r->hmtp + ((slot * 2 + 0) * D + k - 1) * B * T + b * T;
             int32_t *mg = r->hmtp + ((slot * 2 + 1) * D + k - 1) * B * T + b * T;
             int64_t *cnt = r->hmcount + (slot * D + k - 1) * 2;
-            if (b == 0) cnt[0] = cnt[1] = 0;
             for (int64_t t = 0; t < T; t++) {
                 mt[t] = t + k < T ? tok[b * T + t + k] : 0;
                 mg[t] = t + k < T ? tgt[b * T + t + k] : MT_XENT_IGNORE_INDEX;
